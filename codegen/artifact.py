@@ -1,0 +1,157 @@
+"""KernelArtifact: the launch contract of one generated kernel, as plain JSON-able data.
+
+A KernelArtifact is everything needed to compile and launch a kernel with CuPy alone:
+the CUDA C++ source, its entry point, grid / block / dynamic shared memory, the argument
+list in launch order (tensors by name, scalars, TMA tensor maps), and compile options.
+It is produced by ``codegen`` and consumed by ``workers`` and by users of the API, so it
+holds no live objects and imports nothing beyond the standard library.
+
+Tensor names per operator (the contract between code generation, workers and users):
+
+- ``gemm``: ``a`` (m, k) row-major; ``b`` (k, n) for ``b_layout="kn"`` or (n, k) for
+  ``"nk"``; output ``c`` (m, n). All in the spec dtype.
+- ``attention``: ``q`` (batch, seq_q, heads, head_dim), ``k`` and ``v`` (batch, seq_kv,
+  kv_heads, head_dim), output ``o`` (batch, seq_q, heads, head_dim); softmax scale
+  1/sqrt(head_dim); causal masks key j > query i (top-left aligned, as PyTorch SDPA).
+- ``mamba2_chunk_state``: ``b`` (batch, seqlen, ngroups, dstate), ``x`` (batch, seqlen,
+  nheads, headdim), ``dt`` and ``dA_cumsum`` (batch, nheads, nchunks, chunk_size) float32;
+  output ``states`` (batch, nchunks, nheads, headdim, dstate) float32.
+- ``mamba2_chunk_scan``: ``cb`` (batch, nchunks, ngroups, chunk_size, chunk_size) float32,
+  ``x`` (batch, seqlen, nheads, headdim), ``dt`` and ``dA_cumsum`` as above, ``c`` (batch,
+  seqlen, ngroups, dstate), ``states`` (batch, nchunks, nheads, headdim, dstate); output
+  ``out`` (batch, seqlen, nheads, headdim).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+ARTIFACT_VERSION = 1
+
+ArgKind = Literal["tensor", "scalar", "tensor_map"]
+TensorRole = Literal["input", "output"]
+Swizzle = Literal["none", "32B", "64B", "128B"]
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A device pointer to a workload tensor, passed as ``T*`` in launch order."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: TensorRole
+    kind: ArgKind = "tensor"
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    """A by-value scalar argument (``int32``, ``int64`` or ``float32``)."""
+
+    name: str
+    dtype: Literal["int32", "int64", "float32"]
+    value: float | int
+    kind: ArgKind = "scalar"
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A TMA descriptor (``const __grid_constant__ CUtensorMap``) over a workload tensor.
+
+    Dimensions and strides are listed innermost first, as ``cuTensorMapEncodeTiled``
+    takes them; ``global_strides_bytes`` has one entry fewer than ``global_dims``.
+    """
+
+    name: str
+    tensor: str
+    dtype: str
+    global_dims: tuple[int, ...]
+    global_strides_bytes: tuple[int, ...]
+    box_dims: tuple[int, ...]
+    swizzle: Swizzle = "128B"
+    element_strides: tuple[int, ...] | None = None
+    oob_fill: Literal["zero", "nan"] = "zero"
+    kind: ArgKind = "tensor_map"
+
+
+KernelArg = TensorArg | ScalarArg | TensorMapArg
+
+
+@dataclass(frozen=True)
+class KernelArtifact:
+    """One compiled-and-launchable kernel: source plus its launch contract."""
+
+    op: str
+    params: dict[str, Any]
+    schedule_hash: str
+    source: str
+    entry: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+    args: tuple[KernelArg, ...]
+    compile_options: tuple[str, ...] = ("-std=c++17", "-arch=sm_90a")
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    version: int = ARTIFACT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (lists instead of tuples) suitable for JSON."""
+        return json.loads(json.dumps(asdict(self)))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KernelArtifact:
+        """Inverse of :meth:`to_dict`; rejects artifacts of another version."""
+        if data.get("version", ARTIFACT_VERSION) != ARTIFACT_VERSION:
+            raise ValueError(
+                f"KernelArtifact version {data.get('version')} is not {ARTIFACT_VERSION}"
+            )
+        args = tuple(_arg_from_dict(a) for a in data["args"])
+        return cls(
+            op=data["op"],
+            params=dict(data["params"]),
+            schedule_hash=data["schedule_hash"],
+            source=data["source"],
+            entry=data["entry"],
+            grid=tuple(data["grid"]),
+            block=tuple(data["block"]),
+            dynamic_smem_bytes=int(data["dynamic_smem_bytes"]),
+            args=args,
+            compile_options=tuple(data.get("compile_options", ())),
+            cluster=tuple(data.get("cluster", (1, 1, 1))),
+            version=data.get("version", ARTIFACT_VERSION),
+            extra=dict(data.get("extra", {})),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> KernelArtifact:
+        return cls.from_dict(json.loads(text))
+
+
+def _arg_from_dict(data: dict[str, Any]) -> KernelArg:
+    kind = data.get("kind")
+    if kind == "tensor":
+        return TensorArg(
+            name=data["name"], dtype=data["dtype"], shape=tuple(data["shape"]), role=data["role"]
+        )
+    if kind == "scalar":
+        return ScalarArg(name=data["name"], dtype=data["dtype"], value=data["value"])
+    if kind == "tensor_map":
+        strides = data.get("element_strides")
+        return TensorMapArg(
+            name=data["name"],
+            tensor=data["tensor"],
+            dtype=data["dtype"],
+            global_dims=tuple(data["global_dims"]),
+            global_strides_bytes=tuple(data["global_strides_bytes"]),
+            box_dims=tuple(data["box_dims"]),
+            swizzle=data.get("swizzle", "128B"),
+            element_strides=tuple(strides) if strides is not None else None,
+            oob_fill=data.get("oob_fill", "zero"),
+        )
+    raise ValueError(f"unknown kernel argument kind {kind!r}")
