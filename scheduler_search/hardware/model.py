@@ -1,0 +1,121 @@
+"""The hardware abstraction: a Device (the GPU), its EUs (SMs) and their sEUs.
+
+PipeThreader's two-level view: a Device is a set of identical EUs (streaming
+multiprocessors) with shared limits (shared memory, registers, threads, L2); each EU has
+specialised execution units (sEUs) that run sTasks. Async sEUs (TMA, tensor cores through
+wgmma) run a task while the issuing warp goes on; sync sEUs (CUDA cores, SFU) occupy the
+issuing warps until done. Rates are per EU so that the cost model can simulate one SM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class UnitKind(StrEnum):
+    """Kinds of specialised execution unit (sEU) inside one SM.
+
+    Attributes:
+        TMA: the Tensor Memory Accelerator: async bulk tensor copies global <-> shared (sm_90).
+        TENSOR_CORE: matrix units; async ``wgmma`` on sm_90, sync ``mma.sync`` on sm_80.
+        CUDA_CORE: the FP32/INT lanes: FMA, max, sums, address math, plain loads and stores.
+        SFU: special-function units (``ex2``, ``rcp``).
+        LSU: load/store units issuing ``cp.async`` (the sm_80 copy path).
+    """
+
+    TMA = "tma"
+    TENSOR_CORE = "tensor_core"
+    CUDA_CORE = "cuda_core"
+    SFU = "sfu"
+    LSU = "lsu"
+
+
+@dataclass(frozen=True)
+class SEU:
+    """One specialised execution unit of an SM.
+
+    ``rate_per_cycle`` is per SM: bytes per cycle for copy units, operations (lane ops,
+    or flops for tensor cores) per cycle otherwise; ``latency_cycles`` is the fixed time
+    from issue to the first result, paid once per task.
+    """
+
+    kind: UnitKind
+    is_async: bool
+    rate_per_cycle: float
+    latency_cycles: float
+    instruction: str
+
+
+@dataclass(frozen=True)
+class Device:
+    """A GPU model: per-SM limits, global figures and the sEUs of each SM.
+
+    ``source`` says where the figures come from ("datasheet", "live" device properties);
+    individual estimates are marked in the catalog's comments.
+    """
+
+    name: str
+    arch: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    smem_per_sm_bytes: int
+    smem_per_block_bytes: int
+    regs_per_sm: int
+    regs_per_thread_max: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    l2_bytes: int
+    clock_mhz: float
+    memory_bytes: int
+    mem_bandwidth_gbps: float
+    l2_bandwidth_gbps: float
+    tensor_flops_per_cycle_per_sm: dict[str, float]
+    units: tuple[SEU, ...]
+    source: str = "datasheet"
+    software: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_wgmma(self) -> bool:
+        return self.compute_capability >= (9, 0)
+
+    @property
+    def has_tma(self) -> bool:
+        return any(u.kind is UnitKind.TMA for u in self.units)
+
+    def unit(self, kind: UnitKind) -> SEU:
+        """The sEU of ``kind``; ``KeyError`` when this SM has none."""
+        for unit in self.units:
+            if unit.kind is kind:
+                return unit
+        raise KeyError(f"{self.name} has no {kind.value} unit")
+
+    def unit_kinds(self) -> tuple[UnitKind, ...]:
+        return tuple(u.kind for u in self.units)
+
+    def tensor_tflops(self, dtype: str) -> float:
+        """Peak dense tensor-core TFLOP/s for ``dtype`` inputs."""
+        per_cycle = self.tensor_flops_per_cycle_per_sm[dtype]
+        return per_cycle * self.sm_count * self.clock_mhz * 1e6 / 1e12
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that identify the device for caching (hardware and software)."""
+        return {
+            "name": self.name,
+            "compute_capability": list(self.compute_capability),
+            "sm_count": self.sm_count,
+            "memory_bytes": self.memory_bytes,
+            "l2_bytes": self.l2_bytes,
+            "software": dict(sorted(self.software.items())),
+        }
+
+    def fingerprint(self) -> str:
+        """Stable sha256 of :meth:`identity`: the cache's device key."""
+        text = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))

@@ -1,0 +1,51 @@
+"""Operator specs: one module per operator behind the OperatorSpec protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler_search.ops._base import (
+    DTYPE_BYTES,
+    OperatorSpec,
+    SpecError,
+    TensorSpec,
+)
+from scheduler_search.ops.attention import AttentionSpec
+from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
+
+#: Operator name -> spec class (the table the API, CLI and space dispatch on).
+OPERATORS: dict[str, type[OperatorSpec]] = {
+    spec.op: spec
+    for spec in (GemmSpec, AttentionSpec, Mamba2ChunkScanSpec, Mamba2ChunkStateSpec)
+}
+
+
+def parse_spec(op: str, params: dict[str, Any]) -> OperatorSpec:
+    """Validate ``params`` for operator ``op``.
+
+    Raises:
+        SpecError: ``op`` is not a known operator (field ``op``).
+        pydantic.ValidationError: a parameter is missing, extra, mistyped or out of range;
+            each error's ``loc`` names the parameter.
+    """
+    if op not in OPERATORS:
+        raise SpecError("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
+    return OPERATORS[op].model_validate(params)
+
+
+__all__ = [
+    "DTYPE_BYTES",
+    "OPERATORS",
+    "AttentionSpec",
+    "GemmSpec",
+    "Mamba2ChunkScanSpec",
+    "Mamba2ChunkStateSpec",
+    "OperatorSpec",
+    "SpecError",
+    "TensorSpec",
+    "ValidationError",
+    "parse_spec",
+]

@@ -1,0 +1,167 @@
+"""The operator protocol: one pydantic spec class per operator, validated strictly.
+
+Every operator module defines a subclass of :class:`OperatorSpec`. A spec knows its
+workload tensors (names, shapes, dtypes, roles; the contract of ``codegen.artifact``),
+its flop and byte counts, its memory footprint, and how to build its sTask-graph. The
+table in ``scheduler_search/ops/__init__.py`` maps operator names to spec classes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import abstractmethod
+from dataclasses import dataclass
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+if TYPE_CHECKING:
+    from scheduler_search.hardware import Device
+    from scheduler_search.ir import STaskGraph, TileShape
+
+DType = Literal["float16", "bfloat16"]
+
+#: Bytes per element of every dtype a workload tensor may have.
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+#: TMA needs every global stride (a row of a row-major tensor) to be a multiple of 16 bytes
+#: (CUDA driver API, cuTensorMapEncodeTiled: globalStrides).
+TMA_STRIDE_ALIGN_BYTES = 16
+
+#: Largest extent accepted for any single dimension: keeps 32-bit index math in kernels safe.
+MAX_DIM = 1 << 20
+
+
+class SpecError(ValueError):
+    """A spec that is well-formed but cannot run here; ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One workload tensor: shape is outermost first, row-major (last dim contiguous)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    role: Literal["input", "output"]
+
+    @property
+    def size_bytes(self) -> int:
+        count = 1
+        for extent in self.shape:
+            count *= extent
+        return count * DTYPE_BYTES[self.dtype]
+
+
+class OperatorSpec(BaseModel):
+    """Base of every operator spec.
+
+    Field validation is strict (no coercion of ``"4096"`` to ``4096``; unknown fields are
+    errors). Subclasses add the checks that span fields in :meth:`cross_field_errors`;
+    every problem found is reported at once, each under its own field's location, so an
+    API error names the field exactly as pydantic does for a type error.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    op: ClassVar[str]
+
+    def cross_field_errors(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(field, message)`` for each constraint between fields that fails."""
+        return iter(())
+
+    def _footprint_errors(self) -> Iterator[tuple[str, str]]:
+        """Absurd shapes: more memory than the largest known device has, reported under
+        the field with the largest value (the likeliest typo)."""
+        from scheduler_search.hardware.catalog import CATALOG
+
+        largest = max(CATALOG.values(), key=lambda d: d.memory_bytes)
+        need = self.footprint_bytes()
+        if need > largest.memory_bytes:
+            sizes = {k: v for k, v in self.model_dump().items() if type(v) is int}
+            field = max(sizes, key=lambda k: sizes[k])
+            yield field, (
+                f"workload needs {need / 2**30:.1f} GiB of device memory; the largest known "
+                f"device ({largest.name}) has {largest.memory_bytes / 2**30:.1f} GiB"
+            )
+
+    @model_validator(mode="after")
+    def _check_cross_fields(self) -> OperatorSpec:
+        problems = list(self.cross_field_errors())
+        if not problems:
+            problems = list(self._footprint_errors())
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError("spec_constraint", message),
+                loc=(field,),
+                input=getattr(self, field),
+            )
+            for field, message in problems
+        ]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    @abstractmethod
+    def tensors(self) -> list[TensorSpec]:
+        """Workload tensors in argument order (inputs, then outputs)."""
+
+    @abstractmethod
+    def flops(self) -> float:
+        """Useful floating-point operations (2 per multiply-add; masked work excluded)."""
+
+    @abstractmethod
+    def build_graph(self, tile: TileShape) -> STaskGraph:
+        """The sTask-graph of one output tile of shape ``tile``."""
+
+    def min_bytes(self) -> int:
+        """Compulsory global-memory traffic: every tensor read or written once."""
+        return sum(t.size_bytes for t in self.tensors())
+
+    def footprint_bytes(self) -> int:
+        """Device memory the workload tensors occupy."""
+        return self.min_bytes()
+
+    def params(self) -> dict[str, Any]:
+        """The spec's fields as a plain dict (the API's ``params``)."""
+        return self.model_dump()
+
+    def canonical_json(self) -> str:
+        """Canonical JSON of op and params: sorted keys, no whitespace."""
+        return json.dumps(
+            {"op": self.op, "params": self.params()}, sort_keys=True, separators=(",", ":")
+        )
+
+    def workload_key(self) -> str:
+        """sha256 of the canonical JSON: equal specs give equal keys whatever the field order."""
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+    def check_fits(self, device: Device) -> None:
+        """Raise :class:`SpecError` when the workload cannot be held by ``device``."""
+        need = self.footprint_bytes()
+        if need > device.memory_bytes:
+            raise SpecError(
+                "params",
+                f"workload needs {need / 2**30:.1f} GiB but {device.name} has "
+                f"{device.memory_bytes / 2**30:.1f} GiB of memory",
+            )
+
+
+def row_alignment_error(field: str, elements: int, dtype: str) -> str | None:
+    """Message when a TMA-loaded row of ``elements`` is not a multiple of 16 bytes."""
+    row_bytes = elements * DTYPE_BYTES[dtype]
+    if row_bytes % TMA_STRIDE_ALIGN_BYTES == 0:
+        return None
+    multiple = TMA_STRIDE_ALIGN_BYTES // DTYPE_BYTES[dtype]
+    return (
+        f"{field}={elements} gives {row_bytes}-byte rows; TMA needs rows that are a multiple "
+        f"of {TMA_STRIDE_ALIGN_BYTES} bytes ({field} a multiple of {multiple} for {dtype})"
+    )

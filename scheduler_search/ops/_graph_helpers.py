@@ -1,0 +1,47 @@
+"""Small constructors that keep the per-operator graph builders readable."""
+
+from __future__ import annotations
+
+from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ir import Phase, STask, STaskKind, Tensor, TensorAccess
+
+TMA_OR_CORES = (UnitKind.TMA, UnitKind.CUDA_CORE)
+"""Small vectors (dt, dA) and outputs may be moved by TMA or by plain thread loads/stores."""
+
+TMA_OR_LSU = (UnitKind.TMA, UnitKind.LSU)
+"""Tiles: TMA on sm_90, cp.async through the LSU on sm_80."""
+
+
+def access(text: str) -> TensorAccess:
+    """Parse ``name[ax1,ax2]`` into a TensorAccess."""
+    name, _, rest = text.partition("[")
+    axes = tuple(a.strip() for a in rest.rstrip("]").split(",") if a.strip())
+    return TensorAccess(name.strip(), axes)
+
+
+def stask(
+    name: str,
+    kind: STaskKind,
+    output: str,
+    inputs: tuple[str, ...],
+    units: tuple[UnitKind, ...],
+    *,
+    phase: Phase = "loop",
+    ops_per_point: float = 0.0,
+    expr: str = "",
+) -> STask:
+    return STask(
+        name=name,
+        kind=kind,
+        output=access(output),
+        inputs=tuple(access(i) for i in inputs),
+        units=units,
+        phase=phase,
+        ops_per_point=ops_per_point,
+        expr=expr,
+    )
+
+
+def tensors(**spaces: tuple[str, str]) -> dict[str, Tensor]:
+    """``tensors(a=("float16", "global"), ...)`` -> name -> Tensor."""
+    return {name: Tensor(name, dtype, space) for name, (dtype, space) in spaces.items()}  # type: ignore[arg-type]

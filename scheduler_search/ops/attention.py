@@ -1,0 +1,142 @@
+"""Attention forward: o = softmax(q kᵀ / sqrt(d)) v per head, GQA and causal masking.
+
+The sTask-graph is the online-softmax (FlashAttention) loop over key/value tiles: q is
+loaded once per output tile, k and v are streamed, and the row statistics (running max
+and sum) are carried from one iteration to the next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ir import STaskGraph, STaskKind, TileShape
+from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
+from scheduler_search.ops._graph_helpers import TMA_OR_CORES, TMA_OR_LSU, stask, tensors
+
+TC = (UnitKind.TENSOR_CORE,)
+CORES = (UnitKind.CUDA_CORE,)
+#: exp2 runs on the SFU, or as a polynomial on the FMA lanes (as FlashAttention-4 does).
+EXP_UNITS = (UnitKind.SFU, UnitKind.CUDA_CORE)
+
+#: wgmma takes K in steps of 16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply"),
+#: and N (head_dim of P·V) up to 256.
+HEAD_DIM_STEP = 16
+HEAD_DIM_MAX = 256
+
+
+class AttentionSpec(OperatorSpec):
+    """Scaled dot-product attention forward, tensors laid out (batch, seq, heads, head_dim)."""
+
+    op: ClassVar[str] = "attention"
+
+    batch: Annotated[int, Field(ge=1, le=65536)]
+    heads: Annotated[int, Field(ge=1, le=1024)]
+    kv_heads: Annotated[int, Field(ge=1, le=1024)]
+    seq_q: Annotated[int, Field(ge=1, le=MAX_DIM)]
+    seq_kv: Annotated[int, Field(ge=1, le=MAX_DIM)]
+    head_dim: Annotated[int, Field(ge=HEAD_DIM_STEP, le=HEAD_DIM_MAX)]
+    causal: bool = False
+    dtype: DType = "float16"
+
+    def cross_field_errors(self) -> Iterator[tuple[str, str]]:
+        if self.heads % self.kv_heads:
+            yield "kv_heads", (
+                f"heads={self.heads} is not divisible by kv_heads={self.kv_heads} "
+                "(each kv head serves a whole group of query heads)"
+            )
+        if self.head_dim % HEAD_DIM_STEP:
+            yield "head_dim", (
+                f"head_dim={self.head_dim} must be a multiple of {HEAD_DIM_STEP} "
+                "(the K step of wgmma)"
+            )
+        else:
+            # Rows of q, k, v, o hold head_dim elements; already 32-byte multiples here,
+            # kept so that the rule has one home.
+            message = row_alignment_error("head_dim", self.head_dim, self.dtype)
+            if message:
+                yield "head_dim", message
+
+    def tensors(self) -> list[TensorSpec]:
+        q_shape = (self.batch, self.seq_q, self.heads, self.head_dim)
+        kv_shape = (self.batch, self.seq_kv, self.kv_heads, self.head_dim)
+        return [
+            TensorSpec("q", q_shape, self.dtype, "input"),
+            TensorSpec("k", kv_shape, self.dtype, "input"),
+            TensorSpec("v", kv_shape, self.dtype, "input"),
+            TensorSpec("o", q_shape, self.dtype, "output"),
+        ]
+
+    def attended_pairs(self) -> float:
+        """(query, key) pairs that contribute per head; about half when causal."""
+        if not self.causal:
+            return float(self.seq_q) * self.seq_kv
+        # Top-left aligned: query i sees keys 0..i.
+        total = 0.0
+        visible = min(self.seq_q, self.seq_kv)
+        total += visible * (visible + 1) / 2
+        if self.seq_q > self.seq_kv:
+            total += (self.seq_q - self.seq_kv) * self.seq_kv
+        return total
+
+    def flops(self) -> float:
+        # Two matmuls (q kᵀ and p v), 2 flops per multiply-add.
+        return 4.0 * self.batch * self.heads * self.attended_pairs() * self.head_dim
+
+    def build_graph(self, tile: TileShape) -> STaskGraph:
+        elementwise, reduce = STaskKind.ELEMENTWISE, STaskKind.REDUCE
+        stasks = (
+            stask("load_q", STaskKind.LOAD, "q_s[q,d]", ("q[q,d]",), TMA_OR_LSU, phase="prologue"),
+            stask("load_k", STaskKind.LOAD, "k_s[kv,d]", ("k[kv,d]",), TMA_OR_LSU),
+            stask("load_v", STaskKind.LOAD, "v_s[kv,d]", ("v[kv,d]",), TMA_OR_LSU),
+            stask(
+                "mma_qk", STaskKind.MMA, "s[q,kv]", ("q_s[q,d]", "k_s[kv,d]"), TC,
+                expr="s[q,kv] = q[q,d] * k[kv,d]",
+            ),
+            stask(
+                "softmax_max", reduce, "m_row[q]", ("s[q,kv]",), CORES, ops_per_point=2.0,
+                expr="m_row[q] = max(m_row[q], max_kv s[q,kv] * scale_log2)",
+            ),
+            stask(
+                "softmax_exp2", elementwise, "p[q,kv]", ("s[q,kv]", "m_row[q]"), EXP_UNITS,
+                ops_per_point=1.0, expr="p[q,kv] = exp2(s[q,kv] * scale_log2 - m_row[q])",
+            ),
+            stask(
+                "softmax_sum", reduce, "l_row[q]", ("p[q,kv]", "m_row[q]"), CORES,
+                ops_per_point=2.0, expr="l_row[q] = l_row[q] * alpha[q] + sum_kv p[q,kv]",
+            ),
+            stask(
+                "rescale", elementwise, "o_acc[q,d]", ("o_acc[q,d]", "m_row[q]"), CORES,
+                ops_per_point=1.0, expr="o_acc[q,d] *= alpha[q]",
+            ),
+            stask(
+                "mma_pv", STaskKind.MMA, "o_acc[q,d]", ("p[q,kv]", "v_s[kv,d]", "o_acc[q,d]"), TC,
+                expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
+            ),
+            stask(
+                "normalize", elementwise, "o_r[q,d]", ("o_acc[q,d]", "l_row[q]"), CORES,
+                phase="epilogue", ops_per_point=1.0, expr="o_r[q,d] = o_acc[q,d] / l_row[q]",
+            ),
+            stask("store", STaskKind.STORE, "o[q,d]", ("o_r[q,d]",), TMA_OR_CORES, phase="epilogue"),
+        )
+        dt = self.dtype
+        return STaskGraph(
+            op=self.op,
+            stasks=stasks,
+            tensors=tensors(
+                q=(dt, "global"), k=(dt, "global"), v=(dt, "global"), o=(dt, "global"),
+                q_s=(dt, "shared"), k_s=(dt, "shared"), v_s=(dt, "shared"),
+                s=("float32", "register"), p=(dt, "register"),
+                m_row=("float32", "register"), l_row=("float32", "register"),
+                o_acc=("float32", "register"), o_r=(dt, "register"),
+            ),
+            extents={"q": self.seq_q, "kv": self.seq_kv, "d": self.head_dim},
+            tile=dict(tile),
+            spatial_axes=("q",),
+            reduction_axes=("kv",),
+            grid_axes={"batch": self.batch, "heads": self.heads},
+            causal_pairs=(("q", "kv"),) if self.causal else (),
+        )

@@ -1,0 +1,214 @@
+"""Mamba2 SSD chunk kernels: chunk state and chunk scan (as ``mamba_ssm``'s Triton kernels).
+
+Within a chunk of ``chunk_size`` steps, with g the group of head h and dA the cumulative
+sum of dt·A over the chunk:
+
+- chunk state: states[p,n] = Σ_l x[l,p] · exp(dA[L-1] - dA[l]) · dt[l] · b[l,n]
+- chunk scan:  out[l,p] = exp(dA[l]) · Σ_n c[l,n] states[p,n]
+                        + Σ_{s<=l} cb[l,s] · exp(dA[l] - dA[s]) · dt[s] · x[s,p]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, ClassVar
+
+from pydantic import Field
+
+from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ir import STaskGraph, STaskKind, TileShape
+from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
+from scheduler_search.ops._graph_helpers import TMA_OR_CORES, TMA_OR_LSU, stask, tensors
+
+TC = (UnitKind.TENSOR_CORE,)
+CORES = (UnitKind.CUDA_CORE,)
+EXP_UNITS = (UnitKind.SFU, UnitKind.CUDA_CORE)
+#: wgmma K step (PTX ISA): headdim, dstate and chunk_size are reduced over by wgmma.
+MMA_K_STEP = 16
+
+
+class _Mamba2Spec(OperatorSpec):
+    """Fields shared by the two chunk kernels (tensors laid out batch-major)."""
+
+    batch: Annotated[int, Field(ge=1, le=65536)]
+    seqlen: Annotated[int, Field(ge=1, le=1 << 22)]
+    nheads: Annotated[int, Field(ge=1, le=4096)]
+    headdim: Annotated[int, Field(ge=MMA_K_STEP, le=512)]
+    dstate: Annotated[int, Field(ge=MMA_K_STEP, le=512)]
+    ngroups: Annotated[int, Field(ge=1, le=4096)]
+    chunk_size: Annotated[int, Field(ge=MMA_K_STEP, le=1024)]
+    dtype: DType = "float16"
+
+    @property
+    def nchunks(self) -> int:
+        return self.seqlen // self.chunk_size
+
+    def cross_field_errors(self) -> Iterator[tuple[str, str]]:
+        if self.seqlen % self.chunk_size:
+            yield "seqlen", (
+                f"seqlen={self.seqlen} is not divisible by chunk_size={self.chunk_size}"
+            )
+        if self.nheads % self.ngroups:
+            yield "ngroups", f"nheads={self.nheads} is not divisible by ngroups={self.ngroups}"
+        if self.chunk_size & (self.chunk_size - 1):
+            yield "chunk_size", f"chunk_size={self.chunk_size} must be a power of two"
+        for field in ("headdim", "dstate"):
+            value = getattr(self, field)
+            if value % MMA_K_STEP:
+                yield field, f"{field}={value} must be a multiple of {MMA_K_STEP} (wgmma K step)"
+                continue
+            message = row_alignment_error(field, value, self.dtype)
+            if message:
+                yield field, message
+
+    def _scalar_tensors(self) -> list[TensorSpec]:
+        per_chunk = (self.batch, self.nheads, self.nchunks, self.chunk_size)
+        return [
+            TensorSpec("dt", per_chunk, "float32", "input"),
+            TensorSpec("dA_cumsum", per_chunk, "float32", "input"),
+        ]
+
+    def _x(self) -> TensorSpec:
+        return TensorSpec("x", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "input")
+
+    def _states(self, dtype: str, role: str) -> TensorSpec:
+        shape = (self.batch, self.nchunks, self.nheads, self.headdim, self.dstate)
+        return TensorSpec("states", shape, dtype, role)  # type: ignore[arg-type]
+
+    def _grid_axes(self) -> dict[str, int]:
+        return {"batch": self.batch, "chunks": self.nchunks, "heads": self.nheads}
+
+
+class Mamba2ChunkStateSpec(_Mamba2Spec):
+    """Per-chunk final states: a (headdim x chunk) @ (chunk x dstate) product with decay."""
+
+    op: ClassVar[str] = "mamba2_chunk_state"
+
+    def tensors(self) -> list[TensorSpec]:
+        b = TensorSpec(
+            "b", (self.batch, self.seqlen, self.ngroups, self.dstate), self.dtype, "input"
+        )
+        return [b, self._x(), *self._scalar_tensors(), self._states("float32", "output")]
+
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.nheads * self.seqlen * self.headdim * self.dstate
+
+    def build_graph(self, tile: TileShape) -> STaskGraph:
+        stasks = (
+            stask("load_x", STaskKind.LOAD, "x_s[l,p]", ("x[l,p]",), TMA_OR_LSU),
+            stask("load_b", STaskKind.LOAD, "b_s[l,n]", ("b[l,n]",), TMA_OR_LSU),
+            stask("load_dt", STaskKind.LOAD, "dt_s[l]", ("dt[l]",), TMA_OR_CORES),
+            stask("load_dA", STaskKind.LOAD, "dA_s[l]", ("dA_cumsum[l]",), TMA_OR_CORES),
+            stask(
+                "decay", STaskKind.ELEMENTWISE, "w[l]", ("dA_s[l]", "dt_s[l]"), EXP_UNITS,
+                ops_per_point=1.0, expr="w[l] = exp(dA[L-1] - dA[l]) * dt[l]",
+            ),
+            stask(
+                "scale_x", STaskKind.ELEMENTWISE, "xw[l,p]", ("x_s[l,p]", "w[l]"), CORES,
+                ops_per_point=2.0, expr="xw[l,p] = x[l,p] * w[l]",
+            ),
+            stask(
+                "mma", STaskKind.MMA, "acc[p,n]", ("xw[l,p]", "b_s[l,n]"), TC,
+                expr="acc[p,n] += xw[l,p] * b[l,n]",
+            ),
+            stask("store", STaskKind.STORE, "states[p,n]", ("acc[p,n]",), TMA_OR_CORES, phase="epilogue"),
+        )
+        dt = self.dtype
+        return STaskGraph(
+            op=self.op,
+            stasks=stasks,
+            tensors=tensors(
+                x=(dt, "global"), b=(dt, "global"), dt=("float32", "global"),
+                dA_cumsum=("float32", "global"), states=("float32", "global"),
+                x_s=(dt, "shared"), b_s=(dt, "shared"), dt_s=("float32", "shared"),
+                dA_s=("float32", "shared"), w=("float32", "register"), xw=(dt, "register"),
+                acc=("float32", "register"),
+            ),
+            extents={"p": self.headdim, "n": self.dstate, "l": self.chunk_size},
+            tile=dict(tile),
+            spatial_axes=("p", "n"),
+            reduction_axes=("l",),
+            grid_axes=self._grid_axes(),
+        )
+
+
+class Mamba2ChunkScanSpec(_Mamba2Spec):
+    """Chunk outputs: the inter-chunk term from the entering states plus the causal
+    intra-chunk term through cb = c·bᵀ."""
+
+    op: ClassVar[str] = "mamba2_chunk_scan"
+
+    def tensors(self) -> list[TensorSpec]:
+        cb_shape = (self.batch, self.nchunks, self.ngroups, self.chunk_size, self.chunk_size)
+        c_shape = (self.batch, self.seqlen, self.ngroups, self.dstate)
+        return [
+            TensorSpec("cb", cb_shape, "float32", "input"),
+            self._x(),
+            *self._scalar_tensors(),
+            TensorSpec("c", c_shape, self.dtype, "input"),
+            self._states(self.dtype, "input"),
+            TensorSpec("out", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "output"),
+        ]
+
+    def flops(self) -> float:
+        per_head = self.seqlen * self.headdim * (2.0 * self.dstate + self.chunk_size + 1)
+        return self.batch * self.nheads * per_head
+
+    def build_graph(self, tile: TileShape) -> STaskGraph:
+        elementwise = STaskKind.ELEMENTWISE
+        stasks = (
+            stask("load_c", STaskKind.LOAD, "c_s[l,n]", ("c[l,n]",), TMA_OR_LSU, phase="prologue"),
+            stask(
+                "load_state", STaskKind.LOAD, "st_s[p,n]", ("states[p,n]",), TMA_OR_LSU,
+                phase="prologue",
+            ),
+            stask(
+                "load_dA_l", STaskKind.LOAD, "dAl_s[l]", ("dA_cumsum[l]",), TMA_OR_CORES,
+                phase="prologue",
+            ),
+            stask(
+                "mma_state", STaskKind.MMA, "acc[l,p]", ("c_s[l,n]", "st_s[p,n]"), TC,
+                phase="prologue", expr="acc[l,p] = c[l,n] * states[p,n]",
+            ),
+            stask(
+                "decay_out", elementwise, "acc[l,p]", ("acc[l,p]", "dAl_s[l]"), CORES,
+                phase="prologue", ops_per_point=1.0, expr="acc[l,p] *= exp(dA[l])",
+            ),
+            stask("load_cb", STaskKind.LOAD, "cb_s[l,s]", ("cb[l,s]",), TMA_OR_LSU),
+            stask("load_dt", STaskKind.LOAD, "dt_s[s]", ("dt[s]",), TMA_OR_CORES),
+            stask("load_dA", STaskKind.LOAD, "dAs_s[s]", ("dA_cumsum[s]",), TMA_OR_CORES),
+            stask("load_x", STaskKind.LOAD, "x_s[s,p]", ("x[s,p]",), TMA_OR_LSU),
+            stask(
+                "decay", elementwise, "e[l,s]", ("dAl_s[l]", "dAs_s[s]"), EXP_UNITS,
+                ops_per_point=1.0, expr="e[l,s] = exp(dA[l] - dA[s])",
+            ),
+            stask(
+                "scale_cb", elementwise, "pm[l,s]", ("cb_s[l,s]", "e[l,s]", "dt_s[s]"), CORES,
+                ops_per_point=3.0, expr="pm[l,s] = (s <= l) ? cb[l,s] * e[l,s] * dt[s] : 0",
+            ),
+            stask(
+                "mma_x", STaskKind.MMA, "acc[l,p]", ("pm[l,s]", "x_s[s,p]", "acc[l,p]"), TC,
+                expr="acc[l,p] += pm[l,s] * x[s,p]",
+            ),
+            stask("store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"),
+        )
+        dt = self.dtype
+        return STaskGraph(
+            op=self.op,
+            stasks=stasks,
+            tensors=tensors(
+                cb=("float32", "global"), x=(dt, "global"), dt=("float32", "global"),
+                dA_cumsum=("float32", "global"), c=(dt, "global"), states=(dt, "global"),
+                out=(dt, "global"),
+                c_s=(dt, "shared"), st_s=(dt, "shared"), dAl_s=("float32", "shared"),
+                cb_s=("float32", "shared"), dt_s=("float32", "shared"),
+                dAs_s=("float32", "shared"), x_s=(dt, "shared"),
+                e=("float32", "register"), pm=(dt, "register"), acc=("float32", "register"),
+            ),
+            extents={"l": self.chunk_size, "p": self.headdim, "s": self.chunk_size, "n": self.dstate},
+            tile=dict(tile),
+            spatial_axes=("l", "p"),
+            reduction_axes=("s",),
+            grid_axes=self._grid_axes(),
+            causal_pairs=(("l", "s"),),
+        )

@@ -1,0 +1,216 @@
+"""Plain data exchanged with GPU workers: jobs in, measurements out.
+
+Everything here is JSON-serialisable and versioned, because a job crosses a process
+boundary (a pipe to the worker) and a measurement is stored by the service. No GPU
+import happens in this module.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from codegen.artifact import KernelArtifact
+
+PROTOCOL_VERSION = 1
+
+
+class MeasurementStatus(str, enum.Enum):
+    """Outcome of measuring one candidate.
+
+    Attributes:
+        OK: compiled, launched, matched the reference and was timed.
+        COMPILE_ERROR: NVRTC rejected the source; ``Measurement.log`` holds its log.
+        LAUNCH_ERROR: the kernel could not be launched (bad launch contract, too many
+            resources, missing entry point); the worker and its GPU context are fine.
+        WRONG_RESULT: the output differs from the reference beyond the dtype's bound
+            (or holds NaN / unwritten elements).
+        TIMEOUT: the candidate ran past its deadline; its worker was killed and respawned.
+        CRASH: a sticky CUDA error (illegal address, ...) or the worker died; only that
+            worker was restarted.
+    """
+
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    LAUNCH_ERROR = "launch_error"
+    WRONG_RESULT = "wrong_result"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+
+    def is_ok(self) -> bool:
+        return self is MeasurementStatus.OK
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How a kernel is timed: warm-up, then per-launch CUDA events with an L2 flush between.
+
+    Sampling stops once both ``min_samples`` samples and ``min_time_ms`` of wall time are
+    reached, or at ``max_samples``.
+    """
+
+    warmup_launches: int = 3
+    warmup_ms: float = 20.0
+    min_samples: int = 20
+    min_time_ms: float = 100.0
+    max_samples: int = 400
+    flush_l2: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TimingConfig:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One candidate to measure: a kernel (or a named peer baseline) on one workload.
+
+    Exactly one of ``artifact`` and ``baseline`` is set. ``workload`` is
+    ``{"op": str, "params": dict}`` with the operator spec's fields; ``seed`` picks the
+    random inputs; ``deadline_s`` bounds load + verify + timing on the GPU.
+    """
+
+    workload: dict[str, Any]
+    artifact: KernelArtifact | None = None
+    baseline: str | None = None
+    seed: int = 0
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    deadline_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if (self.artifact is None) == (self.baseline is None):
+            raise ValueError("a Job needs exactly one of artifact and baseline")
+        if set(self.workload) != {"op", "params"}:
+            raise ValueError("workload must be {'op': ..., 'params': {...}}")
+
+    @property
+    def label(self) -> str:
+        """Short name for logs: the schedule hash or the baseline name."""
+        if self.artifact is not None:
+            return self.artifact.schedule_hash or self.artifact.entry
+        return f"baseline:{self.baseline}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": PROTOCOL_VERSION,
+            "workload": json.loads(json.dumps(self.workload)),
+            "artifact": self.artifact.to_dict() if self.artifact is not None else None,
+            "baseline": self.baseline,
+            "seed": self.seed,
+            "timing": self.timing.to_dict(),
+            "deadline_s": self.deadline_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        _check_version("Job", data)
+        artifact = data.get("artifact")
+        return cls(
+            workload=dict(data["workload"]),
+            artifact=KernelArtifact.from_dict(artifact) if artifact is not None else None,
+            baseline=data.get("baseline"),
+            seed=int(data.get("seed", 0)),
+            timing=TimingConfig.from_dict(data.get("timing", {})),
+            deadline_s=float(data.get("deadline_s", 60.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a worker reports for one Job.
+
+    Latencies are in microseconds per launch; ``latency_us`` is the median of
+    ``samples_us``, ``iqr_us`` its interquartile range. ``rel_error`` is
+    ``‖out − ref‖ / ‖ref‖`` (NaN if the output held NaN). ``registers``, ``spill_bytes``
+    (local memory per thread) and ``smem_bytes`` (static + dynamic shared memory per block)
+    are read from the loaded function. ``simulated`` is true only for results that no GPU
+    produced (the cost-model executor).
+    """
+
+    status: MeasurementStatus
+    latency_us: float | None = None
+    samples_us: tuple[float, ...] = ()
+    iqr_us: float | None = None
+    min_us: float | None = None
+    max_us: float | None = None
+    rel_error: float | None = None
+    error_bound: float | None = None
+    compile_ms: float | None = None
+    compile_cached: bool = False
+    registers: int | None = None
+    spill_bytes: int | None = None
+    smem_bytes: int | None = None
+    verify_wall_ms: float | None = None
+    timing_wall_ms: float | None = None
+    error: str = ""
+    log: str = ""
+    simulated: bool = False
+    device_index: int | None = None
+    version: int = PROTOCOL_VERSION
+
+    @classmethod
+    def from_samples(cls, samples_us: list[float], **fields: Any) -> Measurement:
+        """An ``ok`` measurement whose median and spread come from ``samples_us``."""
+        stats = summarize_samples(samples_us)
+        return cls(status=MeasurementStatus.OK, samples_us=tuple(samples_us), **stats, **fields)
+
+    def with_fields(self, **changes: Any) -> Measurement:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        data["samples_us"] = list(self.samples_us)
+        for key in ("rel_error",):
+            value = data[key]
+            if value is not None and not math.isfinite(value):
+                data[key] = str(value)  # JSON has no NaN / inf
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        _check_version("Measurement", data)
+        known = {f for f in cls.__dataclass_fields__}
+        values = {k: v for k, v in data.items() if k in known}
+        values["status"] = MeasurementStatus(values["status"])
+        values["samples_us"] = tuple(float(s) for s in values.get("samples_us", ()))
+        if isinstance(values.get("rel_error"), str):
+            values["rel_error"] = float(values["rel_error"])
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> Measurement:
+        return cls.from_dict(json.loads(text))
+
+
+def summarize_samples(samples_us: list[float]) -> dict[str, float]:
+    """Median, interquartile range, min and max of a list of latencies."""
+    if not samples_us:
+        raise ValueError("no samples")
+    ordered = sorted(samples_us)
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    return {
+        "latency_us": statistics.median(ordered),
+        "iqr_us": q3 - q1,
+        "min_us": ordered[0],
+        "max_us": ordered[-1],
+    }
+
+
+def _check_version(kind: str, data: dict[str, Any]) -> None:
+    version = data.get("version", PROTOCOL_VERSION)
+    if version != PROTOCOL_VERSION:
+        raise ValueError(f"{kind} protocol version {version} is not {PROTOCOL_VERSION}")
