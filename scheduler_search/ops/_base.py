@@ -73,6 +73,11 @@ class OperatorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     op: ClassVar[str]
+    #: Operand streams of the reduction loop: loads that share one pipeline (one stage
+    #: count, one pair of full/empty barriers per stage).
+    streams: ClassVar[dict[str, tuple[str, ...]]]
+    #: Axes whose tile must divide the extent (a tile may not straddle a chunk).
+    exact_axes: ClassVar[tuple[str, ...]] = ()
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field, message)`` for each constraint between fields that fails."""

@@ -31,6 +31,7 @@ HEAD_DIM_MAX = 256
 class AttentionSpec(OperatorSpec):
     """Scaled dot-product attention forward, tensors laid out (batch, seq, heads, head_dim)."""
 
+    streams: ClassVar[dict[str, tuple[str, ...]]] = {"k": ("load_k",), "v": ("load_v",)}
     op: ClassVar[str] = "attention"
 
     batch: Annotated[int, Field(ge=1, le=65536)]

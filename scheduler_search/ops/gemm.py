@@ -18,6 +18,7 @@ Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
 class GemmSpec(OperatorSpec):
     """``c = a @ b``: a is (m, k) row-major; b is (k, n) (``kn``) or (n, k) (``nk``)."""
 
+    streams: ClassVar[dict[str, tuple[str, ...]]] = {"ab": ("load_a", "load_b")}
     op: ClassVar[str] = "gemm"
 
     m: Dim

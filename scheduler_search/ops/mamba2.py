@@ -30,6 +30,8 @@ MMA_K_STEP = 16
 class _Mamba2Spec(OperatorSpec):
     """Fields shared by the two chunk kernels (tensors laid out batch-major)."""
 
+    exact_axes: ClassVar[tuple[str, ...]] = ("l", "s", "p", "n")
+
     batch: Annotated[int, Field(ge=1, le=65536)]
     seqlen: Annotated[int, Field(ge=1, le=1 << 22)]
     nheads: Annotated[int, Field(ge=1, le=4096)]
@@ -83,6 +85,9 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
     """Per-chunk final states: a (headdim x chunk) @ (chunk x dstate) product with decay."""
 
     op: ClassVar[str] = "mamba2_chunk_state"
+    streams: ClassVar[dict[str, tuple[str, ...]]] = {
+        "xb": ("load_x", "load_b", "load_dt", "load_dA")
+    }
 
     def tensors(self) -> list[TensorSpec]:
         b = TensorSpec(
@@ -137,6 +142,10 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
     intra-chunk term through cb = c·bᵀ."""
 
     op: ClassVar[str] = "mamba2_chunk_scan"
+    streams: ClassVar[dict[str, tuple[str, ...]]] = {
+        "cb": ("load_cb", "load_dt", "load_dA"),
+        "x": ("load_x",),
+    }
 
     def tensors(self) -> list[TensorSpec]:
         cb_shape = (self.batch, self.nchunks, self.ngroups, self.chunk_size, self.chunk_size)

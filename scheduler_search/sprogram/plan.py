@@ -1,0 +1,193 @@
+"""From search choices to an sProgram, through Append and Wait.
+
+A *choice* dict is what the search picks (tile sizes, warp roles, stages, order, sEU
+mapping, raster); :func:`plan_sprogram` turns it into the explicit sProgram: which role
+issues which sTask on which sEU in what order, and every barrier between them. The same
+choices always give the same sProgram (and hash).
+
+Choice keys:
+    ``tile_<axis>``: tile extent of each partitioned axis.
+    ``warp_specialized``: a producer warp issues the loads; consumers only compute.
+    ``consumer_warpgroups``: 1-3 consumer warpgroups.
+    ``consumer_split``: ``cooperative`` (warpgroups split one tile's rows) or ``pingpong``
+        (each warpgroup owns a tile of its own).
+    ``wg_schedule``: ``free`` or ``alternate`` (named barriers make the consumer
+        warpgroups take turns on the tensor cores, so one's softmax or epilogue hides
+        under the other's matmuls).
+    ``order``: ``serial`` or ``overlap`` (the loop's first MMA runs one iteration ahead,
+        or, for a loop whose MMA comes last, its completion is awaited one iteration late).
+    ``producer_regs``: per-thread registers of the producer warpgroup (setmaxnreg).
+    ``stages_<stream>``: pipeline depth of each operand stream.
+    ``map_<stask>``: the sEU of an sTask that more than one sEU can run.
+    ``raster_major``, ``raster_swizzle``: tile order over the grid.
+    ``persistent``: one block per SM looping over tiles, or one block per tile.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_search.hardware.model import Device, UnitKind
+from scheduler_search.ir import STaskGraph, STaskKind
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
+from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Raster, SProgram, WarpRoles
+
+ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
+
+#: setmaxnreg takes multiples of 8 between 24 and 256 (PTX ISA, "setmaxnreg").
+SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
+
+
+def default_mapping(graph: STaskGraph, device: Device) -> dict[str, UnitKind]:
+    """Each sTask on its preferred sEU that the device has."""
+    have = device.unit_kinds()
+    mapping = {}
+    for task in graph.stasks:
+        options = [u for u in task.units if u in have]
+        if not options:
+            raise ScheduleError(f"{device.name} has no sEU that can run {task.name}")
+        mapping[task.name] = options[0]
+    return mapping
+
+
+def consumer_register_budget(device: Device, warp_specialized: bool, consumers: int,
+                             producer_regs: int) -> int:
+    """Largest per-thread register count the consumers can be given (multiple of 8)."""
+    cap = min(device.regs_per_thread_max, SETMAXNREG_MAX)
+    producer = WARPGROUP_THREADS * producer_regs if warp_specialized else 0
+    per_thread = (device.regs_per_sm - producer) // (consumers * WARPGROUP_THREADS)
+    return min(cap, per_thread) // SETMAXNREG_STEP * SETMAXNREG_STEP
+
+
+def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> SProgram:
+    """Build the sProgram that ``choices`` describe for ``spec`` on ``device``.
+
+    Raises:
+        ScheduleError: a choice names an unknown axis, stream or sTask, or maps an sTask
+            to an sEU that cannot run it.
+    """
+    tile = {key.removeprefix("tile_"): int(v) for key, v in choices.items() if key.startswith("tile_")}
+    graph = spec.build_graph(tile)
+    unknown = set(tile) - set(graph.extents)
+    if unknown:
+        raise ScheduleError(f"tile names unknown axes {sorted(unknown)}")
+
+    mapping = default_mapping(graph, device)
+    for key, value in choices.items():
+        if key.startswith("map_"):
+            name = key.removeprefix("map_")
+            if name not in mapping:
+                raise ScheduleError(f"{key}: {spec.op} has no sTask {name!r}")
+            mapping[name] = UnitKind(value)
+
+    ws = bool(choices.get("warp_specialized", device.has_tma))
+    consumers = int(choices.get("consumer_warpgroups", 2 if ws else 1))
+    producer_regs = int(choices.get("producer_regs", 40)) if ws else 0
+    consumer_regs = consumer_register_budget(device, ws, consumers, producer_regs or 0)
+    roles = WarpRoles(
+        warp_specialized=ws,
+        producer_warps=1 if ws else 0,
+        consumer_warpgroups=consumers,
+        producer_regs=producer_regs,
+        consumer_regs=consumer_regs,
+    )
+    split = choices.get("consumer_split", "cooperative")
+    alternate = choices.get("wg_schedule", "free") == "alternate" and consumers > 1
+    order = choices.get("order", "serial")
+    if order not in ("serial", "overlap"):
+        raise ScheduleError(f"order: {order!r} is not serial or overlap")
+
+    streams = {name: members for name, members in type(spec).streams.items()}
+    stages = {}
+    for name in streams:
+        stages[name] = int(choices.get(f"stages_{name}", 2))
+    for key in choices:
+        if key.startswith("stages_") and key.removeprefix("stages_") not in streams:
+            raise ScheduleError(f"{key}: {spec.op} has no operand stream {key.removeprefix('stages_')!r}")
+
+    builder = SProgramBuilder(graph, device, mapping)
+    loader = "producer" if ws else "consumer0"
+    consumer_roles = roles.consumer_roles
+    deps = graph.dependencies()
+
+    def is_async_copy(name: str) -> bool:
+        task = graph.stask(name)
+        return task.kind is STaskKind.LOAD and mapping[name] in ASYNC_COPY_UNITS
+
+    def readers(name: str) -> list[str]:
+        return [t for t, ds in deps.items() if any(d == name for d, _ in ds)]
+
+    # Prologue: async copies by the loader; everything else by every consumer.
+    for task in graph.phase_tasks("prologue"):
+        if is_async_copy(task.name):
+            builder.append(task.name, role=loader)
+            for reader in readers(task.name)[:1]:
+                builder.wait(reader, [(task.name, 0)], name=f"{task.name}_full")
+        else:
+            for role in consumer_roles:
+                builder.append(task.name, role=role)
+
+    # Loop, loader side: one full/empty mbarrier ring per operand stream.
+    for stream, members in streams.items():
+        copies = [m for m in members if is_async_copy(m)]
+        for name in copies:
+            builder.append(name, role=loader)
+        if not copies:
+            continue
+        consumers_of = [r for m in copies for r in readers(m)]
+        last_reader = max(consumers_of, key=graph.names().index)
+        first_reader = min(consumers_of, key=graph.names().index)
+        depth = stages[stream]
+        builder.wait(first_reader, [(m, 0) for m in copies], name=f"{stream}_full", slots=depth)
+        builder.wait(copies[0], [(last_reader, depth)], name=f"{stream}_empty", slots=depth,
+                     role=loader)
+
+    # Loop, consumer side.
+    body = [t.name for t in graph.phase_tasks("loop") if not is_async_copy(t.name)]
+    mmas = [n for n in body if graph.stask(n).kind is STaskKind.MMA]
+    lead_first_mma = order == "overlap" and bool(mmas) and mmas[0] != body[-1]
+    if lead_first_mma:
+        body.remove(mmas[0])
+        body.insert(0, mmas[0])
+    for index, role in enumerate(consumer_roles):
+        for name in body:
+            lead = 1 if lead_first_mma and name == mmas[0] else 0
+            builder.append(name, role=role, lead=lead)
+        if alternate and index > 0 and mmas:
+            previous = consumer_roles[index - 1]
+            builder.wait(mmas[0], [(mmas[-1], 0)], name=f"tc_turn_{previous}_to_{role}",
+                         kind="named", role=role)
+    # An MMA result read by the CUDA cores: wait for its wgmma group.
+    for name in body:
+        for dep, distance in deps[name]:
+            if dep in mmas and mapping[name] is not UnitKind.TENSOR_CORE:
+                builder.wait(
+                    name, [(dep, distance)], name=f"{dep}_done_for_{name}", kind="wgmma_wait"
+                )
+    if mmas and order == "overlap" and not lead_first_mma:
+        builder.wait(mmas[-1], [(mmas[-1], 1)], name=f"{mmas[-1]}_inflight", kind="wgmma_wait")
+
+    # Epilogue.
+    for task in graph.phase_tasks("epilogue"):
+        for role in consumer_roles:
+            builder.append(task.name, role=role)
+
+    major_default = graph.spatial_axes[0]
+    raster = Raster(
+        major=str(choices.get("raster_major", major_default)),
+        swizzle=int(choices.get("raster_swizzle", 1)),
+    )
+    if raster.major not in graph.spatial_axes:
+        raise ScheduleError(f"raster_major: {raster.major!r} is not a spatial axis")
+    return builder.build(
+        params=spec.params(),
+        roles=roles,
+        streams=streams,
+        stages=stages,
+        order=order,
+        consumer_split=split,
+        raster=raster,
+        persistent=bool(choices.get("persistent", False)),
+        choices=dict(sorted(choices.items())),
+    )

@@ -1,0 +1,188 @@
+"""sPrograms: an sTask-graph's tiles mapped onto sEUs, ordered, with barriers and roles.
+
+An :class:`SProgram` is the schedule of one kernel: the tiling, the sTask-to-sEU mapping,
+one ordered list of sTask instances per sEU (:class:`UnitOp`), the barrier sTasks that
+order them across sEUs and warps (:class:`BarrierTask`), the warp roles, the pipeline
+depth per operand stream and the tile order over the grid. It serialises to canonical
+JSON whose sha256 is its identity (and the compiled kernel's cache key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from scheduler_search.hardware.model import UnitKind
+
+#: 128 threads: wgmma, setmaxnreg and the consumer roles work in units of warpgroups.
+WARPGROUP_THREADS = 128
+WARP_THREADS = 32
+
+SCHEDULE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class UnitOp:
+    """One sTask instance in an sEU's ordered list.
+
+    Args:
+        stask: the sTask's name in the graph.
+        role: who issues it: ``producer`` or ``consumer<i>``.
+        step: position in that role's instruction stream (orders work across sEUs).
+        lead: iterations ahead of the role's current loop iteration (software pipelining:
+            ``mma_qk`` with lead 1 computes the next tile's scores while the softmax of the
+            current one runs).
+    """
+
+    stask: str
+    role: str
+    step: int
+    lead: int = 0
+
+
+@dataclass(frozen=True)
+class BarrierTask:
+    """A barrier sTask created by Wait: ``waiter`` starts after every ``(sTask, distance)``
+    dependency of iteration ``j - distance`` has completed.
+
+    ``kind`` says how the generated code realises it: an mbarrier ring of ``slots`` entries
+    (``mbarrier``), a named barrier between consumer warpgroups (``named``), or waiting on
+    in-flight wgmma groups (``wgmma_wait``).
+    """
+
+    name: str
+    waiter: str
+    deps: tuple[tuple[str, int], ...]
+    kind: Literal["mbarrier", "named", "wgmma_wait"] = "mbarrier"
+    slots: int = 1
+    role: str = "consumer"
+
+
+@dataclass(frozen=True)
+class WarpRoles:
+    """Warp specialisation: producer warps issue TMA, consumer warpgroups compute.
+
+    Without warp specialisation every warp both loads and computes and ``producer_warps``
+    is 0. Register budgets are per thread, as ``setmaxnreg`` sets them (multiples of 8).
+    """
+
+    warp_specialized: bool
+    producer_warps: int
+    consumer_warpgroups: int
+    producer_regs: int
+    consumer_regs: int
+
+    @property
+    def threads(self) -> int:
+        # The producer warps occupy a whole warpgroup so that setmaxnreg can shrink it.
+        producer = WARPGROUP_THREADS if self.warp_specialized else 0
+        return producer + self.consumer_warpgroups * WARPGROUP_THREADS
+
+    @property
+    def consumer_roles(self) -> tuple[str, ...]:
+        return tuple(f"consumer{i}" for i in range(self.consumer_warpgroups))
+
+    def registers_per_block(self) -> int:
+        producer = WARPGROUP_THREADS * self.producer_regs if self.warp_specialized else 0
+        return producer + self.consumer_warpgroups * WARPGROUP_THREADS * self.consumer_regs
+
+
+@dataclass(frozen=True)
+class Raster:
+    """Order in which output tiles are visited: along ``major`` first, in groups of
+    ``swizzle`` tiles of the other axis, so that concurrently running tiles share
+    operands in L2."""
+
+    major: str
+    swizzle: int = 1
+
+
+@dataclass(frozen=True)
+class SProgram:
+    """A complete schedule of one operator workload on one architecture."""
+
+    op: str
+    params: dict[str, Any]
+    arch: str
+    tile: dict[str, int]
+    mapping: dict[str, UnitKind]
+    programs: dict[UnitKind, tuple[UnitOp, ...]]
+    barriers: tuple[BarrierTask, ...]
+    roles: WarpRoles
+    streams: dict[str, tuple[str, ...]]
+    stages: dict[str, int]
+    order: str
+    consumer_split: Literal["cooperative", "pingpong"]
+    raster: Raster
+    persistent: bool
+    choices: dict[str, Any] = field(default_factory=dict)
+    version: int = SCHEDULE_VERSION
+
+    # ----- views -------------------------------------------------------------------------
+    def role_stream(self, role: str) -> list[tuple[UnitKind, UnitOp]]:
+        """The ordered instruction stream of one role, across sEUs."""
+        ops = [(unit, op) for unit, unit_ops in self.programs.items() for op in unit_ops]
+        return sorted((item for item in ops if item[1].role == role), key=lambda i: i[1].step)
+
+    def stream_of(self, stask: str) -> str | None:
+        for name, members in self.streams.items():
+            if stask in members:
+                return name
+        return None
+
+    # ----- serialisation -----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
+        data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
+        return json.loads(json.dumps(data))
+
+    def to_json(self) -> str:
+        """Canonical JSON: sorted keys, no whitespace (stable across runs and machines)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the canonical JSON: the schedule's identity."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SProgram:
+        if data.get("version") != SCHEDULE_VERSION:
+            raise ValueError(f"schedule version {data.get('version')} is not {SCHEDULE_VERSION}")
+        return cls(
+            op=data["op"],
+            params=dict(data["params"]),
+            arch=data["arch"],
+            tile=dict(data["tile"]),
+            mapping={k: UnitKind(v) for k, v in data["mapping"].items()},
+            programs={
+                UnitKind(u): tuple(UnitOp(**op) for op in ops) for u, ops in data["programs"].items()
+            },
+            barriers=tuple(
+                BarrierTask(
+                    name=b["name"],
+                    waiter=b["waiter"],
+                    deps=tuple((d[0], d[1]) for d in b["deps"]),
+                    kind=b["kind"],
+                    slots=b["slots"],
+                    role=b["role"],
+                )
+                for b in data["barriers"]
+            ),
+            roles=WarpRoles(**data["roles"]),
+            streams={k: tuple(v) for k, v in data["streams"].items()},
+            stages=dict(data["stages"]),
+            order=data["order"],
+            consumer_split=data["consumer_split"],
+            raster=Raster(**data["raster"]),
+            persistent=data["persistent"],
+            choices=dict(data["choices"]),
+            version=data["version"],
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> SProgram:
+        return cls.from_dict(json.loads(text))

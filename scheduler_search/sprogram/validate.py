@@ -1,0 +1,285 @@
+"""check_valid: does an sProgram fit the device? Every rejection carries a reason.
+
+Checks, each with the hardware rule it enforces:
+
+- shared memory: pipeline buffers (stages x tiles per operand stream), prologue tiles,
+  epilogue staging for TMA stores, mbarriers, 1024-byte alignment of 128B-swizzled
+  buffers, against the per-block opt-in limit;
+- registers: the live register tiles of one consumer warpgroup thread against its
+  setmaxnreg budget, and the warp roles' total against the SM's register file;
+- wgmma shapes: M a multiple of 64 per warpgroup, N a multiple of 8, K of 16
+  (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply", m64nNk16);
+- TMA boxes: inner extent a multiple of 16 bytes, at most 256 elements per box
+  dimension (CUDA driver API, cuTensorMapEncodeTiled); stored rows 16-byte aligned;
+- structure: threads per block, tiles no larger than the problem, stages no deeper than
+  the loop, roles the architecture has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from scheduler_search.hardware.model import Device, UnitKind
+from scheduler_search.ir import STaskGraph, STaskKind, TilePlan, propagate
+from scheduler_search.ops import DTYPE_BYTES, OperatorSpec
+from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, SProgram
+
+#: 128B-swizzled TMA tiles must start on 1024-byte boundaries (8 rows x 128 bytes).
+SWIZZLE_ALIGN_BYTES = 1024
+SWIZZLE_SPAN_BYTES = 128
+MBARRIER_BYTES = 8
+TMA_BOX_DIM_MAX = 256
+TMA_MIN_INNER_BYTES = 16
+#: Above this many TMA boxes per tile a load costs more in issue than it saves.
+TMA_BOXES_PER_TILE_MAX = 32
+WGMMA_M, WGMMA_N_STEP, WGMMA_N_MAX, WGMMA_K = 64, 8, 256, 16
+#: Registers every consumer thread needs besides its tiles: addresses, loop state,
+#: barrier phases, descriptors (estimate; ptxas reports the truth at compile time).
+CONSUMER_OVERHEAD_REGS = 24
+PRODUCER_MIN_REGS = 24
+
+
+class RejectReason(StrEnum):
+    """Why check_valid refused a schedule."""
+
+    SMEM = "smem_exceeded"
+    REGISTERS = "registers_exceeded"
+    REGISTER_SPLIT = "register_split"
+    THREADS = "threads_exceeded"
+    WGMMA_SHAPE = "wgmma_shape"
+    TMA_BOX = "tma_box"
+    TILE_SHAPE = "tile_shape"
+    STAGES = "stages"
+    UNSUPPORTED = "unsupported_on_arch"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: RejectReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class Validity:
+    """Result of check_valid: resource use, and the rejections (empty when valid)."""
+
+    smem_bytes: int
+    consumer_regs_needed: int
+    rejections: tuple[Rejection, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return not self.rejections
+
+    @property
+    def reason(self) -> RejectReason | None:
+        return self.rejections[0].reason if self.rejections else None
+
+
+def _bytes(graph: STaskGraph, plan: TilePlan, tensor: str) -> int:
+    return plan.tile_elements(tensor) * DTYPE_BYTES[graph.tensors[tensor].dtype]
+
+
+def _align(value: int, to: int) -> int:
+    return -(-value // to) * to
+
+
+def rows_per_consumer(sprogram: SProgram, graph: STaskGraph) -> int:
+    """Rows of the output tile that one consumer warpgroup owns."""
+    rows = graph.step(graph.spatial_axes[0])
+    if sprogram.consumer_split == "pingpong":
+        return rows
+    return rows // sprogram.roles.consumer_warpgroups
+
+
+def smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
+    """Dynamic shared memory the kernel needs."""
+    async_units = (UnitKind.TMA, UnitKind.LSU)
+    total = 0
+    barriers = 0
+    for task in graph.stasks:
+        if task.kind is not STaskKind.LOAD or sprogram.mapping[task.name] not in async_units:
+            continue
+        stream = sprogram.stream_of(task.name)
+        depth = sprogram.stages[stream] if stream and task.phase == "loop" else 1
+        total += depth * _align(_bytes(graph, plan, task.output.tensor), SWIZZLE_ALIGN_BYTES)
+    for stream, depth in sprogram.stages.items():
+        barriers += 2 * depth
+        del stream
+    barriers += sum(1 for t in graph.phase_tasks("prologue") if t.kind is STaskKind.LOAD)
+    operand_bytes = total
+    for task in graph.phase_tasks("epilogue"):
+        if task.kind is STaskKind.STORE and sprogram.mapping[task.name] is UnitKind.TMA:
+            total += _store_staging_bytes(sprogram, graph, plan, task.name, operand_bytes)
+    return total + _align(barriers * MBARRIER_BYTES, 16)
+
+
+def _store_staging_bytes(
+    sprogram: SProgram, graph: STaskGraph, plan: TilePlan, store: str, operand_bytes: int
+) -> int:
+    """Shared memory a TMA-store epilogue adds.
+
+    One tile per block at a time: the output tile is staged in the operand buffers, which
+    are idle once the loop has ended. Persistent or pingpong blocks keep loading while
+    they store, so they stage in sub-tiles of 64 columns, double-buffered, of their own.
+    """
+    task = graph.stask(store)
+    elem = DTYPE_BYTES[graph.tensors[task.output.tensor].dtype]
+    staged = plan.tile_elements(task.inputs[0].tensor) * elem
+    if not sprogram.persistent and sprogram.consumer_split != "pingpong" and staged <= operand_bytes:
+        return 0
+    rows = plan.tensor_tiles[task.inputs[0].tensor][0]
+    subtile = rows * min(64, plan.tensor_tiles[task.inputs[0].tensor][-1]) * elem
+    return 2 * _align(subtile, SWIZZLE_ALIGN_BYTES)
+
+
+def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
+    """Per-thread registers one consumer warpgroup's live tiles need (32-bit registers).
+
+    All loop-carried and per-iteration register tiles count as live at once, as they are
+    in the overlapped order (the next scores beside the current probabilities and the
+    output accumulator: FlashAttention-3's register budget).
+    """
+    row_axis = graph.spatial_axes[0]
+    rows_tile = graph.step(row_axis)
+    rows_mine = rows_per_consumer(sprogram, graph)
+    # Tensors first written in the epilogue reuse the registers of the dead accumulators.
+    epilogue_outputs = {t.output.tensor for t in graph.phase_tasks("epilogue")}
+    loop_outputs = {t.output.tensor for t in graph.stasks if t.phase != "epilogue"}
+    register_tensors = {
+        n for n, t in graph.tensors.items()
+        if t.space == "register" and (n in loop_outputs or n not in epilogue_outputs)
+    }
+    # Loads done by the consumers themselves land in registers, not shared memory.
+    for task in graph.stasks:
+        if task.kind is STaskKind.LOAD and sprogram.mapping[task.name] is UnitKind.CUDA_CORE:
+            register_tensors.add(task.output.tensor)
+    axes_of: dict[str, tuple[str, ...]] = {}
+    for task in graph.stasks:
+        for access in (task.output, *task.inputs):
+            axes_of.setdefault(access.tensor, access.axes)
+    total_bytes = 0.0
+    for name in register_tensors:
+        size = _bytes(graph, plan, name)
+        if row_axis in axes_of[name]:
+            size = size * rows_mine / rows_tile
+        total_bytes += size
+    return CONSUMER_OVERHEAD_REGS + int(-(-total_bytes // (4 * WARPGROUP_THREADS)))
+
+
+def _check_mma_shapes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> list[Rejection]:
+    problems = []
+    rows_mine = rows_per_consumer(sprogram, graph)
+    row_axis = graph.spatial_axes[0]
+    for task in graph.stasks:
+        if task.kind is not STaskKind.MMA:
+            continue
+        extents = plan.stask_extents[task.name]
+        m_axis, n_axis = task.output.axes[0], task.output.axes[1]
+        m = rows_mine if m_axis == row_axis else extents[m_axis]
+        n = extents[n_axis]
+        k_axes = [a for a in task.axes if a not in task.output.axes]
+        k = 1
+        for axis in k_axes:
+            k *= extents[axis]
+        if m % WGMMA_M or m == 0:
+            problems.append(Rejection(RejectReason.WGMMA_SHAPE,
+                                      f"{task.name}: M={m} per warpgroup is not a multiple of {WGMMA_M}"))
+        if n % WGMMA_N_STEP:
+            problems.append(Rejection(RejectReason.WGMMA_SHAPE,
+                                      f"{task.name}: N={n} is not a multiple of {WGMMA_N_STEP}"))
+        if k % WGMMA_K:
+            problems.append(Rejection(RejectReason.WGMMA_SHAPE,
+                                      f"{task.name}: K={k} is not a multiple of {WGMMA_K}"))
+    return problems
+
+
+def _check_tma(sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: OperatorSpec) -> list[Rejection]:
+    problems = []
+    for task in graph.stasks:
+        if sprogram.mapping[task.name] is not UnitKind.TMA:
+            continue
+        if task.kind is STaskKind.LOAD:
+            tensor, axes = task.output.tensor, task.output.axes
+            elem = DTYPE_BYTES[graph.tensors[tensor].dtype]
+            shape = plan.tensor_tiles[tensor]
+        else:
+            glob = graph.tensors[task.output.tensor]
+            elem = DTYPE_BYTES[glob.dtype]
+            shape = tuple(plan.stask_extents[task.name][a] for a in task.output.axes)
+            axes = task.output.axes
+            row = next(t for t in spec.tensors() if t.name == glob.name).shape[-1]
+            if (row * elem) % TMA_MIN_INNER_BYTES:
+                problems.append(Rejection(RejectReason.TMA_BOX,
+                                          f"{task.name}: {row * elem}-byte output rows are not 16-byte aligned"))
+        inner_bytes = shape[-1] * elem
+        if inner_bytes % TMA_MIN_INNER_BYTES:
+            problems.append(Rejection(RejectReason.TMA_BOX,
+                                      f"{task.name}: box inner extent {inner_bytes} B is not a multiple of 16 B"))
+            continue
+        boxes = -(-inner_bytes // SWIZZLE_SPAN_BYTES)
+        for extent in shape[:-1]:
+            boxes *= -(-extent // TMA_BOX_DIM_MAX)
+        if boxes > TMA_BOXES_PER_TILE_MAX:
+            problems.append(Rejection(RejectReason.TMA_BOX,
+                                      f"{task.name}: {boxes} TMA boxes per tile ({dict(zip(axes, shape))})"))
+    return problems
+
+
+def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Validity:
+    """Check ``sprogram`` against ``device``; every failing rule gives a Rejection."""
+    graph = spec.build_graph(sprogram.tile)
+    plan = propagate(graph)
+    roles = sprogram.roles
+    problems: list[Rejection] = []
+
+    for axis, tile in sprogram.tile.items():
+        extent = graph.extents[axis]
+        if tile <= 0:
+            problems.append(Rejection(RejectReason.TILE_SHAPE, f"tile_{axis}={tile}"))
+        elif axis in type(spec).exact_axes and extent % tile:
+            problems.append(Rejection(RejectReason.TILE_SHAPE,
+                                      f"tile_{axis}={tile} does not divide {axis}={extent}"))
+        elif tile >= 2 * extent and tile > WGMMA_M:
+            problems.append(Rejection(RejectReason.TILE_SHAPE,
+                                      f"tile_{axis}={tile} is over twice {axis}={extent}"))
+    for row, red in graph.causal_pairs:
+        a, b = graph.step(row), graph.step(red)
+        if a % b and b % a:
+            problems.append(Rejection(RejectReason.TILE_SHAPE,
+                                      f"causal blocks need tile_{row}={a} and tile_{red}={b} to nest"))
+
+    trips = graph.loop_trips()
+    for stream, depth in sprogram.stages.items():
+        if depth < 1 or depth > max(trips, 1):
+            problems.append(Rejection(RejectReason.STAGES,
+                                      f"stages_{stream}={depth} with {trips} loop iterations"))
+
+    if roles.warp_specialized and not device.has_tma:
+        problems.append(Rejection(RejectReason.UNSUPPORTED, f"warp specialisation needs TMA ({device.arch})"))
+    if sprogram.order == "overlap" and not device.unit(UnitKind.TENSOR_CORE).is_async:
+        problems.append(Rejection(RejectReason.UNSUPPORTED, f"overlap needs async MMA ({device.arch})"))
+    if sprogram.consumer_split == "pingpong" and roles.consumer_warpgroups < 2:
+        problems.append(Rejection(RejectReason.UNSUPPORTED, "pingpong needs two consumer warpgroups"))
+
+    if roles.threads > device.max_threads_per_block:
+        problems.append(Rejection(RejectReason.THREADS, f"{roles.threads} threads per block"))
+    if roles.warp_specialized and roles.producer_regs < PRODUCER_MIN_REGS:
+        problems.append(Rejection(RejectReason.REGISTER_SPLIT, f"producer_regs={roles.producer_regs}"))
+    if roles.registers_per_block() > device.regs_per_sm or roles.consumer_regs < PRODUCER_MIN_REGS:
+        problems.append(Rejection(RejectReason.REGISTER_SPLIT,
+                                  f"{roles.registers_per_block()} registers per block"))
+
+    problems += _check_mma_shapes(sprogram, graph, plan)
+    problems += _check_tma(sprogram, graph, plan, spec)
+
+    smem = smem_bytes(sprogram, graph, plan)
+    if smem > device.smem_per_block_bytes:
+        problems.append(Rejection(RejectReason.SMEM,
+                                  f"{smem} B of shared memory > {device.smem_per_block_bytes} B"))
+    regs = consumer_registers(sprogram, graph, plan)
+    if regs > roles.consumer_regs:
+        problems.append(Rejection(RejectReason.REGISTERS,
+                                  f"{regs} registers per consumer thread > budget {roles.consumer_regs}"))
+    return Validity(smem_bytes=smem, consumer_regs_needed=regs, rejections=tuple(problems))
