@@ -11,7 +11,7 @@ import enum
 import json
 import math
 import statistics
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codegen.artifact import KernelArtifact
@@ -19,7 +19,7 @@ from codegen.artifact import KernelArtifact
 PROTOCOL_VERSION = 1
 
 
-class MeasurementStatus(str, enum.Enum):
+class MeasurementStatus(enum.StrEnum):
     """Outcome of measuring one candidate.
 
     Attributes:
@@ -161,17 +161,12 @@ class Measurement:
         stats = summarize_samples(samples_us)
         return cls(status=MeasurementStatus.OK, samples_us=tuple(samples_us), **stats, **fields)
 
-    def with_fields(self, **changes: Any) -> Measurement:
-        return replace(self, **changes)
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
         data["samples_us"] = list(self.samples_us)
-        for key in ("rel_error",):
-            value = data[key]
-            if value is not None and not math.isfinite(value):
-                data[key] = str(value)  # JSON has no NaN / inf
+        if self.rel_error is not None and not math.isfinite(self.rel_error):
+            data["rel_error"] = str(self.rel_error)  # JSON has no NaN / inf
         return data
 
     def to_json(self) -> str:

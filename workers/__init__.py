@@ -1,0 +1,31 @@
+"""GPU measurement engine: compile, verify and time candidate kernels, isolating faults.
+
+``workers`` receives plain data (a ``KernelArtifact`` and a workload) and never imports
+``service`` or ``scheduler_search``. CuPy, PyTorch and the CUDA bindings are imported
+lazily inside functions, so this package imports on a machine without a GPU.
+"""
+
+from workers.compile import CompileResult, ParallelCompiler
+from workers.device import fingerprint_key, read_fingerprint
+from workers.executors import Executor, LocalGpuPool
+from workers.protocol import (
+    PROTOCOL_VERSION,
+    Job,
+    Measurement,
+    MeasurementStatus,
+    TimingConfig,
+)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CompileResult",
+    "Executor",
+    "Job",
+    "LocalGpuPool",
+    "Measurement",
+    "MeasurementStatus",
+    "ParallelCompiler",
+    "TimingConfig",
+    "fingerprint_key",
+    "read_fingerprint",
+]

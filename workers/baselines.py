@@ -1,0 +1,110 @@
+"""Peer baselines, timed by the same worker with the same method as generated kernels.
+
+A baseline is a pair of callables over the workload's tensors: ``launch()`` enqueues the
+peer's computation (what is timed) and ``finish()`` copies its last result into the
+workload's output tensor (so the same reference check applies). Peers:
+
+  - ``cublas`` (gemm): ``cupy.matmul`` into the preallocated ``c``; bfloat16, which CuPy
+    cannot multiply, goes through ``torch.matmul(out=c)`` (also cuBLAS).
+  - ``sdpa_cudnn`` / ``sdpa_flash`` (attention): PyTorch's
+    ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
+    on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+BASELINE_OPS = {"cublas": "gemm", "sdpa_cudnn": "attention", "sdpa_flash": "attention"}
+
+Launch = Callable[[], Any]
+
+
+class BaselineUnavailable(ValueError):
+    """The peer cannot run here (PyTorch missing, backend refuses the shape, ...)."""
+
+
+def prepare_baseline(
+    name: str, op: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    """``(launch, finish)`` for peer ``name`` over ``tensors`` (storage arrays by name)."""
+    if BASELINE_OPS.get(name) != op:
+        raise BaselineUnavailable(f"no baseline {name!r} for operator {op!r}")
+    if name == "cublas":
+        return _cublas(params, tensors, dtypes)
+    return _sdpa(name, params, tensors, dtypes)
+
+
+def _cublas(
+    params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    import cupy
+
+    a, b, c = tensors["a"], tensors["b"], tensors["c"]
+    transpose_b = params.get("b_layout", "kn") == "nk"
+    if dtypes["c"] != "bfloat16":
+        b_op = b.T if transpose_b else b
+        return (lambda: cupy.matmul(a, b_op, out=c)), _nothing
+    torch = _import_torch()
+    a_t, b_t, c_t = (_as_torch(torch, x, "bfloat16") for x in (a, b, c))
+    b_op_t = b_t.t() if transpose_b else b_t
+    return (lambda: torch.matmul(a_t, b_op_t, out=c_t)), _nothing
+
+
+def _sdpa(
+    name: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    torch = _import_torch()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    backend = SDPBackend.CUDNN_ATTENTION if name == "sdpa_cudnn" else SDPBackend.FLASH_ATTENTION
+    dtype = dtypes["o"]
+    q, k, v = (_as_torch(torch, tensors[n], dtype).transpose(1, 2).contiguous() for n in "qkv")
+    o = _as_torch(torch, tensors["o"], dtype)
+    causal = bool(params["causal"])
+    grouped = params["heads"] != params["kv_heads"]
+    result: list[Any] = [None]
+
+    def run(k_in: Any, v_in: Any, gqa: bool) -> None:
+        with sdpa_kernel([backend]):
+            result[0] = scaled_dot_product_attention(
+                q, k_in, v_in, is_causal=causal, enable_gqa=gqa
+            )
+
+    def finish() -> None:
+        o.copy_(result[0].transpose(1, 2))
+
+    try:
+        run(k, v, grouped)
+        return (lambda: run(k, v, grouped)), finish
+    except RuntimeError as exc:
+        if not grouped:
+            raise BaselineUnavailable(f"{name}: {exc}") from exc
+    # The backend refuses enable_gqa: give it kv heads repeated per query head instead.
+    group = params["heads"] // params["kv_heads"]
+    k_full, v_full = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    try:
+        run(k_full, v_full, False)
+    except RuntimeError as exc:
+        raise BaselineUnavailable(f"{name}: {exc}") from exc
+    return (lambda: run(k_full, v_full, False)), finish
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise BaselineUnavailable(f"PyTorch is not importable: {exc}") from exc
+    return torch
+
+
+def _as_torch(torch: Any, array: Any, dtype: str) -> Any:
+    """Zero-copy view of a CuPy array as a torch tensor of ``dtype`` (bf16 from uint16)."""
+    tensor = torch.from_dlpack(array)
+    return tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
+
+
+def _nothing() -> None:
+    return None

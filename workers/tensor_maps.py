@@ -1,0 +1,109 @@
+"""Host-side TMA descriptors: a TensorMapArg plus a device pointer -> kernel argument bytes.
+
+The descriptor is encoded by ``cuTensorMapEncodeTiled`` (CUDA driver API, through
+``cuda.bindings``) and passed to the kernel *by value* as a ``const __grid_constant__
+CUtensorMap``: 128 opaque bytes, 64-byte aligned in the kernel's parameter space. CuPy
+passes a size-one NumPy array by value (it hands the driver a pointer to the array's
+data, and ``cuLaunchKernel`` copies as many bytes as the parameter has), so the bytes are
+wrapped in a one-element ``V128`` array.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from workers import _dtypes
+
+TENSOR_MAP_BYTES = 128
+TENSOR_MAP_ALIGN_BYTES = 64
+# cuTensorMapEncodeTiled limits (CUDA driver API reference, "Tensor Map Object Management").
+MAX_RANK = 5
+MAX_BOX_DIM = 256
+GLOBAL_ADDRESS_ALIGN_BYTES = 16
+
+_DATA_TYPES = {
+    "float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+    "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+    "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+}
+_SWIZZLES = {
+    "none": "CU_TENSOR_MAP_SWIZZLE_NONE",
+    "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
+    "64B": "CU_TENSOR_MAP_SWIZZLE_64B",
+    "128B": "CU_TENSOR_MAP_SWIZZLE_128B",
+}
+_OOB_FILLS = {
+    "zero": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
+    "nan": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA",
+}
+
+
+def check_tensor_map(arg: Any) -> None:
+    """Reject a TensorMapArg that ``cuTensorMapEncodeTiled`` would refuse, with a reason."""
+    rank = len(arg.global_dims)
+    if not 1 <= rank <= MAX_RANK:
+        raise ValueError(f"tensor map {arg.name!r}: rank {rank} not in 1..{MAX_RANK}")
+    if len(arg.global_strides_bytes) != rank - 1:
+        raise ValueError(f"tensor map {arg.name!r}: needs {rank - 1} global strides")
+    if len(arg.box_dims) != rank:
+        raise ValueError(f"tensor map {arg.name!r}: needs {rank} box dims")
+    if any(not 1 <= b <= MAX_BOX_DIM for b in arg.box_dims):
+        raise ValueError(f"tensor map {arg.name!r}: box dims must be in 1..{MAX_BOX_DIM}")
+    if any(s % 16 for s in arg.global_strides_bytes):
+        raise ValueError(f"tensor map {arg.name!r}: global strides must be multiples of 16 B")
+    if arg.dtype not in _DATA_TYPES:
+        raise ValueError(f"tensor map {arg.name!r}: unsupported dtype {arg.dtype}")
+    if arg.element_strides is not None and len(arg.element_strides) != rank:
+        raise ValueError(f"tensor map {arg.name!r}: needs {rank} element strides")
+    inner_box_bytes = arg.box_dims[0] * _dtypes.itemsize(arg.dtype)
+    if inner_box_bytes % 16:
+        raise ValueError(f"tensor map {arg.name!r}: inner box must be a multiple of 16 B")
+    swizzle_span = {"none": None, "32B": 32, "64B": 64, "128B": 128}[arg.swizzle]
+    if swizzle_span is not None and inner_box_bytes > swizzle_span:
+        raise ValueError(
+            f"tensor map {arg.name!r}: inner box of {inner_box_bytes} B exceeds the "
+            f"{arg.swizzle} swizzle span"
+        )
+
+
+def encode_tensor_map(arg: Any, device_ptr: int) -> np.ndarray:
+    """Encode ``arg`` over the tensor at ``device_ptr``; returns a one-element V128 array."""
+    from cuda.bindings import driver
+
+    check_tensor_map(arg)
+    if device_ptr % GLOBAL_ADDRESS_ALIGN_BYTES:
+        raise ValueError(f"tensor map {arg.name!r}: global address not 16-byte aligned")
+    (err,) = driver.cuInit(0)
+    _check(driver, err, "cuInit")
+    rank = len(arg.global_dims)
+    element_strides = arg.element_strides or (1,) * rank
+    err, tensor_map = driver.cuTensorMapEncodeTiled(
+        getattr(driver.CUtensorMapDataType, _DATA_TYPES[arg.dtype]),
+        rank,
+        device_ptr,
+        [int(d) for d in arg.global_dims],
+        [int(s) for s in arg.global_strides_bytes],
+        [int(b) for b in arg.box_dims],
+        [int(e) for e in element_strides],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(driver.CUtensorMapSwizzle, _SWIZZLES[arg.swizzle]),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        getattr(driver.CUtensorMapFloatOOBfill, _OOB_FILLS[arg.oob_fill]),
+    )
+    _check(driver, err, f"cuTensorMapEncodeTiled({arg.name})")
+    return tensor_map_argument(np.array(tensor_map.opaque, dtype=np.uint64).tobytes())
+
+
+def tensor_map_argument(raw: bytes) -> np.ndarray:
+    """Wrap 128 descriptor bytes as the by-value kernel argument CuPy accepts."""
+    if len(raw) != TENSOR_MAP_BYTES:
+        raise ValueError(f"a CUtensorMap is {TENSOR_MAP_BYTES} bytes, got {len(raw)}")
+    return np.frombuffer(raw, dtype=np.dtype((np.void, TENSOR_MAP_BYTES))).copy()
+
+
+def _check(driver: Any, err: Any, what: str) -> None:
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        raise RuntimeError(f"{what} failed: {name.decode() if name else err}")

@@ -1,0 +1,69 @@
+"""Kernel timing with CUDA events: warm-up, L2 flush between launches, median of samples.
+
+Each sample is one launch bracketed by two events on the current stream, preceded by a
+write over a buffer at least twice the L2 size, so every launch starts with a cold L2
+(inputs that fit in L2 would otherwise be timed from cache). Samples are taken in chunks
+and synchronised once per chunk, so the host never waits between launches of a chunk.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workers.protocol import TimingConfig
+
+_CHUNK = 10
+_MIN_FLUSH_BYTES = 64 << 20
+
+
+class L2Flusher:
+    """Owns a device buffer of ``max(2 * l2_bytes, 64 MiB)`` and overwrites it on call."""
+
+    def __init__(self, l2_bytes: int) -> None:
+        import cupy
+
+        self.nbytes = max(2 * int(l2_bytes), _MIN_FLUSH_BYTES)
+        self._buffer = cupy.empty(self.nbytes, dtype=cupy.uint8)
+
+    def __call__(self) -> None:
+        self._buffer.data.memset_async(0, self.nbytes)
+
+
+def time_launches(
+    launch: Callable[[], Any], config: TimingConfig, flush: Callable[[], None] | None
+) -> list[float]:
+    """Per-launch latencies in microseconds of ``launch()`` (which must only enqueue work)."""
+    import cupy
+
+    device = cupy.cuda.Device()
+    warm_start = time.perf_counter()
+    launches = 0
+    while launches < config.warmup_launches or _ms_since(warm_start) < config.warmup_ms:
+        launch()
+        device.synchronize()
+        launches += 1
+
+    if not config.flush_l2:
+        flush = None
+    events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(_CHUNK)]
+    samples: list[float] = []
+    start = time.perf_counter()
+    while True:
+        for begin, end in events:
+            if flush is not None:
+                flush()
+            begin.record()
+            launch()
+            end.record()
+        events[-1][1].synchronize()
+        samples.extend(cupy.cuda.get_elapsed_time(b, e) * 1e3 for b, e in events)
+        if len(samples) >= config.max_samples:
+            return samples[: config.max_samples]
+        if len(samples) >= config.min_samples and _ms_since(start) >= config.min_time_ms:
+            return samples
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3

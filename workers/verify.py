@@ -1,0 +1,169 @@
+"""fp32 references per operator and the relative-L2 check.
+
+References are written against an array module ``xp`` (CuPy on the worker, NumPy in CPU
+tests) and take float32 copies of the very inputs the kernel saw, so the only error left
+is the kernel's own arithmetic. Large problems are processed one batch element (and, for
+attention, a few heads) at a time to bound the temporary memory.
+
+Semantics:
+  - gemm: ``c = a · b`` (``b`` given as (n, k) for ``b_layout="nk"``); on the GPU this is
+    cuBLAS through ``cupy.matmul``.
+  - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head; query head ``h`` reads
+    kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned).
+  - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with D=None,
+    z=None, group ``g(h) = h // (nheads / ngroups)``:
+      states[b,c,h,p,n] = Σ_l B[b,cL+l,g,n] · x[b,cL+l,h,p]
+                          · exp(dA[b,h,c,L−1] − dA[b,h,c,l]) · dt[b,h,c,l]
+      out[b,cL+l,h,p] = exp(dA[b,h,c,l]) · Σ_n C[b,cL+l,g,n] · states[b,c,h,p,n]
+                        + Σ_{s≤l} cb[b,c,g,l,s] · exp(dA[b,h,c,l] − dA[b,h,c,s])
+                          · dt[b,h,c,s] · x[b,cL+s,h,p]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from workers import _dtypes
+from workers.inputs import pad_seq
+
+# Largest fp32 score block (heads x seq_q x seq_kv) materialised at once by the attention
+# reference.
+_ATTENTION_BLOCK_ELEMENTS = 1 << 28
+
+
+def reference(xp: Any, op: str, params: dict[str, Any], inputs32: dict[str, Any]) -> Any:
+    """The fp32 output of ``op`` for float32 ``inputs32`` (keyed by contract name)."""
+    if op == "gemm":
+        return gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
+    if op == "attention":
+        return attention_reference(
+            xp, inputs32["q"], inputs32["k"], inputs32["v"], bool(params["causal"])
+        )
+    if op == "mamba2_chunk_state":
+        return chunk_state_reference(
+            xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"]
+        )
+    if op == "mamba2_chunk_scan":
+        return chunk_scan_reference(
+            xp,
+            inputs32["cb"],
+            inputs32["x"],
+            inputs32["dt"],
+            inputs32["dA_cumsum"],
+            inputs32["c"],
+            inputs32["states"],
+        )
+    raise ValueError(f"no reference for operator {op!r}")
+
+
+def gemm_reference(xp: Any, a: Any, b: Any, b_layout: str) -> Any:
+    return xp.matmul(a, b if b_layout == "kn" else b.T)
+
+
+def attention_reference(xp: Any, q: Any, k: Any, v: Any, causal: bool) -> Any:
+    """q (B, Sq, H, D), k / v (B, Skv, KVH, D) -> o (B, Sq, H, D), all float32."""
+    batch, seq_q, heads, head_dim = q.shape
+    seq_kv, kv_heads = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    scale = xp.float32(1.0 / math.sqrt(head_dim))
+    kv_of_head = xp.arange(heads) // group
+    heads_per_block = max(1, min(heads, _ATTENTION_BLOCK_ELEMENTS // max(1, seq_q * seq_kv)))
+    out = xp.empty_like(q)
+    if causal:
+        masked = xp.arange(seq_kv)[None, :] > xp.arange(seq_q)[:, None]
+    for b in range(batch):
+        for h0 in range(0, heads, heads_per_block):
+            hs = slice(h0, min(heads, h0 + heads_per_block))
+            qh = q[b, :, hs].transpose(1, 0, 2)  # (h, Sq, D)
+            kh = k[b][:, kv_of_head[hs]].transpose(1, 2, 0)  # (h, D, Skv)
+            vh = v[b][:, kv_of_head[hs]].transpose(1, 0, 2)  # (h, Skv, D)
+            scores = xp.matmul(qh, kh) * scale
+            if causal:
+                scores = xp.where(masked[None], xp.float32(-xp.inf), scores)
+            scores -= scores.max(axis=-1, keepdims=True)
+            weights = xp.exp(scores)
+            weights /= weights.sum(axis=-1, keepdims=True)
+            out[b, :, hs] = xp.matmul(weights, vh).transpose(1, 0, 2)
+    return out
+
+
+def chunk_state_reference(xp: Any, b_in: Any, x: Any, dt: Any, da_cumsum: Any) -> Any:
+    """b (B, S, G, N), x (B, S, H, P), dt / dA_cumsum (B, H, C, L) -> states (B, C, H, P, N)."""
+    batch, _, ngroups, dstate = b_in.shape
+    nheads, headdim = x.shape[2], x.shape[3]
+    nchunks, chunk = dt.shape[2], dt.shape[3]
+    heads_per_group = nheads // ngroups
+    states = xp.empty((batch, nchunks, nheads, headdim, dstate), dtype=xp.float32)
+    for bi in range(batch):
+        x_c = pad_seq(xp, x[bi : bi + 1], nchunks * chunk)[0].reshape(
+            nchunks, chunk, nheads, headdim
+        )
+        b_c = pad_seq(xp, b_in[bi : bi + 1], nchunks * chunk)[0].reshape(
+            nchunks, chunk, ngroups, dstate
+        )
+        decay = xp.exp(da_cumsum[bi, :, :, -1:] - da_cumsum[bi]) * dt[bi]  # (H, C, L)
+        weighted_x = x_c * decay.transpose(1, 2, 0)[..., None]  # (C, L, H, P)
+        for g in range(ngroups):
+            hs = slice(g * heads_per_group, (g + 1) * heads_per_group)
+            # (C, h, P, L) @ (C, 1, L, N) -> (C, h, P, N)
+            states[bi, :, hs] = xp.matmul(
+                weighted_x[:, :, hs].transpose(0, 2, 3, 1), b_c[:, None, :, g]
+            )
+    return states
+
+
+def chunk_scan_reference(
+    xp: Any, cb: Any, x: Any, dt: Any, da_cumsum: Any, c_in: Any, states: Any
+) -> Any:
+    """The chunk-scan output (B, S, H, P) from cb, x, dt, dA_cumsum, C and per-chunk states."""
+    batch, seqlen, nheads, headdim = x.shape
+    ngroups, dstate = c_in.shape[2], c_in.shape[3]
+    nchunks, chunk = dt.shape[2], dt.shape[3]
+    heads_per_group = nheads // ngroups
+    causal = xp.arange(chunk)[None, :] <= xp.arange(chunk)[:, None]  # [l, s]: s <= l
+    out = xp.empty((batch, nchunks * chunk, nheads, headdim), dtype=xp.float32)
+    for bi in range(batch):
+        x_c = pad_seq(xp, x[bi : bi + 1], nchunks * chunk)[0].reshape(
+            nchunks, chunk, nheads, headdim
+        )
+        c_c = pad_seq(xp, c_in[bi : bi + 1], nchunks * chunk)[0].reshape(
+            nchunks, chunk, ngroups, dstate
+        )
+        da = da_cumsum[bi]  # (H, C, L)
+        gap = da[:, :, :, None] - da[:, :, None, :]  # (H, C, l, s)
+        decay = xp.exp(xp.where(causal, gap, xp.float32(-xp.inf))) * dt[bi][:, :, None, :]
+        y = xp.empty((nchunks, chunk, nheads, headdim), dtype=xp.float32)
+        for g in range(ngroups):
+            hs = slice(g * heads_per_group, (g + 1) * heads_per_group)
+            # Inter-chunk: C · states, scaled by exp(dA) -> (C, h, L, P)
+            from_states = (
+                xp.matmul(c_c[:, None, :, g], states[bi, :, hs].transpose(0, 1, 3, 2))
+                * xp.exp(da[hs]).transpose(1, 0, 2)[..., None]
+            )
+            # Intra-chunk: (cb ∘ decay) · x -> (C, h, L, P)
+            mix = cb[bi, :, g][:, None] * decay[hs].transpose(1, 0, 2, 3)  # (C, h, l, s)
+            within = xp.matmul(mix, x_c[:, :, hs].transpose(0, 2, 1, 3))
+            y[:, :, hs] = (from_states + within).transpose(0, 2, 1, 3)
+        out[bi] = y.reshape(nchunks * chunk, nheads, headdim)
+    return out[:, :seqlen]
+
+
+def rel_l2_error(xp: Any, out32: Any, ref32: Any) -> float:
+    """‖out − ref‖ / ‖ref‖ accumulated in float64; NaN if ``out`` has a non-finite value."""
+    if not bool(xp.isfinite(out32).all()):
+        return float("nan")
+    diff = (out32 - ref32).ravel()
+    ref = ref32.ravel()
+    num = float(xp.sqrt(xp.sum(diff * diff, dtype=xp.float64)))
+    den = float(xp.sqrt(xp.sum(ref * ref, dtype=xp.float64)))
+    return num / den if den > 0 else num
+
+
+def error_bound(dtypes: dict[str, str]) -> float:
+    """The loosest per-dtype bound among the tensors a kernel touches."""
+    return max(_dtypes.REL_ERROR_BOUND[d] for d in dtypes.values())
+
+
+def count_nonfinite(xp: Any, out32: Any) -> int:
+    return int((~xp.isfinite(out32)).sum())

@@ -1,0 +1,345 @@
+"""The GPU worker process: load, verify and time candidates on one pinned GPU.
+
+``worker_main`` is the process entry point. The parent (an executor) starts it with the
+spawn method, so nothing CUDA-related is inherited; the first thing it does is set
+``CUDA_VISIBLE_DEVICES`` to its one GPU, before CuPy is imported. It then speaks a small
+protocol of plain dicts over a ``multiprocessing`` pipe:
+
+  worker -> parent  ``{"type": "ready", "fingerprint": {...}}`` or ``{"type": "fatal", ...}``
+  parent -> worker  ``{"type": "job", "id": n, "job": Job.to_dict(), "compile": {...}}``
+  worker -> parent  ``{"type": "result", "id": n, "measurement": Measurement.to_dict()}``
+  parent -> worker  ``{"type": "stop"}``
+
+The parent enforces deadlines (it kills a worker that does not answer in time). After a
+sticky CUDA error the worker reports ``crash`` and exits, since its context is unusable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from workers import _dtypes
+from workers.baselines import BaselineUnavailable, prepare_baseline
+from workers.compile import CompileResult
+from workers.device import read_fingerprint
+from workers.inputs import build_inputs, check_tensor_args, contract
+from workers.protocol import Job, Measurement, MeasurementStatus
+from workers.tensor_maps import encode_tensor_map
+from workers.timing import L2Flusher, time_launches
+from workers.verify import count_nonfinite, error_bound, reference, rel_l2_error
+
+# CUDA errors after which the context is unusable (CUDA runtime / driver API error codes,
+# same numbers in both): illegal address, launch timeout, device assert, hardware stack
+# error, illegal instruction, misaligned address, invalid address space, invalid PC,
+# launch failure, unknown.
+STICKY_CUDA_ERRORS = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719, 999})
+# Exit code of a worker that leaves after a sticky error (the parent respawns it).
+EXIT_AFTER_CRASH = 3
+_MAX_STATIC_SMEM_BYTES = 48 * 1024
+_MODULES_KEPT = 64
+
+
+def worker_main(conn: Any, visible_device: str, config: dict[str, Any]) -> None:
+    """Process entry: pin to ``visible_device``, announce readiness, serve jobs until told."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_device
+    try:
+        worker = GpuWorker(config.get("device_index"), config.get("codegen_version", ""))
+    except Exception:
+        conn.send({"type": "fatal", "error": traceback.format_exc()})
+        return
+    conn.send({"type": "ready", "fingerprint": worker.fingerprint})
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message["type"] == "stop":
+            return
+        job = Job.from_dict(message["job"])
+        compiled = message.get("compile")
+        result = worker.measure(job, CompileResult.from_dict(compiled) if compiled else None)
+        conn.send({"type": "result", "id": message["id"], "measurement": result.to_dict()})
+        if result.status is MeasurementStatus.CRASH:
+            conn.close()
+            os._exit(EXIT_AFTER_CRASH)
+
+
+class _Lru(OrderedDict):
+    """A dict that forgets its least recently used entries beyond ``capacity``."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def get_or_make(self, key: Any, make: Any) -> Any:
+        if key in self:
+            self.move_to_end(key)
+            return self[key]
+        value = make()
+        self[key] = value
+        while len(self) > self.capacity:
+            self.popitem(last=False)
+        return value
+
+
+@dataclass
+class _Workload:
+    """Inputs (kept), outputs (poisoned before each check) and the lazy fp32 reference."""
+
+    op: str
+    params: dict[str, Any]
+    dtypes: dict[str, str]
+    tensors: dict[str, Any]
+    outputs: list[str]
+    bound: float
+    ref32: Any = None
+
+
+class GpuWorker:
+    """Measures jobs on the current CUDA device (device 0 after pinning)."""
+
+    def __init__(self, device_index: int | None, codegen_version: str) -> None:
+        import cupy
+
+        self.device_index = device_index
+        cupy.cuda.Device(0).use()
+        self.fingerprint = read_fingerprint(0, codegen_version)
+        self._flush = L2Flusher(self.fingerprint["l2_bytes"])
+        self._workload_key = ""
+        self._workload_state: _Workload | None = None
+        self._modules = _Lru(_MODULES_KEPT)
+
+    def measure(self, job: Job, compiled: CompileResult | None) -> Measurement:
+        """One Measurement for ``job``; never raises."""
+        common: dict[str, Any] = {"device_index": self.device_index}
+        if compiled is not None:
+            common.update(
+                compile_ms=compiled.compile_ms, compile_cached=compiled.cached, log=compiled.log
+            )
+        try:
+            if job.baseline is not None:
+                return self._measure_baseline(job, common)
+            if compiled is None or not compiled.ok:
+                raise ValueError("artifact jobs need a successful compile result")
+            return self._measure_artifact(job, compiled, common)
+        except (ValueError, BaselineUnavailable) as exc:
+            return Measurement(MeasurementStatus.LAUNCH_ERROR, error=str(exc), **common)
+        except Exception as exc:
+            sticky = _cuda_status(exc) in STICKY_CUDA_ERRORS or not _context_healthy()
+            status = MeasurementStatus.CRASH if sticky else MeasurementStatus.LAUNCH_ERROR
+            return Measurement(status, error=_describe(exc), **common)
+
+    def _measure_artifact(
+        self, job: Job, compiled: CompileResult, common: dict[str, Any]
+    ) -> Measurement:
+        import cupy
+
+        artifact = job.artifact
+        assert artifact is not None
+        op, params = job.workload["op"], job.workload["params"]
+        if artifact.op != op:
+            raise ValueError(f"artifact is for {artifact.op!r}, workload is {op!r}")
+        dtypes = check_tensor_args(op, params, _of_kind(artifact, TensorArg))
+        _check_launch(artifact)
+        workload = self._workload(op, params, dtypes, job.seed)
+        _check_tensor_map_bounds(artifact, workload)
+
+        start = time.perf_counter()
+        kernel = self._load(compiled, artifact.entry)
+        attrs = kernel.attributes
+        resources = {
+            "registers": int(attrs["num_regs"]),
+            "spill_bytes": int(attrs["local_size_bytes"]),
+            "smem_bytes": int(attrs["shared_size_bytes"]) + artifact.dynamic_smem_bytes,
+        }
+        if artifact.dynamic_smem_bytes > _MAX_STATIC_SMEM_BYTES:
+            kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
+        args = _kernel_args(artifact, workload)
+        grid, block = tuple(artifact.grid), tuple(artifact.block)
+
+        def launch() -> None:
+            kernel(grid, block, args, shared_mem=artifact.dynamic_smem_bytes)
+
+        rel_error, nonfinite = self._check(workload, launch)
+        cupy.cuda.Device().synchronize()
+        verify_ms = (time.perf_counter() - start) * 1e3
+        checked = {
+            "rel_error": rel_error,
+            "error_bound": workload.bound,
+            "verify_wall_ms": verify_ms,
+            **resources,
+            **common,
+        }
+        if not rel_error <= workload.bound:
+            return Measurement(
+                MeasurementStatus.WRONG_RESULT,
+                error=_wrong_result_text(rel_error, workload.bound, nonfinite),
+                **checked,
+            )
+        start = time.perf_counter()
+        samples = time_launches(launch, job.timing, self._flush)
+        return Measurement.from_samples(
+            samples, timing_wall_ms=(time.perf_counter() - start) * 1e3, **checked
+        )
+
+    def _measure_baseline(self, job: Job, common: dict[str, Any]) -> Measurement:
+        op, params = job.workload["op"], job.workload["params"]
+        dtypes = {name: spec.default_dtype for name, spec in contract(op, params).items()}
+        workload = self._workload(op, params, dtypes, job.seed)
+        start = time.perf_counter()
+        launch, finish = prepare_baseline(job.baseline, op, params, workload.tensors, dtypes)
+
+        def launch_and_finish() -> None:
+            launch()
+            finish()
+
+        rel_error, nonfinite = self._check(workload, launch_and_finish)
+        checked = {
+            "rel_error": rel_error,
+            "error_bound": workload.bound,
+            "verify_wall_ms": (time.perf_counter() - start) * 1e3,
+            **common,
+        }
+        if not rel_error <= workload.bound:
+            return Measurement(
+                MeasurementStatus.WRONG_RESULT,
+                error=_wrong_result_text(rel_error, workload.bound, nonfinite),
+                **checked,
+            )
+        start = time.perf_counter()
+        samples = time_launches(launch, job.timing, self._flush)
+        return Measurement.from_samples(
+            samples, timing_wall_ms=(time.perf_counter() - start) * 1e3, **checked
+        )
+
+    def _workload(
+        self, op: str, params: dict[str, Any], dtypes: dict[str, str], seed: int
+    ) -> _Workload:
+        import cupy
+
+        """The inputs of one workload, built once and kept until another workload comes."""
+        key = json.dumps([op, params, dtypes, seed], sort_keys=True)
+        if key == self._workload_key and self._workload_state is not None:
+            return self._workload_state
+        self._workload_state = None  # free the previous workload's memory first
+        cupy.get_default_memory_pool().free_all_blocks()
+        specs = contract(op, params)
+        tensors = build_inputs(cupy, op, params, dtypes, seed)
+        outputs = [name for name, spec in specs.items() if spec.role == "output"]
+        for name in outputs:
+            storage = _dtypes.storage_dtype(cupy, dtypes[name])
+            tensors[name] = cupy.empty(specs[name].shape, dtype=storage)
+        self._workload_state = _Workload(
+            op, params, dtypes, tensors, outputs, bound=error_bound(dtypes)
+        )
+        self._workload_key = key
+        return self._workload_state
+
+    def _check(self, workload: _Workload, launch: Any) -> tuple[float, int]:
+        """Poison the output, launch once, compare with the reference: (rel error, #NaN)."""
+        import cupy
+
+        (name,) = workload.outputs
+        output = workload.tensors[name]
+        _dtypes.fill_nan(output, workload.dtypes[name])
+        launch()
+        cupy.cuda.Device().synchronize()
+        if workload.ref32 is None:
+            inputs32 = {
+                n: _dtypes.to_float32(cupy, t, workload.dtypes[n])
+                for n, t in workload.tensors.items()
+                if n not in workload.outputs
+            }
+            workload.ref32 = reference(cupy, workload.op, workload.params, inputs32)
+        out32 = _dtypes.to_float32(cupy, output, workload.dtypes[name])
+        rel_error = rel_l2_error(cupy, out32, workload.ref32)
+        nonfinite = count_nonfinite(cupy, out32) if math.isnan(rel_error) else 0
+        return rel_error, nonfinite
+
+    def _load(self, compiled: CompileResult, entry: str) -> Any:
+        import cupy
+
+        module = self._modules.get_or_make(
+            compiled.cubin_path, lambda: cupy.RawModule(path=compiled.cubin_path)
+        )
+        return module.get_function(entry)
+
+
+def _of_kind(artifact: KernelArtifact, kind: type) -> list[Any]:
+    return [a for a in artifact.args if isinstance(a, kind)]
+
+
+def _check_launch(artifact: KernelArtifact) -> None:
+    if tuple(artifact.cluster) != (1, 1, 1) and "__cluster_dims__" not in artifact.source:
+        # CuPy launches with cuLaunchKernel, which takes no cluster shape: a cluster must
+        # be compiled in with __cluster_dims__.
+        raise ValueError("a cluster launch needs __cluster_dims__ in the kernel source")
+    if any(d < 1 for d in (*artifact.grid, *artifact.block)):
+        raise ValueError(f"grid {artifact.grid} / block {artifact.block} must be positive")
+
+
+def _check_tensor_map_bounds(artifact: KernelArtifact, workload: _Workload) -> None:
+    """A tensor map must name a workload tensor of its dtype and stay inside it."""
+    for arg in _of_kind(artifact, TensorMapArg):
+        tensor = workload.tensors.get(arg.tensor)
+        if tensor is None:
+            raise ValueError(f"tensor map {arg.name!r} names unknown tensor {arg.tensor!r}")
+        if arg.dtype != workload.dtypes[arg.tensor]:
+            raise ValueError(f"tensor map {arg.name!r} dtype {arg.dtype} != tensor dtype")
+        extent = arg.global_dims[0] * _dtypes.itemsize(arg.dtype) + sum(
+            (d - 1) * s for d, s in zip(arg.global_dims[1:], arg.global_strides_bytes, strict=True)
+        )
+        if extent > tensor.nbytes:
+            raise ValueError(
+                f"tensor map {arg.name!r} spans {extent} B, "
+                f"tensor {arg.tensor!r} has {tensor.nbytes} B"
+            )
+
+
+def _kernel_args(artifact: KernelArtifact, workload: _Workload) -> tuple[Any, ...]:
+    args: list[Any] = []
+    for arg in artifact.args:
+        if isinstance(arg, TensorArg):
+            args.append(workload.tensors[arg.name])
+        elif isinstance(arg, ScalarArg):
+            args.append(np.dtype(arg.dtype).type(arg.value))
+        else:
+            args.append(encode_tensor_map(arg, workload.tensors[arg.tensor].data.ptr))
+    return tuple(args)
+
+
+def _cuda_status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status", None)
+    return int(status) if isinstance(status, int) else None
+
+
+def _context_healthy() -> bool:
+    """Whether the CUDA context still works after an error (a sticky error poisons it)."""
+    try:
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+        probe = cupy.ones(1, dtype=cupy.float32)
+        return float(probe.sum()) == 1.0
+    except Exception:
+        return False
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _wrong_result_text(rel_error: float, bound: float, nonfinite: int) -> str:
+    if math.isnan(rel_error):
+        return f"output has {nonfinite} NaN/inf elements (unwritten or overflowed)"
+    return f"relative L2 error {rel_error:.3e} exceeds the bound {bound:.1e}"
