@@ -1,0 +1,171 @@
+"""The references and input builders, on NumPy, against naive float64 loops."""
+
+from __future__ import annotations
+
+import naive_refs
+import numpy as np
+import pytest
+
+from codegen.artifact import TensorArg
+from workers import _dtypes
+from workers.inputs import build_inputs, check_tensor_args, contract
+from workers.verify import error_bound, reference, rel_l2_error
+
+MAMBA_PARAMS = {
+    "batch": 2,
+    "seqlen": 12,  # not a multiple of the chunk: the last chunk is ragged
+    "nheads": 4,
+    "headdim": 3,
+    "dstate": 5,
+    "ngroups": 2,
+    "chunk_size": 8,
+    "dtype": "float16",
+}
+
+
+def _inputs32(op: str, params: dict, seed: int = 0) -> tuple[dict, dict]:
+    dtypes = {name: spec.default_dtype for name, spec in contract(op, params).items()}
+    tensors = build_inputs(np, op, params, dtypes, seed)
+    return {n: _dtypes.to_float32(np, t, dtypes[n]) for n, t in tensors.items()}, dtypes
+
+
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+def test_gemm_reference_matches_naive_loop(b_layout: str) -> None:
+    params = {"m": 5, "n": 7, "k": 9, "dtype": "bfloat16", "b_layout": b_layout}
+    inputs, _ = _inputs32("gemm", params)
+    got = reference(np, "gemm", params, inputs)
+    want = naive_refs.gemm(inputs["a"].astype(np.float64), inputs["b"].astype(np.float64), b_layout)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "seq_q", "seq_kv", "causal"),
+    [(4, 2, 5, 5, True), (4, 4, 3, 6, False), (6, 2, 6, 4, True), (2, 1, 4, 4, False)],
+)
+def test_attention_reference_matches_naive_loop(
+    heads: int, kv_heads: int, seq_q: int, seq_kv: int, causal: bool
+) -> None:
+    params = {
+        "batch": 2,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "seq_q": seq_q,
+        "seq_kv": seq_kv,
+        "head_dim": 8,
+        "causal": causal,
+        "dtype": "float16",
+    }
+    inputs, _ = _inputs32("attention", params)
+    got = reference(np, "attention", params, inputs)
+    q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
+    np.testing.assert_allclose(got, naive_refs.attention(q, k, v, causal), rtol=1e-4, atol=1e-5)
+
+
+def test_chunk_state_reference_matches_naive_loop() -> None:
+    inputs, _ = _inputs32("mamba2_chunk_state", MAMBA_PARAMS)
+    got = reference(np, "mamba2_chunk_state", MAMBA_PARAMS, inputs)
+    f64 = {n: t.astype(np.float64) for n, t in inputs.items()}
+    want = naive_refs.chunk_state(f64["b"], f64["x"], f64["dt"], f64["dA_cumsum"])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_chunk_scan_reference_matches_naive_loop() -> None:
+    inputs, _ = _inputs32("mamba2_chunk_scan", MAMBA_PARAMS)
+    got = reference(np, "mamba2_chunk_scan", MAMBA_PARAMS, inputs)
+    f64 = {n: t.astype(np.float64) for n, t in inputs.items()}
+    want = naive_refs.chunk_scan(
+        f64["cb"], f64["x"], f64["dt"], f64["dA_cumsum"], f64["c"], f64["states"]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_mamba2_inputs_are_realistic() -> None:
+    inputs, _ = _inputs32("mamba2_chunk_scan", MAMBA_PARAMS)
+    dt, da = inputs["dt"].reshape(2, 4, -1), inputs["dA_cumsum"]
+    valid = dt[:, :, : MAMBA_PARAMS["seqlen"]]
+    assert valid.min() >= 0.01 and valid.max() <= 0.1
+    assert np.all(dt[:, :, MAMBA_PARAMS["seqlen"] :] == 0)  # padding adds nothing
+    assert np.all(np.diff(da, axis=-1) <= 0) and np.all(da < 0)  # A < 0: decaying
+    assert inputs["dt"].dtype == np.float32 and inputs["dA_cumsum"].dtype == np.float32
+    # cb is C·Bᵀ per chunk, with the B that produced it unknown: check its structure.
+    assert inputs["cb"].shape == (2, 2, 2, 8, 8)
+    assert np.all(inputs["cb"][:, 1, :, 4:, :] == 0)  # rows past seqlen in the last chunk
+
+
+@pytest.mark.parametrize(
+    ("op", "params"),
+    [
+        ("gemm", {"m": 8, "n": 4, "k": 16, "dtype": "float16", "b_layout": "nk"}),
+        (
+            "attention",
+            {
+                "batch": 1,
+                "heads": 2,
+                "kv_heads": 1,
+                "seq_q": 4,
+                "seq_kv": 4,
+                "head_dim": 8,
+                "causal": True,
+                "dtype": "bfloat16",
+            },
+        ),
+        ("mamba2_chunk_state", MAMBA_PARAMS),
+        ("mamba2_chunk_scan", MAMBA_PARAMS),
+    ],
+)
+def test_inputs_follow_contract_and_are_never_zero(op: str, params: dict) -> None:
+    specs = contract(op, params)
+    dtypes = {name: spec.default_dtype for name, spec in specs.items()}
+    first = build_inputs(np, op, params, dtypes, seed=7)
+    again = build_inputs(np, op, params, dtypes, seed=7)
+    other = build_inputs(np, op, params, dtypes, seed=8)
+    assert set(first) == {n for n, s in specs.items() if s.role == "input"}
+    for name, tensor in first.items():
+        assert tensor.shape == specs[name].shape
+        assert tensor.dtype == _dtypes.storage_dtype(np, dtypes[name])
+        assert np.count_nonzero(tensor) > tensor.size // 2, name
+        np.testing.assert_array_equal(tensor, again[name])  # seeded
+        assert not np.array_equal(tensor, other[name])
+
+
+def test_bfloat16_round_trip_and_nan_poison() -> None:
+    values = np.array([1.0, -2.5, 3.140625, 1e-3, 65504.0], dtype=np.float32)
+    stored = _dtypes.from_float32(np, values, "bfloat16")
+    assert stored.dtype == np.uint16
+    back = _dtypes.to_float32(np, stored, "bfloat16")
+    np.testing.assert_allclose(back, values, rtol=2**-8)
+    assert back[0] == 1.0 and back[1] == -2.5
+    _dtypes.fill_nan(stored, "bfloat16")
+    assert np.isnan(_dtypes.to_float32(np, stored, "bfloat16")).all()
+
+
+def test_rel_error_and_bounds() -> None:
+    ref = np.ones((4, 4), dtype=np.float32)
+    assert rel_l2_error(np, ref, ref) == 0.0
+    assert rel_l2_error(np, ref * 1.01, ref) == pytest.approx(0.01, rel=1e-4)
+    poisoned = ref.copy()
+    poisoned[0, 0] = np.nan
+    assert np.isnan(rel_l2_error(np, poisoned, ref))
+    assert error_bound({"a": "float16", "c": "float16"}) == 1e-2
+    assert error_bound({"x": "bfloat16", "dt": "float32"}) == 2e-2
+
+
+def test_check_tensor_args_names_the_disagreement() -> None:
+    params = {"m": 8, "n": 4, "k": 16, "dtype": "float16", "b_layout": "kn"}
+    good = [
+        TensorArg("a", "float16", (8, 16), "input"),
+        TensorArg("c", "float16", (8, 4), "output"),
+    ]
+    assert check_tensor_args("gemm", params, good)["a"] == "float16"
+    with pytest.raises(ValueError, match="'b' has shape"):
+        check_tensor_args("gemm", params, [TensorArg("b", "float16", (4, 16), "input")])
+    with pytest.raises(ValueError, match="dtype"):
+        check_tensor_args("gemm", params, [TensorArg("a", "bfloat16", (8, 16), "input")])
+    with pytest.raises(ValueError, match="not part of"):
+        check_tensor_args("gemm", params, [TensorArg("z", "float16", (1,), "input")])
+    scan = check_tensor_args(
+        "mamba2_chunk_scan",
+        MAMBA_PARAMS,
+        [TensorArg("states", "float16", (2, 2, 4, 3, 5), "input")],
+    )
+    assert scan["states"] == "float16" and scan["out"] == "float16"
