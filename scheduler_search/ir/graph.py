@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from scheduler_search.ir.stask import STask, STaskKind
+from scheduler_search.ir.stask import STask
 
 TileShape = Mapping[str, int]
 MemorySpace = Literal["global", "shared", "register"]
@@ -167,7 +167,9 @@ def propagate(graph: STaskGraph, output_tile: TileShape | None = None) -> TilePl
     for task in reversed(graph.stasks):
         extents: dict[str, int] = {}
         if task.output.tensor in tensor_tiles:
-            for axis, extent in zip(task.output.axes, tensor_tiles[task.output.tensor]):
+            # Not strict: a rank mismatch is reported by bind() as a PropagateError.
+            tile = tensor_tiles[task.output.tensor]
+            for axis, extent in zip(task.output.axes, tile, strict=False):
                 extents[axis] = extent
         for axis in task.axes:
             want = bound.get(axis, graph.step(axis))

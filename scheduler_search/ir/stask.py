@@ -14,7 +14,6 @@ from typing import Literal
 
 from scheduler_search.hardware.model import UnitKind
 
-
 #: Where an sTask sits relative to the reduction loop of its output tile.
 Phase = Literal["prologue", "loop", "epilogue"]
 
