@@ -10,6 +10,7 @@ wrapped in a one-element ``V128`` array.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -83,17 +84,17 @@ def encode_tensor_map(arg: Any, device_ptr: int) -> np.ndarray:
         getattr(driver.CUtensorMapDataType, _DATA_TYPES[arg.dtype]),
         rank,
         device_ptr,
-        [int(d) for d in arg.global_dims],
-        [int(s) for s in arg.global_strides_bytes],
-        [int(b) for b in arg.box_dims],
-        [int(e) for e in element_strides],
+        [driver.cuuint64_t(int(d)) for d in arg.global_dims],
+        [driver.cuuint64_t(int(s)) for s in arg.global_strides_bytes],
+        [driver.cuuint32_t(int(b)) for b in arg.box_dims],
+        [driver.cuuint32_t(int(e)) for e in element_strides],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         getattr(driver.CUtensorMapSwizzle, _SWIZZLES[arg.swizzle]),
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         getattr(driver.CUtensorMapFloatOOBfill, _OOB_FILLS[arg.oob_fill]),
     )
     _check(driver, err, f"cuTensorMapEncodeTiled({arg.name})")
-    return tensor_map_argument(np.array(tensor_map.opaque, dtype=np.uint64).tobytes())
+    return tensor_map_argument(ctypes.string_at(tensor_map.getPtr(), TENSOR_MAP_BYTES))
 
 
 def tensor_map_argument(raw: bytes) -> np.ndarray:

@@ -281,7 +281,9 @@ STANDIN_FINGERPRINT = {
 }
 
 
-def standin_artifact(behaviour: str = "ok", latency_us: float = 10.0, name: str = "k") -> KernelArtifact:
+def standin_artifact(
+    behaviour: str = "ok", latency_us: float = 10.0, name: str = "k"
+) -> KernelArtifact:
     """An artifact the stand-in worker understands.
 
     ``behaviour``: ``ok``; ``hang`` (never answers); ``die`` (the process exits);
