@@ -142,8 +142,6 @@ class GpuWorker:
     def _measure_artifact(
         self, job: Job, compiled: CompileResult, common: dict[str, Any]
     ) -> Measurement:
-        import cupy
-
         artifact = job.artifact
         assert artifact is not None
         op, params = job.workload["op"], job.workload["params"]
@@ -171,26 +169,8 @@ class GpuWorker:
             kernel(grid, block, args, shared_mem=artifact.dynamic_smem_bytes)
 
         rel_error, nonfinite = self._check(workload, launch)
-        cupy.cuda.Device().synchronize()
-        verify_ms = (time.perf_counter() - start) * 1e3
-        checked = {
-            "rel_error": rel_error,
-            "error_bound": workload.bound,
-            "verify_wall_ms": verify_ms,
-            **resources,
-            **common,
-        }
-        if not rel_error <= workload.bound:
-            return Measurement(
-                MeasurementStatus.WRONG_RESULT,
-                error=_wrong_result_text(rel_error, workload.bound, nonfinite),
-                **checked,
-            )
-        start = time.perf_counter()
-        samples = time_launches(launch, job.timing, self._flush)
-        return Measurement.from_samples(
-            samples, timing_wall_ms=(time.perf_counter() - start) * 1e3, **checked
-        )
+        checked = {"verify_wall_ms": (time.perf_counter() - start) * 1e3, **resources, **common}
+        return self._time_if_correct(job, workload, launch, rel_error, nonfinite, checked)
 
     def _measure_baseline(self, job: Job, common: dict[str, Any]) -> Measurement:
         op, params = job.workload["op"], job.workload["params"]
@@ -204,12 +184,20 @@ class GpuWorker:
             finish()
 
         rel_error, nonfinite = self._check(workload, launch_and_finish)
-        checked = {
-            "rel_error": rel_error,
-            "error_bound": workload.bound,
-            "verify_wall_ms": (time.perf_counter() - start) * 1e3,
-            **common,
-        }
+        checked = {"verify_wall_ms": (time.perf_counter() - start) * 1e3, **common}
+        return self._time_if_correct(job, workload, launch, rel_error, nonfinite, checked)
+
+    def _time_if_correct(
+        self,
+        job: Job,
+        workload: _Workload,
+        launch: Any,
+        rel_error: float,
+        nonfinite: int,
+        checked: dict[str, Any],
+    ) -> Measurement:
+        """``wrong_result`` past the bound; otherwise time ``launch`` and report ``ok``."""
+        checked = {"rel_error": rel_error, "error_bound": workload.bound, **checked}
         if not rel_error <= workload.bound:
             return Measurement(
                 MeasurementStatus.WRONG_RESULT,
@@ -225,9 +213,9 @@ class GpuWorker:
     def _workload(
         self, op: str, params: dict[str, Any], dtypes: dict[str, str], seed: int
     ) -> _Workload:
+        """The inputs of one workload, built once and kept until another workload comes."""
         import cupy
 
-        """The inputs of one workload, built once and kept until another workload comes."""
         key = json.dumps([op, params, dtypes, seed], sort_keys=True)
         if key == self._workload_key and self._workload_state is not None:
             return self._workload_state

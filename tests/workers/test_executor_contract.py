@@ -46,7 +46,7 @@ def _local_gpu(tmp_dir: str) -> tuple[Executor, Callable[[str], Job]]:
     return pool, make
 
 
-@pytest.fixture(params=["standin", pytest.param("local_gpu", marks=pytest.mark.gpu)])
+@pytest.fixture(scope="class", params=["standin", pytest.param("local_gpu", marks=pytest.mark.gpu)])
 def executor(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Executor, Callable[[str], Job]]]:

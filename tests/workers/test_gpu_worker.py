@@ -130,7 +130,6 @@ def test_two_measurements_of_one_kernel_agree_within_3_percent(pool: LocalGpuPoo
     job = _job(gemm_tiled_artifact(GEMM))
     first, second = pool.measure([job, job])
     assert first.status is S.OK and second.status is S.OK
-    assert second.compile_cached
     print(f"{first.latency_us:.2f} us vs {second.latency_us:.2f} us")
     assert (
         abs(first.latency_us - second.latency_us) / min(first.latency_us, second.latency_us) < 0.03
