@@ -50,9 +50,8 @@ class CompileResult:
 
 
 def default_cache_dir() -> Path:
-    """``$PIPETUNE_CUBIN_CACHE`` or ``~/.cache/pipetune/cubin``."""
-    env = os.environ.get("PIPETUNE_CUBIN_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "pipetune" / "cubin"
+    """``~/.cache/pipetune/cubin``; the service passes its configured directory instead."""
+    return Path.home() / ".cache" / "pipetune" / "cubin"
 
 
 def nvrtc_options(options: tuple[str, ...], default_arch: str) -> tuple[str, ...]:
