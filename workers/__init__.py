@@ -1,13 +1,14 @@
 """GPU measurement engine: compile, verify and time candidate kernels, isolating faults.
 
 ``workers`` receives plain data (a ``KernelArtifact`` and a workload) and never imports
-``service`` or ``scheduler_search``. CuPy, PyTorch and the CUDA bindings are imported
+``service``, nor ``scheduler_search`` at import time (only the simulated device's default
+estimator calls the cost model, lazily). CuPy, PyTorch and the CUDA bindings are imported
 lazily inside functions, so this package imports on a machine without a GPU.
 """
 
 from workers.compile import CompileResult, ParallelCompiler
 from workers.device import fingerprint_key, read_fingerprint
-from workers.executors import Executor, LocalGpuPool
+from workers.executors import Executor, LocalGpuPool, SimulatedDevice
 from workers.protocol import (
     PROTOCOL_VERSION,
     Job,
@@ -25,6 +26,7 @@ __all__ = [
     "Measurement",
     "MeasurementStatus",
     "ParallelCompiler",
+    "SimulatedDevice",
     "TimingConfig",
     "fingerprint_key",
     "read_fingerprint",

@@ -72,7 +72,9 @@ class TimingConfig:
 class Job:
     """One candidate to measure: a kernel (or a named peer baseline) on one workload.
 
-    Exactly one of ``artifact`` and ``baseline`` is set. ``workload`` is
+    Exactly one of ``artifact``, ``schedule`` and ``baseline`` is set. ``schedule`` is an
+    sProgram's ``to_dict()``: what the simulated device measures (through the cost model)
+    before code generation exists for it. ``workload`` is
     ``{"op": str, "params": dict}`` with the operator spec's fields; ``seed`` picks the
     random inputs; ``deadline_s`` bounds load + verify + timing on the GPU.
     """
@@ -80,13 +82,15 @@ class Job:
     workload: dict[str, Any]
     artifact: KernelArtifact | None = None
     baseline: str | None = None
+    schedule: dict[str, Any] | None = None
     seed: int = 0
     timing: TimingConfig = field(default_factory=TimingConfig)
     deadline_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if (self.artifact is None) == (self.baseline is None):
-            raise ValueError("a Job needs exactly one of artifact and baseline")
+        given = [x for x in (self.artifact, self.schedule, self.baseline) if x is not None]
+        if len(given) != 1:
+            raise ValueError("a Job needs exactly one of artifact, schedule and baseline")
         if set(self.workload) != {"op", "params"}:
             raise ValueError("workload must be {'op': ..., 'params': {...}}")
 
@@ -95,6 +99,8 @@ class Job:
         """Short name for logs: the schedule hash or the baseline name."""
         if self.artifact is not None:
             return self.artifact.schedule_hash or self.artifact.entry
+        if self.schedule is not None:
+            return f"schedule:{self.schedule.get('op', '?')}"
         return f"baseline:{self.baseline}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +109,9 @@ class Job:
             "workload": json.loads(json.dumps(self.workload)),
             "artifact": self.artifact.to_dict() if self.artifact is not None else None,
             "baseline": self.baseline,
+            "schedule": (
+                json.loads(json.dumps(self.schedule)) if self.schedule is not None else None
+            ),
             "seed": self.seed,
             "timing": self.timing.to_dict(),
             "deadline_s": self.deadline_s,
@@ -116,6 +125,7 @@ class Job:
             workload=dict(data["workload"]),
             artifact=KernelArtifact.from_dict(artifact) if artifact is not None else None,
             baseline=data.get("baseline"),
+            schedule=dict(data["schedule"]) if data.get("schedule") is not None else None,
             seed=int(data.get("seed", 0)),
             timing=TimingConfig.from_dict(data.get("timing", {})),
             deadline_s=float(data.get("deadline_s", 60.0)),

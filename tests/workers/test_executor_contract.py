@@ -1,7 +1,7 @@
 """The Executor contract, written once and run over every executor.
 
-Executors: the local pool with stand-in workers (no GPU) and, with the ``gpu`` marker, the
-local pool on real GPUs. The simulated executor joins this list when it exists.
+Executors: the local pool with stand-in workers (no GPU), the simulated device (the cost
+model) and, with the ``gpu`` marker, the local pool on real GPUs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from workers import Executor, Job, LocalGpuPool, MeasurementStatus, ParallelCompiler
+from workers import (
+    Executor,
+    Job,
+    LocalGpuPool,
+    MeasurementStatus,
+    ParallelCompiler,
+    SimulatedDevice,
+)
 from workers.testing import (
     StandinCompiler,
     gemm_tiled_artifact,
@@ -24,17 +31,28 @@ WORKLOAD = {"op": "gemm", "params": GEMM}
 BROKEN_SOURCE = 'extern "C" __global__ void gemm_tiled( {}'
 
 
-def _standin() -> tuple[Executor, Callable[[str], Job]]:
+@dataclasses.dataclass
+class Case:
+    """An executor under test, how to make a good or a broken job for it, and what a
+    broken job's status and every result's ``simulated`` flag must be."""
+
+    executor: Executor
+    make: Callable[[str], Job]
+    broken_status: MeasurementStatus = MeasurementStatus.COMPILE_ERROR
+    simulated: bool = False
+
+
+def _standin() -> Case:
     pool = LocalGpuPool(["0", "1"], worker_entry=standin_worker_main, compiler=StandinCompiler())
 
     def make(kind: str) -> Job:
         behaviour = {"good": "ok", "broken": "syntax"}[kind]
         return Job(workload=WORKLOAD, artifact=standin_artifact(behaviour, name=kind))
 
-    return pool, make
+    return Case(pool, make)
 
 
-def _local_gpu(tmp_dir: str) -> tuple[Executor, Callable[[str], Job]]:
+def _local_gpu(tmp_dir: str) -> Case:
     pool = LocalGpuPool(compiler=ParallelCompiler(cache_dir=tmp_dir))
 
     def make(kind: str) -> Job:
@@ -43,42 +61,69 @@ def _local_gpu(tmp_dir: str) -> tuple[Executor, Callable[[str], Job]]:
             artifact = dataclasses.replace(artifact, source=BROKEN_SOURCE)
         return Job(workload=WORKLOAD, artifact=artifact)
 
-    return pool, make
+    return Case(pool, make)
 
 
-@pytest.fixture(scope="class", params=["standin", pytest.param("local_gpu", marks=pytest.mark.gpu)])
-def executor(
+def _simulated() -> Case:
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.space import ScheduleSpace
+
+    device = SimulatedDevice("sim:h200", capacity=4)
+    space = ScheduleSpace(parse_spec("gemm", GEMM), get_device("sim:h200"))
+    good = None
+    for candidate in space.enumerate()[0]:
+        job = Job(workload=WORKLOAD, schedule=candidate.sprogram.to_dict())
+        if device.measure_one(job).status.is_ok():
+            good = job
+            break
+    assert good is not None, "no schedule of the space could be estimated"
+    broken = Job(workload=WORKLOAD, schedule={"version": -1})
+
+    def make(kind: str) -> Job:
+        return good if kind == "good" else broken
+
+    return Case(device, make, MeasurementStatus.LAUNCH_ERROR, simulated=True)
+
+
+@pytest.fixture(
+    scope="class",
+    params=["standin", "simulated", pytest.param("local_gpu", marks=pytest.mark.gpu)],
+)
+def case(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Executor, Callable[[str], Job]]]:
+) -> Iterator[Case]:
     if request.param == "standin":
-        pool, make = _standin()
+        made = _standin()
+    elif request.param == "simulated":
+        made = _simulated()
     else:
-        pool, make = _local_gpu(str(tmp_path_factory.mktemp("cubins")))
-    with pool:
-        yield pool, make
+        made = _local_gpu(str(tmp_path_factory.mktemp("cubins")))
+    with made.executor:
+        yield made
 
 
 class TestExecutorContract:
-    def test_capacity_is_positive(self, executor: tuple[Executor, Callable[[str], Job]]) -> None:
-        pool, _ = executor
-        assert pool.capacity() >= 1
+    def test_capacity_is_positive(self, case: Case) -> None:
+        assert case.executor.capacity() >= 1
 
-    def test_one_measurement_per_job_in_order(
-        self, executor: tuple[Executor, Callable[[str], Job]]
-    ) -> None:
-        pool, make = executor
+    def test_one_measurement_per_job_in_order(self, case: Case) -> None:
         kinds = ["good", "broken", "good", "good", "broken"]
-        results = pool.measure([make(k) for k in kinds])
+        results = case.executor.measure([case.make(k) for k in kinds])
         assert len(results) == len(kinds)
-        expected = {"good": MeasurementStatus.OK, "broken": MeasurementStatus.COMPILE_ERROR}
+        expected = {"good": MeasurementStatus.OK, "broken": case.broken_status}
         assert [r.status for r in results] == [expected[k] for k in kinds]
-        assert all(not r.simulated for r in results)
+        assert all(r.simulated is case.simulated for r in results)
 
-    def test_empty_batch_and_measure_one(
-        self, executor: tuple[Executor, Callable[[str], Job]]
-    ) -> None:
-        pool, make = executor
-        assert pool.measure([]) == []
-        result = pool.measure_one(make("good"))
+    def test_empty_batch_and_measure_one(self, case: Case) -> None:
+        assert case.executor.measure([]) == []
+        result = case.executor.measure_one(case.make("good"))
         assert result.status.is_ok() and result.latency_us is not None and result.latency_us > 0
         assert result.samples_us and result.min_us <= result.latency_us <= result.max_us
+
+    def test_retime_interleaved_pools_rounds(self, case: Case) -> None:
+        good, broken = case.make("good"), case.make("broken")
+        retimed = case.executor.retime_interleaved([good, broken, good], rounds=2)
+        assert [r.status for r in retimed] == [MeasurementStatus.OK, case.broken_status,
+                                               MeasurementStatus.OK]
+        assert len(retimed[0].samples_us) >= 2

@@ -41,6 +41,8 @@ def test_job_round_trips_through_json() -> None:
     baseline = Job(workload=GEMM, baseline="cublas")
     assert Job.from_dict(json.loads(json.dumps(baseline.to_dict()))) == baseline
     assert baseline.label == "baseline:cublas"
+    scheduled = Job(workload=GEMM, schedule={"op": "gemm", "tile": {"m": 128}}, seed=1)
+    assert Job.from_dict(json.loads(json.dumps(scheduled.to_dict()))) == scheduled
 
 
 def test_job_needs_exactly_one_kernel_and_a_plain_workload() -> None:
@@ -48,6 +50,8 @@ def test_job_needs_exactly_one_kernel_and_a_plain_workload() -> None:
         Job(workload=GEMM)
     with pytest.raises(ValueError, match="exactly one"):
         Job(workload=GEMM, artifact=gemm_tma_artifact(GEMM["params"]), baseline="cublas")
+    with pytest.raises(ValueError, match="exactly one"):
+        Job(workload=GEMM, schedule={"op": "gemm"}, baseline="cublas")
     with pytest.raises(ValueError, match="workload"):
         Job(workload={"op": "gemm"}, baseline="cublas")
 

@@ -2,5 +2,6 @@
 
 from workers.executors.base import Executor
 from workers.executors.local_gpu_pool import LocalGpuPool, visible_devices
+from workers.executors.simulated import SimulatedDevice, cost_model_estimator
 
-__all__ = ["Executor", "LocalGpuPool", "visible_devices"]
+__all__ = ["Executor", "LocalGpuPool", "SimulatedDevice", "cost_model_estimator", "visible_devices"]
