@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from scheduler_search.ir.stask import STask
@@ -74,6 +75,15 @@ class STaskGraph:
         loop body is carried from the previous iteration (distance 1), as the running
         max of online softmax is.
         """
+        return self._dependencies
+
+    @cached_property
+    def plan(self) -> TilePlan:
+        """Propagate from the graph's own output tile (computed once per graph)."""
+        return propagate(self)
+
+    @cached_property
+    def _dependencies(self) -> dict[str, tuple[tuple[str, int], ...]]:
         order = {t.name: i for i, t in enumerate(self.stasks)}
         deps: dict[str, tuple[tuple[str, int], ...]] = {}
         for task in self.stasks:

@@ -18,8 +18,7 @@ from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpe
 
 #: Operator name -> spec class (the table the API, CLI and space dispatch on).
 OPERATORS: dict[str, type[OperatorSpec]] = {
-    spec.op: spec
-    for spec in (GemmSpec, AttentionSpec, Mamba2ChunkScanSpec, Mamba2ChunkStateSpec)
+    spec.op: spec for spec in (GemmSpec, AttentionSpec, Mamba2ChunkScanSpec, Mamba2ChunkStateSpec)
 }
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import abstractmethod
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -93,9 +94,12 @@ class OperatorSpec(BaseModel):
         if need > largest.memory_bytes:
             sizes = {k: v for k, v in self.model_dump().items() if type(v) is int}
             field = max(sizes, key=lambda k: sizes[k])
-            yield field, (
-                f"workload needs {need / 2**30:.1f} GiB of device memory; the largest known "
-                f"device ({largest.name}) has {largest.memory_bytes / 2**30:.1f} GiB"
+            yield (
+                field,
+                (
+                    f"workload needs {need / 2**30:.1f} GiB of device memory; the largest known "
+                    f"device ({largest.name}) has {largest.memory_bytes / 2**30:.1f} GiB"
+                ),
             )
 
     @model_validator(mode="after")
@@ -126,6 +130,15 @@ class OperatorSpec(BaseModel):
     @abstractmethod
     def build_graph(self, tile: TileShape) -> STaskGraph:
         """The sTask-graph of one output tile of shape ``tile``."""
+
+    def graph(self, tile: TileShape) -> STaskGraph:
+        """:meth:`build_graph`, memoised: the space asks for the same tiles many times."""
+        return _cached_graph(self, tuple(sorted(tile.items())))
+
+    def grid_sharing(self) -> dict[str, dict[str, int]]:
+        """Input tensors shared by neighbouring instances of a grid axis: tensor ->
+        {grid axis: how many consecutive instances read the same slice} (GQA heads)."""
+        return {}
 
     def min_bytes(self) -> int:
         """Compulsory global-memory traffic: every tensor read or written once."""
@@ -158,6 +171,11 @@ class OperatorSpec(BaseModel):
                 f"workload needs {need / 2**30:.1f} GiB but {device.name} has "
                 f"{device.memory_bytes / 2**30:.1f} GiB of memory",
             )
+
+
+@lru_cache(maxsize=4096)
+def _cached_graph(spec: OperatorSpec, tile: tuple[tuple[str, int], ...]) -> STaskGraph:
+    return spec.build_graph(dict(tile))
 
 
 def row_alignment_error(field: str, elements: int, dtype: str) -> str | None:

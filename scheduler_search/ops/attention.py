@@ -45,14 +45,20 @@ class AttentionSpec(OperatorSpec):
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         if self.heads % self.kv_heads:
-            yield "kv_heads", (
-                f"heads={self.heads} is not divisible by kv_heads={self.kv_heads} "
-                "(each kv head serves a whole group of query heads)"
+            yield (
+                "kv_heads",
+                (
+                    f"heads={self.heads} is not divisible by kv_heads={self.kv_heads} "
+                    "(each kv head serves a whole group of query heads)"
+                ),
             )
         if self.head_dim % HEAD_DIM_STEP:
-            yield "head_dim", (
-                f"head_dim={self.head_dim} must be a multiple of {HEAD_DIM_STEP} "
-                "(the K step of wgmma)"
+            yield (
+                "head_dim",
+                (
+                    f"head_dim={self.head_dim} must be a multiple of {HEAD_DIM_STEP} "
+                    "(the K step of wgmma)"
+                ),
             )
         else:
             # Rows of q, k, v, o hold head_dim elements; already 32-byte multiples here,
@@ -70,6 +76,10 @@ class AttentionSpec(OperatorSpec):
             TensorSpec("v", kv_shape, self.dtype, "input"),
             TensorSpec("o", q_shape, self.dtype, "output"),
         ]
+
+    def grid_sharing(self) -> dict[str, dict[str, int]]:
+        group = self.heads // self.kv_heads
+        return {"k": {"heads": group}, "v": {"heads": group}}
 
     def attended_pairs(self) -> float:
         """(query, key) pairs that contribute per head; about half when causal."""
@@ -94,45 +104,89 @@ class AttentionSpec(OperatorSpec):
             stask("load_k", STaskKind.LOAD, "k_s[kv,d]", ("k[kv,d]",), TMA_OR_LSU),
             stask("load_v", STaskKind.LOAD, "v_s[kv,d]", ("v[kv,d]",), TMA_OR_LSU),
             stask(
-                "mma_qk", STaskKind.MMA, "s[q,kv]", ("q_s[q,d]", "k_s[kv,d]"), TC,
+                "mma_qk",
+                STaskKind.MMA,
+                "s[q,kv]",
+                ("q_s[q,d]", "k_s[kv,d]"),
+                TC,
                 expr="s[q,kv] = q[q,d] * k[kv,d]",
             ),
             stask(
-                "softmax_max", reduce, "m_row[q]", ("s[q,kv]",), CORES, ops_per_point=2.0,
+                "softmax_max",
+                reduce,
+                "m_row[q]",
+                ("s[q,kv]",),
+                CORES,
+                ops_per_point=2.0,
                 expr="m_row[q] = max(m_row[q], max_kv s[q,kv] * scale_log2)",
             ),
             stask(
-                "softmax_exp2", elementwise, "p[q,kv]", ("s[q,kv]", "m_row[q]"), EXP_UNITS,
-                ops_per_point=1.0, expr="p[q,kv] = exp2(s[q,kv] * scale_log2 - m_row[q])",
+                "softmax_exp2",
+                elementwise,
+                "p[q,kv]",
+                ("s[q,kv]", "m_row[q]"),
+                EXP_UNITS,
+                ops_per_point=1.0,
+                expr="p[q,kv] = exp2(s[q,kv] * scale_log2 - m_row[q])",
             ),
             stask(
-                "softmax_sum", reduce, "l_row[q]", ("p[q,kv]", "m_row[q]"), CORES,
-                ops_per_point=2.0, expr="l_row[q] = l_row[q] * alpha[q] + sum_kv p[q,kv]",
+                "softmax_sum",
+                reduce,
+                "l_row[q]",
+                ("p[q,kv]", "m_row[q]"),
+                CORES,
+                ops_per_point=2.0,
+                expr="l_row[q] = l_row[q] * alpha[q] + sum_kv p[q,kv]",
             ),
             stask(
-                "rescale", elementwise, "o_acc[q,d]", ("o_acc[q,d]", "m_row[q]"), CORES,
-                ops_per_point=1.0, expr="o_acc[q,d] *= alpha[q]",
+                "rescale",
+                elementwise,
+                "o_acc[q,d]",
+                ("o_acc[q,d]", "m_row[q]"),
+                CORES,
+                ops_per_point=1.0,
+                expr="o_acc[q,d] *= alpha[q]",
             ),
             stask(
-                "mma_pv", STaskKind.MMA, "o_acc[q,d]", ("p[q,kv]", "v_s[kv,d]", "o_acc[q,d]"), TC,
+                "mma_pv",
+                STaskKind.MMA,
+                "o_acc[q,d]",
+                ("p[q,kv]", "v_s[kv,d]", "o_acc[q,d]"),
+                TC,
                 expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
             ),
             stask(
-                "normalize", elementwise, "o_r[q,d]", ("o_acc[q,d]", "l_row[q]"), CORES,
-                phase="epilogue", ops_per_point=1.0, expr="o_r[q,d] = o_acc[q,d] / l_row[q]",
+                "normalize",
+                elementwise,
+                "o_r[q,d]",
+                ("o_acc[q,d]", "l_row[q]"),
+                CORES,
+                phase="epilogue",
+                ops_per_point=1.0,
+                expr="o_r[q,d] = o_acc[q,d] / l_row[q]",
             ),
-            stask("store", STaskKind.STORE, "o[q,d]", ("o_r[q,d]",), TMA_OR_CORES, phase="epilogue"),
+            stask(
+                "store", STaskKind.STORE, "o[q,d]", ("o_r[q,d]",), TMA_OR_CORES, phase="epilogue"
+            ),
         )
         dt = self.dtype
         return STaskGraph(
             op=self.op,
             stasks=stasks,
             tensors=tensors(
-                q=(dt, "global"), k=(dt, "global"), v=(dt, "global"), o=(dt, "global"),
-                q_s=(dt, "shared"), k_s=(dt, "shared"), v_s=(dt, "shared"),
-                s=("float32", "register"), p=(dt, "register"),
-                m_row=("float32", "register"), l_row=("float32", "register"),
-                o_acc=("float32", "register"), o_r=(dt, "register"),
+                q=(dt, "global"),
+                k=(dt, "global"),
+                v=(dt, "global"),
+                o=(dt, "global"),
+                q_s=(dt, "shared"),
+                k_s=(dt, "shared"),
+                v_s=(dt, "shared"),
+                s=("float32", "register"),
+                p=(dt, "register"),
+                m_row=("float32", "register"),
+                l_row=("float32", "register"),
+                o_acc=("float32", "register"),
+                o_r=(dt, "register"),
             ),
             extents={"q": self.seq_q, "kv": self.seq_kv, "d": self.head_dim},
             tile=dict(tile),

@@ -53,17 +53,26 @@ class GemmSpec(OperatorSpec):
             stask("load_a", STaskKind.LOAD, "a_s[m,k]", ("a[m,k]",), TMA_OR_LSU),
             stask("load_b", STaskKind.LOAD, b_shared, (b_global,), TMA_OR_LSU),
             stask(
-                "mma", STaskKind.MMA, "acc[m,n]", ("a_s[m,k]", b_shared),
-                (UnitKind.TENSOR_CORE,), expr="acc[m,n] += a[m,k] * b[k,n]",
+                "mma",
+                STaskKind.MMA,
+                "acc[m,n]",
+                ("a_s[m,k]", b_shared),
+                (UnitKind.TENSOR_CORE,),
+                expr="acc[m,n] += a[m,k] * b[k,n]",
             ),
-            stask("store", STaskKind.STORE, "c[m,n]", ("acc[m,n]",), TMA_OR_CORES, phase="epilogue"),
+            stask(
+                "store", STaskKind.STORE, "c[m,n]", ("acc[m,n]",), TMA_OR_CORES, phase="epilogue"
+            ),
         )
         return STaskGraph(
             op=self.op,
             stasks=stasks,
             tensors=tensors(
-                a=(self.dtype, "global"), b=(self.dtype, "global"), c=(self.dtype, "global"),
-                a_s=(self.dtype, "shared"), b_s=(self.dtype, "shared"),
+                a=(self.dtype, "global"),
+                b=(self.dtype, "global"),
+                c=(self.dtype, "global"),
+                a_s=(self.dtype, "shared"),
+                b_s=(self.dtype, "shared"),
                 acc=("float32", "register"),
             ),
             extents={"m": self.m, "n": self.n, "k": self.k},

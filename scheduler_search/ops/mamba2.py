@@ -47,8 +47,9 @@ class _Mamba2Spec(OperatorSpec):
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         if self.seqlen % self.chunk_size:
-            yield "seqlen", (
-                f"seqlen={self.seqlen} is not divisible by chunk_size={self.chunk_size}"
+            yield (
+                "seqlen",
+                (f"seqlen={self.seqlen} is not divisible by chunk_size={self.chunk_size}"),
             )
         if self.nheads % self.ngroups:
             yield "ngroups", f"nheads={self.nheads} is not divisible by ngroups={self.ngroups}"
@@ -71,11 +72,17 @@ class _Mamba2Spec(OperatorSpec):
         ]
 
     def _x(self) -> TensorSpec:
-        return TensorSpec("x", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "input")
+        return TensorSpec(
+            "x", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "input"
+        )
 
     def _states(self, dtype: str, role: str) -> TensorSpec:
         shape = (self.batch, self.nchunks, self.nheads, self.headdim, self.dstate)
         return TensorSpec("states", shape, dtype, role)  # type: ignore[arg-type]
+
+    def grid_sharing(self) -> dict[str, dict[str, int]]:
+        group = self.nheads // self.ngroups
+        return {name: {"heads": group} for name in ("b", "c", "cb")}
 
     def _grid_axes(self) -> dict[str, int]:
         return {"batch": self.batch, "chunks": self.nchunks, "heads": self.nheads}
@@ -105,28 +112,56 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
             stask("load_dt", STaskKind.LOAD, "dt_s[l]", ("dt[l]",), TMA_OR_CORES),
             stask("load_dA", STaskKind.LOAD, "dA_s[l]", ("dA_cumsum[l]",), TMA_OR_CORES),
             stask(
-                "decay", STaskKind.ELEMENTWISE, "w[l]", ("dA_s[l]", "dt_s[l]"), EXP_UNITS,
-                ops_per_point=1.0, expr="w[l] = exp(dA[L-1] - dA[l]) * dt[l]",
+                "decay",
+                STaskKind.ELEMENTWISE,
+                "w[l]",
+                ("dA_s[l]", "dt_s[l]"),
+                EXP_UNITS,
+                ops_per_point=1.0,
+                expr="w[l] = exp(dA[L-1] - dA[l]) * dt[l]",
             ),
             stask(
-                "scale_x", STaskKind.ELEMENTWISE, "xw[l,p]", ("x_s[l,p]", "w[l]"), CORES,
-                ops_per_point=2.0, expr="xw[l,p] = x[l,p] * w[l]",
+                "scale_x",
+                STaskKind.ELEMENTWISE,
+                "xw[l,p]",
+                ("x_s[l,p]", "w[l]"),
+                CORES,
+                ops_per_point=2.0,
+                expr="xw[l,p] = x[l,p] * w[l]",
             ),
             stask(
-                "mma", STaskKind.MMA, "acc[p,n]", ("xw[l,p]", "b_s[l,n]"), TC,
+                "mma",
+                STaskKind.MMA,
+                "acc[p,n]",
+                ("xw[l,p]", "b_s[l,n]"),
+                TC,
                 expr="acc[p,n] += xw[l,p] * b[l,n]",
             ),
-            stask("store", STaskKind.STORE, "states[p,n]", ("acc[p,n]",), TMA_OR_CORES, phase="epilogue"),
+            stask(
+                "store",
+                STaskKind.STORE,
+                "states[p,n]",
+                ("acc[p,n]",),
+                TMA_OR_CORES,
+                phase="epilogue",
+            ),
         )
         dt = self.dtype
         return STaskGraph(
             op=self.op,
             stasks=stasks,
             tensors=tensors(
-                x=(dt, "global"), b=(dt, "global"), dt=("float32", "global"),
-                dA_cumsum=("float32", "global"), states=("float32", "global"),
-                x_s=(dt, "shared"), b_s=(dt, "shared"), dt_s=("float32", "shared"),
-                dA_s=("float32", "shared"), w=("float32", "register"), xw=(dt, "register"),
+                x=(dt, "global"),
+                b=(dt, "global"),
+                dt=("float32", "global"),
+                dA_cumsum=("float32", "global"),
+                states=("float32", "global"),
+                x_s=(dt, "shared"),
+                b_s=(dt, "shared"),
+                dt_s=("float32", "shared"),
+                dA_s=("float32", "shared"),
+                w=("float32", "register"),
+                xw=(dt, "register"),
                 acc=("float32", "register"),
             ),
             extents={"p": self.headdim, "n": self.dstate, "l": self.chunk_size},
@@ -156,7 +191,9 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             *self._scalar_tensors(),
             TensorSpec("c", c_shape, self.dtype, "input"),
             self._states(self.dtype, "input"),
-            TensorSpec("out", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "output"),
+            TensorSpec(
+                "out", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "output"
+            ),
         ]
 
     def flops(self) -> float:
@@ -168,53 +205,103 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         stasks = (
             stask("load_c", STaskKind.LOAD, "c_s[l,n]", ("c[l,n]",), TMA_OR_LSU, phase="prologue"),
             stask(
-                "load_state", STaskKind.LOAD, "st_s[p,n]", ("states[p,n]",), TMA_OR_LSU,
+                "load_state",
+                STaskKind.LOAD,
+                "st_s[p,n]",
+                ("states[p,n]",),
+                TMA_OR_LSU,
                 phase="prologue",
             ),
             stask(
-                "load_dA_l", STaskKind.LOAD, "dAl_s[l]", ("dA_cumsum[l]",), TMA_OR_CORES,
+                "load_dA_l",
+                STaskKind.LOAD,
+                "dAl_s[l]",
+                ("dA_cumsum[l]",),
+                TMA_OR_CORES,
                 phase="prologue",
             ),
             stask(
-                "mma_state", STaskKind.MMA, "acc[l,p]", ("c_s[l,n]", "st_s[p,n]"), TC,
-                phase="prologue", expr="acc[l,p] = c[l,n] * states[p,n]",
+                "mma_state",
+                STaskKind.MMA,
+                "acc[l,p]",
+                ("c_s[l,n]", "st_s[p,n]"),
+                TC,
+                phase="prologue",
+                expr="acc[l,p] = c[l,n] * states[p,n]",
             ),
             stask(
-                "decay_out", elementwise, "acc[l,p]", ("acc[l,p]", "dAl_s[l]"), CORES,
-                phase="prologue", ops_per_point=1.0, expr="acc[l,p] *= exp(dA[l])",
+                "decay_out",
+                elementwise,
+                "acc[l,p]",
+                ("acc[l,p]", "dAl_s[l]"),
+                CORES,
+                phase="prologue",
+                ops_per_point=1.0,
+                expr="acc[l,p] *= exp(dA[l])",
             ),
             stask("load_cb", STaskKind.LOAD, "cb_s[l,s]", ("cb[l,s]",), TMA_OR_LSU),
             stask("load_dt", STaskKind.LOAD, "dt_s[s]", ("dt[s]",), TMA_OR_CORES),
             stask("load_dA", STaskKind.LOAD, "dAs_s[s]", ("dA_cumsum[s]",), TMA_OR_CORES),
             stask("load_x", STaskKind.LOAD, "x_s[s,p]", ("x[s,p]",), TMA_OR_LSU),
             stask(
-                "decay", elementwise, "e[l,s]", ("dAl_s[l]", "dAs_s[s]"), EXP_UNITS,
-                ops_per_point=1.0, expr="e[l,s] = exp(dA[l] - dA[s])",
+                "decay",
+                elementwise,
+                "e[l,s]",
+                ("dAl_s[l]", "dAs_s[s]"),
+                EXP_UNITS,
+                ops_per_point=1.0,
+                expr="e[l,s] = exp(dA[l] - dA[s])",
             ),
             stask(
-                "scale_cb", elementwise, "pm[l,s]", ("cb_s[l,s]", "e[l,s]", "dt_s[s]"), CORES,
-                ops_per_point=3.0, expr="pm[l,s] = (s <= l) ? cb[l,s] * e[l,s] * dt[s] : 0",
+                "scale_cb",
+                elementwise,
+                "pm[l,s]",
+                ("cb_s[l,s]", "e[l,s]", "dt_s[s]"),
+                CORES,
+                ops_per_point=3.0,
+                expr="pm[l,s] = (s <= l) ? cb[l,s] * e[l,s] * dt[s] : 0",
             ),
             stask(
-                "mma_x", STaskKind.MMA, "acc[l,p]", ("pm[l,s]", "x_s[s,p]", "acc[l,p]"), TC,
+                "mma_x",
+                STaskKind.MMA,
+                "acc[l,p]",
+                ("pm[l,s]", "x_s[s,p]", "acc[l,p]"),
+                TC,
                 expr="acc[l,p] += pm[l,s] * x[s,p]",
             ),
-            stask("store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"),
+            stask(
+                "store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"
+            ),
         )
         dt = self.dtype
         return STaskGraph(
             op=self.op,
             stasks=stasks,
             tensors=tensors(
-                cb=("float32", "global"), x=(dt, "global"), dt=("float32", "global"),
-                dA_cumsum=("float32", "global"), c=(dt, "global"), states=(dt, "global"),
+                cb=("float32", "global"),
+                x=(dt, "global"),
+                dt=("float32", "global"),
+                dA_cumsum=("float32", "global"),
+                c=(dt, "global"),
+                states=(dt, "global"),
                 out=(dt, "global"),
-                c_s=(dt, "shared"), st_s=(dt, "shared"), dAl_s=("float32", "shared"),
-                cb_s=("float32", "shared"), dt_s=("float32", "shared"),
-                dAs_s=("float32", "shared"), x_s=(dt, "shared"),
-                e=("float32", "register"), pm=(dt, "register"), acc=("float32", "register"),
+                c_s=(dt, "shared"),
+                st_s=(dt, "shared"),
+                dAl_s=("float32", "shared"),
+                cb_s=("float32", "shared"),
+                dt_s=("float32", "shared"),
+                dAs_s=("float32", "shared"),
+                x_s=(dt, "shared"),
+                e=("float32", "register"),
+                pm=(dt, "register"),
+                acc=("float32", "register"),
             ),
-            extents={"l": self.chunk_size, "p": self.headdim, "s": self.chunk_size, "n": self.dstate},
+            extents={
+                "l": self.chunk_size,
+                "p": self.headdim,
+                "s": self.chunk_size,
+                "n": self.dstate,
+            },
             tile=dict(tile),
             spatial_axes=("l", "p"),
             reduction_axes=("s",),

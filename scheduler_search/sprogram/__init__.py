@@ -1,12 +1,24 @@
 """sPrograms: schedules built with Append / Wait, their validation and serialisation."""
 
-from scheduler_search.sprogram.plan import plan_sprogram
+from scheduler_search.sprogram.plan import (
+    Decisions,
+    emit_sprogram,
+    plan_sprogram,
+    resolve_choices,
+)
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
 from scheduler_search.sprogram.schedule import BarrierTask, Raster, SProgram, UnitOp, WarpRoles
-from scheduler_search.sprogram.validate import RejectReason, Rejection, Validity, check_valid
+from scheduler_search.sprogram.validate import (
+    Rejection,
+    RejectReason,
+    Validity,
+    check_tiles,
+    check_valid,
+)
 
 __all__ = [
     "BarrierTask",
+    "Decisions",
     "Raster",
     "RejectReason",
     "Rejection",
@@ -16,6 +28,9 @@ __all__ = [
     "UnitOp",
     "Validity",
     "WarpRoles",
+    "check_tiles",
     "check_valid",
+    "emit_sprogram",
     "plan_sprogram",
+    "resolve_choices",
 ]

@@ -18,14 +18,16 @@ Choice keys:
         or, for a loop whose MMA comes last, its completion is awaited one iteration late).
     ``producer_regs``: per-thread registers of the producer warpgroup (setmaxnreg).
     ``stages_<stream>``: pipeline depth of each operand stream.
-    ``map_<stask>``: the sEU of an sTask that more than one sEU can run.
+    ``map_<stask>``: the sEU of an sTask that more than one sEU can run;
+        ``map_vector_loads`` maps every load of a 1-D tile (dt, dA) at once.
     ``raster_major``, ``raster_swizzle``: tile order over the grid.
     ``persistent``: one block per SM looping over tiles, or one block per tile.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind
@@ -51,8 +53,9 @@ def default_mapping(graph: STaskGraph, device: Device) -> dict[str, UnitKind]:
     return mapping
 
 
-def consumer_register_budget(device: Device, warp_specialized: bool, consumers: int,
-                             producer_regs: int) -> int:
+def consumer_register_budget(
+    device: Device, warp_specialized: bool, consumers: int, producer_regs: int
+) -> int:
     """Largest per-thread register count the consumers can be given (multiple of 8)."""
     cap = min(device.regs_per_thread_max, SETMAXNREG_MAX)
     producer = WARPGROUP_THREADS * producer_regs if warp_specialized else 0
@@ -60,52 +63,127 @@ def consumer_register_budget(device: Device, warp_specialized: bool, consumers: 
     return min(cap, per_thread) // SETMAXNREG_STEP * SETMAXNREG_STEP
 
 
-def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> SProgram:
-    """Build the sProgram that ``choices`` describe for ``spec`` on ``device``.
+@dataclass(frozen=True)
+class Decisions:
+    """The choices resolved against the graph and device, before any Append or Wait.
+
+    It has every field that ``check_valid`` reads, so the space can reject a point
+    without building its sProgram.
+    """
+
+    graph: STaskGraph
+    tile: dict[str, int]
+    mapping: dict[str, UnitKind]
+    roles: WarpRoles
+    streams: dict[str, tuple[str, ...]]
+    stages: dict[str, int]
+    order: str
+    consumer_split: Literal["cooperative", "pingpong"]
+    alternate: bool
+    raster: Raster
+    persistent: bool
+    choices: dict[str, Any]
+
+    def stream_of(self, stask: str) -> str | None:
+        for name, members in self.streams.items():
+            if stask in members:
+                return name
+        return None
+
+
+def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> Decisions:
+    """Resolve ``choices`` (defaults filled in) for ``spec`` on ``device``.
 
     Raises:
         ScheduleError: a choice names an unknown axis, stream or sTask, or maps an sTask
             to an sEU that cannot run it.
     """
-    tile = {key.removeprefix("tile_"): int(v) for key, v in choices.items() if key.startswith("tile_")}
-    graph = spec.build_graph(tile)
+    tile = {
+        key.removeprefix("tile_"): int(v) for key, v in choices.items() if key.startswith("tile_")
+    }
+    graph = spec.graph(tile)
     unknown = set(tile) - set(graph.extents)
     if unknown:
         raise ScheduleError(f"tile names unknown axes {sorted(unknown)}")
 
-    mapping = default_mapping(graph, device)
+    mapping = dict(default_mapping(graph, device))
+    vector_loads = [
+        t.name for t in graph.stasks if t.kind is STaskKind.LOAD and len(t.output.axes) == 1
+    ]
     for key, value in choices.items():
-        if key.startswith("map_"):
+        if key == "map_vector_loads":
+            for name in vector_loads:
+                mapping[name] = UnitKind(value)
+        elif key.startswith("map_"):
             name = key.removeprefix("map_")
             if name not in mapping:
                 raise ScheduleError(f"{key}: {spec.op} has no sTask {name!r}")
             mapping[name] = UnitKind(value)
+    for name, unit in mapping.items():
+        if unit not in graph.stask(name).units:
+            raise ScheduleError(f"map_{name}: {name} cannot run on {unit.value}")
 
     ws = bool(choices.get("warp_specialized", device.has_tma))
     consumers = int(choices.get("consumer_warpgroups", 2 if ws else 1))
     producer_regs = int(choices.get("producer_regs", 40)) if ws else 0
-    consumer_regs = consumer_register_budget(device, ws, consumers, producer_regs or 0)
     roles = WarpRoles(
         warp_specialized=ws,
         producer_warps=1 if ws else 0,
         consumer_warpgroups=consumers,
         producer_regs=producer_regs,
-        consumer_regs=consumer_regs,
+        consumer_regs=consumer_register_budget(device, ws, consumers, producer_regs),
     )
-    split = choices.get("consumer_split", "cooperative")
-    alternate = choices.get("wg_schedule", "free") == "alternate" and consumers > 1
     order = choices.get("order", "serial")
     if order not in ("serial", "overlap"):
         raise ScheduleError(f"order: {order!r} is not serial or overlap")
+    split = choices.get("consumer_split", "cooperative")
+    if split not in ("cooperative", "pingpong"):
+        raise ScheduleError(f"consumer_split: {split!r} is not cooperative or pingpong")
 
-    streams = {name: members for name, members in type(spec).streams.items()}
-    stages = {}
-    for name in streams:
-        stages[name] = int(choices.get(f"stages_{name}", 2))
+    streams = dict(type(spec).streams)
+    stages = {name: int(choices.get(f"stages_{name}", 2)) for name in streams}
     for key in choices:
         if key.startswith("stages_") and key.removeprefix("stages_") not in streams:
-            raise ScheduleError(f"{key}: {spec.op} has no operand stream {key.removeprefix('stages_')!r}")
+            raise ScheduleError(
+                f"{key}: {spec.op} has no operand stream {key.removeprefix('stages_')!r}"
+            )
 
+    raster = Raster(
+        major=str(choices.get("raster_major", graph.spatial_axes[0])),
+        swizzle=int(choices.get("raster_swizzle", 1)),
+    )
+    if raster.major not in graph.spatial_axes + tuple(graph.grid_axes):
+        raise ScheduleError(f"raster_major: {raster.major!r} is not an axis of the grid")
+    return Decisions(
+        graph=graph,
+        tile=dict(graph.tile),
+        mapping=mapping,
+        roles=roles,
+        streams=streams,
+        stages=stages,
+        order=order,
+        consumer_split=split,
+        alternate=choices.get("wg_schedule", "free") == "alternate" and consumers > 1,
+        raster=raster,
+        persistent=bool(choices.get("persistent", False)),
+        choices=dict(sorted(choices.items())),
+    )
+
+
+def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> SProgram:
+    """Build the sProgram that ``choices`` describe for ``spec`` on ``device``.
+
+    Raises:
+        ScheduleError: as :func:`resolve_choices`.
+    """
+    return emit_sprogram(spec, device, resolve_choices(spec, device, choices))
+
+
+def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SProgram:
+    """Append every sTask instance and Wait on every dependence that ``decided`` implies."""
+    graph, mapping, roles = decided.graph, decided.mapping, decided.roles
+    ws, order, alternate = roles.warp_specialized, decided.order, decided.alternate
+    streams, stages = decided.streams, decided.stages
     builder = SProgramBuilder(graph, device, mapping)
     loader = "producer" if ws else "consumer0"
     consumer_roles = roles.consumer_roles
@@ -140,8 +218,9 @@ def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -
         first_reader = min(consumers_of, key=graph.names().index)
         depth = stages[stream]
         builder.wait(first_reader, [(m, 0) for m in copies], name=f"{stream}_full", slots=depth)
-        builder.wait(copies[0], [(last_reader, depth)], name=f"{stream}_empty", slots=depth,
-                     role=loader)
+        builder.wait(
+            copies[0], [(last_reader, depth)], name=f"{stream}_empty", slots=depth, role=loader
+        )
 
     # Loop, consumer side.
     body = [t.name for t in graph.phase_tasks("loop") if not is_async_copy(t.name)]
@@ -156,8 +235,13 @@ def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -
             builder.append(name, role=role, lead=lead)
         if alternate and index > 0 and mmas:
             previous = consumer_roles[index - 1]
-            builder.wait(mmas[0], [(mmas[-1], 0)], name=f"tc_turn_{previous}_to_{role}",
-                         kind="named", role=role)
+            builder.wait(
+                mmas[0],
+                [(mmas[-1], 0)],
+                name=f"tc_turn_{previous}_to_{role}",
+                kind="named",
+                role=role,
+            )
     # An MMA result read by the CUDA cores: wait for its wgmma group.
     for name in body:
         for dep, distance in deps[name]:
@@ -173,21 +257,14 @@ def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -
         for role in consumer_roles:
             builder.append(task.name, role=role)
 
-    major_default = graph.spatial_axes[0]
-    raster = Raster(
-        major=str(choices.get("raster_major", major_default)),
-        swizzle=int(choices.get("raster_swizzle", 1)),
-    )
-    if raster.major not in graph.spatial_axes:
-        raise ScheduleError(f"raster_major: {raster.major!r} is not a spatial axis")
     return builder.build(
         params=spec.params(),
         roles=roles,
         streams=streams,
         stages=stages,
         order=order,
-        consumer_split=split,
-        raster=raster,
-        persistent=bool(choices.get("persistent", False)),
-        choices=dict(sorted(choices.items())),
+        consumer_split=decided.consumer_split,
+        raster=decided.raster,
+        persistent=decided.persistent,
+        choices=decided.choices,
     )

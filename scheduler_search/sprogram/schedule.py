@@ -159,7 +159,8 @@ class SProgram:
             tile=dict(data["tile"]),
             mapping={k: UnitKind(v) for k, v in data["mapping"].items()},
             programs={
-                UnitKind(u): tuple(UnitOp(**op) for op in ops) for u, ops in data["programs"].items()
+                UnitKind(u): tuple(UnitOp(**op) for op in ops)
+                for u, ops in data["programs"].items()
             },
             barriers=tuple(
                 BarrierTask(

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from scheduler_search.hardware.model import Device, UnitKind
-from scheduler_search.ir import STaskGraph, STaskKind, TilePlan, propagate
+from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
 from scheduler_search.ops import DTYPE_BYTES, OperatorSpec
-from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, SProgram
+from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Raster, WarpRoles
 
 #: 128B-swizzled TMA tiles must start on 1024-byte boundaries (8 rows x 128 bytes).
 SWIZZLE_ALIGN_BYTES = 1024
@@ -38,6 +39,24 @@ WGMMA_M, WGMMA_N_STEP, WGMMA_N_MAX, WGMMA_K = 64, 8, 256, 16
 #: barrier phases, descriptors (estimate; ptxas reports the truth at compile time).
 CONSUMER_OVERHEAD_REGS = 24
 PRODUCER_MIN_REGS = 24
+
+
+class ScheduleLike(Protocol):
+    """What check_valid reads: an SProgram, or the Decisions it is emitted from."""
+
+    tile: dict[str, int]
+    mapping: dict[str, UnitKind]
+    roles: WarpRoles
+    stages: dict[str, int]
+    order: str
+    consumer_split: str
+    raster: Raster
+    persistent: bool
+
+    def stream_of(self, stask: str) -> str | None: ...
+
+
+SProgram = ScheduleLike
 
 
 class RejectReason(StrEnum):
@@ -127,7 +146,11 @@ def _store_staging_bytes(
     task = graph.stask(store)
     elem = DTYPE_BYTES[graph.tensors[task.output.tensor].dtype]
     staged = plan.tile_elements(task.inputs[0].tensor) * elem
-    if not sprogram.persistent and sprogram.consumer_split != "pingpong" and staged <= operand_bytes:
+    if (
+        not sprogram.persistent
+        and sprogram.consumer_split != "pingpong"
+        and staged <= operand_bytes
+    ):
         return 0
     rows = plan.tensor_tiles[task.inputs[0].tensor][0]
     subtile = rows * min(64, plan.tensor_tiles[task.inputs[0].tensor][-1]) * elem
@@ -148,7 +171,8 @@ def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) ->
     epilogue_outputs = {t.output.tensor for t in graph.phase_tasks("epilogue")}
     loop_outputs = {t.output.tensor for t in graph.stasks if t.phase != "epilogue"}
     register_tensors = {
-        n for n, t in graph.tensors.items()
+        n
+        for n, t in graph.tensors.items()
         if t.space == "register" and (n in loop_outputs or n not in epilogue_outputs)
     }
     # Loads done by the consumers themselves land in registers, not shared memory.
@@ -184,18 +208,31 @@ def _check_mma_shapes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> 
         for axis in k_axes:
             k *= extents[axis]
         if m % WGMMA_M or m == 0:
-            problems.append(Rejection(RejectReason.WGMMA_SHAPE,
-                                      f"{task.name}: M={m} per warpgroup is not a multiple of {WGMMA_M}"))
+            problems.append(
+                Rejection(
+                    RejectReason.WGMMA_SHAPE,
+                    f"{task.name}: M={m} per warpgroup is not a multiple of {WGMMA_M}",
+                )
+            )
         if n % WGMMA_N_STEP:
-            problems.append(Rejection(RejectReason.WGMMA_SHAPE,
-                                      f"{task.name}: N={n} is not a multiple of {WGMMA_N_STEP}"))
+            problems.append(
+                Rejection(
+                    RejectReason.WGMMA_SHAPE,
+                    f"{task.name}: N={n} is not a multiple of {WGMMA_N_STEP}",
+                )
+            )
         if k % WGMMA_K:
-            problems.append(Rejection(RejectReason.WGMMA_SHAPE,
-                                      f"{task.name}: K={k} is not a multiple of {WGMMA_K}"))
+            problems.append(
+                Rejection(
+                    RejectReason.WGMMA_SHAPE, f"{task.name}: K={k} is not a multiple of {WGMMA_K}"
+                )
+            )
     return problems
 
 
-def _check_tma(sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: OperatorSpec) -> list[Rejection]:
+def _check_tma(
+    sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: OperatorSpec
+) -> list[Rejection]:
     problems = []
     for task in graph.stasks:
         if sprogram.mapping[task.name] is not UnitKind.TMA:
@@ -211,75 +248,126 @@ def _check_tma(sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: Oper
             axes = task.output.axes
             row = next(t for t in spec.tensors() if t.name == glob.name).shape[-1]
             if (row * elem) % TMA_MIN_INNER_BYTES:
-                problems.append(Rejection(RejectReason.TMA_BOX,
-                                          f"{task.name}: {row * elem}-byte output rows are not 16-byte aligned"))
+                problems.append(
+                    Rejection(
+                        RejectReason.TMA_BOX,
+                        f"{task.name}: {row * elem}-byte output rows are not 16-byte aligned",
+                    )
+                )
         inner_bytes = shape[-1] * elem
         if inner_bytes % TMA_MIN_INNER_BYTES:
-            problems.append(Rejection(RejectReason.TMA_BOX,
-                                      f"{task.name}: box inner extent {inner_bytes} B is not a multiple of 16 B"))
+            problems.append(
+                Rejection(
+                    RejectReason.TMA_BOX,
+                    f"{task.name}: box inner extent {inner_bytes} B is not a multiple of 16 B",
+                )
+            )
             continue
         boxes = -(-inner_bytes // SWIZZLE_SPAN_BYTES)
         for extent in shape[:-1]:
             boxes *= -(-extent // TMA_BOX_DIM_MAX)
         if boxes > TMA_BOXES_PER_TILE_MAX:
-            problems.append(Rejection(RejectReason.TMA_BOX,
-                                      f"{task.name}: {boxes} TMA boxes per tile ({dict(zip(axes, shape))})"))
+            box = dict(zip(axes, shape, strict=True))
+            problems.append(
+                Rejection(
+                    RejectReason.TMA_BOX,
+                    f"{task.name}: {boxes} TMA boxes per tile ({box})",
+                )
+            )
+    return problems
+
+
+def check_tiles(tile: dict[str, int], spec: OperatorSpec) -> list[Rejection]:
+    """The rules that depend on the tile shape alone (the space prunes with them early)."""
+    graph = spec.graph(tile)
+    problems: list[Rejection] = []
+
+    for axis, size in tile.items():
+        extent = graph.extents[axis]
+        if size <= 0:
+            problems.append(Rejection(RejectReason.TILE_SHAPE, f"tile_{axis}={size}"))
+        elif axis in type(spec).exact_axes and extent % size:
+            problems.append(
+                Rejection(
+                    RejectReason.TILE_SHAPE, f"tile_{axis}={size} does not divide {axis}={extent}"
+                )
+            )
+        elif size >= 2 * extent and size > WGMMA_M:
+            problems.append(
+                Rejection(
+                    RejectReason.TILE_SHAPE, f"tile_{axis}={size} is over twice {axis}={extent}"
+                )
+            )
+    for row, red in graph.causal_pairs:
+        a, b = graph.step(row), graph.step(red)
+        if a % b and b % a:
+            problems.append(
+                Rejection(
+                    RejectReason.TILE_SHAPE,
+                    f"causal blocks need tile_{row}={a} and tile_{red}={b} to nest",
+                )
+            )
     return problems
 
 
 def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Validity:
     """Check ``sprogram`` against ``device``; every failing rule gives a Rejection."""
-    graph = spec.build_graph(sprogram.tile)
-    plan = propagate(graph)
+    graph = spec.graph(sprogram.tile)
+    plan = graph.plan
     roles = sprogram.roles
-    problems: list[Rejection] = []
-
-    for axis, tile in sprogram.tile.items():
-        extent = graph.extents[axis]
-        if tile <= 0:
-            problems.append(Rejection(RejectReason.TILE_SHAPE, f"tile_{axis}={tile}"))
-        elif axis in type(spec).exact_axes and extent % tile:
-            problems.append(Rejection(RejectReason.TILE_SHAPE,
-                                      f"tile_{axis}={tile} does not divide {axis}={extent}"))
-        elif tile >= 2 * extent and tile > WGMMA_M:
-            problems.append(Rejection(RejectReason.TILE_SHAPE,
-                                      f"tile_{axis}={tile} is over twice {axis}={extent}"))
-    for row, red in graph.causal_pairs:
-        a, b = graph.step(row), graph.step(red)
-        if a % b and b % a:
-            problems.append(Rejection(RejectReason.TILE_SHAPE,
-                                      f"causal blocks need tile_{row}={a} and tile_{red}={b} to nest"))
+    problems = check_tiles(sprogram.tile, spec)
 
     trips = graph.loop_trips()
     for stream, depth in sprogram.stages.items():
         if depth < 1 or depth > max(trips, 1):
-            problems.append(Rejection(RejectReason.STAGES,
-                                      f"stages_{stream}={depth} with {trips} loop iterations"))
+            problems.append(
+                Rejection(
+                    RejectReason.STAGES, f"stages_{stream}={depth} with {trips} loop iterations"
+                )
+            )
 
     if roles.warp_specialized and not device.has_tma:
-        problems.append(Rejection(RejectReason.UNSUPPORTED, f"warp specialisation needs TMA ({device.arch})"))
+        problems.append(
+            Rejection(RejectReason.UNSUPPORTED, f"warp specialisation needs TMA ({device.arch})")
+        )
     if sprogram.order == "overlap" and not device.unit(UnitKind.TENSOR_CORE).is_async:
-        problems.append(Rejection(RejectReason.UNSUPPORTED, f"overlap needs async MMA ({device.arch})"))
+        problems.append(
+            Rejection(RejectReason.UNSUPPORTED, f"overlap needs async MMA ({device.arch})")
+        )
     if sprogram.consumer_split == "pingpong" and roles.consumer_warpgroups < 2:
-        problems.append(Rejection(RejectReason.UNSUPPORTED, "pingpong needs two consumer warpgroups"))
+        problems.append(
+            Rejection(RejectReason.UNSUPPORTED, "pingpong needs two consumer warpgroups")
+        )
 
     if roles.threads > device.max_threads_per_block:
         problems.append(Rejection(RejectReason.THREADS, f"{roles.threads} threads per block"))
     if roles.warp_specialized and roles.producer_regs < PRODUCER_MIN_REGS:
-        problems.append(Rejection(RejectReason.REGISTER_SPLIT, f"producer_regs={roles.producer_regs}"))
+        problems.append(
+            Rejection(RejectReason.REGISTER_SPLIT, f"producer_regs={roles.producer_regs}")
+        )
     if roles.registers_per_block() > device.regs_per_sm or roles.consumer_regs < PRODUCER_MIN_REGS:
-        problems.append(Rejection(RejectReason.REGISTER_SPLIT,
-                                  f"{roles.registers_per_block()} registers per block"))
+        problems.append(
+            Rejection(
+                RejectReason.REGISTER_SPLIT, f"{roles.registers_per_block()} registers per block"
+            )
+        )
 
     problems += _check_mma_shapes(sprogram, graph, plan)
     problems += _check_tma(sprogram, graph, plan, spec)
 
     smem = smem_bytes(sprogram, graph, plan)
     if smem > device.smem_per_block_bytes:
-        problems.append(Rejection(RejectReason.SMEM,
-                                  f"{smem} B of shared memory > {device.smem_per_block_bytes} B"))
+        problems.append(
+            Rejection(
+                RejectReason.SMEM, f"{smem} B of shared memory > {device.smem_per_block_bytes} B"
+            )
+        )
     regs = consumer_registers(sprogram, graph, plan)
     if regs > roles.consumer_regs:
-        problems.append(Rejection(RejectReason.REGISTERS,
-                                  f"{regs} registers per consumer thread > budget {roles.consumer_regs}"))
+        problems.append(
+            Rejection(
+                RejectReason.REGISTERS,
+                f"{regs} registers per consumer thread > budget {roles.consumer_regs}",
+            )
+        )
     return Validity(smem_bytes=smem, consumer_regs_needed=regs, rejections=tuple(problems))

@@ -1,0 +1,257 @@
+"""The cost model's entry point: an sProgram's estimated latency and per-unit timeline.
+
+One block is simulated for a few loop iterations (``simulate_block``); its first
+iteration, steady-state slope and epilogue extrapolate the time of a tile of any trip
+count (causal tiles differ). Tiles are then spread over the SMs in raster order
+(``grid.makespan``) and the DRAM traffic of that order bounds the kernel from below
+(``grid.dram_bytes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from scheduler_search.cost_model.grid import dram_bytes, grid_dims, makespan, tile_order
+from scheduler_search.cost_model.simulate import (
+    BlockSimulation,
+    TimelineEntry,
+    instance_work,
+    simulate_block,
+)
+from scheduler_search.cost_model.timings import AnalyticTimings, TimingModel
+from scheduler_search.hardware.model import Device, UnitKind
+from scheduler_search.ir import STaskGraph
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.sprogram.schedule import Raster, SProgram
+
+#: Loop iterations simulated per block before extrapolating.
+SIM_ITERATIONS = 8
+#: Beyond this many waves uneven tiles even out; dispatch is bounded, not replayed.
+_EXACT_DISPATCH_MAX_WAVES = 16
+#: Kernel launch as CUDA events see it (estimate).
+LAUNCH_OVERHEAD_US = 2.0
+#: Block launch, barrier initialisation, descriptor prefetch (estimate).
+BLOCK_OVERHEAD_CYCLES = 800.0
+
+
+@dataclass
+class Estimate:
+    """What the cost model predicts for one sProgram.
+
+    ``timeline`` is the simulated block (one tile per consumer owner, ``SIM_ITERATIONS``
+    loop trips at most): the per-sEU picture of the pipeline.
+    """
+
+    latency_us: float
+    compute_us: float
+    dram_us: float
+    tile_us: float
+    tiles: int
+    bound: str
+    unit_utilisation: dict[str, float]
+    timeline: list[TimelineEntry] = field(default_factory=list)
+
+    def to_dict(self, with_timeline: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        if not with_timeline:
+            data.pop("timeline")
+        return data
+
+
+def tile_trips(graph: STaskGraph, order: list[dict[str, int]]) -> list[int]:
+    """Reduction trips of each tile in ``order``: fewer above the diagonal when causal."""
+    full = graph.loop_trips()
+    if not graph.causal_pairs:
+        return [full] * len(order)
+    row, red = graph.causal_pairs[0]
+    row_step, red_step = graph.step(row), graph.step(red)
+    red_extent = graph.extents[red]
+    trips = []
+    for coord in order:
+        visible = min((coord[row] + 1) * row_step, red_extent)
+        trips.append(max(1, -(-visible // red_step)))
+    return trips
+
+
+@dataclass(frozen=True)
+class _TileTime:
+    first: float
+    slope: float
+    epilogue: float
+
+    def cold(self, trips: int) -> float:
+        return self.first + (trips - 1) * self.slope + self.epilogue
+
+    def warm(self, trips: int) -> float:
+        """A persistent block's next tile: the pipeline fill hides under the epilogue."""
+        return trips * self.slope + self.epilogue
+
+
+def _tile_time(sim: BlockSimulation) -> _TileTime:
+    n = sim.iterations
+    ends = sim.iteration_end
+    # First to last iteration: consumer warpgroups may drift apart within the ring's
+    # slack, which a shorter window would mistake for a change of pace.
+    slope = (ends[n - 1] - ends[0]) / (n - 1) if n >= 3 else max(sim.busy.values()) / n
+    return _TileTime(first=ends[0], slope=max(slope, 1.0), epilogue=sim.end - ends[n - 1])
+
+
+@lru_cache(maxsize=4096)
+def _ordered_trips(spec: OperatorSpec, tile: tuple, raster: Raster) -> tuple[int, ...]:
+    graph = spec.graph(dict(tile))
+    return tuple(tile_trips(graph, list(tile_order(grid_dims(graph), raster))))
+
+
+@lru_cache(maxsize=4096)
+def _block_trips(spec: OperatorSpec, tile: tuple, raster: Raster, owners: int) -> tuple[int, ...]:
+    """Loop trips per block in dispatch order; a pingpong block runs its ``owners``
+    tiles' main loops one after the other."""
+    trips = _ordered_trips(spec, tile, raster)
+    return tuple(max(trips[i : i + owners]) * owners for i in range(0, len(trips), owners))
+
+
+def _global(
+    sprogram: SProgram,
+    spec: OperatorSpec,
+    device: Device,
+    graph: STaskGraph,
+    tile_time: _TileTime,
+    exact: bool = True,
+) -> tuple[float, float, int, float]:
+    """(compute_us, dram_us, tiles, mean tile_us) for the whole grid.
+
+    With ``exact`` False, uneven (causal) tiles are bounded from below by their mean load
+    per SM instead of being dispatched one by one.
+    """
+    tile = tuple(sorted(graph.tile.items()))
+    owners = sprogram.roles.consumer_warpgroups if sprogram.consumer_split == "pingpong" else 1
+    slots = device.sm_count
+    groups = _block_trips(spec, tile, sprogram.raster, owners)
+    blocks = len(groups)
+    tiles = len(_ordered_trips(spec, tile, sprogram.raster))
+    if not graph.causal_pairs:
+        cold = tile_time.cold(groups[0]) + BLOCK_OVERHEAD_CYCLES
+        waves = -(-blocks // slots)
+        if sprogram.persistent:
+            cycles = cold + (waves - 1) * tile_time.warm(groups[0])
+        else:
+            cycles = waves * cold
+        mean_cold = cold
+    elif not exact or blocks > _EXACT_DISPATCH_MAX_WAVES * slots:
+        # Tile times are affine in trips: sums and maxima need no per-tile list.
+        total, longest = sum(groups), max(groups)
+        per_block = BLOCK_OVERHEAD_CYCLES if not sprogram.persistent else 0.0
+        if sprogram.persistent:
+            load = total * tile_time.slope + blocks * tile_time.epilogue
+            peak = tile_time.warm(longest)
+        else:
+            load = (
+                blocks * (tile_time.cold(1) - tile_time.slope + per_block) + total * tile_time.slope
+            )
+            peak = tile_time.cold(longest) + per_block
+        cycles = max(load / slots, peak)
+        mean_cold = load / blocks
+    else:
+        colds = [tile_time.cold(t) + BLOCK_OVERHEAD_CYCLES for t in groups]
+        mean_cold = sum(colds) / blocks
+        if sprogram.persistent:
+            per_sm = colds[:slots]
+            for i in range(slots, blocks):
+                per_sm[i % slots] += tile_time.warm(groups[i])
+            cycles = max(per_sm)
+        else:
+            cycles = makespan(colds, slots, persistent=False)
+    cycles_per_us = device.clock_mhz
+    moved = dram_bytes(spec, graph, sprogram.raster, slots, device.l2_bytes)
+    dram_us = moved / (device.mem_bandwidth_gbps * 1e3)
+    return cycles / cycles_per_us, dram_us, tiles, mean_cold / cycles_per_us
+
+
+#: Block simulations by (workload, device, structural choices): the tile order over the
+#: grid does not change a block's timeline, so raster variants reuse one simulation.
+_SIMULATIONS: dict[tuple, BlockSimulation] = {}
+_SIMULATIONS_MAX = 20000
+
+
+def _simulate(
+    sprogram: SProgram,
+    spec: OperatorSpec,
+    graph: STaskGraph,
+    device: Device,
+    timings: TimingModel,
+    iterations: int,
+) -> BlockSimulation:
+    if not isinstance(timings, AnalyticTimings):
+        return simulate_block(sprogram, graph, device, timings, iterations)
+    structural = tuple(
+        (k, v) for k, v in sorted(sprogram.choices.items()) if not k.startswith("raster_")
+    )
+    key = (spec, device.fingerprint(), structural, iterations)
+    if key not in _SIMULATIONS:
+        if len(_SIMULATIONS) >= _SIMULATIONS_MAX:
+            _SIMULATIONS.clear()
+        _SIMULATIONS[key] = simulate_block(sprogram, graph, device, timings, iterations)
+    return _SIMULATIONS[key]
+
+
+def estimate(
+    sprogram: SProgram,
+    spec: OperatorSpec,
+    device: Device,
+    timings: TimingModel | None = None,
+) -> Estimate:
+    """Estimated latency of ``sprogram`` for ``spec`` on ``device``.
+
+    Args:
+        timings: per-sTask times; the analytic model unless measured ones are given.
+    """
+    timings = timings or AnalyticTimings()
+    graph = spec.graph(sprogram.tile)
+    order_trips = max(_ordered_trips(spec, tuple(sorted(graph.tile.items())), sprogram.raster))
+    owners = sprogram.roles.consumer_warpgroups if sprogram.consumer_split == "pingpong" else 1
+    iterations = min(order_trips, max(2, SIM_ITERATIONS // owners))
+    sim = _simulate(sprogram, spec, graph, device, timings, iterations)
+    tile_time = _tile_time(sim)
+    compute_us, dram_us, tiles, tile_us = _global(sprogram, spec, device, graph, tile_time)
+    latency = max(compute_us, dram_us) + LAUNCH_OVERHEAD_US
+    clock = device.clock_mhz
+    timeline = [
+        TimelineEntry(unit.value, stask, role, it, start / clock, end / clock)
+        for unit, stask, role, it, start, end in sim.entries
+    ]
+    span = max(sim.end, 1.0)
+    return Estimate(
+        latency_us=latency,
+        compute_us=compute_us,
+        dram_us=dram_us,
+        tile_us=tile_us,
+        tiles=tiles,
+        bound="dram" if dram_us > compute_us else "compute",
+        unit_utilisation={u.value: busy / span for u, busy in sim.busy.items()},
+        timeline=timeline,
+    )
+
+
+def lower_bound_us(
+    sprogram: SProgram, spec: OperatorSpec, device: Device, timings: TimingModel | None = None
+) -> float:
+    """A cheap bound that :func:`estimate` never goes below: each tile takes at least its
+    busiest sEU's work per iteration times its trips (no latencies, perfect overlap)."""
+    timings = timings or AnalyticTimings()
+    graph = spec.graph(sprogram.tile)
+    per_unit: dict[UnitKind, float] = {}
+    copies = sprogram.roles.consumer_warpgroups
+    for task in graph.phase_tasks("loop"):
+        unit = sprogram.mapping[task.name]
+        work = instance_work(sprogram, graph, task.name, unit)
+        busy = timings.busy_cycles(task, device.unit(unit), work)
+        shared_load = unit in (UnitKind.TMA, UnitKind.LSU) and sprogram.consumer_split != "pingpong"
+        per_unit[unit] = per_unit.get(unit, 0.0) + busy * (1 if shared_load else copies)
+    owners = copies if sprogram.consumer_split == "pingpong" else 1
+    # Per owner-iteration: _global multiplies trips by the owners of a pingpong block.
+    slope = max(per_unit.values()) / owners
+    bound = _TileTime(first=slope, slope=slope, epilogue=0.0)
+    compute_us, dram_us, _, _ = _global(sprogram, spec, device, graph, bound, exact=False)
+    return max(compute_us, dram_us) + LAUNCH_OVERHEAD_US

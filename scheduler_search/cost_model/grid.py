@@ -1,0 +1,136 @@
+"""The global level: tiles over SMs (waves, persistent striding) and DRAM traffic with L2
+reuse from the tile order.
+
+Tiles are visited in the sProgram's raster order: ``major`` advances fastest, the next
+axis is cut into bands of ``swizzle``. Blocks that run at the same time (a wave) share
+operand slices in L2; the DRAM traffic of a wave is the distinct slices it touches,
+less those the previous wave left in L2 when both fit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterator
+from functools import lru_cache
+
+from scheduler_search.ir import STaskGraph, STaskKind
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.sprogram.schedule import Raster
+
+#: Fraction of L2 usable for operand reuse across a wave (the rest holds outputs and
+#: whatever else runs; estimate).
+L2_USABLE_FRACTION = 0.5
+
+Coord = dict[str, int]
+
+
+def grid_dims(graph: STaskGraph) -> dict[str, int]:
+    """Tile counts along each axis of the tile grid (spatial tiles, then instances)."""
+    dims = {a: -(-graph.extents[a] // graph.step(a)) for a in graph.spatial_axes}
+    dims.update(graph.grid_axes)
+    return dims
+
+
+def tile_order(dims: dict[str, int], raster: Raster) -> Iterator[Coord]:
+    """Tile coordinates in raster order."""
+    axes = list(dims)
+    major = raster.major if raster.major in dims else axes[0]
+    others = [a for a in axes if a != major]
+    minor = others[0] if others else None
+    rest = others[1:]
+    group = max(1, raster.swizzle)
+    for outer in itertools.product(*(range(dims[a]) for a in rest)):
+        base = dict(zip(rest, outer, strict=True))
+        minor_count = dims[minor] if minor else 1
+        for band in range(0, minor_count, group):
+            for i in range(dims[major]):
+                for m in range(band, min(band + group, minor_count)):
+                    coord = dict(base)
+                    coord[major] = i
+                    if minor:
+                        coord[minor] = m
+                    yield coord
+
+
+def makespan(durations: list[float], slots: int, persistent: bool) -> float:
+    """Time until every tile is done: greedy dispatch to the first free SM, or (persistent)
+    static striding of tiles over SMs."""
+    if not durations:
+        return 0.0
+    if persistent:
+        per_sm = [0.0] * min(slots, len(durations))
+        for i, d in enumerate(durations):
+            per_sm[i % len(per_sm)] += d
+        return max(per_sm)
+    heap = [0.0] * min(slots, len(durations))
+    for d in durations:
+        heapq.heapreplace(heap, heap[0] + d)
+    return max(heap)
+
+
+def _slice_keys(spec: OperatorSpec, graph: STaskGraph) -> dict[str, Callable[[Coord], tuple]]:
+    """For each global input tensor, the key of the slice a tile reads from it."""
+    sharing = spec.grid_sharing()
+    keys: dict[str, Callable[[Coord], tuple]] = {}
+    for task in graph.stasks:
+        if task.kind is not STaskKind.LOAD:
+            continue
+        access = task.inputs[0]
+        if access.tensor in keys:
+            continue
+        spatial = tuple(a for a in access.axes if a in graph.spatial_axes)
+        groups = sharing.get(access.tensor, {})
+        grid = tuple(graph.grid_axes)
+
+        def key(
+            coord: Coord, spatial: tuple = spatial, grid: tuple = grid, groups: dict = groups
+        ) -> tuple:
+            shared = tuple(coord[g] // groups.get(g, 1) for g in grid)
+            return tuple(coord[a] for a in spatial) + shared
+
+        keys[access.tensor] = key
+    return keys
+
+
+def dram_bytes(
+    spec: OperatorSpec, graph: STaskGraph, raster: Raster, slots: int, l2_bytes: int
+) -> float:
+    """Bytes moved between DRAM and L2: inputs with wave-level reuse, outputs once."""
+    return _dram_bytes_cached(spec, tuple(sorted(graph.tile.items())), raster, slots, l2_bytes)
+
+
+@lru_cache(maxsize=65536)
+def _dram_bytes_cached(
+    spec: OperatorSpec, tile: tuple, raster: Raster, slots: int, l2_bytes: int
+) -> float:
+    graph = spec.graph(dict(tile))
+    tensors = {t.name: t for t in spec.tensors()}
+    outputs = sum(t.size_bytes for t in tensors.values() if t.role == "output")
+    inputs = {n: t for n, t in tensors.items() if t.role == "input"}
+    keys = {n: k for n, k in _slice_keys(spec, graph).items() if n in inputs}
+    usable = l2_bytes * L2_USABLE_FRACTION
+    if sum(t.size_bytes for t in inputs.values()) <= usable:
+        return float(outputs + sum(t.size_bytes for t in inputs.values()))
+
+    order = list(tile_order(grid_dims(graph), raster))
+    slice_count = {n: len({k(c) for c in order}) for n, k in keys.items()}
+    slice_bytes = {n: inputs[n].size_bytes / slice_count[n] for n in keys}
+    total = 0.0
+    previous: dict[str, set] = {n: set() for n in keys}
+    previous_bytes = 0.0
+    for start in range(0, len(order), slots):
+        wave = order[start : start + slots]
+        wave_bytes = 0.0
+        current = {}
+        for name, key in keys.items():
+            current[name] = {key(c) for c in wave}
+            wave_bytes += len(current[name]) * slice_bytes[name]
+        reuse = previous_bytes + wave_bytes <= usable
+        for name in keys:
+            fresh = current[name] - previous[name] if reuse else current[name]
+            total += len(fresh) * slice_bytes[name]
+        previous, previous_bytes = current, wave_bytes
+    # Tensors no load reads whole (none today) still count once.
+    total += sum(t.size_bytes for n, t in inputs.items() if n not in keys)
+    return total + outputs

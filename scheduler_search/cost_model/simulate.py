@@ -1,0 +1,310 @@
+"""The intra-SM list scheduler: simulated time of one block over an sProgram.
+
+Every role (the producer warp, each consumer warpgroup) issues its instruction stream in
+sProgram order. At each step the scheduler picks, among all roles, the next instruction
+that can start earliest: after its data dependences and barriers are met, after its
+role is free to issue, and after its sEU is free. Async sEUs (TMA, wgmma) let the role go
+on after issuing; sync sEUs (CUDA cores, SFU) hold it until they finish. An sEU runs one
+task at a time at its full per-SM rate (throughput), and a result is visible ``latency``
+cycles after the task leaves the sEU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scheduler_search.cost_model.timings import TimingModel, Work
+from scheduler_search.hardware.model import Device, UnitKind
+from scheduler_search.ir import STaskGraph, STaskKind
+from scheduler_search.ops import DTYPE_BYTES
+from scheduler_search.sprogram.schedule import SProgram, UnitOp
+
+#: Cycles from a plain ld.global/st.global to its data (estimate, L2 hit).
+GLOBAL_ACCESS_LATENCY_CYCLES = 600.0
+#: Cycles a role spends issuing an async operation (TMA copy, wgmma) before going on.
+ASYNC_ISSUE_CYCLES = 8.0
+
+Key = tuple[str, str, int]  # (sTask, owner role, iteration); -1 prologue, trips epilogue
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One sTask instance on one sEU (times in microseconds from the block's start)."""
+
+    unit: str
+    stask: str
+    role: str
+    iteration: int
+    start_us: float
+    end_us: float
+
+
+@dataclass
+class BlockSimulation:
+    """Result of simulating one block for ``iterations`` loop trips (cycles)."""
+
+    iterations: int
+    iteration_end: list[float]
+    end: float
+    entries: list[tuple[UnitKind, str, str, int, float, float]] = field(default_factory=list)
+    busy: dict[UnitKind, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Instr:
+    unit: UnitKind
+    op: UnitOp
+    iteration: int  # loop iteration this instance works on
+    owner: str  # whose tile: the role itself, or "*" for a load shared by all consumers
+
+
+def _row_share(sprogram: SProgram, graph: STaskGraph, stask: str) -> float:
+    task = graph.stask(stask)
+    row_axis = graph.spatial_axes[0]
+    if sprogram.consumer_split == "pingpong" or row_axis not in task.axes:
+        return 1.0
+    return 1.0 / sprogram.roles.consumer_warpgroups
+
+
+def instance_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitKind) -> Work:
+    """The work of one instance of ``stask`` issued by one role."""
+    task = graph.stask(stask)
+    plan = graph.plan
+    points = plan.points(stask)
+    if task.kind in (STaskKind.LOAD, STaskKind.STORE):
+        staged = task.output.tensor if task.kind is STaskKind.LOAD else task.inputs[0].tensor
+        elements = plan.tile_elements(staged)
+        if unit in (UnitKind.TMA, UnitKind.LSU):
+            dtype = graph.tensors[task.output.tensor].dtype
+            share = 1.0 if task.kind is STaskKind.LOAD else _row_share(sprogram, graph, stask)
+            return Work(elements * DTYPE_BYTES[dtype] * share)
+        return Work(elements * _row_share(sprogram, graph, stask))
+    share = _row_share(sprogram, graph, stask)
+    if task.kind is STaskKind.MMA:
+        n_extent = plan.stask_extents[stask][task.output.axes[1]]
+        return Work(2.0 * points * share, mma_n=n_extent)
+    return Work(task.ops_per_point * points * share)
+
+
+def simulate_block(
+    sprogram: SProgram,
+    graph: STaskGraph,
+    device: Device,
+    timings: TimingModel,
+    iterations: int,
+) -> BlockSimulation:
+    """Simulate one block (one output tile per consumer owner) for ``iterations`` trips."""
+    deps = graph.dependencies()
+    phase = {t.name: t.phase for t in graph.stasks}
+    roles = sprogram.roles
+    consumers = roles.consumer_roles
+    pingpong = sprogram.consumer_split == "pingpong"
+    loader = "producer" if roles.warp_specialized else consumers[0]
+    async_copy = {
+        t.name
+        for t in graph.stasks
+        if t.kind is STaskKind.LOAD and sprogram.mapping[t.name] in (UnitKind.TMA, UnitKind.LSU)
+    }
+    mmas = [t.name for t in graph.stasks if t.kind is STaskKind.MMA and t.phase == "loop"]
+    overlap = sprogram.order == "overlap"
+    n = iterations
+
+    # ----- instruction streams --------------------------------------------------------
+    # The loader's loads form one sequence of (owner, iteration) slots per stream ring:
+    # shared by all consumers (cooperative) or one owner's whole loop after the other's
+    # (pingpong). Load number g reuses the ring slot of load g - depth.
+    owners = list(consumers) if pingpong else ["*"]
+    load_seq = [(o, j) for o in owners for j in range(n)]
+    depth_of = {m: sprogram.stages[s] for s, ms in sprogram.streams.items() for m in ms}
+    empty_wait: dict[tuple[str, str, int], list[Key]] = {}
+    for barrier in sprogram.barriers:
+        if barrier.name.endswith("_empty"):
+            last_reader, depth = barrier.deps[0]
+            for g, (owner, j) in enumerate(load_seq):
+                if g - depth >= 0:
+                    prev_owner, prev_j = load_seq[g - depth]
+                    readers = consumers if prev_owner == "*" else (prev_owner,)
+                    empty_wait[(barrier.waiter, owner, j)] = [
+                        (last_reader, r, prev_j) for r in readers
+                    ]
+
+    streams: dict[str, list[_Instr]] = {}
+    all_roles = ([loader] if roles.warp_specialized else []) + list(consumers)
+    for role in all_roles:
+        ops = sprogram.role_stream(role)
+        pro = [(u, o) for u, o in ops if phase[o.stask] == "prologue"]
+        loop = [(u, o) for u, o in ops if phase[o.stask] == "loop"]
+        epi = [(u, o) for u, o in ops if phase[o.stask] == "epilogue"]
+        instrs: list[_Instr] = []
+        for unit, op in pro:
+            if op.stask in async_copy:
+                instrs += [_Instr(unit, op, -1, o) for o in owners]
+            else:
+                instrs.append(_Instr(unit, op, -1, role))
+        loads = [(u, o) for u, o in loop if o.stask in async_copy]
+        own_loop = [(u, o) for u, o in loop if o.stask not in async_copy]
+        load_instrs = [_Instr(u, o, j, owner) for owner, j in load_seq for u, o in loads]
+        # Lead ops run one iteration ahead: their first instance is issued before the loop.
+        lead_first = [_Instr(u, o, 0, role) for u, o in own_loop if o.lead]
+        if roles.warp_specialized:
+            instrs += load_instrs + lead_first
+        else:
+            # Without a producer warp, a stream of depth d issues the loads of iteration
+            # j + d - 1 at loop step j (the classic multistage loop), the first ones
+            # before the loop.
+            # A load read by a lead op (next iteration's MMA) is needed one step earlier.
+            lead_of = {
+                m: max((o.lead for _, o in own_loop if (m, 0) in deps[o.stask]), default=0)
+                for m in depth_of
+            }
+
+            def issue_step(ins: _Instr, lead_of: dict[str, int] = lead_of) -> int:
+                name = ins.op.stask
+                return ins.iteration - (depth_of[name] - 1) - lead_of[name]
+
+            pending = sorted(load_instrs, key=issue_step)
+            while pending and issue_step(pending[0]) < 0:
+                instrs.append(pending.pop(0))
+            instrs += lead_first
+        for j in range(n):
+            if not roles.warp_specialized:
+                while pending and issue_step(pending[0]) <= j:
+                    instrs.append(pending.pop(0))
+            for unit, op in own_loop:
+                it = j + op.lead
+                if it < n:
+                    instrs.append(_Instr(unit, op, it, role))
+        instrs += [_Instr(u, o, n, role) for u, o in epi]
+        streams[role] = instrs
+
+    done: dict[Key, float] = {}
+    issued: dict[Key, float] = {}
+    unit_free: dict[UnitKind, float] = {}
+    role_time = {r: 0.0 for r in streams}
+    cursor = {r: 0 for r in streams}
+    # Loop progress per (owner, iteration) in load order: a pingpong block runs its
+    # owners' main loops one after the other.
+    sim = BlockSimulation(iterations=len(load_seq), iteration_end=[0.0] * len(load_seq), end=0.0)
+    seq_index = {key: g for g, key in enumerate(load_seq)}
+    work_cache: dict[tuple[str, UnitKind], Work] = {}
+
+    def owner_of(dep: str, role: str) -> str:
+        if dep in async_copy and not pingpong:
+            return "*"
+        return role
+
+    alternate = len(consumers) > 1 and any(b.kind == "named" for b in sprogram.barriers)
+
+    loop_mmas = [
+        (o.stask, o.lead) for _, o in sprogram.role_stream(consumers[0]) if o.stask in mmas
+    ]
+
+    def _tensor_core_turn(name: str, role: str, j: int) -> Key | None:
+        """The MMA whose issue this role's first loop MMA must follow (named barriers).
+
+        Turns are taken per loop step in stream order: cooperative warpgroups alternate
+        every step (FlashAttention-3's ping-pong); pingpong warpgroups own separate tiles
+        and alternate per whole main loop. Instances issued before the loop (the lead
+        MMA's first) take no turn.
+        """
+        if not alternate or not loop_mmas or name != loop_mmas[0][0]:
+            return None
+        step = j - loop_mmas[0][1]
+        last, last_lead = loop_mmas[-1]
+        if step < 0:
+            return None
+        index = consumers.index(role)
+        if pingpong:
+            if step != 0 or index == 0:
+                return None
+            return (last, consumers[index - 1], n - 1)
+        if index > 0:
+            target = (last, consumers[index - 1], step + last_lead)
+        elif step >= 1:
+            target = (last, consumers[-1], step - 1 + last_lead)
+        else:
+            return None
+        return target if target[2] < n else None
+
+    def ready_time(role: str, ins: _Instr) -> float | None:
+        """Earliest start allowed by dependences and barriers; None while blocked."""
+        name, j = ins.op.stask, ins.iteration
+        t = 0.0
+        me = ins.owner if ins.owner != "*" else role
+        wanted: list[Key] = []
+        if name in async_copy:
+            wanted += empty_wait.get((name, ins.owner, j), [])
+        else:
+            for dep, dist in deps[name]:
+                if phase[dep] == "prologue":
+                    wanted.append((dep, owner_of(dep, me), -1))
+                elif phase[name] == "epilogue":
+                    last = n if phase[dep] == "epilogue" else n - 1
+                    wanted.append((dep, owner_of(dep, me), last))
+                elif j - dist >= 0:
+                    wanted.append((dep, owner_of(dep, me), j - dist))
+            turn = _tensor_core_turn(name, role, j)
+            if turn is not None:
+                if turn not in issued:
+                    return None
+                t = max(t, issued[turn])
+        for key in wanted:
+            if key not in done:
+                return None
+            t = max(t, done[key])
+        return t
+
+    total = sum(len(s) for s in streams.values())
+    for _ in range(total):
+        best: tuple[float, str, float] | None = None
+        for role, instrs in streams.items():
+            if cursor[role] >= len(instrs):
+                continue
+            ins = instrs[cursor[role]]
+            ready = ready_time(role, ins)
+            if ready is None:
+                continue
+            start = max(ready, role_time[role], unit_free.get(ins.unit, 0.0))
+            if best is None or start < best[0]:
+                best = (start, role, ready)
+        if best is None:
+            raise RuntimeError(f"sProgram {sprogram.hash[:12]} deadlocks in simulation")
+        start, role, _ = best
+        ins = streams[role][cursor[role]]
+        cursor[role] += 1
+        seu = device.unit(ins.unit)
+        task = graph.stask(ins.op.stask)
+        key_w = (task.name, ins.unit)
+        if key_w not in work_cache:
+            work_cache[key_w] = instance_work(sprogram, graph, task.name, ins.unit)
+        busy = timings.busy_cycles(task, seu, work_cache[key_w])
+        latency = timings.latency_cycles(task, seu)
+        if ins.unit is UnitKind.CUDA_CORE and task.kind in (STaskKind.LOAD, STaskKind.STORE):
+            latency = GLOBAL_ACCESS_LATENCY_CYCLES
+        unit_free[ins.unit] = start + busy
+        finish = start + busy + latency
+        owner = ins.owner if ins.owner != "*" else ("*" if task.name in async_copy else role)
+        key = (task.name, owner, ins.iteration)
+        done[key] = finish
+        issued[key] = start
+        sim.busy[ins.unit] = sim.busy.get(ins.unit, 0.0) + busy
+        sim.entries.append(
+            (ins.unit, task.name, role if owner == "*" else owner, ins.iteration, start, finish)
+        )
+        if seu.is_async:
+            role_time[role] = start + ASYNC_ISSUE_CYCLES
+            if task.kind is STaskKind.MMA and task.phase == "loop":
+                # wgmma.wait_group: serial waits for this MMA; overlap keeps one in flight.
+                if not overlap:
+                    role_time[role] = finish
+                elif task.name == mmas[-1] and mmas[0] == mmas[-1]:
+                    prev = done.get((task.name, owner, ins.iteration - 1))
+                    if prev is not None:
+                        role_time[role] = max(role_time[role], prev)
+        else:
+            role_time[role] = finish
+        if 0 <= ins.iteration < n and task.phase == "loop":
+            g = seq_index[(owner if pingpong else "*", ins.iteration)]
+            sim.iteration_end[g] = max(sim.iteration_end[g], finish)
+        sim.end = max(sim.end, finish)
+    return sim

@@ -1,0 +1,17 @@
+"""Schedule spaces: knob tables per operator and device, enumeration and sampling."""
+
+from scheduler_search.space.knobs import Choices, Knob
+from scheduler_search.space.ranking import Ranked, rank_top
+from scheduler_search.space.space import Candidate, ScheduleSpace, SpaceCount
+from scheduler_search.space.tables import knob_table
+
+__all__ = [
+    "Candidate",
+    "Choices",
+    "Knob",
+    "Ranked",
+    "ScheduleSpace",
+    "SpaceCount",
+    "knob_table",
+    "rank_top",
+]

@@ -1,0 +1,153 @@
+"""The schedule space of one workload on one device: enumerate, count, sample.
+
+:class:`ScheduleSpace` walks the knob table depth first. Structural choices are planned
+into an sProgram and checked with ``check_valid``; the non-structural knobs (tile order
+over the grid) never change validity, so they multiply the count instead of being
+enumerated one by one, which keeps the walk over hundreds of thousands of schedules fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol
+
+from scheduler_search.hardware.model import Device
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.space.knobs import Choices, Knob
+from scheduler_search.space.tables import knob_table
+from scheduler_search.sprogram import (
+    Decisions,
+    SProgram,
+    Validity,
+    check_tiles,
+    check_valid,
+    emit_sprogram,
+    plan_sprogram,
+    resolve_choices,
+)
+
+
+class CategoricalTrial(Protocol):
+    """What :meth:`ScheduleSpace.suggest` needs of a trial (``optuna.Trial`` has it)."""
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid structural point: its choices, resolved decisions and resource use; the
+    sProgram is emitted on first use (most candidates are only counted)."""
+
+    spec: OperatorSpec
+    device: Device
+    decisions: Decisions
+    validity: Validity
+
+    @property
+    def choices(self) -> Choices:
+        return self.decisions.choices
+
+    @cached_property
+    def sprogram(self) -> SProgram:
+        return emit_sprogram(self.spec, self.device, self.decisions)
+
+
+@dataclass
+class SpaceCount:
+    """Sizes of the space: valid schedules and rejections by reason (full products,
+    including the non-structural knobs)."""
+
+    valid: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return self.valid + sum(self.rejected.values())
+
+
+class ScheduleSpace:
+    """The space of sPrograms for ``spec`` on ``device``."""
+
+    def __init__(self, spec: OperatorSpec, device: Device) -> None:
+        self.spec = spec
+        self.device = device
+        self.knobs: list[Knob] = knob_table(spec, device)
+
+    @property
+    def structural_knobs(self) -> list[Knob]:
+        return [k for k in self.knobs if k.structural]
+
+    @property
+    def order_knobs(self) -> list[Knob]:
+        return [k for k in self.knobs if not k.structural]
+
+    def _walk(self, knobs: list[Knob], index: int, choices: Choices) -> Iterator[Choices]:
+        if index == len(knobs):
+            yield dict(choices)
+            return
+        knob = knobs[index]
+        if not knob.applies(choices):
+            yield from self._walk(knobs, index + 1, choices)
+            return
+        for option in knob.options:
+            choices[knob.name] = option
+            yield from self._walk(knobs, index + 1, choices)
+        del choices[knob.name]
+
+    def structural_choices(self) -> Iterator[Choices]:
+        """Every combination of the structural knobs, in table order."""
+        yield from self._walk(self.structural_knobs, 0, {})
+
+    def order_choices(self) -> Iterator[Choices]:
+        """Every combination of the non-structural (tile order) knobs."""
+        yield from self._walk(self.order_knobs, 0, {})
+
+    def build(self, choices: Choices) -> tuple[SProgram, Validity]:
+        """The sProgram of ``choices`` and its validity."""
+        sprogram = plan_sprogram(self.spec, self.device, choices)
+        return sprogram, check_valid(sprogram, self.spec, self.device)
+
+    def enumerate(self) -> tuple[list[Candidate], SpaceCount]:
+        """All valid structural candidates, and the count of the whole space.
+
+        Tile knobs come first in every table; a tile that fails the tile-only rules is
+        rejected with all its completions at once, counted without being built.
+        """
+        structural = self.structural_knobs
+        tile_knobs = [k for k in structural if k.name.startswith("tile_")]
+        rest = structural[len(tile_knobs) :]
+        completions = sum(1 for _ in self._walk(rest, 0, {}))
+        multiplier = math.prod(len(k.options) for k in self.order_knobs)
+        count = SpaceCount()
+        valid: list[Candidate] = []
+        for tile_choice in self._walk(tile_knobs, 0, {}):
+            tile = {k.removeprefix("tile_"): v for k, v in tile_choice.items()}
+            tile_problems = check_tiles(tile, self.spec)
+            if tile_problems:
+                count.rejected[tile_problems[0].reason.value] += completions * multiplier
+                continue
+            for choices in self._walk(rest, 0, dict(tile_choice)):
+                decisions = resolve_choices(self.spec, self.device, choices)
+                validity = check_valid(decisions, self.spec, self.device)
+                if validity.ok:
+                    valid.append(Candidate(self.spec, self.device, decisions, validity))
+                    count.valid += multiplier
+                else:
+                    count.rejected[validity.reason.value] += multiplier
+        return valid, count
+
+    def with_order(self, candidate: Candidate, order: Choices) -> SProgram:
+        """The candidate's sProgram with a tile order applied."""
+        return plan_sprogram(self.spec, self.device, {**candidate.choices, **order})
+
+    def suggest(self, trial: CategoricalTrial) -> Choices:
+        """Define-by-run sampling: ask ``trial`` for each knob that applies, in order."""
+        choices: Choices = {}
+        for knob in self.knobs:
+            if knob.applies(choices):
+                choices[knob.name] = trial.suggest_categorical(knob.name, list(knob.options))
+        return choices

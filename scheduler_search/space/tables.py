@@ -1,0 +1,87 @@
+"""The knob table of each operator on each architecture.
+
+Tables are data, in the style of Kernel Tuner's option tables: extending the space is a
+matter of adding a row. Options that the device cannot run (TMA or async wgmma on
+sm_80) are removed here, so the enumerator never builds what cannot exist.
+"""
+
+from __future__ import annotations
+
+from scheduler_search.hardware.model import Device, UnitKind
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.space.knobs import Knob, is_warp_specialized, needs_two_consumers
+
+_TILE_OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
+    "gemm": {
+        "m": (64, 128, 192, 256),
+        "n": (64, 96, 128, 160, 192, 224, 256),
+        "k": (32, 64, 128),
+    },
+    "attention": {
+        "q": (64, 128, 192, 256),
+        "kv": (64, 96, 128, 160, 176, 192, 224, 256),
+    },
+    "mamba2_chunk_state": {"p": (64, 128), "n": (32, 64, 128, 256), "l": (32, 64, 128, 256)},
+    "mamba2_chunk_scan": {"l": (64, 128, 192, 256), "p": (32, 64, 128), "s": (32, 64, 128)},
+}
+
+#: sTasks with a choice of sEU, and the choices (filtered by what the device has).
+_MAPPABLE = {
+    "gemm": ("store",),
+    "attention": ("softmax_exp2", "store"),
+    "mamba2_chunk_state": ("decay", "store"),
+    "mamba2_chunk_scan": ("decay", "store"),
+}
+
+#: Operators whose 1-D loads (dt, dA) are mapped together by ``map_vector_loads``: by TMA
+#: into shared memory, or by the consumers' own threads straight into registers.
+_VECTOR_LOAD_OPTIONS = {
+    "mamba2_chunk_state": ("tma", "cuda_core"),
+    "mamba2_chunk_scan": ("tma", "cuda_core"),
+}
+
+_STAGES = {
+    "gemm": (1, 2, 3, 4, 5, 6),
+    "attention": (1, 2, 3),
+    "mamba2_chunk_state": (1, 2, 3, 4),
+    "mamba2_chunk_scan": (1, 2, 3),
+}
+
+_PRODUCER_REGS = (24, 40)
+_SWIZZLES = (1, 2, 4, 8, 16)
+
+
+def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
+    """The ordered knobs of ``spec``'s schedule space on ``device``."""
+    op = spec.op
+    graph = spec.graph({})
+    hopper = device.has_tma and device.unit(UnitKind.TENSOR_CORE).is_async
+    knobs = [Knob(f"tile_{axis}", options) for axis, options in _TILE_OPTIONS[op].items()]
+    knobs.append(Knob("warp_specialized", (True, False) if hopper else (False,)))
+    knobs.append(Knob("consumer_warpgroups", (1, 2, 3)))
+    knobs.append(
+        Knob(
+            "consumer_split",
+            ("cooperative", "pingpong"),
+            when=lambda c: needs_two_consumers(c) and is_warp_specialized(c),
+        )
+    )
+    knobs.append(Knob("wg_schedule", ("free", "alternate"), when=needs_two_consumers))
+    knobs.append(Knob("producer_regs", _PRODUCER_REGS, when=is_warp_specialized))
+    for stream in type(spec).streams:
+        knobs.append(Knob(f"stages_{stream}", _STAGES[op]))
+    knobs.append(Knob("order", ("serial", "overlap") if hopper else ("serial",)))
+    have = device.unit_kinds()
+    for name in _MAPPABLE[op]:
+        options = tuple(u.value for u in graph.stask(name).units if u in have)
+        if len(options) > 1:
+            knobs.append(Knob(f"map_{name}", options))
+    if op in _VECTOR_LOAD_OPTIONS:
+        options = tuple(u for u in _VECTOR_LOAD_OPTIONS[op] if UnitKind(u) in have)
+        if len(options) > 1:
+            knobs.append(Knob("map_vector_loads", options))
+    knobs.append(Knob("persistent", (False, True)))
+    order_axes = graph.spatial_axes + tuple(graph.grid_axes)
+    knobs.append(Knob("raster_major", order_axes[:2], structural=False))
+    knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))
+    return knobs
