@@ -94,8 +94,10 @@ def _tile_time(sim: BlockSimulation) -> _TileTime:
     ends = sim.iteration_end
     # First to last iteration: consumer warpgroups may drift apart within the ring's
     # slack, which a shorter window would mistake for a change of pace.
-    slope = (ends[n - 1] - ends[0]) / (n - 1) if n >= 3 else max(sim.busy.values()) / n
-    return _TileTime(first=ends[0], slope=max(slope, 1.0), epilogue=sim.end - ends[n - 1])
+    slope = (ends[n - 1] - ends[0]) / (n - 1) if n >= 3 else 0.0
+    # No sEU runs faster than its throughput, whatever a short window suggests.
+    slope = max(slope, sim.loop_busy_per_iteration, 1.0)
+    return _TileTime(first=ends[0], slope=slope, epilogue=sim.end - ends[n - 1])
 
 
 @lru_cache(maxsize=4096)
@@ -104,12 +106,22 @@ def _ordered_trips(spec: OperatorSpec, tile: tuple, raster: Raster) -> tuple[int
     return tuple(tile_trips(graph, list(tile_order(grid_dims(graph), raster))))
 
 
+@dataclass(frozen=True)
+class _Blocks:
+    """Loop trips per block in dispatch order, with their sum and maximum."""
+
+    trips: tuple[int, ...]
+    total: int
+    longest: int
+    tiles: int
+
+
 @lru_cache(maxsize=4096)
-def _block_trips(spec: OperatorSpec, tile: tuple, raster: Raster, owners: int) -> tuple[int, ...]:
-    """Loop trips per block in dispatch order; a pingpong block runs its ``owners``
-    tiles' main loops one after the other."""
+def _blocks(spec: OperatorSpec, tile: tuple, raster: Raster, owners: int) -> _Blocks:
+    """A pingpong block runs its ``owners`` tiles' main loops one after the other."""
     trips = _ordered_trips(spec, tile, raster)
-    return tuple(max(trips[i : i + owners]) * owners for i in range(0, len(trips), owners))
+    per_block = tuple(max(trips[i : i + owners]) * owners for i in range(0, len(trips), owners))
+    return _Blocks(per_block, sum(per_block), max(per_block), len(trips))
 
 
 def _global(
@@ -128,9 +140,8 @@ def _global(
     tile = tuple(sorted(graph.tile.items()))
     owners = sprogram.roles.consumer_warpgroups if sprogram.consumer_split == "pingpong" else 1
     slots = device.sm_count
-    groups = _block_trips(spec, tile, sprogram.raster, owners)
-    blocks = len(groups)
-    tiles = len(_ordered_trips(spec, tile, sprogram.raster))
+    stats = _blocks(spec, tile, sprogram.raster, owners)
+    groups, blocks, tiles = stats.trips, len(stats.trips), stats.tiles
     if not graph.causal_pairs:
         cold = tile_time.cold(groups[0]) + BLOCK_OVERHEAD_CYCLES
         waves = -(-blocks // slots)
@@ -141,7 +152,7 @@ def _global(
         mean_cold = cold
     elif not exact or blocks > _EXACT_DISPATCH_MAX_WAVES * slots:
         # Tile times are affine in trips: sums and maxima need no per-tile list.
-        total, longest = sum(groups), max(groups)
+        total, longest = stats.total, stats.longest
         per_block = BLOCK_OVERHEAD_CYCLES if not sprogram.persistent else 0.0
         if sprogram.persistent:
             load = total * tile_time.slope + blocks * tile_time.epilogue

@@ -18,6 +18,9 @@ from scheduler_search.ir import STaskGraph, STaskKind
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.sprogram.schedule import Raster
 
+#: Waves analysed for L2 reuse; longer grids repeat the same pattern and are scaled.
+ANALYSED_WAVES_MAX = 8
+
 #: Fraction of L2 usable for operand reuse across a wave (the rest holds outputs and
 #: whatever else runs; estimate).
 L2_USABLE_FRACTION = 0.5
@@ -93,6 +96,22 @@ def _slice_keys(spec: OperatorSpec, graph: STaskGraph) -> dict[str, Callable[[Co
     return keys
 
 
+def _distinct_slices(graph: STaskGraph, spec: OperatorSpec, tensor: str) -> int:
+    """How many different slices of ``tensor`` the whole grid reads."""
+    groups = spec.grid_sharing().get(tensor, {})
+    count = 1
+    dims = grid_dims(graph)
+    for task in graph.stasks:
+        if task.kind is STaskKind.LOAD and task.inputs[0].tensor == tensor:
+            for axis in task.inputs[0].axes:
+                if axis in graph.spatial_axes:
+                    count *= dims[axis]
+            break
+    for axis, instances in graph.grid_axes.items():
+        count *= -(-instances // groups.get(axis, 1))
+    return count
+
+
 def dram_bytes(
     spec: OperatorSpec, graph: STaskGraph, raster: Raster, slots: int, l2_bytes: int
 ) -> float:
@@ -113,9 +132,18 @@ def _dram_bytes_cached(
     if sum(t.size_bytes for t in inputs.values()) <= usable:
         return float(outputs + sum(t.size_bytes for t in inputs.values()))
 
-    order = list(tile_order(grid_dims(graph), raster))
-    slice_count = {n: len({k(c) for c in order}) for n, k in keys.items()}
-    slice_bytes = {n: inputs[n].size_bytes / slice_count[n] for n in keys}
+    dims = grid_dims(graph)
+    tiles = 1
+    for extent in dims.values():
+        tiles *= extent
+    waves = -(-tiles // slots)
+    analysed = min(waves, ANALYSED_WAVES_MAX)
+    order = list(itertools.islice(tile_order(dims, raster), analysed * slots))
+    # Slice sizes from the tensor's whole extent over its distinct slices (each slice is
+    # the same size: a row band of a, a head's k, ...).
+    slice_bytes = {}
+    for name in keys:
+        slice_bytes[name] = inputs[name].size_bytes / _distinct_slices(graph, spec, name)
     total = 0.0
     previous: dict[str, set] = {n: set() for n in keys}
     previous_bytes = 0.0
@@ -131,6 +159,7 @@ def _dram_bytes_cached(
             fresh = current[name] - previous[name] if reuse else current[name]
             total += len(fresh) * slice_bytes[name]
         previous, previous_bytes = current, wave_bytes
+    total *= waves / analysed
     # Tensors no load reads whole (none today) still count once.
     total += sum(t.size_bytes for n, t in inputs.items() if n not in keys)
     return total + outputs

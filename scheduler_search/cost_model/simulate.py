@@ -21,8 +21,14 @@ from scheduler_search.sprogram.schedule import SProgram, UnitOp
 
 #: Cycles from a plain ld.global/st.global to its data (estimate, L2 hit).
 GLOBAL_ACCESS_LATENCY_CYCLES = 600.0
+#: Cycles from an mbarrier's completion to the waiting warp running again (try_wait
+#: round trip; estimate). Paid on every full/empty wait, so short k-steps cost more.
+MBARRIER_WAIT_CYCLES = 40.0
 #: Cycles a role spends issuing an async operation (TMA copy, wgmma) before going on.
 ASYNC_ISSUE_CYCLES = 8.0
+#: A consumer warpgroup that issues its own TMA loads (no producer warp) also computes
+#: coordinates and arms the stage's mbarrier with expect_tx first (estimate).
+CONSUMER_LOAD_ISSUE_CYCLES = 64.0
 
 Key = tuple[str, str, int]  # (sTask, owner role, iteration); -1 prologue, trips epilogue
 
@@ -48,6 +54,12 @@ class BlockSimulation:
     end: float
     entries: list[tuple[UnitKind, str, str, int, float, float]] = field(default_factory=list)
     busy: dict[UnitKind, float] = field(default_factory=dict)
+    loop_busy: dict[UnitKind, float] = field(default_factory=dict)
+
+    @property
+    def loop_busy_per_iteration(self) -> float:
+        """The busiest sEU's loop work per (owner, iteration): a floor for the pace."""
+        return max(self.loop_busy.values(), default=0.0) / max(self.iterations, 1)
 
 
 @dataclass(frozen=True)
@@ -251,7 +263,8 @@ def simulate_block(
         for key in wanted:
             if key not in done:
                 return None
-            t = max(t, done[key])
+            through_mbarrier = key[0] in async_copy or name in async_copy
+            t = max(t, done[key] + (MBARRIER_WAIT_CYCLES if through_mbarrier else 0.0))
         return t
 
     total = sum(len(s) for s in streams.values())
@@ -288,11 +301,16 @@ def simulate_block(
         done[key] = finish
         issued[key] = start
         sim.busy[ins.unit] = sim.busy.get(ins.unit, 0.0) + busy
+        if task.phase == "loop":
+            sim.loop_busy[ins.unit] = sim.loop_busy.get(ins.unit, 0.0) + busy
         sim.entries.append(
             (ins.unit, task.name, role if owner == "*" else owner, ins.iteration, start, finish)
         )
         if seu.is_async:
-            role_time[role] = start + ASYNC_ISSUE_CYCLES
+            issue = ASYNC_ISSUE_CYCLES
+            if task.name in async_copy and role != "producer":
+                issue = CONSUMER_LOAD_ISSUE_CYCLES
+            role_time[role] = start + issue
             if task.kind is STaskKind.MMA and task.phase == "loop":
                 # wgmma.wait_group: serial waits for this MMA; overlap keeps one in flight.
                 if not overlap:

@@ -41,9 +41,12 @@ class AnalyticTimings:
 
     def busy_cycles(self, stask: STask, unit: SEU, work: Work) -> float:
         rate = unit.rate_per_cycle
+        amount = work.amount
+        if unit.kind is not stask.units[0]:
+            amount *= stask.emulation_ops
         if stask.kind is STaskKind.MMA and unit.kind is UnitKind.TENSOR_CORE and work.mma_n:
             rate *= max(0.25, 1.0 - WGMMA_NARROW_N_PENALTY / work.mma_n)
-        return work.amount / rate
+        return amount / rate
 
     def latency_cycles(self, stask: STask, unit: SEU) -> float:
         return unit.latency_cycles

@@ -184,9 +184,10 @@ def propagate(graph: STaskGraph, output_tile: TileShape | None = None) -> TilePl
         for axis in task.axes:
             want = bound.get(axis, graph.step(axis))
             have = extents.setdefault(axis, want)
-            if have != want and axis in graph.reduction_axes:
+            if have != want:
                 raise PropagateError(
-                    f"{task.name}: reduction axis {axis} is {have} here but the step is {want}"
+                    f"{task.name}: axis {axis} is {have} in its output tile but {want} "
+                    "from the output tile and the reduction steps"
                 )
         bind(task.output.tensor, task.output.axes, extents, task.name)
         for access in task.inputs:

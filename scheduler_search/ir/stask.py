@@ -62,6 +62,8 @@ class STask:
             after it.
         ops_per_point: lane operations per point of the iteration space (ELEMENTWISE /
             REDUCE); ignored for LOAD, STORE and MMA.
+        emulation_ops: lane operations per point when the sTask runs on an sEU other than
+            its first (exp2 as a polynomial on the FMA lanes instead of one SFU op).
         expr: the tensor expression, for people.
     """
 
@@ -72,6 +74,7 @@ class STask:
     units: tuple[UnitKind, ...]
     phase: Phase = "loop"
     ops_per_point: float = 0.0
+    emulation_ops: float = 1.0
     expr: str = ""
 
     @property

@@ -9,6 +9,10 @@ TMA_OR_CORES = (UnitKind.TMA, UnitKind.CUDA_CORE)
 """Small vectors (dt, dA) and outputs may be moved by TMA or by plain thread loads/stores."""
 
 TMA_OR_LSU = (UnitKind.TMA, UnitKind.LSU)
+
+#: FMA-pipe operations of exp2 emulated without the SFU: range reduction, a degree-3
+#: polynomial and the exponent splice (as FlashAttention-4 does; estimate).
+EXP2_EMULATION_OPS = 8.0
 """Tiles: TMA on sm_90, cp.async through the LSU on sm_80."""
 
 
@@ -28,6 +32,7 @@ def stask(
     *,
     phase: Phase = "loop",
     ops_per_point: float = 0.0,
+    emulation_ops: float = 1.0,
     expr: str = "",
 ) -> STask:
     return STask(
@@ -38,6 +43,7 @@ def stask(
         units=units,
         phase=phase,
         ops_per_point=ops_per_point,
+        emulation_ops=emulation_ops,
         expr=expr,
     )
 

@@ -15,7 +15,13 @@ from pydantic import Field
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
-from scheduler_search.ops._graph_helpers import TMA_OR_CORES, TMA_OR_LSU, stask, tensors
+from scheduler_search.ops._graph_helpers import (
+    EXP2_EMULATION_OPS,
+    TMA_OR_CORES,
+    TMA_OR_LSU,
+    stask,
+    tensors,
+)
 
 TC = (UnitKind.TENSOR_CORE,)
 CORES = (UnitKind.CUDA_CORE,)
@@ -127,6 +133,7 @@ class AttentionSpec(OperatorSpec):
                 ("s[q,kv]", "m_row[q]"),
                 EXP_UNITS,
                 ops_per_point=1.0,
+                emulation_ops=EXP2_EMULATION_OPS,
                 expr="p[q,kv] = exp2(s[q,kv] * scale_log2 - m_row[q])",
             ),
             stask(

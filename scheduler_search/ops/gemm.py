@@ -29,8 +29,8 @@ class GemmSpec(OperatorSpec):
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         # Rows that TMA loads: a's rows hold k elements; b's rows hold n (kn) or k (nk).
-        b_row = ("n", self.n) if self.b_layout == "kn" else ("k", self.k)
-        for field, elements in (("k", self.k), b_row):
+        rows = {"k": self.k, "n": self.n} if self.b_layout == "kn" else {"k": self.k}
+        for field, elements in rows.items():
             message = row_alignment_error(field, elements, self.dtype)
             if message:
                 yield field, message

@@ -18,7 +18,13 @@ from pydantic import Field
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
-from scheduler_search.ops._graph_helpers import TMA_OR_CORES, TMA_OR_LSU, stask, tensors
+from scheduler_search.ops._graph_helpers import (
+    EXP2_EMULATION_OPS,
+    TMA_OR_CORES,
+    TMA_OR_LSU,
+    stask,
+    tensors,
+)
 
 TC = (UnitKind.TENSOR_CORE,)
 CORES = (UnitKind.CUDA_CORE,)
@@ -118,6 +124,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 ("dA_s[l]", "dt_s[l]"),
                 EXP_UNITS,
                 ops_per_point=1.0,
+                emulation_ops=EXP2_EMULATION_OPS,
                 expr="w[l] = exp(dA[L-1] - dA[l]) * dt[l]",
             ),
             stask(
@@ -250,6 +257,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
                 ("dAl_s[l]", "dAs_s[s]"),
                 EXP_UNITS,
                 ops_per_point=1.0,
+                emulation_ops=EXP2_EMULATION_OPS,
                 expr="e[l,s] = exp(dA[l] - dA[s])",
             ),
             stask(

@@ -353,11 +353,6 @@ def test_reduction_axis_bound_to_two_extents_is_rejected() -> None:
         propagate(graph)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: propagate() only checks reduction axes for conflicting extents; a spatial "
-    "axis bound to 256 by a consumer's tile and to 128 by the output tile passes silently",
-)
 def test_spatial_axis_bound_to_two_extents_is_rejected() -> None:
     # The consumer reads x_s transposed (n, m) = (256, 128); the producer writes x_s[m,n]
     # and would compute an m extent of 256 in a tile whose m is 128.

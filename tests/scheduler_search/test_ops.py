@@ -256,11 +256,6 @@ def test_gemm_k_must_give_16_byte_rows(k: int, dtype: str, b_layout: str) -> Non
     assert str(k) in message and "16" in message and "multiple of 8" in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: GemmSpec.cross_field_errors checks k twice for b_layout='nk' "
-    "(a's rows and b's rows both hold k) and reports the same error twice",
-)
 def test_gemm_misaligned_k_with_nk_is_reported_once() -> None:
     errors = errors_of("gemm", with_("gemm", k=4001, b_layout="nk"))
     assert [e["loc"] for e in errors] == [("k",)]
