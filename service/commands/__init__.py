@@ -1,0 +1,1 @@
+"""Subcommands of the ``pipetune`` command line."""

@@ -1,0 +1,90 @@
+"""Operator parameters from the command line: ``--m 4096 --dtype float16``.
+
+Flags are the spec's field names (``--kv-heads`` and ``--kv_heads`` both work); values
+are converted by the field's type, then validated by the spec itself, so the CLI and
+the API report the same errors.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
+
+#: Shorthands: ``--seq N`` sets both sequence lengths of attention.
+ALIASES: dict[str, dict[str, tuple[str, ...]]] = {"attention": {"seq": ("seq_q", "seq_kv")}}
+
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _convert(annotation: Any, raw: str, flag: str) -> Any:
+    if annotation is bool:
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise SpecError(flag, f"expected true or false, got {raw!r}")
+    if annotation is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise SpecError(flag, f"expected an integer, got {raw!r}") from None
+    if typing.get_origin(annotation) is typing.Literal or annotation is str:
+        return raw
+    raise SpecError(flag, f"cannot read a value of type {annotation} from the command line")
+
+
+def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
+    """``--name value`` pairs (or ``--flag`` alone for booleans) -> params dict.
+
+    Raises:
+        SpecError: unknown operator or flag, a missing value, a value of the wrong type.
+    """
+    if op not in OPERATORS:
+        raise SpecError("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
+    fields = OPERATORS[op].model_fields
+    aliases = ALIASES.get(op, {})
+    params: dict[str, Any] = {}
+    i = 0
+    while i < len(extra):
+        token = extra[i]
+        if not token.startswith("--"):
+            raise SpecError(token, "expected --PARAM VALUE")
+        name = token[2:].replace("-", "_")
+        targets = aliases.get(name, (name,))
+        if any(t not in fields for t in targets):
+            known = ", ".join(f"--{f}" for f in [*fields, *aliases])
+            raise SpecError(name, f"unknown parameter for {op}; known: {known}")
+        annotation = fields[targets[0]].annotation
+        has_value = i + 1 < len(extra) and not extra[i + 1].startswith("--")
+        if annotation is bool and not has_value:
+            value: Any = True
+            i += 1
+        elif not has_value:
+            raise SpecError(name, "missing value")
+        else:
+            value = _convert(annotation, extra[i + 1], name)
+            i += 2
+        for target in targets:
+            params[target] = value
+    return params
+
+
+def spec_from_cli(op: str, extra: list[str]) -> OperatorSpec:
+    """Parse and validate; raises SpecError or pydantic.ValidationError."""
+    params = parse_params(op, extra)
+    return OPERATORS[op].model_validate(params)
+
+
+def describe_errors(error: Exception) -> list[str]:
+    """One ``field: message`` line per problem of a SpecError or ValidationError."""
+    if isinstance(error, SpecError):
+        return [f"{error.field}: {error.message}"]
+    if isinstance(error, ValidationError):
+        return [
+            f"{'.'.join(str(p) for p in e['loc']) or 'params'}: {e['msg']}" for e in error.errors()
+        ]
+    return [str(error)]

@@ -1,0 +1,106 @@
+"""``pipetune space OP --PARAM VALUE ... [--device h200] [--top N] [--json]``.
+
+Prints the size of the schedule space of one workload on one device, the rejections by
+reason, and the best schedules by the cost model (hash, estimate and the sProgram).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler_search.hardware import CATALOG, get_device
+from scheduler_search.ops import OPERATORS, SpecError
+from scheduler_search.space import ScheduleSpace, rank_top
+from service.commands._params import describe_errors, spec_from_cli
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "space",
+        help="size, rejections and best schedules of a workload's schedule space",
+        description=__doc__,
+        epilog="Parameters are the operator's fields, e.g. "
+        "`pipetune space gemm --m 4096 --n 4096 --k 4096 --dtype float16`.",
+    )
+    parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
+    parser.add_argument("--device", default="h200", choices=sorted(CATALOG))
+    parser.add_argument("--top", type=int, default=5, help="schedules to print (default 5)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.set_defaults(handler=run)
+
+
+def space_report(op: str, extra: list[str], device_name: str, top: int) -> dict[str, Any]:
+    """The whole report as plain data (what ``--json`` prints)."""
+    spec = spec_from_cli(op, extra)
+    device = get_device(device_name)
+    spec.check_fits(device)
+    started = time.perf_counter()
+    space = ScheduleSpace(spec, device)
+    candidates, count = space.enumerate()
+    enumerated = time.perf_counter()
+    ranked = rank_top(space, candidates, top) if top > 0 else []
+    ranked_s = time.perf_counter() - enumerated
+    return {
+        "op": spec.op,
+        "params": spec.params(),
+        "workload_key": spec.workload_key(),
+        "device": {"name": device.name, "fingerprint": device.fingerprint()},
+        "total": count.total,
+        "valid": count.valid,
+        "rejected": dict(sorted(count.rejected.items())),
+        "structural_valid": len(candidates),
+        "enumerate_s": round(enumerated - started, 3),
+        "rank_s": round(ranked_s, 3),
+        "top": [
+            {
+                "rank": i + 1,
+                "hash": r.sprogram.hash,
+                "latency_us": round(r.estimate.latency_us, 3),
+                "tflops": round(spec.flops() / r.estimate.latency_us / 1e6, 1),
+                "bound": r.estimate.bound,
+                "dram_us": round(r.estimate.dram_us, 3),
+                "choices": r.sprogram.choices,
+                "schedule": r.sprogram.to_dict(),
+            }
+            for i, r in enumerate(ranked)
+        ],
+    }
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    print(f"{report['op']} {report['params']} on {report['device']['name']}")
+    print(f"schedules: {report['total']:,} in all, {report['valid']:,} valid")
+    for reason, count in report["rejected"].items():
+        print(f"  rejected {reason:<22} {count:>12,}")
+    if not report["top"]:
+        return
+    print(f"\ntop {len(report['top'])} by the cost model:")
+    for entry in report["top"]:
+        choices = " ".join(f"{k}={v}" for k, v in entry["choices"].items())
+        print(
+            f"{entry['rank']:>3}. {entry['latency_us']:>10.1f} us {entry['tflops']:>7.1f} TFLOP/s "
+            f"{entry['bound']:<8} {entry['hash'][:16]}  {choices}"
+        )
+
+
+def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
+    if args.top < 0:
+        parser.error("--top must be >= 0")
+    try:
+        report = space_report(args.op, extra, args.device, args.top)
+    except (SpecError, ValidationError) as error:
+        for line in describe_errors(error):
+            print(f"pipetune space: {line}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_table(report)
+    return 0
