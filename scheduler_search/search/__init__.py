@@ -1,0 +1,36 @@
+"""The search driver: Optuna over a schedule space, batches measured by an executor."""
+
+from scheduler_search.search.driver import (
+    INVALID,
+    SOURCE_SEARCH,
+    SOURCE_WARM_START,
+    ExecutorLike,
+    MeasurementLike,
+    Progress,
+    SearchConfig,
+    SearchDriver,
+    SearchResult,
+    TrialRecord,
+)
+from scheduler_search.search.stopping import Budget, Stopper, StopReason
+from scheduler_search.search.warm_start import CachedSchedule, fit_to_space, log_distance, nearest
+
+__all__ = [
+    "INVALID",
+    "SOURCE_SEARCH",
+    "SOURCE_WARM_START",
+    "Budget",
+    "CachedSchedule",
+    "ExecutorLike",
+    "MeasurementLike",
+    "Progress",
+    "SearchConfig",
+    "SearchDriver",
+    "SearchResult",
+    "StopReason",
+    "Stopper",
+    "TrialRecord",
+    "fit_to_space",
+    "log_distance",
+    "nearest",
+]

@@ -1,0 +1,82 @@
+"""Exception handlers: every error is JSON ``{"detail": ...}`` with a 4xx that names the
+field (``loc`` as pydantic writes it, ``field`` as a dotted path), a 503 when the database
+is down, and a 500 only for a bug (logged, never with internals in the body)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from service.db.repositories import StorageError
+from service.errors import InvalidRequest, NotFound
+
+logger = logging.getLogger(__name__)
+
+_WHERE = ("body", "query", "path", "header", "cookie")
+
+
+def error_item(loc: Any, msg: str, type_: str) -> dict[str, Any]:
+    """One ``detail`` item: ``loc`` (a JSON list), its dotted ``field``, ``msg``, ``type``."""
+    parts = [p if isinstance(p, int) else str(p) for p in (loc or ("body",))]
+    inner = parts[1:] if parts[0] in _WHERE and len(parts) > 1 else parts
+    return {
+        "loc": parts,
+        "field": ".".join(str(p) for p in inner),
+        "msg": str(msg),
+        "type": str(type_),
+    }
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    items = []
+    status = 422
+    for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            status = 400
+            items.append(error_item(("body",), f"body is not valid JSON: {error.get('msg')}",
+                                    "json_invalid"))
+            continue
+        items.append(error_item(error.get("loc"), error.get("msg", ""), error.get("type", "")))
+    return JSONResponse({"detail": items}, status_code=status)
+
+
+async def _invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
+    items = [error_item((exc.where, *e["loc"]), e["msg"], e["type"]) for e in exc.errors]
+    return JSONResponse({"detail": items}, status_code=422)
+
+
+async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+async def _storage_error(request: Request, exc: StorageError) -> JSONResponse:
+    logger.error("database error on %s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse({"detail": "database unavailable; try again"}, status_code=503)
+
+
+async def _recursion_error(request: Request, exc: RecursionError) -> JSONResponse:
+    # json.loads of a body nested thousands deep raises RecursionError, not a decode error.
+    return JSONResponse(
+        {"detail": [error_item(("body",), "body is nested too deeply", "json_invalid")]},
+        status_code=400,
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse({"detail": "internal error (a bug: please report it)"}, status_code=500)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(InvalidRequest, _invalid_request)  # type: ignore[arg-type]
+    app.add_exception_handler(NotFound, _not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(StorageError, _storage_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RecursionError, _recursion_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)
+

@@ -1,0 +1,102 @@
+"""Runs: list, one, its trials, its live events (SSE), cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi.responses import StreamingResponse
+
+from service.api.deps import DatabaseDep, RunManagerDep, SessionDep
+from service.db import repositories as repo
+from service.db.models import RunStatus
+from service.errors import NotFound
+from service.runs.events import run_events
+from service.schemas import ErrorPublic, RunPublic, RunsPublic, TrialPublic, TrialsPublic
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+
+RunId = Annotated[int, Path(ge=1, le=2**62, description="The run's id.")]
+Limit = Annotated[int, Query(ge=1, le=10_000)]
+Offset = Annotated[int, Query(ge=0)]
+_NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such run."}}
+
+
+def _run_or_404(session: SessionDep, run_id: int) -> RunPublic:
+    run = repo.get_run(session, run_id=run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    return RunPublic.of(run)
+
+
+@router.get("", response_model=RunsPublic)
+def list_runs(
+    session: SessionDep,
+    status: RunStatus | None = None,
+    op: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> RunsPublic:
+    """Runs, newest first; filter by status and operator."""
+    rows, count = repo.list_runs(
+        session, status=status.value if status else None, op=op, limit=limit, offset=offset
+    )
+    return RunsPublic(data=[RunPublic.of(r) for r in rows], count=count)
+
+
+@router.get("/{run_id}", response_model=RunPublic, responses=_NOT_FOUND)
+def get_run(session: SessionDep, run_id: RunId) -> RunPublic:
+    """One run: status, progress, best so far."""
+    return _run_or_404(session, run_id)
+
+
+@router.get("/{run_id}/trials", response_model=TrialsPublic, responses=_NOT_FOUND)
+def list_trials(
+    session: SessionDep,
+    run_id: RunId,
+    status: Annotated[str | None, Query(max_length=32)] = None,
+    limit: Limit = 1000,
+    offset: Offset = 0,
+) -> TrialsPublic:
+    """The run's trials in order: choices, schedule hash, status, latency, error."""
+    _run_or_404(session, run_id)
+    rows, count = repo.list_trials(
+        session, run_id=run_id, status=status, limit=limit, offset=offset
+    )
+    return TrialsPublic(data=[TrialPublic.of(t) for t in rows], count=count)
+
+
+@router.get(
+    "/{run_id}/events",
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."},
+        **_NOT_FOUND,
+    },
+)
+def run_events_stream(
+    request: Request, session: SessionDep, db: DatabaseDep, run_id: RunId
+) -> StreamingResponse:
+    """Server-sent events while the run runs: ``status``, ``progress``, ``trial`` (each
+    new trial), and ``end`` with the final run; the stream closes after ``end``."""
+    _run_or_404(session, run_id)
+    return StreamingResponse(
+        run_events(db, run_id, request.is_disconnected),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.delete(
+    "/{run_id}",
+    response_model=RunPublic,
+    responses={**_NOT_FOUND, 409: {"model": ErrorPublic, "description": "Already finished."}},
+)
+def cancel_run(session: SessionDep, manager: RunManagerDep, run_id: RunId) -> RunPublic:
+    """Cancel a queued run at once, a running one at its next round (trials are kept)."""
+    current = _run_or_404(session, run_id)
+    if RunStatus(current.status).is_finished():
+        raise HTTPException(409, f"run {run_id} already {current.status}")
+    run = manager.cancel(run_id)
+    if run is None:
+        raise NotFound(f"run {run_id} not found")
+    return RunPublic.of(run)

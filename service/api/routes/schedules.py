@@ -1,0 +1,65 @@
+"""``GET /v1/schedules``: the cache of best schedules, filtered by op, device, params."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import ValidationError
+
+from scheduler_search.ops import OPERATORS, parse_spec
+from service.api.deps import SessionDep
+from service.db import repositories as repo
+from service.errors import InvalidRequest
+from service.schemas import ErrorPublic, SchedulePublic, SchedulesPublic
+
+router = APIRouter(prefix="/schedules", tags=["schedules"])
+
+_PARAMS_HELP = (
+    'Exact params as a JSON object, e.g. {"m":4096,"n":4096,"k":4096}. With `op` and a '
+    "complete spec the workload is matched exactly (defaults filled in); otherwise every "
+    "given param must be equal."
+)
+
+
+def _query_error(field: str, msg: str) -> InvalidRequest:
+    return InvalidRequest([{"loc": (field,), "msg": msg, "type": "value_error"}], where="query")
+
+
+def _parse_params(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise _query_error("params", f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise _query_error("params", "must be a JSON object")
+    return value
+
+
+@router.get("", response_model=SchedulesPublic, responses={422: {"model": ErrorPublic}})
+def list_schedules(
+    session: SessionDep,
+    op: Annotated[str | None, Query(max_length=64)] = None,
+    device: Annotated[str | None, Query(max_length=64, description="Name or key.")] = None,
+    params: Annotated[str | None, Query(max_length=4096, description=_PARAMS_HELP)] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> SchedulesPublic:
+    """Cached best schedules, newest first."""
+    if op is not None and op not in OPERATORS:
+        raise _query_error("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
+    wanted = _parse_params(params) if params is not None else None
+    workload_key = None
+    if wanted is not None and op is not None:
+        try:
+            workload_key = parse_spec(op, wanted).workload_key()
+        except ValidationError:
+            workload_key = None  # a partial spec: compare the given params one by one
+    rows = repo.list_schedules(
+        session, op=op, device=device, workload_key=workload_key, limit=100_000
+    )
+    if wanted is not None and workload_key is None:
+        rows = [r for r in rows if all(r.workload.params.get(k) == v for k, v in wanted.items())]
+    page = rows[offset : offset + limit]
+    return SchedulesPublic(data=[SchedulePublic.of(r) for r in page], count=len(rows))

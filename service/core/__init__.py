@@ -1,0 +1,1 @@
+"""Settings, the database engine, metrics: what every part of the service shares."""

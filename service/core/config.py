@@ -1,0 +1,85 @@
+"""Settings: the only place in pipetune that reads the environment (prefix ``PIPETUNE_``).
+
+Example:
+    PIPETUNE_DATABASE_URL=postgresql+psycopg://pipetune@db/pipetune pipetune serve
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from platformdirs import user_data_dir
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+APP_NAME = "pipetune"
+
+
+def default_data_dir() -> Path:
+    """The user's data directory for pipetune (``~/.local/share/pipetune`` on Linux)."""
+    return Path(user_data_dir(APP_NAME, appauthor=False))
+
+
+class Settings(BaseSettings):
+    """Service settings, from ``PIPETUNE_*`` environment variables or keyword arguments.
+
+    Attributes:
+        database_url: SQLAlchemy URL; default a SQLite file in ``data_dir``. PostgreSQL
+            URLs are normalised to the psycopg 3 driver.
+        data_dir: where the default database (and, later, caches) live.
+        max_concurrent_runs: tuning runs executed at the same time by one process.
+        simulated_capacity: batch width of the simulated device.
+        on_restart: what happens to runs left ``running`` by a dead process: ``resume``
+            them, or mark them ``interrupted``.
+        stale_after_s: a running run whose owner has not written a heartbeat for this
+            long is taken as orphaned (another host's process may own it otherwise).
+        heartbeat_s: how often a running run's owner writes its heartbeat.
+        default_trials, max_trials, max_seconds: request budget default and limits.
+        default_patience: stop a run after this many measured trials without improvement
+            (0: never).
+        seed: the search's seed (runs are reproducible for the same seed).
+        warm_start: how many nearest cached schedules seed a new run.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PIPETUNE_", extra="ignore")
+
+    database_url: str = ""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    max_concurrent_runs: int = Field(default=2, ge=1, le=64)
+    simulated_capacity: int = Field(default=8, ge=1, le=256)
+    on_restart: Literal["resume", "interrupt"] = "resume"
+    stale_after_s: float = Field(default=60.0, gt=0)
+    heartbeat_s: float = Field(default=5.0, gt=0)
+    default_trials: int = Field(default=64, ge=1)
+    max_trials: int = Field(default=10_000, ge=1)
+    max_seconds: float = Field(default=86_400.0, gt=0)
+    default_patience: int = Field(default=0, ge=0)
+    seed: int = 0
+    warm_start: int = Field(default=4, ge=0, le=64)
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_driver(cls, url: str) -> str:
+        """``postgres://`` and ``postgresql://`` mean psycopg 3 here (SQLAlchemy's default
+        PostgreSQL driver is psycopg2, which pipetune does not install)."""
+        url = url.strip()
+        for prefix in ("postgres://", "postgresql://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix) :]
+        return url
+
+    @model_validator(mode="after")
+    def _default_database(self) -> Settings:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'pipetune.db'}"
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def get_settings(**overrides: object) -> Settings:
+    """Settings from the environment, with explicit overrides (CLI flags) on top."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,1 @@
+"""Tables (``models``) and the functions that read and write them (``repositories``)."""

@@ -1,0 +1,266 @@
+"""SQLAlchemy 2 tables of the service: devices, workloads, runs, trials, schedules, kernels.
+
+Every table name starts with ``pipetune_`` because Optuna's RDB storage lives in the same
+database and already owns ``trials`` and ``alembic_version`` (``optuna/storages/_rdb``).
+``SCHEMA_VERSION`` is the Alembic head these models match (``migrations/versions``).
+
+Timestamps are stored as UTC. SQLite has no time zones and hands back naive datetimes,
+so readers go through :func:`as_utc`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    select,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
+
+SCHEMA_VERSION = "0001"
+TABLE_PREFIX = "pipetune_"
+
+#: JSON everywhere, JSONB on PostgreSQL.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+HASH_LENGTH = 64
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def as_utc(value: dt.datetime | None) -> dt.datetime | None:
+    """A stored timestamp as an aware UTC datetime (SQLite returns naive ones)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+class RunStatus(enum.StrEnum):
+    """Life of a tuning run.
+
+    Attributes:
+        QUEUED: accepted, waiting for a free run slot.
+        RUNNING: its search is in progress (owned by one process, which heartbeats).
+        SUCCEEDED: finished with a best schedule (stored in the schedules cache).
+        FAILED: finished without one (every candidate invalid or failed), or crashed.
+        CANCELLED: stopped on request; its trials and best-so-far are kept.
+        INTERRUPTED: its process died and it was not resumed; trials are kept.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+    def is_finished(self) -> bool:
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of pipetune's tables (Optuna's have their own)."""
+
+
+class DeviceModel(Base):
+    """A device that runs were tuned for; ``key`` is its fingerprint (the cache key)."""
+
+    __tablename__ = "pipetune_devices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(HASH_LENGTH), unique=True)
+    name: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))  # "simulated" or "cuda"
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    identity: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @classmethod
+    def find_by_key(cls, session: Session, key: str) -> DeviceModel | None:
+        return session.scalars(select(cls).where(cls.key == key)).one_or_none()
+
+
+class WorkloadModel(Base):
+    """An operator and its params; ``key`` is the spec's canonical-JSON sha256."""
+
+    __tablename__ = "pipetune_workloads"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(HASH_LENGTH), unique=True)
+    op: Mapped[str] = mapped_column(String(64), index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @classmethod
+    def find_by_key(cls, session: Session, key: str) -> WorkloadModel | None:
+        return session.scalars(select(cls).where(cls.key == key)).one_or_none()
+
+
+class RunModel(Base):
+    """One tuning run of a workload on a device.
+
+    At most one run per (workload, device) is queued or running: a partial unique index
+    enforces it, so two API processes racing on the same request end up sharing a run.
+    ``owner`` (host:pid:token) and ``heartbeat_at`` tell a live run from an orphan.
+    """
+
+    __tablename__ = "pipetune_runs"
+    __table_args__ = (
+        Index(
+            "uq_pipetune_runs_active",
+            "workload_id",
+            "device_id",
+            unique=True,
+            sqlite_where=text("status IN ('queued', 'running')"),
+            postgresql_where=text("status IN ('queued', 'running')"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("pipetune_workloads.id"), index=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("pipetune_devices.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True, default=RunStatus.QUEUED.value)
+    budget_trials: Mapped[int] = mapped_column(Integer)
+    budget_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    patience: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
+    study_name: Mapped[str] = mapped_column(String(128))
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    invalid: Mapped[int] = mapped_column(Integer, default=0)
+    best_latency_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    best_schedule_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH), nullable=True)
+    best_kernel_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH), nullable=True)
+    best_simulated: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    phase: Mapped[str] = mapped_column(String(16), default="queued")
+    stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    elapsed_s: Mapped[float] = mapped_column(Float, default=0.0)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+
+    workload: Mapped[WorkloadModel] = relationship(lazy="joined")
+    device: Mapped[DeviceModel] = relationship(lazy="joined")
+
+    @classmethod
+    def find(cls, session: Session, run_id: int) -> RunModel | None:
+        return session.get(cls, run_id)
+
+    @classmethod
+    def find_active(cls, session: Session, workload_id: int, device_id: int) -> RunModel | None:
+        return session.scalars(
+            select(cls).where(
+                cls.workload_id == workload_id,
+                cls.device_id == device_id,
+                cls.status.in_(ACTIVE_STATUSES),
+            )
+        ).one_or_none()
+
+
+class TrialModel(Base):
+    """One trial of a run: a measured candidate, or a point rejected before measurement.
+
+    ``number`` counts the run's trials in the order they were stored (0, 1, ...); it is
+    not Optuna's trial number, which restarts when an interrupted run resumes.
+    """
+
+    __tablename__ = "pipetune_trials"
+    __table_args__ = (UniqueConstraint("run_id", "number", name="uq_pipetune_trials_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("pipetune_runs.id", ondelete="CASCADE"), index=True
+    )
+    number: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(16))
+    schedule_hash: Mapped[str | None] = mapped_column(
+        String(HASH_LENGTH), nullable=True, index=True
+    )
+    choices: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    latency_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predicted_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    measurement: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @classmethod
+    def where_run(cls, session: Session, run_id: int) -> list[TrialModel]:
+        return list(session.scalars(select(cls).where(cls.run_id == run_id).order_by(cls.number)))
+
+
+class ScheduleModel(Base):
+    """The cache: the best schedule known for a (workload, device)."""
+
+    __tablename__ = "pipetune_schedules"
+    __table_args__ = (
+        UniqueConstraint("workload_id", "device_id", name="uq_pipetune_schedules_key"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("pipetune_workloads.id"), index=True)
+    device_id: Mapped[int] = mapped_column(ForeignKey("pipetune_devices.id"), index=True)
+    schedule_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)
+    schedule: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    choices: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    latency_us: Mapped[float] = mapped_column(Float)
+    predicted_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("pipetune_runs.id", ondelete="SET NULL"), nullable=True
+    )
+    kernel_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    workload: Mapped[WorkloadModel] = relationship(lazy="joined")
+    device: Mapped[DeviceModel] = relationship(lazy="joined")
+
+    @classmethod
+    def find(cls, session: Session, workload_id: int, device_id: int) -> ScheduleModel | None:
+        return session.scalars(
+            select(cls).where(cls.workload_id == workload_id, cls.device_id == device_id)
+        ).one_or_none()
+
+
+class KernelModel(Base):
+    """A generated kernel (KernelArtifact JSON and its source) by artifact hash."""
+
+    __tablename__ = "pipetune_kernels"
+
+    hash: Mapped[str] = mapped_column(String(HASH_LENGTH), primary_key=True)
+    schedule_hash: Mapped[str] = mapped_column(String(HASH_LENGTH), index=True)
+    artifact: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    source: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @classmethod
+    def find(cls, session: Session, kernel_hash: str) -> KernelModel | None:
+        return session.get(cls, kernel_hash)

@@ -1,0 +1,509 @@
+"""Reads and writes of the service's tables, each a keyword-only function on a Session.
+
+Every DB touch goes through :func:`session_scope` (in the style of Optuna's RDB storage):
+it commits, rolls back on error, and turns SQLAlchemy errors into :class:`StorageError`
+so that the API answers 503 instead of leaking a driver exception. Get-or-create
+functions tolerate the uniqueness race between two processes inserting the same row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db.models import (
+    ACTIVE_STATUSES,
+    DeviceModel,
+    KernelModel,
+    RunModel,
+    RunStatus,
+    ScheduleModel,
+    TrialModel,
+    WorkloadModel,
+    utcnow,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class StorageError(RuntimeError):
+    """The database failed (unreachable, locked, schema out of date, ...)."""
+
+
+@contextmanager
+def session_scope(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success, rolls back on error, maps DB errors."""
+    session = sessions()
+    try:
+        yield session
+        session.commit()
+    except SQLAlchemyError as exc:
+        session.rollback()
+        first = exc.args[0] if exc.args else exc
+        raise StorageError(f"database error: {type(exc).__name__}: {first}") from exc
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def _get_or_create(session: Session, model: type, key: str, **values: Any) -> Any:
+    found = model.find_by_key(session, key)
+    if found is not None:
+        return found
+    try:
+        with session.begin_nested():
+            row = model(key=key, **values)
+            session.add(row)
+        return row
+    except IntegrityError:  # another process inserted the same key meanwhile
+        found = model.find_by_key(session, key)
+        if found is None:
+            raise
+        return found
+
+
+# ----- devices and workloads ----------------------------------------------------------------
+def get_or_create_device(
+    session: Session, *, key: str, name: str, kind: str, simulated: bool, identity: dict[str, Any]
+) -> DeviceModel:
+    return _get_or_create(
+        session, DeviceModel, key, name=name, kind=kind, simulated=simulated, identity=identity
+    )
+
+
+def get_or_create_workload(
+    session: Session, *, key: str, op: str, params: dict[str, Any]
+) -> WorkloadModel:
+    return _get_or_create(session, WorkloadModel, key, op=op, params=params)
+
+
+def list_devices(session: Session) -> list[DeviceModel]:
+    return list(session.scalars(select(DeviceModel).order_by(DeviceModel.id)))
+
+
+def find_device(session: Session, *, key: str) -> DeviceModel | None:
+    return DeviceModel.find_by_key(session, key)
+
+
+# ----- runs -----------------------------------------------------------------------------------
+def create_run(
+    session: Session,
+    *,
+    workload: WorkloadModel,
+    device: DeviceModel,
+    budget_trials: int,
+    budget_seconds: float | None,
+    patience: int | None,
+    seed: int,
+) -> tuple[RunModel, bool]:
+    """A new queued run, or the queued/running run of the same workload and device.
+
+    Returns:
+        The run and whether it was created.
+    """
+    active = RunModel.find_active(session, workload.id, device.id)
+    if active is not None:
+        return active, False
+    try:
+        with session.begin_nested():
+            run = RunModel(
+                workload_id=workload.id,
+                device_id=device.id,
+                status=RunStatus.QUEUED.value,
+                budget_trials=budget_trials,
+                budget_seconds=budget_seconds,
+                patience=patience,
+                seed=seed,
+                study_name="pending",
+                trials_done=0,
+                invalid=0,
+                phase="queued",
+                cancel_requested=False,
+                attempts=0,
+                elapsed_s=0.0,
+            )
+            session.add(run)
+            session.flush()
+            run.study_name = f"pipetune-run-{run.id}"
+        return run, True
+    except IntegrityError:  # the partial unique index: someone else queued it first
+        active = RunModel.find_active(session, workload.id, device.id)
+        if active is None:
+            raise
+        return active, False
+
+
+def get_run(session: Session, *, run_id: int) -> RunModel | None:
+    return RunModel.find(session, run_id)
+
+
+def list_runs(
+    session: Session,
+    *,
+    status: str | None = None,
+    op: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[RunModel], int]:
+    query = select(RunModel)
+    if status is not None:
+        query = query.where(RunModel.status == status)
+    if op is not None:
+        query = query.join(WorkloadModel).where(WorkloadModel.op == op)
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(RunModel.id.desc()).limit(limit).offset(offset))
+    return list(rows.unique()), count
+
+
+def claim_run(session: Session, *, run_id: int, owner: str) -> RunModel | None:
+    """Make a queued run ``owner``'s (a conditional update: one claimer wins)."""
+    now = utcnow()
+    result = session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.QUEUED.value)
+        .values(
+            status=RunStatus.RUNNING.value,
+            phase="starting",
+            owner=owner,
+            heartbeat_at=now,
+            started_at=func.coalesce(RunModel.started_at, now),
+            attempts=RunModel.attempts + 1,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        return None
+    return session.get(RunModel, run_id, populate_existing=True)
+
+
+def claim_next_queued(session: Session, *, owner: str) -> RunModel | None:
+    """Take the oldest queued run for ``owner``."""
+    candidates = session.scalars(
+        select(RunModel.id)
+        .where(RunModel.status == RunStatus.QUEUED.value)
+        .order_by(RunModel.id)
+        .limit(5)
+    ).all()
+    for run_id in candidates:
+        run = claim_run(session, run_id=run_id, owner=owner)
+        if run is not None:
+            return run
+    return None
+
+
+def update_progress(
+    session: Session,
+    *,
+    run_id: int,
+    owner: str,
+    phase: str,
+    trials_done: int,
+    invalid: int,
+    best_latency_us: float | None,
+    best_schedule_hash: str | None,
+    best_simulated: bool | None,
+    elapsed_s: float,
+) -> bool:
+    """Record progress and the heartbeat; the run's ``cancel_requested`` flag."""
+    session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, RunModel.owner == owner)
+        .values(
+            phase=phase,
+            trials_done=trials_done,
+            invalid=invalid,
+            best_latency_us=best_latency_us,
+            best_schedule_hash=best_schedule_hash,
+            best_simulated=best_simulated,
+            elapsed_s=elapsed_s,
+            heartbeat_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return bool(session.scalar(select(RunModel.cancel_requested).where(RunModel.id == run_id)))
+
+
+def heartbeat(session: Session, *, run_ids: Sequence[int], owner: str) -> None:
+    if run_ids:
+        session.execute(
+            update(RunModel)
+            .where(RunModel.id.in_(list(run_ids)), RunModel.owner == owner)
+            .values(heartbeat_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+
+
+def cancel_requested(session: Session, *, run_id: int) -> bool:
+    return bool(session.scalar(select(RunModel.cancel_requested).where(RunModel.id == run_id)))
+
+
+def request_cancel(session: Session, *, run_id: int) -> RunModel | None:
+    """Cancel a run: a queued one at once, a running one at its owner's next round."""
+    run = session.get(RunModel, run_id, with_for_update=session.bind.dialect.name != "sqlite")
+    if run is None:
+        return None
+    if run.status == RunStatus.QUEUED.value:
+        run.status = RunStatus.CANCELLED.value
+        run.phase = "done"
+        run.finished_at = utcnow()
+        run.cancel_requested = True
+    elif run.status == RunStatus.RUNNING.value:
+        run.cancel_requested = True
+    return run
+
+
+def finish_run(
+    session: Session,
+    *,
+    run_id: int,
+    status: RunStatus,
+    error: str | None = None,
+    stop_reason: str | None = None,
+    best: dict[str, Any] | None = None,
+    elapsed_s: float | None = None,
+) -> None:
+    run = session.get(RunModel, run_id)
+    if run is None:
+        return
+    run.status = status.value
+    run.phase = "done"
+    run.error = error
+    run.stop_reason = stop_reason
+    run.finished_at = utcnow()
+    run.owner = None
+    if elapsed_s is not None:
+        run.elapsed_s = elapsed_s
+    if best is not None:
+        run.best_latency_us = best["latency_us"]
+        run.best_schedule_hash = best["schedule_hash"]
+        run.best_simulated = best["simulated"]
+        run.best_kernel_hash = best.get("kernel_hash")
+
+
+def release_run(session: Session, *, run_id: int, owner: str) -> None:
+    """Leave a running run for the next start to resume (a graceful shutdown)."""
+    session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, RunModel.owner == owner)
+        .values(owner=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def running_runs(session: Session) -> list[RunModel]:
+    return list(
+        session.scalars(select(RunModel).where(RunModel.status == RunStatus.RUNNING.value))
+    )
+
+
+def requeue_run(session: Session, *, run_id: int) -> None:
+    session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
+        .values(status=RunStatus.QUEUED.value, phase="queued", owner=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def interrupt_run(session: Session, *, run_id: int, reason: str) -> None:
+    session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
+        .values(
+            status=RunStatus.INTERRUPTED.value,
+            phase="done",
+            owner=None,
+            error=reason,
+            finished_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    )
+
+
+def count_runs_by_status(session: Session) -> dict[str, int]:
+    rows = session.execute(select(RunModel.status, func.count()).group_by(RunModel.status))
+    return {status: count for status, count in rows}
+
+
+# ----- trials ---------------------------------------------------------------------------------
+def add_trials(session: Session, *, run_id: int, trials: Sequence[dict[str, Any]]) -> None:
+    """Append trials to a run, numbered after the ones it has."""
+    if not trials:
+        return
+    start = session.scalar(
+        select(func.coalesce(func.max(TrialModel.number) + 1, 0)).where(
+            TrialModel.run_id == run_id
+        )
+    )
+    now = utcnow()
+    session.add_all(
+        TrialModel(run_id=run_id, number=start + i, created_at=now, **values)
+        for i, values in enumerate(trials)
+    )
+
+
+def list_trials(
+    session: Session,
+    *,
+    run_id: int,
+    status: str | None = None,
+    after: int | None = None,
+    limit: int = 1000,
+    offset: int = 0,
+) -> tuple[list[TrialModel], int]:
+    query = select(TrialModel).where(TrialModel.run_id == run_id)
+    if status is not None:
+        query = query.where(TrialModel.status == status)
+    if after is not None:
+        query = query.where(TrialModel.number > after)
+    count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+    rows = session.scalars(query.order_by(TrialModel.number).limit(limit).offset(offset))
+    return list(rows), count
+
+
+# ----- schedules and kernels --------------------------------------------------------------------
+def find_schedule(session: Session, *, workload_id: int, device_id: int) -> ScheduleModel | None:
+    return ScheduleModel.find(session, workload_id, device_id)
+
+
+def store_best_schedule(
+    session: Session,
+    *,
+    workload_id: int,
+    device_id: int,
+    run_id: int,
+    schedule_hash: str,
+    schedule: dict[str, Any],
+    choices: dict[str, Any],
+    latency_us: float,
+    predicted_us: float | None,
+    simulated: bool,
+    kernel_hash: str | None = None,
+) -> ScheduleModel:
+    """Keep the faster of the cached schedule and this one (a GPU timing beats a
+    simulated one whatever the numbers)."""
+    current = ScheduleModel.find(session, workload_id, device_id)
+    values = {
+        "schedule_hash": schedule_hash,
+        "schedule": schedule,
+        "choices": choices,
+        "latency_us": latency_us,
+        "predicted_us": predicted_us,
+        "simulated": simulated,
+        "run_id": run_id,
+        "kernel_hash": kernel_hash,
+        "updated_at": utcnow(),
+    }
+    if current is None:
+        try:
+            with session.begin_nested():
+                row = ScheduleModel(workload_id=workload_id, device_id=device_id, **values)
+                session.add(row)
+            return row
+        except IntegrityError:
+            current = ScheduleModel.find(session, workload_id, device_id)
+            if current is None:
+                raise
+    better = (current.simulated and not simulated) or (
+        current.simulated == simulated and latency_us < current.latency_us
+    )
+    if better:
+        for name, value in values.items():
+            setattr(current, name, value)
+    return current
+
+
+def list_schedules(
+    session: Session,
+    *,
+    op: str | None = None,
+    device: str | None = None,
+    workload_key: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[ScheduleModel]:
+    """Cached schedules, newest first; ``device`` matches a device's name or key."""
+    query = select(ScheduleModel).join(WorkloadModel).join(DeviceModel)
+    if op is not None:
+        query = query.where(WorkloadModel.op == op)
+    if device is not None:
+        query = query.where((DeviceModel.name == device) | (DeviceModel.key == device))
+    if workload_key is not None:
+        query = query.where(WorkloadModel.key == workload_key)
+    rows = session.scalars(
+        query.order_by(ScheduleModel.updated_at.desc(), ScheduleModel.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return list(rows.unique())
+
+
+def schedules_for_warm_start(
+    session: Session, *, op: str, device_id: int, exclude_workload_id: int | None = None
+) -> list[ScheduleModel]:
+    """Every cached schedule of ``op`` on the device (the caller ranks them by shape)."""
+    query = (
+        select(ScheduleModel)
+        .join(WorkloadModel)
+        .where(WorkloadModel.op == op, ScheduleModel.device_id == device_id)
+    )
+    if exclude_workload_id is not None:
+        query = query.where(ScheduleModel.workload_id != exclude_workload_id)
+    return list(session.scalars(query).unique())
+
+
+def get_kernel(session: Session, *, kernel_hash: str) -> KernelModel | None:
+    return KernelModel.find(session, kernel_hash)
+
+
+def stale_before(seconds: float) -> dt.datetime:
+    return utcnow() - dt.timedelta(seconds=seconds)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a StorageError came from a transient condition (a locked SQLite file)."""
+    cause = exc.__cause__
+    return isinstance(cause, OperationalError) and "locked" in str(cause).lower()
+
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "StorageError",
+    "add_trials",
+    "claim_next_queued",
+    "claim_run",
+    "count_runs_by_status",
+    "create_run",
+    "find_device",
+    "find_schedule",
+    "finish_run",
+    "get_kernel",
+    "get_or_create_device",
+    "get_or_create_workload",
+    "get_run",
+    "heartbeat",
+    "interrupt_run",
+    "is_retryable",
+    "list_devices",
+    "list_runs",
+    "list_schedules",
+    "list_trials",
+    "release_run",
+    "request_cancel",
+    "requeue_run",
+    "running_runs",
+    "schedules_for_warm_start",
+    "session_scope",
+    "stale_before",
+    "store_best_schedule",
+    "update_progress",
+]

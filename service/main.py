@@ -1,0 +1,129 @@
+"""Builds the FastAPI app, and nothing else: settings, lifespan, routers, middleware.
+
+Example:
+    uvicorn --factory service.main:create_app
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+
+import migrations
+from service.api import errors
+from service.api.main import api_router, root_router
+from service.core.config import Settings
+from service.core.db import Database
+from service.core.metrics import Metrics
+from service.runs.executors import ExecutorRegistry
+from service.runs.manager import RunManager
+
+logger = logging.getLogger(__name__)
+
+#: Largest request body accepted (a tune request is a few hundred bytes).
+MAX_BODY_BYTES = 64 * 1024
+
+
+def quiet_optuna() -> None:
+    """Optuna logs every study it creates (two per run); keep its warnings only."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _operation_id(route: APIRoute) -> str:
+    """Stable OpenAPI operation ids: ``<tag>-<handler name>``."""
+    return f"{route.tags[0]}-{route.name}" if route.tags else route.name
+
+
+def create_app(settings: Settings | None = None, *, run_background: bool = True) -> FastAPI:
+    """The pipetune API.
+
+    On start it migrates the database (``migrations.upgrade``), recovers runs left by a
+    dead process, and starts the run manager's threads; on stop it closes them.
+
+    Args:
+        settings: defaults to ``Settings()`` (the ``PIPETUNE_*`` environment).
+        run_background: start the run manager's threads (tests may leave runs queued).
+    """
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_optuna()
+        db = Database(settings.database_url)
+        migrations.upgrade(db.url, engine=db.engine)
+        executors = ExecutorRegistry(settings.simulated_capacity)
+        manager = RunManager(db, settings, executors, app.state.metrics)
+        app.state.db, app.state.executors, app.state.run_manager = db, executors, manager
+        if run_background:
+            manager.start()
+        else:
+            manager.recover()
+        logger.info("pipetune serving with %s (%s)", db.backend, _redacted(db.url))
+        try:
+            yield
+        finally:
+            manager.close()
+            executors.close()
+            db.dispose()
+
+    app = FastAPI(
+        title="pipetune",
+        summary="Kernel autotuning with software-defined pipelining (sTask-graphs).",
+        version="1",
+        lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    errors.install(app)
+    app.include_router(api_router)
+    app.include_router(root_router)
+
+    @app.middleware("http")
+    async def limit_and_measure(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return JSONResponse(
+                {"detail": [errors.error_item(("body",), f"body larger than {MAX_BODY_BYTES} "
+                                              "bytes", "too_large")]},
+                status_code=413,
+            )
+        started = time.perf_counter()
+        response = await call_next(request)
+        template = _route_template(request)
+        metrics: Metrics = request.app.state.metrics
+        metrics.http_requests.labels(request.method, template, str(response.status_code)).inc()
+        metrics.http_latency.labels(template).observe(time.perf_counter() - started)
+        return response
+
+    return app
+
+
+def _route_template(request: Request) -> str:
+    """The matched route's path template with its router prefixes (``/v1/runs/{run_id}``),
+    so that metrics are labelled by route, not by id."""
+    route = request.scope.get("route")
+    regex = getattr(route, "path_regex", None)
+    if route is None or regex is None:
+        return "unmatched"
+    path = request.scope.get("path", "")
+    for start in range(len(path) + 1):
+        if regex.match(path[start:]):
+            return path[:start] + route.path
+    return route.path
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,484 @@
+"""The run manager: background tuning runs, a concurrency limit, cancel, restart recovery.
+
+Runs live in the database, not in memory. ``submit`` answers a cache hit, or queues a run
+(or returns the queued/running run of the same workload and device). Worker threads, as
+many as ``max_concurrent_runs``, claim queued runs with a conditional update, so several
+processes sharing one PostgreSQL database never run the same run twice. A running run's
+owner (``host:pid:token``) writes a heartbeat; a run whose owner is gone (its process is
+dead on this host, or its heartbeat is older than ``stale_after_s``) is resumed (queued
+again: its trials count and are never measured twice) or marked ``interrupted``, as
+``on_restart`` says, at start and then periodically.
+
+The lifecycle: ``start()`` once (recovery, then the threads), ``close()`` once. A run in
+progress at ``close()`` stops at its next round and is left for the next start to resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler_search.ops import parse_spec
+from scheduler_search.search import (
+    INVALID,
+    Budget,
+    CachedSchedule,
+    Progress,
+    SearchConfig,
+    SearchDriver,
+    StopReason,
+    TrialRecord,
+    nearest,
+)
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.sprogram import SProgram
+from service.core.config import Settings
+from service.core.db import Database
+from service.core.metrics import Metrics
+from service.db import repositories as repo
+from service.db.models import RunModel, RunStatus, ScheduleModel, as_utc
+from service.runs.devices import ResolvedDevice, from_identity
+from service.runs.executors import ExecutorRegistry
+from service.runs.tune import TuneInput
+from workers import Job
+
+logger = logging.getLogger(__name__)
+
+_IDLE_POLL_S = 1.0
+
+
+@dataclass
+class Submitted:
+    """What ``submit`` did: a cache hit (``schedule``), or a run (new or shared)."""
+
+    schedule: ScheduleModel | None = None
+    run: RunModel | None = None
+    created: bool = False
+
+
+class RunManager:
+    """Executes tuning runs in background threads (see the module docstring).
+
+    Args:
+        db: the database (sessions and Optuna storage).
+        settings: concurrency, recovery policy, heartbeat.
+        executors: the executor of each device.
+        metrics: counters to update (optional).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        settings: Settings,
+        executors: ExecutorRegistry,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.executors = executors
+        self.metrics = metrics
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._active: dict[int, bool] = {}  # run id -> cancel requested
+        self._lock = threading.Lock()
+
+    # ----- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Recover orphaned runs, then start the worker and heartbeat threads."""
+        self.recover()
+        for index in range(self.settings.max_concurrent_runs):
+            thread = threading.Thread(
+                target=self._worker_loop, name=f"pipetune-run-{index}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        beat = threading.Thread(target=self._heartbeat_loop, name="pipetune-heartbeat", daemon=True)
+        beat.start()
+        self._threads.append(beat)
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop the threads; runs in progress stop at their next round, left to resume."""
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self._threads.clear()
+
+    @property
+    def active_runs(self) -> list[int]:
+        with self._lock:
+            return list(self._active)
+
+    # ----- requests ----------------------------------------------------------------------------
+    def submit(self, tune: TuneInput) -> Submitted:
+        """A cache hit, or the run (new, or the queued/running one) for this request."""
+        spec, device = tune.spec, tune.device
+        with repo.session_scope(self.db.sessions) as session:
+            workload_row = repo.get_or_create_workload(
+                session, key=spec.workload_key(), op=spec.op, params=spec.params()
+            )
+            device_row = _device_row(session, device)
+            cached = repo.find_schedule(
+                session, workload_id=workload_row.id, device_id=device_row.id
+            )
+            if cached is not None:
+                self._count_tune("cache_hit")
+                return Submitted(schedule=cached)
+            run, created = repo.create_run(
+                session,
+                workload=workload_row,
+                device=device_row,
+                budget_trials=tune.trials,
+                budget_seconds=tune.seconds,
+                patience=tune.patience,
+                seed=tune.seed,
+            )
+        self._count_tune("new_run" if created else "joined_run")
+        if created:
+            self._wake.set()
+        return Submitted(run=self.get(run.id), created=created)
+
+    def get(self, run_id: int) -> RunModel | None:
+        with repo.session_scope(self.db.sessions) as session:
+            return repo.get_run(session, run_id=run_id)
+
+    def cancel(self, run_id: int) -> RunModel | None:
+        """Cancel a queued run now, a running one at its next round; ``None`` if unknown."""
+        with repo.session_scope(self.db.sessions) as session:
+            run = repo.request_cancel(session, run_id=run_id)
+            if run is None:
+                return None
+            if run.status == RunStatus.CANCELLED.value and self.metrics:
+                self.metrics.runs_finished.labels(RunStatus.CANCELLED.value).inc()
+        with self._lock:
+            if run_id in self._active:
+                self._active[run_id] = True
+        return self.get(run_id)
+
+    def run_inline(
+        self, run_id: int, on_progress: Callable[[Progress], None] | None = None
+    ) -> RunModel | None:
+        """Claim and execute one queued run in the calling thread (``pipetune tune``)."""
+        with repo.session_scope(self.db.sessions) as session:
+            run = repo.claim_run(session, run_id=run_id, owner=self.owner)
+        if run is not None:
+            self._execute(run.id, on_progress)
+        return self.get(run_id)
+
+    # ----- recovery ----------------------------------------------------------------------------
+    def recover(self) -> list[int]:
+        """Resume or interrupt runs whose owner is gone; the ids handled."""
+        handled = []
+        stale_before = repo.stale_before(self.settings.stale_after_s)
+        with repo.session_scope(self.db.sessions) as session:
+            for run in repo.running_runs(session):
+                if run.owner == self.owner:
+                    continue
+                heartbeat = as_utc(run.heartbeat_at)
+                stale = heartbeat is None or heartbeat < stale_before
+                if not (run.owner is None or _owner_dead(run.owner) or stale):
+                    continue
+                handled.append(run.id)
+                if self.settings.on_restart == "resume":
+                    logger.info("run %d: owner %s is gone; resuming it", run.id, run.owner)
+                    repo.requeue_run(session, run_id=run.id)
+                else:
+                    logger.info("run %d: owner %s is gone; interrupted", run.id, run.owner)
+                    repo.interrupt_run(
+                        session,
+                        run_id=run.id,
+                        reason=f"interrupted: the process running it ({run.owner}) stopped",
+                    )
+                    if self.metrics:
+                        self.metrics.runs_finished.labels(RunStatus.INTERRUPTED.value).inc()
+        if handled:
+            self._wake.set()
+        return handled
+
+    # ----- threads -----------------------------------------------------------------------------
+    def _worker_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with repo.session_scope(self.db.sessions) as session:
+                    run = repo.claim_next_queued(session, owner=self.owner)
+            except repo.StorageError:
+                logger.exception("could not claim a queued run")
+                run = None
+            if run is None:
+                self._wake.wait(_IDLE_POLL_S)
+                self._wake.clear()
+                continue
+            self._execute(run.id)
+
+    def _heartbeat_loop(self) -> None:
+        recover_every = max(1, int(self.settings.stale_after_s / 2 / self.settings.heartbeat_s))
+        beats = 0
+        while not self._stop.wait(self.settings.heartbeat_s):
+            beats += 1
+            try:
+                with repo.session_scope(self.db.sessions) as session:
+                    repo.heartbeat(session, run_ids=self.active_runs, owner=self.owner)
+                if beats % recover_every == 0:
+                    self.recover()
+            except repo.StorageError:
+                logger.exception("heartbeat failed")
+
+    # ----- one run -----------------------------------------------------------------------------
+    def _execute(
+        self, run_id: int, on_progress: Callable[[Progress], None] | None = None
+    ) -> None:
+        with self._lock:
+            self._active[run_id] = False
+        if self.metrics:
+            self.metrics.runs_active.inc()
+        try:
+            self._search(run_id, on_progress)
+        except Exception as exc:
+            logger.exception("run %d failed", run_id)
+            self._finish(run_id, RunStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._active.pop(run_id, None)
+            if self.metrics:
+                self.metrics.runs_active.dec()
+
+    def _search(self, run_id: int, on_progress: Callable[[Progress], None] | None) -> None:
+        with repo.session_scope(self.db.sessions) as session:
+            run = repo.get_run(session, run_id=run_id)
+            assert run is not None
+            workload, device_row = run.workload, run.device
+            trial_rows, _ = repo.list_trials(session, run_id=run_id, limit=1_000_000)
+            history_rows = [
+                (t.number, t.choices, t.status, t.source, t.schedule_hash, t.latency_us,
+                 t.predicted_us, t.error, t.simulated)
+                for t in trial_rows
+            ]
+            cached = (
+                []
+                if trial_rows
+                else repo.schedules_for_warm_start(
+                    session, op=workload.op, device_id=device_row.id,
+                    exclude_workload_id=workload.id,
+                )
+            )
+            cached_plain = [CachedSchedule(c.workload.params, c.choices, c.latency_us)
+                            for c in cached]
+        spec = parse_spec(workload.op, workload.params)
+        model = from_identity(device_row.kind, device_row.name, device_row.identity)
+        device = ResolvedDevice(
+            device_row.name, device_row.key, device_row.kind, device_row.simulated, model,
+            device_row.identity,
+        )
+        space = ScheduleSpace(spec, model)
+        history = _history(space, history_rows)
+        warm = [c.choices for c in nearest(spec.params(), cached_plain, self.settings.warm_start)]
+        job_workload = {"op": spec.op, "params": spec.params()}
+
+        def make_job(sprogram: SProgram) -> Job:
+            return Job(workload=job_workload, schedule=sprogram.to_dict(), seed=run.seed)
+
+        def on_trials(records: list[TrialRecord]) -> None:
+            with repo.session_scope(self.db.sessions) as session:
+                repo.add_trials(session, run_id=run_id, trials=[_trial_row(r) for r in records])
+            if self.metrics:
+                for record in records:
+                    self.metrics.trials.labels(record.status, str(record.simulated)).inc()
+
+        def progress(update: Progress) -> None:
+            with repo.session_scope(self.db.sessions) as session:
+                cancel = repo.update_progress(
+                    session,
+                    run_id=run_id,
+                    owner=self.owner,
+                    phase=update.phase,
+                    trials_done=update.trials_done,
+                    invalid=update.invalid,
+                    best_latency_us=update.best_latency_us,
+                    best_schedule_hash=update.best_schedule_hash,
+                    best_simulated=(
+                        device.simulated if update.best_latency_us is not None else None
+                    ),
+                    elapsed_s=update.elapsed_s,
+                )
+            with self._lock:
+                if cancel and run_id in self._active:
+                    self._active[run_id] = True
+            if on_progress is not None:
+                on_progress(update)
+
+        def should_stop() -> bool:
+            with self._lock:
+                return self._stop.is_set() or self._active.get(run_id, False)
+
+        driver = SearchDriver(
+            space,
+            self.executors.get(device),
+            make_job,
+            budget=Budget(trials=run.budget_trials, seconds=run.budget_seconds,
+                          patience=run.patience),
+            config=SearchConfig(seed=run.seed),
+            storage=self.db.optuna_storage(),
+            study_name=run.study_name,
+            warm_start=warm,
+            history=history,
+            elapsed_before_s=run.elapsed_s,
+            on_trials=on_trials,
+            on_progress=progress,
+            should_stop=should_stop,
+        )
+        result = driver.run()
+        with self._lock:
+            cancelled = self._active.get(run_id, False)
+        if result.stop_reason is StopReason.CANCELLED and not cancelled:
+            # Shutting down: leave the run "running" without an owner, to be resumed.
+            with repo.session_scope(self.db.sessions) as session:
+                repo.release_run(session, run_id=run_id, owner=self.owner)
+            return
+        best = result.best
+        best_dict = None
+        if best is not None:
+            best_dict = {
+                "latency_us": best.latency_us,
+                "schedule_hash": best.schedule_hash,
+                "simulated": best.simulated,
+                "kernel_hash": None,
+            }
+        if cancelled:
+            self._finish(run_id, RunStatus.CANCELLED, stop_reason=result.stop_reason.value,
+                         best=best_dict, elapsed_s=result.elapsed_s)
+            return
+        if best is None or best.schedule is None:
+            self._finish(
+                run_id,
+                RunStatus.FAILED,
+                error=(
+                    f"no candidate was measured successfully ({result.trials_done} measured, "
+                    f"{result.invalid} invalid; stopped: {result.stop_reason.value})"
+                ),
+                stop_reason=result.stop_reason.value,
+                elapsed_s=result.elapsed_s,
+            )
+            return
+        with repo.session_scope(self.db.sessions) as session:
+            repo.store_best_schedule(
+                session,
+                workload_id=workload.id,
+                device_id=device_row.id,
+                run_id=run_id,
+                schedule_hash=best.schedule_hash,
+                schedule=best.schedule,
+                choices=best.choices,
+                latency_us=best.latency_us,
+                predicted_us=best.predicted_us,
+                simulated=best.simulated,
+            )
+            repo.finish_run(
+                session,
+                run_id=run_id,
+                status=RunStatus.SUCCEEDED,
+                stop_reason=result.stop_reason.value,
+                best=best_dict,
+                elapsed_s=result.elapsed_s,
+            )
+        if self.metrics:
+            self.metrics.runs_finished.labels(RunStatus.SUCCEEDED.value).inc()
+
+    def _finish(self, run_id: int, status: RunStatus, **fields: Any) -> None:
+        try:
+            with repo.session_scope(self.db.sessions) as session:
+                repo.finish_run(session, run_id=run_id, status=status, **fields)
+        except repo.StorageError:
+            logger.exception("could not record the end of run %d", run_id)
+            return
+        if self.metrics:
+            self.metrics.runs_finished.labels(status.value).inc()
+
+    def _count_tune(self, outcome: str) -> None:
+        if self.metrics:
+            self.metrics.tune_requests.labels(outcome).inc()
+
+
+def _device_row(session: Any, device: ResolvedDevice) -> Any:
+    return repo.get_or_create_device(
+        session,
+        key=device.key,
+        name=device.name,
+        kind=device.kind,
+        simulated=device.simulated,
+        identity=device.identity,
+    )
+
+
+def _trial_row(record: TrialRecord) -> dict[str, Any]:
+    return {
+        "status": record.status,
+        "source": record.source,
+        "schedule_hash": record.schedule_hash,
+        "choices": record.choices,
+        "latency_us": record.latency_us,
+        "predicted_us": record.predicted_us,
+        "simulated": record.simulated,
+        "error": record.error or None,
+        "measurement": record.measurement,
+    }
+
+
+def _history(space: ScheduleSpace, rows: list[tuple[Any, ...]]) -> list[TrialRecord]:
+    """An interrupted run's stored trials as driver records; the sProgram of each good one
+    is rebuilt from its choices (same space, same plan: same hash) for the final re-timing."""
+    records = []
+    for number, choices, status, source, digest, latency, predicted, error, simulated in rows:
+        schedule = None
+        if status == "ok" and digest is not None:
+            try:
+                sprogram, validity = space.build(choices)
+                if validity.ok and sprogram.hash == digest:
+                    schedule = sprogram.to_dict()
+            except Exception:
+                schedule = None
+        records.append(
+            TrialRecord(
+                number=number,
+                choices=choices,
+                status=status if status else INVALID,
+                source=source,
+                schedule_hash=digest,
+                latency_us=latency,
+                predicted_us=predicted,
+                error=error or "",
+                simulated=simulated,
+                schedule=schedule,
+            )
+        )
+    return records
+
+
+def _owner_dead(owner: str) -> bool:
+    """Whether ``owner`` (``host:pid:token``) is a process of this host that is gone."""
+    parts = owner.split(":")
+    if len(parts) < 3:
+        return True
+    host, pid_text = ":".join(parts[:-2]), parts[-2]
+    if host != socket.gethostname():
+        return False  # another host: only its heartbeat can tell
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return True
+    if pid == os.getpid():
+        return True  # this process is new: the owner was an earlier one with our pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

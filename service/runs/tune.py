@@ -1,0 +1,73 @@
+"""A tune request, validated: operator spec, device, budget (every error names its field)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from scheduler_search.ops import OperatorSpec, SpecError, parse_spec
+from service.core.config import Settings
+from service.errors import InvalidRequest
+from service.runs.devices import DeviceError, ResolvedDevice, resolve_device
+from service.schemas import MAX_TRIALS, TuneRequest
+
+
+@dataclass(frozen=True)
+class TuneInput:
+    """What a run needs, all checked."""
+
+    spec: OperatorSpec
+    device: ResolvedDevice
+    trials: int
+    seconds: float | None
+    patience: int | None
+    seed: int
+
+
+def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:
+    return [
+        {"loc": ("params", *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+    ]
+
+
+def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
+    """Validate ``request`` against the operator table, the device, the settings.
+
+    Raises:
+        InvalidRequest: with one item per problem, each under its body path.
+    """
+    errors: list[dict[str, object]] = []
+    spec: OperatorSpec | None = None
+    device: ResolvedDevice | None = None
+    try:
+        spec = parse_spec(request.op, request.params)
+    except SpecError as exc:
+        loc = (exc.field,) if exc.field == "op" else ("params", exc.field)
+        errors.append({"loc": loc, "msg": exc.message, "type": "spec_error"})
+    except ValidationError as exc:
+        errors.extend(_spec_errors(exc))
+    try:
+        device = resolve_device(request.device)
+    except DeviceError as exc:
+        errors.append({"loc": ("device",), "msg": str(exc), "type": "device_error"})
+    if spec is not None and device is not None:
+        try:
+            spec.check_fits(device.model)
+        except SpecError as exc:
+            errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
+    if errors:
+        raise InvalidRequest(errors)
+    assert spec is not None and device is not None
+    budget = request.budget
+    trials = budget.trials
+    if trials is None:
+        trials = MAX_TRIALS if budget.seconds is not None else settings.default_trials
+    return TuneInput(
+        spec=spec,
+        device=device,
+        trials=trials,
+        seconds=budget.seconds,
+        patience=settings.default_patience or None,
+        seed=settings.seed,
+    )

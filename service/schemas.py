@@ -1,0 +1,287 @@
+"""Request and response schemas of the API, per entity (Create / Public / list envelope).
+
+Requests are strict: no coercion of ``"64"`` to ``64``, no unknown fields. A list comes
+in an envelope ``{"data": [...], "count": n}`` where ``count`` is the total matching rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.db.models import (
+    DeviceModel,
+    KernelModel,
+    RunModel,
+    ScheduleModel,
+    TrialModel,
+    WorkloadModel,
+    as_utc,
+)
+
+#: Request limits: a budget above these is a typo, not a plan.
+MAX_TRIALS = 10_000
+MAX_SECONDS = 86_400.0
+MAX_NAME = 64
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# ----- tune -------------------------------------------------------------------------------------
+class BudgetIn(_Strict):
+    """What a run may spend: measured trials and/or wall-clock seconds."""
+
+    trials: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
+    seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+
+
+class TuneRequest(_Strict):
+    """Body of ``POST /v1/tune``: an operator spec, the device, the budget."""
+
+    op: str = Field(min_length=1, max_length=MAX_NAME, examples=["gemm"])
+    params: dict[str, Any] = Field(
+        examples=[{"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}]
+    )
+    device: str = Field(default="auto", min_length=1, max_length=MAX_NAME, examples=["sim:h200"])
+    budget: BudgetIn = Field(default_factory=BudgetIn)
+
+
+# ----- shared parts -------------------------------------------------------------------------------
+class WorkloadPublic(BaseModel):
+    """An operator spec as stored: op, validated params, key (sha256 of canonical JSON)."""
+
+    key: str
+    op: str
+    params: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: WorkloadModel) -> WorkloadPublic:
+        return cls(key=row.key, op=row.op, params=row.params)
+
+
+class BudgetPublic(BaseModel):
+    trials: int
+    seconds: float | None
+    patience: int | None
+
+
+class BestPublic(BaseModel):
+    """The best schedule of a run so far (after re-timing once it succeeded)."""
+
+    latency_us: float
+    schedule_hash: str
+    kernel_hash: str | None
+    simulated: bool
+
+
+# ----- runs ---------------------------------------------------------------------------------------
+class RunPublic(BaseModel):
+    """A tuning run as the API shows it."""
+
+    id: int
+    status: str
+    phase: str
+    workload: WorkloadPublic
+    device: str
+    device_key: str
+    simulated: bool
+    budget: BudgetPublic
+    trials_done: int
+    invalid: int
+    best: BestPublic | None
+    stop_reason: str | None
+    error: str | None
+    cancel_requested: bool
+    attempts: int
+    elapsed_s: float
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, run: RunModel) -> RunPublic:
+        best = None
+        if run.best_latency_us is not None and run.best_schedule_hash is not None:
+            best = BestPublic(
+                latency_us=run.best_latency_us,
+                schedule_hash=run.best_schedule_hash,
+                kernel_hash=run.best_kernel_hash,
+                simulated=bool(run.best_simulated),
+            )
+        return cls(
+            id=run.id,
+            status=run.status,
+            phase=run.phase,
+            workload=WorkloadPublic.of(run.workload),
+            device=run.device.name,
+            device_key=run.device.key,
+            simulated=run.device.simulated,
+            budget=BudgetPublic(
+                trials=run.budget_trials, seconds=run.budget_seconds, patience=run.patience
+            ),
+            trials_done=run.trials_done,
+            invalid=run.invalid,
+            best=best,
+            stop_reason=run.stop_reason,
+            error=run.error,
+            cancel_requested=run.cancel_requested,
+            attempts=run.attempts,
+            elapsed_s=run.elapsed_s,
+            created_at=as_utc(run.created_at),
+            started_at=as_utc(run.started_at),
+            finished_at=as_utc(run.finished_at),
+        )
+
+
+class RunsPublic(BaseModel):
+    data: list[RunPublic]
+    count: int
+
+
+# ----- trials -------------------------------------------------------------------------------------
+class TrialPublic(BaseModel):
+    """One trial: the search choices, its schedule, status, latency, error."""
+
+    number: int
+    status: str
+    source: str
+    params: dict[str, Any]
+    schedule_hash: str | None
+    latency_us: float | None
+    predicted_us: float | None
+    simulated: bool
+    error: str | None
+    created_at: dt.datetime
+
+    @classmethod
+    def of(cls, row: TrialModel) -> TrialPublic:
+        return cls(
+            number=row.number,
+            status=row.status,
+            source=row.source,
+            params=row.choices,
+            schedule_hash=row.schedule_hash,
+            latency_us=row.latency_us,
+            predicted_us=row.predicted_us,
+            simulated=row.simulated,
+            error=row.error or None,
+            created_at=as_utc(row.created_at),
+        )
+
+
+class TrialsPublic(BaseModel):
+    data: list[TrialPublic]
+    count: int
+
+
+# ----- schedules ----------------------------------------------------------------------------------
+class SchedulePublic(BaseModel):
+    """A cached best schedule of a workload on a device (``POST /v1/tune``'s cache hit)."""
+
+    cached: bool = True
+    workload: WorkloadPublic
+    device: str
+    device_key: str
+    schedule_hash: str
+    latency_us: float
+    predicted_us: float | None
+    simulated: bool
+    kernel_hash: str | None
+    run_id: int | None
+    choices: dict[str, Any]
+    schedule: dict[str, Any]
+    updated_at: dt.datetime
+
+    @classmethod
+    def of(cls, row: ScheduleModel) -> SchedulePublic:
+        return cls(
+            workload=WorkloadPublic.of(row.workload),
+            device=row.device.name,
+            device_key=row.device.key,
+            schedule_hash=row.schedule_hash,
+            latency_us=row.latency_us,
+            predicted_us=row.predicted_us,
+            simulated=row.simulated,
+            kernel_hash=row.kernel_hash,
+            run_id=row.run_id,
+            choices=row.choices,
+            schedule=row.schedule,
+            updated_at=as_utc(row.updated_at),
+        )
+
+
+class SchedulesPublic(BaseModel):
+    data: list[SchedulePublic]
+    count: int
+
+
+# ----- kernels ------------------------------------------------------------------------------------
+class KernelArtifactPublic(BaseModel):
+    """A generated kernel: the KernelArtifact JSON (launch contract) and its hashes."""
+
+    hash: str
+    schedule_hash: str
+    artifact: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: KernelModel) -> KernelArtifactPublic:
+        return cls(hash=row.hash, schedule_hash=row.schedule_hash, artifact=row.artifact)
+
+
+# ----- devices ------------------------------------------------------------------------------------
+class DevicePublic(BaseModel):
+    """A device: its name for requests, its cache key, whether it is simulated, whether
+    runs have used it, and the executor measuring it (when one is open)."""
+
+    name: str
+    key: str
+    kind: str
+    simulated: bool
+    available: bool
+    known: bool
+    executor: str | None = None
+    capacity: int | None = None
+    identity: dict[str, Any]
+
+    @classmethod
+    def of_row(cls, row: DeviceModel, available: bool) -> DevicePublic:
+        return cls(
+            name=row.name,
+            key=row.key,
+            kind=row.kind,
+            simulated=row.simulated,
+            available=available,
+            known=True,
+            identity=row.identity,
+        )
+
+
+class DevicesPublic(BaseModel):
+    data: list[DevicePublic]
+    count: int
+
+
+# ----- errors and health --------------------------------------------------------------------------
+class ErrorItem(BaseModel):
+    """One problem with a request: where (``loc``, and ``field`` as a dotted path), what."""
+
+    loc: list[str | int]
+    field: str
+    msg: str
+    type: str
+
+
+class ErrorPublic(BaseModel):
+    detail: list[ErrorItem] | str
+
+
+class HealthPublic(BaseModel):
+    status: str
+    database: str
+    schema_version: str | None
+    runs_active: int
+    version: str
