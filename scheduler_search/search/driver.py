@@ -218,6 +218,7 @@ class SearchDriver:
         self._stopper = Stopper(self.budget, elapsed_before_s=elapsed_before_s)
 
         self._measured: dict[str, TrialRecord] = {}
+        self._programs: dict[str, SProgram] = {}  # measured hash -> sProgram (re-timing)
         self._trials_done = 0
         self._invalid = 0
         self._since_improvement = 0
@@ -279,6 +280,7 @@ class SearchDriver:
             results = self.executor.measure(jobs)
             for candidate, result in zip(chosen, results, strict=True):
                 record = self._record(candidate, result)
+                self._programs[candidate.sprogram.hash] = candidate.sprogram
                 records.append(record)
                 self._remember(record)
                 for trial in [candidate.trial, *candidate.waiting]:
@@ -390,13 +392,11 @@ class SearchDriver:
         ranked = sorted(
             (r for r in self._measured.values() if r.ok), key=lambda r: r.latency_us or 0.0
         )
-        top = [r for r in ranked[: self.config.retime_top_k] if r.schedule is not None]
+        top = [r for r in ranked if self._program(r) is not None][: self.config.retime_top_k]
         if not top:
             return []
         self._progress("retime")
-        if len(top) == 1 and self.config.retime_rounds <= 1:
-            return top
-        jobs = [self.make_job(SProgram.from_dict(r.schedule)) for r in top]  # type: ignore[arg-type]
+        jobs = [self.make_job(self._program(r)) for r in top]
         results = self.executor.retime_interleaved(jobs, rounds=self.config.retime_rounds)
         finalists = []
         for record, result in zip(top, results, strict=True):
@@ -408,6 +408,9 @@ class SearchDriver:
                             **record.__dict__,
                             "latency_us": float(result.latency_us),
                             "measurement": result.to_dict(),
+                            "schedule": record.schedule or self._programs[
+                                record.schedule_hash  # type: ignore[index]
+                            ].to_dict(),
                         }
                     )
                 )
@@ -415,6 +418,18 @@ class SearchDriver:
         return finalists
 
     # ----- helpers -----------------------------------------------------------------------
+    def _program(self, record: TrialRecord) -> SProgram | None:
+        """The sProgram of a measured record (rebuilt from its dict for history)."""
+        digest = record.schedule_hash
+        if digest is None:
+            return None
+        if digest not in self._programs and record.schedule is not None:
+            try:
+                self._programs[digest] = SProgram.from_dict(record.schedule)
+            except (KeyError, TypeError, ValueError):
+                return None
+        return self._programs.get(digest)
+
     def _open_studies(self) -> tuple[optuna.Study, optuna.Study | None]:
         sampler = optuna.samplers.TPESampler(
             seed=self.config.seed,

@@ -25,7 +25,8 @@ def get_db(request: Request) -> Database:
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    with session_scope(request.app.state.db.sessions) as session:
+    """A read session (writes go through the run manager's own sessions)."""
+    with session_scope(request.app.state.db.read_sessions) as session:
         yield session
 
 

@@ -37,14 +37,19 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _sqlite_begin(connection: Any) -> None:
+def _sqlite_begin_immediate(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def tune_sqlite(engine: Engine) -> None:
+def _sqlite_begin_deferred(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def tune_sqlite(engine: Engine, *, immediate: bool = True) -> None:
     """Install the pragmas and the explicit BEGIN on a SQLite engine."""
     event.listen(engine, "connect", _sqlite_pragmas)
-    event.listen(engine, "begin", _sqlite_begin)
+    begin = _sqlite_begin_immediate if immediate else _sqlite_begin_deferred
+    event.listen(engine, "begin", begin)
 
 
 def engine_options(url: str) -> dict[str, Any]:
@@ -54,19 +59,27 @@ def engine_options(url: str) -> dict[str, Any]:
     return {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20}
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; creates the SQLite file's folder if needed."""
+def make_engine(url: str, *, read_only: bool = False) -> Engine:
+    """An engine for ``url``; creates the SQLite file's folder if needed.
+
+    ``read_only`` engines of SQLite begin deferred transactions: a reader holds a WAL
+    snapshot and never the write lock, however long it stays open (an event stream).
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, **engine_options(url))
     if parsed.get_backend_name() == "sqlite":
-        tune_sqlite(engine)
+        tune_sqlite(engine, immediate=not read_only)
     return engine
 
 
 class Database:
-    """The engine, a session factory, and the Optuna storage, created once.
+    """The engines, their session factories, and the Optuna storage, created once.
+
+    ``sessions`` are for anything that writes; ``read_sessions`` for the API's reads (on
+    SQLite a separate engine whose transactions never take the write lock; on PostgreSQL
+    the same engine).
 
     Args:
         url: SQLAlchemy URL (``sqlite:///...`` or ``postgresql+psycopg://...``).
@@ -75,7 +88,14 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = make_engine(url)
+        self.read_engine = (
+            make_engine(url, read_only=True) if self.engine.dialect.name == "sqlite"
+            else self.engine
+        )
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
+        self.read_sessions: sessionmaker[Session] = sessionmaker(
+            self.read_engine, expire_on_commit=False
+        )
         self._optuna_storage: optuna.storages.BaseStorage | None = None
         self._lock = threading.Lock()
 
@@ -106,3 +126,5 @@ class Database:
                     engine.dispose()
                 self._optuna_storage = None
         self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()

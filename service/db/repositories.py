@@ -247,18 +247,29 @@ def cancel_requested(session: Session, *, run_id: int) -> bool:
 
 
 def request_cancel(session: Session, *, run_id: int) -> RunModel | None:
-    """Cancel a run: a queued one at once, a running one at its owner's next round."""
-    run = session.get(RunModel, run_id, with_for_update=session.bind.dialect.name != "sqlite")
-    if run is None:
-        return None
-    if run.status == RunStatus.QUEUED.value:
-        run.status = RunStatus.CANCELLED.value
-        run.phase = "done"
-        run.finished_at = utcnow()
-        run.cancel_requested = True
-    elif run.status == RunStatus.RUNNING.value:
-        run.cancel_requested = True
-    return run
+    """Cancel a run: a queued one at once, a running one at its owner's next round.
+
+    Conditional updates, so a run that its owner finishes meanwhile keeps its status.
+    """
+    queued = session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.QUEUED.value)
+        .values(
+            status=RunStatus.CANCELLED.value,
+            phase="done",
+            cancel_requested=True,
+            finished_at=utcnow(),
+        )
+        .execution_options(synchronize_session=False)
+    )
+    if queued.rowcount != 1:
+        session.execute(
+            update(RunModel)
+            .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
+            .values(cancel_requested=True)
+            .execution_options(synchronize_session=False)
+        )
+    return session.get(RunModel, run_id, populate_existing=True)
 
 
 def finish_run(

@@ -34,7 +34,7 @@ def format_event(event: str, data: Any, event_id: int | None = None) -> str:
 
 
 def _snapshot(db: Database, run_id: int, after: int) -> tuple[RunPublic | None, list[TrialPublic]]:
-    with repo.session_scope(db.sessions) as session:
+    with repo.session_scope(db.read_sessions) as session:
         run = repo.get_run(session, run_id=run_id)
         if run is None:
             return None, []

@@ -26,7 +26,7 @@ def _version() -> str:
 def healthz(db: DatabaseDep, manager: RunManagerDep) -> JSONResponse:
     """Liveness: the process answers and its database is reachable (503 if not)."""
     try:
-        schema = migrations.current(db.url, engine=db.engine)
+        schema = migrations.current(db.url, engine=db.read_engine)
         database = "ok"
     except Exception as exc:  # any driver error means "not healthy", not a 500
         schema, database = None, f"unavailable: {type(exc).__name__}"

@@ -73,12 +73,13 @@ def list_trials(
         **_NOT_FOUND,
     },
 )
-def run_events_stream(
-    request: Request, session: SessionDep, db: DatabaseDep, run_id: RunId
-) -> StreamingResponse:
+def run_events_stream(request: Request, db: DatabaseDep, run_id: RunId) -> StreamingResponse:
     """Server-sent events while the run runs: ``status``, ``progress``, ``trial`` (each
     new trial), and ``end`` with the final run; the stream closes after ``end``."""
-    _run_or_404(session, run_id)
+    # A session of its own, closed before streaming (a SessionDep stays open as long as
+    # the stream).
+    with repo.session_scope(db.read_sessions) as session:
+        _run_or_404(session, run_id)
     return StreamingResponse(
         run_events(db, run_id, request.is_disconnected),
         media_type="text/event-stream",

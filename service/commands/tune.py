@@ -1,0 +1,171 @@
+"""``pipetune tune OP --PARAM VALUE ... [--device] [--trials] [--seconds]``.
+
+Tunes one workload in this process, with a progress bar, against the same database as
+the server (so the result is cached for it), and prints the best schedule and its
+latency. A cached schedule is printed at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from scheduler_search.ops import OPERATORS, SpecError
+from service.commands._params import describe_errors, parse_params
+
+if TYPE_CHECKING:
+    from scheduler_search.search import Progress
+    from service.db.models import RunModel
+    from service.runs.manager import RunManager
+    from service.schemas import SchedulePublic, TuneRequest
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "tune",
+        help="tune a workload here, with a progress bar",
+        description=__doc__,
+        epilog="Example: pipetune tune gemm --m 4096 --n 4096 --k 4096 --dtype float16 "
+        "--device sim:h200 --trials 64",
+    )
+    parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
+    parser.add_argument("--device", default="auto",
+                        help="auto (default), sim:h100, sim:h200, sim:a100, cuda:N")
+    parser.add_argument("--trials", type=int, default=None, help="measured trials (default 64)")
+    parser.add_argument("--seconds", type=float, default=None, help="time budget in seconds")
+    parser.add_argument("--database-url", default=None, help="SQLAlchemy URL")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
+    from service.errors import InvalidRequest
+    from service.schemas import TuneRequest
+
+    try:
+        params = parse_params(args.op, extra)
+    except (SpecError, ValidationError) as error:
+        for line in describe_errors(error):
+            print(f"pipetune tune: {line}", file=sys.stderr)
+        return 2
+    budget = {
+        k: v for k, v in (("trials", args.trials), ("seconds", args.seconds)) if v is not None
+    }
+    try:
+        request = TuneRequest(op=args.op, params=params, device=args.device, budget=budget)
+    except ValidationError as error:
+        for e in error.errors():
+            print(f"pipetune tune: {'.'.join(map(str, e['loc']))}: {e['msg']}", file=sys.stderr)
+        return 2
+    try:
+        result = tune_locally(request, args.database_url)
+    except InvalidRequest as error:
+        for e in error.errors:
+            print(f"pipetune tune: {'.'.join(map(str, e['loc']))}: {e['msg']}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print(result)
+    return 0 if result.get("latency_us") is not None else 1
+
+
+def tune_locally(request: TuneRequest, database_url: str | None) -> dict[str, Any]:
+    """Run (or answer from the cache) one tune request in this process."""
+    import migrations
+    from service.core.config import get_settings
+    from service.core.db import Database
+    from service.db import repositories as repo
+    from service.main import quiet_optuna
+    from service.runs.executors import ExecutorRegistry
+    from service.runs.manager import RunManager
+    from service.runs.tune import prepare
+    from service.schemas import RunPublic, SchedulePublic
+
+    quiet_optuna()
+    settings = get_settings(database_url=database_url)
+    db = Database(settings.database_url)
+    executors = ExecutorRegistry(settings.simulated_capacity)
+    try:
+        migrations.upgrade(db.url, engine=db.engine)
+        tune = prepare(request, settings)
+        manager = RunManager(db, settings, executors)
+        submitted = manager.submit(tune)
+        if submitted.schedule is not None:
+            return {"cached": True, **_schedule_summary(SchedulePublic.of(submitted.schedule))}
+        assert submitted.run is not None
+        run = _follow(manager, submitted.run.id, tune.trials)
+        public = RunPublic.of(run)
+        with repo.session_scope(db.sessions) as session:
+            row = repo.find_schedule(session, workload_id=run.workload_id, device_id=run.device_id)
+            schedule = SchedulePublic.of(row) if row is not None else None
+        summary = {"cached": False, "run": public.model_dump(mode="json")}
+        if schedule is not None and public.status == "succeeded":
+            summary.update(_schedule_summary(schedule))
+        else:
+            summary.update(latency_us=None, error=public.error)
+        return summary
+    finally:
+        executors.close()
+        db.dispose()
+
+
+def _follow(manager: RunManager, run_id: int, trials: int) -> RunModel:
+    """Execute the run here with a progress bar (or wait for the process running it)."""
+    import time
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=trials, unit="trial", desc="tuning", file=sys.stderr, leave=True)
+
+    def on_progress(progress: Progress) -> None:
+        bar.n = progress.trials_done
+        best = progress.best_latency_us
+        bar.set_postfix_str(f"{progress.phase} best {best:.2f} us" if best else progress.phase)
+
+    try:
+        run = manager.run_inline(run_id, on_progress)
+        while run is not None and run.status in ("queued", "running"):
+            # Another process (a server on the same database) owns it: follow its row.
+            bar.n = run.trials_done
+            bar.refresh()
+            time.sleep(0.5)
+            run = manager.get(run_id)
+        if run is not None:
+            bar.n = run.trials_done
+            bar.refresh()
+    finally:
+        bar.close()
+    assert run is not None
+    return run
+
+
+def _schedule_summary(schedule: SchedulePublic) -> dict[str, Any]:
+    data = schedule.model_dump(mode="json")
+    return {
+        "latency_us": data["latency_us"],
+        "schedule_hash": data["schedule_hash"],
+        "simulated": data["simulated"],
+        "device": data["device"],
+        "workload": data["workload"],
+        "choices": data["choices"],
+        "schedule": data["schedule"],
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    if result.get("latency_us") is None:
+        run = result.get("run", {})
+        print(f"no schedule: run {run.get('id')} {run.get('status')}: {result.get('error')}")
+        return
+    source = "cached" if result["cached"] else f"run {result['run']['id']}"
+    simulated = " (simulated)" if result["simulated"] else ""
+    workload = result["workload"]
+    print(f"{workload['op']} {workload['params']} on {result['device']} ({source})")
+    print(f"best: {result['latency_us']:.3f} us{simulated}  schedule {result['schedule_hash']}")
+    print("choices: " + " ".join(f"{k}={v}" for k, v in result["choices"].items()))
