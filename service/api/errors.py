@@ -9,7 +9,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.db.repositories import StorageError
 from service.errors import InvalidRequest, NotFound
@@ -44,6 +46,18 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     return JSONResponse({"detail": items}, status_code=status)
 
 
+async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+    # FastAPI answers a body it could not parse for another reason than bad JSON (nested
+    # too deeply for the decoder, say) with a bare 400 string: name the field.
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        return JSONResponse(
+            {"detail": [error_item(("body",), "body could not be parsed as JSON",
+                                   "json_invalid")]},
+            status_code=400,
+        )
+    return await http_exception_handler(request, exc)
+
+
 async def _invalid_request(request: Request, exc: InvalidRequest) -> JSONResponse:
     items = [error_item((exc.where, *e["loc"]), e["msg"], e["type"]) for e in exc.errors]
     return JSONResponse({"detail": items}, status_code=422)
@@ -74,6 +88,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(InvalidRequest, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(NotFound, _not_found)  # type: ignore[arg-type]
     app.add_exception_handler(StorageError, _storage_error)  # type: ignore[arg-type]
