@@ -96,9 +96,14 @@ def test_identical_requests_share_a_queued_run_and_cancel(idle_client: TestClien
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert client.delete(f"/v1/runs/{run_id}").status_code == 409
     assert client.get("/v1/runs", params={"status": "cancelled"}).json()["count"] == 1
+    # "auto" is a local GPU if there is one, else the simulated H200.
+    auto = client.post("/v1/tune", json={"op": "gemm", "params": {**SMALL_GEMM, "m": 512}})
+    assert auto.status_code == 202 and auto.json()["device"] == "sim:h200"
+    assert auto.json()["budget"]["trials"] == 64  # the default budget
     # Cancelled is not active: the same request makes a new run.
     third = client.post("/v1/tune", json=tune_body())
-    assert third.status_code == 202 and third.json()["id"] not in (run_id, other.json()["id"])
+    assert third.status_code == 202
+    assert third.json()["id"] not in (run_id, other.json()["id"], auto.json()["id"])
 
 
 def test_cancel_a_running_run_keeps_its_trials(client: TestClient) -> None:
