@@ -164,7 +164,7 @@ def test_persistent_study_and_resume(tmp_path) -> None:
     assert not before & {p.hash for p in second_executor.measured}
 
 
-@pytest.mark.parametrize("device", ["sim:h200", "sim:a100"])
+@pytest.mark.parametrize("device", ["sim:h200", "sim:h100"])
 def test_with_the_cost_model_and_the_simulated_device(device: str) -> None:
     from workers import Job, SimulatedDevice
 
