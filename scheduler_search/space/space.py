@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -21,6 +21,8 @@ from scheduler_search.space.knobs import Choices, Knob
 from scheduler_search.space.tables import knob_table
 from scheduler_search.sprogram import (
     Decisions,
+    Rejection,
+    RejectReason,
     SProgram,
     Validity,
     check_tiles,
@@ -29,6 +31,17 @@ from scheduler_search.sprogram import (
     plan_sprogram,
     resolve_choices,
 )
+
+#: Rejection count key of valid schedules that the code generator cannot render.
+CODEGEN_REJECTION = "unsupported_by_codegen"
+
+
+def renderer_problem(schedule: Any, spec: OperatorSpec, device: Device) -> str | None:
+    """Why the code generator cannot render ``schedule`` (an SProgram or its Decisions),
+    or None. Operators without a renderer are not restricted."""
+    from codegen.render import unsupported
+
+    return unsupported(schedule, spec, device)
 
 
 class CategoricalTrial(Protocol):
@@ -107,9 +120,18 @@ class ScheduleSpace:
         yield from self._walk(self.order_knobs, 0, {})
 
     def build(self, choices: Choices) -> tuple[SProgram, Validity]:
-        """The sProgram of ``choices`` and its validity."""
+        """The sProgram of ``choices`` and its validity (a schedule the code generator
+        cannot render is invalid: ``unsupported_on_arch``, detail ``codegen: ...``)."""
         sprogram = plan_sprogram(self.spec, self.device, choices)
-        return sprogram, check_valid(sprogram, self.spec, self.device)
+        validity = check_valid(sprogram, self.spec, self.device)
+        if validity.ok:
+            problem = renderer_problem(sprogram, self.spec, self.device)
+            if problem:
+                validity = replace(
+                    validity,
+                    rejections=(Rejection(RejectReason.UNSUPPORTED, f"codegen: {problem}"),),
+                )
+        return sprogram, validity
 
     def enumerate(self) -> tuple[list[Candidate], SpaceCount]:
         """All valid structural candidates, and the count of the whole space.
@@ -133,7 +155,9 @@ class ScheduleSpace:
             for choices in self._walk(rest, 0, dict(tile_choice)):
                 decisions = resolve_choices(self.spec, self.device, choices)
                 validity = check_valid(decisions, self.spec, self.device)
-                if validity.ok:
+                if validity.ok and renderer_problem(decisions, self.spec, self.device):
+                    count.rejected[CODEGEN_REJECTION] += multiplier
+                elif validity.ok:
                     valid.append(Candidate(self.spec, self.device, decisions, validity))
                     count.valid += multiplier
                 else:

@@ -1,0 +1,327 @@
+"""The GEMM suite of BENCHMARKS.md: pipetune's searched kernels against cuBLAS on one GPU.
+
+Two steps, so the GPU machine spends its time on GPU work only:
+
+``prepare`` (any machine, no GPU): for every suite shape x B layout x dtype, rank the
+schedule space with the cost model, keep the ``--top`` best that differ in structure
+(tile shape, warp roles, split, grid, epilogue: the cost model scores many near-copies
+alike), render each, and write the candidates (artifacts included) to one gzip JSON file.
+
+``run`` (an H200): measure every candidate with the workers' ``LocalGpuPool`` (NVRTC
+compiles in parallel on the CPU cores; each kernel is checked against the fp32 reference
+before it is timed; quick timing), keep the fastest correct one per case; then time that
+kernel and cuBLAS (the workers' ``cublas`` baseline: ``cupy.matmul`` / ``torch.matmul``)
+in the same worker process by the same method (warm-up, L2 flush, CUDA events, median),
+interleaved over ``--rounds`` rounds. Writes ``--out`` (device fingerprint, commit, every
+case: latencies, ratio = cuBLAS latency / pipetune latency, the schedule) and prints the
+table with the geometric mean.
+
+    .venv/bin/python bench/gemm.py prepare --top 24 --out .bench/gemm-candidates.json.gz
+    PYTHONPATH=. python3 bench/gemm.py run --candidates .bench/gemm-candidates.json.gz \\
+        --out bench/results/gemm-2026-11-29.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: Knobs whose values make two schedules "the same structure" for diversity.
+STRUCTURE_KEYS = (
+    "tile_m",
+    "tile_n",
+    "tile_k",
+    "warp_specialized",
+    "consumer_warpgroups",
+    "consumer_split",
+    "persistent",
+    "map_store",
+)
+
+
+def _case_name(params: dict[str, Any]) -> str:
+    return (
+        f"{params['m']}x{params['n']}x{params['k']}-{params['dtype'][0:4]}-{params['b_layout']}"
+    )
+
+
+def _structure(choices: dict[str, Any]) -> tuple:
+    return tuple(choices.get(k) for k in STRUCTURE_KEYS)
+
+
+# ----- prepare (CPU) ------------------------------------------------------------------
+def prepare(args: argparse.Namespace) -> None:
+    from codegen import render
+    from codegen.sampling import GEMM_SUITE
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops.gemm import GemmSpec
+    from scheduler_search.space import ScheduleSpace, rank_top
+    from scheduler_search.sprogram import plan_sprogram
+
+    device = get_device(args.device)
+    cases = []
+    started = time.perf_counter()
+    for m, n, k in GEMM_SUITE:
+        for layout in args.layouts:
+            ranked_spec = GemmSpec(m=m, n=n, k=k, dtype="float16", b_layout=layout)
+            space = ScheduleSpace(ranked_spec, device)
+            candidates, _ = space.enumerate()
+            ranked = rank_top(space, candidates, args.pool)
+            chosen, seen = [], set()
+            for item in ranked:
+                key = _structure(item.sprogram.choices)
+                if key in seen:
+                    continue
+                seen.add(key)
+                chosen.append(item)
+                if len(chosen) == args.top:
+                    break
+            for dtype in args.dtypes:
+                spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
+                entries = []
+                for rank, item in enumerate(chosen):
+                    sprogram = plan_sprogram(spec, device, item.sprogram.choices)
+                    artifact = render(sprogram, spec, device)
+                    entries.append(
+                        {
+                            "rank": rank,
+                            "hash": sprogram.hash,
+                            "choices": sprogram.choices,
+                            "estimate_us": item.estimate.latency_us,
+                            "artifact": artifact.to_dict(),
+                        }
+                    )
+                cases.append({"params": spec.params(), "candidates": entries})
+            print(
+                f"{m}x{n}x{k} {layout}: {len(candidates)} structural candidates, "
+                f"{len(chosen)} kept ({time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    dirty = bool(
+        subprocess.run(
+            ["git", "status", "--porcelain", "codegen", "bench", "scheduler_search"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        ).stdout.strip()
+    )
+    doc = {
+        "commit": commit,
+        "dirty": dirty,
+        "device": args.device,
+        "top": args.top,
+        "pool": args.pool,
+        "cases": cases,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out, "wt") as f:
+        json.dump(doc, f)
+    total = sum(len(c["candidates"]) for c in cases)
+    print(f"wrote {len(cases)} cases, {total} candidates to {out}")
+
+
+# ----- run (GPU) ----------------------------------------------------------------------
+def _geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
+
+
+def run(args: argparse.Namespace) -> None:
+    from codegen.artifact import KernelArtifact
+    from workers import Job, LocalGpuPool, ParallelCompiler, TimingConfig
+
+    with gzip.open(args.candidates, "rt") as f:
+        doc = json.load(f)
+    cases = doc["cases"]
+    if args.only:
+        cases = [c for c in cases if any(s in _case_name(c["params"]) for s in args.only)]
+    quick = TimingConfig(warmup_launches=2, warmup_ms=0.0, min_samples=10, min_time_ms=0.0)
+    final = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=30.0)
+    results: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    compiler = ParallelCompiler(cache_dir=args.cache)
+    with LocalGpuPool(compiler=compiler, codegen_version="bench-gemm") as pool:
+        fingerprint = pool.fingerprints[0]
+        for case in cases:
+            params = case["params"]
+            workload = {"op": "gemm", "params": params}
+            entries = case["candidates"][: args.top]
+            jobs = [
+                Job(
+                    workload,
+                    artifact=KernelArtifact.from_dict(e["artifact"]),
+                    timing=quick,
+                    deadline_s=args.deadline,
+                )
+                for e in entries
+            ]
+            measured = pool.measure(jobs)
+            tried = []
+            for entry, result in zip(entries, measured, strict=True):
+                tried.append(
+                    {
+                        "rank": entry["rank"],
+                        "hash": entry["hash"],
+                        "status": result.status.value,
+                        "latency_us": result.latency_us,
+                        "rel_error": result.rel_error,
+                        "registers": result.registers,
+                        "spill_bytes": result.spill_bytes,
+                        "error": result.error[:300],
+                        "estimate_us": entry["estimate_us"],
+                        "choices": entry["choices"],
+                    }
+                )
+            ok = [t for t in tried if t["status"] == "ok"]
+            name = _case_name(params)
+            record: dict[str, Any] = {"case": name, "params": params, "searched": tried}
+            if not ok:
+                record["error"] = "no candidate was correct"
+                results.append(record)
+                print(f"{name}: no correct candidate", flush=True)
+                continue
+            best = min(ok, key=lambda t: t["latency_us"])
+            artifact = KernelArtifact.from_dict(
+                next(e for e in entries if e["hash"] == best["hash"])["artifact"]
+            )
+            rounds = []
+            for _ in range(args.rounds):
+                mine, peer = pool.measure(
+                    [
+                        Job(workload, artifact=artifact, timing=final, deadline_s=args.deadline),
+                        Job(workload, baseline="cublas", timing=final, deadline_s=args.deadline),
+                    ]
+                )
+                rounds.append((mine.latency_us, peer.latency_us, mine.rel_error, peer.rel_error))
+            mine_us = statistics.median(r[0] for r in rounds if r[0] is not None)
+            peer_us = statistics.median(r[1] for r in rounds if r[1] is not None)
+            flops = 2.0 * params["m"] * params["n"] * params["k"]
+            record.update(
+                {
+                    "pipetune_us": mine_us,
+                    "cublas_us": peer_us,
+                    "ratio": peer_us / mine_us,
+                    "pipetune_tflops": flops / mine_us / 1e6,
+                    "cublas_tflops": flops / peer_us / 1e6,
+                    "rel_error": max(r[2] for r in rounds if r[2] is not None),
+                    "cublas_rel_error": max(r[3] for r in rounds if r[3] is not None),
+                    "rounds": rounds,
+                    "schedule_hash": best["hash"],
+                    "choices": best["choices"],
+                    "cost_model_rank": best["rank"],
+                }
+            )
+            results.append(record)
+            print(
+                f"{name:<28} pipetune {mine_us:9.1f} us {record['pipetune_tflops']:6.1f} TF  "
+                f"cublas {peer_us:9.1f} us {record['cublas_tflops']:6.1f} TF  "
+                f"ratio {record['ratio']:.3f}  ({len(ok)}/{len(tried)} ok, "
+                f"{time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
+            _write(args.out, _summary(args, doc, quick, final, fingerprint, results, started))
+    summary = _summary(args, doc, quick, final, fingerprint, results, started)
+    _write(args.out, summary)
+    print_table(summary)
+
+
+def _summary(
+    args: argparse.Namespace,
+    doc: dict[str, Any],
+    quick: Any,
+    final: Any,
+    fingerprint: Any,
+    results: list[dict[str, Any]],
+    started: float,
+) -> dict[str, Any]:
+    ratios = [r["ratio"] for r in results if "ratio" in r]
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "suite": "gemm",
+        "peer": "cublas",
+        "fingerprint": fingerprint,
+        "commit": doc.get("commit"),
+        "tree_dirty_at_prepare": doc.get("dirty"),
+        "search": {
+            "method": "cost-model ranking, top-K distinct structures, each checked and timed",
+            "top": args.top,
+            "pool": doc.get("pool"),
+            "quick_timing": quick.to_dict(),
+        },
+        "final_timing": final.to_dict(),
+        "rounds": args.rounds,
+        "geomean_ratio": _geomean(ratios),
+        "cases_measured": len(ratios),
+        "cases": results,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def _write(path: str, summary: dict[str, Any]) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=1))
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    print(f"\n{'case':<28} {'pipetune us':>12} {'cuBLAS us':>10} {'ratio':>7}  schedule")
+    for r in summary["cases"]:
+        if "ratio" not in r:
+            print(f"{r['case']:<28} {'-':>12} {'-':>10} {'-':>7}  {r.get('error', '')}")
+            continue
+        c = r["choices"]
+        shape = (
+            f"{c['tile_m']}x{c['tile_n']}x{c['tile_k']} s{c['stages_ab']} "
+            f"{'ws' if c['warp_specialized'] else 'nows'}{c['consumer_warpgroups']} "
+            f"{c.get('consumer_split', '')[:4]} {c['order'][:4]} "
+            f"{'pers' if c['persistent'] else 'grid'} {c.get('map_store', 'tma')} "
+            f"r{c['raster_major']}{c['raster_swizzle']}"
+        )
+        print(
+            f"{r['case']:<28} {r['pipetune_us']:>12.1f} {r['cublas_us']:>10.1f} "
+            f"{r['ratio']:>7.3f}  {shape}"
+        )
+    print(f"geomean ratio (cuBLAS latency / pipetune latency): {summary['geomean_ratio']:.3f} "
+          f"over {summary['cases_measured']} cases")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare", help="rank and render candidates (CPU)")
+    p.add_argument("--device", default="h200")
+    p.add_argument("--top", type=int, default=24)
+    p.add_argument("--pool", type=int, default=400, help="cost-model top N to pick from")
+    p.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    p.add_argument("--layouts", nargs="+", default=["kn", "nk"])
+    p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
+    r = sub.add_parser("run", help="search and benchmark on the GPU")
+    r.add_argument("--candidates", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
+    r.add_argument("--top", type=int, default=24)
+    r.add_argument("--rounds", type=int, default=5)
+    r.add_argument("--deadline", type=float, default=20.0)
+    r.add_argument("--only", nargs="*", default=[])
+    r.add_argument("--cache", default="/tmp/pipetune-cubins")
+    r.add_argument("--out", default=str(ROOT / "bench" / "results" / "gemm.json"))
+    args = parser.parse_args(argv)
+    prepare(args) if args.step == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Snippets: named pieces of CUDA C++ (one inline function per PTX instruction) and the
+prelude builder that emits only the snippets a kernel uses, with their dependencies.
+
+Every primitive family module (``mbarrier``, ``tma``, ``wgmma``, ...) registers its
+snippets here at import. A snippet is emitted once, after the snippets it requires, in a
+stable order, so the same set of names always gives byte-identical text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+#: Registered snippets by name, in registration order (which is the emission order).
+_REGISTRY: dict[str, Snippet] = {}
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """One device-side definition.
+
+    Args:
+        name: the function (or type) it defines; kernels name it in ``use``.
+        code: the C++ text, ending with a newline.
+        requires: snippets that must come before it.
+        section: where the PTX ISA (or CUDA guide) documents the instruction.
+    """
+
+    name: str
+    code: str
+    requires: tuple[str, ...] = ()
+    section: str = ""
+
+    def text(self) -> str:
+        head = f"// {self.name}: PTX ISA, {self.section}\n" if self.section else ""
+        return head + self.code
+
+
+def register(*snippets: Snippet) -> None:
+    """Add ``snippets`` to the registry (a name may be registered once)."""
+    for snippet in snippets:
+        if snippet.name in _REGISTRY and _REGISTRY[snippet.name] != snippet:
+            raise ValueError(f"snippet {snippet.name!r} registered twice with different code")
+        _REGISTRY[snippet.name] = snippet
+
+
+def snippet(name: str) -> Snippet:
+    """The registered snippet ``name``; ``KeyError`` lists what exists."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no device primitive {name!r}; known: {', '.join(_REGISTRY)}") from None
+
+
+def registered() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def prelude(uses: Iterable[str | Snippet]) -> str:
+    """The text of every snippet in ``uses`` and of what they require, each once.
+
+    Registered snippets come in registration order; generated ones (``Snippet`` objects,
+    e.g. one wgmma variant) after them, in the order given.
+    """
+    generated: dict[str, Snippet] = {}
+    wanted: set[str] = set()
+
+    def want(name: str) -> None:
+        if name in wanted:
+            return
+        wanted.add(name)
+        item = generated.get(name) or snippet(name)
+        for dependency in item.requires:
+            want(dependency)
+
+    for use in uses:
+        if isinstance(use, Snippet):
+            generated.setdefault(use.name, use)
+            want(use.name)
+        else:
+            want(use)
+    ordered = [s for name, s in _REGISTRY.items() if name in wanted]
+    ordered += [s for name, s in generated.items() if name not in _REGISTRY]
+    return "\n".join(s.text() for s in ordered)

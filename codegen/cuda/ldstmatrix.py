@@ -1,0 +1,37 @@
+"""ldmatrix / stmatrix: 8x8 b16 matrices between registers and shared memory, a warp at a
+time (PTX ISA 9.7.14.5.15 "ldmatrix", 9.7.14.5.16 "stmatrix").
+
+With ``.x4`` a warp moves four matrices; lane ``l`` gives the address of row ``l % 8`` of
+matrix ``l / 8``, and register ``r_i`` of every lane holds its two elements of matrix ``i``
+(lane ``l``: row ``l / 4``, columns ``2 * (l % 4)`` and ``+1``). That is exactly the layout of
+a wgmma fp32 accumulator after packing pairs to 16 bits, so the epilogue stores 16x16
+blocks of C with one instruction.
+"""
+
+from __future__ import annotations
+
+from codegen.cuda._snippet import Snippet, register
+
+STMATRIX_X4 = Snippet(
+    "stmatrix_x4",
+    "// Store four 8x8 b16 matrices; this lane's address is row (lane % 8) of matrix lane / 8.\n"
+    "__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {\n"
+    '  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"\n'
+    '               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.14.5.16 "stmatrix"',
+)
+
+LDMATRIX_X4 = Snippet(
+    "ldmatrix_x4",
+    "// Load four 8x8 b16 matrices; this lane's address is row (lane % 8) of matrix lane / 8.\n"
+    "__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {\n"
+    '  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"\n'
+    '               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.14.5.15 "ldmatrix"',
+)
+
+register(STMATRIX_X4, LDMATRIX_X4)

@@ -1,0 +1,172 @@
+"""wgmma: asynchronous warpgroup matrix multiply-accumulate (sm_90a).
+
+One ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}`` multiplies a 64 x 16
+tile of A by a 16 x N tile of B into 64 x N fp32 accumulators spread over the warpgroup's
+128 threads (N / 2 registers each). A and B are read from shared memory through 64-bit
+matrix descriptors. The instruction variants are generated here from (N, dtype, B major-
+ness), never written out per N (PTX ISA 9.7.15, "Asynchronous Warpgroup Level Matrix
+Multiply-Accumulate Instructions").
+
+Ordering (PTX ISA 9.7.15.6-9.7.15.8): ``wgmma.fence`` before the first wgmma that touches
+accumulators written by other instructions; ``commit_group`` closes a group;
+``wait_group N`` returns once at most N groups are pending. The compiler does not see the
+asynchrony, so accumulators are pinned around waits with an empty asm that reads and
+writes each register (``wgmma_fence_operands``), keeping their uses after the wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from codegen.cuda._snippet import Snippet, register
+from codegen.cuda.convert import PTX_TYPE
+from codegen.cuda.swizzle import Swizzle
+
+WGMMA_M, WGMMA_K = 64, 16
+WGMMA_N_STEP, WGMMA_N_MAX = 8, 256
+#: Descriptor fields hold byte offsets >> 4 in 14 bits (PTX ISA, "Matrix Descriptor Format").
+DESCRIPTOR_FIELD_MAX = (1 << 14) - 1
+
+FENCE = Snippet(
+    "wgmma_fence",
+    "// Order prior register and shared-memory accesses before the next wgmma.\n"
+    "__device__ __forceinline__ void wgmma_fence() {\n"
+    '  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n'
+    "}\n",
+    section='9.7.15.6 "wgmma.fence"',
+)
+
+COMMIT = Snippet(
+    "wgmma_commit",
+    "// Close the group of wgmma operations issued since the last commit.\n"
+    "__device__ __forceinline__ void wgmma_commit() {\n"
+    '  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n'
+    "}\n",
+    section='9.7.15.7 "wgmma.commit_group"',
+)
+
+WAIT = Snippet(
+    "wgmma_wait",
+    "// Wait until at most PENDING wgmma groups of this warpgroup are still running.\n"
+    "template <int PENDING> __device__ __forceinline__ void wgmma_wait() {\n"
+    '  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(PENDING) : "memory");\n'
+    "}\n",
+    section='9.7.15.8 "wgmma.wait_group"',
+)
+
+FENCE_OPERANDS = Snippet(
+    "wgmma_fence_operands",
+    "// Pin accumulator registers: their uses stay on this side of the asm (no code motion\n"
+    "// across wgmma issue and wait, which the compiler cannot see).\n"
+    "template <int COUNT>\n"
+    "__device__ __forceinline__ void wgmma_fence_operands(float (&d)[COUNT]) {\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < COUNT; ++i) asm volatile(\"\" : \"+f\"(d[i]) :: \"memory\");\n"
+    "}\n",
+)
+
+DESCRIPTOR = Snippet(
+    "wgmma_descriptor",
+    "// Matrix descriptor: the constant layout bits (LBO, SBO, swizzle mode) plus the\n"
+    "// encoded start address ((addr & 0x3FFFF) >> 4, bits 0-13).\n"
+    "__device__ __forceinline__ u64 wgmma_descriptor(u32 addr, u64 layout) {\n"
+    "  return layout | (u64)((addr & 0x3FFFFu) >> 4);\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.15.5.1.2.2 "Matrix Descriptor Format"',
+)
+
+register(FENCE, COMMIT, WAIT, FENCE_OPERANDS, DESCRIPTOR)
+
+
+@dataclass(frozen=True)
+class SmemMatrix:
+    """How a wgmma operand tile lies in shared memory, as its descriptor encodes it.
+
+    Args:
+        major: ``k`` when K is the contiguous dimension (A, and B stored N x K), ``mn``
+            when M / N is (B stored K x N; wgmma transposes it, fp16 / bf16 only).
+        swizzle: the swizzle TMA wrote the tile with.
+        lbo_bytes: leading dimension byte offset. K-major swizzled: unused (PTX assumes
+            1, i.e. 16 B). MN-major swizzled: from one swizzle-atom column of M/N to the
+            next.
+        sbo_bytes: stride dimension byte offset: between 8-row groups (K-major: 8 rows
+            of M/N; MN-major: 8 rows of K).
+    """
+
+    major: Literal["k", "mn"]
+    swizzle: Swizzle
+    lbo_bytes: int
+    sbo_bytes: int
+
+    def __post_init__(self) -> None:
+        for name in ("lbo_bytes", "sbo_bytes"):
+            value = getattr(self, name)
+            if value % 16 or not 0 < value >> 4 <= DESCRIPTOR_FIELD_MAX:
+                raise ValueError(f"{name}={value} does not fit a wgmma descriptor field")
+
+    @property
+    def layout_bits(self) -> int:
+        """The descriptor without its start address."""
+        return (
+            (self.lbo_bytes >> 4) << 16
+            | (self.sbo_bytes >> 4) << 32
+            | self.swizzle.wgmma_mode << 62
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.major.upper()}-major, {self.swizzle.span_bytes}B swizzle, "
+            f"LBO {self.lbo_bytes} B, SBO {self.sbo_bytes} B"
+        )
+
+
+def mma_name(n: int, dtype: str, b_major: str) -> str:
+    return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_b{b_major}"
+
+
+def mma(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
+    """The wrapper of ``wgmma.mma_async m64n{n}k16`` with fp32 accumulation.
+
+    ``d`` holds the n / 2 accumulators of this thread; ``scale_d == 0`` ignores their old
+    values (the first MMA of a tile), otherwise they accumulate.
+    """
+    if n % WGMMA_N_STEP or not WGMMA_N_STEP <= n <= WGMMA_N_MAX:
+        raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
+    if dtype not in PTX_TYPE:
+        raise ValueError(f"wgmma: unsupported dtype {dtype}")
+    regs = n // 2
+    ptx = PTX_TYPE[dtype]
+    trans_b = 1 if b_major == "mn" else 0
+    per_line = 16
+    asm_regs = "".join(
+        '               "'
+        + ", ".join(f"%{i}" for i in range(start, min(start + per_line, regs)))
+        + (", " if start + per_line < regs else "")
+        + '"\n'
+        for start in range(0, regs, per_line)
+    )
+    out_lines = [
+        ", ".join(f'"+f"(d[{i}])' for i in range(start, min(start + 8, regs)))
+        for start in range(0, regs, 8)
+    ]
+    name = mma_name(n, dtype, b_major)
+    code = (
+        f"// D(64x{n}, fp32) += A(64x16, smem, K-major) * B(16x{n}, smem, "
+        f"{b_major.upper()}-major), {ptx} inputs.\n"
+        f"__device__ __forceinline__ void {name}(\n"
+        f"    float (&d)[{regs}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
+        '  asm volatile("{\\n"\n'
+        '               ".reg .pred p;\\n"\n'
+        f'               "setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n'
+        + asm_regs
+        + f'               "}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {trans_b};\\n"\n'
+        '               "}\\n"\n'
+        "               : "
+        + ",\n                 ".join(out_lines)
+        + '\n               : "l"(desc_a), "l"(desc_b), "r"(scale_d));\n'
+        "}\n"
+    )
+    return Snippet(name, code, requires=("types",), section='9.7.15.5.2 "wgmma.mma_async"')

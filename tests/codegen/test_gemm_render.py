@@ -1,0 +1,148 @@
+"""The GEMM renderer on the CPU: the source mirrors the sProgram, is deterministic, holds
+only the primitives it uses; the launch contract agrees with the kernel text; what the
+renderer cannot do is kept out of the schedule space."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from codegen import KernelArtifact, Unsupported, render, unsupported
+from codegen.kernels.gemm import GemmPlan
+from scheduler_search.hardware import get_device
+from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.sprogram import plan_sprogram
+
+DEVICE = get_device("h200")
+WS_2 = {
+    "tile_m": 128,
+    "tile_n": 256,
+    "tile_k": 64,
+    "warp_specialized": True,
+    "consumer_warpgroups": 2,
+    "consumer_split": "cooperative",
+    "wg_schedule": "free",
+    "producer_regs": 40,
+    "stages_ab": 4,
+    "order": "overlap",
+    "map_store": "tma",
+    "persistent": True,
+    "raster_major": "m",
+    "raster_swizzle": 8,
+}
+
+
+def _spec(**kw: object) -> GemmSpec:
+    params = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16", "b_layout": "kn", **kw}
+    return GemmSpec(**params)
+
+
+def _render(spec: GemmSpec | None = None, **choices: object) -> KernelArtifact:
+    spec = spec or _spec()
+    return render(plan_sprogram(spec, DEVICE, {**WS_2, **choices}), spec, DEVICE)
+
+
+def test_same_schedule_gives_byte_identical_source() -> None:
+    spec = _spec()
+    sprogram = plan_sprogram(spec, DEVICE, WS_2)
+    assert render(sprogram, spec).source == render(sprogram, spec).source
+    assert render(sprogram).to_json() == render(sprogram).to_json()
+
+
+def test_source_mirrors_the_sprogram() -> None:
+    art = _render()
+    src = art.source
+    for stask in ("load_a", "load_b", "mma", "store"):
+        assert re.search(rf"// {stask}\b", src), stask
+    assert "// load_a  stage=stage" in src and "// mma  stage=stage" in src
+    assert "ab_full[stage]" in src and "ab_empty[stage]" in src
+    assert "mma_inflight" in src and "wgmma_wait<1>()" in src
+    assert "setmaxnreg_dec<PRODUCER_REGS>" in src and "setmaxnreg_inc<CONSUMER_REGS>" in src
+    assert "__launch_bounds__(384, 1)" in src
+    assert "wgmma_m64n256k16_f16_bmn" in src
+    assert art.entry in src and art.schedule_hash[:16] in art.entry
+
+
+def test_prelude_holds_only_what_the_kernel_uses() -> None:
+    tma_store = _render().source
+    direct = _render(map_store="cuda_core", wg_schedule="free").source
+    assert "stmatrix_x4" in tma_store and "tma_store_2d" in tma_store
+    assert "stmatrix" not in direct and "tma_store" not in direct and "swizzle_128b" not in direct
+    assert "ldmatrix" not in tma_store and "named_barrier_arrive" not in tma_store
+    alternate = _render(wg_schedule="alternate").source
+    assert "named_barrier_arrive" in alternate and "tc_turn" in alternate
+    no_ws = _render(warp_specialized=False, stages_ab=3).source
+    assert "setmaxnreg" not in no_ws and "load_ahead" in no_ws
+
+
+def test_tensor_maps_come_from_the_same_numbers_as_the_kernel() -> None:
+    spec = _spec(b_layout="kn")
+    art = _render(spec)
+    maps = {a.name: a for a in art.args}
+    plan = GemmPlan(plan_sprogram(spec, DEVICE, WS_2), spec.params(), DEVICE)
+    assert maps["a_map"].box_dims == (64, 128) and maps["a_map"].swizzle == "128B"
+    assert maps["b_map"].global_dims == (4096, 4096) and maps["b_map"].box_dims == (64, 64)
+    assert maps["c_map"].box_dims == (64, 64)  # 64 columns x one consumer's 64 rows
+    box_bytes = [2 * a.box_dims[0] * a.box_dims[1] for a in (maps["a_map"], maps["b_map"])]
+    loads_b = art.source.count("b_map, n0 + ")
+    assert plan.tx_bytes == box_bytes[0] + loads_b * box_bytes[1]
+    assert f"constexpr u32 AB_TX_BYTES = {plan.tx_bytes};" in art.source
+    assert art.dynamic_smem_bytes == plan.smem["BYTES"] + 1024 <= DEVICE.smem_per_block_bytes
+    assert art.grid == (DEVICE.sm_count, 1, 1) and art.block == (384, 1, 1)
+
+
+def test_nk_layout_uses_k_major_b_and_tile_k_32_a_64_byte_swizzle() -> None:
+    spec = _spec(b_layout="nk")
+    art = _render(spec, tile_k=32, stages_ab=6)
+    maps = {a.name: a for a in art.args}
+    assert maps["b_map"].global_dims == (4096, 4096) and maps["b_map"].box_dims == (32, 256)
+    assert maps["a_map"].swizzle == "64B" and maps["b_map"].swizzle == "64B"
+    assert "wgmma_m64n256k16_f16_bk" in art.source
+
+
+def test_odd_shapes_render_with_clipped_stores() -> None:
+    spec = GemmSpec(m=100, n=37, k=48, dtype="bfloat16", b_layout="nk")
+    choices = {**WS_2, "tile_m": 64, "tile_n": 64, "tile_k": 32, "consumer_warpgroups": 1,
+               "stages_ab": 2, "map_store": "cuda_core"}
+    choices.pop("consumer_split")
+    art = render(plan_sprogram(spec, DEVICE, choices), spec)
+    assert "if (row >= M) continue;" in art.source
+    assert "if (col + 1 < N)" in art.source  # odd n: element stores
+    assert [a.name for a in art.args] == ["a_map", "b_map", "c"]
+
+
+def test_unsupported_schedules_are_rejected_by_render_and_by_the_space() -> None:
+    spec = _spec(b_layout="kn")
+    odd_n = plan_sprogram(spec, DEVICE, {**WS_2, "tile_n": 96})
+    assert "tile_n % 64" in (unsupported(odd_n, spec, DEVICE) or "")
+    with pytest.raises(Unsupported):
+        render(odd_n, spec)
+    space = ScheduleSpace(spec, DEVICE)
+    _, validity = space.build({**WS_2, "tile_n": 96})
+    assert not validity.ok and validity.rejections[0].detail.startswith("codegen:")
+    _, validity = space.build({**WS_2, "order": "overlap", "stages_ab": 1})
+    assert not validity.ok
+
+
+def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
+    spec = _spec(m=8192, n=8192, k=8192)
+    space = ScheduleSpace(spec, DEVICE)
+    candidates, count = space.enumerate()
+    assert count.rejected["unsupported_by_codegen"] > 0
+    designs = {
+        (c.choices["warp_specialized"], c.choices["consumer_warpgroups"],
+         c.choices.get("consumer_split"), c.choices["tile_m"], c.choices["tile_n"])
+        for c in candidates
+    }
+    assert (True, 2, "cooperative", 128, 256) in designs
+    assert (True, 2, "pingpong", 64, 256) in designs
+    for candidate in candidates[:: max(1, len(candidates) // 50)]:
+        assert unsupported(candidate.decisions, spec, DEVICE) is None
+        render(candidate.sprogram, spec)
+
+
+def test_artifact_round_trips_through_json() -> None:
+    art = _render()
+    assert KernelArtifact.from_json(art.to_json()) == art
