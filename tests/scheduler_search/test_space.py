@@ -1,0 +1,448 @@
+"""Schedule spaces: knob tables, enumeration and its counts, define-by-run sampling,
+and ranking by the cost model.
+
+Expectations come from DESIGN.md ("The model", "Search"): the space is define-by-run (a
+knob is asked only when its condition holds), invalid points are rejected with a reason
+before anything is compiled, and the hand-written kernels (the warp-specialised TMA +
+wgmma GEMM, FlashAttention-3's forward plan) are points of the space.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from scheduler_search.cost_model import MeasuredTimings, estimate
+from scheduler_search.hardware import A100_SXM, H200, UnitKind
+from scheduler_search.ops import OPERATORS, OperatorSpec, parse_spec
+from scheduler_search.space import Candidate, Knob, ScheduleSpace, SpaceCount, knob_table, rank_top
+from scheduler_search.sprogram import RejectReason, check_valid, plan_sprogram
+
+GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
+ATTENTION = {
+    "batch": 1,
+    "heads": 32,
+    "kv_heads": 8,
+    "seq_q": 4096,
+    "seq_kv": 4096,
+    "head_dim": 128,
+    "causal": True,
+}
+MAMBA2 = {
+    "batch": 8,
+    "seqlen": 4096,
+    "nheads": 80,
+    "headdim": 64,
+    "dstate": 128,
+    "ngroups": 1,
+    "chunk_size": 256,
+}
+SUITE: dict[str, dict[str, Any]] = {
+    "gemm": GEMM,
+    "attention": ATTENTION,
+    "mamba2_chunk_scan": MAMBA2,
+    "mamba2_chunk_state": MAMBA2,
+}
+OPS = tuple(SUITE)
+DEVICES = {"h200": H200, "a100": A100_SXM}
+
+#: Rejection reasons each suite space must show (what its tile options run into).
+EXPECTED_REASONS = {
+    "gemm": {RejectReason.SMEM, RejectReason.REGISTERS, RejectReason.WGMMA_SHAPE},
+    "attention": {
+        RejectReason.SMEM,
+        RejectReason.REGISTERS,
+        RejectReason.WGMMA_SHAPE,
+        RejectReason.TILE_SHAPE,
+    },
+    "mamba2_chunk_scan": {RejectReason.STAGES, RejectReason.TILE_SHAPE, RejectReason.WGMMA_SHAPE},
+    "mamba2_chunk_state": {RejectReason.STAGES, RejectReason.TILE_SHAPE, RejectReason.WGMMA_SHAPE},
+}
+
+#: The warp-specialised TMA + wgmma GEMM: one producer, two cooperative consumers.
+GEMM_WS = {
+    "tile_m": 128,
+    "tile_n": 256,
+    "tile_k": 64,
+    "warp_specialized": True,
+    "consumer_warpgroups": 2,
+    "consumer_split": "cooperative",
+    "producer_regs": 40,
+    "stages_ab": 4,
+    "order": "overlap",
+    "map_store": "tma",
+}
+#: FlashAttention-3's forward plan.
+FA3 = {
+    "tile_q": 128,
+    "tile_kv": 128,
+    "warp_specialized": True,
+    "consumer_warpgroups": 2,
+    "consumer_split": "cooperative",
+    "wg_schedule": "alternate",
+    "order": "overlap",
+    "stages_k": 2,
+    "stages_v": 2,
+}
+
+Enumerated = tuple[ScheduleSpace, list[Candidate], SpaceCount]
+
+
+def suite_spec(op: str) -> OperatorSpec:
+    return parse_spec(op, SUITE[op])
+
+
+@pytest.fixture(scope="module")
+def enumerated() -> Iterator[Callable[[str, str], Enumerated]]:
+    """``enumerated(op, device)``: the suite space and its enumeration, computed once."""
+    done: dict[tuple[str, str], Enumerated] = {}
+
+    def get(op: str, device: str = "h200") -> Enumerated:
+        if (op, device) not in done:
+            space = ScheduleSpace(suite_spec(op), DEVICES[device])
+            done[op, device] = (space, *space.enumerate())
+        return done[op, device]
+
+    yield get
+    done.clear()
+
+
+def count_points(knobs: list[Knob], index: int = 0, choices: dict | None = None) -> int:
+    """Points of a define-by-run knob table, walked independently of ScheduleSpace."""
+    choices = {} if choices is None else choices
+    if index == len(knobs):
+        return 1
+    knob = knobs[index]
+    if knob.when is not None and not knob.when(choices):
+        return count_points(knobs, index + 1, choices)
+    total = 0
+    for option in knob.options:
+        total += count_points(knobs, index + 1, {**choices, knob.name: option})
+    return total
+
+
+def key(choices: dict[str, Any]) -> str:
+    return json.dumps(choices, sort_keys=True)
+
+
+# ----- knob tables ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device_name", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_knob_table_layout(op: str, device_name: str) -> None:
+    spec = suite_spec(op)
+    knobs = knob_table(spec, DEVICES[device_name])
+    names = [k.name for k in knobs]
+    assert len(names) == len(set(names))
+    tiles = [n for n in names if n.startswith("tile_")]
+    assert names[: len(tiles)] == tiles and tiles
+    assert set(tiles) <= {f"tile_{a}" for a in spec.graph({}).extents}
+    # Tile order over the grid is the only non-structural choice, asked last.
+    assert [k.name for k in knobs if not k.structural] == ["raster_major", "raster_swizzle"]
+    assert names[-2:] == ["raster_major", "raster_swizzle"]
+    assert {f"stages_{s}" for s in type(spec).streams} <= set(names)
+    for knob in knobs:
+        assert knob.options, knob.name
+        assert len(set(map(repr, knob.options))) == len(knob.options)
+        assert all(type(o) in (int, bool, str) for o in knob.options), knob.name
+
+
+def test_hopper_tables_offer_warp_specialisation_overlap_and_seu_choices() -> None:
+    knobs = {k.name: k for k in knob_table(suite_spec("attention"), H200)}
+    assert set(knobs["warp_specialized"].options) == {True, False}
+    assert set(knobs["order"].options) == {"serial", "overlap"}
+    assert set(knobs["consumer_warpgroups"].options) == {1, 2, 3}
+    assert set(knobs["map_softmax_exp2"].options) == {"sfu", "cuda_core"}
+    assert set(knobs["map_store"].options) == {"tma", "cuda_core"}
+    mamba = {k.name: k for k in knob_table(suite_spec("mamba2_chunk_scan"), H200)}
+    assert set(mamba["map_vector_loads"].options) == {"tma", "cuda_core"}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a100_tables_offer_nothing_sm80_lacks(op: str) -> None:
+    knobs = {k.name: k for k in knob_table(suite_spec(op), A100_SXM)}
+    assert knobs["warp_specialized"].options == (False,)
+    assert knobs["order"].options == ("serial",)
+    have = {u.kind.value for u in A100_SXM.units}
+    for name, knob in knobs.items():
+        if name.startswith("map_"):
+            assert set(knob.options) <= have
+
+
+def test_knob_conditions() -> None:
+    knobs = {k.name: k for k in knob_table(suite_spec("gemm"), H200)}
+    split, schedule, regs = knobs["consumer_split"], knobs["wg_schedule"], knobs["producer_regs"]
+    for ws in (True, False):
+        for consumers in (1, 2, 3):
+            choices = {"warp_specialized": ws, "consumer_warpgroups": consumers}
+            assert split.applies(choices) == (ws and consumers >= 2)
+            assert schedule.applies(choices) == (consumers >= 2)
+            assert regs.applies(choices) == ws
+    assert knobs["tile_m"].applies({}) and knobs["persistent"].applies({})
+
+
+# ----- enumeration ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_suite_space_sizes(op: str, enumerated: Callable[..., Enumerated]) -> None:
+    space, candidates, count = enumerated(op)
+    rejected = sum(count.rejected.values())
+    print(
+        f"\n{op} on {H200.name}: {count.total:,} schedules, {count.valid:,} valid "
+        f"({len(candidates):,} structural), rejected {dict(count.rejected)}"
+    )
+    assert count.valid > 0
+    assert count.valid + rejected == count.total
+    assert count.total == count_points(space.knobs)
+    multiplier = math.prod(len(k.options) for k in space.order_knobs)
+    assert count.valid == len(candidates) * multiplier
+    assert all(n > 0 and n % multiplier == 0 for n in count.rejected.values())
+    assert len(count.rejected) >= 3
+    assert {r.value for r in EXPECTED_REASONS[op]} <= set(count.rejected)
+
+
+def test_attention_space_has_at_least_a_thousand_valid_schedules(
+    enumerated: Callable[..., Enumerated],
+) -> None:
+    _, _, count = enumerated("attention")
+    assert count.valid >= 1000
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_candidates_are_distinct_valid_and_plan_to_their_sprogram(
+    op: str, enumerated: Callable[..., Enumerated]
+) -> None:
+    space, candidates, _ = enumerated(op)
+    assert len({key(c.choices) for c in candidates}) == len(candidates)
+    assert all(c.validity.ok for c in candidates)
+    structural = {k.name for k in space.structural_knobs}
+    for candidate in random.Random(op).sample(candidates, 25):
+        assert set(candidate.choices) <= structural
+        sprogram = plan_sprogram(space.spec, space.device, candidate.choices)
+        assert candidate.sprogram == sprogram
+        assert check_valid(sprogram, space.spec, space.device) == candidate.validity
+
+
+def test_points_left_out_of_the_candidates_are_rejected(
+    enumerated: Callable[..., Enumerated],
+) -> None:
+    space, candidates, _ = enumerated("gemm")
+    kept = {key(c.choices) for c in candidates}
+    left_out = [c for c in space.structural_choices() if key(c) not in kept]
+    for choices in random.Random(1).sample(left_out, 150):
+        _, validity = space.build(choices)
+        assert not validity.ok, choices
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+@pytest.mark.parametrize("wg_schedule", ["free", "alternate"])
+def test_warp_specialised_gemm_is_a_candidate(
+    persistent: bool, wg_schedule: str, enumerated: Callable[..., Enumerated]
+) -> None:
+    _, candidates, _ = enumerated("gemm")
+    design = {**GEMM_WS, "persistent": persistent, "wg_schedule": wg_schedule}
+    assert key(design) in {key(c.choices) for c in candidates}
+
+
+def test_fa3_plan_is_a_candidate(enumerated: Callable[..., Enumerated]) -> None:
+    _, candidates, _ = enumerated("attention")
+    members = [c for c in candidates if FA3.items() <= c.choices.items()]
+    assert members
+    assert {c.choices["persistent"] for c in members} == {True, False}
+    sprogram = members[0].sprogram
+    assert sprogram.roles.consumer_warpgroups == 2 and sprogram.roles.warp_specialized
+    assert any(b.kind == "named" for b in sprogram.barriers)
+
+
+@pytest.mark.parametrize("op", ["attention", "mamba2_chunk_state"])
+def test_a100_candidates_use_cp_async_and_no_producer_warp(
+    op: str, enumerated: Callable[..., Enumerated]
+) -> None:
+    _, candidates, count = enumerated(op, "a100")
+    assert candidates and count.valid > 0
+    for candidate in candidates:
+        decided = candidate.decisions
+        assert not decided.roles.warp_specialized and decided.order == "serial"
+        assert UnitKind.TMA not in decided.mapping.values()
+
+
+# ----- define-by-run sampling -----------------------------------------------------------
+
+
+class RecordingTrial:
+    """A fake Optuna trial: ``pick(options)`` decides; every question is recorded."""
+
+    def __init__(self, pick: Callable[[list[Any]], Any]) -> None:
+        self.pick = pick
+        self.asked: list[tuple[str, list[Any]]] = []
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        self.asked.append((name, list(choices)))
+        return self.pick(choices)
+
+
+def expected_questions(knobs: list[Knob], choices: dict[str, Any]) -> list[str]:
+    """The knobs whose conditions hold for ``choices``, from the table's documented rules."""
+    consumers = choices.get("consumer_warpgroups", 1)
+    ws = choices.get("warp_specialized", False)
+    skipped = set()
+    if not (consumers >= 2 and ws):
+        skipped.add("consumer_split")
+    if consumers < 2:
+        skipped.add("wg_schedule")
+    if not ws:
+        skipped.add("producer_regs")
+    return [k.name for k in knobs if k.name not in skipped]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_suggest_with_the_first_option_skips_the_split_of_one_consumer(op: str) -> None:
+    space = ScheduleSpace(suite_spec(op), H200)
+    trial = RecordingTrial(lambda options: options[0])
+    choices = space.suggest(trial)
+    asked = [name for name, _ in trial.asked]
+    assert choices["warp_specialized"] is True and choices["consumer_warpgroups"] == 1
+    assert "consumer_split" not in asked and "wg_schedule" not in asked
+    assert "producer_regs" in asked
+    assert asked == list(choices) == expected_questions(space.knobs, choices)
+    sprogram = plan_sprogram(space.spec, H200, choices)
+    assert sprogram.choices == choices
+    assert sprogram.roles.consumer_warpgroups == 1
+
+
+def test_suggest_with_the_last_option_asks_the_schedule_but_not_the_split() -> None:
+    space = ScheduleSpace(suite_spec("gemm"), H200)
+    trial = RecordingTrial(lambda options: options[-1])
+    choices = space.suggest(trial)
+    # Three consumers without a producer warp: they take turns or not, but only a
+    # warp-specialised kernel can give each its own tile.
+    assert choices["warp_specialized"] is False and choices["consumer_warpgroups"] == 3
+    asked = [name for name, _ in trial.asked]
+    assert "wg_schedule" in asked
+    assert "consumer_split" not in asked and "producer_regs" not in asked
+    assert plan_sprogram(space.spec, H200, choices).roles.consumer_warpgroups == 3
+
+
+@pytest.mark.parametrize("device_name", DEVICES)
+@pytest.mark.parametrize("op", OPS)
+def test_seeded_suggestions_ask_only_applicable_knobs_and_plan(op: str, device_name: str) -> None:
+    device = DEVICES[device_name]
+    space = ScheduleSpace(suite_spec(op), device)
+    options = {k.name: list(k.options) for k in space.knobs}
+    rng = random.Random(f"{op}:{device_name}")
+    valid = 0
+    for _ in range(120):
+        trial = RecordingTrial(rng.choice)
+        choices = space.suggest(trial)
+        assert [name for name, _ in trial.asked] == expected_questions(space.knobs, choices)
+        assert all(offered == options[name] for name, offered in trial.asked)
+        sprogram, validity = space.build(choices)
+        assert sprogram.choices == choices
+        valid += validity.ok
+    # (The code generator may narrow a space further, e.g. to TMA loads: Hopper only.)
+    assert valid > 0 or device is not H200
+
+
+def test_suggest_drives_an_optuna_study() -> None:
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = suite_spec("gemm")
+    space = ScheduleSpace(spec, H200)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    scored = 0
+    for _ in range(30):
+        trial = study.ask()
+        choices = space.suggest(trial)
+        assert trial.params == choices
+        sprogram, validity = space.build(choices)
+        if validity.ok:
+            study.tell(trial, estimate(sprogram, spec, H200).latency_us)
+            scored += 1
+        else:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    assert scored > 0
+    assert plan_sprogram(spec, H200, study.best_trial.params).choices == study.best_trial.params
+
+
+# ----- ranking --------------------------------------------------------------------------
+
+
+def best_over_orders(space: ScheduleSpace, candidate: Candidate) -> float:
+    orders = list(space.order_choices())
+    return min(
+        estimate(space.with_order(candidate, o), space.spec, space.device).latency_us
+        for o in orders
+    )
+
+
+def test_rank_top_is_the_exact_top_of_the_cost_model_for_gemm(
+    enumerated: Callable[..., Enumerated],
+) -> None:
+    """GEMM tiles all take the same time whatever their order, so the tile order changes
+    only DRAM traffic: ranking with the least-traffic order is exact."""
+    space, candidates, _ = enumerated("gemm")
+    subset = random.Random(0).sample(candidates, 100)
+    ranked = rank_top(space, subset, 3)
+    brute = sorted(best_over_orders(space, c) for c in subset)
+    assert [r.estimate.latency_us for r in ranked] == pytest.approx(brute[:3], rel=1e-12)
+
+
+def test_rank_top_returns_sorted_finalists_in_their_best_tile_order(
+    enumerated: Callable[..., Enumerated],
+) -> None:
+    space, candidates, _ = enumerated("attention")
+    subset = random.Random(2).sample(candidates, 60)
+    ranked = rank_top(space, subset, 4)
+    latencies = [r.estimate.latency_us for r in ranked]
+    assert len(ranked) == 4 and latencies == sorted(latencies)
+    by_choices = {key(c.choices): c for c in subset}
+    for entry in ranked:
+        structural = {k: v for k, v in entry.sprogram.choices.items() if not k.startswith("raster")}
+        candidate = by_choices[key(structural)]
+        again = estimate(entry.sprogram, space.spec, space.device)
+        assert again.latency_us == entry.estimate.latency_us
+        assert entry.estimate.latency_us == pytest.approx(best_over_orders(space, candidate))
+    assert len({r.sprogram.hash for r in ranked}) == 4
+
+
+def test_rank_top_of_more_than_there_are_ranks_them_all(
+    enumerated: Callable[..., Enumerated],
+) -> None:
+    space, candidates, _ = enumerated("gemm")
+    assert len(rank_top(space, candidates[:5], 10)) == 5
+    assert rank_top(space, [], 3) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,
+    reason="rank_top(top=0) reads the empty heap: `len(best) == top and bound >= "
+    "-best[0][0]` is evaluated with best == [] (the CLI guards top > 0, callers may not)",
+)
+def test_rank_top_of_zero_is_empty(enumerated: Callable[..., Enumerated]) -> None:
+    space, candidates, _ = enumerated("gemm")
+    assert rank_top(space, candidates[:5], 0) == []
+
+
+def test_rank_top_uses_measured_timings(enumerated: Callable[..., Enumerated]) -> None:
+    space, candidates, _ = enumerated("gemm")
+    subset = random.Random(3).sample(candidates, 40)
+    analytic = rank_top(space, subset, 1)[0].estimate.latency_us
+    slower = MeasuredTimings(unit_scale={UnitKind.TENSOR_CORE: 2.0})
+    measured = rank_top(space, subset, 1, slower)[0]
+    assert measured.estimate.latency_us > analytic
+    assert (
+        measured.estimate.latency_us
+        == estimate(measured.sprogram, space.spec, space.device, slower).latency_us
+    )
+
+
+def test_every_operator_has_a_knob_table() -> None:
+    assert set(OPERATORS) == set(OPS)
