@@ -2,17 +2,20 @@
 
 Two steps, so the GPU machine spends its time on GPU work only:
 
-``prepare`` (any machine, no GPU): for every suite shape x B layout x dtype, rank the
-schedule space with the cost model, keep the ``--top`` best that differ in structure
+``prepare`` (any machine, no GPU): for every suite shape x B layout, rank the fp16
+schedule space with the cost model and keep the ``--top`` best that differ in structure
 (tile shape, warp roles, split, grid, epilogue: the cost model scores many near-copies
-alike), render each, and write the candidates (artifacts included) to one gzip JSON file.
+alike); for the ``--raster-top`` best of those, add the tile orders the cost model cannot
+tell apart (raster major m / n x swizzle 4, 8, 16). Each candidate is rendered for fp16
+and bf16; all go to one gzip JSON file.
 
-``run`` (an H200): measure every candidate with the workers' ``LocalGpuPool`` (NVRTC
-compiles in parallel on the CPU cores; each kernel is checked against the fp32 reference
-before it is timed; quick timing), keep the fastest correct one per case; then time that
-kernel and cuBLAS (the workers' ``cublas`` baseline: ``cupy.matmul`` / ``torch.matmul``)
-in the same worker process by the same method (warm-up, L2 flush, CUDA events, median),
-interleaved over ``--rounds`` rounds. Writes ``--out`` (device fingerprint, commit, every
+``run`` (an H200): measure every fp16 candidate with the workers' ``LocalGpuPool``
+(NVRTC compiles in parallel on the CPU cores; each kernel is checked against the fp32
+reference before it is timed; quick timing) and keep the fastest correct one; the bf16
+case of the same shape and layout uses that schedule. Then time the kept kernel and
+cuBLAS (the workers' ``cublas`` baseline: ``cupy.matmul`` / ``torch.matmul``) in the same
+worker process by the same method (warm-up, L2 flush, CUDA events, median), interleaved
+over ``--rounds`` rounds. Writes ``--out`` (device fingerprint, commit, every
 case: latencies, ratio = cuBLAS latency / pipetune latency, the schedule) and prints the
 table with the geometric mean.
 
@@ -72,6 +75,11 @@ def prepare(args: argparse.Namespace) -> None:
     from scheduler_search.sprogram import plan_sprogram
 
     device = get_device(args.device)
+    rasters = [
+        {"raster_major": major, "raster_swizzle": swizzle}
+        for major in ("m", "n")
+        for swizzle in (4, 8, 16)
+    ]
     cases = []
     started = time.perf_counter()
     for m, n, k in GEMM_SUITE:
@@ -89,22 +97,27 @@ def prepare(args: argparse.Namespace) -> None:
                 chosen.append(item)
                 if len(chosen) == args.top:
                     break
-            for dtype in args.dtypes:
-                spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
-                entries = []
-                for rank, item in enumerate(chosen):
-                    sprogram = plan_sprogram(spec, device, item.sprogram.choices)
-                    artifact = render(sprogram, spec, device)
-                    entries.append(
-                        {
-                            "rank": rank,
-                            "hash": sprogram.hash,
-                            "choices": sprogram.choices,
-                            "estimate_us": item.estimate.latency_us,
-                            "artifact": artifact.to_dict(),
-                        }
-                    )
-                cases.append({"params": spec.params(), "candidates": entries})
+            tried = [(rank, item.sprogram.choices, item.estimate.latency_us)
+                     for rank, item in enumerate(chosen)]
+            for rank, item in enumerate(chosen[: args.raster_top]):
+                for order in rasters:
+                    choices = {**item.sprogram.choices, **order}
+                    if choices != item.sprogram.choices:
+                        tried.append((rank, choices, None))
+            specs = {dtype: GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
+                     for dtype in ("float16", "bfloat16")}
+            entries = []
+            for rank, choices, estimate_us in tried:
+                entry: dict[str, Any] = {"rank": rank, "estimate_us": estimate_us}
+                for dtype, spec in specs.items():
+                    sprogram = plan_sprogram(spec, device, choices)
+                    entry[dtype] = {
+                        "hash": sprogram.hash,
+                        "choices": sprogram.choices,
+                        "artifact": render(sprogram, spec, device).to_dict(),
+                    }
+                entries.append(entry)
+            cases.append({"params": specs["float16"].params(), "candidates": entries})
             print(
                 f"{m}x{n}x{k} {layout}: {len(candidates)} structural candidates, "
                 f"{len(chosen)} kept ({time.perf_counter() - started:.0f} s)",
@@ -126,6 +139,7 @@ def prepare(args: argparse.Namespace) -> None:
         "dirty": dirty,
         "device": args.device,
         "top": args.top,
+        "raster_top": args.raster_top,
         "pool": args.pool,
         "cases": cases,
     }
@@ -151,6 +165,7 @@ def run(args: argparse.Namespace) -> None:
     cases = doc["cases"]
     if args.only:
         cases = [c for c in cases if any(s in _case_name(c["params"]) for s in args.only)]
+    dtypes = args.dtypes
     quick = TimingConfig(warmup_launches=2, warmup_ms=0.0, min_samples=10, min_time_ms=0.0)
     final = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=30.0)
     results: list[dict[str, Any]] = []
@@ -159,13 +174,13 @@ def run(args: argparse.Namespace) -> None:
     with LocalGpuPool(compiler=compiler, codegen_version="bench-gemm") as pool:
         fingerprint = pool.fingerprints[0]
         for case in cases:
-            params = case["params"]
-            workload = {"op": "gemm", "params": params}
+            searched = case["params"]
+            workload = {"op": "gemm", "params": searched}
             entries = case["candidates"][: args.top]
             jobs = [
                 Job(
                     workload,
-                    artifact=KernelArtifact.from_dict(e["artifact"]),
+                    artifact=KernelArtifact.from_dict(e["float16"]["artifact"]),
                     timing=quick,
                     deadline_s=args.deadline,
                 )
@@ -177,7 +192,7 @@ def run(args: argparse.Namespace) -> None:
                 tried.append(
                     {
                         "rank": entry["rank"],
-                        "hash": entry["hash"],
+                        "hash": entry["float16"]["hash"],
                         "status": result.status.value,
                         "latency_us": result.latency_us,
                         "rel_error": result.rel_error,
@@ -185,56 +200,73 @@ def run(args: argparse.Namespace) -> None:
                         "spill_bytes": result.spill_bytes,
                         "error": result.error[:300],
                         "estimate_us": entry["estimate_us"],
-                        "choices": entry["choices"],
+                        "choices": entry["float16"]["choices"],
                     }
                 )
             ok = [t for t in tried if t["status"] == "ok"]
-            name = _case_name(params)
-            record: dict[str, Any] = {"case": name, "params": params, "searched": tried}
             if not ok:
-                record["error"] = "no candidate was correct"
-                results.append(record)
-                print(f"{name}: no correct candidate", flush=True)
+                results.append({"case": _case_name(searched), "params": searched,
+                                "searched": tried, "error": "no candidate was correct"})
+                print(f"{_case_name(searched)}: no correct candidate", flush=True)
                 continue
             best = min(ok, key=lambda t: t["latency_us"])
-            artifact = KernelArtifact.from_dict(
-                next(e for e in entries if e["hash"] == best["hash"])["artifact"]
-            )
-            rounds = []
-            for _ in range(args.rounds):
-                mine, peer = pool.measure(
-                    [
-                        Job(workload, artifact=artifact, timing=final, deadline_s=args.deadline),
-                        Job(workload, baseline="cublas", timing=final, deadline_s=args.deadline),
-                    ]
+            winner = next(e for e in entries if e["float16"]["hash"] == best["hash"])
+            for dtype in dtypes:
+                params = {**searched, "dtype": dtype}
+                workload = {"op": "gemm", "params": params}
+                artifact = KernelArtifact.from_dict(winner[dtype]["artifact"])
+                rounds = []
+                for _ in range(args.rounds):
+                    mine, peer = pool.measure(
+                        [
+                            Job(workload, artifact=artifact, timing=final,
+                                deadline_s=args.deadline),
+                            Job(workload, baseline="cublas", timing=final,
+                                deadline_s=args.deadline),
+                        ]
+                    )
+                    rounds.append(
+                        (mine.latency_us, peer.latency_us, mine.rel_error, peer.rel_error,
+                         mine.status.value)
+                    )
+                name = _case_name(params)
+                record: dict[str, Any] = {"case": name, "params": params}
+                if dtype == "float16":
+                    record["searched"] = tried
+                else:
+                    record["searched_as"] = _case_name(searched)
+                if any(r[4] != "ok" or r[0] is None or r[1] is None for r in rounds):
+                    record["error"] = f"re-timing failed: {[r[4] for r in rounds]}"
+                    results.append(record)
+                    print(f"{name}: {record['error']}", flush=True)
+                    continue
+                mine_us = statistics.median(r[0] for r in rounds)
+                peer_us = statistics.median(r[1] for r in rounds)
+                flops = 2.0 * params["m"] * params["n"] * params["k"]
+                record.update(
+                    {
+                        "pipetune_us": mine_us,
+                        "cublas_us": peer_us,
+                        "ratio": peer_us / mine_us,
+                        "pipetune_tflops": flops / mine_us / 1e6,
+                        "cublas_tflops": flops / peer_us / 1e6,
+                        "rel_error": max(r[2] for r in rounds),
+                        "cublas_rel_error": max(r[3] for r in rounds),
+                        "rounds": [r[:4] for r in rounds],
+                        "schedule_hash": winner[dtype]["hash"],
+                        "choices": winner[dtype]["choices"],
+                        "cost_model_rank": best["rank"],
+                        "candidates_ok": f"{len(ok)}/{len(tried)}",
+                    }
                 )
-                rounds.append((mine.latency_us, peer.latency_us, mine.rel_error, peer.rel_error))
-            mine_us = statistics.median(r[0] for r in rounds if r[0] is not None)
-            peer_us = statistics.median(r[1] for r in rounds if r[1] is not None)
-            flops = 2.0 * params["m"] * params["n"] * params["k"]
-            record.update(
-                {
-                    "pipetune_us": mine_us,
-                    "cublas_us": peer_us,
-                    "ratio": peer_us / mine_us,
-                    "pipetune_tflops": flops / mine_us / 1e6,
-                    "cublas_tflops": flops / peer_us / 1e6,
-                    "rel_error": max(r[2] for r in rounds if r[2] is not None),
-                    "cublas_rel_error": max(r[3] for r in rounds if r[3] is not None),
-                    "rounds": rounds,
-                    "schedule_hash": best["hash"],
-                    "choices": best["choices"],
-                    "cost_model_rank": best["rank"],
-                }
-            )
-            results.append(record)
-            print(
-                f"{name:<28} pipetune {mine_us:9.1f} us {record['pipetune_tflops']:6.1f} TF  "
-                f"cublas {peer_us:9.1f} us {record['cublas_tflops']:6.1f} TF  "
-                f"ratio {record['ratio']:.3f}  ({len(ok)}/{len(tried)} ok, "
-                f"{time.perf_counter() - started:.0f} s)",
-                flush=True,
-            )
+                results.append(record)
+                print(
+                    f"{name:<28} pipetune {mine_us:9.1f} us {record['pipetune_tflops']:6.1f} TF  "
+                    f"cublas {peer_us:9.1f} us {record['cublas_tflops']:6.1f} TF  "
+                    f"ratio {record['ratio']:.3f}  ({len(ok)}/{len(tried)} ok, "
+                    f"{time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
             _write(args.out, _summary(args, doc, quick, final, fingerprint, results, started))
     summary = _summary(args, doc, quick, final, fingerprint, results, started)
     _write(args.out, summary)
@@ -259,7 +291,11 @@ def _summary(
         "commit": doc.get("commit"),
         "tree_dirty_at_prepare": doc.get("dirty"),
         "search": {
-            "method": "cost-model ranking, top-K distinct structures, each checked and timed",
+            "method": (
+                "fp16: cost-model ranking, top-K distinct structures plus the raster orders "
+                "of the best few, each checked and timed on the GPU; bf16 reuses the fp16 "
+                "winner of the same shape and layout"
+            ),
             "top": args.top,
             "pool": doc.get("pool"),
             "quick_timing": quick.to_dict(),
@@ -308,15 +344,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="h200")
     p.add_argument("--top", type=int, default=24)
     p.add_argument("--pool", type=int, default=400, help="cost-model top N to pick from")
-    p.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    p.add_argument("--raster-top", type=int, default=4, help="structures whose rasters vary")
     p.add_argument("--layouts", nargs="+", default=["kn", "nk"])
     p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r = sub.add_parser("run", help="search and benchmark on the GPU")
     r.add_argument("--candidates", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
-    r.add_argument("--top", type=int, default=24)
+    r.add_argument("--top", type=int, default=1000, help="candidates measured per case")
     r.add_argument("--rounds", type=int, default=5)
     r.add_argument("--deadline", type=float, default=20.0)
     r.add_argument("--only", nargs="*", default=[])
+    r.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     r.add_argument("--cache", default="/tmp/pipetune-cubins")
     r.add_argument("--out", default=str(ROOT / "bench" / "results" / "gemm.json"))
     args = parser.parse_args(argv)

@@ -390,6 +390,11 @@ class GemmPlan:
             return "order=overlap needs stages_ab >= 2"
         if self.pingpong and not self.ws:
             return "pingpong needs warp specialisation"
+        if self.pingpong and not self.alternate:
+            # A later owner would wait on ab_full phases two or more passes of the ring
+            # ahead, which a parity wait cannot tell from the current one (it passes early:
+            # hangs and faults seen on an H200). Taking turns bounds the lead to one pass.
+            return "pingpong needs wg_schedule=alternate"
         if max(self.a.box_outer, self.b.box_outer, self.store_rows) > BOX_DIM_MAX:
             return "TMA box over 256 rows"
         limit = self.device.smem_per_block_bytes
