@@ -269,7 +269,9 @@ def simulate_block(
 
     total = sum(len(s) for s in streams.values())
     for _ in range(total):
-        best: tuple[float, str, float] | None = None
+        # Pick the instruction that issues first; ties go to the older iteration, so a
+        # role running ahead does not starve the others of a shared sEU.
+        best: tuple[float, int, str] | None = None
         for role, instrs in streams.items():
             if cursor[role] >= len(instrs):
                 continue
@@ -277,12 +279,16 @@ def simulate_block(
             ready = ready_time(role, ins)
             if ready is None:
                 continue
-            start = max(ready, role_time[role], unit_free.get(ins.unit, 0.0))
-            if best is None or start < best[0]:
-                best = (start, role, ready)
+            issue = max(ready, role_time[role])
+            if not device.unit(ins.unit).is_async:
+                # A sync sEU holds the issuing warps: they start when the sEU is free.
+                issue = max(issue, unit_free.get(ins.unit, 0.0))
+            candidate = (issue, ins.iteration, role)
+            if best is None or candidate[:2] < best[:2]:
+                best = candidate
         if best is None:
             raise RuntimeError(f"sProgram {sprogram.hash[:12]} deadlocks in simulation")
-        start, role, _ = best
+        issue_at, _, role = best
         ins = streams[role][cursor[role]]
         cursor[role] += 1
         seu = device.unit(ins.unit)
@@ -294,23 +300,34 @@ def simulate_block(
         latency = timings.latency_cycles(task, seu)
         if ins.unit is UnitKind.CUDA_CORE and task.kind in (STaskKind.LOAD, STaskKind.STORE):
             latency = GLOBAL_ACCESS_LATENCY_CYCLES
+        # Async work queues on its sEU in issue order; the role goes on meanwhile.
+        start = max(issue_at, unit_free.get(ins.unit, 0.0))
         unit_free[ins.unit] = start + busy
         finish = start + busy + latency
         owner = ins.owner if ins.owner != "*" else ("*" if task.name in async_copy else role)
         key = (task.name, owner, ins.iteration)
         done[key] = finish
-        issued[key] = start
+        issued[key] = issue_at
         sim.busy[ins.unit] = sim.busy.get(ins.unit, 0.0) + busy
         if task.phase == "loop":
             sim.loop_busy[ins.unit] = sim.loop_busy.get(ins.unit, 0.0) + busy
+        # The timeline shows when the sEU is occupied; the result is visible ``latency``
+        # cycles later (``finish``).
         sim.entries.append(
-            (ins.unit, task.name, role if owner == "*" else owner, ins.iteration, start, finish)
+            (
+                ins.unit,
+                task.name,
+                role if owner == "*" else owner,
+                ins.iteration,
+                start,
+                start + busy,
+            )
         )
         if seu.is_async:
             issue = ASYNC_ISSUE_CYCLES
             if task.name in async_copy and role != "producer":
                 issue = CONSUMER_LOAD_ISSUE_CYCLES
-            role_time[role] = start + issue
+            role_time[role] = issue_at + issue
             if task.kind is STaskKind.MMA and task.phase == "loop":
                 # wgmma.wait_group: serial waits for this MMA; overlap keeps one in flight.
                 if not overlap:

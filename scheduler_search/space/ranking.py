@@ -49,6 +49,8 @@ def rank_top(
     timings: TimingModel | None = None,
 ) -> list[Ranked]:
     """The ``top`` schedules of ``candidates`` by estimated latency, best first."""
+    if top <= 0 or not candidates:
+        return []
     spec: OperatorSpec = space.spec
     device: Device = space.device
     orders = _rasters(space)

@@ -125,6 +125,8 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
 
     ws = bool(choices.get("warp_specialized", device.has_tma))
     consumers = int(choices.get("consumer_warpgroups", 2 if ws else 1))
+    if consumers < 1:
+        raise ScheduleError(f"consumer_warpgroups: {consumers} is not >= 1")
     producer_regs = int(choices.get("producer_regs", 40)) if ws else 0
     roles = WarpRoles(
         warp_specialized=ws,
@@ -233,11 +235,13 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         for name in body:
             lead = 1 if lead_first_mma and name == mmas[0] else 0
             builder.append(name, role=role, lead=lead)
-        if alternate and index > 0 and mmas:
+        if alternate and mmas:
+            # Consumer i follows consumer i-1 within a step; consumer 0 follows the last
+            # consumer's previous step (distance 1): the turn goes round.
             previous = consumer_roles[index - 1]
             builder.wait(
                 mmas[0],
-                [(mmas[-1], 0)],
+                [(mmas[-1], 0 if index > 0 else 1)],
                 name=f"tc_turn_{previous}_to_{role}",
                 kind="named",
                 role=role,

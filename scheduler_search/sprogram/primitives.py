@@ -47,6 +47,8 @@ class SProgramBuilder:
 
     def append(self, stask: str, *, role: str, lead: int = 0) -> UnitOp:
         """Append: issue ``stask`` next in ``role``'s stream, on the sEU it is mapped to."""
+        if stask not in self.mapping:
+            raise ScheduleError(f"{self.graph.op} graph has no sTask {stask!r}")
         unit = self.mapping[stask]
         op = UnitOp(stask=stask, role=role, step=self._steps[role], lead=lead)
         self._steps[role] += 1
@@ -65,6 +67,8 @@ class SProgramBuilder:
     ) -> BarrierTask:
         """Wait: a barrier sTask before ``waiter`` on each ``(sTask, iteration distance)``."""
         names = set(self.graph.names())
+        if waiter not in names:
+            raise ScheduleError(f"barrier {name}: unknown waiting sTask {waiter}")
         for dep, distance in deps:
             if dep not in names:
                 raise ScheduleError(f"barrier {name}: unknown sTask {dep}")

@@ -316,6 +316,8 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
     plan = graph.plan
     roles = sprogram.roles
     problems = check_tiles(sprogram.tile, spec)
+    if any(size <= 0 for size in sprogram.tile.values()):
+        return Validity(smem_bytes=0, consumer_regs_needed=0, rejections=tuple(problems))
 
     trips = graph.loop_trips()
     for stream, depth in sprogram.stages.items():

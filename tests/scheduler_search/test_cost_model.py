@@ -279,12 +279,6 @@ def test_deeper_k_ring_is_not_slower_with_three_cooperative_consumers() -> None:
     assert latency("attention", choices) <= latency("attention", {**choices, "stages_k": 1})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an async sEU blocks the role that issues to it until the sEU is free: a "
-    "consumer that prefetches 3 stages of TMA loads waits out their transfers before its "
-    "synchronous dt/dA loads, the critical path, can start",
-)
 def test_deeper_prefetch_without_a_producer_warp_is_not_slower() -> None:
     choices = {
         "tile_p": 64,
@@ -413,12 +407,6 @@ def test_seus_run_one_stask_at_a_time(op: str, choices: dict[str, Any]) -> None:
         assert not overlapping(intervals), unit
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TimelineEntry.end_us is when the result is visible (busy + latency), not when "
-    "the sEU is free: a TMA load's 600-cycle latency overlaps the next load on the same "
-    "sEU, so the per-sEU timeline draws a serial unit running several sTasks at once",
-)
 @pytest.mark.parametrize(
     ("op", "choices"), [("gemm", GEMM_WS), ("attention", FA3)], ids=["gemm_ws", "fa3"]
 )

@@ -420,12 +420,6 @@ def test_rank_top_of_more_than_there_are_ranks_them_all(
     assert rank_top(space, [], 3) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=IndexError,
-    reason="rank_top(top=0) reads the empty heap: `len(best) == top and bound >= "
-    "-best[0][0]` is evaluated with best == [] (the CLI guards top > 0, callers may not)",
-)
 def test_rank_top_of_zero_is_empty(enumerated: Callable[..., Enumerated]) -> None:
     space, candidates, _ = enumerated("gemm")
     assert rank_top(space, candidates[:5], 0) == []

@@ -264,24 +264,12 @@ def test_a_negative_tile_is_rejected_with_a_reason() -> None:
     assert validity.reason is RejectReason.TILE_SHAPE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ZeroDivisionError,
-    reason="check_tiles flags tile_m=0 (size <= 0), but check_valid goes on to "
-    "consumer_registers, which divides by the zero row count",
-)
 def test_a_zero_tile_is_rejected_with_a_reason() -> None:
     choices = {"tile_m": 0, "tile_n": 128, "tile_k": 64}
     validity = check_valid(resolve_choices(GEMM_SPEC, H200, choices), GEMM_SPEC, H200)
     assert validity.reason is RejectReason.TILE_SHAPE
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ZeroDivisionError,
-    reason="resolve_choices passes consumer_warpgroups=0 to consumer_register_budget, "
-    "which divides by it, instead of raising ScheduleError",
-)
 def test_zero_consumer_warpgroups_is_a_schedule_error() -> None:
     with pytest.raises(ScheduleError, match="consumer_warpgroups"):
         resolve_choices(GEMM_SPEC, H200, {"consumer_warpgroups": 0})
@@ -411,11 +399,6 @@ def test_fa3_consumers_take_turns_on_the_tensor_cores() -> None:
     assert not [b for b in free.barriers if b.kind == "named"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="emit_sprogram only writes the turn consumer0 -> consumer1; the turn back "
-    "(consumer0 waits for consumer1's previous PV) exists only inside the simulator",
-)
 def test_every_fa3_consumer_waits_for_its_turn() -> None:
     named = [b for b in fa3_sprogram().barriers if b.kind == "named"]
     assert {b.role for b in named} == {"consumer0", "consumer1"}
@@ -524,22 +507,12 @@ def test_wait_records_a_barrier_stask() -> None:
     assert built(builder).barriers == (barrier,)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SProgramBuilder.append looks the sTask up in the mapping unchecked: "
-    "an unknown sTask raises KeyError, not ScheduleError",
-)
 def test_append_of_an_unknown_stask_is_a_schedule_error() -> None:
     builder = SProgramBuilder(gemm_graph(), H200, GEMM_MAPPING)
     with pytest.raises(ScheduleError):
         builder.append("load_c", role="producer")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SProgramBuilder.wait validates the deps but not the waiter: a barrier before "
-    "an sTask the graph does not have is accepted (and check_valid never looks)",
-)
 def test_wait_before_an_unknown_stask_is_a_schedule_error() -> None:
     builder = SProgramBuilder(gemm_graph(), H200, GEMM_MAPPING)
     with pytest.raises(ScheduleError):
