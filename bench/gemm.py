@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> None:
         cases = [c for c in cases if any(s in _case_name(c["params"]) for s in args.only)]
     dtypes = args.dtypes
     quick = TimingConfig(warmup_launches=2, warmup_ms=0.0, min_samples=10, min_time_ms=0.0)
-    final = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=30.0)
+    final = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=20.0)
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
     compiler = ParallelCompiler(cache_dir=args.cache)
