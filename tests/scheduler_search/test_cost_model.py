@@ -31,6 +31,8 @@ from scheduler_search.cost_model.simulate import instance_work
 from scheduler_search.hardware import H200, UnitKind
 from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
 from scheduler_search.sprogram import Raster, SProgram, check_valid, plan_sprogram, resolve_choices
 
 GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
@@ -60,32 +62,6 @@ SUITE: dict[str, dict[str, Any]] = {
 }
 OPS = tuple(SUITE)
 
-GEMM_WS = {
-    "tile_m": 128,
-    "tile_n": 256,
-    "tile_k": 64,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "free",
-    "producer_regs": 40,
-    "stages_ab": 4,
-    "order": "overlap",
-    "map_store": "tma",
-    "persistent": True,
-}
-FA3 = {
-    "tile_q": 128,
-    "tile_kv": 128,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "alternate",
-    "producer_regs": 24,
-    "order": "overlap",
-    "stages_k": 2,
-    "stages_v": 2,
-}
 #: A chunk-state schedule that streams x, b, dt and dA as fast as TMA can: the kernel
 #: reads and writes about 700 MB for 27 GFLOP, so DRAM bounds it.
 CHUNK_STATE_STREAMING = {

@@ -26,6 +26,7 @@ from scheduler_search.ops import (
     SpecError,
     parse_spec,
 )
+from scheduler_search.ops.suites import GEMM_SHAPES, suites
 
 GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16", "b_layout": "kn"}
 ATTENTION = {
@@ -406,77 +407,7 @@ def test_specs_are_frozen(op: str) -> None:
 
 # Valid suite shapes (BENCHMARKS.md) all validate and fit an H200.
 
-GEMM_SUITE = [
-    (4096, 4096, 4096),
-    (8192, 8192, 8192),
-    (8192, 14336, 4096),
-    (8192, 4096, 14336),
-    (8192, 6144, 4096),
-    (8192, 28672, 8192),
-    (128, 8192, 8192),
-    (4000, 6000, 2000),
-]
-
-
-def _attention_suite() -> list[dict[str, Any]]:
-    cases = [
-        {
-            "batch": batch,
-            "heads": 32,
-            "kv_heads": kv_heads,
-            "seq_q": seq,
-            "seq_kv": seq,
-            "head_dim": 128,
-            "causal": causal,
-            "dtype": dtype,
-        }
-        for dtype in ("float16", "bfloat16")
-        for kv_heads in (8, 32)
-        for batch in (1, 8)
-        for seq in (512, 2048, 8192)
-        for causal in (False, True)
-    ]
-    for dtype in ("float16", "bfloat16"):
-        for causal in (False, True):
-            cases.append(
-                {
-                    "batch": 8,
-                    "heads": 16,
-                    "kv_heads": 16,
-                    "seq_q": 4096,
-                    "seq_kv": 4096,
-                    "head_dim": 64,
-                    "causal": causal,
-                    "dtype": dtype,
-                }
-            )
-            cases.append(
-                {
-                    "batch": 1,
-                    "heads": 32,
-                    "kv_heads": 8,
-                    "seq_q": 3000,
-                    "seq_kv": 3000,
-                    "head_dim": 128,
-                    "causal": causal,
-                    "dtype": dtype,
-                }
-            )
-    return cases
-
-
-SUITE: list[tuple[str, dict[str, Any]]] = [
-    ("gemm", {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout})
-    for m, n, k in GEMM_SUITE
-    for dtype in ("float16", "bfloat16")
-    for layout in ("kn", "nk")
-]
-SUITE += [("attention", params) for params in _attention_suite()]
-SUITE += [
-    (op, {**MAMBA2, "batch": batch, "seqlen": seqlen})
-    for op in MAMBA_OPS
-    for batch, seqlen in ((1, 1024), (1, 16384), (8, 4096), (64, 4096))
-]
+SUITE: list[tuple[str, dict[str, Any]]] = suites()
 
 
 def _suite_id(case: tuple[str, dict[str, Any]]) -> str:
@@ -649,7 +580,7 @@ def test_inputs_come_before_outputs_and_bytes_add_up(op: str) -> None:
     assert spec.footprint_bytes() >= spec.min_bytes()
 
 
-@pytest.mark.parametrize(("m", "n", "k"), GEMM_SUITE)
+@pytest.mark.parametrize(("m", "n", "k"), GEMM_SHAPES)
 def test_gemm_flops_are_2mnk(m: int, n: int, k: int) -> None:
     assert GemmSpec(m=m, n=n, k=k).flops() == 2 * m * n * k
 

@@ -21,6 +21,8 @@ from scheduler_search.cost_model import MeasuredTimings, estimate
 from scheduler_search.hardware import A100_SXM, H200, UnitKind
 from scheduler_search.ops import OPERATORS, OperatorSpec, parse_spec
 from scheduler_search.space import Candidate, Knob, ScheduleSpace, SpaceCount, knob_table, rank_top
+from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
 from scheduler_search.sprogram import RejectReason, check_valid, plan_sprogram
 
 GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
@@ -64,31 +66,6 @@ EXPECTED_REASONS = {
     "mamba2_chunk_state": {RejectReason.STAGES, RejectReason.TILE_SHAPE, RejectReason.WGMMA_SHAPE},
 }
 
-#: The warp-specialised TMA + wgmma GEMM: one producer, two cooperative consumers.
-GEMM_WS = {
-    "tile_m": 128,
-    "tile_n": 256,
-    "tile_k": 64,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "producer_regs": 40,
-    "stages_ab": 4,
-    "order": "overlap",
-    "map_store": "tma",
-}
-#: FlashAttention-3's forward plan.
-FA3 = {
-    "tile_q": 128,
-    "tile_kv": 128,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "alternate",
-    "order": "overlap",
-    "stages_k": 2,
-    "stages_v": 2,
-}
 
 Enumerated = tuple[ScheduleSpace, list[Candidate], SpaceCount]
 

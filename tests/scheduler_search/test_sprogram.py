@@ -24,6 +24,8 @@ import pytest
 from scheduler_search.hardware import A100_SXM, H200, Device, UnitKind
 from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
 from scheduler_search.sprogram import (
     Raster,
     RejectReason,
@@ -64,36 +66,8 @@ SUITE: dict[str, dict[str, Any]] = {
 }
 OPS = tuple(SUITE)
 
-#: The warp-specialised GEMM: TMA producer warp, two cooperative wgmma consumers.
-GEMM_WS = {
-    "tile_m": 128,
-    "tile_n": 256,
-    "tile_k": 64,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "free",
-    "producer_regs": 40,
-    "stages_ab": 4,
-    "order": "overlap",
-    "map_store": "tma",
-    "persistent": True,
-}
 #: FlashAttention-3's forward plan (Shah et al. 2024): 128x128 tiles, a producer warp,
 #: two consumer warpgroups taking turns on the tensor cores, QK of the next iteration
-#: issued before the softmax of the current one, two stages of K and of V.
-FA3 = {
-    "tile_q": 128,
-    "tile_kv": 128,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "alternate",
-    "producer_regs": 24,
-    "order": "overlap",
-    "stages_k": 2,
-    "stages_v": 2,
-}
 
 
 @cache
