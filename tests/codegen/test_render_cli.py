@@ -1,0 +1,31 @@
+"""``pipetune render``: writes <hash>.cu and <hash>.json for the top schedules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codegen import KernelArtifact
+from service.cli import main
+
+
+def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
+    out = tmp_path / "kernels"
+    code = main(["render", "gemm", "--m", "512", "--n", "512", "--k", "512",
+                 "--dtype", "bfloat16", "--b-layout", "nk", "--top", "2", "--out", str(out)])
+    assert code == 0
+    sources = sorted(out.glob("*.cu"))
+    contracts = sorted(out.glob("*.json"))
+    assert len(sources) == len(contracts) == 2
+    for source, contract in zip(sources, contracts, strict=True):
+        artifact = KernelArtifact.from_json(contract.read_text())
+        assert source.stem == contract.stem == artifact.schedule_hash
+        assert artifact.source == source.read_text()
+        assert artifact.params["b_layout"] == "nk" and "bf16" in artifact.source
+
+
+def test_render_rejects_bad_parameters(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(["render", "gemm", "--m", "512", "--n", "512", "--k", "-1", "--out", str(tmp_path)])
+    assert code == 2
+    assert "k" in capsys.readouterr().err
