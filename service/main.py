@@ -1,4 +1,5 @@
-"""Builds the FastAPI app, and nothing else: settings, lifespan, routers, middleware.
+"""Builds the FastAPI app, and nothing else: settings, lifespan, routers, the dashboard,
+middleware.
 
 Example:
     uvicorn --factory service.main:create_app
@@ -21,7 +22,9 @@ from service.api.main import api_router, root_router
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
+from service.dashboard import mount_dashboard
 from service.runs.executors import ExecutorRegistry
+from service.runs.insights import Insights
 from service.runs.manager import RunManager
 
 logger = logging.getLogger(__name__)
@@ -83,9 +86,11 @@ def create_app(settings: Settings | None = None, *, run_background: bool = True)
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.insights = Insights()
     errors.install(app)
     app.include_router(api_router)
     app.include_router(root_router)
+    mount_dashboard(app)
 
     @app.middleware("http")
     async def limit_and_measure(

@@ -180,8 +180,10 @@ class TrialsPublic(BaseModel):
 
 # ----- schedules ----------------------------------------------------------------------------------
 class SchedulePublic(BaseModel):
-    """A cached best schedule of a workload on a device (``POST /v1/tune``'s cache hit)."""
+    """A cached best schedule of a workload on a device (``POST /v1/tune``'s cache hit).
+    ``id`` names the cache entry (``/v1/schedules/{id}/timeline``)."""
 
+    id: int
     cached: bool = True
     workload: WorkloadPublic
     device: str
@@ -199,6 +201,7 @@ class SchedulePublic(BaseModel):
     @classmethod
     def of(cls, row: ScheduleModel) -> SchedulePublic:
         return cls(
+            id=row.id,
             workload=WorkloadPublic.of(row.workload),
             device=row.device.name,
             device_key=row.device.key,
@@ -263,6 +266,80 @@ class DevicePublic(BaseModel):
 class DevicesPublic(BaseModel):
     data: list[DevicePublic]
     count: int
+
+
+# ----- dashboard: convergence, parameter importance, timeline ----------------------------------
+class TrialSeriesPublic(BaseModel):
+    """Trials as columns (compact for charts): number, seconds since the run started,
+    latency (null where none was measured) and status."""
+
+    number: list[int]
+    t_s: list[float]
+    latency_us: list[float | None]
+    status: list[str]
+
+
+class ConvergencePublic(BaseModel):
+    """A run's convergence: its trials (every one, or a sample when there are more than
+    ``max_points``; every improvement is kept) and the best-so-far steps."""
+
+    run_id: int
+    count: int
+    measured: int
+    downsampled: bool
+    statuses: dict[str, int]
+    trials: TrialSeriesPublic
+    best: TrialSeriesPublic
+
+
+class ImportanceItem(BaseModel):
+    param: str
+    importance: float
+
+
+class ImportancePublic(BaseModel):
+    """How much each search choice explains the measured latency (sums to 1), once the run
+    has ``min_trials`` measured trials; ``reason`` says why not otherwise."""
+
+    run_id: int
+    available: bool
+    reason: str | None
+    method: str | None
+    complete_trials: int
+    min_trials: int
+    data: list[ImportanceItem]
+
+
+class TimelineEntryPublic(BaseModel):
+    """One sTask instance on one sEU, in microseconds from the block's start."""
+
+    unit: str
+    stask: str
+    role: str
+    iteration: int
+    start_us: float
+    end_us: float
+
+
+class TimelinePublic(BaseModel):
+    """The cost model's per-sEU timeline of one block of a schedule, with its estimate."""
+
+    schedule_hash: str
+    op: str
+    device: str
+    predicted_us: float
+    bound: str
+    compute_us: float
+    dram_us: float
+    tile_us: float
+    tiles: int
+    unit_utilisation: dict[str, float]
+    lanes: list[str]
+    mapping: dict[str, str]
+    stages: dict[str, int]
+    roles: dict[str, Any]
+    tile: dict[str, int]
+    entries: list[TimelineEntryPublic]
 
 
 # ----- errors and health --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db.repositories import session_scope
 from service.runs.executors import ExecutorRegistry
+from service.runs.insights import Insights
 from service.runs.manager import RunManager
 
 
@@ -42,9 +43,14 @@ def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
+def get_insights(request: Request) -> Insights:
+    return request.app.state.insights
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_db)]
 SessionDep = Annotated[Session, Depends(get_session)]
 RunManagerDep = Annotated[RunManager, Depends(get_run_manager)]
 ExecutorDep = Annotated[ExecutorRegistry, Depends(get_executors)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+InsightsDep = Annotated[Insights, Depends(get_insights)]

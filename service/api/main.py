@@ -1,14 +1,16 @@
-"""The v1 API router: one router per resource (health and metrics sit at the root)."""
+"""The v1 API router: one router per resource (health and metrics sit at the root; the
+dashboard's HTML pages are mounted by ``service.dashboard``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.routes import devices, health, kernels, runs, schedules, tune
+from service.api.routes import devices, health, insights, kernels, runs, schedules, tune
 
 api_router = APIRouter(prefix="/v1")
 api_router.include_router(tune.router)
 api_router.include_router(runs.router)
+api_router.include_router(insights.router)
 api_router.include_router(schedules.router)
 api_router.include_router(kernels.router)
 api_router.include_router(devices.router)

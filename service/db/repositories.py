@@ -151,14 +151,20 @@ def list_runs(
     *,
     status: str | None = None,
     op: str | None = None,
+    device: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> tuple[list[RunModel], int]:
+    """Runs, newest first, and how many match; ``device`` matches a name or a key."""
     query = select(RunModel)
     if status is not None:
         query = query.where(RunModel.status == status)
     if op is not None:
         query = query.join(WorkloadModel).where(WorkloadModel.op == op)
+    if device is not None:
+        query = query.join(DeviceModel).where(
+            (DeviceModel.name == device) | (DeviceModel.key == device)
+        )
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     rows = session.scalars(query.order_by(RunModel.id.desc()).limit(limit).offset(offset))
     return list(rows.unique()), count
@@ -362,23 +368,77 @@ def add_trials(session: Session, *, run_id: int, trials: Sequence[dict[str, Any]
     )
 
 
+#: Orders of :func:`list_trials`: a column, ``-`` for descending. Trials without a
+#: latency sort last either way; ties keep the trial order.
+TRIAL_ORDERS = ("number", "-number", "latency_us", "-latency_us", "status", "-status")
+
+
 def list_trials(
     session: Session,
     *,
     run_id: int,
     status: str | None = None,
     after: int | None = None,
+    order: str = "number",
     limit: int = 1000,
     offset: int = 0,
 ) -> tuple[list[TrialModel], int]:
+    """A page of a run's trials in ``order`` (one of :data:`TRIAL_ORDERS`), and how many
+    match."""
+    if order not in TRIAL_ORDERS:
+        raise ValueError(f"unknown trial order {order!r}; known: {', '.join(TRIAL_ORDERS)}")
     query = select(TrialModel).where(TrialModel.run_id == run_id)
     if status is not None:
         query = query.where(TrialModel.status == status)
     if after is not None:
         query = query.where(TrialModel.number > after)
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.scalars(query.order_by(TrialModel.number).limit(limit).offset(offset))
+    column = getattr(TrialModel, order.lstrip("-"))
+    keys: list[Any] = []
+    if order.lstrip("-") == "latency_us":
+        keys.append(TrialModel.latency_us.is_(None))  # NULLs last on every backend
+    keys.append(column.desc() if order.startswith("-") else column.asc())
+    if order.lstrip("-") != "number":
+        keys.append(TrialModel.number)
+    rows = session.scalars(query.order_by(*keys).limit(limit).offset(offset))
     return list(rows), count
+
+
+def trial_series(session: Session, *, run_id: int) -> list[Any]:
+    """Every trial of a run as light rows ``(number, status, latency_us, predicted_us,
+    created_at)`` in order: the dashboard's convergence charts, without the JSON columns."""
+    return list(
+        session.execute(
+            select(
+                TrialModel.number,
+                TrialModel.status,
+                TrialModel.latency_us,
+                TrialModel.predicted_us,
+                TrialModel.created_at,
+            )
+            .where(TrialModel.run_id == run_id)
+            .order_by(TrialModel.number)
+        )
+    )
+
+
+def trial_choices(session: Session, *, run_id: int, schedule_hash: str) -> dict[str, Any] | None:
+    """The search choices of the run's (first) trial of a schedule, or None."""
+    return session.scalar(
+        select(TrialModel.choices)
+        .where(TrialModel.run_id == run_id, TrialModel.schedule_hash == schedule_hash)
+        .order_by(TrialModel.number)
+        .limit(1)
+    )
+
+
+def count_complete_trials(session: Session, *, run_id: int) -> int:
+    """Trials of the run with a measured latency."""
+    return session.scalar(
+        select(func.count()).where(
+            TrialModel.run_id == run_id, TrialModel.latency_us.is_not(None)
+        )
+    ) or 0
 
 
 # ----- schedules and kernels --------------------------------------------------------------------
@@ -458,6 +518,54 @@ def list_schedules(
     return list(rows.unique())
 
 
+def get_schedule(session: Session, *, schedule_id: int) -> ScheduleModel | None:
+    return session.get(ScheduleModel, schedule_id)
+
+
+def schedule_of_run(
+    session: Session, *, run_id: int, schedule_hash: str
+) -> ScheduleModel | None:
+    """The cache entry a run stored for ``schedule_hash``, if it is still the cached one."""
+    return session.scalars(
+        select(ScheduleModel)
+        .where(ScheduleModel.run_id == run_id, ScheduleModel.schedule_hash == schedule_hash)
+        .limit(1)
+    ).first()
+
+
+def schedule_summaries(
+    session: Session, *, op: str | None = None, device: str | None = None
+) -> list[Any]:
+    """The cache without the sProgram JSON, newest first, as rows ``(id, op, params,
+    device, device_key, simulated, schedule_hash, latency_us, predicted_us, kernel_hash,
+    run_id, updated_at)``: what a list shows, cheap to read for every entry."""
+    query = (
+        select(
+            ScheduleModel.id,
+            WorkloadModel.op,
+            WorkloadModel.params,
+            DeviceModel.name.label("device"),
+            DeviceModel.key.label("device_key"),
+            ScheduleModel.simulated,
+            ScheduleModel.schedule_hash,
+            ScheduleModel.latency_us,
+            ScheduleModel.predicted_us,
+            ScheduleModel.kernel_hash,
+            ScheduleModel.run_id,
+            ScheduleModel.updated_at,
+        )
+        .join(WorkloadModel, ScheduleModel.workload_id == WorkloadModel.id)
+        .join(DeviceModel, ScheduleModel.device_id == DeviceModel.id)
+    )
+    if op is not None:
+        query = query.where(WorkloadModel.op == op)
+    if device is not None:
+        query = query.where((DeviceModel.name == device) | (DeviceModel.key == device))
+    return list(
+        session.execute(query.order_by(ScheduleModel.updated_at.desc(), ScheduleModel.id.desc()))
+    )
+
+
 def schedules_for_warm_start(
     session: Session, *, op: str, device_id: int, exclude_workload_id: int | None = None
 ) -> list[ScheduleModel]:
@@ -488,10 +596,12 @@ def is_retryable(exc: BaseException) -> bool:
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "TRIAL_ORDERS",
     "StorageError",
     "add_trials",
     "claim_next_queued",
     "claim_run",
+    "count_complete_trials",
     "count_runs_by_status",
     "create_run",
     "find_device",
@@ -501,6 +611,7 @@ __all__ = [
     "get_or_create_device",
     "get_or_create_workload",
     "get_run",
+    "get_schedule",
     "heartbeat",
     "interrupt_run",
     "is_retryable",
@@ -512,9 +623,13 @@ __all__ = [
     "request_cancel",
     "requeue_run",
     "running_runs",
+    "schedule_of_run",
+    "schedule_summaries",
     "schedules_for_warm_start",
     "session_scope",
     "stale_before",
     "store_best_schedule",
+    "trial_choices",
+    "trial_series",
     "update_progress",
 ]

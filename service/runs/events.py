@@ -47,11 +47,13 @@ async def run_events(
     run_id: int,
     is_disconnected: Callable[[], Awaitable[bool]],
     poll_s: float = POLL_S,
+    after: int = -1,
 ) -> AsyncIterator[str]:
-    """The event stream of run ``run_id`` (see the module docstring)."""
+    """The event stream of run ``run_id`` (see the module docstring); ``trial`` events
+    start after trial number ``after``."""
     status: str | None = None
     progress: dict[str, Any] | None = None
-    last_trial = -1
+    last_trial = after
     quiet_s = 0.0
     yield ": pipetune run events\n\n"
     while True:

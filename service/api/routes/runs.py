@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from service.api.deps import DatabaseDep, RunManagerDep, SessionDep
@@ -17,6 +17,7 @@ from service.schemas import ErrorPublic, RunPublic, RunsPublic, TrialPublic, Tri
 router = APIRouter(prefix="/runs", tags=["runs"])
 
 RunId = Annotated[int, Path(ge=1, le=2**62, description="The run's id.")]
+TrialOrder = Literal["number", "-number", "latency_us", "-latency_us", "status", "-status"]
 Limit = Annotated[int, Query(ge=1, le=10_000)]
 Offset = Annotated[int, Query(ge=0)]
 _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such run."}}
@@ -34,12 +35,14 @@ def list_runs(
     session: SessionDep,
     status: RunStatus | None = None,
     op: Annotated[str | None, Query(max_length=64)] = None,
+    device: Annotated[str | None, Query(max_length=64, description="Name or key.")] = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> RunsPublic:
-    """Runs, newest first; filter by status and operator."""
+    """Runs, newest first; filter by status, operator and device."""
     rows, count = repo.list_runs(
-        session, status=status.value if status else None, op=op, limit=limit, offset=offset
+        session, status=status.value if status else None, op=op, device=device, limit=limit,
+        offset=offset,
     )
     return RunsPublic(data=[RunPublic.of(r) for r in rows], count=count)
 
@@ -55,13 +58,18 @@ def list_trials(
     session: SessionDep,
     run_id: RunId,
     status: Annotated[str | None, Query(max_length=32)] = None,
+    order: Annotated[
+        TrialOrder,
+        Query(description="Sort key; `-` for descending. Unmeasured trials sort last."),
+    ] = "number",
     limit: Limit = 1000,
     offset: Offset = 0,
 ) -> TrialsPublic:
-    """The run's trials in order: choices, schedule hash, status, latency, error."""
+    """The run's trials (in trial order by default): choices, schedule hash, status,
+    latency, error."""
     _run_or_404(session, run_id)
     rows, count = repo.list_trials(
-        session, run_id=run_id, status=status, limit=limit, offset=offset
+        session, run_id=run_id, status=status, order=order, limit=limit, offset=offset
     )
     return TrialsPublic(data=[TrialPublic.of(t) for t in rows], count=count)
 
@@ -73,15 +81,28 @@ def list_trials(
         **_NOT_FOUND,
     },
 )
-def run_events_stream(request: Request, db: DatabaseDep, run_id: RunId) -> StreamingResponse:
+def run_events_stream(
+    request: Request,
+    db: DatabaseDep,
+    run_id: RunId,
+    after: Annotated[
+        int | None, Query(ge=-1, le=2**31, description="Send trials after this number only.")
+    ] = None,
+    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+) -> StreamingResponse:
     """Server-sent events while the run runs: ``status``, ``progress``, ``trial`` (each
-    new trial), and ``end`` with the final run; the stream closes after ``end``."""
+    new trial), and ``end`` with the final run; the stream closes after ``end``.
+
+    A client that already has the trials up to N passes ``after=N``; a reconnecting
+    ``EventSource`` sends ``Last-Event-ID`` (a trial's number), which counts the same."""
+    if after is None and last_event_id is not None and last_event_id.strip().isdigit():
+        after = int(last_event_id.strip())
     # A session of its own, closed before streaming (a SessionDep stays open as long as
     # the stream).
     with repo.session_scope(db.read_sessions) as session:
         _run_or_404(session, run_id)
     return StreamingResponse(
-        run_events(db, run_id, request.is_disconnected),
+        run_events(db, run_id, request.is_disconnected, after=-1 if after is None else after),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

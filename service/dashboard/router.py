@@ -1,0 +1,221 @@
+"""The dashboard's HTML pages (server-rendered with Jinja2) and its static files.
+
+Pages: ``/`` the runs list (``/runs/table`` is its live-refreshed table alone),
+``/runs/{id}`` a run, ``/schedules`` the cache, ``/schedules/{id}`` one entry. The pages
+draw their charts in the browser from the JSON API (``/v1/runs/{id}/convergence``,
+``/importance``, ``/timeline``, ``/source``, ``/events``) with plotly.js, which is served
+from the installed ``plotly`` package (``/static/vendor/plotly.min.js``): no front-end
+build step and no network needed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import threading
+from functools import cache
+from importlib import resources
+from pathlib import Path as FilePath
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from scheduler_search.ops import OPERATORS
+from service.api.deps import SessionDep
+from service.dashboard.views import (
+    RunRow,
+    ScheduleRow,
+    latency_text,
+    matches_shape,
+    shape_text,
+    time_text,
+)
+from service.db import repositories as repo
+from service.db.models import RunStatus, utcnow
+from service.runs.insights import MIN_TRIALS_FOR_IMPORTANCE
+
+HERE = FilePath(__file__).parent
+STATIC_DIR = HERE / "static"
+templates = Jinja2Templates(directory=HERE / "templates")
+
+#: Rows per page of the runs list and the schedules page.
+PAGE_SIZE = 50
+#: How often the runs list refreshes itself (milliseconds).
+RUNS_REFRESH_MS = 2000
+
+router = APIRouter(include_in_schema=False)
+
+Filter = Annotated[str | None, Query(max_length=128)]
+PageNo = Annotated[int, Query(ge=1, le=1_000_000)]
+PageId = Annotated[int, Path(ge=1, le=2**62)]
+
+
+def _clean(value: str | None) -> str | None:
+    return value.strip() or None if value else None
+
+
+def _pages(count: int, page: int, query: dict[str, Any], base: str) -> dict[str, Any]:
+    pages = max(1, math.ceil(count / PAGE_SIZE))
+    page = min(page, pages)
+    kept = {k: v for k, v in query.items() if v}
+
+    def link(number: int) -> str:
+        return f"{base}?{urlencode({**kept, 'page': number})}"
+
+    return {
+        "page": page,
+        "pages": pages,
+        "count": count,
+        "first": (page - 1) * PAGE_SIZE + 1 if count else 0,
+        "last": min(count, page * PAGE_SIZE),
+        "prev": link(page - 1) if page > 1 else None,
+        "next": link(page + 1) if page < pages else None,
+    }
+
+
+def _runs_context(
+    session: SessionDep, op: str | None, status: str | None, device: str | None, page: int
+) -> dict[str, Any]:
+    op, status, device = _clean(op), _clean(status), _clean(device)
+    if status is not None and status not in {s.value for s in RunStatus}:
+        status = None
+    _, count = repo.list_runs(session, status=status, op=op, device=device, limit=1)
+    pager = _pages(count, page, {"op": op, "status": status, "device": device}, "/")
+    rows, _ = repo.list_runs(
+        session, status=status, op=op, device=device, limit=PAGE_SIZE,
+        offset=(pager["page"] - 1) * PAGE_SIZE,
+    )
+    now = utcnow()
+    filters = {"op": op or "", "status": status or "", "device": device or ""}
+    return {
+        "runs": [RunRow.of(r, now) for r in rows],
+        "pager": pager,
+        "filters": filters,
+        "table_query": urlencode({**{k: v for k, v in filters.items() if v},
+                                  "page": pager["page"]}),
+        "by_status": repo.count_runs_by_status(session),
+    }
+
+
+def _not_found(request: Request, message: str) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request, "not_found.html", {"message": message, "nav": ""}, status_code=404
+    )
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(
+    request: Request, session: SessionDep, op: Filter = None, status: Filter = None,
+    device: Filter = None, page: PageNo = 1,
+) -> HTMLResponse:
+    context = _runs_context(session, op, status, device, page)
+    context.update(
+        operators=sorted(OPERATORS),
+        statuses=[s.value for s in RunStatus],
+        devices=sorted({d.name for d in repo.list_devices(session)}),
+        refresh_ms=RUNS_REFRESH_MS,
+        nav="runs",
+    )
+    return templates.TemplateResponse(request, "runs.html", context)
+
+
+@router.get("/runs/table", response_class=HTMLResponse)
+def runs_table(
+    request: Request, session: SessionDep, op: Filter = None, status: Filter = None,
+    device: Filter = None, page: PageNo = 1,
+) -> HTMLResponse:
+    """The runs list's table alone: what the page swaps in every ``RUNS_REFRESH_MS``."""
+    context = _runs_context(session, op, status, device, page)
+    return templates.TemplateResponse(request, "_runs_table.html", context)
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, session: SessionDep, run_id: PageId) -> HTMLResponse:
+    run = repo.get_run(session, run_id=run_id)
+    if run is None:
+        return _not_found(request, f"There is no run {run_id}.")
+    cached = None
+    if run.best_schedule_hash is not None:
+        entry = repo.schedule_of_run(
+            session, run_id=run.id, schedule_hash=run.best_schedule_hash
+        )
+        cached = entry.id if entry is not None else None
+    context = {
+        "run": RunRow.of(run),
+        "budget_seconds": run.budget_seconds,
+        "schedule_id": cached,
+        "min_importance_trials": MIN_TRIALS_FOR_IMPORTANCE,
+        "nav": "runs",
+    }
+    return templates.TemplateResponse(request, "run.html", context)
+
+
+@router.get("/schedules", response_class=HTMLResponse)
+def schedules_page(
+    request: Request, session: SessionDep, op: Filter = None, device: Filter = None,
+    shape: Filter = None, page: PageNo = 1,
+) -> HTMLResponse:
+    op, device, shape = _clean(op), _clean(device), _clean(shape)
+    rows = repo.schedule_summaries(session, op=op, device=device)
+    if shape:
+        rows = [r for r in rows if matches_shape(shape, r.op, r.params)]
+    pager = _pages(len(rows), page, {"op": op, "device": device, "shape": shape}, "/schedules")
+    start = (pager["page"] - 1) * PAGE_SIZE
+    context = {
+        "schedules": [ScheduleRow.of(r) for r in rows[start : start + PAGE_SIZE]],
+        "pager": pager,
+        "filters": {"op": op or "", "device": device or "", "shape": shape or ""},
+        "operators": sorted(OPERATORS),
+        "devices": sorted({d.name for d in repo.list_devices(session)}),
+        "nav": "schedules",
+    }
+    return templates.TemplateResponse(request, "schedules.html", context)
+
+
+@router.get("/schedules/{schedule_id}", response_class=HTMLResponse)
+def schedule_page(request: Request, session: SessionDep, schedule_id: PageId) -> HTMLResponse:
+    row = repo.get_schedule(session, schedule_id=schedule_id)
+    if row is None:
+        return _not_found(request, f"There is no cached schedule {schedule_id}.")
+    context = {
+        "entry": row,
+        "shape": shape_text(row.workload.op, row.workload.params),
+        "latency": latency_text(row.latency_us),
+        "predicted": latency_text(row.predicted_us),
+        "updated": time_text(row.updated_at),
+        "nav": "schedules",
+    }
+    return templates.TemplateResponse(request, "schedule.html", context)
+
+
+# ----- plotly.js from the installed plotly package ----------------------------------------------
+@cache
+def _plotly_js() -> tuple[bytes, bytes, str]:
+    """plotly.js as shipped in the ``plotly`` wheel (MIT), raw and gzipped, and its version."""
+    raw = resources.files("plotly").joinpath("package_data", "plotly.min.js").read_bytes()
+    head = raw[:200].decode("utf-8", "replace")
+    version = head.split("plotly.js v", 1)[1].split()[0] if "plotly.js v" in head else "?"
+    return raw, gzip.compress(raw, compresslevel=6), version
+
+
+_plotly_lock = threading.Lock()
+
+
+@router.get("/static/vendor/plotly.min.js")
+def plotly_js(request: Request) -> Response:
+    with _plotly_lock:
+        raw, packed, version = _plotly_js()
+    headers = {
+        "Cache-Control": "public, max-age=86400",
+        "ETag": f'"plotly-{version}"',
+        "Vary": "Accept-Encoding",
+    }
+    if request.headers.get("if-none-match") == headers["ETag"]:
+        return Response(status_code=304, headers=headers)
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(packed, media_type="text/javascript",
+                        headers={**headers, "Content-Encoding": "gzip"})
+    return Response(raw, media_type="text/javascript", headers=headers)

@@ -1,0 +1,195 @@
+"""What the dashboard's templates show of a run or a cache entry, formatted once here so
+that the runs list, its live refresh and the run page agree."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from service.db.models import RunModel, RunStatus, as_utc, utcnow
+
+_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float8_e4m3": "fp8"}
+
+
+def shape_text(op: str, params: dict[str, Any]) -> str:
+    """A workload's shape in a few words: ``m=4096 n=4096 k=4096 · fp16 · kn``."""
+    sizes = [f"{k}={v}" for k, v in params.items() if isinstance(v, int)
+             and not isinstance(v, bool)]
+    flags = [k for k, v in params.items() if v is True]
+    words = [str(_DTYPES.get(v, v)) for k, v in params.items() if isinstance(v, str)]
+    return " · ".join(part for part in (" ".join(sizes), *words, *flags) if part)
+
+
+def latency_text(latency_us: float | None) -> str:
+    if latency_us is None:
+        return "—"
+    if latency_us >= 1000:
+        return f"{latency_us / 1000:.3f} ms"
+    return f"{latency_us:.2f} µs"
+
+
+def duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def time_text(value: dt.datetime | None) -> str:
+    value = as_utc(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+def iso(value: dt.datetime | None) -> str:
+    value = as_utc(value)
+    return value.isoformat().replace("+00:00", "Z") if value else ""
+
+
+def speedup_text(latency_us: float | None, baseline_us: float | None) -> str:
+    """``1.23×`` (the vendor baseline's latency over ours), or ``—`` without a baseline."""
+    if latency_us is None or baseline_us is None or latency_us <= 0:
+        return "—"
+    return f"{baseline_us / latency_us:.2f}×"
+
+
+def vendor_baseline_us(run: RunModel) -> float | None:
+    """The vendor library's latency for the run's workload, when one was measured.
+
+    Baselines (cuBLAS, cuDNN / FlashAttention through PyTorch) are measured on a GPU only:
+    a simulated run never has one, and no GPU run stores one yet, so every run shows ``—``
+    until the GPU executor records baselines (then they are read here).
+    """
+    return None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the runs list and the run page's header show it."""
+
+    id: int
+    op: str
+    shape: str
+    params: dict[str, Any]
+    device: str
+    simulated: bool
+    status: str
+    phase: str
+    active: bool
+    trials_done: int
+    budget_trials: int
+    invalid: int
+    progress_pct: float
+    best_latency_us: float | None
+    best: str
+    best_schedule_hash: str | None
+    best_kernel_hash: str | None
+    speedup: str
+    started: str
+    started_iso: str
+    created: str
+    finished: str
+    duration_s: float | None
+    duration: str
+    stop_reason: str | None
+    error: str | None
+    cancel_requested: bool
+    budget_seconds: float | None
+
+    @classmethod
+    def of(cls, run: RunModel, now: dt.datetime | None = None) -> RunRow:
+        status = RunStatus(run.status)
+        started, finished = as_utc(run.started_at), as_utc(run.finished_at)
+        duration: float | None = None
+        if started is not None:
+            end = finished or (None if status.is_finished() else (now or utcnow()))
+            duration = (end - started).total_seconds() if end else run.elapsed_s
+        budget = max(run.budget_trials, 1)
+        progress = 100.0 if status is RunStatus.SUCCEEDED else min(
+            100.0, 100.0 * run.trials_done / budget
+        )
+        return cls(
+            id=run.id,
+            op=run.workload.op,
+            shape=shape_text(run.workload.op, run.workload.params),
+            params=run.workload.params,
+            device=run.device.name,
+            simulated=run.device.simulated,
+            status=run.status,
+            phase=run.phase,
+            active=not status.is_finished(),
+            trials_done=run.trials_done,
+            budget_trials=run.budget_trials,
+            invalid=run.invalid,
+            progress_pct=round(progress, 1),
+            best_latency_us=run.best_latency_us,
+            best=latency_text(run.best_latency_us),
+            best_schedule_hash=run.best_schedule_hash,
+            best_kernel_hash=run.best_kernel_hash,
+            speedup=speedup_text(run.best_latency_us, vendor_baseline_us(run)),
+            started=time_text(started),
+            started_iso=iso(started),
+            created=time_text(run.created_at),
+            finished=time_text(finished),
+            duration_s=duration,
+            duration=duration_text(duration),
+            stop_reason=run.stop_reason,
+            error=run.error,
+            cancel_requested=run.cancel_requested,
+            budget_seconds=run.budget_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One cache entry as the schedules page lists it."""
+
+    id: int
+    op: str
+    shape: str
+    device: str
+    simulated: bool
+    schedule_hash: str
+    latency: str
+    predicted: str
+    speedup: str
+    kernel_hash: str | None
+    run_id: int | None
+    updated: str
+
+    @classmethod
+    def of(cls, row: Any) -> ScheduleRow:
+        return cls(
+            id=row.id,
+            op=row.op,
+            shape=shape_text(row.op, row.params),
+            device=row.device,
+            simulated=row.simulated,
+            schedule_hash=row.schedule_hash,
+            latency=latency_text(row.latency_us),
+            predicted=latency_text(row.predicted_us),
+            speedup="—",  # no vendor baseline is stored with a cache entry yet
+            kernel_hash=row.kernel_hash,
+            run_id=row.run_id,
+            updated=time_text(row.updated_at),
+        )
+
+
+def matches_shape(query: str, op: str, params: dict[str, Any]) -> bool:
+    """Whether every word of ``query`` is in the entry's shape: ``m=4096`` matches that
+    size exactly, a bare word (``4096``, ``fp16``, ``causal``) any part of it."""
+    text = shape_text(op, params)
+    sizes = {f"{k}={v}".lower() for k, v in params.items()}
+    parts = set(text.lower().replace("·", " ").split())
+    for word in query.lower().split():
+        if "=" in word:
+            if word not in sizes:
+                return False
+        elif not any(word in part for part in parts | sizes):
+            return False
+    return True
