@@ -13,20 +13,12 @@ from typing import Any
 
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec
+from scheduler_search.ops.suites import GEMM_SHAPES
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram
 
-#: The GEMM suite of BENCHMARKS.md (m, n, k).
-GEMM_SUITE: tuple[tuple[int, int, int], ...] = (
-    (4096, 4096, 4096),
-    (8192, 8192, 8192),
-    (8192, 14336, 4096),
-    (8192, 4096, 14336),
-    (8192, 6144, 4096),
-    (8192, 28672, 8192),
-    (128, 8192, 8192),
-    (4000, 6000, 2000),
-)
+#: The GEMM suite of BENCHMARKS.md (m, n, k), from its one home.
+GEMM_SUITE: tuple[tuple[int, int, int], ...] = GEMM_SHAPES
 
 
 class _SeededTrial:
