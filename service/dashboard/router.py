@@ -97,6 +97,7 @@ def _runs_context(
         "table_query": urlencode({**{k: v for k, v in filters.items() if v},
                                   "page": pager["page"]}),
         "by_status": repo.count_runs_by_status(session),
+        "statuses": [s.value for s in RunStatus],
     }
 
 
@@ -114,7 +115,6 @@ def runs_page(
     context = _runs_context(session, op, status, device, page)
     context.update(
         operators=sorted(OPERATORS),
-        statuses=[s.value for s in RunStatus],
         devices=sorted({d.name for d in repo.list_devices(session)}),
         refresh_ms=RUNS_REFRESH_MS,
         nav="runs",

@@ -7,13 +7,25 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_search.ops import OPERATORS
 from service.db.models import RunModel, RunStatus, as_utc, utcnow
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float8_e4m3": "fp8"}
 
 
+def _in_spec_order(op: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` in the order of the operator spec's fields (PostgreSQL's JSONB does not
+    keep the order they were written in)."""
+    spec = OPERATORS.get(op)
+    if spec is None:
+        return params
+    order = {name: i for i, name in enumerate(spec.model_fields)}
+    return dict(sorted(params.items(), key=lambda item: order.get(item[0], len(order))))
+
+
 def shape_text(op: str, params: dict[str, Any]) -> str:
     """A workload's shape in a few words: ``m=4096 n=4096 k=4096 · fp16 · kn``."""
+    params = _in_spec_order(op, params)
     sizes = [f"{k}={v}" for k, v in params.items() if isinstance(v, int)
              and not isinstance(v, bool)]
     flags = [k for k, v in params.items() if v is True]

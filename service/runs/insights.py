@@ -100,15 +100,15 @@ class Insights:
     ) -> ConvergencePublic:
         """Every trial (or an even sample of ``max_points`` plus every improvement) and the
         best-so-far steps, each with its trial number and seconds since the run started."""
-        rows = repo.trial_series(session, run_id=run.id)
-        origin = as_utc(run.started_at) or (as_utc(rows[0].created_at) if rows else None)
-        statuses: Counter[str] = Counter()
+        rows = repo.trial_series(session, run_id=run.id)  # (number, status, latency, created)
+        origin = as_utc(run.started_at) or (repo.parse_timestamp(rows[0][3]) if rows else None)
+        statuses: Counter[str] = Counter(row[1] for row in rows)
         best_at: list[int] = []  # indexes into rows where the best improved
         best = math.inf
         for index, row in enumerate(rows):
-            statuses[row.status] += 1
-            if row.latency_us is not None and row.latency_us < best:
-                best = row.latency_us
+            latency = row[2]
+            if latency is not None and latency < best:
+                best = latency
                 best_at.append(index)
         keep: list[int]
         downsampled = len(rows) > max_points
@@ -119,24 +119,25 @@ class Insights:
         else:
             keep = list(range(len(rows)))
 
-        def seconds(row: Any) -> float:
-            if origin is None or row.created_at is None:
+        def seconds(raw: Any) -> float:
+            created = repo.parse_timestamp(raw)
+            if origin is None or created is None:
                 return 0.0
-            return round(max(0.0, (as_utc(row.created_at) - origin).total_seconds()), 3)
+            return round(max(0.0, (created - origin).total_seconds()), 3)
 
         def series(indexes: list[int]) -> TrialSeriesPublic:
             picked = [rows[i] for i in indexes]
             return TrialSeriesPublic(
-                number=[r.number for r in picked],
-                t_s=[seconds(r) for r in picked],
-                latency_us=[r.latency_us for r in picked],
-                status=[r.status for r in picked],
+                number=[r[0] for r in picked],
+                t_s=[seconds(r[3]) for r in picked],
+                latency_us=[r[2] for r in picked],
+                status=[r[1] for r in picked],
             )
 
         return ConvergencePublic(
             run_id=run.id,
             count=len(rows),
-            measured=sum(1 for r in rows if r.latency_us is not None),
+            measured=sum(1 for r in rows if r[2] is not None),
             downsampled=downsampled,
             statuses=dict(statuses),
             trials=series(keep),

@@ -25,9 +25,6 @@ database_url = _fixtures.database_url
 settings = _fixtures.settings
 client = _fixtures.client
 idle_client = _fixtures.idle_client
-postgres_required = _fixtures.postgres_required
-
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts" / "dashboard"
 
 
 @pytest.fixture

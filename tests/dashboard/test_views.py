@@ -17,6 +17,9 @@ ATTENTION = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 4096, "seq_kv": 40
 
 def test_shape_text() -> None:
     assert shape_text("gemm", GEMM) == "m=4096 n=2048 k=512 · fp16 · kn"
+    # As PostgreSQL's JSONB hands them back (keys by length, then alphabetically).
+    assert shape_text("gemm", dict(sorted(GEMM.items(), key=lambda kv: (len(kv[0]), kv[0])))) \
+        == "m=4096 n=2048 k=512 · fp16 · kn"
     assert shape_text("attention", ATTENTION) == (
         "batch=1 heads=32 kv_heads=8 seq_q=4096 seq_kv=4096 head_dim=128 · bf16 · causal"
     )

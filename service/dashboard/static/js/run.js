@@ -16,6 +16,8 @@ const state = {
   best: { number: [], t_s: [], latency_us: [] },
   bestValue: Infinity,
   bestHash: null,
+  bestShown: null,
+  sourceHash: null,
   lastNumber: -1,
   measured: 0,
   statuses: new Set(),
@@ -168,7 +170,7 @@ function showRun(run) {
   const hash = run.best ? run.best.schedule_hash : null;
   if (hash && hash !== state.bestHash) {
     state.bestHash = hash;
-    $("schedule-hash").textContent = hash.slice(0, 16);
+    state.bestShown = run.best.latency_us;
     scheduleScheduleRefresh();
   }
 }
@@ -193,8 +195,13 @@ function scheduleScheduleRefresh() {
 
 async function loadSchedule() {
   const empty = $("timeline-empty");
-  await loadTimeline(`${api}/timeline`, $("timeline"), $("timeline-summary"), empty);
-  await loadSource(`${api}/source`);
+  const data = await loadTimeline(`${api}/timeline`, $("timeline"), $("timeline-summary"), empty);
+  if (!data) return;
+  $("schedule-hash").textContent = data.schedule_hash.slice(0, 16);
+  if (data.schedule_hash !== state.sourceHash) {
+    state.sourceHash = data.schedule_hash;
+    await loadSource(`${api}/source`);
+  }
 }
 
 // ----- parameter importance -----------------------------------------------------------------------
@@ -313,7 +320,12 @@ function follow() {
   events.addEventListener("progress", (e) => {
     const progress = JSON.parse(e.data);
     showProgress(progress);
-    if (state.measured >= 10 && state.measured - importanceAt >= 10) loadImportance();
+    if (progress.best_latency_us !== null && progress.best_latency_us !== state.bestShown) {
+      state.bestShown = progress.best_latency_us; // a new winner: redraw its timeline
+      scheduleScheduleRefresh();
+    }
+    // Recomputed as the run grows by a quarter (10, 13, 16, 20, ...): it reads every trial.
+    if (state.measured >= Math.max(10, 1.25 * importanceAt)) loadImportance();
   });
   events.addEventListener("end", async (e) => {
     events.close();
@@ -326,17 +338,18 @@ function follow() {
 
 async function main() {
   const run = await getJSON(api);
-  showRun(run); // loads the winning schedule's timeline and source, if there is one
-  await loadConvergence();
-  if (active()) follow();
-  await Promise.all([loadTrials(), loadImportance(true)]);
-  if (!state.bestHash) {
+  if (!run.best) {
+    // Until a first schedule is measured (the live events bring it).
     $("timeline").closest("figure").hidden = true;
     $("timeline-empty").hidden = false;
     const pre = $("kernel-source");
     pre.classList.add("placeholder");
     pre.firstElementChild.textContent = "Not generated yet: no schedule has been measured.";
   }
+  showRun(run); // loads the winning schedule's timeline and source, if there is one
+  await loadConvergence();
+  if (active()) follow();
+  await Promise.all([loadTrials(), loadImportance(true)]);
   document.body.dataset.ready = "true";
 }
 
