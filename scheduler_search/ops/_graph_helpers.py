@@ -10,6 +10,15 @@ TMA_OR_CORES = (UnitKind.TMA, UnitKind.CUDA_CORE)
 
 TMA_OR_LSU = (UnitKind.TMA, UnitKind.LSU)
 
+TC = (UnitKind.TENSOR_CORE,)
+"""Matrix products: the tensor cores only."""
+
+CORES = (UnitKind.CUDA_CORE,)
+"""Row statistics, scaling, conversions: the CUDA cores only."""
+
+EXP_UNITS = (UnitKind.SFU, UnitKind.CUDA_CORE)
+"""exp2 runs on the SFU, or as a polynomial on the FMA lanes (as FlashAttention-4 does)."""
+
 #: FMA-pipe operations of exp2 emulated without the SFU: range reduction, a degree-3
 #: polynomial and the exponent splice (as FlashAttention-4 does; estimate).
 EXP2_EMULATION_OPS = 8.0

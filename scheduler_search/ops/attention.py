@@ -12,21 +12,18 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
 from scheduler_search.ops._graph_helpers import (
+    CORES,
     EXP2_EMULATION_OPS,
+    EXP_UNITS,
+    TC,
     TMA_OR_CORES,
     TMA_OR_LSU,
     stask,
     tensors,
 )
-
-TC = (UnitKind.TENSOR_CORE,)
-CORES = (UnitKind.CUDA_CORE,)
-#: exp2 runs on the SFU, or as a polynomial on the FMA lanes (as FlashAttention-4 does).
-EXP_UNITS = (UnitKind.SFU, UnitKind.CUDA_CORE)
 
 #: wgmma takes K in steps of 16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply"),
 #: and N (head_dim of P·V) up to 256.

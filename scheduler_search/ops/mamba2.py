@@ -15,20 +15,19 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
 from scheduler_search.ops._graph_helpers import (
+    CORES,
     EXP2_EMULATION_OPS,
+    EXP_UNITS,
+    TC,
     TMA_OR_CORES,
     TMA_OR_LSU,
     stask,
     tensors,
 )
 
-TC = (UnitKind.TENSOR_CORE,)
-CORES = (UnitKind.CUDA_CORE,)
-EXP_UNITS = (UnitKind.SFU, UnitKind.CUDA_CORE)
 #: wgmma K step (PTX ISA): headdim, dstate and chunk_size are reduced over by wgmma.
 MMA_K_STEP = 16
 

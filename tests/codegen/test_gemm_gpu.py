@@ -18,6 +18,7 @@ from codegen import render
 from codegen.sampling import GEMM_SUITE, sample_schedules
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import SProgram, plan_sprogram
 
 pytestmark = pytest.mark.gpu
@@ -35,23 +36,8 @@ ODD_SHAPES: tuple[tuple[int, int, int, tuple[str, ...]], ...] = (
     (513, 1001, 776, ("nk",)),
     (100, 37, 48, ("nk",)),
 )
-#: The classic Hopper design: 1 producer warp + 2 consumer warpgroups on a 128x256 tile.
-REFERENCE_DESIGN = {
-    "tile_m": 128,
-    "tile_n": 256,
-    "tile_k": 64,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "free",
-    "producer_regs": 40,
-    "stages_ab": 4,
-    "order": "overlap",
-    "map_store": "tma",
-    "persistent": True,
-    "raster_major": "m",
-    "raster_swizzle": 8,
-}
+#: The classic Hopper design, with a grouped raster.
+REFERENCE_DESIGN = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzle": 8}
 
 
 def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
@@ -98,8 +84,10 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     log = Path(tmp_path_factory.getbasetemp()) / "gemm_gpu_results.txt"
     with log.open("w") as f:
         for (name, _, sp), m in zip(CASES, measured, strict=True):
-            f.write(f"{name} {sp.hash[:12]} {m.status.value} {m.rel_error} {m.latency_us} "
-                    f"{sp.choices} {m.error[:200]}\n")
+            f.write(
+                f"{name} {sp.hash[:12]} {m.status.value} {m.rel_error} {m.latency_us} "
+                f"{sp.choices} {m.error[:200]}\n"
+            )
     return out
 
 

@@ -13,25 +13,12 @@ from codegen.kernels.gemm import GemmPlan
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import plan_sprogram
 
 DEVICE = get_device("h200")
-WS_2 = {
-    "tile_m": 128,
-    "tile_n": 256,
-    "tile_k": 64,
-    "warp_specialized": True,
-    "consumer_warpgroups": 2,
-    "consumer_split": "cooperative",
-    "wg_schedule": "free",
-    "producer_regs": 40,
-    "stages_ab": 4,
-    "order": "overlap",
-    "map_store": "tma",
-    "persistent": True,
-    "raster_major": "m",
-    "raster_swizzle": 8,
-}
+#: The classic Hopper design, with a grouped raster.
+WS_2 = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzle": 8}
 
 
 def _spec(**kw: object) -> GemmSpec:
@@ -104,8 +91,15 @@ def test_nk_layout_uses_k_major_b_and_tile_k_32_a_64_byte_swizzle() -> None:
 
 def test_odd_shapes_render_with_clipped_stores() -> None:
     spec = GemmSpec(m=100, n=37, k=48, dtype="bfloat16", b_layout="nk")
-    choices = {**WS_2, "tile_m": 64, "tile_n": 64, "tile_k": 32, "consumer_warpgroups": 1,
-               "stages_ab": 2, "map_store": "cuda_core"}
+    choices = {
+        **WS_2,
+        "tile_m": 64,
+        "tile_n": 64,
+        "tile_k": 32,
+        "consumer_warpgroups": 1,
+        "stages_ab": 2,
+        "map_store": "cuda_core",
+    }
     choices.pop("consumer_split")
     art = render(plan_sprogram(spec, DEVICE, choices), spec)
     assert "if (row >= M) continue;" in art.source
@@ -132,8 +126,13 @@ def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
     candidates, count = space.enumerate()
     assert count.rejected["unsupported_by_codegen"] > 0
     designs = {
-        (c.choices["warp_specialized"], c.choices["consumer_warpgroups"],
-         c.choices.get("consumer_split"), c.choices["tile_m"], c.choices["tile_n"])
+        (
+            c.choices["warp_specialized"],
+            c.choices["consumer_warpgroups"],
+            c.choices.get("consumer_split"),
+            c.choices["tile_m"],
+            c.choices["tile_n"],
+        )
         for c in candidates
     }
     assert (True, 2, "cooperative", 128, 256) in designs

@@ -21,6 +21,7 @@ import pytest
 
 from scheduler_search.hardware import H200
 from scheduler_search.ops import parse_spec
+from scheduler_search.ops.suites import REFERENCE_WORKLOADS
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram, check_valid, plan_sprogram
 from service.cli import main
@@ -55,16 +56,7 @@ MAMBA2_ARGS = [
     "--chunk-size",
     "256",
 ]
-MAMBA2 = {
-    "batch": 8,
-    "seqlen": 4096,
-    "nheads": 80,
-    "headdim": 64,
-    "dstate": 128,
-    "ngroups": 1,
-    "chunk_size": 256,
-    "dtype": "float16",
-}
+MAMBA2 = REFERENCE_WORKLOADS["mamba2_chunk_scan"]
 #: (command-line arguments, the params they mean, --top).
 SUITE: dict[str, tuple[list[str], dict[str, Any], int]] = {
     "gemm": (

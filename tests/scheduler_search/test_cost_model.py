@@ -30,36 +30,16 @@ from scheduler_search.cost_model.grid import grid_dims, makespan, tile_order
 from scheduler_search.cost_model.simulate import instance_work
 from scheduler_search.hardware import H200, UnitKind
 from scheduler_search.ops import OperatorSpec, parse_spec
+from scheduler_search.ops.suites import REFERENCE_WORKLOADS
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
 from scheduler_search.sprogram import Raster, SProgram, check_valid, plan_sprogram, resolve_choices
 
-GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
-ATTENTION = {
-    "batch": 1,
-    "heads": 32,
-    "kv_heads": 8,
-    "seq_q": 4096,
-    "seq_kv": 4096,
-    "head_dim": 128,
-    "causal": True,
-}
-MAMBA2 = {
-    "batch": 8,
-    "seqlen": 4096,
-    "nheads": 80,
-    "headdim": 64,
-    "dstate": 128,
-    "ngroups": 1,
-    "chunk_size": 256,
-}
-SUITE: dict[str, dict[str, Any]] = {
-    "gemm": GEMM,
-    "attention": ATTENTION,
-    "mamba2_chunk_scan": MAMBA2,
-    "mamba2_chunk_state": MAMBA2,
-}
+SUITE: dict[str, dict[str, Any]] = REFERENCE_WORKLOADS
+GEMM = SUITE["gemm"]
+ATTENTION = SUITE["attention"]
+MAMBA2 = {k: v for k, v in SUITE["mamba2_chunk_scan"].items() if k != "dtype"}
 OPS = tuple(SUITE)
 
 #: A chunk-state schedule that streams x, b, dt and dA as fast as TMA can: the kernel

@@ -29,16 +29,9 @@ from scheduler_search.ops import (
     Mamba2ChunkStateSpec,
     OperatorSpec,
 )
+from scheduler_search.ops.suites import REFERENCE_WORKLOADS
 
-MAMBA2 = {
-    "batch": 8,
-    "seqlen": 4096,
-    "nheads": 80,
-    "headdim": 64,
-    "dstate": 128,
-    "ngroups": 1,
-    "chunk_size": 256,
-}
+MAMBA2 = REFERENCE_WORKLOADS["mamba2_chunk_scan"]
 
 #: One (spec, tile) per operator; the tiles are deliberately not all powers of two.
 CASES: dict[str, tuple[OperatorSpec, dict[str, int]]] = {
