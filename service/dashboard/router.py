@@ -31,7 +31,9 @@ from service.dashboard.views import (
     latency_text,
     matches_shape,
     shape_text,
+    speedup_text,
     time_text,
+    vendor_baseline_us,
 )
 from service.db import repositories as repo
 from service.db.models import RunStatus, utcnow
@@ -185,6 +187,9 @@ def schedule_page(request: Request, session: SessionDep, schedule_id: PageId) ->
         "shape": shape_text(row.workload.op, row.workload.params),
         "latency": latency_text(row.latency_us),
         "predicted": latency_text(row.predicted_us),
+        "speedup": speedup_text(row.latency_us, vendor_baseline_us(row)),
+        "baseline": getattr(row, "baseline", None),
+        "baseline_latency": latency_text(vendor_baseline_us(row)),
         "updated": time_text(row.updated_at),
         "nav": "schedules",
     }

@@ -70,14 +70,14 @@ def speedup_text(latency_us: float | None, baseline_us: float | None) -> str:
     return f"{baseline_us / latency_us:.2f}×"
 
 
-def vendor_baseline_us(run: RunModel) -> float | None:
-    """The vendor library's latency for the run's workload, when one was measured.
+def vendor_baseline_us(row: Any) -> float | None:
+    """The vendor peer's latency (cuBLAS for a GEMM) stored with a run or a cache entry.
 
-    Baselines (cuBLAS, cuDNN / FlashAttention through PyTorch) are measured on a GPU only:
-    a simulated run never has one, and no GPU run stores one yet, so every run shows ``—``
-    until the GPU executor records baselines (then they are read here).
+    Only a GPU run times the vendor peer (in the same worker, by the same method); a
+    simulated one never has a baseline and shows ``—``. Read with ``getattr``: the
+    ``baseline_latency_us`` columns arrive with the GPU runs' migration.
     """
-    return None
+    return getattr(row, "baseline_latency_us", None)
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ class RunRow:
     best_schedule_hash: str | None
     best_kernel_hash: str | None
     speedup: str
+    baseline: str | None
+    baseline_latency: str
     started: str
     started_iso: str
     created: str
@@ -144,6 +146,8 @@ class RunRow:
             best_schedule_hash=run.best_schedule_hash,
             best_kernel_hash=run.best_kernel_hash,
             speedup=speedup_text(run.best_latency_us, vendor_baseline_us(run)),
+            baseline=getattr(run, "baseline", None),
+            baseline_latency=latency_text(vendor_baseline_us(run)),
             started=time_text(started),
             started_iso=iso(started),
             created=time_text(run.created_at),
@@ -185,7 +189,7 @@ class ScheduleRow:
             schedule_hash=row.schedule_hash,
             latency=latency_text(row.latency_us),
             predicted=latency_text(row.predicted_us),
-            speedup="—",  # no vendor baseline is stored with a cache entry yet
+            speedup=speedup_text(row.latency_us, vendor_baseline_us(row)),
             kernel_hash=row.kernel_hash,
             run_id=row.run_id,
             updated=time_text(row.updated_at),

@@ -553,7 +553,8 @@ def schedule_summaries(
 ) -> list[Any]:
     """The cache without the sProgram JSON, newest first, as rows ``(id, op, params,
     device, device_key, simulated, schedule_hash, latency_us, predicted_us, kernel_hash,
-    run_id, updated_at)``: what a list shows, cheap to read for every entry."""
+    run_id, updated_at[, baseline, baseline_latency_us])``: what a list shows, cheap to
+    read for every entry."""
     query = (
         select(
             ScheduleModel.id,
@@ -568,6 +569,9 @@ def schedule_summaries(
             ScheduleModel.kernel_hash,
             ScheduleModel.run_id,
             ScheduleModel.updated_at,
+            # The vendor baseline, where the schema has it (GPU runs' migration).
+            *[getattr(ScheduleModel, name) for name in ("baseline", "baseline_latency_us")
+              if hasattr(ScheduleModel, name)],
         )
         .join(WorkloadModel, ScheduleModel.workload_id == WorkloadModel.id)
         .join(DeviceModel, ScheduleModel.device_id == DeviceModel.id)

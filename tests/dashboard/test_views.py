@@ -8,6 +8,7 @@ from service.dashboard.views import (
     matches_shape,
     shape_text,
     speedup_text,
+    vendor_baseline_us,
 )
 
 GEMM = {"m": 4096, "n": 2048, "k": 512, "dtype": "float16", "b_layout": "kn"}
@@ -40,3 +41,12 @@ def test_matches_shape() -> None:
     assert not matches_shape("m=2048", "gemm", GEMM) and not matches_shape("bf16", "gemm", GEMM)
     assert matches_shape("causal kv_heads=8", "attention", ATTENTION)
     assert not matches_shape("m=4096", "attention", ATTENTION)
+
+
+def test_vendor_baseline() -> None:
+    from types import SimpleNamespace
+
+    assert vendor_baseline_us(SimpleNamespace()) is None  # a schema without baselines
+    gpu = SimpleNamespace(baseline="cublas", baseline_latency_us=12.0)
+    assert vendor_baseline_us(gpu) == 12.0
+    assert speedup_text(10.0, vendor_baseline_us(gpu)) == "1.20×"

@@ -229,6 +229,6 @@ export async function loadSource(url) {
   };
   origin.textContent = response.headers.get("X-Pipetune-Source") === "stored"
     ? `${filename} · the stored kernel`
-    : `${filename} · generated now from the sProgram by pipetune's code generator (not compiled or timed: the run was simulated)`;
+    : `${filename} · generated now from the sProgram by pipetune's code generator (no kernel was stored for it)`;
   return true;
 }
