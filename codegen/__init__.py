@@ -6,9 +6,10 @@ the per-operator emitters in ``codegen.kernels``. Importing ``codegen`` needs no
 
 from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
 from codegen.kernels import Unsupported
-from codegen.render import RENDERERS, has_renderer, render, unsupported
+from codegen.render import CODEGEN_VERSION, RENDERERS, has_renderer, render, unsupported
 
 __all__ = [
+    "CODEGEN_VERSION",
     "RENDERERS",
     "KernelArtifact",
     "ScalarArg",

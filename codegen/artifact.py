@@ -24,6 +24,7 @@ Tensor names per operator (the contract between code generation, workers and use
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -103,6 +104,11 @@ class KernelArtifact:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the canonical JSON: the kernel's identity (``/v1/kernels/{hash}``)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KernelArtifact:

@@ -12,13 +12,17 @@ from collections.abc import Callable
 from typing import Any
 
 from codegen.artifact import KernelArtifact
-from codegen.kernels.gemm import Unsupported, gemm_unsupported, render_gemm
+from codegen.kernels.gemm import GEMM_CODEGEN_VERSION, Unsupported, gemm_unsupported, render_gemm
 from scheduler_search.hardware.catalog import CATALOG
 from scheduler_search.hardware.model import Device
 from scheduler_search.sprogram import SProgram
 
 Renderer = Callable[[SProgram, Device], KernelArtifact]
 Checker = Callable[[Any, dict[str, Any], Device], "str | None"]
+
+#: Version of code generation as a whole, part of a GPU's device fingerprint (cache key):
+#: a change to any renderer's output must change it, so cached kernels are re-tuned.
+CODEGEN_VERSION = GEMM_CODEGEN_VERSION
 
 #: op -> (renderer, support check).
 RENDERERS: dict[str, tuple[Renderer, Checker]] = {
@@ -71,4 +75,12 @@ def unsupported(schedule: Any, spec: Any, device: Device) -> str | None:
     return check(schedule, spec.params(), device)
 
 
-__all__ = ["RENDERERS", "Unsupported", "default_device", "has_renderer", "render", "unsupported"]
+__all__ = [
+    "CODEGEN_VERSION",
+    "RENDERERS",
+    "Unsupported",
+    "default_device",
+    "has_renderer",
+    "render",
+    "unsupported",
+]

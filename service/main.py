@@ -23,7 +23,7 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.dashboard import mount_dashboard
-from service.runs.executors import ExecutorRegistry
+from service.runs.executors import ExecutorRegistry, GpuPoolFactory
 from service.runs.insights import Insights
 from service.runs.manager import RunManager
 
@@ -45,7 +45,12 @@ def _operation_id(route: APIRoute) -> str:
     return f"{route.tags[0]}-{route.name}" if route.tags else route.name
 
 
-def create_app(settings: Settings | None = None, *, run_background: bool = True) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    run_background: bool = True,
+    gpu_pool_factory: GpuPoolFactory | None = None,
+) -> FastAPI:
     """The pipetune API.
 
     On start it migrates the database (``migrations.upgrade``), recovers runs left by a
@@ -54,6 +59,7 @@ def create_app(settings: Settings | None = None, *, run_background: bool = True)
     Args:
         settings: defaults to ``Settings()`` (the ``PIPETUNE_*`` environment).
         run_background: start the run manager's threads (tests may leave runs queued).
+        gpu_pool_factory: makes the executor of a local GPU (tests inject stand-ins).
     """
     settings = settings or Settings()
 
@@ -62,7 +68,7 @@ def create_app(settings: Settings | None = None, *, run_background: bool = True)
         quiet_optuna()
         db = Database(settings.database_url)
         migrations.upgrade(db.url, engine=db.engine)
-        executors = ExecutorRegistry(settings.simulated_capacity)
+        executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
         manager = RunManager(db, settings, executors, app.state.metrics)
         app.state.db, app.state.executors, app.state.run_manager = db, executors, manager
         if run_background:

@@ -69,6 +69,13 @@ class BudgetPublic(BaseModel):
     patience: int | None
 
 
+def speedup(baseline_us: float | None, latency_us: float | None) -> float | None:
+    """Baseline latency / pipetune latency (> 1: pipetune is faster), or None."""
+    if not baseline_us or not latency_us:
+        return None
+    return baseline_us / latency_us
+
+
 class BestPublic(BaseModel):
     """The best schedule of a run so far (after re-timing once it succeeded)."""
 
@@ -80,7 +87,9 @@ class BestPublic(BaseModel):
 
 # ----- runs ---------------------------------------------------------------------------------------
 class RunPublic(BaseModel):
-    """A tuning run as the API shows it."""
+    """A tuning run as the API shows it. On a GPU, ``baseline`` is the vendor peer timed
+    by the same worker (``cublas`` for a GEMM), ``baseline_latency_us`` its latency and
+    ``speedup_vs_baseline`` its latency over the best kernel's (> 1: faster than it)."""
 
     id: int
     status: str
@@ -93,6 +102,9 @@ class RunPublic(BaseModel):
     trials_done: int
     invalid: int
     best: BestPublic | None
+    baseline: str | None = None
+    baseline_latency_us: float | None = None
+    speedup_vs_baseline: float | None = None
     stop_reason: str | None
     error: str | None
     cancel_requested: bool
@@ -126,6 +138,9 @@ class RunPublic(BaseModel):
             trials_done=run.trials_done,
             invalid=run.invalid,
             best=best,
+            baseline=run.baseline,
+            baseline_latency_us=run.baseline_latency_us,
+            speedup_vs_baseline=speedup(run.baseline_latency_us, run.best_latency_us),
             stop_reason=run.stop_reason,
             error=run.error,
             cancel_requested=run.cancel_requested,
@@ -181,7 +196,9 @@ class TrialsPublic(BaseModel):
 # ----- schedules ----------------------------------------------------------------------------------
 class SchedulePublic(BaseModel):
     """A cached best schedule of a workload on a device (``POST /v1/tune``'s cache hit).
-    ``id`` names the cache entry (``/v1/schedules/{id}/timeline``)."""
+    ``id`` names the cache entry (``/v1/schedules/{id}/timeline``). On a GPU,
+    ``kernel_hash`` names its kernel (``/v1/kernels/{kernel_hash}``) and the baseline
+    fields compare it with the vendor peer, as on a run."""
 
     id: int
     cached: bool = True
@@ -193,6 +210,9 @@ class SchedulePublic(BaseModel):
     predicted_us: float | None
     simulated: bool
     kernel_hash: str | None
+    baseline: str | None = None
+    baseline_latency_us: float | None = None
+    speedup_vs_baseline: float | None = None
     run_id: int | None
     choices: dict[str, Any]
     schedule: dict[str, Any]
@@ -210,6 +230,9 @@ class SchedulePublic(BaseModel):
             predicted_us=row.predicted_us,
             simulated=row.simulated,
             kernel_hash=row.kernel_hash,
+            baseline=row.baseline,
+            baseline_latency_us=row.baseline_latency_us,
+            speedup_vs_baseline=speedup(row.baseline_latency_us, row.latency_us),
             run_id=row.run_id,
             choices=row.choices,
             schedule=row.schedule,

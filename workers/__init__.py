@@ -4,11 +4,15 @@
 ``service``, nor ``scheduler_search`` at import time (only the simulated device's default
 estimator calls the cost model, lazily). CuPy, PyTorch and the CUDA bindings are imported
 lazily inside functions, so this package imports on a machine without a GPU.
+
+``load(artifact)`` (``workers.kernels``) is the user's side: it runs a tuned kernel on CuPy
+arrays or torch tensors.
 """
 
 from workers.compile import CompileResult, ParallelCompiler
 from workers.device import fingerprint_key, read_fingerprint
 from workers.executors import Executor, LocalGpuPool, SimulatedDevice
+from workers.kernels import KernelArgumentError, LoadedKernel, load
 from workers.protocol import (
     PROTOCOL_VERSION,
     Job,
@@ -22,6 +26,8 @@ __all__ = [
     "CompileResult",
     "Executor",
     "Job",
+    "KernelArgumentError",
+    "LoadedKernel",
     "LocalGpuPool",
     "Measurement",
     "MeasurementStatus",
@@ -29,5 +35,6 @@ __all__ = [
     "SimulatedDevice",
     "TimingConfig",
     "fingerprint_key",
+    "load",
     "read_fingerprint",
 ]

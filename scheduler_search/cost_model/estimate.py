@@ -180,8 +180,9 @@ def _global(
     return cycles / cycles_per_us, dram_us, tiles, mean_cold / cycles_per_us
 
 
-#: Block simulations by (workload, device, structural choices): the tile order over the
-#: grid does not change a block's timeline, so raster variants reuse one simulation.
+#: Block simulations by (workload, device, structural choices, timings): the tile order
+#: over the grid does not change a block's timeline, so raster variants reuse one
+#: simulation; measured timings take part through their ``cache_key``.
 _SIMULATIONS: dict[tuple, BlockSimulation] = {}
 _SIMULATIONS_MAX = 20000
 
@@ -194,12 +195,17 @@ def _simulate(
     timings: TimingModel,
     iterations: int,
 ) -> BlockSimulation:
-    if not isinstance(timings, AnalyticTimings):
+    if isinstance(timings, AnalyticTimings):
+        timings_key: tuple | None = ()
+    else:
+        key_of = getattr(timings, "cache_key", None)
+        timings_key = key_of() if key_of is not None else None
+    if timings_key is None:
         return simulate_block(sprogram, graph, device, timings, iterations)
     structural = tuple(
         (k, v) for k, v in sorted(sprogram.choices.items()) if not k.startswith("raster_")
     )
-    key = (spec, device.fingerprint(), structural, iterations)
+    key = (spec, device.fingerprint(), structural, iterations, timings_key)
     if key not in _SIMULATIONS:
         if len(_SIMULATIONS) >= _SIMULATIONS_MAX:
             _SIMULATIONS.clear()

@@ -79,3 +79,14 @@ class MeasuredTimings:
         if unit.kind in self.latency_by_unit:
             return self.latency_by_unit[unit.kind]
         return self.fallback.latency_cycles(stask, unit)
+
+    def cache_key(self) -> tuple | None:
+        """What identifies these timings for the cost model's simulation cache (None:
+        not cacheable, the fallback is not the analytic model)."""
+        if type(self.fallback) is not AnalyticTimings:
+            return None
+        return (
+            tuple(sorted(self.busy_cycles_by_stask.items())),
+            tuple(sorted((str(k), v) for k, v in self.unit_scale.items())),
+            tuple(sorted((str(k), v) for k, v in self.latency_by_unit.items())),
+        )

@@ -1,7 +1,11 @@
 """The search driver: Optuna over a schedule space, batches measured by an executor."""
 
 from scheduler_search.search.driver import (
+    CODEGEN_ERROR,
     INVALID,
+    PRIORITY_SOURCES,
+    SOURCE_COST_MODEL,
+    SOURCE_DESIGN,
     SOURCE_SEARCH,
     SOURCE_WARM_START,
     ExecutorLike,
@@ -12,11 +16,16 @@ from scheduler_search.search.driver import (
     SearchResult,
     TrialRecord,
 )
+from scheduler_search.search.seeding import cost_model_seeds, structure_of
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
 from scheduler_search.search.warm_start import CachedSchedule, fit_to_space, log_distance, nearest
 
 __all__ = [
+    "CODEGEN_ERROR",
     "INVALID",
+    "PRIORITY_SOURCES",
+    "SOURCE_COST_MODEL",
+    "SOURCE_DESIGN",
     "SOURCE_SEARCH",
     "SOURCE_WARM_START",
     "Budget",
@@ -30,7 +39,9 @@ __all__ = [
     "StopReason",
     "Stopper",
     "TrialRecord",
+    "cost_model_seeds",
     "fit_to_space",
     "log_distance",
     "nearest",
+    "structure_of",
 ]

@@ -13,9 +13,24 @@ One round of the loop:
    reported as an intermediate value so that the sampler still learns from them.
 3. Measure the chosen batch with the executor; tell each result.
 
+With ``SearchConfig.overlap`` the rounds overlap: while the executor measures batch *i*
+(in a background thread), the driver asks and ranks batch *i + 1*, hands it to the
+executor's ``prepare`` (a GPU pool compiles it on the CPU cores meanwhile), then tells
+batch *i*'s results and starts measuring batch *i + 1*. The sampler learns one batch
+later; the GPU never waits for the compiler or the sampler once the pipeline is full.
+
+Priority candidates go first, in this order of sources: ``warm_start`` (the nearest cached
+shapes' best), ``design`` (hand-written designs) and ``cost_model`` (the cost model's best
+distinct structures, from ``seed_source``, which may take a while: it is polled before
+each round). Those that do not fit in a batch wait for the next one instead of being
+ranked out. A schedule is never measured twice: a repeat of a measured or in-flight
+hash waits for that measurement.
+
 The loop stops on the :class:`Budget` (trials, seconds, patience), when the sampler only
-proposes invalid or known points (exhausted), or when ``should_stop`` says so. Then the
-top few are re-timed interleaved (``Executor.retime_interleaved``) and the fastest wins.
+proposes invalid or known points (exhausted), or when ``should_stop`` says so; a batch in
+flight is finished first. Then the top few are re-timed interleaved
+(``Executor.retime_interleaved``), with the ``reference_job`` (a vendor baseline, timed
+the same way) among them, and the fastest wins.
 
 Storage: the sampler works against an in-memory study; its measured trials (and, if asked,
 the pruned ones too) are added to the persistent study (``storage``, typically Optuna's RDB
@@ -35,6 +50,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -51,7 +67,13 @@ logger = logging.getLogger(__name__)
 #: Trial status of a point rejected before measurement (``check_valid`` or planning).
 INVALID = "invalid"
 SOURCE_WARM_START = "warm_start"
+SOURCE_DESIGN = "design"
+SOURCE_COST_MODEL = "cost_model"
 SOURCE_SEARCH = "search"
+#: Sources measured before what the sampler proposes, in this order.
+PRIORITY_SOURCES = (SOURCE_WARM_START, SOURCE_DESIGN, SOURCE_COST_MODEL)
+#: Trial status of a candidate whose job could not be made (code generation failed).
+CODEGEN_ERROR = "compile_error"
 _SOURCE_ATTR = "pipetune_source"
 _DUPLICATE_ATTR = "duplicate"
 
@@ -95,6 +117,9 @@ class SearchConfig:
         max_asks_per_candidate: asks allowed per pool slot before a round gives up.
         exhausted_after: rounds in a row without a new candidate that end the search.
         mirror_pruned: also copy pruned trials to the persistent study (slow on an RDB).
+        batch_size: candidates measured per round (default: the executor's
+            ``batch_size()`` if it has one, else its ``capacity()``).
+        overlap: pipeline the rounds (see the module docstring).
     """
 
     seed: int = 0
@@ -105,6 +130,8 @@ class SearchConfig:
     max_asks_per_candidate: int = 12
     exhausted_after: int = 3
     mirror_pruned: bool = False
+    batch_size: int | None = None
+    overlap: bool = False
 
 
 @dataclass
@@ -122,6 +149,7 @@ class TrialRecord:
     simulated: bool = False
     measurement: dict[str, Any] | None = None
     schedule: dict[str, Any] | None = field(default=None, repr=False)
+    elapsed_s: float | None = None  # search time when its measurement came back
 
     @property
     def ok(self) -> bool:
@@ -139,11 +167,17 @@ class Progress:
     best_latency_us: float | None
     best_schedule_hash: str | None
     elapsed_s: float
+    reference_latency_us: float | None = None
 
 
 @dataclass
 class SearchResult:
-    """The outcome: the winner after re-timing, the finalists, why the search stopped."""
+    """The outcome: the winner after re-timing, the finalists, why the search stopped.
+
+    ``reference`` is the ``reference_job``'s measurement from the final re-timing (or
+    from the start, if the re-timing had no finalist); ``curve`` the best-so-far steps as
+    (search seconds, latency) pairs, one per improvement.
+    """
 
     best: TrialRecord | None
     finalists: list[TrialRecord]
@@ -151,6 +185,8 @@ class SearchResult:
     invalid: int
     stop_reason: StopReason
     elapsed_s: float
+    reference: MeasurementLike | None = None
+    curve: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -162,21 +198,52 @@ class _Candidate:
     predicted_us: float | None = None
     waiting: list[optuna.Trial] = field(default_factory=list)
 
+    @property
+    def priority(self) -> int:
+        """Rank of its source among the priority sources (len: not one)."""
+        if self.source in PRIORITY_SOURCES:
+            return PRIORITY_SOURCES.index(self.source)
+        return len(PRIORITY_SOURCES)
+
+
+@dataclass
+class _Batch:
+    """One round's candidates, each with its job or the reason it has none."""
+
+    items: list[tuple[_Candidate, Any, str]] = field(default_factory=list)
+    carries_reference: bool = False
+
+    @property
+    def jobs(self) -> list[Any]:
+        return [job for _, job, _ in self.items if job is not None]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
 
 class SearchDriver:
     """Runs one tuning search (see the module docstring for the loop).
 
     Args:
         space: the schedule space of the workload on the device.
-        executor: measures batches (``capacity`` sets the batch width).
-        make_job: builds the executor's job for an sProgram.
+        executor: measures batches (``batch_size`` or ``capacity`` sets the width; an
+            optional ``prepare`` receives the next batch early).
+        make_job: builds the executor's job for an sProgram; an exception is the trial's
+            failure (status ``compile_error``), not the search's.
         budget: trials / seconds / patience.
-        config: seed, pool width, re-timing.
+        config: seed, pool width, re-timing, batch width, overlap.
         storage: Optuna storage (URL or object) of the persistent study; ``None`` keeps
             the study in memory only.
         study_name: name of the persistent study (created, or loaded to resume).
         warm_start: choices to try first (e.g. the nearest cached shapes' best).
+        designs: hand-written designs to try next.
+        seed_source: polled before each round until it returns choices (not None):
+            those are tried next, as ``cost_model`` trials (e.g. the cost model's best
+            distinct structures, computed elsewhere while the search starts).
         estimator: predicted latency of an sProgram; the cost model by default.
+        make_final_job: the job of a finalist's re-timing (default ``make_job``).
+        reference_job: a baseline job, measured with the first batch and re-timed with
+            the finalists (``SearchResult.reference``).
         history: trials of an earlier, interrupted attempt of the same run: their hashes
             are never measured again and they count against the budget.
         elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
@@ -196,7 +263,11 @@ class SearchDriver:
         storage: str | optuna.storages.BaseStorage | None = None,
         study_name: str | None = None,
         warm_start: Sequence[Choices] = (),
+        designs: Sequence[Choices] = (),
+        seed_source: Callable[[], Sequence[Choices] | None] | None = None,
         estimator: Callable[[SProgram], float] | None = None,
+        make_final_job: Callable[[SProgram], Any] | None = None,
+        reference_job: Any = None,
         history: Sequence[TrialRecord] = (),
         elapsed_before_s: float = 0.0,
         on_trials: Callable[[list[TrialRecord]], None] | None = None,
@@ -206,12 +277,18 @@ class SearchDriver:
         self.space = space
         self.executor = executor
         self.make_job = make_job
+        self.make_final_job = make_final_job or make_job
         self.budget = budget or Budget()
         self.config = config or SearchConfig()
         self._storage = storage
         self._study_name = study_name
         self._warm_start = list(warm_start)
+        self._designs = list(designs)
+        self._seed_source = seed_source
         self._estimator = estimator or self._cost_model
+        self._reference_job = reference_job
+        self._reference: MeasurementLike | None = None
+        self._reference_pending = reference_job is not None
         self._on_trials = on_trials or (lambda records: None)
         self._on_progress = on_progress or (lambda progress: None)
         self._should_stop = should_stop or (lambda: False)
@@ -219,10 +296,13 @@ class SearchDriver:
 
         self._measured: dict[str, TrialRecord] = {}
         self._programs: dict[str, SProgram] = {}  # measured hash -> sProgram (re-timing)
+        self._inflight: dict[str, _Candidate] = {}  # hash -> candidate being measured
+        self._carry: list[_Candidate] = []  # priority candidates a batch had no room for
         self._trials_done = 0
         self._invalid = 0
         self._since_improvement = 0
         self._best: TrialRecord | None = None
+        self._curve: list[tuple[float, float]] = []
         for record in history:
             self._remember(record)
 
@@ -230,27 +310,55 @@ class SearchDriver:
     def run(self) -> SearchResult:
         study, mirror = self._open_studies()
         mirrored = len(study.trials)
-        for choices in self._warm_start:
-            fitted = fit_to_space(self.space, choices)
-            if fitted:
-                study.enqueue_trial(
-                    fitted, user_attrs={_SOURCE_ATTR: SOURCE_WARM_START}, skip_if_exists=True
-                )
+        self._enqueue(study, self._warm_start, SOURCE_WARM_START)
+        self._enqueue(study, self._designs, SOURCE_DESIGN)
         empty_rounds = 0
-        while True:
-            reason = self._stopper.reason(
-                trials_done=self._trials_done,
-                since_improvement=self._since_improvement,
-                cancelled=self._should_stop(),
-            )
-            if reason is None and empty_rounds >= self.config.exhausted_after:
-                reason = StopReason.EXHAUSTED
-            if reason is not None:
-                break
-            measured = self._round(study)
-            empty_rounds = 0 if measured else empty_rounds + 1
-            mirrored = self._mirror(study, mirror, mirrored)
-            self._progress("search")
+        measurer = ThreadPoolExecutor(1, thread_name_prefix="pipetune-measure")
+        inflight: tuple[_Batch, Future[list[MeasurementLike]]] | None = None
+        try:
+            while True:
+                reason = self._stopper.reason(
+                    trials_done=self._trials_done + len(self._inflight),
+                    since_improvement=self._since_improvement,
+                    cancelled=self._should_stop(),
+                )
+                if reason is None and empty_rounds >= self.config.exhausted_after:
+                    reason = StopReason.EXHAUSTED
+                if reason is not None:
+                    break
+                self._poll_seeds(study)
+                records: list[TrialRecord] = []
+                batch = self._next_batch(study, records)
+                if not self.config.overlap:
+                    records += self._complete(study, batch, self._measure(batch))
+                else:
+                    prepare = getattr(self.executor, "prepare", None)
+                    if batch.jobs and prepare is not None:
+                        prepare(batch.jobs)
+                    if inflight is not None:
+                        done, future = inflight
+                        inflight = None
+                        records += self._complete(study, done, future.result())
+                    if len(batch):
+                        inflight = (batch, measurer.submit(self._measure, batch))
+                empty_rounds = 0 if len(batch) else empty_rounds + 1
+                if records:
+                    self._on_trials(records)
+                mirrored = self._mirror(study, mirror, mirrored)
+                self._progress("search")
+            if inflight is not None:
+                done, future = inflight
+                records = self._complete(study, done, future.result())
+                if records:
+                    self._on_trials(records)
+                self._progress("search")
+        finally:
+            measurer.shutdown(wait=True)
+        for candidate in self._carry:  # priority candidates the budget left unmeasured
+            for trial in [candidate.trial, *candidate.waiting]:
+                study.tell(trial, state=TrialState.PRUNED)
+        self._carry = []
+        self._mirror(study, mirror, mirrored)
         finalists = self._retime()
         best = finalists[0] if finalists else None
         self._progress("done", best)
@@ -261,33 +369,76 @@ class SearchDriver:
             invalid=self._invalid,
             stop_reason=reason,
             elapsed_s=self._stopper.elapsed_s,
+            reference=self._reference,
+            curve=list(self._curve),
         )
 
     # ----- one round ---------------------------------------------------------------------
-    def _round(self, study: optuna.Study) -> int:
-        """Ask, rank, measure one batch; the number of candidates measured."""
-        free = min(self.executor.capacity(), self._stopper.remaining_trials(self._trials_done))
+    def _batch_width(self) -> int:
+        if self.config.batch_size:
+            return self.config.batch_size
+        width = getattr(self.executor, "batch_size", None)
+        return int(width()) if width is not None else self.executor.capacity()
+
+    def _next_batch(self, study: optuna.Study, records: list[TrialRecord]) -> _Batch:
+        """Ask and rank the next batch (never more than the budget has left)."""
+        free = min(
+            self._batch_width(),
+            self._stopper.remaining_trials(self._trials_done + len(self._inflight)),
+        )
+        batch = _Batch()
+        if free <= 0:
+            return batch
         want = max(1, free * self.config.pool_factor)
-        records: list[TrialRecord] = []
-        pool: dict[str, _Candidate] = {}
+        pool: dict[str, _Candidate] = {c.sprogram.hash: c for c in self._carry}
+        self._carry = []
         for _ in range(want * self.config.max_asks_per_candidate):
             if len(pool) >= want:
                 break
             self._ask_one(study, pool, records)
-        chosen = self._rank(study, list(pool.values()), free)
-        if chosen:
-            jobs = [self.make_job(c.sprogram) for c in chosen]
-            results = self.executor.measure(jobs)
-            for candidate, result in zip(chosen, results, strict=True):
-                record = self._record(candidate, result)
-                self._programs[candidate.sprogram.hash] = candidate.sprogram
-                records.append(record)
-                self._remember(record)
-                for trial in [candidate.trial, *candidate.waiting]:
-                    self._tell_measured(study, trial, record)
-        if records:
-            self._on_trials(records)
-        return len(chosen)
+        for candidate in self._rank(study, list(pool.values()), free):
+            try:
+                job, error = self.make_job(candidate.sprogram), ""
+            except Exception as exc:  # code generation failed: a failed trial
+                job, error = None, f"codegen: {type(exc).__name__}: {exc}"
+                logger.warning("no job for %s: %s", candidate.sprogram.hash[:12], error)
+            batch.items.append((candidate, job, error))
+            self._inflight[candidate.sprogram.hash] = candidate
+        if batch.jobs and self._reference_pending:
+            batch.carries_reference, self._reference_pending = True, False
+        return batch
+
+    def _measure(self, batch: _Batch) -> list[MeasurementLike]:
+        """Measure a batch's jobs (the reference job first, once); runs in a thread when
+        rounds overlap."""
+        jobs = batch.jobs
+        if batch.carries_reference:
+            jobs = [self._reference_job, *jobs]
+        results = list(self.executor.measure(jobs)) if jobs else []
+        if batch.carries_reference:
+            self._reference = results.pop(0)
+        return results
+
+    def _complete(
+        self, study: optuna.Study, batch: _Batch, results: list[MeasurementLike]
+    ) -> list[TrialRecord]:
+        """Tell and record a measured batch; the records, in the batch's order."""
+        measured = iter(results)
+        records = []
+        elapsed = self._stopper.elapsed_s
+        for candidate, job, error in batch.items:
+            self._inflight.pop(candidate.sprogram.hash, None)
+            if job is not None:
+                record = self._record(candidate, next(measured))
+            else:
+                record = self._record(candidate, None, error)
+            record.elapsed_s = elapsed
+            self._programs[candidate.sprogram.hash] = candidate.sprogram
+            records.append(record)
+            self._remember(record)
+            for trial in [candidate.trial, *candidate.waiting]:
+                self._tell_measured(study, trial, record)
+        return records
 
     def _ask_one(
         self, study: optuna.Study, pool: dict[str, _Candidate], records: list[TrialRecord]
@@ -310,18 +461,22 @@ class SearchDriver:
             return
         digest = sprogram.hash
         known = self._measured.get(digest)
+        waiting_for = pool.get(digest) or self._inflight.get(digest)
         if known is not None:
             trial.set_user_attr(_DUPLICATE_ATTR, True)
             self._tell_measured(study, trial, known)
-        elif digest in pool:
+        elif waiting_for is not None:
             trial.set_user_attr(_DUPLICATE_ATTR, True)
-            pool[digest].waiting.append(trial)
+            waiting_for.waiting.append(trial)
         else:
             pool[digest] = _Candidate(trial, choices, sprogram, source)
 
     def _rank(self, study: optuna.Study, pool: list[_Candidate], free: int) -> list[_Candidate]:
-        """Predict every candidate; keep warm starts, then the best predicted."""
+        """Predict every candidate; priority sources first, then the best predicted.
+        Priority candidates without room wait for the next batch; the rest are pruned."""
         for candidate in pool:
+            if candidate.predicted_us is not None:
+                continue
             try:
                 candidate.predicted_us = float(self._estimator(candidate.sprogram))
             except Exception as exc:
@@ -329,13 +484,16 @@ class SearchDriver:
                 candidate.predicted_us = None
         pool.sort(
             key=lambda c: (
-                c.source != SOURCE_WARM_START,
+                c.priority,
                 c.predicted_us if c.predicted_us is not None else math.inf,
                 c.trial.number,
             )
         )
         chosen, rest = pool[:free], pool[free:]
         for candidate in rest:
+            if candidate.priority < len(PRIORITY_SOURCES):
+                self._carry.append(candidate)
+                continue
             for trial in [candidate.trial, *candidate.waiting]:
                 if candidate.predicted_us is not None and math.isfinite(candidate.predicted_us):
                     trial.report(candidate.predicted_us, step=0)
@@ -343,7 +501,20 @@ class SearchDriver:
                 study.tell(trial, state=TrialState.PRUNED)
         return chosen
 
-    def _record(self, candidate: _Candidate, result: MeasurementLike) -> TrialRecord:
+    def _record(
+        self, candidate: _Candidate, result: MeasurementLike | None, error: str = ""
+    ) -> TrialRecord:
+        if result is None:
+            return TrialRecord(
+                number=candidate.trial.number,
+                choices=candidate.choices,
+                status=CODEGEN_ERROR,
+                source=candidate.source,
+                schedule_hash=candidate.sprogram.hash,
+                predicted_us=candidate.predicted_us,
+                error=error,
+                schedule=candidate.sprogram.to_dict(),
+            )
         status = str(getattr(result.status, "value", result.status))
         ok = status == "ok" and result.latency_us is not None
         return TrialRecord(
@@ -375,6 +546,7 @@ class SearchDriver:
         ):
             self._best = record
             self._since_improvement = 0
+            self._curve.append((record.elapsed_s or 0.0, float(record.latency_us)))  # type: ignore[arg-type]
         else:
             self._since_improvement += 1
 
@@ -386,20 +558,54 @@ class SearchDriver:
             trial.set_user_attr("error", f"{record.status}: {record.error}"[:500])
             study.tell(trial, state=TrialState.FAIL)
 
+    def _enqueue(self, study: optuna.Study, seeds: Sequence[Choices], source: str) -> None:
+        for choices in seeds:
+            fitted = fit_to_space(self.space, choices)
+            if fitted:
+                study.enqueue_trial(fitted, user_attrs={_SOURCE_ATTR: source}, skip_if_exists=True)
+
+    def _poll_seeds(self, study: optuna.Study) -> None:
+        if self._seed_source is None:
+            return
+        try:
+            seeds = self._seed_source()
+        except Exception:
+            logger.exception("the seed source failed; searching without its seeds")
+            self._seed_source = None
+            return
+        if seeds is not None:
+            self._seed_source = None
+            self._enqueue(study, seeds, SOURCE_COST_MODEL)
+
     # ----- end of the search -------------------------------------------------------------
     def _retime(self) -> list[TrialRecord]:
-        """Re-time the top-k interleaved; finalists by re-timed latency, fastest first."""
+        """Re-time the top-k interleaved (with the reference job); finalists by re-timed
+        latency, fastest first."""
         ranked = sorted(
             (r for r in self._measured.values() if r.ok), key=lambda r: r.latency_us or 0.0
         )
-        top = [r for r in ranked if self._program(r) is not None][: self.config.retime_top_k]
+        top: list[tuple[TrialRecord, Any]] = []
+        for record in ranked:
+            if len(top) == self.config.retime_top_k:
+                break
+            program = self._program(record)
+            if program is None:
+                continue
+            try:
+                top.append((record, self.make_final_job(program)))
+            except Exception as exc:
+                logger.warning("no re-timing job for %s: %s", record.schedule_hash, exc)
         if not top:
             return []
         self._progress("retime")
-        jobs = [self.make_job(self._program(r)) for r in top]
-        results = self.executor.retime_interleaved(jobs, rounds=self.config.retime_rounds)
+        jobs = [job for _, job in top]
+        if self._reference_job is not None:
+            jobs.append(self._reference_job)
+        results = list(self.executor.retime_interleaved(jobs, rounds=self.config.retime_rounds))
+        if self._reference_job is not None:
+            self._reference = results.pop()
         finalists = []
-        for record, result in zip(top, results, strict=True):
+        for (record, _), result in zip(top, results, strict=True):
             status = str(getattr(result.status, "value", result.status))
             if status == "ok" and result.latency_us is not None:
                 finalists.append(
@@ -485,6 +691,7 @@ class SearchDriver:
                 best_latency_us=best.latency_us if best else None,
                 best_schedule_hash=best.schedule_hash if best else None,
                 elapsed_s=self._stopper.elapsed_s,
+                reference_latency_us=_latency(self._reference),
             )
         )
 
@@ -492,6 +699,12 @@ class SearchDriver:
         from scheduler_search.cost_model import estimate
 
         return estimate(sprogram, self.space.spec, self.space.device).latency_us
+
+
+def _latency(result: MeasurementLike | None) -> float | None:
+    if result is None or str(getattr(result.status, "value", result.status)) != "ok":
+        return None
+    return result.latency_us
 
 
 def _describe_invalid(validity: Any) -> str:

@@ -1,8 +1,10 @@
 """``pipetune tune OP --PARAM VALUE ... [--device] [--trials] [--seconds]``.
 
 Tunes one workload in this process, with a progress bar, against the same database as
-the server (so the result is cached for it), and prints the best schedule and its
-latency. A cached schedule is printed at once.
+the server (so the result is cached for it), and prints the best schedule, its latency,
+and on a GPU its speed against the vendor baseline (cuBLAS for a GEMM) and the hash of
+its kernel (``GET /v1/kernels/{hash}``; ``--kernel-out FILE`` writes the KernelArtifact
+JSON, which ``workers.load`` runs). A cached schedule is printed at once.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         epilog="Example: pipetune tune gemm --m 4096 --n 4096 --k 4096 --dtype float16 "
         "--device sim:h200 --trials 64",
+        # Operator parameters pass through unparsed: --k must never abbreviate --kernel-out.
+        allow_abbrev=False,
     )
     parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
     parser.add_argument("--device", default="auto",
@@ -39,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seconds", type=float, default=None, help="time budget in seconds")
     parser.add_argument("--database-url", default=None, help="SQLAlchemy URL")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--kernel-out", default=None, metavar="FILE",
+                        help="write the best kernel's KernelArtifact JSON here (GPU runs)")
     parser.set_defaults(handler=run)
 
 
@@ -67,16 +73,28 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         for e in error.errors:
             print(f"pipetune tune: {'.'.join(map(str, e['loc']))}: {e['msg']}", file=sys.stderr)
         return 2
+    if args.kernel_out and result.get("kernel") is not None:
+        with open(args.kernel_out, "w") as f:
+            json.dump(result["kernel"], f)
+    kernel = result.pop("kernel", None)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         _print(result)
+        if args.kernel_out and kernel is not None:
+            print(f"kernel artifact written to {args.kernel_out}")
     return 0 if result.get("latency_us") is not None else 1
 
 
-def tune_locally(request: TuneRequest, database_url: str | None) -> dict[str, Any]:
-    """Run (or answer from the cache) one tune request in this process."""
+def tune_locally(
+    request: TuneRequest, database_url: str | None, gpu_pool_factory: Any = None
+) -> dict[str, Any]:
+    """Run (or answer from the cache) one tune request in this process.
+
+    Args:
+        gpu_pool_factory: makes the executor of a local GPU (tests inject stand-ins).
+    """
     import migrations
     from service.core.config import get_settings
     from service.core.db import Database
@@ -90,14 +108,16 @@ def tune_locally(request: TuneRequest, database_url: str | None) -> dict[str, An
     quiet_optuna()
     settings = get_settings(database_url=database_url)
     db = Database(settings.database_url)
-    executors = ExecutorRegistry(settings.simulated_capacity)
+    executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
     try:
         migrations.upgrade(db.url, engine=db.engine)
         tune = prepare(request, settings)
         manager = RunManager(db, settings, executors)
         submitted = manager.submit(tune)
         if submitted.schedule is not None:
-            return {"cached": True, **_schedule_summary(SchedulePublic.of(submitted.schedule))}
+            schedule = SchedulePublic.of(submitted.schedule)
+            return {"cached": True, **_schedule_summary(schedule),
+                    "kernel": _kernel(db, schedule.kernel_hash)}
         assert submitted.run is not None
         run = _follow(manager, submitted.run.id, tune.trials)
         public = RunPublic.of(run)
@@ -107,6 +127,7 @@ def tune_locally(request: TuneRequest, database_url: str | None) -> dict[str, An
         summary = {"cached": False, "run": public.model_dump(mode="json")}
         if schedule is not None and public.status == "succeeded":
             summary.update(_schedule_summary(schedule))
+            summary["kernel"] = _kernel(db, schedule.kernel_hash)
         else:
             summary.update(latency_us=None, error=public.error)
         return summary
@@ -125,8 +146,13 @@ def _follow(manager: RunManager, run_id: int, trials: int) -> RunModel:
 
     def on_progress(progress: Progress) -> None:
         bar.n = progress.trials_done
-        best = progress.best_latency_us
-        bar.set_postfix_str(f"{progress.phase} best {best:.2f} us" if best else progress.phase)
+        best, reference = progress.best_latency_us, progress.reference_latency_us
+        text = progress.phase
+        if best:
+            text += f" best {best:.2f} us"
+            if reference:
+                text += f" ({reference / best:.3f}x the baseline)"
+        bar.set_postfix_str(f"{text} {progress.elapsed_s:.0f} s")
 
     try:
         run = manager.run_inline(run_id, on_progress)
@@ -145,11 +171,26 @@ def _follow(manager: RunManager, run_id: int, trials: int) -> RunModel:
     return run
 
 
+def _kernel(db: Any, kernel_hash: str | None) -> dict[str, Any] | None:
+    """The stored KernelArtifact of ``kernel_hash``, if any."""
+    from service.db import repositories as repo
+
+    if kernel_hash is None:
+        return None
+    with repo.session_scope(db.sessions) as session:
+        row = repo.get_kernel(session, kernel_hash=kernel_hash)
+        return dict(row.artifact) if row is not None else None
+
+
 def _schedule_summary(schedule: SchedulePublic) -> dict[str, Any]:
     data = schedule.model_dump(mode="json")
     return {
         "latency_us": data["latency_us"],
         "schedule_hash": data["schedule_hash"],
+        "kernel_hash": data["kernel_hash"],
+        "baseline": data["baseline"],
+        "baseline_latency_us": data["baseline_latency_us"],
+        "speedup_vs_baseline": data["speedup_vs_baseline"],
         "simulated": data["simulated"],
         "device": data["device"],
         "workload": data["workload"],
@@ -164,8 +205,19 @@ def _print(result: dict[str, Any]) -> None:
         print(f"no schedule: run {run.get('id')} {run.get('status')}: {result.get('error')}")
         return
     source = "cached" if result["cached"] else f"run {result['run']['id']}"
+    if not result["cached"]:
+        run = result["run"]
+        source += f", {run['trials_done']} measured in {run['elapsed_s']:.1f} s"
     simulated = " (simulated)" if result["simulated"] else ""
     workload = result["workload"]
     print(f"{workload['op']} {workload['params']} on {result['device']} ({source})")
     print(f"best: {result['latency_us']:.3f} us{simulated}  schedule {result['schedule_hash']}")
+    if result.get("baseline_latency_us"):
+        speed = result["speedup_vs_baseline"]
+        print(f"vs {result['baseline']}: {result['baseline_latency_us']:.3f} us -> "
+              f"{speed:.3f}x ({'faster' if speed >= 1 else 'slower'} than {result['baseline']})")
+    elif result.get("baseline"):
+        print(f"vs {result['baseline']}: the baseline could not be measured")
+    if result.get("kernel_hash"):
+        print(f"kernel: {result['kernel_hash']}  (GET /v1/kernels/{result['kernel_hash']})")
     print("choices: " + " ".join(f"{k}={v}" for k, v in result["choices"].items()))

@@ -40,6 +40,12 @@ class Settings(BaseSettings):
             (0: never).
         seed: the search's seed (runs are reproducible for the same seed).
         warm_start: how many nearest cached schedules seed a new run.
+        gpu_batch_size: candidates per search round on a GPU (0: one per CPU core, so a
+            round's kernels compile together).
+        cost_model_seeds: on a GPU, the cost model's best distinct structures measured
+            first (computed in another process while the search starts; 0: off).
+        calibrate: fit the cost model to each GPU run's measurements and rank later runs
+            on that device with it.
     """
 
     model_config = SettingsConfigDict(env_prefix="PIPETUNE_", extra="ignore")
@@ -57,6 +63,9 @@ class Settings(BaseSettings):
     default_patience: int = Field(default=0, ge=0)
     seed: int = 0
     warm_start: int = Field(default=4, ge=0, le=64)
+    gpu_batch_size: int = Field(default=0, ge=0, le=256)
+    cost_model_seeds: int = Field(default=16, ge=0, le=256)
+    calibrate: bool = True
 
     @field_validator("database_url")
     @classmethod

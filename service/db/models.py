@@ -1,4 +1,5 @@
-"""SQLAlchemy 2 tables of the service: devices, workloads, runs, trials, schedules, kernels.
+"""SQLAlchemy 2 tables of the service: devices, workloads, runs, trials, schedules, kernels,
+and the cost model's calibrations per device.
 
 Every table name starts with ``pipetune_`` because Optuna's RDB storage lives in the same
 database and already owns ``trials`` and ``alembic_version`` (``optuna/storages/_rdb``).
@@ -31,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0001"
+SCHEMA_VERSION = "0002"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -149,6 +150,9 @@ class RunModel(Base):
     best_schedule_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH), nullable=True)
     best_kernel_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH), nullable=True)
     best_simulated: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The vendor peer (``cublas``) timed by the same worker, by the same method.
+    baseline: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    baseline_latency_us: Mapped[float | None] = mapped_column(Float, nullable=True)
     phase: Mapped[str] = mapped_column(String(16), default="queued")
     stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -237,6 +241,9 @@ class ScheduleModel(Base):
         ForeignKey("pipetune_runs.id", ondelete="SET NULL"), nullable=True
     )
     kernel_hash: Mapped[str | None] = mapped_column(String(HASH_LENGTH), nullable=True)
+    # The vendor peer's latency, re-timed interleaved with this schedule's kernel.
+    baseline: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    baseline_latency_us: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -264,3 +271,28 @@ class KernelModel(Base):
     @classmethod
     def find(cls, session: Session, kernel_hash: str) -> KernelModel | None:
         return session.get(cls, kernel_hash)
+
+
+class CalibrationModel(Base):
+    """The cost model's calibration for one operator on one device, fitted from GPU runs
+    (``scheduler_search.cost_model.Calibration.to_dict()``), merged after each run."""
+
+    __tablename__ = "pipetune_calibrations"
+    __table_args__ = (UniqueConstraint("device_id", "op", name="uq_pipetune_calibrations_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device_id: Mapped[int] = mapped_column(
+        ForeignKey("pipetune_devices.id", ondelete="CASCADE"), index=True
+    )
+    op: Mapped[str] = mapped_column(String(64))
+    calibration: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    samples: Mapped[int] = mapped_column(Integer, default=0)
+    runs: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @classmethod
+    def find(cls, session: Session, device_id: int, op: str) -> CalibrationModel | None:
+        return session.scalars(
+            select(cls).where(cls.device_id == device_id, cls.op == op)
+        ).one_or_none()

@@ -1,20 +1,27 @@
 """Device names of the API (``auto``, ``sim:h200``, ``cuda:0``) and their cache keys.
 
-In this version every run is measured on the simulated device (the cost model): a
-``sim:*`` name simulates a catalog GPU, and ``cuda:N`` simulates the model of the local
-GPU N, built from its live properties. The device key (the cache's device column) of a
-simulated device is distinct from any real GPU's fingerprint, so simulated results never
-answer for measured ones.
+A ``sim:*`` name is a catalog GPU measured by the simulated device (the cost model).
+``cuda:N`` is the local GPU N (as CuPy numbers the visible ones), measured by a
+``LocalGpuPool`` worker pinned to it: its key is the sha256 of its live fingerprint
+(``workers.device``: name, compute capability, SMs, memory, L2, driver, CUDA runtime,
+CuPy, pipetune's code generation version) and its hardware model comes from its live
+properties. ``auto`` is ``cuda:0`` when CuPy is importable and sees a GPU, else
+``sim:h200``. A simulated device's key is distinct from any real GPU's, so simulated
+results never answer for measured ones.
+
+What "a GPU is here" means is asked of :data:`gpu_probe` (CuPy by default); tests set
+another with :func:`set_gpu_probe`.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from scheduler_search.hardware import CATALOG, Device, device_from_properties, get_device
 
@@ -59,15 +66,66 @@ def simulated(short: str) -> ResolvedDevice:
     return ResolvedDevice(name, _key(identity), "simulated", True, model, identity)
 
 
-@functools.cache
-def local_gpu_count() -> int:
-    """CUDA devices visible to CuPy here (0 without CuPy or a GPU); read once."""
-    try:
+class GpuProbe(Protocol):
+    """What the service asks about local GPUs (CuPy's numbering)."""
+
+    def count(self) -> int: ...
+
+    def properties(self, index: int) -> Mapping[str, Any]: ...
+
+    def fingerprint(self, index: int) -> dict[str, Any]: ...
+
+
+class CupyProbe:
+    """Local GPUs as CuPy sees them; nothing (count 0) without CuPy or a GPU."""
+
+    def __init__(self) -> None:
+        self._count: int | None = None
+
+    def count(self) -> int:
+        if self._count is None:
+            try:
+                from cupy.cuda import runtime
+
+                self._count = int(runtime.getDeviceCount())
+            except Exception:
+                self._count = 0
+        return self._count
+
+    def properties(self, index: int) -> Mapping[str, Any]:
         from cupy.cuda import runtime
 
-        return int(runtime.getDeviceCount())
-    except Exception:
-        return 0
+        return runtime.getDeviceProperties(index)
+
+    def fingerprint(self, index: int) -> dict[str, Any]:
+        from codegen import CODEGEN_VERSION
+        from workers import read_fingerprint
+
+        return read_fingerprint(index, CODEGEN_VERSION)
+
+
+gpu_probe: GpuProbe = CupyProbe()
+_resolved: dict[int, ResolvedDevice] = {}
+_resolved_lock = threading.Lock()
+
+
+def set_gpu_probe(probe: GpuProbe) -> GpuProbe:
+    """Use ``probe`` to find local GPUs from now on; returns the previous one."""
+    global gpu_probe
+    with _resolved_lock:
+        previous, gpu_probe = gpu_probe, probe
+        _resolved.clear()
+    return previous
+
+
+def local_gpu_count() -> int:
+    """CUDA devices visible here (0 without CuPy or a GPU)."""
+    return gpu_probe.count()
+
+
+#: Fingerprint fields that describe software; the hardware model records them too.
+_SOFTWARE = ("driver_version", "driver_release", "cuda_runtime_version", "cupy_version",
+             "codegen_version")
 
 
 def _cuda(index: int) -> ResolvedDevice:
@@ -76,13 +134,24 @@ def _cuda(index: int) -> ResolvedDevice:
         raise DeviceError(
             f"cuda:{index} is not available: {count} CUDA device(s) visible on this host"
         )
-    from cupy.cuda import runtime
+    with _resolved_lock:
+        if index not in _resolved:
+            fingerprint = gpu_probe.fingerprint(index)
+            software = {k: str(fingerprint.get(k, "")) for k in _SOFTWARE}
+            model = device_from_properties(gpu_probe.properties(index), software)
+            identity = {"fingerprint": fingerprint, "live": model.identity()}
+            key = _key(fingerprint)  # == workers.fingerprint_key(fingerprint)
+            _resolved[index] = ResolvedDevice(f"cuda:{index}", key, "cuda", False, model,
+                                              identity)
+        return _resolved[index]
 
-    model = device_from_properties(runtime.getDeviceProperties(index))
-    name = f"cuda:{index}"
-    # Measured by the simulated device in this version: the key says so.
-    identity = {"simulated": True, "live": model.identity()}
-    return ResolvedDevice(name, _key(identity), "cuda", True, model, identity)
+
+def cuda_index(device: ResolvedDevice) -> int:
+    """N of a ``cuda:N`` device."""
+    match = _CUDA.match(device.name)
+    if match is None:
+        raise DeviceError(f"{device.name!r} is not a local GPU")
+    return int(match.group(1))
 
 
 def resolve_device(name: str) -> ResolvedDevice:

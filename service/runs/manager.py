@@ -11,6 +11,16 @@ again: its trials count and are never measured twice) or marked ``interrupted``,
 
 The lifecycle: ``start()`` once (recovery, then the threads), ``close()`` once. A run in
 progress at ``close()`` stops at its next round and is left for the next start to resume.
+
+A run on a GPU (``cuda:N``) measures generated kernels: each candidate sProgram is rendered
+(``codegen.render``) into a KernelArtifact job for the device's ``LocalGpuPool``; rounds
+overlap (the next batch compiles on the CPU cores while the GPU times the current one);
+the hand-written designs and the cost model's best distinct structures go first (the
+latter computed in another process meanwhile); candidates are ranked with the device's
+calibrated cost model when one is stored. The vendor baseline (``cublas`` for a GEMM) is
+measured by the same worker with the first batch and re-timed interleaved with the
+finalists; the winner's kernel is stored (``/v1/kernels/{hash}``) with its speed against
+the baseline; then the run's measurements refine the device's calibration.
 """
 
 from __future__ import annotations
@@ -24,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_search.ops import parse_spec
+from scheduler_search.cost_model import Calibration, Sample, fit_calibration
+from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.search import (
     INVALID,
     Budget,
@@ -32,25 +43,44 @@ from scheduler_search.search import (
     Progress,
     SearchConfig,
     SearchDriver,
+    SearchResult,
     StopReason,
     TrialRecord,
     nearest,
 )
 from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import DESIGNS
 from scheduler_search.sprogram import SProgram
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db import repositories as repo
+from service.db import results as results_repo
 from service.db.models import RunModel, RunStatus, ScheduleModel, as_utc
 from service.runs.devices import ResolvedDevice, from_identity
 from service.runs.executors import ExecutorRegistry
 from service.runs.tune import TuneInput
-from workers import Job
+from workers import Job, TimingConfig
 
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 1.0
+
+#: The vendor peer each operator is compared with on a GPU (``workers.baselines``).
+BASELINES = {"gemm": "cublas", "attention": "sdpa_cudnn"}
+#: Timing of a candidate during the search: enough samples to rank, little time (on an
+#: H200 a 4096^3 GEMM candidate takes ~10 ms to time this way).
+SEARCH_TIMING = TimingConfig(warmup_launches=3, warmup_ms=0.0, min_samples=20, min_time_ms=0.0)
+#: Timing of the finalists and the baseline in the final interleaved re-timing.
+FINAL_TIMING = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=20.0)
+#: A candidate's load + check + timing on the GPU may take this long before it is killed.
+GPU_DEADLINE_S = 30.0
+#: Finalists re-timed on a GPU (selection noise of the quick timing is a few percent).
+GPU_RETIME_TOP_K = 5
+#: Measurements a calibration fit looks at (spread over the run's latency range), and the
+#: time it may take.
+CALIBRATION_SAMPLES = 96
+CALIBRATION_TIME_S = 5.0
 
 
 @dataclass
@@ -277,17 +307,31 @@ class RunManager:
             device_row.name, device_row.key, device_row.kind, device_row.simulated, model,
             device_row.identity,
         )
+        gpu = not device.simulated
         space = ScheduleSpace(spec, model)
         history = _history(space, history_rows)
         warm = [c.choices for c in nearest(spec.params(), cached_plain, self.settings.warm_start)]
+        executor = self.executors.get(device)
         job_workload = {"op": spec.op, "params": spec.params()}
+        calibration = self._calibration(device_row.id, spec.op) if gpu else None
+        samples: list[TrialRecord] = []
+        baseline = BASELINES.get(spec.op) if gpu else None
+        reported_baseline: list[float] = []
 
         def make_job(sprogram: SProgram) -> Job:
-            return Job(workload=job_workload, schedule=sprogram.to_dict(), seed=run.seed)
+            if not gpu:
+                return Job(workload=job_workload, schedule=sprogram.to_dict(), seed=run.seed)
+            return _kernel_job(sprogram, spec, model, job_workload, run.seed, SEARCH_TIMING)
+
+        def make_final_job(sprogram: SProgram) -> Job:
+            if not gpu:
+                return make_job(sprogram)
+            return _kernel_job(sprogram, spec, model, job_workload, run.seed, FINAL_TIMING)
 
         def on_trials(records: list[TrialRecord]) -> None:
             with repo.session_scope(self.db.sessions) as session:
                 repo.add_trials(session, run_id=run_id, trials=[_trial_row(r) for r in records])
+            samples.extend(r for r in records if r.ok and r.schedule is not None)
             if self.metrics:
                 for record in records:
                     self.metrics.trials.labels(record.status, str(record.simulated)).inc()
@@ -308,6 +352,13 @@ class RunManager:
                     ),
                     elapsed_s=update.elapsed_s,
                 )
+                if (baseline is not None and update.reference_latency_us is not None
+                        and not reported_baseline):
+                    reported_baseline.append(update.reference_latency_us)
+                    results_repo.set_run_baseline(
+                        session, run_id=run_id, baseline=baseline,
+                        latency_us=update.reference_latency_us,
+                    )
             with self._lock:
                 if cancel and run_id in self._active:
                     self._active[run_id] = True
@@ -318,23 +369,67 @@ class RunManager:
             with self._lock:
                 return self._stop.is_set() or self._active.get(run_id, False)
 
+        seeds = None
+        if gpu and self.settings.cost_model_seeds and not history_rows:
+            from service.runs.seeds import SeedProcess
+
+            seeds = SeedProcess(spec, model, structures=self.settings.cost_model_seeds,
+                                calibration=calibration)
+        config = SearchConfig(seed=run.seed)
+        if gpu:
+            config = SearchConfig(
+                seed=run.seed, overlap=True, retime_top_k=GPU_RETIME_TOP_K,
+                batch_size=self.settings.gpu_batch_size or None,
+            )
         driver = SearchDriver(
             space,
-            self.executors.get(device),
+            executor,
             make_job,
             budget=Budget(trials=run.budget_trials, seconds=run.budget_seconds,
                           patience=run.patience),
-            config=SearchConfig(seed=run.seed),
+            config=config,
             storage=self.db.optuna_storage(),
             study_name=run.study_name,
             warm_start=warm,
+            designs=list(DESIGNS.get(spec.op, {}).values()) if gpu and not history_rows else (),
+            seed_source=seeds.poll if seeds is not None else None,
+            estimator=(
+                (lambda sp: calibration.predict_us(sp, spec, model))
+                if calibration is not None else None
+            ),
+            make_final_job=make_final_job,
+            reference_job=(
+                Job(job_workload, baseline=baseline, timing=FINAL_TIMING, seed=run.seed,
+                    deadline_s=GPU_DEADLINE_S)
+                if baseline is not None else None
+            ),
             history=history,
             elapsed_before_s=run.elapsed_s,
             on_trials=on_trials,
             on_progress=progress,
             should_stop=should_stop,
         )
-        result = driver.run()
+        try:
+            result = driver.run()
+        finally:
+            if seeds is not None:
+                seeds.close()
+        self._finish_search(run_id, workload, device_row, spec, model, gpu, baseline, result,
+                            samples, calibration)
+
+    def _finish_search(
+        self,
+        run_id: int,
+        workload: Any,
+        device_row: Any,
+        spec: OperatorSpec,
+        model: Any,
+        gpu: bool,
+        baseline: str | None,
+        result: SearchResult,
+        samples: list[TrialRecord],
+        calibration: Calibration | None,
+    ) -> None:
         with self._lock:
             cancelled = self._active.get(run_id, False)
         if result.stop_reason is StopReason.CANCELLED and not cancelled:
@@ -344,12 +439,28 @@ class RunManager:
             return
         best = result.best
         best_dict = None
+        kernel_hash = None
+        artifact = None
+        if best is not None and best.schedule is not None and gpu:
+            try:
+                artifact = _render(SProgram.from_dict(best.schedule), spec, model)
+                kernel_hash = artifact.hash
+            except Exception:
+                logger.exception("run %d: could not render the winner", run_id)
+        baseline_us = None
+        if baseline is not None and result.reference is not None:
+            reference = result.reference
+            if str(getattr(reference.status, "value", reference.status)) == "ok":
+                baseline_us = reference.latency_us
+            else:
+                logger.warning("run %d: baseline %s failed: %s", run_id, baseline,
+                               reference.error)
         if best is not None:
             best_dict = {
                 "latency_us": best.latency_us,
                 "schedule_hash": best.schedule_hash,
                 "simulated": best.simulated,
-                "kernel_hash": None,
+                "kernel_hash": kernel_hash,
             }
         if cancelled:
             self._finish(run_id, RunStatus.CANCELLED, stop_reason=result.stop_reason.value,
@@ -368,6 +479,11 @@ class RunManager:
             )
             return
         with repo.session_scope(self.db.sessions) as session:
+            if artifact is not None and kernel_hash is not None:
+                results_repo.store_kernel(
+                    session, kernel_hash=kernel_hash, schedule_hash=artifact.schedule_hash,
+                    artifact=artifact.to_dict(),
+                )
             repo.store_best_schedule(
                 session,
                 workload_id=workload.id,
@@ -379,7 +495,16 @@ class RunManager:
                 latency_us=best.latency_us,
                 predicted_us=best.predicted_us,
                 simulated=best.simulated,
+                kernel_hash=kernel_hash,
             )
+            if baseline is not None:
+                results_repo.set_schedule_baseline(
+                    session, workload_id=workload.id, device_id=device_row.id, run_id=run_id,
+                    baseline=baseline, latency_us=baseline_us,
+                )
+                results_repo.set_run_baseline(
+                    session, run_id=run_id, baseline=baseline, latency_us=baseline_us
+                )
             repo.finish_run(
                 session,
                 run_id=run_id,
@@ -390,6 +515,60 @@ class RunManager:
             )
         if self.metrics:
             self.metrics.runs_finished.labels(RunStatus.SUCCEEDED.value).inc()
+        if gpu and self.settings.calibrate:
+            self._calibrate(device_row.id, spec, model, samples, calibration)
+
+    # ----- the cost model's calibration --------------------------------------------------------
+    def _calibration(self, device_id: int, op: str) -> Calibration | None:
+        """The stored calibration of (device, op), if any and not the identity."""
+        if not self.settings.calibrate:
+            return None
+        try:
+            with repo.session_scope(self.db.sessions) as session:
+                stored = results_repo.find_calibration(session, device_id=device_id, op=op)
+        except repo.StorageError:
+            logger.exception("could not read the calibration of device %d", device_id)
+            return None
+        if stored is None:
+            return None
+        calibration = Calibration.from_dict(stored)
+        return None if calibration.is_identity else calibration
+
+    def _calibrate(
+        self,
+        device_id: int,
+        spec: OperatorSpec,
+        model: Any,
+        records: list[TrialRecord],
+        prior: Calibration | None,
+    ) -> Calibration | None:
+        """Fit the cost model to this run's measurements, merge, store; the result."""
+        records = _spread(sorted(records, key=lambda r: r.latency_us or 0.0),
+                          CALIBRATION_SAMPLES)
+        samples = []
+        for record in records:
+            try:
+                samples.append(Sample(SProgram.from_dict(record.schedule or {}), spec,
+                                      float(record.latency_us or 0.0)))
+            except (KeyError, TypeError, ValueError):
+                continue
+        try:
+            fitted = fit_calibration(samples, model, prior=prior,
+                                     time_limit_s=CALIBRATION_TIME_S)
+            if fitted is None:
+                return None
+            merged = prior.merged(fitted) if prior is not None else fitted
+            with repo.session_scope(self.db.sessions) as session:
+                results_repo.store_calibration(
+                    session, device_id=device_id, op=spec.op, calibration=merged.to_dict()
+                )
+        except Exception:
+            logger.exception("calibration of device %d failed", device_id)
+            return None
+        logger.info("device %d %s: cost model calibrated on %d samples (log RMSE %.3f -> %.3f)",
+                    device_id, spec.op, fitted.samples, fitted.log_rmse_before or 0.0,
+                    fitted.log_rmse_after or 0.0)
+        return merged
 
     def _finish(self, run_id: int, status: RunStatus, **fields: Any) -> None:
         try:
@@ -404,6 +583,38 @@ class RunManager:
     def _count_tune(self, outcome: str) -> None:
         if self.metrics:
             self.metrics.tune_requests.labels(outcome).inc()
+
+
+def _render(sprogram: SProgram, spec: OperatorSpec, model: Any) -> Any:
+    from codegen import render
+
+    return render(sprogram, spec, model)
+
+
+def _kernel_job(
+    sprogram: SProgram,
+    spec: OperatorSpec,
+    model: Any,
+    workload: dict[str, Any],
+    seed: int,
+    timing: TimingConfig,
+) -> Job:
+    """The GPU job of a candidate: its generated kernel on the run's workload."""
+    return Job(
+        workload=workload,
+        artifact=_render(sprogram, spec, model),
+        seed=seed,
+        timing=timing,
+        deadline_s=GPU_DEADLINE_S,
+    )
+
+
+def _spread(records: list[TrialRecord], limit: int) -> list[TrialRecord]:
+    """At most ``limit`` of ``records`` (sorted), evenly spaced over them."""
+    if len(records) <= limit:
+        return records
+    step = len(records) / limit
+    return [records[int(i * step)] for i in range(limit)]
 
 
 def _device_row(session: Any, device: ResolvedDevice) -> Any:

@@ -7,6 +7,8 @@ import json
 from fastapi.testclient import TestClient
 from service_helpers import SMALL_GEMM, tune_body, wait_for
 
+from service.db.models import SCHEMA_VERSION
+
 ACCEPTANCE_GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
 
 
@@ -171,7 +173,7 @@ def test_devices(client: TestClient) -> None:
 def test_health_metrics_openapi(client: TestClient) -> None:
     health = client.get("/healthz")
     assert health.status_code == 200
-    assert health.json()["status"] == "ok" and health.json()["schema_version"] == "0001"
+    assert health.json()["status"] == "ok" and health.json()["schema_version"] == SCHEMA_VERSION
     client.post("/v1/tune", json={"op": "nope", "params": {}})
     metrics = client.get("/metrics")
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")

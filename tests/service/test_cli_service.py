@@ -8,11 +8,12 @@ import pytest
 
 import migrations
 from service.cli import main
+from service.db.models import SCHEMA_VERSION
 
 
 def test_db_upgrade(database_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["db", "upgrade", "--database-url", database_url]) == 0
-    assert "schema revision 0001" in capsys.readouterr().out
+    assert f"schema revision {SCHEMA_VERSION}" in capsys.readouterr().out
     assert migrations.current(database_url) == migrations.head()
     assert main(["db", "current", "--database-url", database_url]) == 0
 
@@ -24,7 +25,7 @@ def test_tune_prints_the_best_then_answers_from_the_cache(
             "--device", "sim:h200", "--trials", "12", "--database-url", database_url]
     assert main(argv) == 0
     out, err = capsys.readouterr()
-    assert "best:" in out and "us (simulated)" in out and "(run 1)" in out
+    assert "best:" in out and "us (simulated)" in out and "(run 1, 12 measured in" in out
     assert "12/12" in err  # the progress bar
     assert main([*argv, "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -1,10 +1,17 @@
 """The Executor interface: where candidates are measured.
 
 An Executor turns a batch of Jobs into Measurements. The search asks for batches as wide
-as ``capacity()`` (the number of candidates it can measure at once: one per GPU for the
-local pool), calls ``measure`` with them, and calls ``close`` once at the end of its life
-(an Executor is also a context manager). Between those calls it owns its devices: no
-other code should launch work on the GPUs an executor uses.
+as ``batch_size()`` (by default ``capacity()``, the number of candidates it can measure at
+once: one per GPU for the local pool, whose batches are wider so that the CPU cores
+compile a whole batch together), calls ``measure`` with them, and calls ``close`` once at
+the end of its life (an Executor is also a context manager). Between those calls it owns
+its devices: no other code should launch work on the GPUs an executor uses.
+
+A search that overlaps its rounds calls ``prepare`` with the next batch before it asks for
+the measurement of the current one; an implementation may start work that needs no GPU
+(compiling) in the background then. ``prepare`` is a hint: ``measure`` must work on jobs
+that were never prepared, and ``prepare`` may be called from another thread than
+``measure`` while a ``measure`` call is running.
 
 Implementations must guarantee:
   - ``measure`` returns exactly one Measurement per Job, in the order of the Jobs, and
@@ -16,7 +23,7 @@ Implementations must guarantee:
 
 Conveniences written once on the base (``measure_one``, ``retime_interleaved``) use only
 ``measure``, so a new backend implements ``capacity`` and ``measure`` (and ``close`` if it
-holds resources).
+holds resources; ``batch_size`` and ``prepare`` if it can use wider, overlapped batches).
 """
 
 from __future__ import annotations
@@ -38,6 +45,15 @@ class Executor(ABC):
     @abstractmethod
     def measure(self, jobs: Sequence[Job]) -> list[Measurement]:
         """One Measurement per job, in order; a bad kernel is a status, never an exception."""
+
+    def batch_size(self) -> int:
+        """How many candidates a search should hand ``measure`` per round."""
+        return self.capacity()
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Start the GPU-free part of measuring ``jobs`` (compiling) in the background;
+        the default does nothing. Never raises for a bad kernel."""
+        return None
 
     def close(self) -> None:
         """Release workers and devices; the default holds nothing."""

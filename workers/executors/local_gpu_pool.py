@@ -5,6 +5,13 @@ pool of CPU processes (NVRTC needs no GPU); compile errors are answered right aw
 Then one feeder thread per GPU worker takes the next job from a shared queue, so jobs
 spread over whichever workers are free, and the result lands at the job's index.
 
+The two stages of consecutive batches overlap when the caller says what comes next:
+``prepare(jobs)`` compiles a batch in a background thread (on the CPU cores) while
+``measure`` times the current one on the GPUs; ``measure`` then finds the cubins ready.
+Batches are as wide as the compiler's process pool (``batch_size``), so one round keeps
+every core busy. Workers start in the background too: the first batch compiles while
+they import CuPy.
+
 Each worker is a spawned process pinned to one GPU. The feeder waits at most the job's
 ``deadline_s`` for its answer: past it the process is killed (a kernel that never ends
 cannot be interrupted any other way) and the job is a ``timeout``. A worker that dies,
@@ -19,6 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -29,7 +37,10 @@ from workers.protocol import Job, Measurement, MeasurementStatus
 from workers.worker import worker_main
 
 WorkerEntry = Callable[[Connection, str, dict[str, Any]], None]
+CompileRequest = tuple[str, tuple[str, ...]]
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
+#: Batch width when the compiler does not say how many processes it runs.
+DEFAULT_BATCH_SIZE = 8
 _STOP_GRACE_S = 5.0
 
 
@@ -64,6 +75,8 @@ class LocalGpuPool(Executor):
             ``ParallelCompiler`` over all CPU cores with the default cubin cache).
         codegen_version: recorded in each worker's device fingerprint.
         startup_timeout_s: how long a worker may take to import CuPy and report ready.
+        batch_size: candidates per search round (default: the compiler's process count,
+            at least one per GPU).
 
     Example:
         with LocalGpuPool() as pool:
@@ -78,11 +91,14 @@ class LocalGpuPool(Executor):
         compiler: Compiler | None = None,
         codegen_version: str = "",
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        batch_size: int | None = None,
     ) -> None:
         devices = list(devices) if devices is not None else visible_devices()
         if not devices:
             raise RuntimeError("LocalGpuPool found no visible GPU")
         self._compiler = compiler if compiler is not None else ParallelCompiler()
+        width = batch_size or getattr(self._compiler, "max_workers", None) or DEFAULT_BATCH_SIZE
+        self._batch_size = max(int(width), len(devices))
         self._workers = [
             _WorkerHandle(
                 slot,
@@ -94,17 +110,41 @@ class LocalGpuPool(Executor):
             for slot, device in enumerate(devices)
         ]
         self._lock = threading.Lock()
-        self._start_all()
+        self._compile_lock = threading.Lock()
+        self._prefetch_lock = threading.Lock()
+        # Compiles started by ``prepare``: request -> (its batch's future, index in it).
+        self._prefetched: dict[CompileRequest, tuple[Future[list[CompileResult]], int]] = {}
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="pipetune-compile")
+        self._startup = threading.Thread(
+            target=self._start_all, name="pipetune-gpu-startup", daemon=True
+        )
+        self._startup.start()
 
     def capacity(self) -> int:
         return len(self._workers)
 
+    def batch_size(self) -> int:
+        return self._batch_size
+
     @property
     def fingerprints(self) -> list[dict[str, Any] | None]:
         """Each worker's device fingerprint, as reported at its last start."""
+        self._startup.join()
         return [w.fingerprint for w in self._workers]
 
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Compile the artifacts of ``jobs`` in the background (see the module docstring)."""
+        requests = [_request(job) for job in jobs if job.artifact is not None]
+        with self._prefetch_lock:
+            new = [r for r in dict.fromkeys(requests) if r not in self._prefetched]
+            if not new:
+                return
+            future = self._background.submit(self._compile_requests, new)
+            for index, request in enumerate(new):
+                self._prefetched[request] = (future, index)
+
     def measure(self, jobs: Sequence[Job]) -> list[Measurement]:
+        self._startup.join()
         with self._lock:
             self._start_all()
             results: list[Measurement | None] = [None] * len(jobs)
@@ -131,10 +171,13 @@ class LocalGpuPool(Executor):
             return results  # type: ignore[return-value]
 
     def close(self) -> None:
+        self._startup.join()
+        self._background.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             for worker in self._workers:
                 worker.stop()
-            self._compiler.close()
+            with self._compile_lock:
+                self._compiler.close()
 
     def _start_all(self) -> None:
         """(Re)start every worker that is down, in parallel (each imports CuPy)."""
@@ -145,23 +188,40 @@ class LocalGpuPool(Executor):
         for thread in threads:
             thread.join()
 
+    def _arch(self) -> str:
+        """The NVRTC architecture of the first started worker ("90" before any is up);
+        generated artifacts name theirs in their compile options anyway."""
+        fingerprint = next((w.fingerprint for w in self._workers if w.fingerprint), None)
+        return arch_of(fingerprint) if fingerprint is not None else "90"
+
+    def _compile_requests(self, requests: list[CompileRequest]) -> list[CompileResult]:
+        with self._compile_lock:
+            return self._compiler.compile_many(requests, self._arch())
+
     def _compile(
         self, jobs: Sequence[Job], results: list[Measurement | None]
     ) -> dict[int, CompileResult]:
-        """Compile every artifact job; failed compiles become results right away."""
+        """Compile every artifact job (or collect what ``prepare`` compiled); failed
+        compiles become results right away."""
         indices = [i for i, job in enumerate(jobs) if job.artifact is not None]
         if not indices:
             return {}
-        fingerprint = next((fp for fp in self.fingerprints if fp is not None), None)
-        arch = arch_of(fingerprint) if fingerprint is not None else "90"
-        requests = [
-            (jobs[i].artifact.source, tuple(jobs[i].artifact.compile_options))  # type: ignore[union-attr]
-            for i in indices
-        ]
+        requests = {i: _request(jobs[i]) for i in indices}
+        outcomes: dict[CompileRequest, CompileResult] = {}
+        with self._prefetch_lock:
+            prefetched = {r: self._prefetched.pop(r) for r in set(requests.values())
+                          if r in self._prefetched}
+        for request, (future, index) in prefetched.items():
+            try:
+                outcomes[request] = future.result()[index]
+            except Exception as exc:  # the background compile itself broke
+                outcomes[request] = _compiler_failed(exc)
+        missing = [r for r in dict.fromkeys(requests.values()) if r not in outcomes]
+        if missing:
+            outcomes.update(zip(missing, self._compile_requests(missing), strict=True))
         compiled: dict[int, CompileResult] = {}
-        for index, outcome in zip(
-            indices, self._compiler.compile_many(requests, arch), strict=True
-        ):
+        for index in indices:
+            outcome = outcomes[requests[index]]
             if outcome.ok:
                 compiled[index] = outcome
                 continue
@@ -176,6 +236,17 @@ class LocalGpuPool(Executor):
                 error=_first_error_line(outcome.log),
             )
         return compiled
+
+
+def _request(job: Job) -> CompileRequest:
+    assert job.artifact is not None
+    return job.artifact.source, tuple(job.artifact.compile_options)
+
+
+def _compiler_failed(exc: BaseException) -> CompileResult:
+    return CompileResult(
+        ok=False, key="", cubin_path=None, log=f"compiler failed: {exc!r}", compile_ms=0.0
+    )
 
 
 class _WorkerHandle:

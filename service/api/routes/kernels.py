@@ -1,7 +1,9 @@
 """Kernels by artifact hash: the KernelArtifact JSON and its CUDA source.
 
-Code generation does not exist yet, so no run stores a kernel and both routes answer 404
-for every hash; they are here so clients can be written against the final API.
+A run on a GPU stores the kernel of its best schedule; its hash is the run's
+``best.kernel_hash`` and the cached schedule's ``kernel_hash``. The artifact is the whole
+launch contract: ``workers.load(body)`` runs it on CuPy arrays or torch tensors. Runs on a
+simulated device store no kernel (``pipetune render`` generates one from a schedule).
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such kernel."}}
 def _kernel(session: SessionDep, kernel_hash: str) -> KernelModel:
     row = repo.get_kernel(session, kernel_hash=kernel_hash)
     if row is None:
-        raise NotFound(f"kernel {kernel_hash} not found (no kernel is generated yet)")
+        raise NotFound(
+            f"kernel {kernel_hash} not found (only runs on a GPU store their kernels)"
+        )
     return row
 
 
 @router.get("/{kernel_hash}", response_model=KernelArtifactPublic, responses=_NOT_FOUND)
 def get_kernel(session: SessionDep, kernel_hash: KernelHash) -> KernelArtifactPublic:
-    """The KernelArtifact: source, entry, grid, block, shared memory, arguments."""
+    """The KernelArtifact: source, entry, grid, block, shared memory, arguments; enough to
+    run it with ``workers.load``."""
     return KernelArtifactPublic.of(_kernel(session, kernel_hash))
 
 

@@ -1,0 +1,88 @@
+"""Seeds from the cost model: its best distinct structures, and tile orders of the best few.
+
+The cost model scores many schedules alike when they differ only in what it does not
+simulate finely (register split, wait order, a stage more or less), so its top N by
+latency is mostly near-copies of a few structures. A search measures more per GPU second
+by trying the best schedule of each of the top structures (tile shape, warp roles, split,
+persistence, sEU mapping) first, then the tile orders of the best few, which the model
+cannot tell apart at all. On an H200 (bench/results/gemm-2026-11-29.json) the fastest
+kernel of every GEMM suite case was among the 16 best structures plus 6 tile orders of the
+4 best: 40 candidates.
+
+This walks the whole space (``ScheduleSpace.enumerate``: a few seconds for a GEMM), so the
+service computes it in another process while the search starts (``seed_source``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_search.hardware.model import Device
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.space import Choices, ScheduleSpace, rank_top
+
+#: Choices that are not part of a schedule's "structure" for diversity: tile order and
+#: the fine knobs the cost model scores alike.
+_FINE_KNOBS = ("wg_schedule", "producer_regs", "order")
+#: Tile-order swizzles tried on the best structures (the bench's set).
+RASTER_SWIZZLES = (4, 8, 16)
+
+
+def structure_of(choices: Choices) -> tuple[tuple[str, Any], ...]:
+    """The structural identity of a schedule: everything but tile order, stage counts and
+    the fine knobs."""
+    return tuple(
+        (k, v)
+        for k, v in sorted(choices.items())
+        if not k.startswith(("raster_", "stages_")) and k not in _FINE_KNOBS
+    )
+
+
+def cost_model_seeds(
+    spec: OperatorSpec,
+    device: Device,
+    *,
+    structures: int = 16,
+    raster_structures: int = 4,
+    pool: int = 400,
+    calibration: Any = None,
+) -> list[Choices]:
+    """Choices to measure first: the best schedule of each of the cost model's
+    ``structures`` best structures (among its ``pool`` best schedules), then the other
+    tile orders of the ``raster_structures`` best.
+
+    Args:
+        calibration: a ``cost_model.Calibration`` of the device, to rank with.
+    """
+    space = ScheduleSpace(spec, device)
+    candidates, _ = space.enumerate()
+    timings = None
+    if calibration is not None and not calibration.is_identity:
+        timings, device = calibration.timings(), calibration.device(device)
+        space = ScheduleSpace(spec, device)
+    ranked = rank_top(space, candidates, pool, timings)
+    chosen: list[Choices] = []
+    seen: set[tuple] = set()
+    for item in ranked:
+        key = structure_of(item.sprogram.choices)
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(dict(item.sprogram.choices))
+        if len(chosen) == structures:
+            break
+    seeds = [dict(c) for c in chosen]
+    knobs = {k.name: k for k in space.order_knobs}
+    majors = knobs["raster_major"].options if "raster_major" in knobs else ()
+    swizzles = [s for s in RASTER_SWIZZLES if "raster_swizzle" in knobs
+                and s in knobs["raster_swizzle"].options]
+    for choices in chosen[:raster_structures]:
+        for major in majors:
+            for swizzle in swizzles:
+                variant = {**choices, "raster_major": major, "raster_swizzle": swizzle}
+                if variant not in seeds:
+                    seeds.append(variant)
+    return seeds
+
+
+__all__ = ["RASTER_SWIZZLES", "cost_model_seeds", "structure_of"]

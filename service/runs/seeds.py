@@ -1,0 +1,86 @@
+"""The cost model's seeds of a GPU run, computed in another process while the search starts.
+
+Ranking a whole space (``scheduler_search.search.cost_model_seeds``) takes seconds of one
+CPU core; the first batches need not wait for it. :class:`SeedProcess` starts the ranking
+in a spawned process and is polled by the search driver (``seed_source``): ``None`` until
+the seeds are there, then the seeds, once.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Sequence
+from typing import Any
+
+from scheduler_search.hardware.model import Device
+from scheduler_search.ops import OperatorSpec
+
+logger = logging.getLogger(__name__)
+
+
+def _seed_worker(conn: Any, spec: OperatorSpec, device: Device, options: dict[str, Any]) -> None:
+    """Process entry: rank and send ``("ok", seeds)`` or ``("error", text)``."""
+    try:
+        from scheduler_search.search import cost_model_seeds
+
+        conn.send(("ok", cost_model_seeds(spec, device, **options)))
+    except Exception as exc:  # reported to the parent, which searches without seeds
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+class SeedProcess:
+    """The seeds of ``spec`` on ``device`` being computed in a spawned process.
+
+    Args:
+        options: keyword arguments of ``cost_model_seeds`` (``structures``,
+            ``calibration``, ...).
+    """
+
+    def __init__(self, spec: OperatorSpec, device: Device, **options: Any) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(
+            target=_seed_worker,
+            args=(child, spec, device, options),
+            name="pipetune-seeds",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        self._done = False
+
+    def poll(self) -> Sequence[dict[str, Any]] | None:
+        """The seeds once ready (then never again: ``[]``), else None.
+
+        Raises:
+            RuntimeError: the ranking failed or its process died.
+        """
+        if self._done:
+            return []
+        try:
+            ready = self._conn.poll()
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            if self._process.is_alive():
+                return None
+            ready = self._conn.poll()
+        self._done = True
+        try:
+            status, payload = self._conn.recv() if ready else ("error", "no answer")
+        except (EOFError, OSError) as exc:
+            status, payload = "error", f"{type(exc).__name__}"
+        self.close()
+        if status != "ok":
+            raise RuntimeError(f"cost-model seeding failed: {payload}")
+        return payload
+
+    def close(self) -> None:
+        """Stop the process if it still runs (a search that ended before its seeds)."""
+        if self._process.is_alive():
+            self._process.terminate()
+        self._process.join(5)
+        self._conn.close()

@@ -1,0 +1,388 @@
+"""Run a tuned kernel: ``load(artifact)`` returns a callable over CuPy arrays or torch tensors.
+
+The KernelArtifact that ``GET /v1/kernels/{hash}`` returns (or ``pipetune render`` writes)
+is everything needed: the source is compiled with NVRTC through CuPy (the same options the
+workers timed it with), TMA descriptors are encoded over the caller's tensors
+(``workers.tensor_maps``), and grid, block and dynamic shared memory come from the
+artifact. Nothing of the service is needed, only CuPy and the CUDA driver bindings
+(``pip install 'pipetune[gpu-cuda13]'``); PyTorch only if you pass torch tensors.
+
+Example:
+    import json, urllib.request
+    import torch
+    from workers import load
+
+    body = urllib.request.urlopen(f"http://localhost:8000/v1/kernels/{kernel_hash}").read()
+    gemm = load(body)                     # JSON text, a dict, or a KernelArtifact
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    c = gemm(a, b)                        # or gemm(a=a, b=b, c=out)
+    torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=2e-1)
+
+Arguments are the operator's tensors by name (``codegen/artifact.py`` lists them: ``a``,
+``b`` and output ``c`` for a GEMM), inputs positionally in that order or by keyword; the
+output is allocated (like the first input: CuPy or torch) unless passed by name. Every
+tensor is checked against the kernel's contract (names, shapes, dtypes, row-major
+contiguity, device memory, 16-byte alignment for TMA) before anything is launched, with an
+error that says what was expected. torch tensors go through DLPack (zero copy) and the
+kernel is launched on torch's current stream; CuPy arrays on CuPy's current stream.
+bfloat16: a torch ``bfloat16`` tensor, or a CuPy ``uint16`` array of bfloat16 bits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from workers.inputs import contract
+
+#: TMA reads global memory from 16-byte aligned addresses (cuTensorMapEncodeTiled).
+TENSOR_ALIGN_BYTES = 16
+#: Dynamic shared memory above this needs the kernel's opt-in attribute (CUDA guide,
+#: "Shared Memory": 48 KB is the default per-block limit).
+_DEFAULT_DYNAMIC_SMEM_BYTES = 48 * 1024
+#: Storage dtypes accepted for an element type (bfloat16 travels as its 16-bit pattern).
+_ACCEPTED_DTYPES = {
+    "float16": ("float16",),
+    "bfloat16": ("bfloat16", "uint16", "int16"),
+    "float32": ("float32",),
+}
+
+
+class KernelArgumentError(TypeError, ValueError):
+    """The tensors given do not fit the kernel's contract (the message says how)."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the checks need to know of one tensor the caller passed."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    contiguous: bool
+    on_device: bool
+    data_ptr: int
+    kind: str = "cupy"  # "cupy" or "torch"
+
+
+@dataclass(frozen=True)
+class ExpectedTensor:
+    """One tensor of the kernel's contract."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    role: str
+
+    def describe(self) -> str:
+        shape = "x".join(str(d) for d in self.shape)
+        return f"{self.name} ({shape} {self.dtype})"
+
+
+def as_artifact(artifact: Any) -> KernelArtifact:
+    """A KernelArtifact from itself, its dict, its JSON text (bytes too), or the body of
+    ``GET /v1/kernels/{hash}`` (``{"hash", "schedule_hash", "artifact": {...}}``)."""
+    if isinstance(artifact, KernelArtifact):
+        return artifact
+    if isinstance(artifact, bytes | bytearray):
+        artifact = artifact.decode()
+    if isinstance(artifact, str):
+        try:
+            artifact = json.loads(artifact)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a KernelArtifact JSON text: {exc}") from exc
+    if isinstance(artifact, Mapping):
+        if "artifact" in artifact and "source" not in artifact:
+            artifact = artifact["artifact"]
+        try:
+            return KernelArtifact.from_dict(dict(artifact))
+        except KeyError as exc:
+            raise ValueError(f"not a KernelArtifact: missing field {exc}") from exc
+    raise TypeError(
+        f"load() takes a KernelArtifact, its dict or its JSON text, not {type(artifact).__name__}"
+    )
+
+
+def expected_tensors(artifact: KernelArtifact) -> list[ExpectedTensor]:
+    """The tensors the kernel reads and writes, in contract order (inputs, then output)."""
+    specs = contract(artifact.op, artifact.params)
+    dtypes: dict[str, str] = {}
+    for arg in artifact.args:
+        if isinstance(arg, TensorArg):
+            dtypes[arg.name] = arg.dtype
+            if tuple(arg.shape) != tuple(specs[arg.name].shape):
+                raise ValueError(
+                    f"artifact tensor {arg.name!r} has shape {tuple(arg.shape)}, the "
+                    f"{artifact.op} contract says {specs[arg.name].shape}"
+                )
+        elif isinstance(arg, TensorMapArg):
+            dtypes.setdefault(arg.tensor, arg.dtype)
+    unknown = set(dtypes) - set(specs)
+    if unknown:
+        raise ValueError(f"artifact names tensors {sorted(unknown)} outside the {artifact.op} "
+                         f"contract ({', '.join(specs)})")
+    return [
+        ExpectedTensor(name, dtypes.get(name, spec.default_dtype), tuple(spec.shape), spec.role)
+        for name, spec in specs.items()
+    ]
+
+
+def bind_arguments(
+    expected: list[ExpectedTensor], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """Map positional inputs and keyword tensors to names; (bound, output name to allocate).
+
+    Raises:
+        KernelArgumentError: too many inputs, an unknown or repeated name, a missing input.
+    """
+    inputs = [t for t in expected if t.role == "input"]
+    outputs = [t for t in expected if t.role == "output"]
+    signature = ", ".join(t.describe() for t in inputs)
+    if outputs:
+        signature += ", output " + ", ".join(t.describe() for t in outputs)
+    if len(args) > len(inputs):
+        raise KernelArgumentError(
+            f"kernel takes {len(inputs)} input tensor(s) positionally, got {len(args)}; "
+            f"expected {signature}"
+        )
+    bound = {t.name: value for t, value in zip(inputs, args, strict=False)}
+    known = {t.name for t in expected}
+    for name, value in kwargs.items():
+        if name not in known:
+            raise KernelArgumentError(f"unknown tensor {name!r}; expected {signature}")
+        if name in bound:
+            raise KernelArgumentError(f"tensor {name!r} given twice (by position and name)")
+        bound[name] = value
+    missing = [t.name for t in inputs if t.name not in bound]
+    if missing:
+        raise KernelArgumentError(f"missing input tensor(s) {missing}; expected {signature}")
+    absent = [t.name for t in outputs if t.name not in bound]
+    if len(absent) > 1:
+        raise KernelArgumentError(f"pass the output tensors {absent} by name")
+    return bound, (absent[0] if absent else None)
+
+
+def check_tensor(expected: ExpectedTensor, info: TensorInfo) -> None:
+    """Raise :class:`KernelArgumentError` if ``info`` cannot stand for ``expected``."""
+    name = expected.name
+    if not info.on_device:
+        raise KernelArgumentError(
+            f"{name}: is in host memory; the kernel needs a CUDA tensor (a CuPy array or a "
+            f"torch tensor on a CUDA device)"
+        )
+    if info.dtype not in _ACCEPTED_DTYPES.get(expected.dtype, (expected.dtype,)):
+        hint = " (CuPy: a uint16 array of bfloat16 bits)" if expected.dtype == "bfloat16" else ""
+        raise KernelArgumentError(
+            f"{name}: dtype {info.dtype}, the kernel was tuned for {expected.dtype}{hint}"
+        )
+    if tuple(info.shape) != expected.shape:
+        raise KernelArgumentError(
+            f"{name}: shape {tuple(info.shape)}, the kernel was tuned for {expected.shape}; "
+            f"tune the new shape (POST /v1/tune) for another kernel"
+        )
+    if not info.contiguous:
+        raise KernelArgumentError(
+            f"{name}: must be contiguous and row-major (torch: .contiguous(); CuPy: "
+            f"cupy.ascontiguousarray)"
+        )
+    if info.data_ptr % TENSOR_ALIGN_BYTES:
+        raise KernelArgumentError(
+            f"{name}: data pointer {info.data_ptr:#x} is not {TENSOR_ALIGN_BYTES}-byte aligned "
+            f"(TMA needs it; a fresh tensor is)"
+        )
+
+
+def describe_tensor(value: Any) -> TensorInfo:
+    """A TensorInfo of a CuPy array or torch tensor (anything else: TypeError)."""
+    module = type(value).__module__ or ""
+    if module.startswith("torch") and hasattr(value, "data_ptr"):
+        return TensorInfo(
+            dtype=str(value.dtype).removeprefix("torch."),
+            shape=tuple(int(d) for d in value.shape),
+            contiguous=bool(value.is_contiguous()),
+            on_device=value.device.type == "cuda",
+            data_ptr=int(value.data_ptr()),
+            kind="torch",
+        )
+    if hasattr(value, "__cuda_array_interface__") and hasattr(value, "data"):
+        flags = getattr(value, "flags", None)
+        return TensorInfo(
+            dtype=str(value.dtype),
+            shape=tuple(int(d) for d in value.shape),
+            contiguous=bool(flags.c_contiguous) if flags is not None else False,
+            on_device=True,
+            data_ptr=int(value.data.ptr),
+            kind="cupy",
+        )
+    if hasattr(value, "__array_interface__"):
+        return TensorInfo(
+            dtype=str(value.dtype),
+            shape=tuple(int(d) for d in value.shape),
+            contiguous=True,
+            on_device=False,
+            data_ptr=0,
+            kind="numpy",
+        )
+    raise KernelArgumentError(
+        f"expected a CuPy array or a torch tensor, got {type(value).__name__}"
+    )
+
+
+class LoadedKernel:
+    """A tuned kernel, ready to launch (see the module docstring); made by :func:`load`.
+
+    The CUDA module is compiled on the first call (NVRTC through CuPy, cached by CuPy on
+    disk), so making one is cheap and needs no GPU.
+    """
+
+    def __init__(self, artifact: KernelArtifact) -> None:
+        if tuple(artifact.cluster) != (1, 1, 1) and "__cluster_dims__" not in artifact.source:
+            raise ValueError("a cluster launch needs __cluster_dims__ in the kernel source")
+        self.artifact = artifact
+        self.expected = expected_tensors(artifact)
+        self._by_name = {t.name: t for t in self.expected}
+        self._function: Any = None
+        self._maps: dict[tuple[str, int], np.ndarray] = {}
+
+    @property
+    def inputs(self) -> list[ExpectedTensor]:
+        return [t for t in self.expected if t.role == "input"]
+
+    @property
+    def outputs(self) -> list[ExpectedTensor]:
+        return [t for t in self.expected if t.role == "output"]
+
+    def __repr__(self) -> str:
+        a = self.artifact
+        return (f"LoadedKernel({a.op} {a.params}, schedule {a.schedule_hash[:12]}, "
+                f"tensors {', '.join(t.describe() for t in self.expected)})")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Launch on the given tensors; returns the output tensor (allocated if not given).
+
+        Raises:
+            KernelArgumentError: a tensor does not fit the contract (nothing is launched).
+        """
+        bound, to_allocate = bind_arguments(self.expected, args, kwargs)
+        infos = {name: describe_tensor(value) for name, value in bound.items()}
+        for name, info in infos.items():
+            check_tensor(self._by_name[name], info)
+        import cupy
+
+        first = bound[self.inputs[0].name]
+        framework = infos[self.inputs[0].name].kind
+        if to_allocate is not None:
+            bound[to_allocate] = _empty_like(self._by_name[to_allocate], first, framework)
+            infos[to_allocate] = describe_tensor(bound[to_allocate])
+        arrays = {name: _as_cupy(cupy, value, infos[name]) for name, value in bound.items()}
+        devices = {int(a.device.id) for a in arrays.values()}
+        if len(devices) != 1:
+            raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
+        with cupy.cuda.Device(devices.pop()):
+            stream = _stream(cupy, first, framework)
+            with stream:
+                self._launch(cupy, arrays)
+        return bound[self.outputs[0].name] if self.outputs else None
+
+    def _launch(self, cupy: Any, arrays: dict[str, Any]) -> None:
+        artifact = self.artifact
+        function = self._load(cupy)
+        args: list[Any] = []
+        for arg in artifact.args:
+            if isinstance(arg, TensorArg):
+                args.append(arrays[arg.name])
+            elif isinstance(arg, ScalarArg):
+                args.append(np.dtype(arg.dtype).type(arg.value))
+            else:
+                args.append(self._tensor_map(arg, int(arrays[arg.tensor].data.ptr)))
+        function(
+            tuple(artifact.grid),
+            tuple(artifact.block),
+            tuple(args),
+            shared_mem=artifact.dynamic_smem_bytes,
+        )
+
+    def _load(self, cupy: Any) -> Any:
+        if self._function is None:
+            artifact = self.artifact
+            module = cupy.RawModule(code=artifact.source, options=tuple(artifact.compile_options))
+            function = module.get_function(artifact.entry)
+            if artifact.dynamic_smem_bytes > _DEFAULT_DYNAMIC_SMEM_BYTES:
+                function.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
+            self._function = function
+        return self._function
+
+    def _tensor_map(self, arg: TensorMapArg, data_ptr: int) -> np.ndarray:
+        """The TMA descriptor of ``arg`` over the tensor at ``data_ptr`` (kept per address)."""
+        from workers.tensor_maps import encode_tensor_map
+
+        key = (arg.name, data_ptr)
+        if key not in self._maps:
+            if len(self._maps) >= 64:
+                self._maps.clear()
+            self._maps[key] = encode_tensor_map(arg, data_ptr)
+        return self._maps[key]
+
+
+def load(artifact: Any) -> LoadedKernel:
+    """A callable that runs the kernel of ``artifact`` on CuPy arrays or torch tensors.
+
+    Args:
+        artifact: a ``KernelArtifact``, its ``to_dict()``, its JSON text, or the JSON body
+            of ``GET /v1/kernels/{hash}``.
+
+    Raises:
+        ValueError: not a KernelArtifact of a known operator.
+    """
+    return LoadedKernel(as_artifact(artifact))
+
+
+def _as_cupy(cupy: Any, value: Any, info: TensorInfo) -> Any:
+    """A zero-copy CuPy view (torch through DLPack; bfloat16 as its int16 bits)."""
+    if info.kind == "cupy":
+        return value
+    if info.dtype == "bfloat16":
+        import torch
+
+        value = value.view(torch.int16)
+    return cupy.from_dlpack(value)
+
+
+def _empty_like(expected: ExpectedTensor, like: Any, framework: str) -> Any:
+    if framework == "torch":
+        import torch
+
+        return torch.empty(expected.shape, dtype=getattr(torch, expected.dtype), device=like.device)
+    import cupy
+
+    storage = "uint16" if expected.dtype == "bfloat16" else expected.dtype
+    with cupy.cuda.Device(like.device.id):
+        return cupy.empty(expected.shape, dtype=storage)
+
+
+def _stream(cupy: Any, like: Any, framework: str) -> Any:
+    """torch's current stream for torch tensors, CuPy's otherwise (a context manager)."""
+    if framework == "torch":
+        import torch
+
+        return cupy.cuda.ExternalStream(torch.cuda.current_stream(like.device).cuda_stream)
+    return cupy.cuda.get_current_stream()
+
+
+__all__ = [
+    "ExpectedTensor",
+    "KernelArgumentError",
+    "LoadedKernel",
+    "TensorInfo",
+    "as_artifact",
+    "bind_arguments",
+    "check_tensor",
+    "describe_tensor",
+    "expected_tensors",
+    "load",
+]
