@@ -472,8 +472,9 @@ class SearchDriver:
             pool[digest] = _Candidate(trial, choices, sprogram, source)
 
     def _rank(self, study: optuna.Study, pool: list[_Candidate], free: int) -> list[_Candidate]:
-        """Predict every candidate; priority sources first, then the best predicted.
-        Priority candidates without room wait for the next batch; the rest are pruned."""
+        """Predict every candidate; priority sources first (in the order they were
+        enqueued), then the best predicted. Priority candidates without room wait for the
+        next batch; the rest are pruned."""
         for candidate in pool:
             if candidate.predicted_us is not None:
                 continue
@@ -482,10 +483,12 @@ class SearchDriver:
             except Exception as exc:
                 logger.debug("cost model failed on %s: %s", candidate.sprogram.hash[:12], exc)
                 candidate.predicted_us = None
-        pool.sort(
+        pool.sort(  # priority sources in the order they were given; the rest by prediction
             key=lambda c: (
                 c.priority,
-                c.predicted_us if c.predicted_us is not None else math.inf,
+                0.0 if c.priority < len(PRIORITY_SOURCES) else (
+                    c.predicted_us if c.predicted_us is not None else math.inf
+                ),
                 c.trial.number,
             )
         )

@@ -92,3 +92,66 @@ def test_worker_that_cannot_start_gives_crash_results() -> None:
 
 def _failing_entry(conn, visible_device, config) -> None:
     conn.send({"type": "fatal", "error": "no CUDA device"})
+
+
+class SlowCompiler(StandinCompiler):
+    """A stand-in compiler that takes ``seconds`` per batch and records when it ran."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.spans: list[tuple[float, float]] = []
+
+    def compile_many(self, requests, default_arch):
+        start = time.monotonic()
+        time.sleep(self.seconds)
+        results = super().compile_many(requests, default_arch)
+        self.spans.append((start, time.monotonic()))
+        return results
+
+
+def test_prepare_compiles_the_next_batch_while_this_one_is_measured() -> None:
+    compiler = SlowCompiler(seconds=0.5)
+    with LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=compiler,
+                      batch_size=16) as one:
+        assert one.batch_size() == 16
+        first = [job(name=f"a{i}", latency_us=150_000.0) for i in range(4)]  # 0.6 s on the GPU
+        second = [job(name=f"b{i}") for i in range(4)] + [job("syntax", name="bad")]
+        one.prepare(first)
+        measured_first = one.measure(first)
+        one.prepare(second)
+        one.prepare(second)  # twice: compiled once
+        started = time.monotonic()
+        measured_second = one.measure(second)
+        waited = time.monotonic() - started
+    assert all(r.status is OK for r in measured_first)
+    assert [r.status for r in measured_second] == [OK] * 4 + [MeasurementStatus.COMPILE_ERROR]
+    assert compiler.batches == [4, 5]  # each batch compiled once, by prepare
+    assert waited < 0.5 + 0.3  # the second batch's compile had (nearly) finished
+
+
+def test_prepare_overlaps_the_measurement_of_the_previous_batch() -> None:
+    import threading
+
+    compiler = SlowCompiler(seconds=0.3)
+    with LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=compiler) as one:
+        first = [job(name=f"a{i}", latency_us=200_000.0) for i in range(4)]  # 0.8 s
+        second = [job(name=f"b{i}") for i in range(4)]
+        one.prepare(first)
+        spans: list[tuple[float, float]] = []
+
+        def measure_first() -> None:
+            start = time.monotonic()
+            one.measure(first)
+            spans.append((start, time.monotonic()))
+
+        thread = threading.Thread(target=measure_first)
+        thread.start()
+        time.sleep(0.1)
+        one.prepare(second)  # while the first batch is on the "GPU"
+        thread.join()
+        one.measure(second)
+    (first_start, first_end), = spans
+    second_compile_start, _ = compiler.spans[1]
+    assert first_start < second_compile_start < first_end  # compile overlapped timing
+    assert compiler.batches == [4, 4]

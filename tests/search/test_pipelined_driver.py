@@ -1,0 +1,178 @@
+"""The driver's GPU-run features with stand-ins: overlapped rounds (the next batch is asked
+and prepared while the current one is measured), priority seeds that wait for room, the
+cost model's seeds arriving late, a reference job measured first and re-timed with the
+finalists, a job that cannot be made, and the best-so-far curve."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from search_fakes import FakeMeasurement, FakeStatus, RecordingExecutor, TinySpace, latency_of
+
+from scheduler_search.search import (
+    CODEGEN_ERROR,
+    SOURCE_COST_MODEL,
+    SOURCE_DESIGN,
+    SOURCE_WARM_START,
+    Budget,
+    SearchConfig,
+    SearchDriver,
+    StopReason,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+REFERENCE = "cublas"
+
+
+@dataclass
+class PipelineExecutor(RecordingExecutor):
+    """A RecordingExecutor with ``prepare`` and a measurement that takes ``measure_s``;
+    keeps the order of events and which thread measured."""
+
+    measure_s: float = 0.05
+    batch: int = 4
+    events: list[tuple[str, int]] = field(default_factory=list)
+    threads: set[str] = field(default_factory=set)
+    prepared: list[list[Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def batch_size(self) -> int:
+        return self.batch
+
+    def prepare(self, jobs: Sequence[Any]) -> None:
+        with self.lock:
+            self.prepared.append(list(jobs))
+            self.events.append(("prepare", len(self.prepared) - 1))
+
+    def measure(self, jobs: Sequence[Any]) -> list[FakeMeasurement]:
+        with self.lock:
+            index = len(self.batches)
+            self.events.append(("start", index))
+        self.threads.add(threading.current_thread().name)
+        time.sleep(self.measure_s)
+        results = [self._ref() if job == REFERENCE else self._one(job) for job in jobs]
+        with self.lock:
+            self.batches.append([j for j in jobs])
+            self.events.append(("end", index))
+        return results
+
+    def retime_interleaved(self, jobs: Sequence[Any], rounds: int = 3) -> list[FakeMeasurement]:
+        self.retimed.append(list(jobs))
+        return [self._ref() if job == REFERENCE else self._one(job) for job in jobs]
+
+    @staticmethod
+    def _ref() -> FakeMeasurement:
+        return FakeMeasurement(FakeStatus("ok"), 11.0, simulated=False)
+
+    @property
+    def measured(self) -> list[Any]:
+        return [job for batch in self.batches for job in batch if job != REFERENCE]
+
+
+def _driver(executor, space=None, **kwargs) -> SearchDriver:
+    kwargs.setdefault("estimator", latency_of)
+    return SearchDriver(space or TinySpace(size=6), executor, lambda program: program, **kwargs)
+
+
+def test_overlap_prepares_the_next_batch_before_the_current_one_is_measured() -> None:
+    executor = PipelineExecutor(batch=4, measure_s=0.4)  # longer than asking a batch
+    result = _driver(executor, budget=Budget(trials=16),
+                     config=SearchConfig(overlap=True, retime_top_k=2)).run()
+    assert result.stop_reason is StopReason.TRIALS and result.trials_done == 16
+    assert [len(b) for b in executor.batches] == [4, 4, 4, 4]
+    assert len({p.hash for p in executor.measured}) == 16  # never the same schedule twice
+    events = executor.events
+    for i in range(1, 4):
+        # Batch i is asked and prepared before batch i-1's measurement is over...
+        assert events.index(("prepare", i)) < events.index(("end", i - 1))
+        # ...and measured only after it.
+        assert events.index(("end", i - 1)) < events.index(("start", i))
+    assert all(name.startswith("pipetune-measure") for name in executor.threads)
+    assert [len(p) for p in executor.prepared] == [4, 4, 4, 4]
+
+
+def test_overlap_is_seeded_and_reproducible() -> None:
+    def hashes() -> list[str]:
+        executor = PipelineExecutor(batch=3, measure_s=0.0)
+        _driver(executor, budget=Budget(trials=12),
+                config=SearchConfig(seed=3, overlap=True)).run()
+        return [p.hash for p in executor.measured]
+
+    assert hashes() == hashes()
+
+
+def test_priority_candidates_wait_for_room_in_order_of_source() -> None:
+    executor = PipelineExecutor(batch=2, measure_s=0.0)
+    warm = [{"a": 1, "b": 1}]
+    designs = [{"a": 1, "b": 2}, {"a": 1, "b": 3}]
+    records = []
+    _driver(executor, warm_start=warm, designs=designs, budget=Budget(trials=8),
+            config=SearchConfig(overlap=True), on_trials=records.extend).run()
+    first_three = [dict(p.choices) for p in executor.measured[:3]]
+    assert first_three == [*warm, *designs]  # none was ranked out for want of room
+    sources = {r.source for r in records}
+    assert {SOURCE_WARM_START, SOURCE_DESIGN} <= sources
+
+
+def test_late_cost_model_seeds_go_first_once_they_arrive() -> None:
+    polls = []
+    seeds = [{"a": 6, "b": 6}, {"a": 5, "b": 6}, {"a": 6, "b": 5}]
+
+    def seed_source():
+        polls.append(1)
+        return seeds if len(polls) >= 3 else None  # ready at the third round
+
+    executor = PipelineExecutor(batch=2, measure_s=0.0)
+    records = []
+    _driver(executor, seed_source=seed_source, budget=Budget(trials=12),
+            on_trials=records.extend).run()
+    measured = [dict(p.choices) for p in executor.measured]
+    assert measured[4:7] == seeds  # rounds 1-2 searched; the seeds come next, in order
+    assert [r.source for r in records if r.status == "ok"][4:7] == [SOURCE_COST_MODEL] * 3
+    assert len(polls) == 3  # not polled once the seeds came
+
+
+def test_reference_job_rides_with_the_first_batch_and_is_retimed() -> None:
+    executor = PipelineExecutor(batch=3, measure_s=0.0)
+    progress = []
+    result = _driver(executor, reference_job=REFERENCE, budget=Budget(trials=6),
+                     config=SearchConfig(overlap=True, retime_top_k=2),
+                     on_progress=progress.append).run()
+    assert executor.batches[0][0] == REFERENCE
+    assert all(REFERENCE not in batch for batch in executor.batches[1:])
+    (retimed,) = executor.retimed
+    assert retimed[-1] == REFERENCE and len(retimed) == 3
+    assert result.reference is not None and result.reference.latency_us == 11.0
+    assert progress[-1].reference_latency_us == 11.0 and len(result.finalists) == 2
+
+
+def test_a_job_that_cannot_be_made_is_a_failed_trial() -> None:
+    def make_job(program):
+        if dict(program.choices)["a"] == 2:
+            raise ValueError("unsupported tile")
+        return program
+
+    executor = PipelineExecutor(batch=4, measure_s=0.0)
+    records = []
+    result = SearchDriver(TinySpace(size=5), executor, make_job, estimator=latency_of,
+                          budget=Budget(trials=6), on_trials=records.extend).run()
+    failed = [r for r in records if r.status == CODEGEN_ERROR]
+    assert failed and all("codegen: ValueError: unsupported tile" in r.error for r in failed)
+    assert all(dict(p.choices)["a"] != 2 for p in executor.measured)
+    assert result.trials_done == 6 and result.best.choices["a"] != 2
+
+
+def test_curve_is_the_best_so_far_with_search_times() -> None:
+    executor = PipelineExecutor(batch=2, measure_s=0.01)
+    result = _driver(executor, budget=Budget(trials=10), config=SearchConfig(overlap=True)).run()
+    times = [t for t, _ in result.curve]
+    latencies = [lat for _, lat in result.curve]
+    assert result.curve and times == sorted(times) and times[0] > 0
+    assert latencies == sorted(latencies, reverse=True) and len(set(latencies)) == len(latencies)
+    assert latencies[-1] == min(latency_of(p) for p in executor.measured)

@@ -1,0 +1,233 @@
+"""The GPU path of the service on a pretend GPU (``gpu_fakes``): executor choice, a run
+that measures generated kernels and the cuBLAS baseline, the stored kernel, the cost
+model's calibration carried to the next run, and ``pipetune tune`` printing it all."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from gpu_fakes import CUBLAS_US, FINGERPRINT, TRUE_TENSOR_SCALE, FakeProbe, ModelGpu
+from service_helpers import wait_for
+
+from codegen import KernelArtifact
+from scheduler_search.cost_model import Calibration
+from service.core.config import Settings
+from service.core.db import Database
+from service.db import repositories as repo
+from service.db import results as results_repo
+from service.main import create_app
+from service.runs import devices as devices_module
+from service.runs.devices import DeviceError, resolve_device
+from service.runs.executors import ExecutorRegistry
+from workers import SimulatedDevice, fingerprint_key
+
+GEMM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}
+OTHER_GEMM = {"m": 4096, "n": 2048, "k": 2048, "dtype": "float16"}
+
+
+@pytest.fixture
+def fake_gpu() -> Iterator[FakeProbe]:
+    probe = FakeProbe()
+    previous = devices_module.set_gpu_probe(probe)
+    try:
+        yield probe
+    finally:
+        devices_module.set_gpu_probe(previous)
+
+
+@pytest.fixture
+def no_gpu() -> Iterator[None]:
+    previous = devices_module.set_gpu_probe(FakeProbe(count=0))
+    try:
+        yield
+    finally:
+        devices_module.set_gpu_probe(previous)
+
+
+def test_auto_is_the_simulated_h200_without_a_gpu(no_gpu: None) -> None:
+    device = resolve_device("auto")
+    assert device.name == "sim:h200" and device.simulated and device.kind == "simulated"
+    with pytest.raises(DeviceError, match="0 CUDA device"):
+        resolve_device("cuda:0")
+
+
+def test_auto_is_the_local_gpu_keyed_by_its_fingerprint(fake_gpu: FakeProbe) -> None:
+    device = resolve_device("auto")
+    assert device.name == "cuda:0" and device.kind == "cuda" and not device.simulated
+    assert device.key == fingerprint_key(FINGERPRINT)
+    assert device.identity["fingerprint"] == FINGERPRINT
+    assert device.model.sm_count == 132 and device.model.arch == "sm_90a"
+    assert device.model.software["codegen_version"] == "gemm-1"
+    assert resolve_device("cuda:0") == device
+    with pytest.raises(DeviceError, match="1 CUDA device"):
+        resolve_device("cuda:1")
+    # A simulated H200 never shares the cache with the real one.
+    assert resolve_device("sim:h200").key != device.key
+
+
+def test_registry_gives_cuda_devices_a_gpu_pool(fake_gpu: FakeProbe) -> None:
+    made = []
+
+    def factory(device):
+        made.append(device.name)
+        return ModelGpu()
+
+    registry = ExecutorRegistry(gpu_pool_factory=factory)
+    gpu = registry.get(resolve_device("cuda:0"))
+    assert isinstance(gpu, ModelGpu) and registry.get(resolve_device("auto")) is gpu
+    assert isinstance(registry.get(resolve_device("sim:h200")), SimulatedDevice)
+    assert made == ["cuda:0"]
+    registry.close()
+    assert gpu.closed
+
+
+@pytest.fixture
+def gpu_settings(database_url: str, tmp_path) -> Settings:
+    return Settings(
+        database_url=database_url,
+        data_dir=tmp_path,
+        max_concurrent_runs=1,
+        heartbeat_s=0.5,
+        stale_after_s=5.0,
+        cost_model_seeds=0,  # ranking the whole space in another process takes seconds
+    )
+
+
+def test_gpu_run_stores_kernel_baseline_and_calibration(
+    fake_gpu: FakeProbe, gpu_settings: Settings
+) -> None:
+    gpu = ModelGpu(batch=4)
+    with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
+        body = {"op": "gemm", "params": GEMM, "budget": {"trials": 12}}  # device "auto"
+        response = client.post("/v1/tune", json=body)
+        assert response.status_code == 202, response.text
+        run = wait_for(client, response.json()["id"])
+        assert run["status"] == "succeeded", run
+        assert run["device"] == "cuda:0" and run["simulated"] is False
+        assert run["trials_done"] == 12 and run["best"]["simulated"] is False
+
+        # Every round was prepared before it was measured; never the same kernel twice.
+        hashes = [j.artifact.schedule_hash for j in gpu.kernel_jobs]
+        searched = hashes[: len(hashes) - 5 * 3]  # the re-timing measures 5 finalists 3 times
+        assert len(searched) == 12 and len(set(searched)) == 12
+        assert [len(b) for b in gpu.prepared] == [4, 4, 4]
+        assert gpu.batches[0][0].baseline == "cublas"  # the baseline rides with batch one
+
+        # The baseline, re-timed with the finalists, and the speed against it.
+        assert run["baseline"] == "cublas" and run["baseline_latency_us"] == CUBLAS_US
+        best = run["best"]
+        assert run["speedup_vs_baseline"] == pytest.approx(CUBLAS_US / best["latency_us"])
+
+        # The kernel: its artifact and source are served, and it is the winner's.
+        kernel_hash = best["kernel_hash"]
+        assert kernel_hash is not None
+        kernel = client.get(f"/v1/kernels/{kernel_hash}")
+        assert kernel.status_code == 200
+        artifact = KernelArtifact.from_dict(kernel.json()["artifact"])
+        assert artifact.hash == kernel_hash == kernel.json()["hash"]
+        assert artifact.schedule_hash == best["schedule_hash"]
+        assert artifact.params == {**GEMM, "b_layout": "kn"}
+        tensors = {getattr(a, "tensor", a.name) for a in artifact.args if a.kind != "scalar"}
+        assert tensors == {"a", "b", "c"} and artifact.dynamic_smem_bytes > 0
+        source = client.get(f"/v1/kernels/{kernel_hash}/source")
+        assert source.status_code == 200 and source.text == artifact.source
+
+        # The cache entry carries the kernel and the comparison; a repeat answers from it.
+        again = client.post("/v1/tune", json=body)
+        assert again.status_code == 200
+        cached = again.json()
+        assert cached["kernel_hash"] == kernel_hash and cached["baseline"] == "cublas"
+        assert cached["speedup_vs_baseline"] == pytest.approx(CUBLAS_US / cached["latency_us"])
+
+        # The trials say what they measured: kernels, with sources design / search.
+        trials = client.get(f"/v1/runs/{run['id']}/trials").json()["data"]
+        ok = [t for t in trials if t["status"] == "ok"]
+        assert len(ok) == 12 and not any(t["simulated"] for t in ok)
+        assert {t["source"] for t in ok} >= {"design", "search"}
+
+    # The run's measurements calibrated the device's cost model.
+    db = Database(gpu_settings.database_url)
+    try:
+        with repo.session_scope(db.sessions) as session:
+            device = repo.find_device(session, key=fingerprint_key(FINGERPRINT))
+            stored = results_repo.find_calibration(session, device_id=device.id, op="gemm")
+    finally:
+        db.dispose()
+    calibration = Calibration.from_dict(stored)
+    assert calibration.samples == 12
+    assert calibration.log_rmse_after < calibration.log_rmse_before
+    assert calibration.unit_scale["tensor_core"] > 1.0  # towards TRUE_TENSOR_SCALE
+    assert TRUE_TENSOR_SCALE > 1.0
+
+
+def test_calibration_makes_the_next_run_predict_better(
+    fake_gpu: FakeProbe, gpu_settings: Settings
+) -> None:
+    def error_of(client: TestClient, params: dict) -> float:
+        body = {"op": "gemm", "params": params, "budget": {"trials": 8}}
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        assert run["status"] == "succeeded", run
+        trials = client.get(f"/v1/runs/{run['id']}/trials", params={"status": "ok"}).json()
+        ratios = [t["latency_us"] / t["predicted_us"] for t in trials["data"]]
+        return max(abs(r - 1.0) for r in ratios)
+
+    with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: ModelGpu())) as client:
+        first = error_of(client, GEMM)  # uncalibrated: predictions off by ~TRUE_LEVEL
+        second = error_of(client, OTHER_GEMM)  # ranked by the first run's calibration
+    assert first > 0.3 and second < first / 2
+
+
+def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
+    fake_gpu: FakeProbe, gpu_settings: Settings, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], tmp_path,
+) -> None:
+    from service.cli import main
+    from service.runs import executors
+
+    monkeypatch.setattr(executors, "local_gpu_pool", lambda *args, **kwargs: ModelGpu())
+    monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
+    out_file = tmp_path / "kernel.json"
+    argv = ["tune", "gemm", "--m", "2048", "--n", "2048", "--k", "2048", "--dtype", "float16",
+            "--trials", "8", "--database-url", gpu_settings.database_url,
+            "--kernel-out", str(out_file)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "on cuda:0 (run 1, 8 measured in" in out
+    assert f"vs cublas: {CUBLAS_US:.3f} us -> " in out and "x (" in out
+    assert "kernel: " in out and "(GET /v1/kernels/" in out
+    artifact = KernelArtifact.from_dict(json.loads(out_file.read_text()))
+    assert artifact.hash in out and artifact.op == "gemm"
+    assert main([*argv, "--json"]) == 0
+    cached = json.loads(capsys.readouterr().out)
+    assert cached["cached"] is True and cached["kernel_hash"] == artifact.hash
+    assert cached["speedup_vs_baseline"] == pytest.approx(CUBLAS_US / cached["latency_us"])
+
+
+def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
+    import time
+
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.search import structure_of
+    from scheduler_search.space import ScheduleSpace
+    from service.runs.seeds import SeedProcess
+
+    spec, device = parse_spec("gemm", GEMM), get_device("h200")
+    seeds = SeedProcess(spec, device, structures=6, raster_structures=2)
+    started = time.monotonic()
+    first = seeds.poll()
+    assert first is None  # not ready at once: the search starts without it
+    while (found := seeds.poll()) is None:
+        assert time.monotonic() - started < 300
+        time.sleep(0.2)
+    assert seeds.poll() == []  # given once
+    seeds.close()
+    assert len({structure_of(c) for c in found[:6]}) == 6  # six distinct structures first
+    rasters = found[6:]
+    assert len(rasters) == 2 * 2 * 3  # 2 structures x raster major (m, n) x swizzle (4, 8, 16)
+    assert {structure_of(c) for c in rasters} <= {structure_of(c) for c in found[:2]}
+    space = ScheduleSpace(spec, device)
+    assert all(space.build(c)[1].ok for c in found)
