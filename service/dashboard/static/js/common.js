@@ -194,9 +194,12 @@ export async function loadSource(url) {
   if (!response.ok) {
     const body = await response.json().catch(() => ({}));
     pre.classList.add("placeholder");
-    pre.firstElementChild.textContent = response.status === 404
-      ? `Not generated yet. ${body.detail || ""}`.trim()
-      : `Could not load the source: ${body.detail || response.status}`;
+    const detail = typeof body.detail === "string" ? body.detail : "";
+    pre.firstElementChild.textContent = response.status !== 404
+      ? `Could not load the source: ${detail || response.status}`
+      : /^not generated yet/i.test(detail)
+        ? `N${detail.slice(1)}.`
+        : `Not generated yet. ${detail}`.trim();
     copy.disabled = true;
     download.classList.add("disabled");
     origin.textContent = "";
