@@ -6,6 +6,8 @@ from scheduler_search.search.driver import (
     PRIORITY_SOURCES,
     SOURCE_COST_MODEL,
     SOURCE_DESIGN,
+    SOURCE_LOCAL,
+    SOURCE_MODEL,
     SOURCE_SEARCH,
     SOURCE_WARM_START,
     ExecutorLike,
@@ -15,6 +17,7 @@ from scheduler_search.search.driver import (
     SearchDriver,
     SearchResult,
     TrialRecord,
+    neighbours,
 )
 from scheduler_search.search.seeding import cost_model_seeds, structure_of
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
@@ -26,6 +29,8 @@ __all__ = [
     "PRIORITY_SOURCES",
     "SOURCE_COST_MODEL",
     "SOURCE_DESIGN",
+    "SOURCE_LOCAL",
+    "SOURCE_MODEL",
     "SOURCE_SEARCH",
     "SOURCE_WARM_START",
     "Budget",
@@ -43,5 +48,6 @@ __all__ = [
     "fit_to_space",
     "log_distance",
     "nearest",
+    "neighbours",
     "structure_of",
 ]

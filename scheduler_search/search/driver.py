@@ -19,6 +19,17 @@ executor's ``prepare`` (a GPU pool compiles it on the CPU cores meanwhile), then
 batch *i*'s results and starts measuring batch *i + 1*. The sampler learns one batch
 later; the GPU never waits for the compiler or the sampler once the pipeline is full.
 
+With ``SearchConfig.proposals = "mixed"`` (GPU runs), a batch is not all the sampler's:
+after the priority candidates, its slots go in turn to three sources, each ranked by the
+cost model: ``search`` (the sampler's asks, a few per slot; invalid ones still teach it
+where the space is empty), ``local`` (the neighbours of the best measured schedules: one
+knob changed, which is where the cost model cannot tell schedules apart and measurement
+must) and ``model`` (the cost model's best of cheap random valid samples of the space).
+Only the sampler's asks enter the study as they are made, so its cost per ask stays low
+(asking the sampler for every pool candidate costs seconds per round on a GEMM space,
+where most random points are invalid); the other sources' candidates are added to it
+once measured.
+
 Priority candidates go first, in this order of sources: ``warm_start`` (the nearest cached
 shapes' best), ``design`` (hand-written designs) and ``cost_model`` (the cost model's best
 distinct structures, from ``seed_source``, which may take a while: it is polled before
@@ -49,13 +60,15 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
 from scheduler_search.search.warm_start import fit_to_space
@@ -70,6 +83,8 @@ SOURCE_WARM_START = "warm_start"
 SOURCE_DESIGN = "design"
 SOURCE_COST_MODEL = "cost_model"
 SOURCE_SEARCH = "search"
+SOURCE_LOCAL = "local"
+SOURCE_MODEL = "model"
 #: Sources measured before what the sampler proposes, in this order.
 PRIORITY_SOURCES = (SOURCE_WARM_START, SOURCE_DESIGN, SOURCE_COST_MODEL)
 #: Trial status of a candidate whose job could not be made (code generation failed).
@@ -120,6 +135,12 @@ class SearchConfig:
         batch_size: candidates measured per round (default: the executor's
             ``batch_size()`` if it has one, else its ``capacity()``).
         overlap: pipeline the rounds (see the module docstring).
+        proposals: ``"tpe"`` (every candidate is asked of the sampler; the pool is ranked
+            by the cost model) or ``"mixed"`` (see the module docstring).
+        sampler_asks_per_slot: ``mixed``: asks of the sampler per free slot and round.
+        local_top: ``mixed``: measured schedules whose neighbours are proposed.
+        random_per_slot: ``mixed``: random valid samples per free slot the cost model
+            picks from.
     """
 
     seed: int = 0
@@ -132,6 +153,10 @@ class SearchConfig:
     mirror_pruned: bool = False
     batch_size: int | None = None
     overlap: bool = False
+    proposals: str = "tpe"
+    sampler_asks_per_slot: int = 2
+    local_top: int = 3
+    random_per_slot: int = 4
 
 
 @dataclass
@@ -191,7 +216,7 @@ class SearchResult:
 
 @dataclass
 class _Candidate:
-    trial: optuna.Trial
+    trial: optuna.Trial | None  # None: not asked of the sampler (added once measured)
     choices: Choices
     sprogram: SProgram
     source: str
@@ -303,6 +328,7 @@ class SearchDriver:
         self._since_improvement = 0
         self._best: TrialRecord | None = None
         self._curve: list[tuple[float, float]] = []
+        self._rng = random.Random(f"pipetune-search:{self.config.seed}")
         for record in history:
             self._remember(record)
 
@@ -356,7 +382,8 @@ class SearchDriver:
             measurer.shutdown(wait=True)
         for candidate in self._carry:  # priority candidates the budget left unmeasured
             for trial in [candidate.trial, *candidate.waiting]:
-                study.tell(trial, state=TrialState.PRUNED)
+                if trial is not None:
+                    study.tell(trial, state=TrialState.PRUNED)
         self._carry = []
         self._mirror(study, mirror, mirrored)
         finalists = self._retime()
@@ -389,14 +416,18 @@ class SearchDriver:
         batch = _Batch()
         if free <= 0:
             return batch
-        want = max(1, free * self.config.pool_factor)
-        pool: dict[str, _Candidate] = {c.sprogram.hash: c for c in self._carry}
-        self._carry = []
-        for _ in range(want * self.config.max_asks_per_candidate):
-            if len(pool) >= want:
-                break
-            self._ask_one(study, pool, records)
-        for candidate in self._rank(study, list(pool.values()), free):
+        if self.config.proposals == "mixed":
+            chosen = self._mixed(study, records, free)
+        else:
+            want = max(1, free * self.config.pool_factor)
+            pool: dict[str, _Candidate] = {c.sprogram.hash: c for c in self._carry}
+            self._carry = []
+            for _ in range(want * self.config.max_asks_per_candidate):
+                if len(pool) >= want:
+                    break
+                self._ask_one(study, pool, records)
+            chosen = self._rank(study, list(pool.values()), free)
+        for candidate in chosen:
             try:
                 job, error = self.make_job(candidate.sprogram), ""
             except Exception as exc:  # code generation failed: a failed trial
@@ -436,9 +467,31 @@ class SearchDriver:
             self._programs[candidate.sprogram.hash] = candidate.sprogram
             records.append(record)
             self._remember(record)
+            if candidate.trial is None:
+                record.number = self._add_measured(study, candidate, record)
             for trial in [candidate.trial, *candidate.waiting]:
-                self._tell_measured(study, trial, record)
+                if trial is not None:
+                    self._tell_measured(study, trial, record)
         return records
+
+    def _add_measured(self, study: optuna.Study, candidate: _Candidate, record: TrialRecord) -> int:
+        """Add a measured candidate that the sampler did not propose to the study, so the
+        sampler learns from it; its trial number."""
+        distributions = {
+            knob.name: CategoricalDistribution(list(knob.options))
+            for knob in self.space.knobs
+            if knob.name in candidate.choices
+        }
+        attrs = {_SOURCE_ATTR: candidate.source}
+        if record.ok:
+            trial = create_trial(params=candidate.choices, distributions=distributions,
+                                 value=record.latency_us, user_attrs=attrs)
+        else:
+            attrs["error"] = f"{record.status}: {record.error}"[:500]
+            trial = create_trial(params=candidate.choices, distributions=distributions,
+                                 state=TrialState.FAIL, user_attrs=attrs)
+        study.add_trial(trial)
+        return len(study.get_trials(deepcopy=False)) - 1
 
     def _ask_one(
         self, study: optuna.Study, pool: dict[str, _Candidate], records: list[TrialRecord]
@@ -471,6 +524,97 @@ class SearchDriver:
         else:
             pool[digest] = _Candidate(trial, choices, sprogram, source)
 
+    def _mixed(
+        self, study: optuna.Study, records: list[TrialRecord], free: int
+    ) -> list[_Candidate]:
+        """A batch from priority candidates, then the sampler, the neighbours of the best
+        and the cost model's random picks in turn (see the module docstring)."""
+        asked: dict[str, _Candidate] = {c.sprogram.hash: c for c in self._carry}
+        self._carry = []
+        for _ in range(max(1, free * self.config.sampler_asks_per_slot)):
+            self._ask_one(study, asked, records)
+        self._predict(list(asked.values()))
+        priority = sorted(
+            (c for c in asked.values() if c.priority < len(PRIORITY_SOURCES)),
+            key=lambda c: (c.priority, c.trial.number if c.trial is not None else 0),
+        )
+        chosen, self._carry = priority[:free], priority[free:]
+        sampled = sorted(
+            (c for c in asked.values() if c.priority == len(PRIORITY_SOURCES)),
+            key=_by_prediction,
+        )
+        taken = set(asked) | set(self._measured) | set(self._inflight)
+        local = self._local_candidates(taken)
+        taken |= {c.sprogram.hash for c in local}
+        model = self._model_candidates(taken, free * self.config.random_per_slot)
+        sources = [local, sampled, model]
+        while len(chosen) < free and any(sources):
+            for source in sources:
+                if source and len(chosen) < free:
+                    chosen.append(source.pop(0))
+        for candidate in sampled:  # the sampler's asks that found no slot
+            for trial in [candidate.trial, *candidate.waiting]:
+                if trial is None:
+                    continue
+                if candidate.predicted_us is not None and math.isfinite(candidate.predicted_us):
+                    trial.report(candidate.predicted_us, step=0)
+                trial.set_user_attr("ranked_out", True)
+                study.tell(trial, state=TrialState.PRUNED)
+        return chosen
+
+    def _predict(self, candidates: list[_Candidate]) -> None:
+        for candidate in candidates:
+            if candidate.predicted_us is not None:
+                continue
+            try:
+                candidate.predicted_us = float(self._estimator(candidate.sprogram))
+            except Exception as exc:
+                logger.debug("cost model failed on %s: %s", candidate.sprogram.hash[:12], exc)
+
+    def _valid_candidate(
+        self, choices: Choices, source: str, taken: set[str]
+    ) -> _Candidate | None:
+        try:
+            sprogram, validity = self.space.build(choices)
+        except Exception:
+            return None
+        if not validity.ok or sprogram.hash in taken:
+            return None
+        taken.add(sprogram.hash)
+        return _Candidate(None, sprogram.choices, sprogram, source)
+
+    def _local_candidates(self, taken: set[str]) -> list[_Candidate]:
+        """Unmeasured valid neighbours of the ``local_top`` best measured schedules, best
+        predicted first (ties in a seeded random order)."""
+        best = sorted((r for r in self._measured.values() if r.ok),
+                      key=lambda r: r.latency_us or 0.0)[: self.config.local_top]
+        found: list[_Candidate] = []
+        taken = set(taken)
+        for record in best:
+            for choices in neighbours(self.space, record.choices):
+                candidate = self._valid_candidate(choices, SOURCE_LOCAL, taken)
+                if candidate is not None:
+                    found.append(candidate)
+        self._predict(found)
+        ties = {c.sprogram.hash: self._rng.random() for c in found}
+        found.sort(key=lambda c: (_by_prediction(c), ties[c.sprogram.hash]))
+        return found
+
+    def _model_candidates(self, taken: set[str], samples: int) -> list[_Candidate]:
+        """The cost model's ranking of ``samples`` random valid unmeasured schedules."""
+        found: list[_Candidate] = []
+        taken = set(taken)
+        trial = _RandomTrial(self._rng)
+        for _ in range(samples * 20):
+            if len(found) >= samples:
+                break
+            candidate = self._valid_candidate(self.space.suggest(trial), SOURCE_MODEL, taken)
+            if candidate is not None:
+                found.append(candidate)
+        self._predict(found)
+        found.sort(key=_by_prediction)
+        return found
+
     def _rank(self, study: optuna.Study, pool: list[_Candidate], free: int) -> list[_Candidate]:
         """Predict every candidate; priority sources first (in the order they were
         enqueued), then the best predicted. Priority candidates without room wait for the
@@ -489,7 +633,7 @@ class SearchDriver:
                 0.0 if c.priority < len(PRIORITY_SOURCES) else (
                     c.predicted_us if c.predicted_us is not None else math.inf
                 ),
-                c.trial.number,
+                c.trial.number if c.trial is not None else 0,
             )
         )
         chosen, rest = pool[:free], pool[free:]
@@ -507,9 +651,10 @@ class SearchDriver:
     def _record(
         self, candidate: _Candidate, result: MeasurementLike | None, error: str = ""
     ) -> TrialRecord:
+        number = candidate.trial.number if candidate.trial is not None else -1
         if result is None:
             return TrialRecord(
-                number=candidate.trial.number,
+                number=number,
                 choices=candidate.choices,
                 status=CODEGEN_ERROR,
                 source=candidate.source,
@@ -521,7 +666,7 @@ class SearchDriver:
         status = str(getattr(result.status, "value", result.status))
         ok = status == "ok" and result.latency_us is not None
         return TrialRecord(
-            number=candidate.trial.number,
+            number=number,
             choices=candidate.choices,
             status=status,
             source=candidate.source,
@@ -702,6 +847,43 @@ class SearchDriver:
         from scheduler_search.cost_model import estimate
 
         return estimate(sprogram, self.space.spec, self.space.device).latency_us
+
+
+class _RandomTrial:
+    """A trial that picks every categorical at random (cheap samples of the space)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        del name
+        return self.rng.choice(list(choices))
+
+
+def _by_prediction(candidate: _Candidate) -> float:
+    predicted = candidate.predicted_us
+    return predicted if predicted is not None and math.isfinite(predicted) else math.inf
+
+
+def neighbours(space: ScheduleSpace, choices: Choices) -> list[Choices]:
+    """The schedules one knob away from ``choices``: each knob that applies set to each of
+    its other options, the knobs that then apply or not walked define-by-run (a knob new
+    to the walk takes its first option)."""
+    found = []
+    for knob in space.knobs:
+        if knob.name not in choices:
+            continue
+        for option in knob.options:
+            if option == choices[knob.name]:
+                continue
+            changed = {**choices, knob.name: option}
+            walked: Choices = {}
+            for other in space.knobs:
+                if other.applies(walked):
+                    value = changed.get(other.name)
+                    walked[other.name] = value if value in other.options else other.options[0]
+            found.append(walked)
+    return found
 
 
 def _latency(result: MeasurementLike | None) -> float | None:

@@ -16,11 +16,14 @@ A run on a GPU (``cuda:N``) measures generated kernels: each candidate sProgram 
 (``codegen.render``) into a KernelArtifact job for the device's ``LocalGpuPool``; rounds
 overlap (the next batch compiles on the CPU cores while the GPU times the current one);
 the hand-written designs and the cost model's best distinct structures go first (the
-latter computed in another process meanwhile); candidates are ranked with the device's
-calibrated cost model when one is stored. The vendor baseline (``cublas`` for a GEMM) is
-measured by the same worker with the first batch and re-timed interleaved with the
-finalists; the winner's kernel is stored (``/v1/kernels/{hash}``) with its speed against
-the baseline; then the run's measurements refine the device's calibration.
+latter computed in another process meanwhile), then each batch mixes the sampler's asks,
+neighbours of the best measured kernels and the cost model's picks (``proposals="mixed"``:
+asking the sampler for every candidate costs seconds per round on a GEMM space); candidates
+are ranked with the device's calibrated cost model when one is stored. The vendor baseline
+(``cublas`` for a GEMM) is measured by the same worker with the first batch and re-timed
+interleaved with the finalists; the winner's kernel is stored (``/v1/kernels/{hash}``)
+with its speed against the baseline; then the run's measurements refine the device's
+calibration.
 """
 
 from __future__ import annotations
@@ -379,7 +382,8 @@ class RunManager:
         if gpu:
             config = SearchConfig(
                 seed=run.seed, overlap=True, retime_top_k=GPU_RETIME_TOP_K,
-                batch_size=self.settings.gpu_batch_size or None,
+                batch_size=self.settings.gpu_batch_size or None, proposals="mixed",
+                sampler_asks_per_slot=1, random_per_slot=2,
             )
         driver = SearchDriver(
             space,

@@ -176,3 +176,53 @@ def test_curve_is_the_best_so_far_with_search_times() -> None:
     assert result.curve and times == sorted(times) and times[0] > 0
     assert latencies == sorted(latencies, reverse=True) and len(set(latencies)) == len(latencies)
     assert latencies[-1] == min(latency_of(p) for p in executor.measured)
+
+
+def test_mixed_batches_draw_on_the_sampler_the_neighbours_and_the_model() -> None:
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.search import SOURCE_LOCAL, SOURCE_MODEL, SOURCE_SEARCH
+    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.sprogram import check_valid
+
+    space = ScheduleSpace(parse_spec("gemm", {"m": 1024, "n": 1024, "k": 1024,
+                                              "dtype": "float16"}), get_device("sim:h200"))
+
+    def by_tile(sprogram) -> float:
+        c = sprogram.choices
+        return 100.0 + abs(c["tile_m"] - 128) + abs(c["tile_n"] - 128) / 2 + c["stages_ab"]
+
+    def run(seed: int):
+        executor = PipelineExecutor(batch=6, measure_s=0.0, latency=by_tile)
+        records = []
+        driver = SearchDriver(space, executor, lambda p: p, estimator=by_tile,
+                              budget=Budget(trials=30), on_trials=records.extend,
+                              config=SearchConfig(seed=seed, proposals="mixed",
+                                                  sampler_asks_per_slot=1, random_per_slot=2))
+        return driver.run(), executor, records
+
+    result, executor, records = run(5)
+    measured = executor.measured
+    assert result.trials_done == 30 == len({p.hash for p in measured})
+    assert all(check_valid(p, space.spec, space.device).ok for p in measured)
+    sources = {r.source for r in records if r.status == "ok"}
+    assert {SOURCE_LOCAL, SOURCE_MODEL, SOURCE_SEARCH} <= sources
+    assert [p.hash for p in run(5)[1].measured] == [p.hash for p in measured]  # seeded
+
+
+def test_neighbours_change_one_knob_and_walk_the_rest() -> None:
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.search import neighbours
+    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+
+    space = ScheduleSpace(parse_spec("gemm", {"m": 1024, "n": 1024, "k": 1024,
+                                              "dtype": "float16"}), get_device("sim:h200"))
+    base = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzle": 8}
+    found = neighbours(space, base)
+    assert len(found) == sum(len(k.options) - 1 for k in space.knobs if k.name in base)
+    one_warpgroup = next(c for c in found if c["consumer_warpgroups"] == 1)
+    assert "consumer_split" not in one_warpgroup and "wg_schedule" not in one_warpgroup
+    assert all(sum(c.get(k) != v for k, v in base.items()) >= 1 for c in found)
+    assert {c["raster_swizzle"] for c in found} == {1, 2, 4, 8, 16}
