@@ -76,8 +76,10 @@ BASELINES = {"gemm": "cublas", "attention": "sdpa_cudnn"}
 SEARCH_TIMING = TimingConfig(warmup_launches=3, warmup_ms=0.0, min_samples=20, min_time_ms=0.0)
 #: Timing of the finalists and the baseline in the final interleaved re-timing.
 FINAL_TIMING = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=20.0)
-#: A candidate's load + check + timing on the GPU may take this long before it is killed.
-GPU_DEADLINE_S = 30.0
+#: A candidate's load + check + timing on the GPU may take this long before its worker is
+#: killed (a hung kernel); a finalist's re-timing, and the baseline, get the longer one.
+GPU_DEADLINE_S = 10.0
+FINAL_DEADLINE_S = 30.0
 #: Finalists re-timed on a GPU (selection noise of the quick timing is a few percent).
 GPU_RETIME_TOP_K = 5
 #: Measurements a calibration fit looks at (spread over the run's latency range), and the
@@ -324,12 +326,12 @@ class RunManager:
         def make_job(sprogram: SProgram) -> Job:
             if not gpu:
                 return Job(workload=job_workload, schedule=sprogram.to_dict(), seed=run.seed)
-            return _kernel_job(sprogram, spec, model, job_workload, run.seed, SEARCH_TIMING)
+            return kernel_job(sprogram, spec, model, job_workload, run.seed, SEARCH_TIMING)
 
         def make_final_job(sprogram: SProgram) -> Job:
             if not gpu:
                 return make_job(sprogram)
-            return _kernel_job(sprogram, spec, model, job_workload, run.seed, FINAL_TIMING)
+            return kernel_job(sprogram, spec, model, job_workload, run.seed, FINAL_TIMING)
 
         def on_trials(records: list[TrialRecord]) -> None:
             with repo.session_scope(self.db.sessions) as session:
@@ -404,7 +406,7 @@ class RunManager:
             make_final_job=make_final_job,
             reference_job=(
                 Job(job_workload, baseline=baseline, timing=FINAL_TIMING, seed=run.seed,
-                    deadline_s=GPU_DEADLINE_S)
+                    deadline_s=FINAL_DEADLINE_S)
                 if baseline is not None else None
             ),
             history=history,
@@ -595,7 +597,7 @@ def _render(sprogram: SProgram, spec: OperatorSpec, model: Any) -> Any:
     return render(sprogram, spec, model)
 
 
-def _kernel_job(
+def kernel_job(
     sprogram: SProgram,
     spec: OperatorSpec,
     model: Any,
@@ -609,7 +611,7 @@ def _kernel_job(
         artifact=_render(sprogram, spec, model),
         seed=seed,
         timing=timing,
-        deadline_s=GPU_DEADLINE_S,
+        deadline_s=FINAL_DEADLINE_S if timing == FINAL_TIMING else GPU_DEADLINE_S,
     )
 
 

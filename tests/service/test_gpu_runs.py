@@ -231,3 +231,31 @@ def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     assert {structure_of(c) for c in rasters} <= {structure_of(c) for c in found[:2]}
     space = ScheduleSpace(spec, device)
     assert all(space.build(c)[1].ok for c in found)
+
+
+def test_tuning_speed_bench_on_a_pretend_gpu(
+    fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    from service.runs import executors
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "tuning_speed.py"
+    module_spec = importlib.util.spec_from_file_location("tuning_speed", path)
+    bench = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(bench)
+    monkeypatch.setattr(executors, "local_gpu_pool",
+                        lambda *args, **kwargs: ModelGpu(measure_s=0.05))
+    monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
+    out = tmp_path / "speed.json"
+    bench.main(["--shapes", "1024x1024x1024", "--seconds", "3", "--out", str(out)],
+               fingerprint=dict(FINGERPRINT))
+    (case,) = json.loads(out.read_text())["cases"]
+    assert "error" not in case, case
+    assert case["cublas_us"] == CUBLAS_US and case["speedup_vs_cublas"] > 0
+    assert case["time_to_2pct_curve_s"] is not None and case["time_to_2pct_retimed_s"] is not None
+    curve = case["best_so_far_curve"]
+    assert curve and [t for t, _ in curve] == sorted(t for t, _ in curve)
+    assert all(step["retimed_us"] for step in case["best_so_far_steps"])
+    assert case["trials_ok"] > 0 and case["stop_reason"] == "seconds"
