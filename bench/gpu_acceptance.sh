@@ -23,12 +23,12 @@ WORK=$(mktemp -d /tmp/pipetune-acceptance.XXXX)
 
 step() { echo; echo "=== $1 ($(date -u +%T))"; }
 
-(nvidia-smi -L; python3 -c 'import cupy, torch; print("cupy", cupy.__version__, "torch",
- torch.__version__)') 2>&1 | tee "$OUT/env.txt"
+nvidia-smi -L
+python3 -c 'import cupy, torch; print("cupy", cupy.__version__, "torch", torch.__version__)'
 
 if [[ " $STEPS " == *" tests "* ]]; then
   step "GPU tests"
-  timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
+  timeout ${TESTS_CAP:-100} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
     tests/workers/test_load_gpu.py tests/service/test_gpu_tune.py \
     tests/workers/test_executor_contract.py -rA 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 fi
@@ -37,9 +37,9 @@ if [[ " $STEPS " == *" cli "* ]]; then
   step "pipetune tune gemm 4096^3 from an empty database"
   mkdir -p "$WORK/cli"
   started=$(date +%s.%N)
-  PIPETUNE_DATA_DIR="$WORK/cli" timeout 120 \
+  PIPETUNE_DATA_DIR="$WORK/cli" timeout ${CLI_CAP:-100} \
     python3 -m service.cli tune gemm --m 4096 --n 4096 --k 4096 --dtype float16 \
-    --database-url "sqlite:///$WORK/cli/pipetune.db" --kernel-out "$OUT/kernel_cli.json" \
+    --database-url "sqlite:///$WORK/cli/pipetune.db" --kernel-out "$WORK/kernel_cli.json" \
     2>&1 | tr '\r' '\n' | grep -v '^ *$' | tail -12 | tee "$OUT/cli.txt"
   echo "command wall: $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
     | tee -a "$OUT/cli.txt"
@@ -51,7 +51,7 @@ if [[ " $STEPS " == *" serve "* ]]; then
   PIPETUNE_DATA_DIR="$WORK/serve" python3 -m service.cli serve --port 8765 \
     --database-url "sqlite:///$WORK/serve/pipetune.db" > "$OUT/serve.log" 2>&1 &
   SERVER=$!
-  timeout 150 python3 bench/gpu_acceptance_client.py http://127.0.0.1:8765 "$OUT" \
+  timeout ${SERVE_CAP:-110} python3 bench/gpu_acceptance_client.py http://127.0.0.1:8765 "$OUT" \
     2>&1 | tee "$OUT/serve_walk.txt"
   kill "$SERVER"; wait "$SERVER" 2>/dev/null
 fi
@@ -59,7 +59,7 @@ fi
 if [[ " $STEPS " == *" bench "* ]]; then
   step "bench/tuning_speed.py: $SHAPES, $SECONDS_PER_SHAPE s each"
   # shellcheck disable=SC2086
-  timeout 330 python3 bench/tuning_speed.py --shapes $SHAPES --seconds "$SECONDS_PER_SHAPE" \
+  timeout ${BENCH_CAP:-250} python3 bench/tuning_speed.py --shapes $SHAPES --seconds "$SECONDS_PER_SHAPE" \
     --out "$OUT/tuning_speed.json" 2>&1 | grep -v "^ *$" | tail -20 | tee "$OUT/bench.txt"
 fi
 step done

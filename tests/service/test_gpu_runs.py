@@ -259,3 +259,30 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
     assert curve and [t for t, _ in curve] == sorted(t for t, _ in curve)
     assert all(step["retimed_us"] for step in case["best_so_far_steps"])
     assert case["trials_ok"] > 0 and case["stop_reason"] == "seconds"
+
+
+def test_gpu_run_through_a_real_local_gpu_pool_with_stand_in_workers(
+    fake_gpu: FakeProbe, tmp_path
+) -> None:
+    """The pool's own prepare/measure path (spawned stand-in worker, background compile)."""
+    from workers import LocalGpuPool
+    from workers.testing import StandinCompiler, standin_worker_main
+
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", data_dir=tmp_path,
+                        max_concurrent_runs=1, cost_model_seeds=0)
+    pools = []
+
+    def factory(device):
+        pools.append(LocalGpuPool(["0"], worker_entry=standin_worker_main,
+                                  compiler=StandinCompiler(), batch_size=4))
+        return pools[-1]
+
+    with TestClient(create_app(settings, gpu_pool_factory=factory)) as client:
+        body = {"op": "gemm", "params": GEMM, "budget": {"trials": 10}}
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        assert run["status"] == "succeeded", run
+        assert run["trials_done"] == 10 and run["baseline_latency_us"] == 10.0
+        assert run["best"]["kernel_hash"] is not None
+    (pool,) = pools
+    compiled = pool._compiler.batches
+    assert sum(compiled[:3]) == 10 and compiled[:3] == [4, 4, 2]  # by prepare, once each
