@@ -87,8 +87,9 @@ def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str) -> Non
         f"  wgmma_fence(); {mma.name}(d, (u64)a, (u64)a, 1); wgmma_commit(); wgmma_wait<0>();\n"
         f"  wgmma_fence_operands(d); acc[0] = d[0] + d[{n // 2 - 1}];"
     )
-    report = compile_report(_kernel([mma, "wgmma_fence", "wgmma_commit", "wgmma_wait",
-                                     "wgmma_fence_operands"], body))
+    report = compile_report(
+        _kernel([mma, "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_fence_operands"], body)
+    )
     assert report.ok, report.log
     assert f"m64n{n}k16" in mma.code
 

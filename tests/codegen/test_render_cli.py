@@ -12,8 +12,26 @@ from service.cli import main
 
 def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
     out = tmp_path / "kernels"
-    code = main(["render", "gemm", "--m", "512", "--n", "512", "--k", "512",
-                 "--dtype", "bfloat16", "--b-layout", "nk", "--top", "2", "--out", str(out)])
+    code = main(
+        [
+            "render",
+            "gemm",
+            "--m",
+            "512",
+            "--n",
+            "512",
+            "--k",
+            "512",
+            "--dtype",
+            "bfloat16",
+            "--b-layout",
+            "nk",
+            "--top",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     sources = sorted(out.glob("*.cu"))
     contracts = sorted(out.glob("*.json"))
