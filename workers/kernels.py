@@ -370,7 +370,14 @@ def _stream(cupy: Any, like: Any, framework: str) -> Any:
     if framework == "torch":
         import torch
 
-        return cupy.cuda.ExternalStream(torch.cuda.current_stream(like.device).cuda_stream)
+        stream = torch.cuda.current_stream(like.device)
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy >= 14
+        if from_external is not None:
+            try:
+                return from_external(stream)
+            except (TypeError, ValueError, AttributeError):
+                pass
+        return cupy.cuda.ExternalStream(stream.cuda_stream)
     return cupy.cuda.get_current_stream()
 
 

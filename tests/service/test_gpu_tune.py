@@ -31,7 +31,6 @@ def test_tune_a_small_gemm_on_the_gpu_and_run_its_kernel(
             "--trials", "24", "--database-url", database, "--kernel-out", str(kernel_file)]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    print(out)
     assert "on cuda:0 (run 1, 24 measured in" in out
     assert "vs cublas: " in out and "kernel: " in out
 
