@@ -9,7 +9,13 @@ from pydantic import ValidationError
 from scheduler_search.ops import OperatorSpec, SpecError, parse_spec
 from service.core.config import Settings
 from service.errors import InvalidRequest
-from service.runs.devices import DeviceError, ResolvedDevice, resolve_device
+from service.runs.devices import (
+    DEFAULT_SIMULATED,
+    DeviceError,
+    ResolvedDevice,
+    resolve_device,
+    simulated,
+)
 from service.schemas import MAX_TRIALS, TuneRequest
 
 
@@ -51,6 +57,21 @@ def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
         device = resolve_device(request.device)
     except DeviceError as exc:
         errors.append({"loc": ("device",), "msg": str(exc), "type": "device_error"})
+    if spec is not None and device is not None and device.kind == "cuda":
+        from codegen import has_renderer
+
+        if not has_renderer(spec.op):
+            if request.device.strip().lower() == "auto":
+                # No kernels to measure for this operator yet: tune it on the simulated GPU.
+                device = simulated(DEFAULT_SIMULATED)
+            else:
+                errors.append({
+                    "loc": ("device",),
+                    "msg": f"no code generation for {spec.op!r} yet, so it cannot be measured "
+                           f"on {device.name}; use device 'auto' or '{DEFAULT_SIMULATED}'",
+                    "type": "device_error",
+                })
+                device = None
     if spec is not None and device is not None:
         try:
             spec.check_fits(device.model)

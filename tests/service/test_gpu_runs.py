@@ -286,3 +286,21 @@ def test_gpu_run_through_a_real_local_gpu_pool_with_stand_in_workers(
     (pool,) = pools
     compiled = pool._compiler.batches
     assert sum(compiled[:3]) == 10 and compiled[:3] == [4, 4, 2]  # by prepare, once each
+
+
+def test_operators_without_code_generation_stay_simulated(fake_gpu: FakeProbe) -> None:
+    from service.errors import InvalidRequest
+    from service.runs.tune import prepare
+    from service.schemas import TuneRequest
+
+    attention = {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 512, "seq_kv": 512,
+                 "head_dim": 128, "causal": False, "dtype": "float16"}
+    settings = Settings()
+    auto = prepare(TuneRequest(op="attention", params=attention), settings)
+    assert auto.device.name == "sim:h200" and auto.device.simulated
+    with pytest.raises(InvalidRequest) as raised:
+        prepare(TuneRequest(op="attention", params=attention, device="cuda:0"), settings)
+    (error,) = raised.value.errors
+    assert error["loc"] == ("device",) and "no code generation for 'attention'" in error["msg"]
+    gemm = prepare(TuneRequest(op="gemm", params=GEMM), settings)
+    assert gemm.device.name == "cuda:0"
