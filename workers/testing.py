@@ -19,6 +19,25 @@ from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
 from workers.compile import CompileResult
 from workers.protocol import Job, Measurement, MeasurementStatus
 
+#: cudaDeviceProp of the lent H200 as CuPy's getDeviceProperties returns it: live
+#: properties for tests of device construction and GPU runs on a machine without a GPU.
+H200_PROPS: dict[str, Any] = {
+    "name": b"NVIDIA H200",
+    "major": 9,
+    "minor": 0,
+    "multiProcessorCount": 132,
+    "sharedMemPerMultiprocessor": 233472,
+    "sharedMemPerBlockOptin": 232448,
+    "regsPerMultiprocessor": 65536,
+    "maxThreadsPerBlock": 1024,
+    "maxThreadsPerMultiProcessor": 2048,
+    "l2CacheSize": 62914560,
+    "clockRate": 1980000,
+    "totalGlobalMem": 150754820096,
+    "memoryClockRate": 2619000,
+    "memoryBusWidth": 6144,
+}
+
 _CONVERT = r"""
 // Element conversions in inline PTX (PTX ISA "cvt"), so no fp16/bf16 header is needed.
 __device__ __forceinline__ float elem_to_float(unsigned short bits) {

@@ -19,26 +19,10 @@ from scheduler_search.hardware import (
     device_from_properties,
     get_device,
 )
+from workers.testing import H200_PROPS
 
 GIB = 1 << 30
 
-#: cudaDeviceProp of the lent H200, as CuPy's getDeviceProperties returns it.
-H200_PROPS: dict[str, Any] = {
-    "name": b"NVIDIA H200",
-    "major": 9,
-    "minor": 0,
-    "multiProcessorCount": 132,
-    "sharedMemPerMultiprocessor": 233472,
-    "sharedMemPerBlockOptin": 232448,
-    "regsPerMultiprocessor": 65536,
-    "maxThreadsPerBlock": 1024,
-    "maxThreadsPerMultiProcessor": 2048,
-    "l2CacheSize": 62914560,
-    "clockRate": 1980000,
-    "totalGlobalMem": 150754820096,
-    "memoryClockRate": 2619000,
-    "memoryBusWidth": 6144,
-}
 SOFTWARE = {"driver": "580.95", "cuda_runtime": "13.0", "cupy": "14.2.0", "codegen": "1"}
 
 

@@ -21,23 +21,8 @@ from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import plan_sprogram
 from workers import Executor, Job, Measurement, MeasurementStatus
+from workers.testing import H200_PROPS
 
-H200_PROPS: dict[str, Any] = {
-    "name": b"NVIDIA H200",
-    "major": 9,
-    "minor": 0,
-    "multiProcessorCount": 132,
-    "sharedMemPerMultiprocessor": 233472,
-    "sharedMemPerBlockOptin": 232448,
-    "regsPerMultiprocessor": 65536,
-    "maxThreadsPerBlock": 1024,
-    "maxThreadsPerMultiProcessor": 2048,
-    "l2CacheSize": 62914560,
-    "clockRate": 1980000,
-    "totalGlobalMem": 150754820096,
-    "memoryClockRate": 2619000,
-    "memoryBusWidth": 6144,
-}
 FINGERPRINT: dict[str, Any] = {
     "name": "NVIDIA H200",
     "compute_capability": "9.0",
