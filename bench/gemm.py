@@ -67,10 +67,10 @@ def _structure(choices: dict[str, Any]) -> tuple:
 
 # ----- prepare (CPU) ------------------------------------------------------------------
 def prepare(args: argparse.Namespace) -> None:
-    from codegen import render
-    from codegen.sampling import GEMM_SUITE
+    from codegen import feasibility, render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops.gemm import GemmSpec
+    from scheduler_search.ops.suites import GEMM_SHAPES
     from scheduler_search.space import ScheduleSpace, rank_top
     from scheduler_search.sprogram import plan_sprogram
 
@@ -82,10 +82,10 @@ def prepare(args: argparse.Namespace) -> None:
     ]
     cases = []
     started = time.perf_counter()
-    for m, n, k in GEMM_SUITE:
+    for m, n, k in GEMM_SHAPES:
         for layout in args.layouts:
             ranked_spec = GemmSpec(m=m, n=n, k=k, dtype="float16", b_layout=layout)
-            space = ScheduleSpace(ranked_spec, device)
+            space = ScheduleSpace(ranked_spec, device, feasibility("gemm", device))
             candidates, _ = space.enumerate()
             ranked = rank_top(space, candidates, args.pool)
             chosen, seen = [], set()

@@ -55,13 +55,13 @@ def _first_within(points: list[tuple[float, float]], best: float) -> float | Non
 def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
     import migrations
     from scheduler_search.ops import parse_spec
-    from scheduler_search.space import ScheduleSpace
     from service.core.config import Settings
     from service.core.db import Database
     from service.db import repositories as repo
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import FINAL_TIMING, RunManager, kernel_job
+    from service.runs.space import schedule_space
     from service.runs.tune import prepare
     from service.schemas import RunPublic, TuneRequest
 
@@ -115,7 +115,7 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
         spec = parse_spec("gemm", params)
         executor = executors.get(tune.device)
         model = tune.device.model
-        space = ScheduleSpace(spec, model)
+        space = schedule_space(spec, model)
         winner = public["best"]["schedule_hash"]
         jobs, hashes = [], []
         for step in steps:

@@ -1,22 +1,33 @@
 """Code generation: sPrograms to CUDA C++ sources and their launch contracts.
 
-``render(sprogram)`` is the one entry; the device primitives live in ``codegen.cuda`` and
-the per-operator emitters in ``codegen.kernels``. Importing ``codegen`` needs no GPU.
+``render(sprogram)`` is the one entry; every kernel is written by the pipeline skeleton
+(``codegen.pipeline``) with an operator's hooks (``codegen.kernels``); the device
+primitives live in ``codegen.cuda``. Importing ``codegen`` needs no GPU.
 """
 
 from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
-from codegen.kernels import Unsupported
-from codegen.render import CODEGEN_VERSION, RENDERERS, has_renderer, render, unsupported
+from codegen.render import (
+    CODEGEN_VERSION,
+    HOOKS,
+    Unsupported,
+    feasibility,
+    has_renderer,
+    lowering,
+    render,
+    unsupported,
+)
 
 __all__ = [
     "CODEGEN_VERSION",
-    "RENDERERS",
+    "HOOKS",
     "KernelArtifact",
     "ScalarArg",
     "TensorArg",
     "TensorMapArg",
     "Unsupported",
+    "feasibility",
     "has_renderer",
+    "lowering",
     "render",
     "unsupported",
 ]

@@ -1,9 +1,9 @@
 """The one entry of code generation: an sProgram to a KernelArtifact.
 
-Renderers are looked up by operator in :data:`RENDERERS`; each takes the sProgram and the
-device (for SM count and shared-memory limit) and returns the artifact, or raises
-:class:`~codegen.kernels.Unsupported` for a schedule it cannot generate. The schedule
-space asks :func:`unsupported` first, so such schedules never reach a compiler.
+Each operator with code generation is a set of hooks on the pipeline skeleton
+(:mod:`codegen.pipeline`), looked up in :data:`HOOKS`. :func:`unsupported` says why a
+schedule cannot be generated; the schedule space is given it as its feasibility check
+(:func:`feasibility`), so such schedules never reach a compiler.
 """
 
 from __future__ import annotations
@@ -12,22 +12,24 @@ from collections.abc import Callable
 from typing import Any
 
 from codegen.artifact import KernelArtifact
-from codegen.kernels.gemm import GEMM_CODEGEN_VERSION, Unsupported, gemm_unsupported, render_gemm
+from codegen.kernels.gemm import GEMM_HOOKS_VERSION, GemmHooks
+from codegen.pipeline import OperatorHooks
+from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
 from scheduler_search.hardware.catalog import CATALOG
 from scheduler_search.hardware.model import Device
 from scheduler_search.sprogram import SProgram
 
-Renderer = Callable[[SProgram, Device], KernelArtifact]
-Checker = Callable[[Any, dict[str, Any], Device], "str | None"]
+#: op -> its hooks on the pipeline skeleton.
+HOOKS: dict[str, type[OperatorHooks]] = {
+    "gemm": GemmHooks,
+}
 
 #: Version of code generation as a whole, part of a GPU's device fingerprint (cache key):
-#: a change to any renderer's output must change it, so cached kernels are re-tuned.
-CODEGEN_VERSION = GEMM_CODEGEN_VERSION
+#: a change to the skeleton's or any operator's output must change it, so cached kernels
+#: are re-tuned.
+CODEGEN_VERSION = f"{PIPELINE_VERSION}+{GEMM_HOOKS_VERSION}"
 
-#: op -> (renderer, support check).
-RENDERERS: dict[str, tuple[Renderer, Checker]] = {
-    "gemm": (render_gemm, gemm_unsupported),
-}
+Feasibility = Callable[[SProgram], "str | None"]
 
 
 def default_device(arch: str) -> Device:
@@ -39,7 +41,19 @@ def default_device(arch: str) -> Device:
 
 
 def has_renderer(op: str) -> bool:
-    return op in RENDERERS
+    return op in HOOKS
+
+
+def lowering(sprogram: SProgram, device: Device | None = None) -> Lowered:
+    """The kernel of ``sprogram`` as written: text, plan and emission record.
+
+    Raises:
+        KeyError: no hooks for the operator.
+        Unsupported: the skeleton or the operator cannot lower this schedule.
+    """
+    if sprogram.op not in HOOKS:
+        raise KeyError(f"no code generation for {sprogram.op!r}; have {', '.join(HOOKS)}")
+    return lower(sprogram, HOOKS[sprogram.op], device or default_device(sprogram.arch))
 
 
 def render(
@@ -54,33 +68,44 @@ def render(
             default: the catalog device of the sProgram's architecture.
 
     Raises:
-        KeyError: no renderer for the operator.
-        Unsupported: the renderer cannot generate this schedule.
+        KeyError: no code generation for the operator.
+        Unsupported: the schedule cannot be generated.
     """
-    if sprogram.op not in RENDERERS:
-        raise KeyError(f"no renderer for {sprogram.op!r}; have {', '.join(RENDERERS)}")
     if spec is not None and spec.params() != sprogram.params:
         raise ValueError("spec and sProgram describe different workloads")
-    renderer, _ = RENDERERS[sprogram.op]
-    return renderer(sprogram, device or default_device(sprogram.arch))
+    lowered = lowering(sprogram, device)
+    hooks = lowered.layout.hooks
+    return lowered.artifact({
+        "codegen_version": CODEGEN_VERSION,
+        "flops": getattr(hooks, "flops", None),
+    })
 
 
-def unsupported(schedule: Any, spec: Any, device: Device) -> str | None:
-    """Why ``schedule`` (an SProgram, or the Decisions it is emitted from) of ``spec``
-    cannot be rendered for ``device``, or None. Operators without a renderer answer None:
-    their spaces are not restricted (yet)."""
-    if spec.op not in RENDERERS:
+def unsupported(sprogram: SProgram, device: Device) -> str | None:
+    """Why ``sprogram`` cannot be generated for ``device``, or None."""
+    if sprogram.op not in HOOKS:
+        return f"no code generation for {sprogram.op}"
+    return plan(sprogram, HOOKS[sprogram.op], device).problem()
+
+
+def feasibility(op: str, device: Device) -> Feasibility | None:
+    """The check a schedule space of ``op`` on ``device`` is restricted by, or None where
+    code generation does not apply: operators without hooks and architectures without
+    wgmma (sm_80) are tuned on the simulated device, over the cost model's whole space."""
+    if op not in HOOKS or not device.has_wgmma:
         return None
-    _, check = RENDERERS[spec.op]
-    return check(schedule, spec.params(), device)
+    return lambda sprogram: unsupported(sprogram, device)
 
 
 __all__ = [
     "CODEGEN_VERSION",
-    "RENDERERS",
+    "HOOKS",
+    "Feasibility",
     "Unsupported",
     "default_device",
+    "feasibility",
     "has_renderer",
+    "lowering",
     "render",
     "unsupported",
 ]

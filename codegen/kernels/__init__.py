@@ -1,5 +1,5 @@
-"""Per-operator kernel emitters (one module each)."""
+"""Per-operator hooks on the pipeline skeleton (one module each)."""
 
-from codegen.kernels.gemm import GemmPlan, Unsupported, gemm_unsupported, render_gemm
+from codegen.kernels.gemm import GEMM_HOOKS_VERSION, GemmHooks
 
-__all__ = ["GemmPlan", "Unsupported", "gemm_unsupported", "render_gemm"]
+__all__ = ["GEMM_HOOKS_VERSION", "GemmHooks"]

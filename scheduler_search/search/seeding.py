@@ -19,7 +19,7 @@ from typing import Any
 
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec
-from scheduler_search.space import Choices, ScheduleSpace, rank_top
+from scheduler_search.space import Choices, Feasibility, ScheduleSpace, rank_top
 
 #: Choices that are not part of a schedule's "structure" for diversity: tile order and
 #: the fine knobs the cost model scores alike.
@@ -46,6 +46,7 @@ def cost_model_seeds(
     raster_structures: int = 4,
     pool: int = 400,
     calibration: Any = None,
+    feasible: Feasibility | None = None,
 ) -> list[Choices]:
     """Choices to measure first: the best schedule of each of the cost model's
     ``structures`` best structures (among its ``pool`` best schedules), then the other
@@ -53,13 +54,14 @@ def cost_model_seeds(
 
     Args:
         calibration: a ``cost_model.Calibration`` of the device, to rank with.
+        feasible: what code generation can lower (``ScheduleSpace``'s check).
     """
-    space = ScheduleSpace(spec, device)
+    space = ScheduleSpace(spec, device, feasible)
     candidates, _ = space.enumerate()
     timings = None
     if calibration is not None and not calibration.is_identity:
         timings, device = calibration.timings(), calibration.device(device)
-        space = ScheduleSpace(spec, device)
+        space = ScheduleSpace(spec, device, feasible)
     ranked = rank_top(space, candidates, pool, timings)
     chosen: list[Choices] = []
     seen: set[tuple] = set()

@@ -2,12 +2,13 @@
 
 from scheduler_search.space.knobs import Choices, Knob
 from scheduler_search.space.ranking import Ranked, rank_top
-from scheduler_search.space.space import Candidate, ScheduleSpace, SpaceCount
+from scheduler_search.space.space import Candidate, Feasibility, ScheduleSpace, SpaceCount
 from scheduler_search.space.tables import knob_table
 
 __all__ = [
     "Candidate",
     "Choices",
+    "Feasibility",
     "Knob",
     "Ranked",
     "ScheduleSpace",

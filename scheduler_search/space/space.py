@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol
@@ -35,17 +35,9 @@ from scheduler_search.sprogram import (
 #: Rejection count key of valid schedules that the code generator cannot render.
 CODEGEN_REJECTION = "unsupported_by_codegen"
 
-
-def renderer_problem(schedule: Any, spec: OperatorSpec, device: Device) -> str | None:
-    """Why the code generator cannot render ``schedule`` (an SProgram or its Decisions),
-    or None. Operators without a renderer are not restricted, nor are architectures the
-    code generator does not target (sm_80): those spaces are tuned on the simulated
-    device only, so the cost model's whole space stays searchable."""
-    if not device.has_wgmma:
-        return None
-    from codegen.render import unsupported
-
-    return unsupported(schedule, spec, device)
+#: Why a valid sProgram cannot be generated, or None: the code generator's check, given
+#: to the space by whoever composes the two (the search half never imports codegen).
+Feasibility = Callable[[SProgram], "str | None"]
 
 
 class CategoricalTrial(Protocol):
@@ -57,7 +49,8 @@ class CategoricalTrial(Protocol):
 @dataclass(frozen=True)
 class Candidate:
     """A valid structural point: its choices, resolved decisions and resource use; the
-    sProgram is emitted on first use (most candidates are only counted)."""
+    sProgram is emitted on first use (without a feasibility check most candidates are
+    only counted)."""
 
     spec: OperatorSpec
     device: Device
@@ -87,12 +80,25 @@ class SpaceCount:
 
 
 class ScheduleSpace:
-    """The space of sPrograms for ``spec`` on ``device``."""
+    """The space of sPrograms for ``spec`` on ``device``.
 
-    def __init__(self, spec: OperatorSpec, device: Device) -> None:
+    Args:
+        feasible: restricts the space to what can be generated: it is asked about every
+            schedule that passes ``check_valid`` and answers why it cannot be generated,
+            or None. Without it the space is the cost model's whole space (simulated
+            devices, operators without code generation).
+    """
+
+    def __init__(
+        self, spec: OperatorSpec, device: Device, feasible: Feasibility | None = None
+    ) -> None:
         self.spec = spec
         self.device = device
+        self.feasible = feasible
         self.knobs: list[Knob] = knob_table(spec, device)
+
+    def _problem(self, sprogram: SProgram) -> str | None:
+        return self.feasible(sprogram) if self.feasible is not None else None
 
     @property
     def structural_knobs(self) -> list[Knob]:
@@ -129,7 +135,7 @@ class ScheduleSpace:
         sprogram = plan_sprogram(self.spec, self.device, choices)
         validity = check_valid(sprogram, self.spec, self.device)
         if validity.ok:
-            problem = renderer_problem(sprogram, self.spec, self.device)
+            problem = self._problem(sprogram)
             if problem:
                 validity = replace(
                     validity,
@@ -159,13 +165,15 @@ class ScheduleSpace:
             for choices in self._walk(rest, 0, dict(tile_choice)):
                 decisions = resolve_choices(self.spec, self.device, choices)
                 validity = check_valid(decisions, self.spec, self.device)
-                if validity.ok and renderer_problem(decisions, self.spec, self.device):
-                    count.rejected[CODEGEN_REJECTION] += multiplier
-                elif validity.ok:
-                    valid.append(Candidate(self.spec, self.device, decisions, validity))
-                    count.valid += multiplier
-                else:
+                if not validity.ok:
                     count.rejected[validity.reason.value] += multiplier
+                    continue
+                candidate = Candidate(self.spec, self.device, decisions, validity)
+                if self.feasible is not None and self._problem(candidate.sprogram):
+                    count.rejected[CODEGEN_REJECTION] += multiplier
+                else:
+                    valid.append(candidate)
+                    count.valid += multiplier
         return valid, count
 
     def with_order(self, candidate: Candidate, order: Choices) -> SProgram:

@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
     from codegen import has_renderer, render
-    from scheduler_search.space import ScheduleSpace, rank_top
+    from scheduler_search.space import rank_top
+    from service.runs.space import schedule_space
 
     if args.top < 1:
         parser.error("--top must be >= 1")
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     if not has_renderer(spec.op):
         print(f"pipetune render: no code generator for {spec.op} yet", file=sys.stderr)
         return 2
-    space = ScheduleSpace(spec, device)
+    space = schedule_space(spec, device)
     candidates, count = space.enumerate()
     if not candidates:
         print("pipetune render: the schedule space is empty", file=sys.stderr)

@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from scheduler_search.hardware import CATALOG, get_device
 from scheduler_search.ops import OPERATORS, SpecError
-from scheduler_search.space import ScheduleSpace, rank_top
+from scheduler_search.space import rank_top
 from service.commands._params import describe_errors, spec_from_cli
+from service.runs.space import schedule_space
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def space_report(op: str, extra: list[str], device_name: str, top: int) -> dict[
     device = get_device(device_name)
     spec.check_fits(device)
     started = time.perf_counter()
-    space = ScheduleSpace(spec, device)
+    space = schedule_space(spec, device)
     candidates, count = space.enumerate()
     enumerated = time.perf_counter()
     ranked = rank_top(space, candidates, top) if top > 0 else []

@@ -23,12 +23,12 @@ from sqlalchemy.orm import Session
 from scheduler_search.cost_model import estimate
 from scheduler_search.hardware import CATALOG, Device, UnitKind
 from scheduler_search.ops import parse_spec
-from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram
 from service.core.db import Database
 from service.db import repositories as repo
 from service.db.models import DeviceModel, RunModel, as_utc
 from service.runs.devices import from_identity
+from service.runs.space import schedule_space
 from service.schemas import (
     ConvergencePublic,
     ImportanceItem,
@@ -195,7 +195,7 @@ class Insights:
 
         def rebuild() -> dict[str, Any] | None:
             try:
-                space = ScheduleSpace(parse_spec(workload.op, workload.params), _model(device))
+                space = schedule_space(parse_spec(workload.op, workload.params), _model(device))
                 sprogram, _ = space.build(choices)
             except Exception:
                 logger.exception("run %d: could not rebuild schedule %s", run.id, digest)

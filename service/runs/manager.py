@@ -62,6 +62,7 @@ from service.db import results as results_repo
 from service.db.models import RunModel, RunStatus, ScheduleModel, as_utc
 from service.runs.devices import ResolvedDevice, from_identity
 from service.runs.executors import ExecutorRegistry
+from service.runs.space import schedule_space
 from service.runs.tune import TuneInput
 from workers import Job, TimingConfig
 
@@ -313,7 +314,7 @@ class RunManager:
             device_row.identity,
         )
         gpu = not device.simulated
-        space = ScheduleSpace(spec, model)
+        space = schedule_space(spec, model)
         history = _history(space, history_rows)
         warm = [c.choices for c in nearest(spec.params(), cached_plain, self.settings.warm_start)]
         executor = self.executors.get(device)

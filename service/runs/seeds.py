@@ -22,9 +22,11 @@ logger = logging.getLogger(__name__)
 def _seed_worker(conn: Any, spec: OperatorSpec, device: Device, options: dict[str, Any]) -> None:
     """Process entry: rank and send ``("ok", seeds)`` or ``("error", text)``."""
     try:
+        from codegen import feasibility
         from scheduler_search.search import cost_model_seeds
 
-        conn.send(("ok", cost_model_seeds(spec, device, **options)))
+        feasible = feasibility(spec.op, device)
+        conn.send(("ok", cost_model_seeds(spec, device, feasible=feasible, **options)))
     except Exception as exc:  # reported to the parent, which searches without seeds
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:

@@ -11,12 +11,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from schedule_samples import sample_schedules
 
 from codegen import render
 from codegen.nvcc import compile_report, nvcc_path
-from codegen.sampling import GEMM_SUITE, sample_schedules
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.ops.suites import GEMM_SHAPES
 
 pytestmark = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 
@@ -28,7 +29,7 @@ SEED = 2026
 def _sample() -> list[tuple[str, str, str]]:
     """(case, choices, source) for every sampled schedule."""
     out = []
-    for m, n, k in GEMM_SUITE:
+    for m, n, k in GEMM_SHAPES:
         for layout in ("kn", "nk"):
             for dtype in ("float16", "bfloat16"):
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)

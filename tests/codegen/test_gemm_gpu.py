@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from schedule_samples import sample_schedules
 
 from codegen import render
-from codegen.sampling import GEMM_SUITE, sample_schedules
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.ops.suites import GEMM_SHAPES
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import SProgram, plan_sprogram
 
@@ -42,7 +43,7 @@ REFERENCE_DESIGN = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzl
 
 def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
     cases = []
-    for m, n, k in GEMM_SUITE:
+    for m, n, k in GEMM_SHAPES:
         for layout in ("kn", "nk"):
             for dtype in ("float16", "bfloat16"):
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)

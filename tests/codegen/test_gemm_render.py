@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-from codegen import KernelArtifact, Unsupported, render, unsupported
-from codegen.kernels.gemm import GemmPlan
+from codegen import KernelArtifact, Unsupported, feasibility, lowering, render, unsupported
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space import ScheduleSpace
@@ -43,7 +42,7 @@ def test_source_mirrors_the_sprogram() -> None:
     src = art.source
     for stask in ("load_a", "load_b", "mma", "store"):
         assert re.search(rf"// {stask}\b", src), stask
-    assert "// load_a  stage=stage" in src and "// mma  stage=stage" in src
+    assert "// load_a  stage=stage" in src and "// mma  stage=ab_stage" in src
     assert "ab_full[stage]" in src and "ab_empty[stage]" in src
     assert "mma_inflight" in src and "wgmma_wait<1>()" in src
     assert "setmaxnreg_dec<PRODUCER_REGS>" in src and "setmaxnreg_inc<CONSUMER_REGS>" in src
@@ -68,15 +67,16 @@ def test_tensor_maps_come_from_the_same_numbers_as_the_kernel() -> None:
     spec = _spec(b_layout="kn")
     art = _render(spec)
     maps = {a.name: a for a in art.args}
-    plan = GemmPlan(plan_sprogram(spec, DEVICE, WS_2), spec.params(), DEVICE)
+    layout = lowering(plan_sprogram(spec, DEVICE, WS_2), DEVICE).layout
+    tx_bytes = layout.tx_bytes(layout.structure.rings[0])
     assert maps["a_map"].box_dims == (64, 128) and maps["a_map"].swizzle == "128B"
     assert maps["b_map"].global_dims == (4096, 4096) and maps["b_map"].box_dims == (64, 64)
     assert maps["c_map"].box_dims == (64, 64)  # 64 columns x one consumer's 64 rows
     box_bytes = [2 * a.box_dims[0] * a.box_dims[1] for a in (maps["a_map"], maps["b_map"])]
     loads_b = art.source.count("b_map, n0 + ")
-    assert plan.tx_bytes == box_bytes[0] + loads_b * box_bytes[1]
-    assert f"constexpr u32 AB_TX_BYTES = {plan.tx_bytes};" in art.source
-    assert art.dynamic_smem_bytes == plan.smem["BYTES"] + 1024 <= DEVICE.smem_per_block_bytes
+    assert tx_bytes == box_bytes[0] + loads_b * box_bytes[1]
+    assert f"constexpr u32 AB_TX_BYTES = {tx_bytes};" in art.source
+    assert art.dynamic_smem_bytes == layout.smem.total_bytes + 1024 <= DEVICE.smem_per_block_bytes
     assert art.grid == (DEVICE.sm_count, 1, 1) and art.block == (384, 1, 1)
 
 
@@ -110,10 +110,10 @@ def test_odd_shapes_render_with_clipped_stores() -> None:
 def test_unsupported_schedules_are_rejected_by_render_and_by_the_space() -> None:
     spec = _spec(b_layout="kn")
     odd_n = plan_sprogram(spec, DEVICE, {**WS_2, "tile_n": 96})
-    assert "tile_n % 64" in (unsupported(odd_n, spec, DEVICE) or "")
+    assert "tile_n % 64" in (unsupported(odd_n, DEVICE) or "")
     with pytest.raises(Unsupported):
         render(odd_n, spec)
-    space = ScheduleSpace(spec, DEVICE)
+    space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
     _, validity = space.build({**WS_2, "tile_n": 96})
     assert not validity.ok and validity.rejections[0].detail.startswith("codegen:")
     _, validity = space.build({**WS_2, "order": "overlap", "stages_ab": 1})
@@ -122,7 +122,7 @@ def test_unsupported_schedules_are_rejected_by_render_and_by_the_space() -> None
 
 def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
     spec = _spec(m=8192, n=8192, k=8192)
-    space = ScheduleSpace(spec, DEVICE)
+    space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
     candidates, count = space.enumerate()
     assert count.rejected["unsupported_by_codegen"] > 0
     designs = {
@@ -138,7 +138,7 @@ def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
     assert (True, 2, "cooperative", 128, 256) in designs
     assert (True, 2, "pingpong", 64, 256) in designs
     for candidate in candidates[:: max(1, len(candidates) // 50)]:
-        assert unsupported(candidate.decisions, spec, DEVICE) is None
+        assert unsupported(candidate.sprogram, DEVICE) is None
         render(candidate.sprogram, spec)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from schedule_samples import sample_schedules
 
-from codegen.sampling import sample_schedules
 from scheduler_search.cost_model import (
     Calibration,
     MeasuredTimings,

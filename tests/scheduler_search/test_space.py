@@ -397,3 +397,32 @@ def test_rank_top_uses_measured_timings(enumerated: Callable[..., Enumerated]) -
 
 def test_every_operator_has_a_knob_table() -> None:
     assert set(OPERATORS) == set(OPS)
+
+
+# ----- feasibility injected by the caller -----------------------------------------------
+
+
+def test_a_feasibility_check_restricts_the_space_and_counts_its_rejections(
+    enumerated: Callable[..., Enumerated],
+) -> None:
+    """The search half never imports codegen; whoever composes them passes its check."""
+    _, plain_candidates, plain = enumerated("gemm")
+    asked: list[int] = []
+
+    def no_tile_n_96(sprogram: Any) -> str | None:  # a stand-in for the code generator
+        asked.append(sprogram.tile["n"])
+        return "tile_n 96 is not generated" if sprogram.tile["n"] == 96 else None
+
+    space = ScheduleSpace(suite_spec("gemm"), H200, no_tile_n_96)
+    candidates, count = space.enumerate()
+    dropped = sum(1 for c in plain_candidates if c.choices["tile_n"] == 96)
+    multiplier = math.prod(len(k.options) for k in space.order_knobs)
+    assert dropped > 0 and len(candidates) == len(plain_candidates) - dropped
+    assert count.rejected["unsupported_by_codegen"] == dropped * multiplier
+    assert count.total == plain.total and len(asked) == len(plain_candidates)
+    assert all(c.choices["tile_n"] != 96 for c in candidates)
+    _, validity = space.build({**GEMM_WS, "tile_n": 96})
+    assert validity.rejections[0].reason is RejectReason.UNSUPPORTED
+    assert validity.rejections[0].detail == "codegen: tile_n 96 is not generated"
+    _, plain_validity = ScheduleSpace(suite_spec("gemm"), H200).build({**GEMM_WS, "tile_n": 96})
+    assert plain_validity.ok

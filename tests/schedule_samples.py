@@ -1,4 +1,4 @@
-"""Deterministic samples of renderable schedules, for compile tests and GPU checks.
+"""Deterministic samples of renderable schedules, for the compile tests and GPU checks.
 
 A seeded random trial walks the knob table define-by-run (as Optuna's would); points the
 space rejects (``check_valid`` or the renderer) are drawn again. The same seed gives the
@@ -11,14 +11,11 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from codegen import feasibility
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec
-from scheduler_search.ops.suites import GEMM_SHAPES
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram
-
-#: The GEMM suite of BENCHMARKS.md (m, n, k), from its one home.
-GEMM_SUITE: tuple[tuple[int, int, int], ...] = GEMM_SHAPES
 
 
 class _SeededTrial:
@@ -34,7 +31,7 @@ def sample_schedules(
     spec: OperatorSpec, device: Device, count: int, seed: int = 0, max_draws: int = 20000
 ) -> Iterator[SProgram]:
     """``count`` distinct valid, renderable sPrograms of ``spec``'s space."""
-    space = ScheduleSpace(spec, device)
+    space = ScheduleSpace(spec, device, feasibility(spec.op, device))
     rng = random.Random(f"{seed}:{spec.workload_key()}")
     seen: set[str] = set()
     for _ in range(max_draws):

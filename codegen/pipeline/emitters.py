@@ -1,0 +1,64 @@
+"""The table from sTask kind and sEU to the skeleton's emitter of that sTask.
+
+As tinygrad's renderer maps each IR op to its line of C, each row here writes one sTask
+instance into the kernel (through the operator's hooks where the text is the operator's)
+and records it. A kind and sEU with no row cannot be lowered: the layout reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from codegen.pipeline import epilogue
+from codegen.pipeline.structure import Issue
+from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ir import STaskKind
+
+if TYPE_CHECKING:
+    from codegen.pipeline.skeleton import PipelineSkeleton
+
+Emitter = Callable[["PipelineSkeleton", tuple[str, ...], Issue], None]
+
+
+def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """A load sTask on TMA, inside its ring's load function: the operator's boxes into
+    ``stage``, completing on the stage's full barrier."""
+    ring = k.ring_of(issue.stask)
+    tile = k.hooks.operand(issue.stask)
+    k.code.comment(f"{issue.stask}  stage=stage: {tile.rows}x{tile.cols} tile via TMA, "
+                   f"{tile.box_count} box(es)")
+    dst = f"smem + SMEM_{tile.const} + stage * {tile.const}_STAGE_BYTES"
+    k.hooks.load(k.code, issue.stask, dst, "trip", "full")
+    k.recorded(roles, issue, f"{ring.stream}[s]")
+
+
+def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """An MMA sTask on the tensor cores: the operator's wgmma group over the stages of the
+    rings it reads; it overwrites the accumulators on the first trip."""
+    stages = {r.stream: f"{r.stream}_stage" for r in k.structure.rings
+              if issue.stask in k.readers_of(r)}
+    k.hooks.mma(k.code, issue, stages, "trip > 0")
+    stage = ",".join(f"{s}[s]" for s in stages)
+    k.recorded(roles, issue, stage)
+
+
+def emit_tma_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """A store sTask on TMA: the epilogue through swizzled shared memory."""
+    epilogue.emit_tma_store(k.code, k.layout)
+    k.recorded(roles, issue, k.layout.staging)
+
+
+def emit_direct_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """A store sTask on the CUDA cores: st.global from the accumulators."""
+    epilogue.emit_direct_store(k.code, k.layout)
+    k.recorded(roles, issue, "")
+
+
+#: (sTask kind, sEU) -> emitter, as tinygrad's renderer maps each op to its C.
+EMITTERS: dict[tuple[STaskKind, UnitKind], Emitter] = {
+    (STaskKind.LOAD, UnitKind.TMA): emit_tma_load,
+    (STaskKind.MMA, UnitKind.TENSOR_CORE): emit_wgmma,
+    (STaskKind.STORE, UnitKind.TMA): emit_tma_store,
+    (STaskKind.STORE, UnitKind.CUDA_CORE): emit_direct_store,
+}

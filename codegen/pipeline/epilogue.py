@@ -1,0 +1,142 @@
+"""The epilogue: a consumer warpgroup's fp32 accumulator to the output matrix.
+
+Two emitters, one per sEU a store sTask can be mapped to:
+
+- TMA (:func:`emit_tma_store`): registers -> ``stmatrix`` into swizzled shared memory, one
+  swizzle-span-wide sub-tile at a time -> ``cp.async.bulk.tensor`` store. The staging
+  buffer is the idle ring stages (``operands``) or slots of its own (``ring``), as
+  :attr:`PipelineLayout.staging` decides.
+- CUDA cores (:func:`emit_direct_store`): two elements a thread with ``st.global``,
+  clipped at the matrix edge.
+
+Both read wgmma's accumulator layout (PTX ISA 9.7.15.5.1.1, "Register Fragments"): thread
+``lane`` of warp ``w`` holds rows ``16 w + lane / 4`` and ``+ 8`` of each 64-row block, two
+adjacent columns per 8-column group.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from codegen.artifact import TensorMapArg
+from codegen.cuda import convert
+from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
+
+if TYPE_CHECKING:
+    from codegen.pipeline.code import Code
+    from codegen.pipeline.layout import PipelineLayout
+
+
+def store_constants(code: Code, layout: PipelineLayout) -> None:
+    """The staging constants of a TMA store."""
+    out = layout.output
+    code(f"constexpr int STORE_COLS = {layout.store_cols}, STORE_SUBTILES = "
+         f"{layout.store_subtiles};  // {out.tensor} staged in {layout.store_cols}-column "
+         f"sub-tiles ({layout.staging})")
+    code(f"constexpr u32 C_ROW_BYTES = {layout.store_cols * out.elem_bytes}, "
+         f"C_SLOT_BYTES = {layout.c_slot_bytes};")
+
+
+def store_tensor_map(layout: PipelineLayout) -> TensorMapArg:
+    """The output's tensor map: one box is one consumer's rows of one sub-tile."""
+    out = layout.output
+    return TensorMapArg(
+        name=out.map_name,
+        tensor=out.tensor,
+        dtype=out.dtype,
+        global_dims=(out.global_cols, out.global_rows),
+        global_strides_bytes=(out.global_cols * out.elem_bytes,),
+        box_dims=(layout.store_cols, layout.consumer_rows),
+        swizzle=layout.store_swizzle.tma,  # type: ignore[arg-type]
+    )
+
+
+def _staging_buffer(code: Code, layout: PipelineLayout, bar: str) -> None:
+    """``buf``: where this warpgroup stages sub-tile ``s``, once it is free again."""
+    c = code
+    if layout.staging == "operands":
+        c("const u32 buf = smem + SMEM_C + s * C_SLOT_BYTES + row0 * C_ROW_BYTES;")
+    elif layout.structure.pingpong:
+        c("const u32 buf = smem + SMEM_C + consumer * C_SLOT_BYTES;")
+        c.comment("this warpgroup's previous store finished reading its slot")
+        c("if (thread_in_wg == 0) " + c.call("tma_store_wait_reads<0>") + ";")
+        c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
+    else:
+        c("const u32 buf = smem + SMEM_C + (store_round % 2) * C_SLOT_BYTES + "
+          "row0 * C_ROW_BYTES;")
+        c.comment("the store that last used this slot finished reading it")
+        c("if (thread_in_wg == 0) " + c.call("tma_store_wait_reads<1>") + ";")
+        c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
+
+
+def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
+    """Registers -> stmatrix -> swizzled staging -> TMA store, sub-tile by sub-tile."""
+    c, out = code, layout.output
+    swz = layout.store_swizzle
+    pack = convert.pack2(out.dtype)
+    c.comment(f"store: {out.fragment} -> shared memory (stmatrix, {swz.span_bytes}B swizzle) "
+              f"-> {out.tensor} via TMA, {layout.store_cols}-column sub-tiles")
+    if layout.staging == "operands":
+        c.comment("every consumer finished reading the operand stages, which now stage the tile")
+        c(c.call("named_barrier_sync", BAR_CONSUMERS, "CONSUMERS * 128") + ";")
+    bar = f"{BAR_EPILOGUE0} + consumer"
+    c("#pragma unroll")
+    with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
+        _staging_buffer(c, layout, bar)
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int j = 0; j < STORE_COLS / 16; ++j)"):
+                c.comment("16x16 of the tile: lane/8 picks the 8x8 matrix (bit 0: +8 rows, "
+                          "bit 1: +8 columns)")
+                c("const int group = s * (STORE_COLS / 8) + 2 * j;  // 8-column group in tile")
+                c("const int row = mi * 64 + warp * 16 + (lane & 8) + (lane & 7);")
+                c("const u32 col_bytes = (2 * j + (lane >> 4)) * 16;")
+                regs = [
+                    c.call(pack, f"{out.fragment}[mi][4 * group + {2 * i}]",
+                           f"{out.fragment}[mi][4 * group + {2 * i + 1}]")
+                    for i in range(4)
+                ]
+                addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
+                c(c.call("stmatrix_x4", addr, *regs) + ";")
+        c(c.call("fence_proxy_async_smem") + ";")
+        c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
+        with c.block("if (thread_in_wg == 0)"):
+            c(c.call("tma_store_2d", f"&{out.map_name}", f"{out.col_origin} + s * STORE_COLS",
+                     f"{out.row_origin} + row0", "buf") + ";")
+            c(c.call("tma_store_commit") + ";")
+        if layout.staging == "ring" and not layout.structure.pingpong:
+            c("++store_round;")
+
+
+def emit_direct_store(code: Code, layout: PipelineLayout) -> None:
+    """st.global from registers, two elements a thread per 8-column group."""
+    c, out = code, layout.output
+    pack = convert.pack2(out.dtype)
+    rows, cols = out.extent_names
+    c.comment(f"store: {out.fragment} -> {out.tensor} with st.global, two elements a thread "
+              "per 8-column group")
+    full_rows = out.global_rows % out.rows == 0
+    full_cols = out.global_cols % out.cols == 0
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int h = 0; h < 2; ++h)"):
+            c(f"const int row = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
+              "(lane >> 2);")
+            if not full_rows:
+                c(f"if (row >= {rows}) continue;")
+            c(f"unsigned short* out_row = {out.tensor} + (unsigned long long)row * {cols};")
+            c("#pragma unroll")
+            with c.block("for (int j = 0; j < ACC_REGS / 4; ++j)"):
+                c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
+                lo = f"{out.fragment}[mi][4 * j + 2 * h]"
+                hi = f"{out.fragment}[mi][4 * j + 2 * h + 1]"
+                if out.global_cols % 2 == 0:
+                    store = (f"*reinterpret_cast<u32*>(out_row + col) = "
+                             f"{c.call(pack, lo, hi)};")
+                    c(store if full_cols else f"if (col < {cols}) {store}")
+                else:
+                    single = convert.single(out.dtype)
+                    c(f"if (col < {cols}) out_row[col] = {c.call(single, lo)};")
+                    c(f"if (col + 1 < {cols}) out_row[col + 1] = {c.call(single, hi)};")

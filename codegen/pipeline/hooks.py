@@ -1,0 +1,158 @@
+"""What an operator adds to the pipeline skeleton: its tiles, loads, math and output.
+
+The skeleton (:mod:`codegen.pipeline.skeleton`) owns everything a Hopper kernel of the
+space shares: the shared-memory plan, the mbarrier rings, the producer loop, the consumer
+warpgroups and their register budgets, the turn barriers, the persistent tile loop and
+its raster, the epilogue. An operator implements :class:`OperatorHooks`; the skeleton
+calls, in this order:
+
+1. :meth:`~OperatorHooks.problem` (may the operator lower this sProgram at all),
+   :attr:`~OperatorHooks.grid_axes`, :meth:`~OperatorHooks.operand` for each loaded
+   sTask and :meth:`~OperatorHooks.output` while it plans;
+2. :meth:`~OperatorHooks.constants` once, at the top of the kernel text;
+3. :meth:`~OperatorHooks.load` inside the ring's load function, once per loaded sTask;
+4. :meth:`~OperatorHooks.consumer_state` at the top of each consumer warpgroup;
+5. :meth:`~OperatorHooks.mma` for each MMA sTask of a loop trip, with the ring stages it
+   reads, and :meth:`~OperatorHooks.pin` around the wgmma waits;
+6. :meth:`~OperatorHooks.tensor_maps` for the launch contract.
+
+(ThunderKittens' LCF template splits a kernel the same way: a layout, a producer
+``load``, a consumer ``compute`` and ``finish``.)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from codegen.artifact import TensorMapArg
+from codegen.pipeline.code import Code
+from codegen.pipeline.operand import OperandTile
+from codegen.pipeline.structure import Issue, PipelineStructure
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    """One axis of the grid of output tiles: ``tiles`` tiles of ``tile`` elements over
+    ``extent``; the tile's origin along it is ``<name>0`` in the kernel text."""
+
+    name: str
+    extent: int
+    tile: int
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.extent // self.tile)
+
+    @property
+    def const(self) -> str:
+        return self.name.upper()
+
+    @property
+    def origin(self) -> str:
+        return f"{self.name}0"
+
+
+@dataclass(frozen=True)
+class OutputTile:
+    """The fp32 accumulator a store sTask writes, and the global matrix it goes to.
+
+    The accumulator is wgmma's fragment ``fragment[ROW_BLOCKS][ACC_REGS]`` of each
+    consumer warpgroup (64 rows per row block, ``cols / 2`` registers a thread); the
+    global matrix is ``global_rows`` x ``global_cols``, row-major, ``dtype``.
+    """
+
+    tensor: str
+    dtype: str
+    elem_bytes: int
+    rows: int
+    cols: int
+    global_rows: int
+    global_cols: int
+    fragment: str
+    row_origin: str
+    col_origin: str
+    #: Constants of the kernel text that hold ``global_rows`` and ``global_cols``.
+    extent_names: tuple[str, str]
+
+    @property
+    def map_name(self) -> str:
+        return f"{self.tensor}_map"
+
+
+class OperatorHooks(ABC):
+    """An operator's part of a kernel. Implementations hold the operator's plan (tile
+    sizes, operand tiles) and write only operator-specific text; they never emit
+    barriers, role dispatch or loops over tiles."""
+
+    #: Name of the constant that counts loop trips per output tile.
+    trips: str = "TRIPS"
+
+    def __init__(self, structure: PipelineStructure) -> None:
+        self.structure = structure
+        self.sprogram = structure.sprogram
+        self.params: dict[str, Any] = dict(structure.sprogram.params)
+
+    # ----- planning ------------------------------------------------------------------
+    @abstractmethod
+    def problem(self) -> str | None:
+        """Why the operator cannot lower this sProgram (dtype, tile shape), or None."""
+
+    @property
+    @abstractmethod
+    def grid_axes(self) -> tuple[GridAxis, GridAxis]:
+        """The two axes of the grid of output tiles that the raster walks."""
+
+    @property
+    @abstractmethod
+    def trip_count(self) -> int:
+        """Loop trips per output tile (the value of :attr:`trips`)."""
+
+    @abstractmethod
+    def operand(self, stask: str) -> OperandTile:
+        """The shared tile a TMA load sTask fills (one per ring stage)."""
+
+    @abstractmethod
+    def tensor_map(self, stask: str) -> str:
+        """The kernel parameter (a tensor map) a TMA load sTask reads through."""
+
+    @abstractmethod
+    def output(self) -> OutputTile:
+        """What the store sTask writes."""
+
+    @abstractmethod
+    def accumulator_regs(self, consumer_rows: int) -> int:
+        """fp32 registers a consumer thread holds for its accumulators."""
+
+    # ----- text ----------------------------------------------------------------------
+    @abstractmethod
+    def constants(self, code: Code, consumer_rows: int) -> None:
+        """The operator's compile-time constants (problem, tile, operand layouts)."""
+
+    @abstractmethod
+    def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
+        """TMA copies of ``stask``'s tile for loop trip ``trip`` into ``stage_addr``,
+        completing on ``full_bar``; the tile's origin is in the grid axes' origins."""
+
+    @abstractmethod
+    def consumer_state(self, code: Code) -> None:
+        """Declare a consumer warpgroup's registers (accumulators)."""
+
+    @abstractmethod
+    def pin(self, code: Code) -> None:
+        """Pin the accumulators around a wgmma wait (the compiler cannot see wgmma)."""
+
+    @abstractmethod
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], first: str) -> None:
+        """Issue ``issue``'s wgmma group on the ring stages ``stages`` (stream -> stage
+        address); ``first`` is true on the trip whose result overwrites the accumulators."""
+
+    @abstractmethod
+    def tensor_maps(self) -> tuple[TensorMapArg, ...]:
+        """The load tensor maps, in kernel-parameter order."""
+
+    def header(self) -> str:
+        """One line naming the workload, for the top of the source."""
+        return f"{self.sprogram.op} {self.params}"

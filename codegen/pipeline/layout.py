@@ -1,0 +1,236 @@
+"""Every number the skeleton needs, derived once from the sProgram, the operator's hooks
+and the device: consumer rows, units of work and the grid, ring stage bytes, the epilogue's
+staging, the shared-memory plan, named-barrier ids and the register budget.
+
+:meth:`PipelineLayout.problem` says why the skeleton cannot lower a schedule; the space
+asks it (through the renderer's feasibility check) before anything is compiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from codegen.cuda import Swizzle, swizzle, wgmma
+from codegen.cuda.mbarrier import MBARRIER_BYTES
+from codegen.cuda.tma import BOX_DIM_MAX
+from codegen.pipeline.emitters import EMITTERS
+from codegen.pipeline.hooks import OperatorHooks, OutputTile
+from codegen.pipeline.limits import (
+    BAR_EPILOGUE0,
+    CONSUMER_OVERHEAD_REGS,
+    NAMED_BARRIERS_MAX,
+    REGISTER_FILE,
+    WARPGROUP,
+)
+from codegen.pipeline.smem import BARRIER_ALIGN, SmemPlan
+from codegen.pipeline.structure import PipelineStructure, Ring
+from scheduler_search.hardware.model import Device, UnitKind
+from scheduler_search.ir import STaskKind
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """The skeleton's plan of one kernel."""
+
+    structure: PipelineStructure
+    hooks: OperatorHooks
+    device: Device
+
+    # ----- consumers and units of work ------------------------------------------------
+    @property
+    def output(self) -> OutputTile:
+        return self.hooks.output()
+
+    @property
+    def consumer_rows(self) -> int:
+        """Output rows one consumer warpgroup owns (cooperative warpgroups split them)."""
+        s = self.structure
+        return self.output.rows if s.pingpong else self.output.rows // s.consumers
+
+    @property
+    def tiles(self) -> int:
+        first, second = self.hooks.grid_axes
+        return first.tiles * second.tiles
+
+    @property
+    def units(self) -> int:
+        return _ceil_div(self.tiles, self.structure.owners)
+
+    @property
+    def grid(self) -> int:
+        if self.structure.persistent:
+            return min(self.device.sm_count, self.units)
+        return self.units
+
+    # ----- rings ---------------------------------------------------------------------
+    def stage_bytes(self, ring: Ring) -> int:
+        return sum(self.hooks.operand(load).stage_bytes for load in ring.loads)
+
+    def tx_bytes(self, ring: Ring) -> int:
+        """Bytes one stage's TMA loads deliver (out-of-bounds zeros count too)."""
+        return self.stage_bytes(ring)
+
+    @property
+    def ring_bytes(self) -> int:
+        return sum(ring.depth * self.stage_bytes(ring) for ring in self.structure.rings)
+
+    # ----- epilogue ------------------------------------------------------------------
+    @cached_property
+    def store_unit(self) -> UnitKind:
+        """The sEU the consumers' store sTask is issued on."""
+        s = self.structure
+        return next(i.unit for i in s.compute_stream(s.consumer_roles[0])
+                    if i.kind is STaskKind.STORE)
+
+    @property
+    def tma_store(self) -> bool:
+        return self.store_unit is UnitKind.TMA
+
+    @property
+    def store_cols(self) -> int:
+        """Columns of one stored sub-tile: one swizzle span."""
+        return 64 if self.output.cols % 64 == 0 else 32
+
+    @property
+    def store_swizzle(self) -> Swizzle:
+        return swizzle.SWIZZLES[self.store_cols * self.output.elem_bytes]
+
+    @property
+    def store_subtiles(self) -> int:
+        return self.output.cols // self.store_cols
+
+    @property
+    def c_slot_bytes(self) -> int:
+        """One staged sub-tile of the whole output tile (every warpgroup's rows)."""
+        return self.output.rows * self.store_cols * self.output.elem_bytes
+
+    @property
+    def staging(self) -> str:
+        """Where the output is staged for the TMA store.
+
+        ``operands``: one tile per block at a time, so the idle ring stages hold the whole
+        tile once every consumer is done reading them. ``ring``: blocks that keep loading
+        (persistent, pingpong) stage through slots of their own: two, taken in turn
+        (cooperative), or one per consumer warpgroup (pingpong). ``none``: st.global.
+        """
+        if not self.tma_store:
+            return "none"
+        out = self.output
+        fits = out.rows * out.cols * out.elem_bytes <= self.ring_bytes
+        if not self.structure.persistent and not self.structure.pingpong and fits:
+            return "operands"
+        return "ring"
+
+    @property
+    def c_slots(self) -> int:
+        if self.staging != "ring":
+            return 0
+        return self.structure.consumers if self.structure.pingpong else 2
+
+    # ----- shared memory -------------------------------------------------------------
+    @cached_property
+    def smem(self) -> SmemPlan:
+        plan = SmemPlan()
+        rings = self.structure.rings
+        for ring in rings:
+            for load in ring.loads:
+                tile = self.hooks.operand(load)
+                plan.add(tile.const, ring.depth * tile.stage_bytes)
+        if self.staging == "operands":
+            plan.alias("C", of=self.hooks.operand(rings[0].loads[0]).const)
+        elif self.staging == "ring":
+            plan.add("C", self.c_slots * self.c_slot_bytes)
+        for ring in rings:
+            plan.add(ring.full_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
+            plan.add(ring.empty_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
+        return plan
+
+    # ----- named barriers ------------------------------------------------------------
+    @property
+    def bar_turn0(self) -> int:
+        """Id of the turn into consumer 0; consumer i's turn is ``bar_turn0 + i``."""
+        return BAR_EPILOGUE0 + self.structure.consumers
+
+    # ----- registers -----------------------------------------------------------------
+    @property
+    def register_cap(self) -> int:
+        """Registers per thread ptxas compiles the whole kernel with.
+
+        ``__launch_bounds__(threads, 1)`` caps every thread at the register file over the
+        block's threads; setmaxnreg moves registers between warpgroups at run time, but
+        ptxas allocates the consumer code within the entry cap (nvcc 13.0: a 512-thread
+        kernel with a 128-register wgmma accumulator fails with C7602 "Insufficient
+        registers (128)").
+        """
+        per_thread = min(self.device.regs_per_thread_max, REGISTER_FILE // self.structure.threads)
+        return per_thread // 8 * 8
+
+    # ----- what the skeleton cannot lower --------------------------------------------
+    def problem(self) -> str | None:
+        """Why this schedule cannot be generated, or None."""
+        return (self.structure_problem() or self.hooks.problem() or self.resource_problem())
+
+    def structure_problem(self) -> str | None:
+        """Shapes of sProgram the skeleton has no lowering for."""
+        s = self.structure
+        for role in s.roles:
+            for issue in s.stream(role):
+                if (issue.kind, issue.unit) not in EMITTERS:
+                    return f"{issue.stask}: no emitter for {issue.kind.value} on {issue.unit.value}"
+                if issue.phase == "prologue":
+                    return f"{issue.stask}: prologue sTasks (once per tile) are not lowered yet"
+                if issue.lead:
+                    return f"{issue.stask}: ops issued trips ahead (lead) are not lowered yet"
+        if s.warp_specialized and s.compute_stream("producer"):
+            return "the producer warp issues only loads"
+        streams = {tuple((i.stask, i.unit) for i in s.compute_stream(r)) for r in s.consumer_roles}
+        if len(streams) > 1:
+            return "consumer warpgroups with different streams"
+        if s.unringed_barriers() or s.other_waits():
+            return "barriers outside the operand rings are not lowered yet"
+        if not s.rings or any(r.loader != s.loader for r in s.rings):
+            return "every operand stream needs a ring filled by the loader role"
+        if s.pingpong and not s.warp_specialized:
+            return "pingpong needs warp specialisation"
+        if s.pingpong and not s.turns:
+            # A later owner would wait on full phases two or more passes of the ring
+            # ahead, which a parity wait cannot tell from the current one (it passes early:
+            # hangs and faults seen on an H200). Taking turns bounds the lead to one pass.
+            return "pingpong consumer warpgroups must take turns on the tensor cores"
+        if s.turns and sorted(t.to_role for t in s.turns) != sorted(s.consumer_roles):
+            return "turn barriers must go round every consumer warpgroup"
+        if self.bar_turn0 + s.consumers > NAMED_BARRIERS_MAX:
+            return "more named barriers than a block has"
+        for ring in s.rings:
+            if s.inflight.get(ring.last_reader) and ring.depth < 2:
+                # The stage of the wgmma left in flight is the only slot: the next load
+                # waits for its release, which comes after the next wgmma: a deadlock.
+                return f"a wgmma group in flight needs {ring.stream} stages >= 2"
+        return None
+
+    def resource_problem(self) -> str | None:
+        """Shared memory, TMA boxes and registers against the device."""
+        s = self.structure
+        if self.consumer_rows % wgmma.WGMMA_M:
+            return "wgmma shape"
+        boxes = [self.hooks.operand(load).box_outer for ring in s.rings for load in ring.loads]
+        if max([*boxes, self.consumer_rows]) > BOX_DIM_MAX:
+            return "TMA box over 256 rows"
+        limit = self.device.smem_per_block_bytes
+        if self.smem.dynamic_bytes > limit:
+            return f"{self.smem.dynamic_bytes} B of shared memory (with alignment) > {limit} B"
+        if s.warp_specialized:
+            roles = s.sprogram.roles
+            total = WARPGROUP * (roles.producer_regs + s.consumers * roles.consumer_regs)
+            if total > REGISTER_FILE:
+                return f"{total} registers per block"
+        need = self.hooks.accumulator_regs(self.consumer_rows) + CONSUMER_OVERHEAD_REGS
+        if need > self.register_cap:
+            return (f"{need} registers per consumer thread > {self.register_cap}, what ptxas "
+                    f"may allocate for {s.threads} threads")
+        return None

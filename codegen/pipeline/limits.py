@@ -1,0 +1,17 @@
+"""Numbers the skeleton plans with: warp sizes, the register file, named-barrier ids."""
+
+WARPGROUP = 128
+WARP = 32
+REGISTER_FILE = 65536
+#: Registers a consumer thread needs besides its accumulators (addresses, loop state,
+#: barrier phases, descriptors, epilogue packing). Calibrated on an H200 with NVRTC 13
+#: (CuPy 14.2): 224 accumulators in a 256-thread kernel (cap 248) spilled 912 B, so 24
+#: is too few; 32 keeps every sampled schedule spill-free.
+CONSUMER_OVERHEAD_REGS = 32
+
+# Named barrier ids (0 is __syncthreads): all consumers, then one per consumer warpgroup
+# for its epilogue, then one per turn of the tensor cores (PTX ISA 9.7.13.1, "bar.sync":
+# 16 barriers a CTA).
+BAR_CONSUMERS = 1
+BAR_EPILOGUE0 = 2
+NAMED_BARRIERS_MAX = 16

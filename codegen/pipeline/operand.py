@@ -1,0 +1,103 @@
+"""A pipelined operand tile: a TMA-loaded, swizzled tile in shared memory that wgmma reads.
+
+GEMM's A and B, attention's Q, K and V, Mamba2's x, B, C and cb are all such tiles: a
+rows x cols block of a row-major global matrix, cut into TMA boxes one swizzle span wide
+along its contiguous dimension, read by wgmma through a matrix descriptor. Every number
+(box shape, bytes, descriptor strides, the offset of a k16 step) is derived here once and
+used both in the kernel text and in the host's tensor map.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from codegen.cuda import SmemMatrix, Swizzle, wgmma
+
+
+@dataclass(frozen=True)
+class OperandTile:
+    """One operand tile in shared memory, loaded by TMA in ``box_count`` boxes.
+
+    Args:
+        name: the shared tile's name (``a``, ``b``); constants are its upper case.
+        major: ``k`` when K is contiguous in global memory, ``mn`` when M / N is.
+        rows: the tile's M (or N) extent.
+        cols: its K extent.
+        swizzle: the swizzle TMA writes it with and wgmma reads it with.
+        elem_bytes: bytes of one element.
+
+    A K-major tile is cut along K into boxes one swizzle span wide; an MN-major tile
+    (e.g. B stored K x N) along M / N.
+    """
+
+    name: str
+    major: Literal["k", "mn"]
+    rows: int
+    cols: int
+    swizzle: Swizzle
+    elem_bytes: int
+
+    @property
+    def const(self) -> str:
+        """Prefix of its constants in the kernel text (``A_STAGE_BYTES``)."""
+        return self.name.upper()
+
+    @property
+    def box_inner(self) -> int:
+        """Elements along the contiguous dimension of one box (one swizzle span)."""
+        return self.swizzle.span_bytes // self.elem_bytes
+
+    @property
+    def box_outer(self) -> int:
+        return self.rows if self.major == "k" else self.cols
+
+    @property
+    def box_count(self) -> int:
+        contiguous = self.cols if self.major == "k" else self.rows
+        return contiguous // self.box_inner
+
+    @property
+    def box_bytes(self) -> int:
+        return self.box_inner * self.box_outer * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        """Bytes of one copy of the tile (one ring stage)."""
+        return self.box_count * self.box_bytes
+
+    @property
+    def matrix(self) -> SmemMatrix:
+        """The tile as a wgmma descriptor describes it."""
+        span = self.swizzle.span_bytes
+        if self.major == "k":
+            # K-major: 8-row groups are 8 swizzled rows apart; LBO unused (PTX: assumed 1).
+            return SmemMatrix("k", self.swizzle, lbo_bytes=16, sbo_bytes=8 * span)
+        # MN-major: the next 64 columns of N are the next box; 8 rows of K are 8 spans.
+        return SmemMatrix("mn", self.swizzle, lbo_bytes=self.box_bytes, sbo_bytes=8 * span)
+
+    def kstep_bytes(self, kk: int) -> int:
+        """Offset of K-step ``kk`` (16 elements of K) inside a stage."""
+        k0 = kk * wgmma.WGMMA_K
+        if self.major == "k":
+            return (k0 // self.box_inner) * self.box_bytes + (k0 % self.box_inner) * self.elem_bytes
+        return k0 * self.swizzle.span_bytes
+
+    def kstep_expr(self) -> str:
+        """:meth:`kstep_bytes` as a C++ expression of ``kk`` (the kernel's own copy)."""
+        if self.major == "k":
+            return (f"(kk * 16 / {self.box_inner}) * {self.const}_BOX_BYTES + "
+                    f"(kk * 16 % {self.box_inner}) * {self.elem_bytes}")
+        return f"kk * 16 * {self.swizzle.span_bytes}"
+
+    @property
+    def row_block_bytes(self) -> int:
+        """Offset of the next 64 rows (wgmma M) of a K-major tile."""
+        return wgmma.WGMMA_M * self.swizzle.span_bytes
+
+    def box_coords(self, box: int, row0: str, k0: str) -> tuple[str, str]:
+        """Global (innermost, outer) coordinates of box ``box`` of the tile at
+        (``row0``, ``k0``): K-major boxes step along K, MN-major ones along M / N."""
+        if self.major == "k":
+            return (f"{k0} + {box * self.box_inner}", row0)
+        return (f"{row0} + {box * self.box_inner}", k0)

@@ -1,0 +1,476 @@
+"""The pipeline skeleton: one warp-specialised Hopper kernel, written by walking an sProgram.
+
+The skeleton writes what every kernel of the space shares and asks the operator's
+:class:`~codegen.pipeline.hooks.OperatorHooks` for the rest. Its walk:
+
+- the *loader* role (the producer warp, or without warp specialisation the first
+  consumer's thread 0, STAGES loads ahead) issues its stream's loads through one device
+  function per ring: wait ``empty[s]``, arm ``full[s]`` with the stage's bytes, then each
+  load sTask through :data:`EMITTERS`;
+- each *consumer* warpgroup walks its stream once per loop trip: before an sTask, the
+  waits whose waiter it is (``full[s]`` of the rings it reads first, its turn on the
+  tensor cores); the sTask through :data:`EMITTERS`; after it, the turn it passes, its
+  wgmma wait (one group left in flight where the sProgram says so) and the release
+  (``empty[s]``) of the rings it reads last; then the epilogue's sTasks;
+- around them: shared-memory plan, barrier initialisation, role dispatch with setmaxnreg
+  budgets, the tile loop (persistent or one unit per block) and its raster.
+
+Every emitter appends to an :class:`~codegen.pipeline.record.EmissionRecord`, the
+kernel's structure as written, which tests hold against the sProgram.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from codegen.cuda import prelude
+from codegen.cuda.mbarrier import MBARRIER_BYTES
+from codegen.pipeline import epilogue
+from codegen.pipeline.code import Code
+from codegen.pipeline.emitters import EMITTERS
+from codegen.pipeline.hooks import OperatorHooks
+from codegen.pipeline.layout import PipelineLayout
+from codegen.pipeline.limits import REGISTER_FILE, WARP, WARPGROUP
+from codegen.pipeline.raster import emit_tile_origin
+from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing, EmittedTurn
+from codegen.pipeline.smem import SMEM_ALIGN
+from codegen.pipeline.structure import Issue, Ring
+from scheduler_search.ir import STaskKind
+
+
+class PipelineSkeleton:
+    """Writes the kernel of one sProgram with one operator's hooks.
+
+    Args:
+        layout: the plan (structure, hooks, device); :meth:`PipelineLayout.problem` must
+            be None.
+        entry: the kernel's name.
+    """
+
+    def __init__(self, layout: PipelineLayout, entry: str) -> None:
+        self.layout = layout
+        self.structure = layout.structure
+        self.hooks: OperatorHooks = layout.hooks
+        self.entry = entry
+        self.code = Code()
+        self.record = EmissionRecord()
+
+    # ----- lookups -------------------------------------------------------------------
+    def ring_of(self, stask: str) -> Ring:
+        return next(r for r in self.structure.rings if stask in r.loads)
+
+    def readers_of(self, ring: Ring) -> set[str]:
+        """The sTasks that read a ring's stage (from its first to its last reader)."""
+        names = [i.stask for i in self.structure.compute_stream(self.structure.consumer_roles[0])]
+        first, last = names.index(ring.first_reader), names.index(ring.last_reader)
+        return set(names[first : last + 1])
+
+    def _emit(self, roles: tuple[str, ...], issue: Issue) -> None:
+        """Write ``issue`` once for ``roles`` (the consumer warpgroups run one text)."""
+        EMITTERS[(issue.kind, issue.unit)](self, roles, issue)
+
+    def recorded(self, roles: tuple[str, ...], issue: Issue, stage: str) -> None:
+        for role in roles:
+            self.record.issue(role, EmittedIssue(issue.stask, issue.unit, issue.phase, stage))
+
+    # ----- the whole source ----------------------------------------------------------
+    def source(self) -> str:
+        self._constants()
+        self._ring_helpers()
+        emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster)
+        for ring in self.structure.rings:
+            self._load_function(ring)
+        self._kernel()
+        return self._header() + "\n" + prelude(self.code.uses) + "\n" + self.code.text()
+
+    def _header(self) -> str:
+        s, lay = self.structure, self.layout
+        sp = s.sprogram
+        axes = "x".join(f"{a.tile}" for a in self.hooks.grid_axes)
+        stages = ", ".join(f"{r.stream}={r.depth}" for r in s.rings)
+        lines = [
+            f"// pipetune: {self.hooks.header()}",
+            f"// schedule {sp.hash}",
+            f"// output tile {axes}, stages {stages}, {sp.consumer_split}, raster "
+            f"{sp.raster.major}/{sp.raster.swizzle}, "
+            + ("persistent" if s.persistent else "one unit per block")
+            + f", epilogue {lay.store_unit.value} ({lay.staging})",
+            "// warp roles: "
+            + (f"producer warpgroup (1 TMA warp, {sp.roles.producer_regs} regs) + "
+               if s.warp_specialized else f"no producer ({s.loader} thread 0 loads ahead) + ")
+            + f"{s.consumers} consumer warpgroup(s) ({sp.roles.consumer_regs} regs)",
+        ]
+        for role in s.roles:
+            stream = " -> ".join(f"{i.stask}@{i.unit.value}" for i in s.stream(role))
+            lines.append(f"//   {role}: {stream}")
+        for barrier in sp.barriers:
+            deps = ", ".join(f"{d}-{dist}" if dist else d for d, dist in barrier.deps)
+            lines.append(f"//   barrier {barrier.name} ({barrier.kind}, {barrier.slots} slot(s)): "
+                         f"{barrier.waiter} waits for {deps}")
+        return "\n".join(lines) + "\n"
+
+    # ----- constants -----------------------------------------------------------------
+    def _constants(self) -> None:
+        c, s, lay = self.code, self.structure, self.layout
+        c.use("types")
+        first, second = self.hooks.grid_axes
+        c.comment("The grid of output tiles, the units of work and the consumer warpgroups.")
+        c(f"constexpr int TILES_{first.const} = {first.tiles}, TILES_{second.const} = "
+          f"{second.tiles}, TILES = {lay.tiles};")
+        c(f"constexpr int CONSUMERS = {s.consumers};  // consumer warpgroups")
+        c(f"constexpr int OWNERS = {s.owners};  // tiles per unit (pingpong: one per consumer)")
+        c(f"constexpr int UNITS = {lay.units};")
+        c(f"constexpr int CONSUMER_ROWS = {lay.consumer_rows};  // tile rows one consumer owns")
+        c("")
+        self.hooks.constants(c, lay.consumer_rows)
+        for ring in s.rings:
+            c(f"constexpr int {ring.const}_STAGES = {ring.depth};  // {ring.stream} ring depth")
+            c(f"constexpr u32 {ring.const}_TX_BYTES = {lay.tx_bytes(ring)};  // "
+              f"{' + '.join(ring.loads)} bytes of one stage")
+        c("")
+        c.comment("Shared memory, from the 1024-byte aligned base.")
+        for name, offset in lay.smem.offsets.items():
+            c(f"constexpr u32 SMEM_{name} = {offset};")
+        c(f"constexpr u32 SMEM_BYTES = {lay.smem.total_bytes};")
+        if lay.tma_store:
+            epilogue.store_constants(c, lay)
+        c("")
+        self._static_asserts()
+
+    def _static_asserts(self) -> None:
+        c, s, lay = self.code, self.structure, self.layout
+        c(f"static_assert(SMEM_BYTES + {SMEM_ALIGN} <= {lay.device.smem_per_block_bytes}, "
+          '"shared memory budget (with alignment slack)");')
+        for ring in s.rings:
+            parts = " + ".join(f"{self.hooks.operand(t).const}_STAGE_BYTES" for t in ring.loads)
+            c(f'static_assert({ring.const}_TX_BYTES == {parts}, "{ring.stream} stage bytes");')
+        for axis in self.hooks.grid_axes:
+            c(f"static_assert(TILES_{axis.const} * {axis.tile} >= {axis.extent}, "
+              f'"the tiles cover {axis.name}");')
+        c(f'static_assert(UNITS * OWNERS >= TILES && CONSUMER_ROWS * '
+          f'(OWNERS > 1 ? 1 : CONSUMERS) == {lay.output.rows}, '
+          '"units and rows cover the tiles");')
+        if s.warp_specialized:
+            roles = s.sprogram.roles
+            c(f"constexpr int PRODUCER_REGS = {roles.producer_regs}, "
+              f"CONSUMER_REGS = {roles.consumer_regs};  // setmaxnreg")
+            c(f"static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= "
+              f'{REGISTER_FILE}, "register file");')
+        c("")
+
+    def _ring_helpers(self) -> None:
+        c = self.code
+        c.comment("The rings' barriers: full[s] completes when stage s has landed, empty[s] "
+                  "when its readers released it.")
+        for ring in self.structure.rings:
+            for name in (ring.full_name, ring.empty_name):
+                c(f"__device__ __forceinline__ u32 {name}(u32 smem, int stage) {{ return smem + "
+                  f"SMEM_{name.upper()} + {MBARRIER_BYTES} * stage; }}")
+        c("")
+
+    # ----- the loader's work: one stage of a ring ------------------------------------
+    def _load_params(self, ring: Ring) -> list[str]:
+        maps = dict.fromkeys(self.hooks.tensor_map(t) for t in ring.loads)
+        return [f"const TensorMap* {m}" for m in maps]
+
+    def _load_function(self, ring: Ring) -> None:
+        c, s = self.code, self.structure
+        origins = ", ".join(f"int {a.origin}" for a in self.hooks.grid_axes)
+        c.comment(f"One stage of the {ring.stream} stream: wait for the slot, then "
+                  + ", ".join(ring.loads) + " into it.")
+        head = (f"__device__ __forceinline__ void load_{ring.stream}(int stage, u32 empty_parity, "
+                f"{origins}, int trip, u32 smem, {', '.join(self._load_params(ring))})")
+        with c.block(head):
+            c(f"const u32 full = {ring.full('stage')};")
+            c.comment(f"{ring.empty_name}[stage]: the consumers released the slot "
+                      f"({ring.last_reader}, {ring.const}_STAGES trips ago)")
+            c(c.call("mbarrier_wait", ring.empty("stage"), "empty_parity") + ";")
+            c(c.call("mbarrier_arrive_expect_tx", "full", f"{ring.const}_TX_BYTES") + ";")
+            for issue in s.load_stream(ring.loader):
+                if issue.stask in ring.loads:
+                    self._emit((ring.loader,), issue)
+        c("")
+
+    def _load_call(self, ring: Ring, stage: str, parity: str, trip: str) -> str:
+        origins = ", ".join(a.origin for a in self.hooks.grid_axes)
+        maps = ", ".join(f"&{m}" for m in dict.fromkeys(
+            self.hooks.tensor_map(t) for t in ring.loads))
+        return f"load_{ring.stream}({stage}, {parity}, {origins}, {trip}, smem, {maps});"
+
+    # ----- the kernel ----------------------------------------------------------------
+    def _kernel(self) -> None:
+        c, s, lay = self.code, self.structure, self.layout
+        params = [f"const __grid_constant__ TensorMap {m.name}" for m in self.hooks.tensor_maps()]
+        out = lay.output
+        if lay.tma_store:
+            params.append(f"const __grid_constant__ TensorMap {out.map_name}")
+        else:
+            params.append(f"unsigned short* __restrict__ {out.tensor}")
+        c(f'extern "C" __global__ void __launch_bounds__({s.threads}, 1)')
+        with c.block(f"{self.entry}({', '.join(params)})"):
+            c("extern __shared__ __align__(1024) unsigned char smem_raw[];")
+            c(f"const u32 smem = ({c.call('smem_u32', 'smem_raw')} + 1023u) & ~1023u;")
+            c(f"const int warpgroup = threadIdx.x / {WARPGROUP};")
+            c(f"const int warp = (threadIdx.x / {WARP}) % 4, lane = threadIdx.x % {WARP};")
+            c("")
+            self._init_rings()
+            if s.warp_specialized:
+                with c.block("if (warpgroup == 0)"):
+                    self._producer()
+                with c.block("else"):
+                    c(c.call("setmaxnreg_inc<CONSUMER_REGS>") + ";")
+                    for role in s.consumer_roles:
+                        self.record.register_budgets[role] = s.sprogram.roles.consumer_regs
+                    c("const int consumer = warpgroup - 1;")
+                    self._consumer()
+            else:
+                c("const int consumer = warpgroup;")
+                self._consumer()
+        c("")
+
+    def _init_rings(self) -> None:
+        c = self.code
+        with c.block("if (threadIdx.x == 0)"):
+            for ring in self.structure.rings:
+                c.comment(f"{ring.full_name}[s]: 1 arrival (+ TMA bytes); {ring.empty_name}[s]: "
+                          f"{ring.empty_arrivals} arrivals (one per reading consumer warp).")
+                with c.block(f"for (int s = 0; s < {ring.const}_STAGES; ++s)"):
+                    c(c.call("mbarrier_init", ring.full("s"), 1) + ";")
+                    c(c.call("mbarrier_init", ring.empty("s"), ring.empty_arrivals) + ";")
+                self.record.rings[ring.stream] = EmittedRing(
+                    ring.stream, ring.full_name, ring.empty_name, ring.depth, 1,
+                    ring.empty_arrivals, self.layout.tx_bytes(ring))
+            c(c.call("mbarrier_init_fence") + ";")
+        c("__syncthreads();")
+        c("")
+
+    @contextmanager
+    def _units(self) -> Iterator[None]:
+        """The block's units of work: strided over the grid (persistent) or its own."""
+        c = self.code
+        if self.structure.persistent:
+            with c.block("for (int unit = blockIdx.x; unit < UNITS; unit += gridDim.x)"):
+                yield
+        else:
+            c.comment("one unit per block")
+            with c.block(""):
+                c("const int unit = blockIdx.x;")
+                yield
+
+    def _prefetch_maps(self) -> None:
+        c = self.code
+        for tmap in self.hooks.tensor_maps():
+            c(c.call("tma_prefetch_descriptor", f"&{tmap.name}") + ";")
+
+    def _origins(self, tile: str, guarded: bool = False) -> None:
+        c = self.code
+        names = [a.origin for a in self.hooks.grid_axes]
+        if guarded:
+            c(f"int {' = 0, '.join(names)} = 0;")
+            c(f"if ({tile} < TILES) tile_origin({tile}, {', '.join(names)});")
+        else:
+            c(f"int {', '.join(names)};")
+            c(f"tile_origin({tile}, {', '.join(names)});")
+
+    def _producer(self) -> None:
+        c, s = self.code, self.structure
+        c.comment("Producer warpgroup: registers go to the consumers; one thread issues the loads.")
+        c(c.call("setmaxnreg_dec<PRODUCER_REGS>") + ";")
+        self.record.register_budgets["producer"] = s.sprogram.roles.producer_regs
+        trips = self.hooks.trips
+        with c.block("if (threadIdx.x == 0)"):
+            self._prefetch_maps()
+            for ring in s.rings:
+                c(f"int {ring.stream}_stage = 0;  // {ring.stream} ring slot of the next load")
+                c(f"u32 {ring.stream}_phase = 0;  // flips at each pass over the ring")
+            owners = "OWNERS" if s.pingpong else 1
+            with self._units(), c.block(f"for (int owner = 0; owner < {owners}; ++owner)"):
+                c("const int tile = unit * OWNERS + owner;")
+                c("if (tile >= TILES) break;")
+                self._origins("tile")
+                with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
+                    for ring in s.rings:
+                        st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
+                        c(self._load_call(ring, st, f"{ph} ^ 1", "trip"))
+                        c(f"if (++{st} == {ring.const}_STAGES) {{ {st} = 0; {ph} ^= 1; }}")
+
+    # ----- consumers -----------------------------------------------------------------
+    def _consumer(self) -> None:
+        c, s, lay = self.code, self.structure, self.layout
+        if lay.tma_store:
+            c(f"const int thread_in_wg = threadIdx.x % {WARPGROUP};")
+        self.hooks.consumer_state(c)
+        c("int loads_before = 0;  // loads of this block's sequence before the current unit")
+        if lay.staging == "ring" and not s.pingpong:
+            c("int store_round = 0;  // sub-tiles stored so far (ring slot = store_round % 2)")
+        if s.turns:
+            c("bool first_turn = true;")
+        if not s.warp_specialized:
+            self._load_ahead()
+        with self._units():
+            if s.pingpong:
+                self._pingpong_unit()
+            else:
+                self._cooperative_unit()
+        if s.turns:
+            c.comment("turn: take the last hand-over, so no named-barrier arrival is left over")
+            with c.block("if (consumer == 0)"):
+                c(c.call("named_barrier_sync", self.layout.bar_turn0, 2 * WARPGROUP) + ";")
+        if lay.tma_store:
+            with c.block("if (thread_in_wg == 0)"):
+                c(c.call("tma_store_wait<0>") + ";  // the output written before the block exits")
+
+    def _load_ahead(self) -> None:
+        """No producer: the loader's thread 0 issues each ring's loads STAGES ahead."""
+        c, s, trips = self.code, self.structure, self.hooks.trips
+        c.comment(f"No producer: {s.loader}'s thread 0 issues the loads, STAGES ahead of the "
+                  "slowest reader.")
+        c("const int block_tiles = (TILES - blockIdx.x + gridDim.x - 1) / gridDim.x;"
+          if s.persistent else "const int block_tiles = 1;")
+        c(f"const int block_loads = block_tiles * {trips};")
+        for ring in s.rings:
+            c.comment(f"{ring.stream} load x of this block's sequence: trip x % {trips} of "
+                      f"the block's tile x / {trips}")
+            with c.block(f"auto load_ahead_{ring.stream} = [&](int x)", tail="};"):
+                tile = (f"blockIdx.x + (x / {trips}) * gridDim.x" if s.persistent
+                        else "blockIdx.x")
+                c(f"const int tile = {tile};")
+                self._origins("tile")
+                c(self._load_call(ring, ring.stage("x"), f"({ring.parity('x')}) ^ 1",
+                                  f"x % {trips}"))
+        with c.block("if (threadIdx.x == 0)"):
+            self._prefetch_maps()
+            for ring in s.rings:
+                with c.block(f"for (int ahead = 0; ahead < {ring.const}_STAGES && ahead < "
+                             "block_loads; ++ahead)"):
+                    c(f"load_ahead_{ring.stream}(ahead);")
+        c("__syncwarp();")
+
+    def _cooperative_unit(self) -> None:
+        c, trips = self.code, self.hooks.trips
+        c("const int tile = unit;")
+        self._origins("tile")
+        c("const int row0 = consumer * CONSUMER_ROWS;  // this warpgroup's rows")
+        c("const int x0 = loads_before;")
+        c(f"loads_before += {trips};")
+        self._mainloop("x0", turns_per_trip=True)
+        self._epilogue()
+
+    def _pingpong_unit(self) -> None:
+        c, trips = self.code, self.hooks.trips
+        c("const int tile = unit * OWNERS + consumer;")
+        c("const int unit_tiles = TILES - unit * OWNERS < OWNERS ? TILES - unit * OWNERS : OWNERS;")
+        c(f"const int x0 = loads_before + consumer * {trips};  // after earlier owners")
+        c(f"loads_before += unit_tiles * {trips};")
+        self._origins("tile", guarded=True)
+        c("const int row0 = 0;")
+        mmas = [i for i in self._loop() if i.kind is STaskKind.MMA]
+        for turn in self.structure.turns:
+            if turn.waiter == mmas[0].stask:
+                self._turn_wait(turn.waiter)
+                break
+        with c.block("if (tile < TILES)"):
+            self._mainloop("x0", turns_per_trip=False)
+        self._turn_pass(mmas[-1].stask)
+        with c.block("if (tile < TILES)"):
+            self._epilogue()
+
+    def _loop(self) -> list[Issue]:
+        role = self.structure.consumer_roles[0]
+        return [i for i in self.structure.compute_stream(role) if i.phase == "loop"]
+
+    def _mainloop(self, x0: str, *, turns_per_trip: bool) -> None:
+        """One trip of the consumers' loop stream per iteration of the reduction."""
+        c, s, trips = self.code, self.structure, self.hooks.trips
+        loop = self._loop()
+        c.comment(f"Main loop: {' -> '.join(i.stask for i in loop)}, one trip per iteration.")
+        with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
+            c(f"const int x = {x0} + trip;")
+            for issue in loop:
+                for ring in s.rings:
+                    if ring.first_reader == issue.stask:
+                        c(f"const int {ring.stream}_stage = {ring.stage('x')};")
+                        c.comment(f"{ring.full_name}[stage]: {', '.join(ring.loads)} of this "
+                                  "stage have landed")
+                        c(c.call("mbarrier_wait", ring.full(f"{ring.stream}_stage"),
+                                 ring.parity("x")) + ";")
+                if turns_per_trip:
+                    self._turn_wait(issue.stask)
+                self._emit(s.consumer_roles, issue)
+                if turns_per_trip:
+                    self._turn_pass(issue.stask)
+                if issue.kind is STaskKind.MMA:
+                    self._wgmma_wait(issue, "x", "trip")
+        for issue in loop:
+            if issue.kind is STaskKind.MMA and s.inflight.get(issue.stask):
+                c(c.call("wgmma_wait<0>") + ";")
+                c("#pragma unroll")
+                self.hooks.pin(c)
+                self._release(issue.stask, f"{x0} + {trips} - 1")
+
+    def _wgmma_wait(self, issue: Issue, x: str, trip: str) -> None:
+        """Wait for the wgmma groups the sProgram does not leave in flight, then release
+        the stages whose last reader they were."""
+        c = self.code
+        pending = self.structure.inflight.get(issue.stask, 0)
+        self.record.wgmma_pending[issue.stask] = pending
+        if pending:
+            c.comment(f"{issue.stask}_inflight: keep this wgmma group in flight; the previous "
+                      "one is done")
+        c(c.call(f"wgmma_wait<{pending}>") + ";")
+        c("#pragma unroll")
+        self.hooks.pin(c)
+        if pending:
+            with c.block(f"if ({trip} >= {pending})"):
+                self._release(issue.stask, f"{x} - {pending}")
+        else:
+            self._release(issue.stask, x)
+
+    def _release(self, stask: str, x: str) -> None:
+        """``empty`` arrivals of the rings ``stask`` reads last, for load ``x``; without a
+        producer, the load that reuses the slot."""
+        c, s = self.code, self.structure
+        for ring in s.rings:
+            if ring.last_reader != stask:
+                continue
+            c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
+            c("if (lane == 0) " + c.call("mbarrier_arrive", ring.empty(ring.stage(x))) + ";")
+            if not s.warp_specialized:
+                c(f"if (threadIdx.x == 0 && ({x}) + {ring.const}_STAGES < block_loads) "
+                  f"load_ahead_{ring.stream}(({x}) + {ring.const}_STAGES);")
+                c("__syncwarp();")
+
+    def _turn_wait(self, stask: str) -> None:
+        """Wait for this warpgroup's turn on the tensor cores before ``stask``."""
+        c, lay = self.code, self.layout
+        turns = [t for t in self.structure.turns if t.waiter == stask]
+        if not turns:
+            return
+        first = next(t for t in turns if t.distance > 0)
+        c.comment(f"{', '.join(t.name for t in turns)}: wait until the previous consumer "
+                  "warpgroup hands over the tensor cores")
+        c(f"if (consumer != {self.structure.consumer_roles.index(first.to_role)} || !first_turn) "
+          + c.call("named_barrier_sync", f"{lay.bar_turn0} + consumer", 2 * WARPGROUP) + ";")
+        c("first_turn = false;")
+        for turn in turns:
+            index = self.structure.consumer_roles.index(turn.to_role)
+            self.record.turns[turn.name] = EmittedTurn(
+                turn.name, lay.bar_turn0 + index, turn.to_role, turn.from_role, stask)
+
+    def _turn_pass(self, stask: str) -> None:
+        """Hand the tensor cores to the next consumer warpgroup after ``stask``."""
+        c = self.code
+        turns = [t for t in self.structure.turns if t.after == stask]
+        if not turns:
+            return
+        c.comment(f"{', '.join(t.name for t in turns)}: hand the tensor cores to the next "
+                  "consumer warpgroup")
+        c(c.call("named_barrier_arrive", f"{self.layout.bar_turn0} + (consumer + 1) % CONSUMERS",
+                 2 * WARPGROUP) + ";")
+
+    def _epilogue(self) -> None:
+        s = self.structure
+        for issue in s.compute_stream(s.consumer_roles[0]):
+            if issue.phase == "epilogue":
+                self._emit(s.consumer_roles, issue)

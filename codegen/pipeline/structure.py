@@ -1,0 +1,236 @@
+"""The sProgram as the skeleton lowers it: roles and their streams, rings, turns, waits.
+
+Everything here is read from the sProgram (its role streams, barrier sTasks, stages, warp
+roles, split, raster and persistence) and from its sTask-graph (the phase of each sTask:
+prologue, loop or epilogue). Nothing is read from the search's choices. A barrier is
+recognised by what it orders, not by its name:
+
+- an ``mbarrier`` whose deps are async copies is a stream's *full* barrier (its waiter is
+  the first reader of a stage); one whose waiter is an async copy is the stream's *empty*
+  barrier (it waits for the last reader, ``depth`` trips back);
+- a ``named`` barrier hands the tensor cores from one consumer warpgroup to the next;
+- a ``wgmma_wait`` that an MMA waits on for its own previous trip leaves one wgmma group
+  in flight across the loop (``inflight``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ir import STaskGraph, STaskKind
+from scheduler_search.ops import parse_spec
+from scheduler_search.sprogram import BarrierTask, Raster, SProgram
+
+WARP_THREADS = 32
+WARPS_PER_WARPGROUP = 4
+ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One sTask instance of a role's stream, as the skeleton emits it."""
+
+    stask: str
+    unit: UnitKind
+    kind: STaskKind
+    phase: str
+    lead: int
+
+
+@dataclass(frozen=True)
+class Ring:
+    """The full / empty mbarrier ring of one operand stream.
+
+    ``full[s]`` completes when the stage's loads have landed (one arrival with the
+    transaction bytes, then the bytes); ``empty[s]`` when every warp that reads the stage
+    has released it. The n-th use of a slot waits for parity ``(n / depth) & 1``.
+    """
+
+    stream: str
+    depth: int
+    loads: tuple[str, ...]
+    full_name: str
+    empty_name: str
+    first_reader: str
+    last_reader: str
+    loader: str
+    empty_arrivals: int
+
+    @property
+    def const(self) -> str:
+        """Prefix of the ring's constants in the kernel text (``AB_STAGES``)."""
+        return self.stream.upper()
+
+    def full(self, stage: str) -> str:
+        """Shared address of ``full[stage]`` (a call of the ring's device helper)."""
+        return f"{self.full_name}(smem, {stage})"
+
+    def empty(self, stage: str) -> str:
+        """Shared address of ``empty[stage]``."""
+        return f"{self.empty_name}(smem, {stage})"
+
+    def stage(self, index: str) -> str:
+        """Ring slot of the stream's ``index``-th load."""
+        return f"({index}) % {self.const}_STAGES"
+
+    def parity(self, index: str) -> str:
+        """Phase parity the ``index``-th use of its slot completes."""
+        return f"(({index}) / {self.const}_STAGES) & 1"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A named barrier: ``to_role``'s ``waiter`` starts after ``from_role``'s ``after``
+    (``distance`` trips back: the turn goes round the consumer warpgroups)."""
+
+    name: str
+    waiter: str
+    after: str
+    from_role: str
+    to_role: str
+    distance: int
+
+
+@dataclass(frozen=True)
+class PipelineStructure:
+    """An sProgram's roles, streams and barriers, in the terms the skeleton emits."""
+
+    sprogram: SProgram
+
+    @cached_property
+    def graph(self) -> STaskGraph:
+        return parse_spec(self.sprogram.op, self.sprogram.params).graph(self.sprogram.tile)
+
+    # ----- roles ---------------------------------------------------------------------
+    @property
+    def warp_specialized(self) -> bool:
+        return self.sprogram.roles.warp_specialized
+
+    @property
+    def consumer_roles(self) -> tuple[str, ...]:
+        return self.sprogram.roles.consumer_roles
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """Every role that issues work, the producer first."""
+        producer = ("producer",) if self.warp_specialized else ()
+        return producer + self.consumer_roles
+
+    @property
+    def consumers(self) -> int:
+        return self.sprogram.roles.consumer_warpgroups
+
+    @property
+    def pingpong(self) -> bool:
+        """Consumer warpgroups own tiles of their own (else they split one tile's rows)."""
+        return self.sprogram.consumer_split == "pingpong"
+
+    @property
+    def owners(self) -> int:
+        """Tiles one unit of work holds: one per consumer warpgroup with pingpong."""
+        return self.consumers if self.pingpong else 1
+
+    @property
+    def threads(self) -> int:
+        return self.sprogram.roles.threads
+
+    def stream(self, role: str) -> tuple[Issue, ...]:
+        """``role``'s sTask instances in issue order (``SProgram.role_stream``)."""
+        graph = self.graph
+        return tuple(
+            Issue(op.stask, unit, graph.stask(op.stask).kind, graph.stask(op.stask).phase,
+                  op.lead)
+            for unit, op in self.sprogram.role_stream(role)
+        )
+
+    @cached_property
+    def units(self) -> dict[str, UnitKind]:
+        """The sEU each sTask is issued on, from the per-sEU programs."""
+        return {op.stask: unit for unit, ops in self.sprogram.programs.items() for op in ops}
+
+    def is_async_copy(self, stask: str) -> bool:
+        return (self.graph.stask(stask).kind is STaskKind.LOAD
+                and self.units.get(stask) in ASYNC_COPY_UNITS)
+
+    def compute_stream(self, role: str) -> tuple[Issue, ...]:
+        """``role``'s stream without the loads it issues for the ring (a loader's)."""
+        return tuple(i for i in self.stream(role) if not self.is_async_copy(i.stask))
+
+    def load_stream(self, role: str) -> tuple[Issue, ...]:
+        return tuple(i for i in self.stream(role) if self.is_async_copy(i.stask))
+
+    @property
+    def loader(self) -> str:
+        """The role that issues the rings' loads."""
+        return "producer" if self.warp_specialized else self.consumer_roles[0]
+
+    # ----- barriers ------------------------------------------------------------------
+    def _barriers(self, kind: str) -> list[BarrierTask]:
+        return [b for b in self.sprogram.barriers if b.kind == kind]
+
+    @cached_property
+    def rings(self) -> tuple[Ring, ...]:
+        """One ring per operand stream whose loads are async copies, in stream order."""
+        sp = self.sprogram
+        mbarriers = self._barriers("mbarrier")
+        rings = []
+        for stream in sp.streams:
+            full = [b for b in mbarriers if b.deps and all(
+                self.is_async_copy(d) and sp.stream_of(d) == stream for d, _ in b.deps)]
+            empty = [b for b in mbarriers if self.is_async_copy(b.waiter)
+                     and sp.stream_of(b.waiter) == stream]
+            if not full or not empty:
+                continue
+            readers = 1 if self.pingpong else self.consumers
+            rings.append(Ring(
+                stream=stream,
+                depth=sp.stages[stream],
+                loads=tuple(d for d, _ in full[0].deps),
+                full_name=full[0].name,
+                empty_name=empty[0].name,
+                first_reader=full[0].waiter,
+                last_reader=empty[0].deps[0][0],
+                loader=empty[0].role,
+                empty_arrivals=readers * WARPS_PER_WARPGROUP,
+            ))
+        return tuple(rings)
+
+    def unringed_barriers(self) -> list[BarrierTask]:
+        """mbarriers that belong to no ring (e.g. a tile loaded once per output tile)."""
+        named = {r.full_name for r in self.rings} | {r.empty_name for r in self.rings}
+        return [b for b in self._barriers("mbarrier") if b.name not in named]
+
+    @cached_property
+    def turns(self) -> tuple[Turn, ...]:
+        turns = []
+        for b in self._barriers("named"):
+            (after, distance), = b.deps
+            index = self.consumer_roles.index(b.role)
+            turns.append(Turn(b.name, b.waiter, after, self.consumer_roles[index - 1], b.role,
+                              distance))
+        return tuple(turns)
+
+    @cached_property
+    def inflight(self) -> dict[str, int]:
+        """wgmma groups an MMA sTask leaves pending after it issues (0: waits for itself)."""
+        pending = {}
+        for b in self._barriers("wgmma_wait"):
+            if b.deps == ((b.waiter, 1),):
+                pending[b.waiter] = 1
+        return pending
+
+    def other_waits(self) -> list[BarrierTask]:
+        """wgmma waits other than an MMA's own in-flight group (an MMA result read by the
+        CUDA cores)."""
+        return [b for b in self._barriers("wgmma_wait") if b.deps != ((b.waiter, 1),)]
+
+    # ----- the tile loop and the epilogue --------------------------------------------
+    @property
+    def persistent(self) -> bool:
+        return self.sprogram.persistent
+
+    @property
+    def raster(self) -> Raster:
+        return self.sprogram.raster
