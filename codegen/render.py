@@ -78,6 +78,9 @@ def render(
     return lowered.artifact({
         "codegen_version": CODEGEN_VERSION,
         "flops": getattr(hooks, "flops", None),
+        # Which point of the search space this is, for the artifact's readers; code
+        # generation itself never reads the choices.
+        "choices": dict(sprogram.choices),
     })
 
 

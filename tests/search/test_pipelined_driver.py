@@ -81,7 +81,7 @@ def _driver(executor, space=None, **kwargs) -> SearchDriver:
 
 
 def test_overlap_prepares_the_next_batch_before_the_current_one_is_measured() -> None:
-    executor = PipelineExecutor(batch=4, measure_s=0.4)  # longer than asking a batch
+    executor = PipelineExecutor(batch=4, measure_s=1.0)  # longer than asking a batch
     result = _driver(executor, budget=Budget(trials=16),
                      config=SearchConfig(overlap=True, retime_top_k=2)).run()
     assert result.stop_reason is StopReason.TRIALS and result.trials_done == 16
