@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from codegen.artifact import KernelArtifact
+from codegen.kernels.attention import ATTENTION_HOOKS_VERSION, AttentionHooks
 from codegen.kernels.gemm import GEMM_HOOKS_VERSION, GemmHooks
 from codegen.pipeline import OperatorHooks
 from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
@@ -22,12 +23,13 @@ from scheduler_search.sprogram import SProgram
 #: op -> its hooks on the pipeline skeleton.
 HOOKS: dict[str, type[OperatorHooks]] = {
     "gemm": GemmHooks,
+    "attention": AttentionHooks,
 }
 
 #: Version of code generation as a whole, part of a GPU's device fingerprint (cache key):
 #: a change to the skeleton's or any operator's output must change it, so cached kernels
 #: are re-tuned.
-CODEGEN_VERSION = f"{PIPELINE_VERSION}+{GEMM_HOOKS_VERSION}"
+CODEGEN_VERSION = f"{PIPELINE_VERSION}+{GEMM_HOOKS_VERSION}+{ATTENTION_HOOKS_VERSION}"
 
 Feasibility = Callable[[SProgram], "str | None"]
 

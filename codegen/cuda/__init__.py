@@ -6,7 +6,18 @@ ones a kernel uses. wgmma instruction wrappers are generated per shape by
 :func:`codegen.cuda.wgmma.mma`.
 """
 
-from codegen.cuda import base, convert, fences, ldstmatrix, mbarrier, regs, swizzle, tma, wgmma
+from codegen.cuda import (
+    base,
+    convert,
+    fences,
+    ldstmatrix,
+    mbarrier,
+    regs,
+    sfu,
+    swizzle,
+    tma,
+    wgmma,
+)
 from codegen.cuda._snippet import Snippet, prelude, register, registered, snippet
 from codegen.cuda.swizzle import SWIZZLES, Swizzle
 from codegen.cuda.wgmma import SmemMatrix
@@ -25,6 +36,7 @@ __all__ = [
     "register",
     "registered",
     "regs",
+    "sfu",
     "snippet",
     "swizzle",
     "tma",

@@ -170,3 +170,57 @@ def mma(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
         "}\n"
     )
     return Snippet(name, code, requires=("types",), section='9.7.15.5.2 "wgmma.mma_async"')
+
+
+def mma_rs_name(n: int, dtype: str, b_major: str) -> str:
+    return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_rs_b{b_major}"
+
+
+def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
+    """``wgmma.mma_async m64n{n}k16`` with A from registers (fp32 accumulation).
+
+    A is this thread's four 32-bit registers of the 64 x 16 A tile, each two 16-bit
+    elements: rows ``r`` and ``r + 8`` (``r = 16 warp + lane / 4``) at columns
+    ``2 (lane % 4)`` and ``+ 8`` (PTX ISA 9.7.15.5.1.1, "Register Fragments"). That is the
+    layout of an m64nN fp32 accumulator's 16 columns converted to pairs, so a product
+    ``P = softmax(S)`` feeds the next wgmma without a shared-memory round trip.
+    """
+    if n % WGMMA_N_STEP or not WGMMA_N_STEP <= n <= WGMMA_N_MAX:
+        raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
+    if dtype not in PTX_TYPE:
+        raise ValueError(f"wgmma: unsupported dtype {dtype}")
+    regs = n // 2
+    ptx = PTX_TYPE[dtype]
+    trans_b = 1 if b_major == "mn" else 0
+    per_line = 16
+    asm_regs = "".join(
+        '               "'
+        + ", ".join(f"%{i}" for i in range(start, min(start + per_line, regs)))
+        + (", " if start + per_line < regs else "")
+        + '"\n'
+        for start in range(0, regs, per_line)
+    )
+    out_lines = [
+        ", ".join(f'"+f"(d[{i}])' for i in range(start, min(start + 8, regs)))
+        for start in range(0, regs, 8)
+    ]
+    a = ", ".join(f"%{regs + i}" for i in range(4))
+    name = mma_rs_name(n, dtype, b_major)
+    code = (
+        f"// D(64x{n}, fp32) += A(64x16, registers) * B(16x{n}, smem, {b_major.upper()}-major), "
+        f"{ptx} inputs.\n"
+        f"__device__ __forceinline__ void {name}(\n"
+        f"    float (&d)[{regs}], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc_b, int scale_d) {{\n"
+        '  asm volatile("{\\n"\n'
+        '               ".reg .pred p;\\n"\n'
+        f'               "setp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n'
+        + asm_regs
+        + f'               "}}, {{{a}}}, %{regs + 4}, p, 1, 1, {trans_b};\\n"\n'
+        '               "}\\n"\n'
+        "               : "
+        + ",\n                 ".join(out_lines)
+        + '\n               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));\n'
+        "}\n"
+    )
+    return Snippet(name, code, requires=("types",), section='9.7.15.5.2 "wgmma.mma_async"')

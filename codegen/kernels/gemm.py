@@ -83,7 +83,7 @@ class GemmHooks(OperatorHooks):
         return self.tile_k // wgmma.WGMMA_K
 
     @property
-    def grid_axes(self) -> tuple[GridAxis, GridAxis]:
+    def grid_axes(self) -> tuple[GridAxis, ...]:
         return (GridAxis("m", self.m, self.tile_m), GridAxis("n", self.n, self.tile_n))
 
     # ----- operands and output -------------------------------------------------------
@@ -181,7 +181,7 @@ class GemmHooks(OperatorHooks):
     def consumer_state(self, code: Code) -> None:
         code("float acc[ROW_BLOCKS][ACC_REGS] = {};")
 
-    def pin(self, code: Code) -> None:
+    def pin(self, code: Code, stask: str = "mma") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
 

@@ -24,13 +24,14 @@ Emitter = Callable[["PipelineSkeleton", tuple[str, ...], Issue], None]
 def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """A load sTask on TMA, inside its ring's load function: the operator's boxes into
     ``stage``, completing on the stage's full barrier."""
-    ring = k.ring_of(issue.stask)
     tile = k.hooks.operand(issue.stask)
-    k.code.comment(f"{issue.stask}  stage=stage: {tile.rows}x{tile.cols} tile via TMA, "
+    ring = k.ring_of(issue.stask)
+    stage = "stage" if ring else "tile"
+    k.code.comment(f"{issue.stask}  stage={stage}: {tile.rows}x{tile.cols} tile via TMA, "
                    f"{tile.box_count} box(es)")
-    dst = f"smem + SMEM_{tile.const} + stage * {tile.const}_STAGE_BYTES"
-    k.hooks.load(k.code, issue.stask, dst, "trip", "full")
-    k.recorded(roles, issue, f"{ring.stream}[s]")
+    dst = f"smem + SMEM_{tile.const}" + (f" + stage * {tile.const}_STAGE_BYTES" if ring else "")
+    k.hooks.load(k.code, issue.stask, dst, "trip" if ring else "0", "full")
+    k.recorded(roles, issue, f"{ring.stream}[s]" if ring else "once per tile")
 
 
 def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
@@ -41,6 +42,14 @@ def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> Non
     k.hooks.mma(k.code, issue, stages, "trip > 0")
     stage = ",".join(f"{s}[s]" for s in stages)
     k.recorded(roles, issue, stage)
+
+
+def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """An elementwise or reduction sTask on the CUDA cores or the SFU: the operator's math
+    on the consumers' register tiles (after the wgmma results it reads are waited for)."""
+    k.code.comment(f"{issue.stask}  on {issue.unit.value}")
+    k.hooks.math(k.code, issue)
+    k.recorded(roles, issue, "registers")
 
 
 def emit_tma_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
@@ -55,10 +64,16 @@ def emit_direct_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue)
     k.recorded(roles, issue, "")
 
 
+#: sTask kinds written by the operator's register math.
+MATH_KINDS = (STaskKind.ELEMENTWISE, STaskKind.REDUCE)
+
 #: (sTask kind, sEU) -> emitter, as tinygrad's renderer maps each op to its C.
 EMITTERS: dict[tuple[STaskKind, UnitKind], Emitter] = {
     (STaskKind.LOAD, UnitKind.TMA): emit_tma_load,
     (STaskKind.MMA, UnitKind.TENSOR_CORE): emit_wgmma,
+    (STaskKind.ELEMENTWISE, UnitKind.CUDA_CORE): emit_register_math,
+    (STaskKind.ELEMENTWISE, UnitKind.SFU): emit_register_math,
+    (STaskKind.REDUCE, UnitKind.CUDA_CORE): emit_register_math,
     (STaskKind.STORE, UnitKind.TMA): emit_tma_store,
     (STaskKind.STORE, UnitKind.CUDA_CORE): emit_direct_store,
 }

@@ -126,9 +126,10 @@ def emit_direct_store(code: Code, layout: PipelineLayout) -> None:
               "(lane >> 2);")
             if not full_rows:
                 c(f"if (row >= {rows}) continue;")
-            c(f"unsigned short* out_row = {out.tensor} + (unsigned long long)row * {cols};")
+            row_pointer = out.row_pointer or f"{out.tensor} + (unsigned long long){{row}} * {cols}"
+            c(f"unsigned short* out_row = {row_pointer.format(row='row')};")
             c("#pragma unroll")
-            with c.block("for (int j = 0; j < ACC_REGS / 4; ++j)"):
+            with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
                 c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
                 lo = f"{out.fragment}[mi][4 * j + 2 * h]"
                 hi = f"{out.fragment}[mi][4 * j + 2 * h + 1]"

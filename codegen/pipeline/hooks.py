@@ -76,6 +76,8 @@ class OutputTile:
     col_origin: str
     #: Constants of the kernel text that hold ``global_rows`` and ``global_cols``.
     extent_names: tuple[str, str]
+    #: C++ pointer to the first element of output row ``{row}`` (format string).
+    row_pointer: str = ""
 
     @property
     def map_name(self) -> str:
@@ -102,13 +104,29 @@ class OperatorHooks(ABC):
 
     @property
     @abstractmethod
-    def grid_axes(self) -> tuple[GridAxis, GridAxis]:
-        """The two axes of the grid of output tiles that the raster walks."""
+    def grid_axes(self) -> tuple[GridAxis, ...]:
+        """The axes of the grid of output tiles: the raster walks the first two (the
+        sProgram's raster names one of them), the others are outer loops."""
 
     @property
     @abstractmethod
     def trip_count(self) -> int:
-        """Loop trips per output tile (the value of :attr:`trips`)."""
+        """Loop trips per output tile at most (the value of :attr:`trips`)."""
+
+    def tile_trips(self) -> str | None:
+        """Loop trips of the current tile as a C++ expression of the grid origins, where
+        it varies by tile (causal attention skips tiles above the diagonal); None when every
+        tile takes :attr:`trip_count`."""
+        return None
+
+    def tile_loads(self) -> tuple[str, ...]:
+        """Load sTasks whose tile is loaded once per output tile (before the loop)."""
+        return ()
+
+    @property
+    def math_stasks(self) -> frozenset[str]:
+        """The register-math sTasks (CUDA cores, SFU) the operator writes in :meth:`math`."""
+        return frozenset()
 
     @abstractmethod
     def operand(self, stask: str) -> OperandTile:
@@ -140,9 +158,17 @@ class OperatorHooks(ABC):
     def consumer_state(self, code: Code) -> None:
         """Declare a consumer warpgroup's registers (accumulators)."""
 
+    def begin_tile(self, code: Code) -> None:  # noqa: B027 - optional hook, empty by default
+        """Reset per-tile register state at the start of each output tile (default: none)."""
+
     @abstractmethod
-    def pin(self, code: Code) -> None:
-        """Pin the accumulators around a wgmma wait (the compiler cannot see wgmma)."""
+    def pin(self, code: Code, stask: str) -> None:
+        """Pin the accumulators ``stask`` writes around its wgmma wait (the compiler cannot
+        see wgmma)."""
+
+    def math(self, code: Code, issue: Issue) -> None:
+        """Write a register-math sTask (one of :attr:`math_stasks`) for loop trip ``trip``."""
+        raise KeyError(f"{self.sprogram.op} writes no register math for {issue.stask}")
 
     @abstractmethod
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], first: str) -> None:

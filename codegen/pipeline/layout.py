@@ -8,13 +8,14 @@ asks it (through the renderer's feasibility check) before anything is compiled.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
 from codegen.cuda import Swizzle, swizzle, wgmma
 from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.cuda.tma import BOX_DIM_MAX
-from codegen.pipeline.emitters import EMITTERS
+from codegen.pipeline.emitters import EMITTERS, MATH_KINDS
 from codegen.pipeline.hooks import OperatorHooks, OutputTile
 from codegen.pipeline.limits import (
     BAR_EPILOGUE0,
@@ -42,11 +43,11 @@ class PipelineLayout:
     device: Device
 
     # ----- consumers and units of work ------------------------------------------------
-    @property
+    @cached_property
     def output(self) -> OutputTile:
         return self.hooks.output()
 
-    @property
+    @cached_property
     def consumer_rows(self) -> int:
         """Output rows one consumer warpgroup owns (cooperative warpgroups split them)."""
         s = self.structure
@@ -54,8 +55,7 @@ class PipelineLayout:
 
     @property
     def tiles(self) -> int:
-        first, second = self.hooks.grid_axes
-        return first.tiles * second.tiles
+        return math.prod(axis.tiles for axis in self.hooks.grid_axes)
 
     @property
     def units(self) -> int:
@@ -141,6 +141,9 @@ class PipelineLayout:
             for load in ring.loads:
                 tile = self.hooks.operand(load)
                 plan.add(tile.const, ring.depth * tile.stage_bytes)
+        for buffer in self.structure.tile_buffers:
+            tile = self.hooks.operand(buffer.load)
+            plan.add(tile.const, tile.stage_bytes)
         if self.staging == "operands":
             plan.alias("C", of=self.hooks.operand(rings[0].loads[0]).const)
         elif self.staging == "ring":
@@ -148,6 +151,9 @@ class PipelineLayout:
         for ring in rings:
             plan.add(ring.full_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
             plan.add(ring.empty_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
+        for buffer in self.structure.tile_buffers:
+            plan.add(buffer.full_name.upper(), MBARRIER_BYTES, BARRIER_ALIGN)
+            plan.add(buffer.empty_name.upper(), MBARRIER_BYTES, BARRIER_ALIGN)
         return plan
 
     # ----- named barriers ------------------------------------------------------------
@@ -173,17 +179,23 @@ class PipelineLayout:
     # ----- what the skeleton cannot lower --------------------------------------------
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
-        return (self.structure_problem() or self.hooks.problem() or self.resource_problem())
+        return self.hooks.problem() or self.structure_problem() or self.resource_problem()
 
     def structure_problem(self) -> str | None:
         """Shapes of sProgram the skeleton has no lowering for."""
+        return self._stream_problem() or self._barrier_problem()
+
+    def _stream_problem(self) -> str | None:
         s = self.structure
+        tile_loads = {t.load for t in s.tile_buffers}
         for role in s.roles:
             for issue in s.stream(role):
                 if (issue.kind, issue.unit) not in EMITTERS:
                     return f"{issue.stask}: no emitter for {issue.kind.value} on {issue.unit.value}"
-                if issue.phase == "prologue":
-                    return f"{issue.stask}: prologue sTasks (once per tile) are not lowered yet"
+                if issue.kind in MATH_KINDS and issue.stask not in self.hooks.math_stasks:
+                    return f"{issue.stask}: {s.sprogram.op} writes no register math for it"
+                if issue.phase == "prologue" and issue.stask not in tile_loads:
+                    return f"{issue.stask}: prologue sTasks other than tile loads are not lowered"
                 if issue.lead:
                     return f"{issue.stask}: ops issued trips ahead (lead) are not lowered yet"
         if s.warp_specialized and s.compute_stream("producer"):
@@ -191,10 +203,23 @@ class PipelineLayout:
         streams = {tuple((i.stask, i.unit) for i in s.compute_stream(r)) for r in s.consumer_roles}
         if len(streams) > 1:
             return "consumer warpgroups with different streams"
-        if s.unringed_barriers() or s.other_waits():
+        variable = self.hooks.tile_trips() is not None
+        if variable and (s.pingpong or not s.warp_specialized):
+            return "tiles of different trip counts need a producer warp and cooperative consumers"
+        if s.tile_buffers and s.pingpong:
+            return "tiles loaded once per output tile are not lowered for pingpong consumers"
+        return None
+
+    def _barrier_problem(self) -> str | None:
+        s = self.structure
+        if s.unringed_barriers():
             return "barriers outside the operand rings are not lowered yet"
+        if any(s.inflight.get(b.deps[0][0]) for b in s.result_waits()):
+            return "an MMA result read by the CUDA cores while its wgmma group stays in flight"
         if not s.rings or any(r.loader != s.loader for r in s.rings):
             return "every operand stream needs a ring filled by the loader role"
+        if any(t.loader != s.loader for t in s.tile_buffers):
+            return "tiles loaded once per output tile must be loaded by the loader role"
         if s.pingpong and not s.warp_specialized:
             return "pingpong needs warp specialisation"
         if s.pingpong and not s.turns:
@@ -218,7 +243,9 @@ class PipelineLayout:
         s = self.structure
         if self.consumer_rows % wgmma.WGMMA_M:
             return "wgmma shape"
-        boxes = [self.hooks.operand(load).box_outer for ring in s.rings for load in ring.loads]
+        loads = [load for ring in s.rings for load in ring.loads]
+        boxes = [self.hooks.operand(load).box_outer
+                 for load in loads + [t.load for t in s.tile_buffers]]
         if max([*boxes, self.consumer_rows]) > BOX_DIM_MAX:
             return "TMA box over 256 rows"
         limit = self.device.smem_per_block_bytes

@@ -13,6 +13,7 @@ from codegen.pipeline.record import EmissionRecord
 from codegen.pipeline.skeleton import PipelineSkeleton
 from codegen.pipeline.structure import PipelineStructure
 from scheduler_search.hardware.model import Device
+from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import SProgram
 
 #: Bumped whenever the skeleton's text changes for the same schedule.
@@ -49,8 +50,9 @@ class Lowered:
         if lay.tma_store:
             args.append(epilogue.store_tensor_map(lay))
         else:
-            args.append(TensorArg(out.tensor, out.dtype, (out.global_rows, out.global_cols),
-                                  "output"))
+            # The shape from the operator's tensor contract (its one home: the spec).
+            shapes = {t.name: t.shape for t in parse_spec(sp.op, sp.params).tensors()}
+            args.append(TensorArg(out.tensor, out.dtype, tuple(shapes[out.tensor]), "output"))
         return KernelArtifact(
             op=sp.op,
             params=dict(sp.params),

@@ -12,16 +12,25 @@ from codegen.pipeline.hooks import GridAxis
 from scheduler_search.sprogram import Raster
 
 
-def emit_tile_origin(code: Code, axes: tuple[GridAxis, GridAxis], raster: Raster) -> None:
-    """``tile_origin(tile, <a>0, <b>0)``: the origin of the ``tile``-th tile of the order."""
+def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster) -> None:
+    """``tile_origin(tile, <a>0, <b>0, ...)``: the origin of the ``tile``-th tile of the
+    order. The raster walks the first two axes; further axes (attention's heads) are outer:
+    one whole raster plane after another."""
     c = code
-    by_name = {a.name: a for a in axes}
+    plane = axes[:2]
+    by_name = {a.name: a for a in plane}
     major = by_name[raster.major]
-    minor = next(a for a in axes if a is not major)
+    minor = next(a for a in plane if a is not major)
     c.comment(f"Raster: tiles along {major.name} first, in bands of {raster.swizzle} "
               f"tile(s) along the other axis (L2 reuse between concurrent tiles).")
     origins = ", ".join(f"int& {a.origin}" for a in axes)
     with c.block(f"__device__ __forceinline__ void tile_origin(int tile, {origins})"):
+        if len(axes) > 2:
+            c(f"int outer = tile / (TILES_{plane[0].const} * TILES_{plane[1].const});")
+            c(f"tile %= TILES_{plane[0].const} * TILES_{plane[1].const};")
+            for axis in axes[2:]:
+                c(f"{axis.origin} = (outer % TILES_{axis.const}) * {axis.tile};")
+                c(f"outer /= TILES_{axis.const};")
         c(f"constexpr int BAND = {raster.swizzle};")
         c(f"const int band = tile / (BAND * TILES_{major.const});")
         c(f"const int in_band = tile % (BAND * TILES_{major.const});")
@@ -29,6 +38,6 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, GridAxis], raster: Raster
           f"TILES_{minor.const} - band * BAND : BAND;")
         c(f"const int t_{major.name} = in_band / width;")
         c(f"const int t_{minor.name} = band * BAND + in_band % width;")
-        for axis in axes:
+        for axis in plane:
             c(f"{axis.origin} = t_{axis.name} * {axis.tile};")
     c("")

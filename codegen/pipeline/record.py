@@ -59,6 +59,11 @@ class EmissionRecord:
     wgmma_pending: dict[str, int] = field(default_factory=dict)
     #: setmaxnreg budget per role (absent without warp specialisation).
     register_budgets: dict[str, int] = field(default_factory=dict)
+    #: Tiles loaded once per output tile: load sTask -> (full, empty) barriers.
+    tile_buffers: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: wgmma result waits (an MMA's result read by the CUDA cores) -> the MMA whose
+    #: wait satisfies them.
+    result_waits: dict[str, str] = field(default_factory=dict)
 
     def issue(self, role: str, issue: EmittedIssue) -> None:
         self.roles.setdefault(role, []).append(issue)

@@ -35,7 +35,7 @@ from codegen.pipeline.limits import REGISTER_FILE, WARP, WARPGROUP
 from codegen.pipeline.raster import emit_tile_origin
 from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing, EmittedTurn
 from codegen.pipeline.smem import SMEM_ALIGN
-from codegen.pipeline.structure import Issue, Ring
+from codegen.pipeline.structure import Issue, Ring, TileBuffer
 from scheduler_search.ir import STaskKind
 
 
@@ -55,10 +55,14 @@ class PipelineSkeleton:
         self.entry = entry
         self.code = Code()
         self.record = EmissionRecord()
+        #: Loads to reissue (no producer) once the trip's turn passes are written.
+        self._refills: list[tuple[Ring, str, str]] = []
+        self._pass_pending = False
 
     # ----- lookups -------------------------------------------------------------------
-    def ring_of(self, stask: str) -> Ring:
-        return next(r for r in self.structure.rings if stask in r.loads)
+    def ring_of(self, stask: str) -> Ring | None:
+        """The ring a load sTask fills, or None for a tile loaded once per output tile."""
+        return next((r for r in self.structure.rings if stask in r.loads), None)
 
     def readers_of(self, ring: Ring) -> set[str]:
         """The sTasks that read a ring's stage (from its first to its last reader)."""
@@ -79,6 +83,8 @@ class PipelineSkeleton:
         self._constants()
         self._ring_helpers()
         emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster)
+        for buffer in self.structure.tile_buffers:
+            self._tile_load_function(buffer)
         for ring in self.structure.rings:
             self._load_function(ring)
         self._kernel()
@@ -114,10 +120,9 @@ class PipelineSkeleton:
     def _constants(self) -> None:
         c, s, lay = self.code, self.structure, self.layout
         c.use("types")
-        first, second = self.hooks.grid_axes
+        tiles = ", ".join(f"TILES_{a.const} = {a.tiles}" for a in self.hooks.grid_axes)
         c.comment("The grid of output tiles, the units of work and the consumer warpgroups.")
-        c(f"constexpr int TILES_{first.const} = {first.tiles}, TILES_{second.const} = "
-          f"{second.tiles}, TILES = {lay.tiles};")
+        c(f"constexpr int {tiles}, TILES = {lay.tiles};")
         c(f"constexpr int CONSUMERS = {s.consumers};  // consumer warpgroups")
         c(f"constexpr int OWNERS = {s.owners};  // tiles per unit (pingpong: one per consumer)")
         c(f"constexpr int UNITS = {lay.units};")
@@ -163,10 +168,11 @@ class PipelineSkeleton:
         c = self.code
         c.comment("The rings' barriers: full[s] completes when stage s has landed, empty[s] "
                   "when its readers released it.")
-        for ring in self.structure.rings:
-            for name in (ring.full_name, ring.empty_name):
-                c(f"__device__ __forceinline__ u32 {name}(u32 smem, int stage) {{ return smem + "
-                  f"SMEM_{name.upper()} + {MBARRIER_BYTES} * stage; }}")
+        names = [n for r in self.structure.rings for n in (r.full_name, r.empty_name)]
+        names += [n for t in self.structure.tile_buffers for n in (t.full_name, t.empty_name)]
+        for name in names:
+            c(f"__device__ __forceinline__ u32 {name}(u32 smem, int stage) {{ return smem + "
+              f"SMEM_{name.upper()} + {MBARRIER_BYTES} * stage; }}")
         c("")
 
     # ----- the loader's work: one stage of a ring ------------------------------------
@@ -191,6 +197,28 @@ class PipelineSkeleton:
                 if issue.stask in ring.loads:
                     self._emit((ring.loader,), issue)
         c("")
+
+    def _tile_load_function(self, buffer: TileBuffer) -> None:
+        c, s = self.code, self.structure
+        tile = self.hooks.operand(buffer.load)
+        tmap = self.hooks.tensor_map(buffer.load)
+        origins = ", ".join(f"int {a.origin}" for a in self.hooks.grid_axes)
+        c.comment(f"{buffer.load}, once per output tile: wait until the consumers released the "
+                  "previous tile's copy, then load it.")
+        head = (f"__device__ __forceinline__ void load_tile_{buffer.load}(u32 empty_parity, "
+                f"{origins}, u32 smem, const TensorMap* {tmap})")
+        with c.block(head):
+            c(f"const u32 full = {buffer.full()};")
+            c(c.call("mbarrier_wait", buffer.empty(), "empty_parity") + ";")
+            c(c.call("mbarrier_arrive_expect_tx", "full", f"{tile.const}_STAGE_BYTES") + ";")
+            issue = next(i for i in s.load_stream(buffer.loader) if i.stask == buffer.load)
+            self._emit((buffer.loader,), issue)
+        c("")
+
+    def _tile_load_call(self, buffer: TileBuffer, parity: str) -> str:
+        origins = ", ".join(a.origin for a in self.hooks.grid_axes)
+        tmap = self.hooks.tensor_map(buffer.load)
+        return f"load_tile_{buffer.load}({parity}, {origins}, smem, &{tmap});"
 
     def _load_call(self, ring: Ring, stage: str, parity: str, trip: str) -> str:
         origins = ", ".join(a.origin for a in self.hooks.grid_axes)
@@ -241,6 +269,12 @@ class PipelineSkeleton:
                 self.record.rings[ring.stream] = EmittedRing(
                     ring.stream, ring.full_name, ring.empty_name, ring.depth, 1,
                     ring.empty_arrivals, self.layout.tx_bytes(ring))
+            for buffer in self.structure.tile_buffers:
+                c.comment(f"{buffer.full_name}: 1 arrival (+ TMA bytes); {buffer.empty_name}: "
+                          f"{buffer.empty_arrivals} arrivals (the reading consumer warps).")
+                c(c.call("mbarrier_init", buffer.full(), 1) + ";")
+                c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
+                self.record.tile_buffers[buffer.load] = (buffer.full_name, buffer.empty_name)
             c(c.call("mbarrier_init_fence") + ";")
         c("__syncthreads();")
         c("")
@@ -257,6 +291,14 @@ class PipelineSkeleton:
             with c.block(""):
                 c("const int unit = blockIdx.x;")
                 yield
+
+    def _trips(self) -> str:
+        """The current tile's loop trips: a constant, or ``trips`` declared here."""
+        expr = self.hooks.tile_trips()
+        if expr is None:
+            return self.hooks.trips
+        self.code(f"const int trips = {expr};  // loop trips of this tile")
+        return "trips"
 
     def _prefetch_maps(self) -> None:
         c = self.code
@@ -278,17 +320,23 @@ class PipelineSkeleton:
         c.comment("Producer warpgroup: registers go to the consumers; one thread issues the loads.")
         c(c.call("setmaxnreg_dec<PRODUCER_REGS>") + ";")
         self.record.register_budgets["producer"] = s.sprogram.roles.producer_regs
-        trips = self.hooks.trips
         with c.block("if (threadIdx.x == 0)"):
             self._prefetch_maps()
             for ring in s.rings:
                 c(f"int {ring.stream}_stage = 0;  // {ring.stream} ring slot of the next load")
                 c(f"u32 {ring.stream}_phase = 0;  // flips at each pass over the ring")
+            if s.tile_buffers:
+                c("u32 tile_phase = 0;  // flips at each output tile of this block")
             owners = "OWNERS" if s.pingpong else 1
             with self._units(), c.block(f"for (int owner = 0; owner < {owners}; ++owner)"):
                 c("const int tile = unit * OWNERS + owner;")
                 c("if (tile >= TILES) break;")
                 self._origins("tile")
+                for buffer in s.tile_buffers:
+                    c(self._tile_load_call(buffer, "tile_phase ^ 1"))
+                if s.tile_buffers:
+                    c("tile_phase ^= 1;")
+                trips = self._trips()
                 with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
                     for ring in s.rings:
                         st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
@@ -306,6 +354,8 @@ class PipelineSkeleton:
             c("int store_round = 0;  // sub-tiles stored so far (ring slot = store_round % 2)")
         if s.turns:
             c("bool first_turn = true;")
+        if s.tile_buffers:
+            c("u32 tile_phase = 0;  // flips at each output tile of this block")
         if not s.warp_specialized:
             self._load_ahead()
         with self._units():
@@ -348,17 +398,44 @@ class PipelineSkeleton:
         c("__syncwarp();")
 
     def _cooperative_unit(self) -> None:
-        c, trips = self.code, self.hooks.trips
+        c = self.code
         c("const int tile = unit;")
         self._origins("tile")
         c("const int row0 = consumer * CONSUMER_ROWS;  // this warpgroup's rows")
+        trips = self._trips()
         c("const int x0 = loads_before;")
         c(f"loads_before += {trips};")
-        self._mainloop("x0", turns_per_trip=True)
+        self.hooks.begin_tile(c)
+        self._tile_buffers_acquire()
+        self._mainloop("x0", trips, turns_per_trip=True)
+        self._tile_buffers_release()
         self._epilogue()
 
+    def _tile_buffers_acquire(self) -> None:
+        """Without a producer, the loader loads this tile's buffers; every consumer waits
+        for them."""
+        c, s = self.code, self.structure
+        if not s.tile_buffers:
+            return
+        if not s.warp_specialized:
+            with c.block("if (threadIdx.x == 0)"):
+                for buffer in s.tile_buffers:
+                    c(self._tile_load_call(buffer, "tile_phase ^ 1"))
+            c("__syncwarp();")
+        for buffer in s.tile_buffers:
+            c.comment(f"{buffer.full_name}: this tile's {buffer.load} has landed")
+            c(c.call("mbarrier_wait", buffer.full(), "tile_phase") + ";")
+
+    def _tile_buffers_release(self) -> None:
+        c, s = self.code, self.structure
+        for buffer in s.tile_buffers:
+            c.comment(f"{buffer.empty_name}: this warp is done with the tile's {buffer.load}")
+            c("if (lane == 0) " + c.call("mbarrier_arrive", buffer.empty()) + ";")
+        if s.tile_buffers:
+            c("tile_phase ^= 1;")
+
     def _pingpong_unit(self) -> None:
-        c, trips = self.code, self.hooks.trips
+        c, trips = self.code, self.hooks.trips  # the same for every tile (layout checks)
         c("const int tile = unit * OWNERS + consumer;")
         c("const int unit_tiles = TILES - unit * OWNERS < OWNERS ? TILES - unit * OWNERS : OWNERS;")
         c(f"const int x0 = loads_before + consumer * {trips};  // after earlier owners")
@@ -371,7 +448,7 @@ class PipelineSkeleton:
                 self._turn_wait(turn.waiter)
                 break
         with c.block("if (tile < TILES)"):
-            self._mainloop("x0", turns_per_trip=False)
+            self._mainloop("x0", trips, turns_per_trip=False)
         self._turn_pass(mmas[-1].stask)
         with c.block("if (tile < TILES)"):
             self._epilogue()
@@ -380,14 +457,17 @@ class PipelineSkeleton:
         role = self.structure.consumer_roles[0]
         return [i for i in self.structure.compute_stream(role) if i.phase == "loop"]
 
-    def _mainloop(self, x0: str, *, turns_per_trip: bool) -> None:
+    def _mainloop(self, x0: str, trips: str, *, turns_per_trip: bool) -> None:
         """One trip of the consumers' loop stream per iteration of the reduction."""
-        c, s, trips = self.code, self.structure, self.hooks.trips
+        c, s = self.code, self.structure
         loop = self._loop()
         c.comment(f"Main loop: {' -> '.join(i.stask for i in loop)}, one trip per iteration.")
+        names = [i.stask for i in loop]
+        passes = {t.after for t in s.turns} if turns_per_trip else set()
         with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
             c(f"const int x = {x0} + trip;")
-            for issue in loop:
+            for index, issue in enumerate(loop):
+                self._pass_pending = any(n in passes for n in names[index + 1 :])
                 for ring in s.rings:
                     if ring.first_reader == issue.stask:
                         c(f"const int {ring.stream}_stage = {ring.stage('x')};")
@@ -400,13 +480,16 @@ class PipelineSkeleton:
                 self._emit(s.consumer_roles, issue)
                 if turns_per_trip:
                     self._turn_pass(issue.stask)
+                if not self._pass_pending:
+                    self._flush_refills()
                 if issue.kind is STaskKind.MMA:
                     self._wgmma_wait(issue, "x", "trip")
+        self._pass_pending = False
         for issue in loop:
             if issue.kind is STaskKind.MMA and s.inflight.get(issue.stask):
                 c(c.call("wgmma_wait<0>") + ";")
                 c("#pragma unroll")
-                self.hooks.pin(c)
+                self.hooks.pin(c, issue.stask)
                 self._release(issue.stask, f"{x0} + {trips} - 1")
 
     def _wgmma_wait(self, issue: Issue, x: str, trip: str) -> None:
@@ -420,16 +503,22 @@ class PipelineSkeleton:
                       "one is done")
         c(c.call(f"wgmma_wait<{pending}>") + ";")
         c("#pragma unroll")
-        self.hooks.pin(c)
+        self.hooks.pin(c, issue.stask)
+        if not pending:
+            for wait in self.structure.result_waits():
+                if wait.deps[0][0] == issue.stask:
+                    self.record.result_waits[wait.name] = issue.stask
         if pending:
             with c.block(f"if ({trip} >= {pending})"):
-                self._release(issue.stask, f"{x} - {pending}")
+                self._release(issue.stask, f"{x} - {pending}", guard=f"{trip} >= {pending}")
         else:
             self._release(issue.stask, x)
 
-    def _release(self, stask: str, x: str) -> None:
+    def _release(self, stask: str, x: str, guard: str = "") -> None:
         """``empty`` arrivals of the rings ``stask`` reads last, for load ``x``; without a
-        producer, the load that reuses the slot."""
+        producer, the load that reuses the slot (deferred past the trip's last turn pass:
+        it waits for every consumer's release, and a later consumer cannot release before
+        it has had its turn)."""
         c, s = self.code, self.structure
         for ring in s.rings:
             if ring.last_reader != stask:
@@ -437,9 +526,19 @@ class PipelineSkeleton:
             c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
             c("if (lane == 0) " + c.call("mbarrier_arrive", ring.empty(ring.stage(x))) + ";")
             if not s.warp_specialized:
-                c(f"if (threadIdx.x == 0 && ({x}) + {ring.const}_STAGES < block_loads) "
-                  f"load_ahead_{ring.stream}(({x}) + {ring.const}_STAGES);")
-                c("__syncwarp();")
+                # A deferred refill is written outside the block that guards the release.
+                self._refills.append((ring, x, guard if self._pass_pending else ""))
+        if not self._pass_pending:
+            self._flush_refills()
+
+    def _flush_refills(self) -> None:
+        c = self.code
+        for ring, x, guard in self._refills:
+            cond = f"{guard} && " if guard else ""
+            c(f"if ({cond}threadIdx.x == 0 && ({x}) + {ring.const}_STAGES < block_loads) "
+              f"load_ahead_{ring.stream}(({x}) + {ring.const}_STAGES);")
+            c("__syncwarp();")
+        self._refills.clear()
 
     def _turn_wait(self, stask: str) -> None:
         """Wait for this warpgroup's turn on the tensor cores before ``stask``."""

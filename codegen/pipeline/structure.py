@@ -15,6 +15,8 @@ recognised by what it orders, not by its name:
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -26,6 +28,13 @@ from scheduler_search.sprogram import BarrierTask, Raster, SProgram
 WARP_THREADS = 32
 WARPS_PER_WARPGROUP = 4
 ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
+
+
+@functools.lru_cache(maxsize=4096)
+def _graph(op: str, params_json: str, tile: tuple[tuple[str, int], ...]) -> STaskGraph:
+    """The sTask-graph of a workload and tile, built once (a space asks for each of its
+    schedules' graphs; most share a tile)."""
+    return parse_spec(op, json.loads(params_json)).graph(dict(tile))
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,33 @@ class Ring:
 
 
 @dataclass(frozen=True)
+class TileBuffer:
+    """A tile loaded once per output tile (attention's Q) into a buffer of its own.
+
+    ``full`` is the sProgram's barrier (the load has landed); the buffer is reused by the
+    block's next tile only after every reading consumer warp has released it at the end of
+    the tile's loop: ``empty``, a barrier the skeleton adds, as the sProgram orders the
+    tiles of a block one after the other.
+    """
+
+    load: str
+    full_name: str
+    first_reader: str
+    loader: str
+    empty_arrivals: int
+
+    @property
+    def empty_name(self) -> str:
+        return f"{self.load}_empty"
+
+    def full(self) -> str:
+        return f"{self.full_name}(smem, 0)"
+
+    def empty(self) -> str:
+        return f"{self.empty_name}(smem, 0)"
+
+
+@dataclass(frozen=True)
 class Turn:
     """A named barrier: ``to_role``'s ``waiter`` starts after ``from_role``'s ``after``
     (``distance`` trips back: the turn goes round the consumer warpgroups)."""
@@ -101,18 +137,20 @@ class PipelineStructure:
 
     @cached_property
     def graph(self) -> STaskGraph:
-        return parse_spec(self.sprogram.op, self.sprogram.params).graph(self.sprogram.tile)
+        sp = self.sprogram
+        return _graph(sp.op, json.dumps(sp.params, sort_keys=True),
+                      tuple(sorted(sp.tile.items())))
 
     # ----- roles ---------------------------------------------------------------------
     @property
     def warp_specialized(self) -> bool:
         return self.sprogram.roles.warp_specialized
 
-    @property
+    @cached_property
     def consumer_roles(self) -> tuple[str, ...]:
         return self.sprogram.roles.consumer_roles
 
-    @property
+    @cached_property
     def roles(self) -> tuple[str, ...]:
         """Every role that issues work, the producer first."""
         producer = ("producer",) if self.warp_specialized else ()
@@ -138,12 +176,19 @@ class PipelineStructure:
 
     def stream(self, role: str) -> tuple[Issue, ...]:
         """``role``'s sTask instances in issue order (``SProgram.role_stream``)."""
-        graph = self.graph
-        return tuple(
-            Issue(op.stask, unit, graph.stask(op.stask).kind, graph.stask(op.stask).phase,
-                  op.lead)
-            for unit, op in self.sprogram.role_stream(role)
-        )
+        return self._streams.get(role, ())
+
+    @cached_property
+    def _streams(self) -> dict[str, tuple[Issue, ...]]:
+        tasks = {t.name: t for t in self.graph.stasks}
+        ops = sorted(((op.step, op.role, op.stask, unit, op.lead)
+                      for unit, unit_ops in self.sprogram.programs.items() for op in unit_ops),
+                     key=lambda o: o[0])
+        streams: dict[str, list[Issue]] = {}
+        for _, role, stask, unit, lead in ops:
+            task = tasks[stask]
+            streams.setdefault(role, []).append(Issue(stask, unit, task.kind, task.phase, lead))
+        return {role: tuple(issues) for role, issues in streams.items()}
 
     @cached_property
     def units(self) -> dict[str, UnitKind]:
@@ -156,7 +201,11 @@ class PipelineStructure:
 
     def compute_stream(self, role: str) -> tuple[Issue, ...]:
         """``role``'s stream without the loads it issues for the ring (a loader's)."""
-        return tuple(i for i in self.stream(role) if not self.is_async_copy(i.stask))
+        return tuple(i for i in self.stream(role) if i.stask not in self._async_copies)
+
+    @cached_property
+    def _async_copies(self) -> frozenset[str]:
+        return frozenset(name for name in self.units if self.is_async_copy(name))
 
     def load_stream(self, role: str) -> tuple[Issue, ...]:
         return tuple(i for i in self.stream(role) if self.is_async_copy(i.stask))
@@ -197,9 +246,24 @@ class PipelineStructure:
             ))
         return tuple(rings)
 
+    @cached_property
+    def tile_buffers(self) -> tuple[TileBuffer, ...]:
+        """One buffer per async copy of the prologue (loaded once per output tile)."""
+        buffers = []
+        readers = 1 if self.pingpong else self.consumers
+        for b in self._barriers("mbarrier"):
+            (dep, _), *rest = b.deps
+            if rest or not self.is_async_copy(dep) or self.graph.stask(dep).phase != "prologue":
+                continue
+            loader = next(r for r in self.roles if any(i.stask == dep for i in self.stream(r)))
+            buffers.append(TileBuffer(dep, b.name, b.waiter, loader,
+                                      readers * WARPS_PER_WARPGROUP))
+        return tuple(buffers)
+
     def unringed_barriers(self) -> list[BarrierTask]:
-        """mbarriers that belong to no ring (e.g. a tile loaded once per output tile)."""
+        """mbarriers that belong to no ring and no tile buffer."""
         named = {r.full_name for r in self.rings} | {r.empty_name for r in self.rings}
+        named |= {t.full_name for t in self.tile_buffers}
         return [b for b in self._barriers("mbarrier") if b.name not in named]
 
     @cached_property
@@ -221,9 +285,9 @@ class PipelineStructure:
                 pending[b.waiter] = 1
         return pending
 
-    def other_waits(self) -> list[BarrierTask]:
-        """wgmma waits other than an MMA's own in-flight group (an MMA result read by the
-        CUDA cores)."""
+    def result_waits(self) -> list[BarrierTask]:
+        """wgmma waits other than an MMA's own in-flight group: an MMA's result read by the
+        CUDA cores (``mma_qk_done_for_softmax_max``)."""
         return [b for b in self._barriers("wgmma_wait") if b.deps != ((b.waiter, 1),)]
 
     # ----- the tile loop and the epilogue --------------------------------------------

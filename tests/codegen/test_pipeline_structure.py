@@ -1,9 +1,11 @@
 """The two interpreters of a schedule agree: the kernel the skeleton writes has the
 sProgram's structure.
 
-For sampled GEMM schedules, the skeleton's own record of what it emitted (each role's
+For sampled GEMM and attention schedules, the skeleton's own record of what it emitted (each role's
 sTasks in issue order with their sEUs, the mbarrier rings and their depths and arrivals,
-the turn barriers, the wgmma waits, the register budgets) is held against what the
+the tiles loaded once per output tile, the turn barriers, the wgmma waits (an MMA's own
+in-flight group, an MMA result read by the CUDA cores), the register budgets) is held
+against what the
 sProgram says, the same sProgram the cost model's simulator walks. No string matching on
 the source.
 """
@@ -19,6 +21,7 @@ from codegen import Unsupported, lowering, unsupported
 from codegen.pipeline import EmissionRecord
 from scheduler_search.hardware import get_device
 from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ops import parse_spec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import SProgram, plan_sprogram
@@ -27,6 +30,12 @@ DEVICE = get_device("h200")
 SHAPES = ((4096, 4096, 4096, "kn"), (8192, 4096, 14336, "nk"), (4000, 6000, 2000, "kn"),
           (128, 8192, 8192, "nk"))
 PER_SHAPE = 40
+ATTENTION = (
+    {"batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 2048, "seq_kv": 2048, "head_dim": 128,
+     "causal": True, "dtype": "float16"},
+    {"batch": 2, "heads": 16, "kv_heads": 16, "seq_q": 1000, "seq_kv": 700, "head_dim": 64,
+     "causal": False, "dtype": "bfloat16"},
+)
 
 
 def _samples() -> list[SProgram]:
@@ -34,6 +43,8 @@ def _samples() -> list[SProgram]:
     for m, n, k, layout in SHAPES:
         spec = GemmSpec(m=m, n=n, k=k, dtype="float16", b_layout=layout)
         out += list(sample_schedules(spec, DEVICE, PER_SHAPE, seed=11))
+    for params in ATTENTION:
+        out += list(sample_schedules(parse_spec("attention", params), DEVICE, PER_SHAPE, seed=11))
     return out
 
 
@@ -43,8 +54,8 @@ SAMPLES = _samples()
 def _expected_rings(sp: SProgram) -> dict[str, tuple[int, int, str, str]]:
     """stream -> (depth, empty arrivals, full barrier, empty barrier), from the sProgram."""
     rings = {}
-    loads = {name for name, unit in sp.mapping.items() if unit is UnitKind.TMA
-             and name.startswith("load_")}
+    loads = {m for members in sp.streams.values() for m in members
+             if sp.mapping[m] is UnitKind.TMA}
     for full in sp.barriers:
         if full.kind != "mbarrier" or not all(d in loads for d, _ in full.deps):
             continue
@@ -72,9 +83,17 @@ def _check(sp: SProgram, record: EmissionRecord) -> None:
         assert turn.waits == named[name].role and turn.stask == named[name].waiter
     ids = sorted(t.barrier_id for t in record.turns.values())
     assert len(set(ids)) == len(ids)  # one named barrier per turn
-    inflight = {b.waiter for b in sp.barriers
-                if b.kind == "wgmma_wait" and b.deps == ((b.waiter, 1),)}
-    assert record.wgmma_pending == {"mma": 1 if "mma" in inflight else 0}
+    waits = [b for b in sp.barriers if b.kind == "wgmma_wait"]
+    inflight = {b.waiter for b in waits if b.deps == ((b.waiter, 1),)}
+    mmas = [op.stask for op in sp.programs[UnitKind.TENSOR_CORE] if op.role == "consumer0"]
+    assert record.wgmma_pending == {m: 1 if m in inflight else 0 for m in mmas}
+    assert record.result_waits == {b.name: b.deps[0][0] for b in waits
+                                   if b.deps != ((b.waiter, 1),)}
+    loaded_once = {name for name, unit in sp.mapping.items() if unit is UnitKind.TMA
+                   and name.startswith("load_") and sp.stream_of(name) is None}
+    once = {b.deps[0][0]: b.name for b in sp.barriers
+            if b.kind == "mbarrier" and b.deps[0][0] in loaded_once}
+    assert record.tile_buffers == {load: (full, f"{load}_empty") for load, full in once.items()}
     if sp.roles.warp_specialized:
         budgets = {"producer": sp.roles.producer_regs}
         budgets |= {r: sp.roles.consumer_regs for r in sp.roles.consumer_roles}
@@ -88,7 +107,7 @@ def test_the_sample_covers_the_structures_of_the_space() -> None:
               any(b.kind == "named" for b in sp.barriers),
               any(b.kind == "wgmma_wait" for b in sp.barriers), sp.mapping["store"], sp.persistent)
              for sp in SAMPLES}
-    assert len(SAMPLES) == len(SHAPES) * PER_SHAPE
+    assert len(SAMPLES) == (len(SHAPES) + len(ATTENTION)) * PER_SHAPE
     for index in range(len(next(iter(kinds)))):
         assert len({k[index] for k in kinds}) > 1, f"field {index} never varies"
 

@@ -38,6 +38,9 @@ CALLS = {
     "TensorMap": "r[0] = (u32)map.opaque[0];",
     "tma_prefetch_descriptor": "tma_prefetch_descriptor(&map);",
     "tma_load_2d": "tma_load_2d(a, &map, 0, 64, a + 8);",
+    "tma_load_4d": "tma_load_4d(a, &map, 0, 1, 64, 2, a + 8);",
+    "exp2_approx": "acc[0] = exp2_approx(f);",
+    "rcp_approx": "acc[1] = rcp_approx(f);",
     "tma_store_2d": "tma_store_2d(&map, 0, 64, a);",
     "tma_store_commit": "tma_store_commit();",
     "tma_store_wait_reads": "tma_store_wait_reads<1>();",
@@ -92,6 +95,22 @@ def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str) -> Non
     )
     assert report.ok, report.log
     assert f"m64n{n}k16" in mma.code
+
+
+@needs_nvcc
+@pytest.mark.parametrize(("n", "dtype", "major"), [(128, "float16", "mn"), (64, "bfloat16", "k")])
+def test_generated_register_a_wgmma_variant_compiles(n: int, dtype: str, major: str) -> None:
+    mma = wgmma.mma_rs(n, dtype, major)
+    body = (
+        f"float d[{n // 2}]; for (int i = 0; i < {n // 2}; ++i) d[i] = f;\n"
+        f"  wgmma_fence(); {mma.name}(d, r[0], r[1], r[2], r[3], (u64)a, 1); wgmma_commit();\n"
+        f"  wgmma_wait<0>(); wgmma_fence_operands(d); acc[0] = d[0] + d[{n // 2 - 1}];"
+    )
+    report = compile_report(
+        _kernel([mma, "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_fence_operands"], body)
+    )
+    assert report.ok, report.log
+    assert f"m64n{n}k16" in mma.code and "{%" in mma.code  # A is a register vector
 
 
 def test_wgmma_variants_are_generated_not_pasted() -> None:

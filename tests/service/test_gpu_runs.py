@@ -289,18 +289,23 @@ def test_gpu_run_through_a_real_local_gpu_pool_with_stand_in_workers(
 
 
 def test_operators_without_code_generation_stay_simulated(fake_gpu: FakeProbe) -> None:
+    from scheduler_search.ops.suites import REFERENCE_WORKLOADS
     from service.errors import InvalidRequest
     from service.runs.tune import prepare
     from service.schemas import TuneRequest
 
-    attention = {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 512, "seq_kv": 512,
-                 "head_dim": 128, "causal": False, "dtype": "float16"}
+    scan = dict(REFERENCE_WORKLOADS["mamba2_chunk_scan"])
     settings = Settings()
-    auto = prepare(TuneRequest(op="attention", params=attention), settings)
+    auto = prepare(TuneRequest(op="mamba2_chunk_scan", params=scan), settings)
     assert auto.device.name == "sim:h200" and auto.device.simulated
     with pytest.raises(InvalidRequest) as raised:
-        prepare(TuneRequest(op="attention", params=attention, device="cuda:0"), settings)
+        prepare(TuneRequest(op="mamba2_chunk_scan", params=scan, device="cuda:0"), settings)
     (error,) = raised.value.errors
-    assert error["loc"] == ("device",) and "no code generation for 'attention'" in error["msg"]
+    assert error["loc"] == ("device",)
+    assert "no code generation for 'mamba2_chunk_scan'" in error["msg"]
     gemm = prepare(TuneRequest(op="gemm", params=GEMM), settings)
     assert gemm.device.name == "cuda:0"
+    attention = {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 512, "seq_kv": 512,
+                 "head_dim": 128, "causal": False, "dtype": "float16"}
+    assert prepare(TuneRequest(op="attention", params=attention), settings).device.name \
+        == "cuda:0"

@@ -1,0 +1,394 @@
+"""Attention forward as hooks on the pipeline skeleton: ``o = softmax(q kᵀ / √d) v`` per head.
+
+Tensors are laid out (batch, seq, heads, head_dim), as FlashAttention takes them; query head
+``h`` reads key/value head ``h / (heads / kv_heads)`` (GQA, MQA); causal masks key ``j > i``
+(top-left aligned, as the workers' reference). What is attention's own:
+
+- tiles: an output tile is ``tile_q`` queries of one (batch, head); the grid is
+  q tiles x batch x heads; one loop trip per ``tile_kv`` keys, and with causal masking only
+  the trips at or below the diagonal (``tile_trips``);
+- ``load_q`` once per output tile, ``load_k`` / ``load_v`` per trip: TMA boxes of rank-4
+  tensor maps over (head_dim, heads, seq, batch), so rows past the sequence read as zeros;
+- ``mma_qk``: ``S = Q Kᵀ`` with wgmma (Q and K K-major in shared memory);
+- the online softmax on the consumers' registers: ``softmax_max`` (scores scaled by
+  ``log2(e) / √d``, masked, the running row max and the factor ``alpha`` that rescales
+  what came before), ``softmax_exp2`` (on the SFU with ``ex2.approx``, or on the CUDA cores
+  with ``exp2f``, as the sProgram maps it), ``softmax_sum`` (this thread's part of the row
+  sum; the four threads of a row add theirs in ``normalize``), ``rescale``;
+- ``mma_pv``: ``O += P V`` with P straight from the S accumulators converted to 16-bit
+  pairs (the register-A form of wgmma) and V MN-major in shared memory;
+- ``normalize`` and ``store``: ``O / l`` written with st.global.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import cached_property
+
+from codegen.artifact import TensorMapArg
+from codegen.cuda import convert, swizzle, wgmma
+from codegen.pipeline import Code, GridAxis, Issue, OperandTile, OperatorHooks, OutputTile
+from scheduler_search.hardware.model import UnitKind
+
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
+#: fp32 -inf, spelled without math headers (NVRTC has none).
+NEG_INF = "__int_as_float(0xff800000)"
+#: Registers a thread holds per 64-row block besides the S and O accumulators: the row
+#: max, sum and rescale factor of its two rows.
+ROW_STATE_REGS = 6
+
+
+class AttentionHooks(OperatorHooks):
+    """Attention's tiles, loads, softmax and matrix products on the skeleton."""
+
+    trips = "KV_TILES"
+
+    # ----- problem and tile ----------------------------------------------------------
+    def _p(self, name: str) -> int:
+        return int(self.params[name])
+
+    @property
+    def dtype(self) -> str:
+        return str(self.params["dtype"])
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.params["causal"])
+
+    @property
+    def elem(self) -> int:
+        return ELEMENT_BYTES[self.dtype]
+
+    @property
+    def head_dim(self) -> int:
+        return self._p("head_dim")
+
+    @property
+    def tile_q(self) -> int:
+        return self.sprogram.tile["q"]
+
+    @property
+    def tile_kv(self) -> int:
+        return self.sprogram.tile["kv"]
+
+    @property
+    def trip_count(self) -> int:
+        return -(-self._p("seq_kv") // self.tile_kv)
+
+    def tile_trips(self) -> str | None:
+        if not self.causal:
+            return None
+        # Top-left aligned: the tile's last query q0 + TILE_Q - 1 sees keys up to itself.
+        return "min(KV_TILES, (q0 + TILE_Q + TILE_KV - 1) / TILE_KV)"
+
+    @property
+    def grid_axes(self) -> tuple[GridAxis, ...]:
+        return (GridAxis("q", self._p("seq_q"), self.tile_q),
+                GridAxis("batch", self._p("batch"), 1),
+                GridAxis("heads", self._p("heads"), 1))
+
+    def tile_loads(self) -> tuple[str, ...]:
+        return ("load_q",)
+
+    @property
+    def math_stasks(self) -> frozenset[str]:
+        return frozenset({"softmax_max", "softmax_exp2", "softmax_sum", "rescale", "normalize"})
+
+    # ----- operands and output -------------------------------------------------------
+    @cached_property
+    def q(self) -> OperandTile:
+        return OperandTile("q", "k", self.tile_q, self.head_dim,
+                           swizzle.widest(self.head_dim * self.elem), self.elem)
+
+    @cached_property
+    def k(self) -> OperandTile:
+        return OperandTile("k", "k", self.tile_kv, self.head_dim,
+                           swizzle.widest(self.head_dim * self.elem), self.elem)
+
+    @cached_property
+    def v(self) -> OperandTile:
+        # P V: V (kv x d) is B with K = kv rows and N = d contiguous: MN-major.
+        return OperandTile("v", "mn", self.head_dim, self.tile_kv, swizzle.SWIZZLES[128],
+                           self.elem)
+
+    def operand(self, stask: str) -> OperandTile:
+        return {"load_q": self.q, "load_k": self.k, "load_v": self.v}[stask]
+
+    def tensor_map(self, stask: str) -> str:
+        return {"load_q": "q_map", "load_k": "k_map", "load_v": "v_map"}[stask]
+
+    def output(self) -> OutputTile:
+        return OutputTile(
+            tensor="o", dtype=self.dtype, elem_bytes=self.elem, rows=self.tile_q,
+            cols=self.head_dim, global_rows=self._p("seq_q"), global_cols=self.head_dim,
+            fragment="o_acc", row_origin="q0", col_origin="0",
+            extent_names=("SEQ_Q", "HEAD_DIM"),
+            row_pointer="o + ((unsigned long long)(batch0 * SEQ_Q + {row}) * HEADS + heads0) "
+                        "* HEAD_DIM",
+        )
+
+    def row_blocks(self, consumer_rows: int) -> int:
+        return consumer_rows // wgmma.WGMMA_M
+
+    def accumulator_regs(self, consumer_rows: int) -> int:
+        per_block = self.tile_kv // 2 + self.head_dim // 2 + ROW_STATE_REGS
+        return self.row_blocks(consumer_rows) * per_block
+
+    def problem(self) -> str | None:
+        if self.dtype not in ELEMENT_BYTES:
+            return f"dtype {self.dtype}"
+        if self.head_dim % 64:
+            return f"head_dim={self.head_dim}: V tiles are 64-column 128B-swizzle boxes"
+        if self.tile_kv % 16 or self.tile_kv > wgmma.WGMMA_N_MAX:
+            return f"tile_kv={self.tile_kv}: wgmma k16 steps over the keys of P V"
+        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
+            return "the attention output is written with st.global (store on cuda_core)"
+        return None
+
+    def header(self) -> str:
+        p = self.params
+        return (f"attention batch={p['batch']} heads={p['heads']} kv_heads={p['kv_heads']} "
+                f"seq_q={p['seq_q']} seq_kv={p['seq_kv']} head_dim={p['head_dim']} "
+                f"{'causal ' if self.causal else ''}{self.dtype}")
+
+    @property
+    def flops(self) -> float:
+        from scheduler_search.ops import parse_spec
+
+        return parse_spec("attention", self.params).flops()
+
+    # ----- text ----------------------------------------------------------------------
+    def constants(self, code: Code, consumer_rows: int) -> None:
+        c, p = code, self.params
+        scale_log2 = math.log2(math.e) / math.sqrt(self.head_dim)
+        c.comment("Problem and tile (compile-time: the kernel is specialised to the shape).")
+        c(f"constexpr int BATCH = {p['batch']}, HEADS = {p['heads']}, KV_HEADS = "
+          f"{p['kv_heads']}, GROUP = {p['heads'] // p['kv_heads']};  // query heads per kv head")
+        c(f"constexpr int SEQ_Q = {p['seq_q']}, SEQ_KV = {p['seq_kv']}, HEAD_DIM = "
+          f"{self.head_dim};")
+        c(f"constexpr int TILE_Q = {self.tile_q}, TILE_KV = {self.tile_kv};")
+        c(f"constexpr int KV_TILES = {self.trip_count};  // loop trips of a full tile")
+        c(f"constexpr bool CAUSAL = {'true' if self.causal else 'false'};  // key j > query i "
+          "is masked")
+        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
+          "per consumer")
+        c(f"constexpr int S_REGS = {self.tile_kv // 2}, O_REGS = {self.head_dim // 2};  // "
+          "fp32 accumulators per thread per block")
+        c(f"constexpr float SCALE_LOG2 = {scale_log2!r}f;  // log2(e) / sqrt(head_dim)")
+        c("")
+        for t, dims in ((self.q, "D x Q"), (self.k, "D x KV"), (self.v, "D x KV")):
+            c.comment(f"{t.const} tile: {t.box_count} TMA box(es) of {t.box_inner}x{t.box_outer}"
+                      f" ({dims}), {t.swizzle.span_bytes}B swizzle; wgmma: "
+                      f"{t.matrix.describe()}.")
+            c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
+              f"{t.stage_bytes};")
+            c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
+        c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS, "wgmma m64 blocks");')
+        c('static_assert(KV_TILES * TILE_KV >= SEQ_KV && HEADS % KV_HEADS == 0, "the keys");')
+        c("")
+        c.comment("Offsets of one wgmma k16 step inside a tile.")
+        for t in (self.q, self.k, self.v):
+            c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
+              f"return {t.kstep_expr()}; }}")
+        c("")
+
+    def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
+        c, t = code, self.operand(stask)
+        tmap = self.tensor_map(stask)
+        if stask == "load_q":
+            head, row = "heads0", "q0"
+        else:
+            head, row = "heads0 / GROUP", f"{trip} * TILE_KV"
+        for box in range(t.box_count):
+            c(c.call("tma_load_4d", f"{stage_addr} + {box * t.box_bytes}", tmap,
+                     box * t.box_inner, head, row, "batch0", full_bar) + ";")
+
+    def consumer_state(self, code: Code) -> None:
+        code("float s_acc[ROW_BLOCKS][S_REGS];  // S = Q K^T, then P, of the current trip")
+        code("float o_acc[ROW_BLOCKS][O_REGS] = {};")
+        code("float m_row[ROW_BLOCKS][2], l_row[ROW_BLOCKS][2], alpha[ROW_BLOCKS][2];  "
+             "// rows lane/4 and +8")
+
+    def begin_tile(self, code: Code) -> None:
+        c = code
+        c.comment("row statistics of the new tile: max -inf, sum 0")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c(f"m_row[mi][0] = m_row[mi][1] = {NEG_INF};")
+            c("l_row[mi][0] = l_row[mi][1] = 0.f;")
+
+    def pin(self, code: Code, stask: str = "mma_qk") -> None:
+        fragment = "s_acc" if stask == "mma_qk" else "o_acc"
+        with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            code(code.call("wgmma_fence_operands", f"{fragment}[mi]") + ";")
+
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], first: str) -> None:
+        if issue.stask == "mma_qk":
+            self._mma_qk(code, stages["k"])
+        else:
+            self._mma_pv(code, stages["v"], first)
+
+    def _mma_qk(self, code: Code, stage: str) -> None:
+        c, q = code, self.q
+        mma = wgmma.mma(self.tile_kv, self.dtype, "k")
+        c.comment(f"mma_qk  stage={stage}: s_acc[CONSUMER_ROWS x {self.tile_kv}] = Q_s K_s^T "
+                  f"(ROW_BLOCKS x {self.head_dim // 16} wgmma m64n{self.tile_kv}k16)")
+        c("#pragma unroll")
+        self.pin(c, "mma_qk")
+        c(c.call("wgmma_fence") + ";")
+        c(f"const u32 q_tile = smem + SMEM_Q + row0 * {q.swizzle.span_bytes};")
+        c(f"const u32 k_tile = smem + SMEM_K + {stage} * K_STAGE_BYTES;")
+        c("#pragma unroll")
+        with c.block(f"for (int kk = 0; kk < {self.head_dim // 16}; ++kk)"):
+            c("const u64 desc_b = "
+              + c.call("wgmma_descriptor", "k_tile + k_kstep_bytes(kk)", "K_DESC_LAYOUT") + ";")
+            c("#pragma unroll")
+            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                desc_a = c.call("wgmma_descriptor",
+                                f"q_tile + q_kstep_bytes(kk) + mi * {q.row_block_bytes}",
+                                "Q_DESC_LAYOUT")
+                c(c.call(mma, "s_acc[mi]", desc_a, "desc_b", "kk > 0") + ";")
+        c(c.call("wgmma_commit") + ";")
+
+    def _mma_pv(self, code: Code, stage: str, first: str) -> None:
+        c = code
+        mma = wgmma.mma_rs(self.head_dim, self.dtype, "mn")
+        pack = convert.pack2(self.dtype)
+        c.comment(f"mma_pv  stage={stage}: o_acc[CONSUMER_ROWS x {self.head_dim}] += P V_s, P "
+                  "from the S registers as 16-bit pairs (A fragment of k16 step kk: p[4kk..4kk+3])")
+        c("u32 p[ROW_BLOCKS][S_REGS / 2];")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
+                c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
+        c("#pragma unroll")
+        self.pin(c, "mma_pv")
+        c(c.call("wgmma_fence") + ";")
+        c(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;")
+        c("#pragma unroll")
+        with c.block(f"for (int kk = 0; kk < {self.tile_kv // 16}; ++kk)"):
+            c("const u64 desc_b = "
+              + c.call("wgmma_descriptor", "v_tile + v_kstep_bytes(kk)", "V_DESC_LAYOUT") + ";")
+            c("#pragma unroll")
+            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                regs = [f"p[mi][4 * kk + {i}]" for i in range(4)]
+                c(c.call(mma, "o_acc[mi]", *regs, "desc_b", f"{first} || kk > 0") + ";")
+        c(c.call("wgmma_commit") + ";")
+
+    # ----- the online softmax ----------------------------------------------------------
+    def _exp2(self, code: Code) -> str:
+        """The exp2 of the sEU the sProgram maps ``softmax_exp2`` to."""
+        if self.structure.units["softmax_exp2"] is UnitKind.SFU:
+            code.use("exp2_approx")
+            return "exp2_approx"
+        return "exp2f"
+
+    def math(self, code: Code, issue: Issue) -> None:
+        {
+            "softmax_max": self._softmax_max,
+            "softmax_exp2": self._softmax_exp2,
+            "softmax_sum": self._softmax_sum,
+            "rescale": self._rescale,
+            "normalize": self._normalize,
+        }[issue.stask](code)
+
+    def _each_score(self, code: Code, body: list[str], after: list[str] | None = None,
+                    before: list[str] | None = None) -> None:
+        """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``."""
+        c = code
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int h = 0; h < 2; ++h)"):
+                for line in before or []:
+                    c(line)
+                c("#pragma unroll")
+                with c.block("for (int g = 0; g < S_REGS / 4; ++g)"):
+                    c("#pragma unroll")
+                    with c.block("for (int e = 0; e < 2; ++e)"):
+                        c("float& s = s_acc[mi][4 * g + 2 * h + e];")
+                        for line in body:
+                            c(line)
+                for line in after or []:
+                    c(line)
+
+    def _softmax_max(self, code: Code) -> None:
+        c = code
+        exp2 = self._exp2(c)
+        c.comment("scores in log2 units; masked: keys past SEQ_KV, and with CAUSAL key > query")
+        c("const int kv0 = trip * TILE_KV;")
+        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > q0 + "
+          "row0);")
+        self._each_score(
+            c,
+            before=["const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);",
+                    "float mx = m_row[mi][h];"],
+            body=["s *= SCALE_LOG2;",
+                  "const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
+                  f"if (masked && (col >= SEQ_KV || (CAUSAL && col > row))) s = {NEG_INF};",
+                  "mx = fmaxf(mx, s);"],
+            after=["mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the row's 4 threads",
+                   "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));",
+                   f"const float m_new = mx == {NEG_INF} ? 0.f : mx;  // a row with no key yet",
+                   f"alpha[mi][h] = {exp2}(m_row[mi][h] - m_new);  // rescales what came before",
+                   "m_row[mi][h] = m_new;"],
+        )
+
+    def _softmax_exp2(self, code: Code) -> None:
+        exp2 = self._exp2(code)
+        self._each_score(code, before=["const float m = m_row[mi][h];"],
+                         body=[f"s = {exp2}(s - m);"])
+
+    def _softmax_sum(self, code: Code) -> None:
+        self._each_score(code, before=["float sum = 0.f;"], body=["sum += s;"],
+                         after=["l_row[mi][h] = l_row[mi][h] * alpha[mi][h] + sum;  // this "
+                                "thread's part"])
+
+    def _rescale(self, code: Code) -> None:
+        c = code
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int i = 0; i < O_REGS; ++i)"):
+                c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
+
+    def _normalize(self, code: Code) -> None:
+        c = code
+        c.comment("o / l, l summed over the row's 4 threads")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int h = 0; h < 2; ++h)"):
+                c("float l = l_row[mi][h];")
+                c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
+                c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
+                c("const float inv = l > 0.f ? 1.f / l : 0.f;")
+                c("#pragma unroll")
+                with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
+                    c("o_acc[mi][4 * g + 2 * h] *= inv;")
+                    c("o_acc[mi][4 * g + 2 * h + 1] *= inv;")
+
+    def tensor_maps(self) -> tuple[TensorMapArg, ...]:
+        p, e = self.params, self.elem
+        maps = []
+        for name, tile, heads, seq in (("q", self.q, p["heads"], p["seq_q"]),
+                                       ("k", self.k, p["kv_heads"], p["seq_kv"]),
+                                       ("v", self.v, p["kv_heads"], p["seq_kv"])):
+            d = self.head_dim
+            rows = self.tile_q if name == "q" else self.tile_kv
+            maps.append(TensorMapArg(
+                name=f"{name}_map", tensor=name, dtype=self.dtype,
+                global_dims=(d, heads, seq, p["batch"]),
+                global_strides_bytes=(d * e, heads * d * e, seq * heads * d * e),
+                box_dims=(tile.box_inner, 1, rows, 1),
+                swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
+            ))
+        return tuple(maps)
+
+
+#: Bumped whenever attention's own text changes for the same schedule.
+ATTENTION_HOOKS_VERSION = "attention-1"
+
+__all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]

@@ -1,0 +1,94 @@
+"""Attention on the pipeline skeleton, on the CPU: sampled schedules of the attention space
+compile with nvcc for sm_90a without spills; the launch contract (rank-4 tensor maps over
+(head_dim, heads, seq, batch), the output tensor of the spec) agrees with the kernel; what
+the skeleton cannot lower yet is kept out of the space with its reason."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from schedule_samples import sample_schedules
+
+from codegen import feasibility, lowering, render, unsupported
+from codegen.nvcc import compile_report, nvcc_path
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import parse_spec
+from scheduler_search.space import ScheduleSpace
+
+DEVICE = get_device("h200")
+CAUSAL_GQA = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 2048, "seq_kv": 2048,
+              "head_dim": 128, "causal": True, "dtype": "float16"}
+ODD = {"batch": 2, "heads": 8, "kv_heads": 8, "seq_q": 300, "seq_kv": 700, "head_dim": 64,
+       "causal": False, "dtype": "bfloat16"}
+DESIGN = {"tile_q": 128, "tile_kv": 128, "warp_specialized": True, "consumer_warpgroups": 2,
+          "consumer_split": "cooperative", "wg_schedule": "free", "producer_regs": 24,
+          "stages_k": 2, "stages_v": 2, "order": "serial", "map_softmax_exp2": "sfu",
+          "map_store": "cuda_core", "persistent": True, "raster_major": "q",
+          "raster_swizzle": 1}
+
+
+def _spec(params: dict) -> object:
+    return parse_spec("attention", params)
+
+
+def test_kernel_reads_the_spec_layout_through_rank_4_tensor_maps() -> None:
+    spec = _spec(CAUSAL_GQA)
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    sprogram, validity = space.build(DESIGN)
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    assert maps["q_map"].global_dims == (128, 32, 2048, 1)
+    assert maps["k_map"].global_dims == (128, 8, 2048, 1) == maps["v_map"].global_dims
+    assert maps["q_map"].box_dims == (64, 1, 128, 1) and maps["k_map"].box_dims == (64, 1, 128, 1)
+    (out,) = [a for a in art.args if a.kind == "tensor"]
+    assert out.name == "o" and out.shape == (1, 2048, 32, 128) and out.role == "output"
+    src = art.source
+    assert "heads0 / GROUP" in src and "constexpr bool CAUSAL = true;" in src
+    assert "min(KV_TILES, (q0 + TILE_Q + TILE_KV - 1) / TILE_KV)" in src  # skips masked tiles
+    assert "exp2_approx" in src and "wgmma_m64n128k16_f16_rs_bmn" in src
+    assert art.grid == (DEVICE.sm_count, 1, 1) and art.block == (384, 1, 1)
+    record = lowering(sprogram, DEVICE).record
+    assert record.tile_buffers == {"load_q": ("load_q_full", "load_q_empty")}
+    assert render(sprogram, spec, DEVICE).source == src  # deterministic
+
+
+def test_exp2_follows_the_seu_of_softmax_exp2() -> None:
+    spec = _spec(ODD)
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    on_cores, _ = space.build({**DESIGN, "map_softmax_exp2": "cuda_core"})
+    text = render(on_cores, spec, DEVICE).source
+    assert "exp2f(" in text and "ex2.approx" not in text
+    assert "constexpr bool CAUSAL = false;" in text
+
+
+def test_what_is_not_lowered_yet_is_out_of_the_space_with_a_reason() -> None:
+    spec = _spec(CAUSAL_GQA)
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    for change, reason in (
+        ({"order": "overlap"}, "lead"),
+        ({"map_store": "tma"}, "st.global"),
+        ({"warp_specialized": False}, "trip counts"),
+    ):
+        sprogram, validity = space.build({**DESIGN, **change})
+        assert not validity.ok and reason in (unsupported(sprogram, DEVICE) or ""), change
+    candidates, count = space.enumerate()
+    assert candidates and count.rejected["unsupported_by_codegen"] > 0
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_sampled_attention_schedules_compile_without_spills() -> None:
+    sources = []
+    for params in (CAUSAL_GQA, ODD):
+        for dtype in ("float16", "bfloat16"):
+            spec = _spec({**params, "dtype": dtype})
+            sources += [render(sp, spec, DEVICE).source
+                        for sp in sample_schedules(spec, DEVICE, 3, seed=2026)]
+    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+        reports = list(pool.map(compile_report, sources))
+    failures = [r.log[-400:] if not r.ok else f"spills {r.spills}" for r in reports
+                if not r.ok or r.spills or r.stack_bytes]
+    assert not failures, failures[:3]
+    assert all(0 < r.registers <= 255 for r in reports)
