@@ -74,18 +74,16 @@ def test_what_is_not_lowered_yet_is_out_of_the_space_with_a_reason() -> None:
     ):
         sprogram, validity = space.build({**DESIGN, **change})
         assert not validity.ok and reason in (unsupported(sprogram, DEVICE) or ""), change
-    candidates, count = space.enumerate()
-    assert candidates and count.rejected["unsupported_by_codegen"] > 0
+        assert validity.rejections[0].detail.startswith("codegen: ")
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 def test_sampled_attention_schedules_compile_without_spills() -> None:
     sources = []
-    for params in (CAUSAL_GQA, ODD):
-        for dtype in ("float16", "bfloat16"):
-            spec = _spec({**params, "dtype": dtype})
-            sources += [render(sp, spec, DEVICE).source
-                        for sp in sample_schedules(spec, DEVICE, 3, seed=2026)]
+    for params, dtype in ((CAUSAL_GQA, "float16"), (ODD, "bfloat16")):
+        spec = _spec({**params, "dtype": dtype})
+        sources += [render(sp, spec, DEVICE).source
+                    for sp in sample_schedules(spec, DEVICE, 4, seed=2026)]
     with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
         reports = list(pool.map(compile_report, sources))
     failures = [r.log[-400:] if not r.ok else f"spills {r.spills}" for r in reports
