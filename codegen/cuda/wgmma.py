@@ -126,54 +126,17 @@ def mma_name(n: int, dtype: str, b_major: str) -> str:
     return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_b{b_major}"
 
 
+def mma_rs_name(n: int, dtype: str, b_major: str) -> str:
+    return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_rs_b{b_major}"
+
+
 def mma(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
     """The wrapper of ``wgmma.mma_async m64n{n}k16`` with fp32 accumulation.
 
     ``d`` holds the n / 2 accumulators of this thread; ``scale_d == 0`` ignores their old
     values (the first MMA of a tile), otherwise they accumulate.
     """
-    if n % WGMMA_N_STEP or not WGMMA_N_STEP <= n <= WGMMA_N_MAX:
-        raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
-    if dtype not in PTX_TYPE:
-        raise ValueError(f"wgmma: unsupported dtype {dtype}")
-    regs = n // 2
-    ptx = PTX_TYPE[dtype]
-    trans_b = 1 if b_major == "mn" else 0
-    per_line = 16
-    asm_regs = "".join(
-        '               "'
-        + ", ".join(f"%{i}" for i in range(start, min(start + per_line, regs)))
-        + (", " if start + per_line < regs else "")
-        + '"\n'
-        for start in range(0, regs, per_line)
-    )
-    out_lines = [
-        ", ".join(f'"+f"(d[{i}])' for i in range(start, min(start + 8, regs)))
-        for start in range(0, regs, 8)
-    ]
-    name = mma_name(n, dtype, b_major)
-    code = (
-        f"// D(64x{n}, fp32) += A(64x16, smem, K-major) * B(16x{n}, smem, "
-        f"{b_major.upper()}-major), {ptx} inputs.\n"
-        f"__device__ __forceinline__ void {name}(\n"
-        f"    float (&d)[{regs}], u64 desc_a, u64 desc_b, int scale_d) {{\n"
-        '  asm volatile("{\\n"\n'
-        '               ".reg .pred p;\\n"\n'
-        f'               "setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n'
-        + asm_regs
-        + f'               "}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {trans_b};\\n"\n'
-        '               "}\\n"\n'
-        "               : "
-        + ",\n                 ".join(out_lines)
-        + '\n               : "l"(desc_a), "l"(desc_b), "r"(scale_d));\n'
-        "}\n"
-    )
-    return Snippet(name, code, requires=("types",), section='9.7.15.5.2 "wgmma.mma_async"')
-
-
-def mma_rs_name(n: int, dtype: str, b_major: str) -> str:
-    return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_rs_b{b_major}"
+    return _mma_snippet(n, dtype, b_major, a_in_registers=False)
 
 
 def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
@@ -185,6 +148,12 @@ def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
     layout of an m64nN fp32 accumulator's 16 columns converted to pairs, so a product
     ``P = softmax(S)`` feeds the next wgmma without a shared-memory round trip.
     """
+    return _mma_snippet(n, dtype, b_major, a_in_registers=True)
+
+
+def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool) -> Snippet:
+    """Both forms of the instruction: operands ``%0..%{n/2-1}`` are the accumulators, then
+    A (a descriptor, or four registers), B's descriptor and ``scale_d``."""
     if n % WGMMA_N_STEP or not WGMMA_N_STEP <= n <= WGMMA_N_MAX:
         raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
     if dtype not in PTX_TYPE:
@@ -204,23 +173,38 @@ def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
         ", ".join(f'"+f"(d[{i}])' for i in range(start, min(start + 8, regs)))
         for start in range(0, regs, 8)
     ]
-    a = ", ".join(f"%{regs + i}" for i in range(4))
-    name = mma_rs_name(n, dtype, b_major)
+    if a_in_registers:
+        name = mma_rs_name(n, dtype, b_major)
+        head = (f"// D(64x{n}, fp32) += A(64x16, registers) * B(16x{n}, smem, "
+                f"{b_major.upper()}-major), {ptx} inputs.\n")
+        params = "u32 a0, u32 a1, u32 a2, u32 a3, u64 desc_b, int scale_d"
+        scale = regs + 5
+        a_b = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + f"}}, %{regs + 4}"
+        modes = f"p, 1, 1, {trans_b}"  # no transpose of A from registers
+        inputs = '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)'
+    else:
+        name = mma_name(n, dtype, b_major)
+        head = (f"// D(64x{n}, fp32) += A(64x16, smem, K-major) * B(16x{n}, smem, "
+                f"{b_major.upper()}-major), {ptx} inputs.\n")
+        params = "u64 desc_a, u64 desc_b, int scale_d"
+        scale = regs + 2
+        a_b = f"%{regs}, %{regs + 1}"
+        modes = f"p, 1, 1, 0, {trans_b}"
+        inputs = '"l"(desc_a), "l"(desc_b), "r"(scale_d)'
     code = (
-        f"// D(64x{n}, fp32) += A(64x16, registers) * B(16x{n}, smem, {b_major.upper()}-major), "
-        f"{ptx} inputs.\n"
-        f"__device__ __forceinline__ void {name}(\n"
-        f"    float (&d)[{regs}], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc_b, int scale_d) {{\n"
+        head
+        + f"__device__ __forceinline__ void {name}(\n"
+        f"    float (&d)[{regs}], {params}) {{\n"
         '  asm volatile("{\\n"\n'
         '               ".reg .pred p;\\n"\n'
-        f'               "setp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+        f'               "setp.ne.b32 p, %{scale}, 0;\\n"\n'
         f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n'
         + asm_regs
-        + f'               "}}, {{{a}}}, %{regs + 4}, p, 1, 1, {trans_b};\\n"\n'
+        + f'               "}}, {a_b}, {modes};\\n"\n'
         '               "}\\n"\n'
         "               : "
         + ",\n                 ".join(out_lines)
-        + '\n               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));\n'
+        + f"\n               : {inputs});\n"
         "}\n"
     )
     return Snippet(name, code, requires=("types",), section='9.7.15.5.2 "wgmma.mma_async"')

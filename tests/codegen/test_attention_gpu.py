@@ -9,13 +9,12 @@ kernel of the module is compiled and checked in one batch; each test reads its o
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_checks import assert_correct, check_kernels
 from schedule_samples import sample_schedules
 
-from codegen import render
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.sprogram import SProgram
@@ -54,24 +53,7 @@ CASES = _cases()
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from workers import Job, LocalGpuPool, ParallelCompiler, TimingConfig
-
-    quick = TimingConfig(warmup_launches=1, warmup_ms=0.0, min_samples=2, min_time_ms=0.0)
-    jobs = [
-        Job({"op": "attention", "params": spec.params()}, artifact=render(sprogram, spec, DEVICE),
-            timing=quick, seed=3, deadline_s=30.0)
-        for _, spec, sprogram in CASES
-    ]
-    compiler = ParallelCompiler(cache_dir=tmp_path_factory.mktemp("cubins"))
-    with LocalGpuPool(compiler=compiler, codegen_version="test") as pool:
-        measured = pool.measure(jobs)
-    out = {sp.hash: m for (_, _, sp), m in zip(CASES, measured, strict=True)}
-    log = Path(tmp_path_factory.getbasetemp()) / "attention_gpu_results.txt"
-    with log.open("w") as f:
-        for (name, _, sp), m in zip(CASES, measured, strict=True):
-            f.write(f"{name} {sp.hash[:12]} {m.status.value} {m.rel_error} {m.latency_us} "
-                    f"{sp.choices} {m.error[:200]}\n")
-    return out
+    return check_kernels(CASES, DEVICE, tmp_path_factory)
 
 
 @pytest.mark.parametrize(
@@ -81,5 +63,4 @@ def test_generated_attention_is_correct(
     results: dict[str, Any], name: str, spec: OperatorSpec, sprogram: SProgram
 ) -> None:
     result = results[sprogram.hash]
-    assert result.status.value == "ok", (name, sprogram.choices, result.error, result.log[-500:])
-    assert result.rel_error is not None and result.rel_error < 1e-2
+    assert_correct(result, name, sprogram)

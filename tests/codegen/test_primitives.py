@@ -81,13 +81,18 @@ def test_primitive_compiles_alone(name: str) -> None:
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    ("n", "dtype", "major"), [(256, "float16", "mn"), (96, "bfloat16", "k"), (8, "float16", "k")]
+    ("n", "dtype", "major", "a_from"),
+    [(256, "float16", "mn", "smem"), (96, "bfloat16", "k", "smem"), (8, "float16", "k", "smem"),
+     (128, "float16", "mn", "registers"), (64, "bfloat16", "k", "registers")],
 )
-def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str) -> None:
-    mma = wgmma.mma(n, dtype, major)
+def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str, a_from: str) -> None:
+    if a_from == "smem":
+        mma, a = wgmma.mma(n, dtype, major), "(u64)a"
+    else:
+        mma, a = wgmma.mma_rs(n, dtype, major), "r[0], r[1], r[2], r[3]"
     body = (
         f"float d[{n // 2}]; for (int i = 0; i < {n // 2}; ++i) d[i] = f;\n"
-        f"  wgmma_fence(); {mma.name}(d, (u64)a, (u64)a, 1); wgmma_commit(); wgmma_wait<0>();\n"
+        f"  wgmma_fence(); {mma.name}(d, {a}, (u64)a, 1); wgmma_commit(); wgmma_wait<0>();\n"
         f"  wgmma_fence_operands(d); acc[0] = d[0] + d[{n // 2 - 1}];"
     )
     report = compile_report(
@@ -95,22 +100,7 @@ def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str) -> Non
     )
     assert report.ok, report.log
     assert f"m64n{n}k16" in mma.code
-
-
-@needs_nvcc
-@pytest.mark.parametrize(("n", "dtype", "major"), [(128, "float16", "mn"), (64, "bfloat16", "k")])
-def test_generated_register_a_wgmma_variant_compiles(n: int, dtype: str, major: str) -> None:
-    mma = wgmma.mma_rs(n, dtype, major)
-    body = (
-        f"float d[{n // 2}]; for (int i = 0; i < {n // 2}; ++i) d[i] = f;\n"
-        f"  wgmma_fence(); {mma.name}(d, r[0], r[1], r[2], r[3], (u64)a, 1); wgmma_commit();\n"
-        f"  wgmma_wait<0>(); wgmma_fence_operands(d); acc[0] = d[0] + d[{n // 2 - 1}];"
-    )
-    report = compile_report(
-        _kernel([mma, "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_fence_operands"], body)
-    )
-    assert report.ok, report.log
-    assert f"m64n{n}k16" in mma.code and "{%" in mma.code  # A is a register vector
+    assert ("{%" in mma.code) == (a_from == "registers")  # A as a register vector
 
 
 def test_wgmma_variants_are_generated_not_pasted() -> None:
