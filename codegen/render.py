@@ -18,6 +18,7 @@ from codegen.pipeline import OperatorHooks
 from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
 from scheduler_search.hardware.catalog import CATALOG
 from scheduler_search.hardware.model import Device
+from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import SProgram
 
 #: op -> its hooks on the pipeline skeleton.
@@ -76,10 +77,9 @@ def render(
     if spec is not None and spec.params() != sprogram.params:
         raise ValueError("spec and sProgram describe different workloads")
     lowered = lowering(sprogram, device)
-    hooks = lowered.layout.hooks
     return lowered.artifact({
         "codegen_version": CODEGEN_VERSION,
-        "flops": getattr(hooks, "flops", None),
+        "flops": parse_spec(sprogram.op, sprogram.params).flops(),
         # Which point of the search space this is, for the artifact's readers; code
         # generation itself never reads the choices.
         "choices": dict(sprogram.choices),

@@ -152,12 +152,6 @@ class AttentionHooks(OperatorHooks):
                 f"seq_q={p['seq_q']} seq_kv={p['seq_kv']} head_dim={p['head_dim']} "
                 f"{'causal ' if self.causal else ''}{self.dtype}")
 
-    @property
-    def flops(self) -> float:
-        from scheduler_search.ops import parse_spec
-
-        return parse_spec("attention", self.params).flops()
-
     # ----- text ----------------------------------------------------------------------
     def constants(self, code: Code, consumer_rows: int) -> None:
         c, p = code, self.params

@@ -223,10 +223,6 @@ class GemmHooks(OperatorHooks):
                          swizzle=b.swizzle.tma),  # type: ignore[arg-type]
         )
 
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
-
 
 #: Bumped whenever GEMM's own text changes for the same schedule.
 GEMM_HOOKS_VERSION = "gemm-2"

@@ -69,11 +69,8 @@ class PipelineLayout:
 
     # ----- rings ---------------------------------------------------------------------
     def stage_bytes(self, ring: Ring) -> int:
+        """Bytes of one stage: what its TMA loads deliver (out-of-bounds zeros count too)."""
         return sum(self.hooks.operand(load).stage_bytes for load in ring.loads)
-
-    def tx_bytes(self, ring: Ring) -> int:
-        """Bytes one stage's TMA loads deliver (out-of-bounds zeros count too)."""
-        return self.stage_bytes(ring)
 
     @property
     def ring_bytes(self) -> int:

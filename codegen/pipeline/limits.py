@@ -1,7 +1,8 @@
 """Numbers the skeleton plans with: warp sizes, the register file, named-barrier ids."""
 
-WARPGROUP = 128
-WARP = 32
+from scheduler_search.sprogram.schedule import WARP_THREADS as WARP
+from scheduler_search.sprogram.schedule import WARPGROUP_THREADS as WARPGROUP
+
 REGISTER_FILE = 65536
 #: Registers a consumer thread needs besides its accumulators (addresses, loop state,
 #: barrier phases, descriptors, epilogue packing). Calibrated on an H200 with NVRTC 13
@@ -15,3 +16,13 @@ CONSUMER_OVERHEAD_REGS = 32
 BAR_CONSUMERS = 1
 BAR_EPILOGUE0 = 2
 NAMED_BARRIERS_MAX = 16
+
+__all__ = [
+    "BAR_CONSUMERS",
+    "BAR_EPILOGUE0",
+    "CONSUMER_OVERHEAD_REGS",
+    "NAMED_BARRIERS_MAX",
+    "REGISTER_FILE",
+    "WARP",
+    "WARPGROUP",
+]

@@ -131,7 +131,7 @@ class PipelineSkeleton:
         self.hooks.constants(c, lay.consumer_rows)
         for ring in s.rings:
             c(f"constexpr int {ring.const}_STAGES = {ring.depth};  // {ring.stream} ring depth")
-            c(f"constexpr u32 {ring.const}_TX_BYTES = {lay.tx_bytes(ring)};  // "
+            c(f"constexpr u32 {ring.const}_TX_BYTES = {lay.stage_bytes(ring)};  // "
               f"{' + '.join(ring.loads)} bytes of one stage")
         c("")
         c.comment("Shared memory, from the 1024-byte aligned base.")
@@ -268,7 +268,7 @@ class PipelineSkeleton:
                     c(c.call("mbarrier_init", ring.empty("s"), ring.empty_arrivals) + ";")
                 self.record.rings[ring.stream] = EmittedRing(
                     ring.stream, ring.full_name, ring.empty_name, ring.depth, 1,
-                    ring.empty_arrivals, self.layout.tx_bytes(ring))
+                    ring.empty_arrivals, self.layout.stage_bytes(ring))
             for buffer in self.structure.tile_buffers:
                 c.comment(f"{buffer.full_name}: 1 arrival (+ TMA bytes); {buffer.empty_name}: "
                           f"{buffer.empty_arrivals} arrivals (the reading consumer warps).")

@@ -24,10 +24,11 @@ from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind
 from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import BarrierTask, Raster, SProgram
+from scheduler_search.sprogram.plan import ASYNC_COPY_UNITS
+from scheduler_search.sprogram.schedule import WARP_THREADS, WARPGROUP_THREADS
 
-WARP_THREADS = 32
-WARPS_PER_WARPGROUP = 4
-ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
+WARPS_PER_WARPGROUP = WARPGROUP_THREADS // WARP_THREADS
+
 
 
 @functools.lru_cache(maxsize=4096)

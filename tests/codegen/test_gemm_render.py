@@ -68,7 +68,7 @@ def test_tensor_maps_come_from_the_same_numbers_as_the_kernel() -> None:
     art = _render(spec)
     maps = {a.name: a for a in art.args}
     layout = lowering(plan_sprogram(spec, DEVICE, WS_2), DEVICE).layout
-    tx_bytes = layout.tx_bytes(layout.structure.rings[0])
+    tx_bytes = layout.stage_bytes(layout.structure.rings[0])
     assert maps["a_map"].box_dims == (64, 128) and maps["a_map"].swizzle == "128B"
     assert maps["b_map"].global_dims == (4096, 4096) and maps["b_map"].box_dims == (64, 64)
     assert maps["c_map"].box_dims == (64, 64)  # 64 columns x one consumer's 64 rows
