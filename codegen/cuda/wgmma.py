@@ -63,6 +63,13 @@ FENCE_OPERANDS = Snippet(
     "__device__ __forceinline__ void wgmma_fence_operands(float (&d)[COUNT]) {\n"
     "#pragma unroll\n"
     "  for (int i = 0; i < COUNT; ++i) asm volatile(\"\" : \"+f\"(d[i]) :: \"memory\");\n"
+    "}\n"
+    "// Register A operands (16-bit pairs): pinned after the wait that completes their wgmma,\n"
+    "// they stay live (and are not reused) while it reads them.\n"
+    "template <int COUNT>\n"
+    "__device__ __forceinline__ void wgmma_fence_operands(u32 (&a)[COUNT]) {\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < COUNT; ++i) asm volatile(\"\" : \"+r\"(a[i]) :: \"memory\");\n"
     "}\n",
 )
 

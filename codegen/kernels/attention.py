@@ -28,7 +28,16 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert, swizzle, wgmma
-from codegen.pipeline import Code, GridAxis, Issue, OperandTile, OperatorHooks, OutputTile
+from codegen.pipeline import (
+    Code,
+    GridAxis,
+    Issue,
+    OperandTile,
+    OperatorHooks,
+    OutputTile,
+    TripAt,
+)
+from codegen.pipeline.pipelined import loop_stream
 from scheduler_search.hardware.model import UnitKind
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
@@ -43,6 +52,9 @@ class AttentionHooks(OperatorHooks):
     """Attention's tiles, loads, softmax and matrix products on the skeleton."""
 
     trips = "KV_TILES"
+    #: nvcc 13.0, 384 threads (cap 168): S + P + O + row state of 166 registers compiled
+    #: without spills at head_dim 128 / tile_kv 128; 190 (tile_kv 160) spilled.
+    overhead_regs = 2
 
     # ----- problem and tile ----------------------------------------------------------
     def _p(self, name: str) -> int:
@@ -132,7 +144,8 @@ class AttentionHooks(OperatorHooks):
         return consumer_rows // wgmma.WGMMA_M
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        per_block = self.tile_kv // 2 + self.head_dim // 2 + ROW_STATE_REGS
+        # S, P as 16-bit pairs while P V runs, O, the row statistics.
+        per_block = self.tile_kv // 2 + self.tile_kv // 4 + self.head_dim // 2 + ROW_STATE_REGS
         return self.row_blocks(consumer_rows) * per_block
 
     def problem(self) -> str | None:
@@ -142,9 +155,33 @@ class AttentionHooks(OperatorHooks):
             return f"head_dim={self.head_dim}: V tiles are 64-column 128B-swizzle boxes"
         if self.tile_kv % 16 or self.tile_kv > wgmma.WGMMA_N_MAX:
             return f"tile_kv={self.tile_kv}: wgmma k16 steps over the keys of P V"
+        if self._qk_overwrites_scores():
+            return ("mma_qk issued ahead of the softmax would overwrite the scores it reads "
+                    "(a second S buffer makes ptxas serialise wgmma, C7514)")
+        if not self._rescale_before_pv():
+            return "P is packed in rescale, which must come before mma_pv of its trip"
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
             return "the attention output is written with st.global (store on cuda_core)"
         return None
+
+    @cached_property
+    def _steps(self) -> dict[str, int]:
+        """When each loop sTask works on trip 0, in issue steps: an issue at position n
+        with lead l works on trip t at step (t - l) * len + n."""
+        loop = loop_stream(self.structure)
+        return {i.stask: n - i.lead * len(loop) for n, i in enumerate(loop)}
+
+    def _qk_overwrites_scores(self) -> bool:
+        """Whether ``mma_qk`` of the next trip is issued before a reader of this trip's
+        scores (all run by the end of ``rescale``, which packs P)."""
+        steps, length = self._steps, len(self._steps)
+        readers = ("softmax_max", "softmax_exp2", "softmax_sum", "rescale")
+        return any(steps["mma_qk"] + length < steps[r] for r in readers if r in steps)
+
+    def _rescale_before_pv(self) -> bool:
+        """Whether ``rescale`` of a trip is issued before ``mma_pv`` of that trip."""
+        steps = self._steps
+        return "rescale" in steps and "mma_pv" in steps and steps["rescale"] < steps["mma_pv"]
 
     def header(self) -> str:
         p = self.params
@@ -199,8 +236,9 @@ class AttentionHooks(OperatorHooks):
                      box * t.box_inner, head, row, "batch0", full_bar) + ";")
 
     def consumer_state(self, code: Code) -> None:
-        code("float s_acc[ROW_BLOCKS][S_REGS];  // S = Q K^T, then P, of the current trip")
+        code("float s_acc[ROW_BLOCKS][S_REGS];  // S = Q K^T of the current trip, then P")
         code("float o_acc[ROW_BLOCKS][O_REGS] = {};")
+        code("u32 p[ROW_BLOCKS][S_REGS / 2];  // P as 16-bit pairs: wgmma's A while P V runs")
         code("float m_row[ROW_BLOCKS][2], l_row[ROW_BLOCKS][2], alpha[ROW_BLOCKS][2];  "
              "// rows lane/4 and +8")
 
@@ -213,17 +251,18 @@ class AttentionHooks(OperatorHooks):
             c("l_row[mi][0] = l_row[mi][1] = 0.f;")
 
     def pin(self, code: Code, stask: str = "mma_qk") -> None:
-        fragment = "s_acc" if stask == "mma_qk" else "o_acc"
+        fragments = ["s_acc"] if stask == "mma_qk" else ["o_acc", "p"]
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            code(code.call("wgmma_fence_operands", f"{fragment}[mi]") + ";")
+            for fragment in fragments:
+                code(code.call("wgmma_fence_operands", f"{fragment}[mi]") + ";")
 
-    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], first: str) -> None:
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         if issue.stask == "mma_qk":
-            self._mma_qk(code, stages["k"])
+            self._mma_qk(code, stages["k"], at)
         else:
-            self._mma_pv(code, stages["v"], first)
+            self._mma_pv(code, stages["v"], at)
 
-    def _mma_qk(self, code: Code, stage: str) -> None:
+    def _mma_qk(self, code: Code, stage: str, at: TripAt) -> None:
         c, q = code, self.q
         mma = wgmma.mma(self.tile_kv, self.dtype, "k")
         c.comment(f"mma_qk  stage={stage}: s_acc[CONSUMER_ROWS x {self.tile_kv}] = Q_s K_s^T "
@@ -245,18 +284,11 @@ class AttentionHooks(OperatorHooks):
                 c(c.call(mma, "s_acc[mi]", desc_a, "desc_b", "kk > 0") + ";")
         c(c.call("wgmma_commit") + ";")
 
-    def _mma_pv(self, code: Code, stage: str, first: str) -> None:
+    def _mma_pv(self, code: Code, stage: str, at: TripAt) -> None:
         c = code
         mma = wgmma.mma_rs(self.head_dim, self.dtype, "mn")
-        pack = convert.pack2(self.dtype)
         c.comment(f"mma_pv  stage={stage}: o_acc[CONSUMER_ROWS x {self.head_dim}] += P V_s, P "
-                  "from the S registers as 16-bit pairs (A fragment of k16 step kk: p[4kk..4kk+3])")
-        c("u32 p[ROW_BLOCKS][S_REGS / 2];")
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
-                c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
+                  "in registers as 16-bit pairs (A fragment of k16 step kk: p[4kk..4kk+3])")
         c("#pragma unroll")
         self.pin(c, "mma_pv")
         c(c.call("wgmma_fence") + ";")
@@ -268,7 +300,8 @@ class AttentionHooks(OperatorHooks):
             c("#pragma unroll")
             with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
                 regs = [f"p[mi][4 * kk + {i}]" for i in range(4)]
-                c(c.call(mma, "o_acc[mi]", *regs, "desc_b", f"{first} || kk > 0") + ";")
+                c(c.call(mma, "o_acc[mi]", *regs, "desc_b", f"{at.accumulates} || kk > 0")
+                  + ";")
         c(c.call("wgmma_commit") + ";")
 
     # ----- the online softmax ----------------------------------------------------------
@@ -279,17 +312,17 @@ class AttentionHooks(OperatorHooks):
             return "exp2_approx"
         return "exp2f"
 
-    def math(self, code: Code, issue: Issue) -> None:
+    def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         {
             "softmax_max": self._softmax_max,
             "softmax_exp2": self._softmax_exp2,
             "softmax_sum": self._softmax_sum,
             "rescale": self._rescale,
             "normalize": self._normalize,
-        }[issue.stask](code)
+        }[issue.stask](code, at)
 
-    def _each_score(self, code: Code, body: list[str], after: list[str] | None = None,
-                    before: list[str] | None = None) -> None:
+    def _each_score(self, code: Code, at: TripAt, body: list[str],
+                    after: list[str] | None = None, before: list[str] | None = None) -> None:
         """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``."""
         c = code
         c("#pragma unroll")
@@ -308,15 +341,15 @@ class AttentionHooks(OperatorHooks):
                 for line in after or []:
                     c(line)
 
-    def _softmax_max(self, code: Code) -> None:
+    def _softmax_max(self, code: Code, at: TripAt) -> None:
         c = code
         exp2 = self._exp2(c)
         c.comment("scores in log2 units; masked: keys past SEQ_KV, and with CAUSAL key > query")
-        c("const int kv0 = trip * TILE_KV;")
+        c(f"const int kv0 = {at.index} * TILE_KV;")
         c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > q0 + "
           "row0);")
         self._each_score(
-            c,
+            c, at,
             before=["const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);",
                     "float mx = m_row[mi][h];"],
             body=["s *= SCALE_LOG2;",
@@ -330,25 +363,34 @@ class AttentionHooks(OperatorHooks):
                    "m_row[mi][h] = m_new;"],
         )
 
-    def _softmax_exp2(self, code: Code) -> None:
+    def _softmax_exp2(self, code: Code, at: TripAt) -> None:
         exp2 = self._exp2(code)
-        self._each_score(code, before=["const float m = m_row[mi][h];"],
+        self._each_score(code, at, before=["const float m = m_row[mi][h];"],
                          body=[f"s = {exp2}(s - m);"])
 
-    def _softmax_sum(self, code: Code) -> None:
-        self._each_score(code, before=["float sum = 0.f;"], body=["sum += s;"],
+    def _softmax_sum(self, code: Code, at: TripAt) -> None:
+        self._each_score(code, at, before=["float sum = 0.f;"], body=["sum += s;"],
                          after=["l_row[mi][h] = l_row[mi][h] * alpha[mi][h] + sum;  // this "
                                 "thread's part"])
 
-    def _rescale(self, code: Code) -> None:
+    def _rescale(self, code: Code, at: TripAt) -> None:
+        """O scaled to the new row maxima, then P packed for ``mma_pv``: the last register
+        math before P V, after the previous P V (which read ``p``) is done."""
         c = code
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             c("#pragma unroll")
             with c.block("for (int i = 0; i < O_REGS; ++i)"):
                 c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
+        pack = convert.pack2(self.dtype)
+        c.comment("P = the scores after exp2, as the 16-bit pairs of wgmma's A fragment")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
+                c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
 
-    def _normalize(self, code: Code) -> None:
+    def _normalize(self, code: Code, at: TripAt) -> None:
         c = code
         c.comment("o / l, l summed over the row's 4 threads")
         c("#pragma unroll")

@@ -23,7 +23,15 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle, wgmma
-from codegen.pipeline import Code, GridAxis, Issue, OperandTile, OperatorHooks, OutputTile
+from codegen.pipeline import (
+    Code,
+    GridAxis,
+    Issue,
+    OperandTile,
+    OperatorHooks,
+    OutputTile,
+    TripAt,
+)
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
 
@@ -185,7 +193,7 @@ class GemmHooks(OperatorHooks):
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
 
-    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], first: str) -> None:
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         c, a, b = code, self.a, self.b
         stage = stages["ab"]
         mma = wgmma.mma(self.tile_n, self.dtype, b.major)
@@ -206,7 +214,7 @@ class GemmHooks(OperatorHooks):
                 desc_a = c.call("wgmma_descriptor",
                                 f"a_stage + a_kstep_bytes(kk) + mi * {a.row_block_bytes}",
                                 "A_DESC_LAYOUT")
-                c(c.call(mma, "acc[mi]", desc_a, "desc_b", f"{first} || kk > 0") + ";")
+                c(c.call(mma, "acc[mi]", desc_a, "desc_b", f"{at.accumulates} || kk > 0") + ";")
         c(c.call("wgmma_commit") + ";")
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:

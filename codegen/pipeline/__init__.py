@@ -9,6 +9,7 @@ from codegen.pipeline.code import Code
 from codegen.pipeline.hooks import GridAxis, OperatorHooks, OutputTile
 from codegen.pipeline.layout import PipelineLayout
 from codegen.pipeline.operand import OperandTile
+from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing, EmittedTurn
 from codegen.pipeline.structure import Issue, PipelineStructure, Ring, Turn
 
@@ -26,5 +27,6 @@ __all__ = [
     "PipelineLayout",
     "PipelineStructure",
     "Ring",
+    "TripAt",
     "Turn",
 ]

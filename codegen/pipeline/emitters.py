@@ -36,10 +36,10 @@ def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> 
 
 def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """An MMA sTask on the tensor cores: the operator's wgmma group over the stages of the
-    rings it reads; it overwrites the accumulators on the first trip."""
+    rings it reads; it overwrites the accumulators on the first trip (``k.at``)."""
     stages = {r.stream: f"{r.stream}_stage" for r in k.structure.rings
               if issue.stask in k.readers_of(r)}
-    k.hooks.mma(k.code, issue, stages, "trip > 0")
+    k.hooks.mma(k.code, issue, stages, k.at)
     stage = ",".join(f"{s}[s]" for s in stages)
     k.recorded(roles, issue, stage)
 
@@ -48,7 +48,7 @@ def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue
     """An elementwise or reduction sTask on the CUDA cores or the SFU: the operator's math
     on the consumers' register tiles (after the wgmma results it reads are waited for)."""
     k.code.comment(f"{issue.stask}  on {issue.unit.value}")
-    k.hooks.math(k.code, issue)
+    k.hooks.math(k.code, issue, k.at)
     k.recorded(roles, issue, "registers")
 
 

@@ -29,7 +29,9 @@ from typing import Any
 
 from codegen.artifact import TensorMapArg
 from codegen.pipeline.code import Code
+from codegen.pipeline.limits import CONSUMER_OVERHEAD_REGS
 from codegen.pipeline.operand import OperandTile
+from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.structure import Issue, PipelineStructure
 
 
@@ -91,6 +93,9 @@ class OperatorHooks(ABC):
 
     #: Name of the constant that counts loop trips per output tile.
     trips: str = "TRIPS"
+    #: Registers a consumer thread needs besides :meth:`accumulator_regs` (addresses,
+    #: loop state), as measured with ptxas for the operator's kernels.
+    overhead_regs: int = CONSUMER_OVERHEAD_REGS
 
     def __init__(self, structure: PipelineStructure) -> None:
         self.structure = structure
@@ -163,17 +168,18 @@ class OperatorHooks(ABC):
 
     @abstractmethod
     def pin(self, code: Code, stask: str) -> None:
-        """Pin the accumulators ``stask`` writes around its wgmma wait (the compiler cannot
-        see wgmma)."""
+        """Pin the registers ``stask``'s wgmma writes or reads around its wait (the compiler
+        cannot see wgmma): their uses stay after it, and they are not reused before it."""
 
-    def math(self, code: Code, issue: Issue) -> None:
-        """Write a register-math sTask (one of :attr:`math_stasks`) for loop trip ``trip``."""
+    def math(self, code: Code, issue: Issue, at: TripAt) -> None:
+        """Write a register-math sTask (one of :attr:`math_stasks`) for loop trip ``at``."""
         raise KeyError(f"{self.sprogram.op} writes no register math for {issue.stask}")
 
     @abstractmethod
-    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], first: str) -> None:
-        """Issue ``issue``'s wgmma group on the ring stages ``stages`` (stream -> stage
-        address); ``first`` is true on the trip whose result overwrites the accumulators."""
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
+        """Issue ``issue``'s wgmma group for trip ``at`` on the ring stages ``stages``
+        (stream -> stage address); ``at.accumulates`` is false on the trip whose result
+        overwrites the accumulators."""
 
     @abstractmethod
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:

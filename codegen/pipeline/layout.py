@@ -19,11 +19,11 @@ from codegen.pipeline.emitters import EMITTERS, MATH_KINDS
 from codegen.pipeline.hooks import OperatorHooks, OutputTile
 from codegen.pipeline.limits import (
     BAR_EPILOGUE0,
-    CONSUMER_OVERHEAD_REGS,
     NAMED_BARRIERS_MAX,
     REGISTER_FILE,
     WARPGROUP,
 )
+from codegen.pipeline.pipelined import lead_problem
 from codegen.pipeline.smem import BARRIER_ALIGN, SmemPlan
 from codegen.pipeline.structure import PipelineStructure, Ring
 from scheduler_search.hardware.model import Device, UnitKind
@@ -180,7 +180,7 @@ class PipelineLayout:
 
     def structure_problem(self) -> str | None:
         """Shapes of sProgram the skeleton has no lowering for."""
-        return self._stream_problem() or self._barrier_problem()
+        return self._stream_problem() or self._barrier_problem() or lead_problem(self.structure)
 
     def _stream_problem(self) -> str | None:
         s = self.structure
@@ -193,8 +193,6 @@ class PipelineLayout:
                     return f"{issue.stask}: {s.sprogram.op} writes no register math for it"
                 if issue.phase == "prologue" and issue.stask not in tile_loads:
                     return f"{issue.stask}: prologue sTasks other than tile loads are not lowered"
-                if issue.lead:
-                    return f"{issue.stask}: ops issued trips ahead (lead) are not lowered yet"
         if s.warp_specialized and s.compute_stream("producer"):
             return "the producer warp issues only loads"
         streams = {tuple((i.stask, i.unit) for i in s.compute_stream(r)) for r in s.consumer_roles}
@@ -253,7 +251,7 @@ class PipelineLayout:
             total = WARPGROUP * (roles.producer_regs + s.consumers * roles.consumer_regs)
             if total > REGISTER_FILE:
                 return f"{total} registers per block"
-        need = self.hooks.accumulator_regs(self.consumer_rows) + CONSUMER_OVERHEAD_REGS
+        need = self.hooks.accumulator_regs(self.consumer_rows) + self.hooks.overhead_regs
         if need > self.register_cap:
             return (f"{need} registers per consumer thread > {self.register_cap}, what ptxas "
                     f"may allocate for {s.threads} threads")

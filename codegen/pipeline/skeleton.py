@@ -32,6 +32,7 @@ from codegen.pipeline.emitters import EMITTERS
 from codegen.pipeline.hooks import OperatorHooks
 from codegen.pipeline.layout import PipelineLayout
 from codegen.pipeline.limits import REGISTER_FILE, WARP, WARPGROUP
+from codegen.pipeline.pipelined import PipelinedLoop, TripAt, is_pipelined
 from codegen.pipeline.raster import emit_tile_origin
 from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing, EmittedTurn
 from codegen.pipeline.smem import SMEM_ALIGN
@@ -58,6 +59,12 @@ class PipelineSkeleton:
         #: Loads to reissue (no producer) once the trip's turn passes are written.
         self._refills: list[tuple[Ring, str, str]] = []
         self._pass_pending = False
+        #: The trip the sTask being written works on (a pipelined loop's lead sTasks
+        #: work on the next one).
+        self.at = TripAt()
+        #: Off while a pipelined loop writes its prologue and last trip: the record holds
+        #: each role's stream once, as the loop's steady trips issue it.
+        self.recording = True
 
     # ----- lookups -------------------------------------------------------------------
     def ring_of(self, stask: str) -> Ring | None:
@@ -74,7 +81,24 @@ class PipelineSkeleton:
         """Write ``issue`` once for ``roles`` (the consumer warpgroups run one text)."""
         EMITTERS[(issue.kind, issue.unit)](self, roles, issue)
 
+    def emit_at(self, issue: Issue, at: TripAt) -> None:
+        """Write ``issue`` for the consumers, working on trip ``at``."""
+        self.at = at
+        self._emit(self.structure.consumer_roles, issue)
+        self.at = TripAt()
+
+    def release_load(self, stask: str, x: str) -> None:
+        """``empty`` arrivals, for load ``x``, of the rings whose last reader is ``stask``
+        (with a producer warp: nothing to reissue)."""
+        c = self.code
+        for ring in self.structure.rings:
+            if ring.last_reader == stask:
+                c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
+                c("if (lane == 0) " + c.call("mbarrier_arrive", ring.empty(ring.stage(x))) + ";")
+
     def recorded(self, roles: tuple[str, ...], issue: Issue, stage: str) -> None:
+        if not self.recording:
+            return
         for role in roles:
             self.record.issue(role, EmittedIssue(issue.stask, issue.unit, issue.phase, stage))
 
@@ -407,7 +431,10 @@ class PipelineSkeleton:
         c(f"loads_before += {trips};")
         self.hooks.begin_tile(c)
         self._tile_buffers_acquire()
-        self._mainloop("x0", trips, turns_per_trip=True)
+        if is_pipelined(self.structure):
+            PipelinedLoop(self, "x0", trips).write()
+        else:
+            self._mainloop("x0", trips, turns_per_trip=True)
         self._tile_buffers_release()
         self._epilogue()
 

@@ -118,7 +118,7 @@ def simulate_block(
         if t.kind is STaskKind.LOAD and sprogram.mapping[t.name] in (UnitKind.TMA, UnitKind.LSU)
     }
     mmas = [t.name for t in graph.stasks if t.kind is STaskKind.MMA and t.phase == "loop"]
-    overlap = sprogram.order == "overlap"
+    overlap = sprogram.order != "serial"
     n = iterations
 
     # ----- instruction streams --------------------------------------------------------

@@ -26,8 +26,9 @@ GEMM_WARP_SPECIALIZED: Choices = {
 }
 
 #: FlashAttention-3's forward plan: q loaded once, k and v streamed through 2-stage rings,
-#: two consumer warpgroups taking turns on the tensor cores (ping-pong), and each one's
-#: softmax overlapped with the next tile's q·kᵀ (intra-warpgroup overlap).
+#: two consumer warpgroups taking turns on the tensor cores (ping-pong), and the loop
+#: rotated (intra-warpgroup overlap): q·kᵀ of the next tile and p·v of this one issued back
+#: to back, the next tile's softmax running while p·v is on the tensor cores.
 FLASH_ATTENTION_3: Choices = {
     "tile_q": 128,
     "tile_kv": 128,
@@ -36,7 +37,7 @@ FLASH_ATTENTION_3: Choices = {
     "consumer_split": "cooperative",
     "wg_schedule": "alternate",
     "producer_regs": 24,
-    "order": "overlap",
+    "order": "rotate",
     "stages_k": 2,
     "stages_v": 2,
 }

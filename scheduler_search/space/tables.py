@@ -47,6 +47,14 @@ _STAGES = {
     "mamba2_chunk_scan": (1, 2, 3),
 }
 
+#: Loop orders on devices with async MMA: ``rotate`` needs a loop of two MMAs.
+_ORDERS = {
+    "gemm": ("serial", "overlap"),
+    "attention": ("serial", "overlap", "rotate"),
+    "mamba2_chunk_state": ("serial", "overlap"),
+    "mamba2_chunk_scan": ("serial", "overlap"),
+}
+
 _PRODUCER_REGS = (24, 40)
 _SWIZZLES = (1, 2, 4, 8, 16)
 
@@ -70,7 +78,7 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     knobs.append(Knob("producer_regs", _PRODUCER_REGS, when=is_warp_specialized))
     for stream in type(spec).streams:
         knobs.append(Knob(f"stages_{stream}", _STAGES[op]))
-    knobs.append(Knob("order", ("serial", "overlap") if hopper else ("serial",)))
+    knobs.append(Knob("order", _ORDERS[op] if hopper else ("serial",)))
     have = device.unit_kinds()
     for name in _MAPPABLE[op]:
         options = tuple(u.value for u in graph.stask(name).units if u in have)

@@ -14,8 +14,11 @@ Choice keys:
     ``wg_schedule``: ``free`` or ``alternate`` (named barriers make the consumer
         warpgroups take turns on the tensor cores, so one's softmax or epilogue hides
         under the other's matmuls).
-    ``order``: ``serial`` or ``overlap`` (the loop's first MMA runs one iteration ahead,
-        or, for a loop whose MMA comes last, its completion is awaited one iteration late).
+    ``order``: ``serial``, ``overlap`` (the loop's first MMA runs one iteration ahead,
+        or, for a loop whose MMA comes last, its completion is awaited one iteration late)
+        or, for a loop of two MMAs, ``rotate`` (FlashAttention-3's order: the first MMA
+        and the register math run one iteration ahead of the second MMA, so the two MMAs
+        are issued back to back and the math of one trip runs under the other's MMA).
     ``producer_regs``: per-thread registers of the producer warpgroup (setmaxnreg).
     ``stages_<stream>``: pipeline depth of each operand stream.
     ``map_<stask>``: the sEU of an sTask that more than one sEU can run;
@@ -36,6 +39,9 @@ from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
 from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Raster, SProgram, WarpRoles
 
 ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
+
+#: Loop orders (see ``order`` above).
+ORDERS = ("serial", "overlap", "rotate")
 
 #: setmaxnreg takes multiples of 8 between 24 and 256 (PTX ISA, "setmaxnreg").
 SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
@@ -136,8 +142,8 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         consumer_regs=consumer_register_budget(device, ws, consumers, producer_regs),
     )
     order = choices.get("order", "serial")
-    if order not in ("serial", "overlap"):
-        raise ScheduleError(f"order: {order!r} is not serial or overlap")
+    if order not in ORDERS:
+        raise ScheduleError(f"order: {order!r} is not one of {', '.join(ORDERS)}")
     split = choices.get("consumer_split", "cooperative")
     if split not in ("cooperative", "pingpong"):
         raise ScheduleError(f"consumer_split: {split!r} is not cooperative or pingpong")
@@ -228,13 +234,21 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
     body = [t.name for t in graph.phase_tasks("loop") if not is_async_copy(t.name)]
     mmas = [n for n in body if graph.stask(n).kind is STaskKind.MMA]
     lead_first_mma = order == "overlap" and bool(mmas) and mmas[0] != body[-1]
+    rotate = order == "rotate" and len(mmas) == 2
+    if order == "rotate" and not rotate:
+        raise ScheduleError(f"order rotate needs a loop of two MMAs ({spec.op} has {len(mmas)})")
+    leads = dict.fromkeys(body, 0)
     if lead_first_mma:
         body.remove(mmas[0])
         body.insert(0, mmas[0])
+        leads[mmas[0]] = 1
+    if rotate:
+        # mma0(t+1), mma1(t), then the math of trip t+1: the MMAs back to back.
+        body = [*mmas, *(n for n in body if n not in mmas)]
+        leads = {n: 0 if n == mmas[1] else 1 for n in body}
     for index, role in enumerate(consumer_roles):
         for name in body:
-            lead = 1 if lead_first_mma and name == mmas[0] else 0
-            builder.append(name, role=role, lead=lead)
+            builder.append(name, role=role, lead=leads[name])
         if alternate and mmas:
             # Consumer i follows consumer i-1 within a step; consumer 0 follows the last
             # consumer's previous step (distance 1): the turn goes round.

@@ -332,9 +332,11 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
         problems.append(
             Rejection(RejectReason.UNSUPPORTED, f"warp specialisation needs TMA ({device.arch})")
         )
-    if sprogram.order == "overlap" and not device.unit(UnitKind.TENSOR_CORE).is_async:
+    if sprogram.order != "serial" and not device.unit(UnitKind.TENSOR_CORE).is_async:
         problems.append(
-            Rejection(RejectReason.UNSUPPORTED, f"overlap needs async MMA ({device.arch})")
+            Rejection(
+                RejectReason.UNSUPPORTED, f"order {sprogram.order} needs async MMA ({device.arch})"
+            )
         )
     if sprogram.consumer_split == "pingpong" and roles.consumer_warpgroups < 2:
         problems.append(

@@ -114,7 +114,9 @@ def test_knob_table_layout(op: str, device_name: str) -> None:
 def test_hopper_tables_offer_warp_specialisation_overlap_and_seu_choices() -> None:
     knobs = {k.name: k for k in knob_table(suite_spec("attention"), H200)}
     assert set(knobs["warp_specialized"].options) == {True, False}
-    assert set(knobs["order"].options) == {"serial", "overlap"}
+    assert set(knobs["order"].options) == {"serial", "overlap", "rotate"}
+    gemm = {k.name: k for k in knob_table(suite_spec("gemm"), H200)}
+    assert set(gemm["order"].options) == {"serial", "overlap"}  # rotate needs two MMAs
     assert set(knobs["consumer_warpgroups"].options) == {1, 2, 3}
     assert set(knobs["map_softmax_exp2"].options) == {"sfu", "cuda_core"}
     assert set(knobs["map_store"].options) == {"tma", "cuda_core"}

@@ -327,14 +327,22 @@ def test_fa3_q_takes_one_buffer_while_k_and_v_take_one_per_stage() -> None:
     assert base >= (1 + 2 + 2) * tile_bytes
 
 
-def test_fa3_issues_the_next_qk_before_the_current_softmax() -> None:
+def test_fa3_issues_the_next_qk_and_this_pv_back_to_back() -> None:
     sprogram = fa3_sprogram()
     for role in ("consumer0", "consumer1"):
-        stream = [op for _, op in sprogram.role_stream(role)]
+        stream = [op for _, op in sprogram.role_stream(role) if op.stask.startswith(("mma", "soft",
+                                                                                     "resc"))]
         by_name = {op.stask: op for op in stream}
-        assert by_name["mma_qk"].lead == 1
-        assert all(op.lead == 0 for op in stream if op.stask != "mma_qk")
-        assert by_name["mma_qk"].step < by_name["softmax_max"].step < by_name["mma_pv"].step
+        # mma_qk(t+1), mma_pv(t), then the softmax and rescale of trip t+1.
+        assert [op.stask for op in stream][:2] == ["mma_qk", "mma_pv"]
+        assert by_name["mma_pv"].lead == 0
+        assert all(op.lead == 1 for op in stream if op.stask != "mma_pv")
+    overlap = plan_sprogram(suite_spec("attention"), H200, {**FA3, "order": "overlap"})
+    stream = [op for _, op in overlap.role_stream("consumer0")]
+    by_name = {op.stask: op for op in stream}
+    assert by_name["mma_qk"].lead == 1
+    assert all(op.lead == 0 for op in stream if op.stask != "mma_qk")
+    assert by_name["mma_qk"].step < by_name["softmax_max"].step < by_name["mma_pv"].step
     units = {u: [op.stask for op in ops] for u, ops in sprogram.programs.items()}
     assert units[UnitKind.TENSOR_CORE].count("mma_qk") == 2
     assert "softmax_exp2" in units[UnitKind.SFU]

@@ -1,0 +1,296 @@
+"""The consumers' loop when the sProgram issues sTasks trips ahead (``lead``).
+
+An sTask with lead 1 works, in loop iteration ``t``, on trip ``t + 1``: attention's
+``mma_qk`` computes the next tile's scores while the CUDA cores run the softmax of the
+current one (FlashAttention-3's intra-warpgroup overlap). The skeleton lowers it as a
+software pipeline:
+
+- a *prologue* issues the lead sTasks for trip 0;
+- the loop runs every trip but the last; the last is written after it without its lead
+  sTasks (a wgmma inside a branch would make ptxas serialise every wgmma: C7520);
+- every MMA issue commits one wgmma group, so the wait before an sTask that reads an
+  MMA's result is ``wgmma.wait_group`` with the count of groups committed since
+  (:func:`group_waits`; the prologue and the last trip commit fewer, and an empty group
+  made ptxas serialise wgmma, C7520);
+- a ring stage is released once the wait that proves its last reader's group complete
+  has passed (:func:`release_points`); what is still in flight after the loop is waited
+  for and released there.
+
+A register fragment is not double-buffered: an sProgram whose lead MMA would overwrite
+what a reader of the current trip still needs is the operator's to reject (a second
+buffer made ptxas serialise the wgmma pipeline, C7514, nvcc 13.0).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from codegen.pipeline.structure import Issue, PipelineStructure
+from scheduler_search.ir import STaskKind
+
+if TYPE_CHECKING:
+    from codegen.pipeline.skeleton import PipelineSkeleton
+
+
+
+class Part(enum.Enum):
+    """Which iterations of the pipelined loop a text is for."""
+
+    PROLOGUE = "prologue"  # before the loop: the lead sTasks of trip 0
+    STEADY = "steady"  # every trip but the last
+    LAST = "last"  # the last trip: its lead sTasks would work on no trip
+
+
+@dataclass(frozen=True)
+class TripAt:
+    """The loop trip an sTask instance works on, a C++ expression."""
+
+    index: str = "trip"
+
+    @property
+    def accumulates(self) -> str:
+        """True on the trips whose MMA adds to its accumulators (all but the first)."""
+        return f"{self.index} > 0"
+
+
+@dataclass(frozen=True)
+class GroupWait:
+    """A ``wgmma.wait_group pending`` before ``position`` of the loop stream, for the
+    result of ``mma`` ``distance`` trips back from ``waiter``'s trip."""
+
+    position: int
+    waiter: str
+    mma: str
+    distance: int
+    pending: int
+
+
+def loop_stream(structure: PipelineStructure) -> tuple[Issue, ...]:
+    """The consumers' loop sTasks in issue order (one text for every consumer)."""
+    role = structure.consumer_roles[0]
+    return tuple(i for i in structure.compute_stream(role) if i.phase == "loop")
+
+
+def is_pipelined(structure: PipelineStructure) -> bool:
+    return any(i.lead for i in loop_stream(structure))
+
+
+def _mma_positions(loop: tuple[Issue, ...]) -> list[int]:
+    return [n for n, i in enumerate(loop) if i.kind is STaskKind.MMA]
+
+
+def group_waits(structure: PipelineStructure) -> list[GroupWait]:
+    """Every wgmma wait of one loop iteration, with its pending-group count.
+
+    Commits of iteration ``t``: the MMA issues in stream order, ``G`` per iteration. The
+    reader at position ``w`` (lead ``l_w``) of trip ``t + l_w`` needs MMA ``m`` (lead
+    ``l_m``, ``g_m``-th MMA of the stream) of trip ``t + l_w - d``, committed in iteration
+    ``t + l_w - d - l_m``; the groups committed after it, up to ``w``, may stay pending:
+    ``(d - l_w + l_m) G + (MMAs before w) - g_m - 1``. A negative count is a wait for a
+    result not issued yet (the layout rejects such sPrograms).
+    """
+    loop = loop_stream(structure)
+    names = [i.stask for i in loop]
+    mmas = _mma_positions(loop)
+    per_iteration = len(mmas)
+    waits = []
+    for barrier in structure.result_waits():
+        (mma, distance), = barrier.deps
+        if barrier.waiter not in names or mma not in names:
+            continue
+        w, m = names.index(barrier.waiter), names.index(mma)
+        before = sum(1 for p in mmas if p < w)
+        pending = ((distance - loop[w].lead + loop[m].lead) * per_iteration + before
+                   - mmas.index(m) - 1)
+        waits.append(GroupWait(w, barrier.waiter, mma, distance, pending))
+    return sorted(waits, key=lambda g: (g.position, g.pending))
+
+
+def release_points(structure: PipelineStructure) -> dict[str, tuple[int, int]]:
+    """For each MMA that last reads a ring: (position of the first wait of an iteration
+    that proves one of its groups complete, iterations back the group was committed).
+
+    At that wait, the groups committed up to ``G t + (MMAs before w) - pending - 1`` are
+    complete; MMA ``m``'s group of iteration ``t - j`` is among them for the smallest
+    ``j >= ceil((g_m - before + pending + 1) / G)``.
+    """
+    loop = loop_stream(structure)
+    mmas = _mma_positions(loop)
+    per_iteration = len(mmas)
+    points: dict[str, tuple[int, int]] = {}
+    last_readers = {r.last_reader for r in structure.rings}
+    for m in mmas:
+        if loop[m].stask not in last_readers:
+            continue
+        best: tuple[int, int] | None = None
+        for wait in group_waits(structure):
+            before = sum(1 for p in mmas if p < wait.position)
+            back = max(0, math.ceil((mmas.index(m) - before + wait.pending + 1) / per_iteration))
+            if best is None or back < best[1]:
+                best = (wait.position, back)
+        if best is not None:
+            points[loop[m].stask] = best
+    return points
+
+
+def lead_problem(structure: PipelineStructure) -> str | None:
+    """Why the skeleton cannot pipeline this loop, or None."""
+    loop = loop_stream(structure)
+    if not is_pipelined(structure):
+        return None
+    if any(i.lead > 1 for i in loop) or any(
+            i.lead for r in structure.roles for i in structure.stream(r) if i.phase != "loop"):
+        return "only loop sTasks one trip ahead (lead 1) are lowered"
+    if not structure.warp_specialized or structure.pingpong:
+        return "a pipelined loop (lead) needs a producer warp and cooperative consumers"
+    if structure.inflight:
+        return "a pipelined loop waits for wgmma results, not for its own in-flight group"
+    if any(g.pending < 0 for g in group_waits(structure)):
+        return "a wgmma result is read before its MMA is issued"
+    readers = {r.last_reader for r in structure.rings} | {r.first_reader for r in structure.rings}
+    if any(i.stask in readers and i.kind is not STaskKind.MMA for i in loop):
+        return "ring stages read outside wgmma in a pipelined loop"
+    points = release_points(structure)
+    if set(points) != {r.last_reader for r in structure.rings}:
+        return "no wgmma wait in the loop proves a ring's stage free"
+    return None
+
+
+class PipelinedLoop:
+    """Writes the software-pipelined consumer loop of one output tile."""
+
+    def __init__(self, skeleton: PipelineSkeleton, x0: str, trips: str) -> None:
+        self.k = skeleton
+        self.s = skeleton.structure
+        self.code = skeleton.code
+        self.loop = loop_stream(self.s)
+        self.waits = group_waits(self.s)
+        self.releases = release_points(self.s)
+        self.x0, self.trips = x0, trips
+
+    def write(self) -> None:
+        c = self.code
+        c.comment("Software-pipelined loop: " + " -> ".join(
+            f"{i.stask}{'(trip+1)' if i.lead else ''}" for i in self.loop))
+        c.comment("prologue: the lead sTasks of trip 0")
+        self._iteration("-1", Part.PROLOGUE)
+        with c.block(f"for (int trip = 0; trip < {self.trips} - 1; ++trip)"):
+            self._iteration("trip", Part.STEADY)
+        c.comment("the last trip: no lead sTasks")
+        with c.block(""):
+            c(f"const int trip = {self.trips} - 1;")
+            self._iteration("trip", Part.LAST)
+        self.k.recording = True
+        self._drain()
+
+    # ----- one iteration ---------------------------------------------------------------
+    def _iteration(self, t: str, part: Part) -> None:
+        k = self.k
+        k.recording = part is Part.STEADY
+        for position, issue in enumerate(self.loop):
+            at = TripAt(f"({t} + {issue.lead})" if issue.lead else t)
+            for wait in (w for w in self.waits if w.position == position):
+                pending = self._pending(wait, part)
+                if pending is not None:
+                    self._group_wait(wait, pending)
+                    self._releases_at(position, t)
+            if part is not Part.PROLOGUE:
+                k._turn_wait(issue.stask)
+            if self._runs(issue, part):
+                self._issue(issue, at)
+            if part is not Part.PROLOGUE:
+                k._turn_pass(issue.stask)
+
+    @staticmethod
+    def _runs(issue: Issue, part: Part) -> bool:
+        """The prologue runs the lead sTasks (of trip 0), the last trip the others."""
+        if part is Part.PROLOGUE:
+            return bool(issue.lead)
+        return part is Part.STEADY or not issue.lead
+
+    def _commits(self, part: Part, start: int, stop: int) -> int:
+        """wgmma groups one iteration of ``part`` commits at stream positions [start, stop)."""
+        return sum(1 for n, i in enumerate(self.loop[start:stop], start)
+                   if i.kind is STaskKind.MMA and self._runs(i, part))
+
+    def _pending(self, wait: GroupWait, part: Part) -> int | None:
+        """The wait's group count in ``part``, or None where it has no reader or its
+        result comes from before trip 0.
+
+        The group is committed ``back`` iterations before the reader's; what was committed
+        since depends on which iterations those were (the prologue commits only the lead
+        MMAs): the count is the least over the histories the text can follow.
+        """
+        waiter = self.loop[wait.position]
+        if not self._runs(waiter, part):
+            return None
+        if part is Part.PROLOGUE and waiter.lead - 1 - wait.distance < 0:
+            return None  # the prologue's reader works on trip 0: the result is of trip < 0
+        m = next(n for n, i in enumerate(self.loop) if i.stask == wait.mma)
+        back = wait.distance - waiter.lead + self.loop[m].lead
+        length = len(self.loop)
+        if back == 0:
+            return self._commits(part, m + 1, wait.position)
+        if part is Part.PROLOGUE:
+            return None
+        since = (back - 1) * self._commits(Part.STEADY, 0, length) + self._commits(
+            part, 0, wait.position)
+        histories = [Part.STEADY] + ([Part.PROLOGUE] if self.loop[m].lead else [])
+        return min(self._commits(h, m + 1, length) for h in histories) + since
+
+    def _issue(self, issue: Issue, at: TripAt) -> None:
+        c, k = self.code, self.k
+        for ring in self.s.rings:
+            if ring.first_reader == issue.stask:
+                x = f"{self.x0} + {at.index}"
+                c(f"const int {ring.stream}_stage = {ring.stage(x)};")
+                c.comment(f"{ring.full_name}[stage]: {', '.join(ring.loads)} of trip "
+                          f"{at.index} have landed")
+                c(c.call("mbarrier_wait", ring.full(f"{ring.stream}_stage"), ring.parity(x))
+                  + ";")
+        k.emit_at(issue, at)
+
+    def _group_wait(self, wait: GroupWait, pending: int) -> None:
+        c = self.code
+        c.comment(f"{wait.mma}_done_for_{wait.waiter}: its group done, {pending} newer may "
+                  "stay in flight")
+        c(c.call(f"wgmma_wait<{pending}>") + ";")
+        c("#pragma unroll")
+        self.k.hooks.pin(c, wait.mma)
+        self.k.record.result_waits[f"{wait.mma}_done_for_{wait.waiter}"] = wait.mma
+        self.k.record.wgmma_pending[wait.mma] = 0
+
+    def _lead(self, stask: str) -> int:
+        return next(i.lead for i in self.loop if i.stask == stask)
+
+    def _releases_at(self, position: int, t: str) -> None:
+        """Release the stages of the groups the wait at ``position`` proved complete: MMA
+        ``m``'s group committed ``back`` iterations ago, of trip ``t - back + lead(m)``."""
+        c = self.code
+        for mma, (where, back) in self.releases.items():
+            if where != position:
+                continue
+            trip = f"{t} + {self._lead(mma) - back}"
+            with c.block(f"if ({trip} >= 0 && {trip} < {self.trips})"):
+                self.k.release_load(mma, f"{self.x0} + {trip}")
+
+    def _drain(self) -> None:
+        """After the loop: wait for every group, release the stages still held: trips
+        after the one released by the last iteration (``t - back + lead``, or one less
+        where the last iteration has no such wait)."""
+        c = self.code
+        c(c.call("wgmma_wait<0>") + ";")
+        for issue in self.loop:
+            if issue.kind is STaskKind.MMA:
+                c("#pragma unroll")
+                self.k.hooks.pin(c, issue.stask)
+        for mma, (where, back) in self.releases.items():
+            waits_last = any(self._pending(w, Part.LAST) is not None
+                             for w in self.waits if w.position == where)
+            first = f"{self.trips} - {back - self._lead(mma) + (0 if waits_last else 1)}"
+            c("#pragma unroll 1")
+            with c.block(f"for (int held = max({first}, 0); held < {self.trips}; ++held)"):
+                self.k.release_load(mma, f"{self.x0} + held")

@@ -1,0 +1,60 @@
+"""The software-pipelined loop of an sProgram with lead sTasks, on the CPU: its wgmma group
+counts and stage releases follow from the stream, and the rotated attention loop is
+written as prologue, steady trips and a last trip."""
+
+from __future__ import annotations
+
+from codegen import lowering
+from codegen.pipeline import PipelineStructure
+from codegen.pipeline.pipelined import group_waits, is_pipelined, lead_problem, release_points
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import parse_spec
+from scheduler_search.sprogram.plan import plan_sprogram
+
+DEVICE = get_device("h200")
+PARAMS = {"batch": 1, "heads": 16, "kv_heads": 16, "seq_q": 1000, "seq_kv": 1000,
+          "head_dim": 64, "causal": False, "dtype": "float16"}
+CHOICES = {"tile_q": 128, "tile_kv": 128, "warp_specialized": True, "consumer_warpgroups": 2,
+           "consumer_split": "cooperative", "wg_schedule": "free", "producer_regs": 24,
+           "stages_k": 2, "stages_v": 2, "map_softmax_exp2": "sfu", "map_store": "cuda_core",
+           "persistent": True}
+
+
+def _structure(**change: object) -> PipelineStructure:
+    spec = parse_spec("attention", PARAMS)
+    return PipelineStructure(plan_sprogram(spec, DEVICE, {**CHOICES, **change}))
+
+
+def test_serial_loops_are_not_pipelined() -> None:
+    assert not is_pipelined(_structure(order="serial"))
+
+
+def test_rotated_attention_waits_count_the_groups_since() -> None:
+    s = _structure(order="rotate")
+    assert is_pipelined(s) and lead_problem(s) is None
+    waits = {(w.waiter, w.mma): w.pending for w in group_waits(s)}
+    # Stream: mma_qk(t+1), mma_pv(t), softmax(t+1)..., rescale(t+1).
+    # The softmax of t+1 needs q·kᵀ(t+1): p·v(t), committed after it, may stay in flight.
+    assert waits[("softmax_max", "mma_qk")] == 1
+    # rescale(t+1) rewrites O and p: p·v(t) must be done, nothing may stay in flight.
+    assert waits[("rescale", "mma_pv")] == 0
+    # Stages: k of trip t+1 is free at the softmax's wait, v of trip t at rescale's.
+    points = release_points(s)
+    assert points == {"mma_qk": (2, 0), "mma_pv": (5, 0)}
+
+
+def test_rotated_loop_is_written_as_prologue_steady_and_last_trip() -> None:
+    spec = parse_spec("attention", PARAMS)
+    sp = plan_sprogram(spec, DEVICE, {**CHOICES, "order": "rotate"})
+    lowered = lowering(sp, DEVICE)
+    text = lowered.source
+    prologue = text.index("// prologue: the lead sTasks of trip 0")
+    steady = text.index("for (int trip = 0; trip < KV_TILES - 1; ++trip)")
+    last = text.index("// the last trip: no lead sTasks")
+    assert prologue < steady < last
+    # q·kᵀ is issued in the prologue and the steady trips, p·v in the steady and last ones.
+    assert text.count("wgmma_m64n128k16_f16_bk(s_acc[mi]") == 2
+    assert text.count("wgmma_m64n64k16_f16_rs_bmn(o_acc[mi]") == 2
+    # The record holds the stream once, as the steady trips issue it.
+    consumer = [stask for stask, _ in lowered.record.sequence("consumer0")]
+    assert consumer[:3] == ["mma_qk", "mma_pv", "softmax_max"]
