@@ -30,9 +30,7 @@ import argparse
 import datetime
 import gzip
 import json
-import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
 
 #: Knobs whose values make two schedules "the same structure" for diversity.
 STRUCTURE_KEYS = (
@@ -123,20 +123,8 @@ def prepare(args: argparse.Namespace) -> None:
                 f"{len(chosen)} kept ({time.perf_counter() - started:.0f} s)",
                 flush=True,
             )
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    dirty = bool(
-        subprocess.run(
-            ["git", "status", "--porcelain", "codegen", "bench", "scheduler_search"],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-        ).stdout.strip()
-    )
     doc = {
-        "commit": commit,
-        "dirty": dirty,
+        **tree_state(),
         "device": args.device,
         "top": args.top,
         "raster_top": args.raster_top,
@@ -152,13 +140,9 @@ def prepare(args: argparse.Namespace) -> None:
 
 
 # ----- run (GPU) ----------------------------------------------------------------------
-def _geomean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
-
-
 def run(args: argparse.Namespace) -> None:
     from codegen.artifact import KernelArtifact
-    from workers import Job, LocalGpuPool, ParallelCompiler, TimingConfig
+    from workers import Job, LocalGpuPool, ParallelCompiler
 
     with gzip.open(args.candidates, "rt") as f:
         doc = json.load(f)
@@ -166,8 +150,7 @@ def run(args: argparse.Namespace) -> None:
     if args.only:
         cases = [c for c in cases if any(s in _case_name(c["params"]) for s in args.only)]
     dtypes = args.dtypes
-    quick = TimingConfig(warmup_launches=2, warmup_ms=0.0, min_samples=10, min_time_ms=0.0)
-    final = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=20.0)
+    quick, final = timing_configs()
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
     compiler = ParallelCompiler(cache_dir=args.cache)
@@ -267,9 +250,9 @@ def run(args: argparse.Namespace) -> None:
                     f"{time.perf_counter() - started:.0f} s)",
                     flush=True,
                 )
-            _write(args.out, _summary(args, doc, quick, final, fingerprint, results, started))
+            write_json(args.out, _summary(args, doc, quick, final, fingerprint, results, started))
     summary = _summary(args, doc, quick, final, fingerprint, results, started)
-    _write(args.out, summary)
+    write_json(args.out, summary)
     print_table(summary)
 
 
@@ -302,17 +285,11 @@ def _summary(
         },
         "final_timing": final.to_dict(),
         "rounds": args.rounds,
-        "geomean_ratio": _geomean(ratios),
+        "geomean_ratio": geomean(ratios),
         "cases_measured": len(ratios),
         "cases": results,
         "wall_s": time.perf_counter() - started,
     }
-
-
-def _write(path: str, summary: dict[str, Any]) -> None:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=1))
 
 
 def print_table(summary: dict[str, Any]) -> None:

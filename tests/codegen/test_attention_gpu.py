@@ -15,13 +15,18 @@ import pytest
 from kernel_checks import assert_correct, check_kernels
 from schedule_samples import sample_schedules
 
+from codegen import feasibility
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import OperatorSpec, parse_spec
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import FLASH_ATTENTION_3
 from scheduler_search.sprogram import SProgram
 
 pytestmark = pytest.mark.gpu
 
 DEVICE = get_device("h200")
+ROTATED = {"map_softmax_exp2": "sfu", "map_store": "cuda_core", "persistent": True,
+           "raster_major": "q", "raster_swizzle": 1}
 SAMPLES_PER_CASE = 3
 #: (batch, heads, kv_heads, seq_q, seq_kv, head_dim): suite-like shapes and odd ones.
 SHAPES: tuple[tuple[int, int, int, int, int, int], ...] = (
@@ -31,6 +36,17 @@ SHAPES: tuple[tuple[int, int, int, int, int, int], ...] = (
     (2, 8, 8, 300, 700, 128),
     (1, 4, 1, 200, 130, 64),
 )
+
+
+def _rotated(spec: OperatorSpec) -> list[SProgram]:
+    """The FlashAttention-3 order (a software-pipelined loop), with and without turns."""
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    built = []
+    for change in ({"wg_schedule": "alternate"}, {"wg_schedule": "free", "tile_kv": 64}):
+        sprogram, validity = space.build({**FLASH_ATTENTION_3, **ROTATED, **change})
+        if validity.ok:
+            built.append(sprogram)
+    return built
 
 
 def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
@@ -44,6 +60,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
                 name = (f"{batch}x{heads}({kv_heads})x{seq_q}x{seq_kv}xd{head_dim}"
                         f"{'-causal' if causal else ''}-{dtype}")
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_CASE, seed=5)
+                programs = [*programs, *_rotated(spec)]
                 cases += [(name, spec, p) for p in programs]
     return cases
 

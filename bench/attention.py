@@ -1,0 +1,289 @@
+"""The attention suite of BENCHMARKS.md: searched kernels against cuDNN's SDPA
+(FlashAttention-3 class) and FlashAttention-2, on one GPU.
+
+Two steps, so the GPU machine spends its time on GPU work only:
+
+``prepare`` (any machine, no GPU): for every fp16 suite case, the cost model's ``--top``
+best schedules that differ in structure, plus the FlashAttention-3 design and its
+neighbours (tile_kv, turns, stages, grid), each rendered for fp16 and bf16; one gzip JSON.
+
+``run`` (an H200): every fp16 candidate is checked against the fp32 reference and timed
+(quick timing) by the workers' ``LocalGpuPool``; the fastest correct one is kept, and the
+bf16 case of the same shape uses its schedule. The kept kernel, cuDNN SDPA and
+FlashAttention-2 SDPA (PyTorch, backend forced) are then re-timed in the same worker,
+interleaved over ``--rounds`` rounds. Writes ``--out`` (device fingerprint, commit, per
+case: latencies, ratios = peer latency / pipetune latency, the schedule) and prints the
+table with the geometric means.
+
+    .venv/bin/python bench/attention.py prepare --out .bench/attention-candidates.json.gz
+    PYTHONPATH=. python3 bench/attention.py run --candidates .bench/attention-candidates.json.gz \\
+        --out bench/results/attention-2026-11-30.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
+
+#: Knobs whose values make two schedules "the same structure" for diversity.
+STRUCTURE_KEYS = ("tile_q", "tile_kv", "warp_specialized", "consumer_warpgroups",
+                  "consumer_split", "wg_schedule", "order", "persistent")
+#: The FlashAttention-3 design's neighbours worth measuring on every shape.
+NEIGHBOURS = {"tile_kv": (64, 128), "wg_schedule": ("free", "alternate"),
+              "stages_k": (2, 3), "persistent": (True, False)}
+PEERS = ("sdpa_cudnn", "sdpa_flash")
+
+
+def case_name(params: dict[str, Any]) -> str:
+    p = params
+    heads = f"{p['heads']}({p['kv_heads']})" if p["kv_heads"] != p["heads"] else str(p["heads"])
+    lengths = str(p["seq_q"]) if p["seq_q"] == p["seq_kv"] else f"{p['seq_q']}x{p['seq_kv']}"
+    return (f"{p['batch']}x{heads}x{lengths}xd{p['head_dim']}{'-causal' if p['causal'] else ''}"
+            f"-{p['dtype'][:4]}")
+
+
+def flops(params: dict[str, Any]) -> float:
+    """Two matrix products per head; a causal mask halves the work (as FlashAttention counts)."""
+    p = params
+    full = 4.0 * p["batch"] * p["heads"] * p["seq_q"] * p["seq_kv"] * p["head_dim"]
+    return full / 2 if p["causal"] else full
+
+
+# ----- prepare (CPU) ------------------------------------------------------------------
+def _design_neighbours(space: Any) -> list[Any]:
+    from scheduler_search.space.designs import FLASH_ATTENTION_3
+
+    base = {**FLASH_ATTENTION_3, "map_softmax_exp2": "sfu", "map_store": "cuda_core",
+            "raster_major": "q", "raster_swizzle": 1}
+    built = []
+    for values in itertools.product(*NEIGHBOURS.values()):
+        choices = {**base, **dict(zip(NEIGHBOURS, values, strict=True))}
+        choices["stages_v"] = choices["stages_k"]
+        sprogram, validity = space.build(choices)
+        if validity.ok:
+            built.append(sprogram)
+    return built
+
+
+def _candidates(spec: Any, device: Any, top: int, pool: int) -> list[tuple[str, Any]]:
+    from codegen import feasibility
+    from scheduler_search.space import ScheduleSpace, rank_top
+
+    space = ScheduleSpace(spec, device, feasibility("attention", device))
+    candidates, _ = space.enumerate()
+    chosen: list[tuple[str, Any]] = []
+    seen: set[tuple] = set()
+    for item in rank_top(space, candidates, pool):
+        key = tuple(item.sprogram.choices.get(k) for k in STRUCTURE_KEYS)
+        if key not in seen and len(chosen) < top:
+            seen.add(key)
+            chosen.append(("cost model", item.sprogram))
+    hashes = {sp.hash for _, sp in chosen}
+    chosen += [("fa3 design", sp) for sp in _design_neighbours(space) if sp.hash not in hashes]
+    return chosen
+
+
+def prepare(args: argparse.Namespace) -> None:
+    from codegen import render
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.ops.suites import attention_suite
+    from scheduler_search.sprogram import plan_sprogram
+
+    device = get_device(args.device)
+    cases, started = [], time.perf_counter()
+    for params in attention_suite():
+        if params["dtype"] != "float16":
+            continue
+        specs = {d: parse_spec("attention", {**params, "dtype": d})
+                 for d in ("float16", "bfloat16")}
+        entries = []
+        for source, sprogram in _candidates(specs["float16"], device, args.top, args.pool):
+            entry: dict[str, Any] = {"source": source}
+            for dtype, spec in specs.items():
+                sp = plan_sprogram(spec, device, sprogram.choices)
+                entry[dtype] = {"hash": sp.hash, "choices": sp.choices,
+                                "artifact": render(sp, spec, device).to_dict()}
+            entries.append(entry)
+        cases.append({"params": specs["float16"].params(), "candidates": entries})
+        print(f"{case_name(params)}: {len(entries)} candidates "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+    doc = {**tree_state(), "device": args.device, "top": args.top, "pool": args.pool,
+           "cases": cases}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(out, "wt") as f:
+        json.dump(doc, f)
+    print(f"wrote {len(cases)} cases, {sum(len(c['candidates']) for c in cases)} candidates "
+          f"to {out}")
+
+
+# ----- run (GPU) ----------------------------------------------------------------------
+def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespace) -> list[dict]:
+    """Check and quick-time every fp16 candidate of a case."""
+    from codegen.artifact import KernelArtifact
+    from workers import Job
+
+    workload = {"op": "attention", "params": case["params"]}
+    entries = case["candidates"][: args.top]
+    measured = pool.measure([
+        Job(workload, artifact=KernelArtifact.from_dict(e["float16"]["artifact"]), timing=quick,
+            deadline_s=args.deadline) for e in entries])
+    return [{"source": e["source"], "hash": e["float16"]["hash"], "status": m.status.value,
+             "latency_us": m.latency_us, "rel_error": m.rel_error, "registers": m.registers,
+             "error": m.error[:300], "choices": e["float16"]["choices"], "entry": e}
+            for e, m in zip(entries, measured, strict=True)]
+
+
+def _retime(pool: Any, params: dict[str, Any], artifact: Any, final: Any,
+            args: argparse.Namespace) -> dict[str, Any]:
+    """The kernel and both peers in the same worker, interleaved over the rounds: medians."""
+    from workers import Job
+
+    workload = {"op": "attention", "params": params}
+    rounds = []
+    for _ in range(args.rounds):
+        jobs = [Job(workload, artifact=artifact, timing=final, deadline_s=args.deadline)]
+        jobs += [Job(workload, baseline=p, timing=final, deadline_s=args.deadline) for p in PEERS]
+        rounds.append(pool.measure(jobs))
+    failed = [m.status.value for r in rounds for m in r if m.status.value != "ok"]
+    if failed:
+        return {"error": f"re-timing failed: {failed[:3]} {rounds[0][0].error[:300]}"}
+    mine, cudnn, fa2 = (statistics.median(r[i].latency_us for r in rounds) for i in range(3))
+    return {"pipetune_us": mine, "cudnn_us": cudnn, "fa2_us": fa2,
+            "vs_cudnn": cudnn / mine, "vs_fa2": fa2 / mine,
+            "pipetune_tflops": flops(params) / mine / 1e6,
+            "cudnn_tflops": flops(params) / cudnn / 1e6,
+            "rel_error": max(r[0].rel_error for r in rounds),
+            "rounds_us": [[m.latency_us for m in r] for r in rounds]}
+
+
+def run(args: argparse.Namespace) -> None:
+    from codegen.artifact import KernelArtifact
+    from workers import LocalGpuPool, ParallelCompiler
+
+    with gzip.open(args.candidates, "rt") as f:
+        doc = json.load(f)
+    cases = [c for c in doc["cases"]
+             if not args.only or any(s in case_name(c["params"]) for s in args.only)]
+    quick, final = timing_configs()
+    results: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with LocalGpuPool(compiler=ParallelCompiler(cache_dir=args.cache),
+                      codegen_version="bench-attention") as pool:
+        fingerprint = pool.fingerprints[0]
+        for case in cases:
+            tried = _search(pool, case, quick, args)
+            ok = [t for t in tried if t["status"] == "ok"]
+            searched = case_name(case["params"])
+            if not ok:
+                results.append({"case": searched, "params": case["params"],
+                                "searched": [{k: v for k, v in t.items() if k != "entry"}
+                                             for t in tried],
+                                "error": "no candidate was correct"})
+                print(f"{searched}: no correct candidate", flush=True)
+                continue
+            best = min(ok, key=lambda t: t["latency_us"])
+            for dtype in args.dtypes:
+                params = {**case["params"], "dtype": dtype}
+                artifact = KernelArtifact.from_dict(best["entry"][dtype]["artifact"])
+                record = {"case": case_name(params), "params": params,
+                          "schedule_hash": best["entry"][dtype]["hash"],
+                          "choices": best["choices"], "found_by": best["source"],
+                          "candidates_ok": f"{len(ok)}/{len(tried)}",
+                          **_retime(pool, params, artifact, final, args)}
+                if dtype == "float16":
+                    record["searched"] = [{k: v for k, v in t.items() if k != "entry"}
+                                          for t in tried]
+                results.append(record)
+                _print_case(record, started)
+            write_json(args.out, _summary(args, doc, quick, final, fingerprint, results,
+                                          started))
+    summary = _summary(args, doc, quick, final, fingerprint, results, started)
+    write_json(args.out, summary)
+    print_table(summary)
+
+
+def _print_case(r: dict[str, Any], started: float) -> None:
+    if "error" in r:
+        print(f"{r['case']}: {r['error']}", flush=True)
+        return
+    print(f"{r['case']:<34} pipetune {r['pipetune_us']:9.1f} us {r['pipetune_tflops']:6.1f} TF"
+          f"  cuDNN {r['cudnn_us']:9.1f} us  FA2 {r['fa2_us']:9.1f} us  vs cuDNN "
+          f"{r['vs_cudnn']:.3f}  vs FA2 {r['vs_fa2']:.3f}  ({r['candidates_ok']} ok, "
+          f"{time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: Any,
+             fingerprint: Any, results: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    measured = [r for r in results if "vs_cudnn" in r]
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "suite": "attention", "peers": list(PEERS), "fingerprint": fingerprint,
+        "commit": doc.get("commit"), "tree_dirty_at_prepare": doc.get("dirty"),
+        "search": {"method": "fp16: the cost model's top distinct structures plus the "
+                             "FlashAttention-3 design's neighbours, each checked against the "
+                             "fp32 reference and timed; bf16 reuses the fp16 winner",
+                   "top": args.top, "pool": doc.get("pool"), "quick_timing": quick.to_dict()},
+        "final_timing": final.to_dict(), "rounds": args.rounds,
+        "geomean_vs_cudnn": geomean([r["vs_cudnn"] for r in measured]),
+        "geomean_vs_fa2": geomean([r["vs_fa2"] for r in measured]),
+        "cases_measured": len(measured), "cases": results,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    print(f"\n{'case':<34} {'pipetune us':>12} {'cuDNN us':>10} {'FA2 us':>10} {'vs cuDNN':>9} "
+          f"{'vs FA2':>7}  schedule")
+    for r in summary["cases"]:
+        if "vs_cudnn" not in r:
+            print(f"{r['case']:<34} {r.get('error', '')}")
+            continue
+        c = r["choices"]
+        shape = (f"{c['tile_q']}x{c['tile_kv']} {c['order']} wg{c['consumer_warpgroups']} "
+                 f"{c.get('wg_schedule', 'free')} s{c['stages_k']}/{c['stages_v']} "
+                 f"{'pers' if c['persistent'] else 'grid'}")
+        print(f"{r['case']:<34} {r['pipetune_us']:>12.1f} {r['cudnn_us']:>10.1f} "
+              f"{r['fa2_us']:>10.1f} {r['vs_cudnn']:>9.3f} {r['vs_fa2']:>7.3f}  {shape}")
+    print(f"geomean vs cuDNN SDPA {summary['geomean_vs_cudnn']:.3f}, vs FlashAttention-2 "
+          f"{summary['geomean_vs_fa2']:.3f} over {summary['cases_measured']} cases")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    p = sub.add_parser("prepare", help="rank and render candidates (CPU)")
+    p.add_argument("--device", default="h200")
+    p.add_argument("--top", type=int, default=8, help="cost-model structures per case")
+    p.add_argument("--pool", type=int, default=200, help="cost-model top N to pick from")
+    p.add_argument("--out", default=str(ROOT / ".bench" / "attention-candidates.json.gz"))
+    r = sub.add_parser("run", help="search and benchmark on the GPU")
+    r.add_argument("--candidates", default=str(ROOT / ".bench" / "attention-candidates.json.gz"))
+    r.add_argument("--top", type=int, default=1000, help="candidates measured per case")
+    r.add_argument("--rounds", type=int, default=3)
+    r.add_argument("--deadline", type=float, default=30.0)
+    r.add_argument("--only", nargs="*", default=[])
+    r.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    r.add_argument("--cache", default="/tmp/pipetune-cubins")
+    r.add_argument("--out", default=str(ROOT / "bench" / "results" / "attention.json"))
+    args = parser.parse_args(argv)
+    prepare(args) if args.step == "prepare" else run(args)
+
+
+if __name__ == "__main__":
+    main()
