@@ -34,10 +34,16 @@ class TensorSpec:
     shape: tuple[int, ...]
     dtypes: tuple[str, ...]
     role: str
+    #: Relative-L2 bound of an output checked tighter than its inputs' dtypes allow.
+    rel_error_bound: float | None = None
 
     @property
     def default_dtype(self) -> str:
         return self.dtypes[0]
+
+
+#: The log-sum-exp is a per-row statistic in fp32: held to 1e-3 whatever the input dtype.
+LSE_REL_ERROR_BOUND = 1e-3
 
 
 def contract(op: str, params: dict[str, Any]) -> dict[str, TensorSpec]:
@@ -60,6 +66,10 @@ def contract(op: str, params: dict[str, Any]) -> dict[str, TensorSpec]:
             TensorSpec("k", kv_shape, (dt,), "input"),
             TensorSpec("v", kv_shape, (dt,), "input"),
             TensorSpec("o", q_shape, (dt,), "output"),
+            # log-sum-exp of each query row's scaled scores (natural log), as FlashAttention
+            # returns it for the backward pass.
+            TensorSpec("lse", (batch, params["heads"], params["seq_q"]), (FLOAT32,), "output",
+                       rel_error_bound=LSE_REL_ERROR_BOUND),
         ]
     elif op in MAMBA2_OPS:
         specs = _mamba2_contract(op, params, dt)

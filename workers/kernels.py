@@ -21,7 +21,8 @@ Example:
 
 Arguments are the operator's tensors by name (``codegen/artifact.py`` lists them: ``a``,
 ``b`` and output ``c`` for a GEMM), inputs positionally in that order or by keyword; the
-output is allocated (like the first input: CuPy or torch) unless passed by name. Every
+outputs are allocated (like the first input: CuPy or torch) unless passed by name, and
+returned (attention returns ``(o, lse)``: the output and its fp32 log-sum-exp). Every
 tensor is checked against the kernel's contract (names, shapes, dtypes, row-major
 contiguity, device memory, 16-byte alignment for TMA) before anything is launched, with an
 error that says what was expected. torch tensors go through DLPack (zero copy) and the
@@ -134,8 +135,8 @@ def expected_tensors(artifact: KernelArtifact) -> list[ExpectedTensor]:
 
 def bind_arguments(
     expected: list[ExpectedTensor], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[dict[str, Any], str | None]:
-    """Map positional inputs and keyword tensors to names; (bound, output name to allocate).
+) -> tuple[dict[str, Any], list[str]]:
+    """Map positional inputs and keyword tensors to names; (bound, outputs to allocate).
 
     Raises:
         KernelArgumentError: too many inputs, an unknown or repeated name, a missing input.
@@ -161,10 +162,7 @@ def bind_arguments(
     missing = [t.name for t in inputs if t.name not in bound]
     if missing:
         raise KernelArgumentError(f"missing input tensor(s) {missing}; expected {signature}")
-    absent = [t.name for t in outputs if t.name not in bound]
-    if len(absent) > 1:
-        raise KernelArgumentError(f"pass the output tensors {absent} by name")
-    return bound, (absent[0] if absent else None)
+    return bound, [t.name for t in outputs if t.name not in bound]
 
 
 def check_tensor(expected: ExpectedTensor, info: TensorInfo) -> None:
@@ -263,7 +261,8 @@ class LoadedKernel:
                 f"tensors {', '.join(t.describe() for t in self.expected)})")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Launch on the given tensors; returns the output tensor (allocated if not given).
+        """Launch on the given tensors; returns the output tensor, or the tuple of them in
+        contract order (attention: ``o``, ``lse``), each allocated where not given.
 
         Raises:
             KernelArgumentError: a tensor does not fit the contract (nothing is launched).
@@ -276,9 +275,9 @@ class LoadedKernel:
 
         first = bound[self.inputs[0].name]
         framework = infos[self.inputs[0].name].kind
-        if to_allocate is not None:
-            bound[to_allocate] = _empty_like(self._by_name[to_allocate], first, framework)
-            infos[to_allocate] = describe_tensor(bound[to_allocate])
+        for name in to_allocate:
+            bound[name] = _empty_like(self._by_name[name], first, framework)
+            infos[name] = describe_tensor(bound[name])
         arrays = {name: _as_cupy(cupy, value, infos[name]) for name, value in bound.items()}
         devices = {int(a.device.id) for a in arrays.values()}
         if len(devices) != 1:
@@ -287,7 +286,8 @@ class LoadedKernel:
             stream = _stream(cupy, first, framework)
             with stream:
                 self._launch(cupy, arrays)
-        return bound[self.outputs[0].name] if self.outputs else None
+        outputs = tuple(bound[t.name] for t in self.outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
 
     def _launch(self, cupy: Any, arrays: dict[str, Any]) -> None:
         artifact = self.artifact

@@ -8,7 +8,8 @@ attention, a few heads) at a time to bound the temporary memory.
 Semantics:
   - gemm: ``c = a · b`` (``b`` given as (n, k) for ``b_layout="nk"``); on the GPU this is
     cuBLAS through ``cupy.matmul``.
-  - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head; query head ``h`` reads
+  - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head, and per query row
+    ``lse = log Σ_j exp(q·k_j / sqrt(d))`` over its unmasked keys; query head ``h`` reads
     kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned).
   - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with D=None,
     z=None, group ``g(h) = h // (nheads / ngroups)``:
@@ -32,20 +33,24 @@ from workers.inputs import pad_seq
 _ATTENTION_BLOCK_ELEMENTS = 1 << 28
 
 
-def reference(xp: Any, op: str, params: dict[str, Any], inputs32: dict[str, Any]) -> Any:
-    """The fp32 output of ``op`` for float32 ``inputs32`` (keyed by contract name)."""
+def reference(
+    xp: Any, op: str, params: dict[str, Any], inputs32: dict[str, Any]
+) -> dict[str, Any]:
+    """The fp32 outputs of ``op`` (by contract name) for float32 ``inputs32``."""
     if op == "gemm":
-        return gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
+        c = gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
+        return {"c": c}
     if op == "attention":
-        return attention_reference(
+        o, lse = attention_reference(
             xp, inputs32["q"], inputs32["k"], inputs32["v"], bool(params["causal"])
         )
+        return {"o": o, "lse": lse}
     if op == "mamba2_chunk_state":
-        return chunk_state_reference(
+        return {"states": chunk_state_reference(
             xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"]
-        )
+        )}
     if op == "mamba2_chunk_scan":
-        return chunk_scan_reference(
+        return {"out": chunk_scan_reference(
             xp,
             inputs32["cb"],
             inputs32["x"],
@@ -53,7 +58,7 @@ def reference(xp: Any, op: str, params: dict[str, Any], inputs32: dict[str, Any]
             inputs32["dA_cumsum"],
             inputs32["c"],
             inputs32["states"],
-        )
+        )}
     raise ValueError(f"no reference for operator {op!r}")
 
 
@@ -61,8 +66,9 @@ def gemm_reference(xp: Any, a: Any, b: Any, b_layout: str) -> Any:
     return xp.matmul(a, b if b_layout == "kn" else b.T)
 
 
-def attention_reference(xp: Any, q: Any, k: Any, v: Any, causal: bool) -> Any:
-    """q (B, Sq, H, D), k / v (B, Skv, KVH, D) -> o (B, Sq, H, D), all float32."""
+def attention_reference(xp: Any, q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
+    """q (B, Sq, H, D), k / v (B, Skv, KVH, D) -> o (B, Sq, H, D) and the log-sum-exp of
+    each row's scaled scores, lse (B, H, Sq), all float32."""
     batch, seq_q, heads, head_dim = q.shape
     seq_kv, kv_heads = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -70,6 +76,7 @@ def attention_reference(xp: Any, q: Any, k: Any, v: Any, causal: bool) -> Any:
     kv_of_head = xp.arange(heads) // group
     heads_per_block = max(1, min(heads, _ATTENTION_BLOCK_ELEMENTS // max(1, seq_q * seq_kv)))
     out = xp.empty_like(q)
+    lse = xp.empty((batch, heads, seq_q), dtype=xp.float32)
     if causal:
         masked = xp.arange(seq_kv)[None, :] > xp.arange(seq_q)[:, None]
     for b in range(batch):
@@ -81,11 +88,12 @@ def attention_reference(xp: Any, q: Any, k: Any, v: Any, causal: bool) -> Any:
             scores = xp.matmul(qh, kh) * scale
             if causal:
                 scores = xp.where(masked[None], xp.float32(-xp.inf), scores)
-            scores -= scores.max(axis=-1, keepdims=True)
-            weights = xp.exp(scores)
-            weights /= weights.sum(axis=-1, keepdims=True)
-            out[b, :, hs] = xp.matmul(weights, vh).transpose(1, 0, 2)
-    return out
+            row_max = scores.max(axis=-1, keepdims=True)
+            weights = xp.exp(scores - row_max)
+            row_sum = weights.sum(axis=-1, keepdims=True)
+            lse[b, hs] = (row_max + xp.log(row_sum))[..., 0]
+            out[b, :, hs] = xp.matmul(weights / row_sum, vh).transpose(1, 0, 2)
+    return out, lse
 
 
 def chunk_state_reference(xp: Any, b_in: Any, x: Any, dt: Any, da_cumsum: Any) -> Any:
@@ -163,6 +171,18 @@ def rel_l2_error(xp: Any, out32: Any, ref32: Any) -> float:
 def error_bound(dtypes: dict[str, str]) -> float:
     """The loosest per-dtype bound among the tensors a kernel touches."""
     return max(_dtypes.REL_ERROR_BOUND[d] for d in dtypes.values())
+
+
+def error_bounds(specs: dict[str, Any], dtypes: dict[str, str]) -> dict[str, float]:
+    """Each output's bound: its own where the contract sets one, else the loosest of the
+    dtypes of the inputs and that output."""
+    inputs = [dtypes[n] for n, s in specs.items() if s.role == "input"]
+    bounds = {}
+    for name, spec in specs.items():
+        if spec.role == "output":
+            loosest = max(_dtypes.REL_ERROR_BOUND[d] for d in (*inputs, dtypes[name]))
+            bounds[name] = spec.rel_error_bound or loosest
+    return bounds
 
 
 def count_nonfinite(xp: Any, out32: Any) -> int:

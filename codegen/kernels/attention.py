@@ -17,7 +17,8 @@ Tensors are laid out (batch, seq, heads, head_dim), as FlashAttention takes them
   sum; the four threads of a row add theirs in ``normalize``), ``rescale``;
 - ``mma_pv``: ``O += P V`` with P straight from the S accumulators converted to 16-bit
   pairs (the register-A form of wgmma) and V MN-major in shared memory;
-- ``normalize`` and ``store``: ``O / l`` written with st.global.
+- ``normalize`` and ``store``: ``O / l`` written with st.global, and the row's fp32
+  log-sum-exp ``lse = (m + log2 l) ln 2`` (a side output, FlashAttention's softmax_lse).
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from codegen.pipeline.pipelined import loop_stream
 from scheduler_search.hardware.model import UnitKind
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
-#: fp32 -inf, spelled without math headers (NVRTC has none).
+#: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
 NEG_INF = "__int_as_float(0xff800000)"
+POS_INF = "__int_as_float(0x7f800000)"
+LN2 = math.log(2.0)
 #: Registers a thread holds per 64-row block besides the S and O accumulators: the row
 #: max, sum and rescale factor of its two rows.
 ROW_STATE_REGS = 6
@@ -139,6 +142,9 @@ class AttentionHooks(OperatorHooks):
             row_pointer="o + ((unsigned long long)(batch0 * SEQ_Q + {row}) * HEADS + heads0) "
                         "* HEAD_DIM",
         )
+
+    def side_outputs(self) -> tuple[str, ...]:
+        return ("lse",)
 
     def row_blocks(self, consumer_rows: int) -> int:
         return consumer_rows // wgmma.WGMMA_M
@@ -392,7 +398,8 @@ class AttentionHooks(OperatorHooks):
 
     def _normalize(self, code: Code, at: TripAt) -> None:
         c = code
-        c.comment("o / l, l summed over the row's 4 threads")
+        c.comment("o / l, l summed over the row's 4 threads; lse = (m + log2 l) ln 2, written by "
+                  "the row's first thread (m and the scores are in log2 units)")
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             c("#pragma unroll")
@@ -401,6 +408,10 @@ class AttentionHooks(OperatorHooks):
                 c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
                 c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
                 c("const float inv = l > 0.f ? 1.f / l : 0.f;")
+                c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+                with c.block("if ((lane & 3) == 0 && row < SEQ_Q)"):
+                    c("lse[((unsigned long long)batch0 * HEADS + heads0) * SEQ_Q + row] = l > 0.f "
+                      f"? (m_row[mi][h] + __log2f(l)) * {LN2!r}f : {POS_INF};  // no key: +inf")
                 c("#pragma unroll")
                 with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
                     c("o_acc[mi][4 * g + 2 * h] *= inv;")

@@ -145,6 +145,11 @@ class OperatorHooks(ABC):
     def output(self) -> OutputTile:
         """What the store sTask writes."""
 
+    def side_outputs(self) -> tuple[str, ...]:
+        """fp32 output tensors of the spec written besides :meth:`output` (attention's
+        log-sum-exp), passed as ``float*`` after it, in this order."""
+        return ()
+
     @abstractmethod
     def accumulator_regs(self, consumer_rows: int) -> int:
         """fp32 registers a consumer thread holds for its accumulators."""

@@ -49,10 +49,12 @@ class Lowered:
         args: list[KernelArg] = list(lay.hooks.tensor_maps())
         if lay.tma_store:
             args.append(epilogue.store_tensor_map(lay))
-        else:
-            # The shape from the operator's tensor contract (its one home: the spec).
-            shapes = {t.name: t.shape for t in parse_spec(sp.op, sp.params).tensors()}
+        # Shapes from the operator's tensor contract (its one home: the spec).
+        shapes = {t.name: t.shape for t in parse_spec(sp.op, sp.params).tensors()}
+        if not lay.tma_store:
             args.append(TensorArg(out.tensor, out.dtype, tuple(shapes[out.tensor]), "output"))
+        for name in lay.hooks.side_outputs():
+            args.append(TensorArg(name, "float32", tuple(shapes[name]), "output"))
         return KernelArtifact(
             op=sp.op,
             params=dict(sp.params),

@@ -259,6 +259,7 @@ class PipelineSkeleton:
             params.append(f"const __grid_constant__ TensorMap {out.map_name}")
         else:
             params.append(f"unsigned short* __restrict__ {out.tensor}")
+        params += [f"float* __restrict__ {name}" for name in self.hooks.side_outputs()]
         c(f'extern "C" __global__ void __launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
             c("extern __shared__ __align__(1024) unsigned char smem_raw[];")

@@ -78,6 +78,8 @@ class AttentionSpec(OperatorSpec):
             TensorSpec("k", kv_shape, self.dtype, "input"),
             TensorSpec("v", kv_shape, self.dtype, "input"),
             TensorSpec("o", q_shape, self.dtype, "output"),
+            # Per query row: log Σ exp(scaled scores), fp32 (FlashAttention's softmax_lse).
+            TensorSpec("lse", (self.batch, self.heads, self.seq_q), "float32", "output"),
         ]
 
     def grid_sharing(self) -> dict[str, dict[str, int]]:

@@ -18,7 +18,7 @@ from schedule_samples import sample_schedules
 from codegen import feasibility
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import OperatorSpec, parse_spec
-from scheduler_search.space import ScheduleSpace
+from scheduler_search.space import ScheduleSpace, rank_top
 from scheduler_search.space.designs import FLASH_ATTENTION_3
 from scheduler_search.sprogram import SProgram
 
@@ -35,7 +35,19 @@ SHAPES: tuple[tuple[int, int, int, int, int, int], ...] = (
     (1, 8, 2, 3000, 3000, 128),
     (2, 8, 8, 300, 700, 128),
     (1, 4, 1, 200, 130, 64),
+    (2, 8, 2, 1, 1, 64),  # one query, one key
+    (2, 16, 4, 1, 777, 128),  # one query (decoding) over an odd number of keys
 )
+
+
+def _sampled(spec: OperatorSpec) -> list[SProgram]:
+    """Random points of the space; for one query (a space of a few points that random draws
+    rarely hit), the cost model's best."""
+    if spec.params()["seq_q"] > 1:
+        return list(sample_schedules(spec, DEVICE, SAMPLES_PER_CASE, seed=5))
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    candidates, _ = space.enumerate()
+    return [r.sprogram for r in rank_top(space, candidates, SAMPLES_PER_CASE)]
 
 
 def _rotated(spec: OperatorSpec) -> list[SProgram]:
@@ -59,8 +71,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
                     "seq_kv": seq_kv, "head_dim": head_dim, "causal": causal, "dtype": dtype})
                 name = (f"{batch}x{heads}({kv_heads})x{seq_q}x{seq_kv}xd{head_dim}"
                         f"{'-causal' if causal else ''}-{dtype}")
-                programs = sample_schedules(spec, DEVICE, SAMPLES_PER_CASE, seed=5)
-                programs = [*programs, *_rotated(spec)]
+                programs = [*_sampled(spec), *_rotated(spec)]
                 cases += [(name, spec, p) for p in programs]
     return cases
 

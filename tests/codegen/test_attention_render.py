@@ -43,8 +43,10 @@ def test_kernel_reads_the_spec_layout_through_rank_4_tensor_maps() -> None:
     assert maps["q_map"].global_dims == (128, 32, 2048, 1)
     assert maps["k_map"].global_dims == (128, 8, 2048, 1) == maps["v_map"].global_dims
     assert maps["q_map"].box_dims == (64, 1, 128, 1) and maps["k_map"].box_dims == (64, 1, 128, 1)
-    (out,) = [a for a in art.args if a.kind == "tensor"]
+    out, lse = [a for a in art.args if a.kind == "tensor"]
     assert out.name == "o" and out.shape == (1, 2048, 32, 128) and out.role == "output"
+    assert (lse.name, lse.dtype, lse.shape, lse.role) == ("lse", "float32", (1, 32, 2048),
+                                                          "output")
     src = art.source
     assert "heads0 / GROUP" in src and "constexpr bool CAUSAL = true;" in src
     assert "min(KV_TILES, (q0 + TILE_Q + TILE_KV - 1) / TILE_KV)" in src  # skips masked tiles

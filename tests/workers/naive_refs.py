@@ -18,10 +18,14 @@ def gemm(a: np.ndarray, b: np.ndarray, b_layout: str) -> np.ndarray:
     return out
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.ndarray:
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(o, lse): the output, and log Σ exp(score) per (batch, head, query row)."""
     batch, seq_q, heads, head_dim = q.shape
     seq_kv, kv_heads = k.shape[1], k.shape[2]
     out = np.zeros(q.shape)
+    lse = np.zeros((batch, heads, seq_q))
     for b in range(batch):
         for h in range(heads):
             g = h // (heads // kv_heads)
@@ -35,11 +39,12 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool) -> np.n
                 top = max(scores)
                 weights = [math.exp(s - top) for s in scores]
                 total = sum(weights)
+                lse[b, h, i] = top + math.log(total)
                 for d in range(head_dim):
                     out[b, i, h, d] = (
                         sum(w * v[b, j, g, d] for w, j in zip(weights, keys, strict=True)) / total
                     )
-    return out
+    return out, lse
 
 
 def chunk_state(b_in: np.ndarray, x: np.ndarray, dt: np.ndarray, da: np.ndarray) -> np.ndarray:

@@ -259,10 +259,12 @@ def test_gpu_references_match_float64_loops(op: str) -> None:
     dtypes = {name: spec.default_dtype for name, spec in contract(op, params).items()}
     inputs = build_inputs(cupy, op, params, dtypes, seed=5)
     inputs32 = {n: _dtypes.to_float32(cupy, t, dtypes[n]) for n, t in inputs.items()}
-    got = cupy.asnumpy(reference(cupy, op, params, inputs32))
+    refs = reference(cupy, op, params, inputs32)
+    got = cupy.asnumpy(next(iter(refs.values())))
     f64 = {n: cupy.asnumpy(t).astype(np.float64) for n, t in inputs32.items()}
     if op == "attention":
-        want = naive_refs.attention(f64["q"], f64["k"], f64["v"], params["causal"])
+        want, lse = naive_refs.attention(f64["q"], f64["k"], f64["v"], params["causal"])
+        np.testing.assert_allclose(cupy.asnumpy(refs["lse"]), lse, rtol=1e-5, atol=1e-5)
     elif op == "mamba2_chunk_state":
         want = naive_refs.chunk_state(f64["b"], f64["x"], f64["dt"], f64["dA_cumsum"])
     else:

@@ -9,7 +9,7 @@ import pytest
 from codegen.artifact import TensorArg
 from workers import _dtypes
 from workers.inputs import build_inputs, check_tensor_args, contract
-from workers.verify import error_bound, reference, rel_l2_error
+from workers.verify import error_bound, error_bounds, reference, rel_l2_error
 
 MAMBA_PARAMS = {
     "batch": 2,
@@ -33,7 +33,7 @@ def _inputs32(op: str, params: dict, seed: int = 0) -> tuple[dict, dict]:
 def test_gemm_reference_matches_naive_loop(b_layout: str) -> None:
     params = {"m": 5, "n": 7, "k": 9, "dtype": "bfloat16", "b_layout": b_layout}
     inputs, _ = _inputs32("gemm", params)
-    got = reference(np, "gemm", params, inputs)
+    (got,) = reference(np, "gemm", params, inputs).values()
     want = naive_refs.gemm(inputs["a"].astype(np.float64), inputs["b"].astype(np.float64), b_layout)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -58,12 +58,15 @@ def test_attention_reference_matches_naive_loop(
     inputs, _ = _inputs32("attention", params)
     got = reference(np, "attention", params, inputs)
     q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
-    np.testing.assert_allclose(got, naive_refs.attention(q, k, v, causal), rtol=1e-4, atol=1e-5)
+    o, lse = naive_refs.attention(q, k, v, causal)
+    assert got["lse"].shape == (2, heads, seq_q)
+    np.testing.assert_allclose(got["o"], o, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got["lse"], lse, rtol=1e-5, atol=1e-5)
 
 
 def test_chunk_state_reference_matches_naive_loop() -> None:
     inputs, _ = _inputs32("mamba2_chunk_state", MAMBA_PARAMS)
-    got = reference(np, "mamba2_chunk_state", MAMBA_PARAMS, inputs)
+    got = reference(np, "mamba2_chunk_state", MAMBA_PARAMS, inputs)["states"]
     f64 = {n: t.astype(np.float64) for n, t in inputs.items()}
     want = naive_refs.chunk_state(f64["b"], f64["x"], f64["dt"], f64["dA_cumsum"])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
@@ -71,7 +74,7 @@ def test_chunk_state_reference_matches_naive_loop() -> None:
 
 def test_chunk_scan_reference_matches_naive_loop() -> None:
     inputs, _ = _inputs32("mamba2_chunk_scan", MAMBA_PARAMS)
-    got = reference(np, "mamba2_chunk_scan", MAMBA_PARAMS, inputs)
+    got = reference(np, "mamba2_chunk_scan", MAMBA_PARAMS, inputs)["out"]
     f64 = {n: t.astype(np.float64) for n, t in inputs.items()}
     want = naive_refs.chunk_scan(
         f64["cb"], f64["x"], f64["dt"], f64["dA_cumsum"], f64["c"], f64["states"]
@@ -148,6 +151,18 @@ def test_rel_error_and_bounds() -> None:
     assert np.isnan(rel_l2_error(np, poisoned, ref))
     assert error_bound({"a": "float16", "c": "float16"}) == 1e-2
     assert error_bound({"x": "bfloat16", "dt": "float32"}) == 2e-2
+
+
+def test_attention_log_sum_exp_is_held_to_its_own_bound() -> None:
+    params = {"batch": 1, "heads": 2, "kv_heads": 1, "seq_q": 3, "seq_kv": 3, "head_dim": 8,
+              "causal": False, "dtype": "bfloat16"}
+    specs = contract("attention", params)
+    dtypes = {name: spec.default_dtype for name, spec in specs.items()}
+    assert error_bounds(specs, dtypes) == {"o": 2e-2, "lse": 1e-3}
+    gemm = {"m": 2, "n": 2, "k": 2, "dtype": "float16"}
+    gemm_specs = contract("gemm", gemm)
+    assert error_bounds(gemm_specs, {n: s.default_dtype for n, s in gemm_specs.items()}) == {
+        "c": 1e-2}
 
 
 def test_check_tensor_args_names_the_disagreement() -> None:
