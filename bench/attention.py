@@ -43,12 +43,14 @@ from bench.common import geomean, timing_configs, tree_state, write_json  # noqa
 STRUCTURE_KEYS = ("tile_q", "tile_kv", "warp_specialized", "consumer_warpgroups",
                   "consumer_split", "wg_schedule", "order", "persistent")
 #: The FlashAttention-3 design's neighbours worth measuring on every shape.
-NEIGHBOURS = {"tile_kv": (64, 128), "wg_schedule": ("free", "alternate"),
-              "stages_k": (2, 3), "persistent": (True, False)}
+NEIGHBOURS = {"warpgroups": ((128, 2), (192, 3)), "tile_kv": (64, 128),
+              "wg_schedule": ("free", "alternate"), "stages_k": (2, 3),
+              "persistent": (True, False)}
 PEERS = ("sdpa_cudnn", "sdpa_flash")
 
 
 def case_name(params: dict[str, Any]) -> str:
+    """``1x32(8)x2048xd128-causal-floa``: batch x heads(kv heads) x lengths x head_dim."""
     p = params
     heads = f"{p['heads']}({p['kv_heads']})" if p["kv_heads"] != p["heads"] else str(p["heads"])
     lengths = str(p["seq_q"]) if p["seq_q"] == p["seq_kv"] else f"{p['seq_q']}x{p['seq_kv']}"
@@ -72,6 +74,7 @@ def _design_neighbours(space: Any) -> list[Any]:
     built = []
     for values in itertools.product(*NEIGHBOURS.values()):
         choices = {**base, **dict(zip(NEIGHBOURS, values, strict=True))}
+        choices["tile_q"], choices["consumer_warpgroups"] = choices.pop("warpgroups")
         choices["stages_v"] = choices["stages_k"]
         sprogram, validity = space.build(choices)
         if validity.ok:
@@ -179,7 +182,7 @@ def run(args: argparse.Namespace) -> None:
     with gzip.open(args.candidates, "rt") as f:
         doc = json.load(f)
     cases = [c for c in doc["cases"]
-             if not args.only or any(s in case_name(c["params"]) for s in args.only)]
+             if not args.only or any(case_name(c["params"]).startswith(s) for s in args.only)]
     quick, final = timing_configs()
     results: list[dict[str, Any]] = []
     started = time.perf_counter()

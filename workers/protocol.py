@@ -50,7 +50,10 @@ class TimingConfig:
     """How a kernel is timed: warm-up, then per-launch CUDA events with an L2 flush between.
 
     Sampling stops once both ``min_samples`` samples and ``min_time_ms`` of wall time are
-    reached, or at ``max_samples``.
+    reached, or at ``max_samples``. Before each sample the GPU also waits ``host_lead_us``
+    on a spin kernel, long enough for the host to enqueue the timed launch behind it: the
+    sample is the kernel's GPU time, not the host's launch cost (a peer's launch through
+    PyTorch can take longer than a small kernel runs).
     """
 
     warmup_launches: int = 3
@@ -59,6 +62,7 @@ class TimingConfig:
     min_time_ms: float = 100.0
     max_samples: int = 400
     flush_l2: bool = True
+    host_lead_us: float = 200.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

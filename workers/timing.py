@@ -1,5 +1,9 @@
 """Kernel timing with CUDA events: warm-up, L2 flush between launches, median of samples.
 
+The GPU is kept ahead of the host: before each sample's begin event a spin kernel holds
+the stream for ``host_lead_us``, while the host enqueues the begin event, the launch and
+the end event behind it, so the time between the events is the kernel's own.
+
 Each sample is one launch bracketed by two events on the current stream, preceded by a
 write over a buffer at least twice the L2 size, so every launch starts with a cold L2
 (inputs that fit in L2 would otherwise be timed from cache). Samples are taken in chunks
@@ -31,6 +35,31 @@ class L2Flusher:
         self._buffer.data.memset_async(0, self.nbytes)
 
 
+_SPIN_SOURCE = r"""
+extern "C" __global__ void pipetune_spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+"""
+
+
+class HostLead:
+    """A one-thread kernel that keeps the stream busy for a given time."""
+
+    def __init__(self, lead_us: float) -> None:
+        import cupy
+
+        clock_khz = cupy.cuda.Device().attributes["ClockRate"]
+        self.cycles = int(lead_us * clock_khz / 1e3)
+        self._kernel = cupy.RawKernel(_SPIN_SOURCE, "pipetune_spin")
+
+    def __call__(self) -> None:
+        import numpy as np
+
+        self._kernel((1,), (1,), (np.int64(self.cycles),))
+
+
 def time_launches(
     launch: Callable[[], Any], config: TimingConfig, flush: Callable[[], None] | None
 ) -> list[float]:
@@ -47,6 +76,7 @@ def time_launches(
 
     if not config.flush_l2:
         flush = None
+    lead = HostLead(config.host_lead_us) if config.host_lead_us > 0 else None
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(_CHUNK)]
     samples: list[float] = []
     start = time.perf_counter()
@@ -54,6 +84,8 @@ def time_launches(
         for begin, end in events:
             if flush is not None:
                 flush()
+            if lead is not None:
+                lead()
             begin.record()
             launch()
             end.record()

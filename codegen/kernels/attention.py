@@ -99,7 +99,8 @@ class AttentionHooks(OperatorHooks):
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        return (GridAxis("q", self._p("seq_q"), self.tile_q),
+        # Causal: a query tile's trips grow with its index; the heaviest go first.
+        return (GridAxis("q", self._p("seq_q"), self.tile_q, heaviest_last=self.causal),
                 GridAxis("batch", self._p("batch"), 1),
                 GridAxis("heads", self._p("heads"), 1))
 
@@ -436,6 +437,6 @@ class AttentionHooks(OperatorHooks):
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
-ATTENTION_HOOKS_VERSION = "attention-1"
+ATTENTION_HOOKS_VERSION = "attention-2"
 
 __all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]

@@ -43,6 +43,9 @@ class GridAxis:
     name: str
     extent: int
     tile: int
+    #: Tiles further along the axis carry more work (causal attention's query tiles): the
+    #: raster visits them first, so the longest do not run last on an otherwise idle GPU.
+    heaviest_last: bool = False
 
     @property
     def tiles(self) -> int:

@@ -2,7 +2,8 @@
 
 Tiles are visited along ``raster.major`` first, in bands of ``raster.swizzle`` tiles of
 the other axis, so that tiles running at the same time share operands in L2 (the cost
-model's order; ``scheduler_search.cost_model.grid``).
+model's order; ``scheduler_search.cost_model.grid``); along an axis whose tiles grow
+heavier (``GridAxis.heaviest_last``), from its last tile back.
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster) -> 
             c(f"int outer = tile / (TILES_{plane[0].const} * TILES_{plane[1].const});")
             c(f"tile %= TILES_{plane[0].const} * TILES_{plane[1].const};")
             for axis in axes[2:]:
-                c(f"{axis.origin} = (outer % TILES_{axis.const}) * {axis.tile};")
+                t = f"(outer % TILES_{axis.const})"
+                if axis.heaviest_last:
+                    t = f"(TILES_{axis.const} - 1 - {t})"
+                c(f"{axis.origin} = {t} * {axis.tile};")
                 c(f"outer /= TILES_{axis.const};")
         c(f"constexpr int BAND = {raster.swizzle};")
         c(f"const int band = tile / (BAND * TILES_{major.const});")
@@ -39,5 +43,7 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster) -> 
         c(f"const int t_{major.name} = in_band / width;")
         c(f"const int t_{minor.name} = band * BAND + in_band % width;")
         for axis in plane:
-            c(f"{axis.origin} = t_{axis.name} * {axis.tile};")
+            t = (f"(TILES_{axis.const} - 1 - t_{axis.name})" if axis.heaviest_last
+                 else f"t_{axis.name}")
+            c(f"{axis.origin} = {t} * {axis.tile};")
     c("")
