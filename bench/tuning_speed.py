@@ -1,8 +1,11 @@
 """Tuning speed on one GPU, from an empty cache: how long until the best-so-far kernel is
-within 2% of the run's final best, and how fast that best is against cuBLAS.
+within 2% of the run's final best, and how fast that best is against the vendor peer
+(cuBLAS for GEMM, cuDNN's SDPA for attention).
 
-For each GEMM shape, a fresh database and a fresh data directory (no cached schedule, no
-compiled kernel, no calibration) and a fresh ``LocalGpuPool``: the run goes through the
+Cases are ``op:shape``: ``gemm:MxNxK`` or ``attention:BxHxKVxSxD`` with ``c`` at the end
+for a causal mask (``attention:1x32x8x4096x128c``). For each case, a fresh database and a
+fresh data directory (no cached schedule, no compiled kernel, no calibration) and a fresh
+``LocalGpuPool``: the run goes through the
 service's own path (``RunManager.run_inline``, as ``pipetune tune`` does) with a time
 budget (``--seconds``, the search loop; the final re-timing comes after). t = 0 is the
 request (the pool's start counts). Each stored trial's time is when its batch's results
@@ -17,10 +20,11 @@ Two readings of "within 2% of the final best":
   latency is within 2% of the winner's. Quick timings can be off by a few percent, so
   this is the stricter, fairer one.
 
-The final best against cuBLAS is the run's own comparison: the finalists and cuBLAS
+The final best against the peer is the run's own comparison: the finalists and the peer
 re-timed interleaved in the same worker (warm-up, L2 flush, CUDA events, median).
 
     PYTHONPATH=. python3 bench/tuning_speed.py --seconds 60 \\
+        --cases gemm:4096x4096x4096 attention:1x32x8x4096x128c \\
         --out bench/results/tuning_speed-2026-11-29.json
 """
 
@@ -40,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_SHAPES = ("4096x4096x4096", "8192x8192x8192", "4000x6000x2000")
+DEFAULT_CASES = ("gemm:4096x4096x4096", "gemm:8192x8192x8192", "gemm:4000x6000x2000",
+                 "attention:1x32x8x4096x128c")
 WITHIN = 1.02
 
 
@@ -52,7 +57,21 @@ def _first_within(points: list[tuple[float, float]], best: float) -> float | Non
     return None
 
 
-def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
+def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]]:
+    """``op:shape`` to the operator and its spec's parameters."""
+    op, _, shape = case.partition(":")
+    if op == "gemm":
+        m, n, k = (int(x) for x in shape.split("x"))
+        return op, {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout}
+    if op == "attention":
+        causal = shape.endswith("c")
+        batch, heads, kv_heads, seq, head_dim = (int(x) for x in shape.rstrip("c").split("x"))
+        return op, {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq,
+                    "seq_kv": seq, "head_dim": head_dim, "causal": causal, "dtype": dtype}
+    raise ValueError(f"{case}: expected gemm:MxNxK or attention:BxHxKVxSxD[c]")
+
+
+def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
     import migrations
     from scheduler_search.ops import parse_spec
     from service.core.config import Settings
@@ -66,8 +85,8 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
     from service.schemas import RunPublic, TuneRequest
 
     quiet_optuna()
-    m, n, k = (int(x) for x in shape.split("x"))
-    params = {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout}
+    op, params = case_params(case, dtype, layout)
+    shape = case
     workdir = Path(tempfile.mkdtemp(prefix="pipetune-speed-"))
     settings = Settings(database_url=f"sqlite:///{workdir / 'pipetune.db'}", data_dir=workdir)
     db = Database(settings.database_url)
@@ -80,7 +99,7 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
         rounds.append((time.monotonic() - t0, progress.trials_done, progress.best_latency_us))
 
     try:
-        request = TuneRequest(op="gemm", params=params, device="auto",
+        request = TuneRequest(op=op, params=params, device="auto",
                               budget={"seconds": seconds})
         tune = prepare(request, settings)
         t0 = time.monotonic()
@@ -112,7 +131,8 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
         measured = sum(1 for r in rows if r[1] not in ("invalid",))
         ok = sum(1 for r in rows if r[1] == "ok")
         # Re-time every best-so-far kernel with the winner, interleaved, final timing.
-        spec = parse_spec("gemm", params)
+        spec = parse_spec(op, params)
+        workload = {"op": op, "params": params}
         executor = executors.get(tune.device)
         model = tune.device.model
         space = schedule_space(spec, model)
@@ -121,14 +141,13 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
         for step in steps:
             sprogram, validity = space.build(step["choices"])
             if validity.ok and sprogram.hash == step["schedule_hash"]:
-                jobs.append(kernel_job(sprogram, spec, model, {"op": "gemm", "params": params},
-                                       run.seed, FINAL_TIMING))
+                jobs.append(kernel_job(sprogram, spec, model, workload, run.seed,
+                                       FINAL_TIMING))
                 hashes.append(sprogram.hash)
         if winner not in hashes:
             row = next(r for r in rows if r[3] == winner)
             sprogram, _ = space.build(row[4])
-            jobs.append(kernel_job(sprogram, spec, model, {"op": "gemm", "params": params},
-                                   run.seed, FINAL_TIMING))
+            jobs.append(kernel_job(sprogram, spec, model, workload, run.seed, FINAL_TIMING))
             hashes.append(sprogram.hash)
         retimed = executor.retime_interleaved(jobs, rounds=3) if jobs else []
         by_hash = {h: r.latency_us for h, r in zip(hashes, retimed, strict=True)
@@ -150,8 +169,9 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
             ),
             "search_best_us": search_best,
             "final_best_us": public["best"]["latency_us"],
-            "cublas_us": public["baseline_latency_us"],
-            "speedup_vs_cublas": public["speedup_vs_baseline"],
+            "peer": public["baseline"],
+            "peer_us": public["baseline_latency_us"],
+            "speedup_vs_peer": public["speedup_vs_baseline"],
             "winner_retimed_after_run_us": winner_retimed,
             "trials_measured": measured,
             "trials_ok": ok,
@@ -172,7 +192,7 @@ def tune_one(shape: str, seconds: float, dtype: str, layout: str) -> dict[str, A
 
 def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES))
+    parser.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES))
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--layout", default="kn")
@@ -197,14 +217,14 @@ def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = Non
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for shape in args.shapes:
+    for name in args.cases:
         started = time.monotonic()
         try:
-            case = tune_one(shape, args.seconds, args.dtype, args.layout)
-        except Exception as exc:  # one shape's failure must not lose the others
+            case = tune_one(name, args.seconds, args.dtype, args.layout)
+        except Exception as exc:  # one case's failure must not lose the others
             import traceback
 
-            case = {"shape": shape, "error": f"{type(exc).__name__}: {exc}",
+            case = {"shape": name, "error": f"{type(exc).__name__}: {exc}",
                     "traceback": traceback.format_exc()[-3000:]}
         case["bench_wall_s"] = round(time.monotonic() - started, 1)
         doc["cases"].append(case)

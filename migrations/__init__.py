@@ -60,6 +60,23 @@ def upgrade(url: str, revision: str = "head", engine: Engine | None = None) -> N
         command.upgrade(config, revision)
 
 
+def downgrade(url: str, revision: str, engine: Engine | None = None) -> None:
+    """Downgrade the database at ``url`` to ``revision`` (``"base"``: no pipetune tables).
+
+    Args:
+        engine: an engine to reuse, as in :func:`upgrade`.
+    """
+    from alembic import command
+
+    config = alembic_config(url)
+    if engine is None:
+        command.downgrade(config, revision)
+        return
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
 def current(url: str, engine: Engine | None = None) -> str | None:
     """The database's revision, or ``None`` before the first upgrade."""
     from alembic.runtime.migration import MigrationContext
@@ -93,6 +110,7 @@ __all__ = [
     "VERSION_TABLE",
     "alembic_config",
     "current",
+    "downgrade",
     "head",
     "include_object",
     "upgrade",

@@ -88,8 +88,13 @@ class BestPublic(BaseModel):
 # ----- runs ---------------------------------------------------------------------------------------
 class RunPublic(BaseModel):
     """A tuning run as the API shows it. On a GPU, ``baseline`` is the vendor peer timed
-    by the same worker (``cublas`` for a GEMM), ``baseline_latency_us`` its latency and
-    ``speedup_vs_baseline`` its latency over the best kernel's (> 1: faster than it)."""
+    by the same worker (``cublas`` for a GEMM, ``sdpa_cudnn`` for attention),
+    ``baseline_latency_us`` its latency and ``speedup_vs_baseline`` its latency over the
+    best kernel's (> 1: faster than it). ``peers`` are the further peers re-timed with the
+    finalists, by name, with their latency in us (``sdpa_flash``, FlashAttention-2, for
+    attention; only those timed successfully; empty when none), and
+    ``speedups_vs_peers`` each one's latency over the best kernel's (empty without a
+    best)."""
 
     id: int
     status: str
@@ -105,6 +110,8 @@ class RunPublic(BaseModel):
     baseline: str | None = None
     baseline_latency_us: float | None = None
     speedup_vs_baseline: float | None = None
+    peers: dict[str, float] = Field(default_factory=dict)
+    speedups_vs_peers: dict[str, float] = Field(default_factory=dict)
     stop_reason: str | None
     error: str | None
     cancel_requested: bool
@@ -124,6 +131,8 @@ class RunPublic(BaseModel):
                 kernel_hash=run.best_kernel_hash,
                 simulated=bool(run.best_simulated),
             )
+        peers = {name: float(us) for name, us in (run.peer_latencies_us or {}).items()}
+        speedups = {name: speedup(us, run.best_latency_us) for name, us in peers.items()}
         return cls(
             id=run.id,
             status=run.status,
@@ -141,6 +150,8 @@ class RunPublic(BaseModel):
             baseline=run.baseline,
             baseline_latency_us=run.baseline_latency_us,
             speedup_vs_baseline=speedup(run.baseline_latency_us, run.best_latency_us),
+            peers=peers,
+            speedups_vs_peers={name: x for name, x in speedups.items() if x is not None},
             stop_reason=run.stop_reason,
             error=run.error,
             cancel_requested=run.cancel_requested,

@@ -61,7 +61,11 @@ def _sdpa(
 
     backend = SDPBackend.CUDNN_ATTENTION if name == "sdpa_cudnn" else SDPBackend.FLASH_ATTENTION
     dtype = dtypes["o"]
-    q, k, v = (_as_torch(torch, tensors[n], dtype).transpose(1, 2).contiguous() for n in "qkv")
+    # SDPA takes (batch, heads, seq, head_dim): a bshd workload is transposed once, here.
+    heads_second = params.get("layout", "bshd") == "bhsd"
+    q, k, v = (_as_torch(torch, tensors[n], dtype) for n in "qkv")
+    if not heads_second:
+        q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     o = _as_torch(torch, tensors["o"], dtype)
     causal = bool(params["causal"])
     grouped = params["heads"] != params["kv_heads"]
@@ -74,7 +78,7 @@ def _sdpa(
             )
 
     def finish() -> None:
-        o.copy_(result[0].transpose(1, 2))
+        o.copy_(result[0] if heads_second else result[0].transpose(1, 2))
 
     try:
         run(k, v, grouped)

@@ -42,6 +42,14 @@ class TensorSpec:
         return self.dtypes[0]
 
 
+def attention_shape(params: dict[str, Any], seq: int, heads: int) -> tuple[int, ...]:
+    """q/k/v/o of attention: (batch, seq, heads, head_dim) for layout ``bshd`` (the default),
+    (batch, heads, seq, head_dim) for ``bhsd``."""
+    if params.get("layout", "bshd") == "bhsd":
+        return (params["batch"], heads, seq, params["head_dim"])
+    return (params["batch"], seq, heads, params["head_dim"])
+
+
 #: The log-sum-exp is a per-row statistic in fp32: held to 1e-3 whatever the input dtype.
 LSE_REL_ERROR_BOUND = 1e-3
 
@@ -58,9 +66,9 @@ def contract(op: str, params: dict[str, Any]) -> dict[str, TensorSpec]:
             TensorSpec("c", (m, n), (dt,), "output"),
         ]
     elif op == "attention":
-        batch, head_dim = params["batch"], params["head_dim"]
-        q_shape = (batch, params["seq_q"], params["heads"], head_dim)
-        kv_shape = (batch, params["seq_kv"], params["kv_heads"], head_dim)
+        batch = params["batch"]
+        q_shape = attention_shape(params, params["seq_q"], params["heads"])
+        kv_shape = attention_shape(params, params["seq_kv"], params["kv_heads"])
         specs = [
             TensorSpec("q", q_shape, (dt,), "input"),
             TensorSpec("k", kv_shape, (dt,), "input"),

@@ -41,10 +41,12 @@ def reference(
         c = gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
         return {"c": c}
     if op == "attention":
-        o, lse = attention_reference(
-            xp, inputs32["q"], inputs32["k"], inputs32["v"], bool(params["causal"])
-        )
-        return {"o": o, "lse": lse}
+        # The reference works on (batch, seq, heads, head_dim); bhsd tensors are views of it.
+        heads_second = params.get("layout", "bshd") == "bhsd"
+        q, k, v = (inputs32[n].transpose(0, 2, 1, 3) if heads_second else inputs32[n]
+                   for n in "qkv")
+        o, lse = attention_reference(xp, q, k, v, bool(params["causal"]))
+        return {"o": o.transpose(0, 2, 1, 3) if heads_second else o, "lse": lse}
     if op == "mamba2_chunk_state":
         return {"states": chunk_state_reference(
             xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"]

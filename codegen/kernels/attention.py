@@ -1,6 +1,7 @@
 """Attention forward as hooks on the pipeline skeleton: ``o = softmax(q kᵀ / √d) v`` per head.
 
-Tensors are laid out (batch, seq, heads, head_dim), as FlashAttention takes them; query head
+Tensors are laid out (batch, seq, heads, head_dim) as FlashAttention takes them (``bshd``),
+or (batch, heads, seq, head_dim) as PyTorch's SDPA does (``bhsd``); query head
 ``h`` reads key/value head ``h / (heads / kv_heads)`` (GQA, MQA); causal masks key ``j > i``
 (top-left aligned, as the workers' reference). What is attention's own:
 
@@ -72,6 +73,11 @@ class AttentionHooks(OperatorHooks):
         return bool(self.params["causal"])
 
     @property
+    def heads_second(self) -> bool:
+        """Layout ``bhsd`` (batch, heads, seq, head_dim), else ``bshd``."""
+        return self.params.get("layout", "bshd") == "bhsd"
+
+    @property
     def elem(self) -> int:
         return ELEMENT_BYTES[self.dtype]
 
@@ -140,8 +146,10 @@ class AttentionHooks(OperatorHooks):
             cols=self.head_dim, global_rows=self._p("seq_q"), global_cols=self.head_dim,
             fragment="o_acc", row_origin="q0", col_origin="0",
             extent_names=("SEQ_Q", "HEAD_DIM"),
-            row_pointer="o + ((unsigned long long)(batch0 * SEQ_Q + {row}) * HEADS + heads0) "
-                        "* HEAD_DIM",
+            row_pointer=(
+                "o + ((unsigned long long)(batch0 * HEADS + heads0) * SEQ_Q + {row}) * HEAD_DIM"
+                if self.heads_second else
+                "o + ((unsigned long long)(batch0 * SEQ_Q + {row}) * HEADS + heads0) * HEAD_DIM"),
         )
 
     def side_outputs(self) -> tuple[str, ...]:
@@ -194,7 +202,8 @@ class AttentionHooks(OperatorHooks):
         p = self.params
         return (f"attention batch={p['batch']} heads={p['heads']} kv_heads={p['kv_heads']} "
                 f"seq_q={p['seq_q']} seq_kv={p['seq_kv']} head_dim={p['head_dim']} "
-                f"{'causal ' if self.causal else ''}{self.dtype}")
+                f"{'causal ' if self.causal else ''}{self.dtype} "
+                f"{'bhsd' if self.heads_second else 'bshd'}")
 
     # ----- text ----------------------------------------------------------------------
     def constants(self, code: Code, consumer_rows: int) -> None:
@@ -238,9 +247,10 @@ class AttentionHooks(OperatorHooks):
             head, row = "heads0", "q0"
         else:
             head, row = "heads0 / GROUP", f"{trip} * TILE_KV"
+        middle = (row, head) if self.heads_second else (head, row)
         for box in range(t.box_count):
             c(c.call("tma_load_4d", f"{stage_addr} + {box * t.box_bytes}", tmap,
-                     box * t.box_inner, head, row, "batch0", full_bar) + ";")
+                     box * t.box_inner, *middle, "batch0", full_bar) + ";")
 
     def consumer_state(self, code: Code) -> None:
         code("float s_acc[ROW_BLOCKS][S_REGS];  // S = Q K^T of the current trip, then P")
@@ -426,11 +436,17 @@ class AttentionHooks(OperatorHooks):
                                        ("v", self.v, p["kv_heads"], p["seq_kv"])):
             d = self.head_dim
             rows = self.tile_q if name == "q" else self.tile_kv
+            # Rank 4, innermost first: (head_dim, heads, seq, batch) for bshd, (head_dim,
+            # seq, heads, batch) for bhsd; a box is one head's rows.
+            middle = [(heads, 1), (seq, rows)]
+            if self.heads_second:
+                middle.reverse()
+            (n1, box1), (n2, box2) = middle
             maps.append(TensorMapArg(
                 name=f"{name}_map", tensor=name, dtype=self.dtype,
-                global_dims=(d, heads, seq, p["batch"]),
-                global_strides_bytes=(d * e, heads * d * e, seq * heads * d * e),
-                box_dims=(tile.box_inner, 1, rows, 1),
+                global_dims=(d, n1, n2, p["batch"]),
+                global_strides_bytes=(d * e, n1 * d * e, n2 * n1 * d * e),
+                box_dims=(tile.box_inner, box1, box2, 1),
                 swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
             ))
         return tuple(maps)

@@ -8,7 +8,7 @@ and sum) are carried from one iteration to the next.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -32,7 +32,12 @@ HEAD_DIM_MAX = 256
 
 
 class AttentionSpec(OperatorSpec):
-    """Scaled dot-product attention forward, tensors laid out (batch, seq, heads, head_dim)."""
+    """Scaled dot-product attention forward.
+
+    ``layout`` is how q, k, v and o lie in memory: ``bshd`` (batch, seq, heads, head_dim),
+    as FlashAttention takes them, or ``bhsd`` (batch, heads, seq, head_dim), as PyTorch's
+    ``scaled_dot_product_attention`` does. The log-sum-exp output is (batch, heads, seq_q).
+    """
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"k": ("load_k",), "v": ("load_v",)}
     op: ClassVar[str] = "attention"
@@ -45,6 +50,7 @@ class AttentionSpec(OperatorSpec):
     head_dim: Annotated[int, Field(ge=HEAD_DIM_STEP, le=HEAD_DIM_MAX)]
     causal: bool = False
     dtype: DType = "float16"
+    layout: Literal["bshd", "bhsd"] = "bshd"
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         if self.heads % self.kv_heads:
@@ -71,8 +77,8 @@ class AttentionSpec(OperatorSpec):
                 yield "head_dim", message
 
     def tensors(self) -> list[TensorSpec]:
-        q_shape = (self.batch, self.seq_q, self.heads, self.head_dim)
-        kv_shape = (self.batch, self.seq_kv, self.kv_heads, self.head_dim)
+        q_shape = self.shape_of(self.seq_q, self.heads)
+        kv_shape = self.shape_of(self.seq_kv, self.kv_heads)
         return [
             TensorSpec("q", q_shape, self.dtype, "input"),
             TensorSpec("k", kv_shape, self.dtype, "input"),
@@ -81,6 +87,12 @@ class AttentionSpec(OperatorSpec):
             # Per query row: log Σ exp(scaled scores), fp32 (FlashAttention's softmax_lse).
             TensorSpec("lse", (self.batch, self.heads, self.seq_q), "float32", "output"),
         ]
+
+    def shape_of(self, seq: int, heads: int) -> tuple[int, int, int, int]:
+        """The shape of a q/k/v/o tensor of ``seq`` rows and ``heads`` heads in ``layout``."""
+        if self.layout == "bhsd":
+            return (self.batch, heads, seq, self.head_dim)
+        return (self.batch, seq, heads, self.head_dim)
 
     def grid_sharing(self) -> dict[str, dict[str, int]]:
         group = self.heads // self.kv_heads

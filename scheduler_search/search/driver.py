@@ -41,7 +41,8 @@ The loop stops on the :class:`Budget` (trials, seconds, patience), when the samp
 proposes invalid or known points (exhausted), or when ``should_stop`` says so; a batch in
 flight is finished first. Then the top few are re-timed interleaved
 (``Executor.retime_interleaved``), with the ``reference_job`` (a vendor baseline, timed
-the same way) among them, and the fastest wins.
+the same way) and the ``peer_jobs`` (further baselines, e.g. FlashAttention-2 besides
+cuDNN for attention) among them, and the fastest wins.
 
 Storage: the sampler works against an in-memory study; its measured trials (and, if asked,
 the pruned ones too) are added to the persistent study (``storage``, typically Optuna's RDB
@@ -61,7 +62,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -200,8 +201,10 @@ class SearchResult:
     """The outcome: the winner after re-timing, the finalists, why the search stopped.
 
     ``reference`` is the ``reference_job``'s measurement from the final re-timing (or
-    from the start, if the re-timing had no finalist); ``curve`` the best-so-far steps as
-    (search seconds, latency) pairs, one per improvement.
+    from the start, if the re-timing had no finalist); ``peers`` the ``peer_jobs``'
+    measurements from the final re-timing, by name (failed ones included, as the executor
+    returned them; empty if the re-timing had no finalist); ``curve`` the best-so-far
+    steps as (search seconds, latency) pairs, one per improvement.
     """
 
     best: TrialRecord | None
@@ -212,6 +215,7 @@ class SearchResult:
     elapsed_s: float
     reference: MeasurementLike | None = None
     curve: list[tuple[float, float]] = field(default_factory=list)
+    peers: dict[str, MeasurementLike] = field(default_factory=dict)
 
 
 @dataclass
@@ -269,6 +273,12 @@ class SearchDriver:
         make_final_job: the job of a finalist's re-timing (default ``make_job``).
         reference_job: a baseline job, measured with the first batch and re-timed with
             the finalists (``SearchResult.reference``).
+        peer_jobs: further baseline jobs by name, timed only in the final interleaved
+            re-timing, after the finalists and the reference job in the same call
+            (``SearchResult.peers``). Unlike the reference, whose early timing the
+            progress reports, a peer is only compared with the winner: timed in the same
+            interleaved rounds, it meets the GPU's drift as the finalists do, and timing it
+            with the first batch as well would only lengthen the first round.
         history: trials of an earlier, interrupted attempt of the same run: their hashes
             are never measured again and they count against the budget.
         elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
@@ -293,6 +303,7 @@ class SearchDriver:
         estimator: Callable[[SProgram], float] | None = None,
         make_final_job: Callable[[SProgram], Any] | None = None,
         reference_job: Any = None,
+        peer_jobs: Mapping[str, Any] | None = None,
         history: Sequence[TrialRecord] = (),
         elapsed_before_s: float = 0.0,
         on_trials: Callable[[list[TrialRecord]], None] | None = None,
@@ -314,6 +325,8 @@ class SearchDriver:
         self._reference_job = reference_job
         self._reference: MeasurementLike | None = None
         self._reference_pending = reference_job is not None
+        self._peer_jobs = dict(peer_jobs or {})
+        self._peers: dict[str, MeasurementLike] = {}
         self._on_trials = on_trials or (lambda records: None)
         self._on_progress = on_progress or (lambda progress: None)
         self._should_stop = should_stop or (lambda: False)
@@ -398,6 +411,7 @@ class SearchDriver:
             elapsed_s=self._stopper.elapsed_s,
             reference=self._reference,
             curve=list(self._curve),
+            peers=dict(self._peers),
         )
 
     # ----- one round ---------------------------------------------------------------------
@@ -727,8 +741,8 @@ class SearchDriver:
 
     # ----- end of the search -------------------------------------------------------------
     def _retime(self) -> list[TrialRecord]:
-        """Re-time the top-k interleaved (with the reference job); finalists by re-timed
-        latency, fastest first."""
+        """Re-time the top-k interleaved (with the reference job, then the peer jobs, in
+        one call); finalists by re-timed latency, fastest first."""
         ranked = sorted(
             (r for r in self._measured.values() if r.ok), key=lambda r: r.latency_us or 0.0
         )
@@ -749,11 +763,14 @@ class SearchDriver:
         jobs = [job for _, job in top]
         if self._reference_job is not None:
             jobs.append(self._reference_job)
+        jobs.extend(self._peer_jobs.values())
         results = list(self.executor.retime_interleaved(jobs, rounds=self.config.retime_rounds))
+        baselines = results[len(top):]
         if self._reference_job is not None:
-            self._reference = results.pop()
+            self._reference = baselines.pop(0)
+        self._peers = dict(zip(self._peer_jobs, baselines, strict=True))
         finalists = []
-        for (record, _), result in zip(top, results, strict=True):
+        for (record, _), result in zip(top, results[: len(top)], strict=True):
             status = str(getattr(result.status, "value", result.status))
             if status == "ok" and result.latency_us is not None:
                 finalists.append(

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0002"
+SCHEMA_VERSION = "0003"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -153,6 +153,10 @@ class RunModel(Base):
     # The vendor peer (``cublas``) timed by the same worker, by the same method.
     baseline: Mapped[str | None] = mapped_column(String(32), nullable=True)
     baseline_latency_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Further peers re-timed with the finalists, by name ({"sdpa_flash": 1234.5}, latency in
+    # us), stored when the run succeeds; only those timed successfully ({}: all failed).
+    # None: no peer to time (not a GPU run, or an operator without further peers).
+    peer_latencies_us: Mapped[dict[str, float] | None] = mapped_column(JSONType, nullable=True)
     phase: Mapped[str] = mapped_column(String(16), default="queued")
     stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)

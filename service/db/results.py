@@ -1,5 +1,5 @@
 """What a GPU run leaves besides its trials: the kernel of its best schedule, the vendor
-baseline it was compared with, and the device's cost-model calibration.
+baseline it was compared with (and further peers), and the device's cost-model calibration.
 
 Functions take an open session (``repositories.session_scope``) and keyword arguments,
 as ``service.db.repositories`` does.
@@ -52,6 +52,13 @@ def set_run_baseline(
         run.baseline, run.baseline_latency_us = baseline, latency_us
 
 
+def set_run_peers(session: Session, *, run_id: int, latencies_us: dict[str, float]) -> None:
+    """Record the further peers' latencies (us, by name) on a run."""
+    run = RunModel.find(session, run_id)
+    if run is not None:
+        run.peer_latencies_us = {name: float(value) for name, value in latencies_us.items()}
+
+
 def set_schedule_baseline(
     session: Session,
     *,
@@ -100,6 +107,7 @@ def store_calibration(
 __all__ = [
     "find_calibration",
     "set_run_baseline",
+    "set_run_peers",
     "set_schedule_baseline",
     "store_calibration",
     "store_kernel",

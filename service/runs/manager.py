@@ -20,22 +20,25 @@ latter computed in another process meanwhile), then each batch mixes the sampler
 neighbours of the best measured kernels and the cost model's picks (``proposals="mixed"``:
 asking the sampler for every candidate costs seconds per round on a GEMM space); candidates
 are ranked with the device's calibrated cost model when one is stored. The vendor baseline
-(``cublas`` for a GEMM) is measured by the same worker with the first batch and re-timed
-interleaved with the finalists; the winner's kernel is stored (``/v1/kernels/{hash}``)
-with its speed against the baseline; then the run's measurements refine the device's
-calibration.
+(``cublas`` for a GEMM, ``sdpa_cudnn`` for attention) is measured by the same worker with
+the first batch and re-timed interleaved with the finalists, and so are an operator's
+further peers (``PEERS``: FlashAttention-2 for attention), in the final re-timing only;
+the winner's kernel is stored (``/v1/kernels/{hash}``) with its speed against the baseline,
+the peers' latencies with the run (a peer that fails is left out); then the run's
+measurements refine the device's calibration.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler_search.cost_model import Calibration, Sample, fit_calibration
 from scheduler_search.ops import OperatorSpec, parse_spec
@@ -70,8 +73,13 @@ logger = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 1.0
 
-#: The vendor peer each operator is compared with on a GPU (``workers.baselines``).
+#: The vendor peer each operator is compared with on a GPU (``workers.baselines``): timed
+#: with the first batch (the run shows it while searching) and with the finalists.
 BASELINES = {"gemm": "cublas", "attention": "sdpa_cudnn"}
+#: Further peers of an operator on a GPU, timed by the same worker in the finalists'
+#: interleaved re-timing only and stored with the run (``runs.peer_latencies_us``):
+#: attention is compared with FlashAttention-2 as well as with cuDNN's SDPA.
+PEERS: dict[str, tuple[str, ...]] = {"attention": ("sdpa_flash",)}
 #: Timing of a candidate during the search: enough samples to rank, little time (on an
 #: H200 a 4096^3 GEMM candidate takes ~10 ms to time this way).
 SEARCH_TIMING = TimingConfig(warmup_launches=3, warmup_ms=0.0, min_samples=20, min_time_ms=0.0)
@@ -87,6 +95,16 @@ GPU_RETIME_TOP_K = 5
 #: time it may take.
 CALIBRATION_SAMPLES = 96
 CALIBRATION_TIME_S = 5.0
+
+
+class _Loaded(NamedTuple):
+    """What a run's search starts from (``RunManager._load``)."""
+
+    run: RunModel
+    workload: Any
+    device_row: Any
+    history_rows: list[tuple[Any, ...]]
+    cached: list[CachedSchedule]
 
 
 @dataclass
@@ -286,7 +304,9 @@ class RunManager:
             if self.metrics:
                 self.metrics.runs_active.dec()
 
-    def _search(self, run_id: int, on_progress: Callable[[Progress], None] | None) -> None:
+    def _load(self, run_id: int) -> _Loaded:
+        """The run, its workload and device rows, its stored trials (resuming) and, for a
+        fresh run, the cached schedules of other shapes to warm-start from."""
         with repo.session_scope(self.db.sessions) as session:
             run = repo.get_run(session, run_id=run_id)
             assert run is not None
@@ -307,6 +327,10 @@ class RunManager:
             )
             cached_plain = [CachedSchedule(c.workload.params, c.choices, c.latency_us)
                             for c in cached]
+        return _Loaded(run, workload, device_row, history_rows, cached_plain)
+
+    def _search(self, run_id: int, on_progress: Callable[[Progress], None] | None) -> None:
+        run, workload, device_row, history_rows, cached_plain = self._load(run_id)
         spec = parse_spec(workload.op, workload.params)
         model = from_identity(device_row.kind, device_row.name, device_row.identity)
         device = ResolvedDevice(
@@ -322,6 +346,7 @@ class RunManager:
         calibration = self._calibration(device_row.id, spec.op) if gpu else None
         samples: list[TrialRecord] = []
         baseline = BASELINES.get(spec.op) if gpu else None
+        peers = PEERS.get(spec.op, ()) if gpu else ()
         reported_baseline: list[float] = []
 
         def make_job(sprogram: SProgram) -> Job:
@@ -343,33 +368,8 @@ class RunManager:
                     self.metrics.trials.labels(record.status, str(record.simulated)).inc()
 
         def progress(update: Progress) -> None:
-            with repo.session_scope(self.db.sessions) as session:
-                cancel = repo.update_progress(
-                    session,
-                    run_id=run_id,
-                    owner=self.owner,
-                    phase=update.phase,
-                    trials_done=update.trials_done,
-                    invalid=update.invalid,
-                    best_latency_us=update.best_latency_us,
-                    best_schedule_hash=update.best_schedule_hash,
-                    best_simulated=(
-                        device.simulated if update.best_latency_us is not None else None
-                    ),
-                    elapsed_s=update.elapsed_s,
-                )
-                if (baseline is not None and update.reference_latency_us is not None
-                        and not reported_baseline):
-                    reported_baseline.append(update.reference_latency_us)
-                    results_repo.set_run_baseline(
-                        session, run_id=run_id, baseline=baseline,
-                        latency_us=update.reference_latency_us,
-                    )
-            with self._lock:
-                if cancel and run_id in self._active:
-                    self._active[run_id] = True
-            if on_progress is not None:
-                on_progress(update)
+            self._progress(run_id, update, simulated=device.simulated, baseline=baseline,
+                           reported_baseline=reported_baseline, on_progress=on_progress)
 
         def should_stop() -> bool:
             with self._lock:
@@ -381,20 +381,13 @@ class RunManager:
 
             seeds = SeedProcess(spec, model, structures=self.settings.cost_model_seeds,
                                 calibration=calibration)
-        config = SearchConfig(seed=run.seed)
-        if gpu:
-            config = SearchConfig(
-                seed=run.seed, overlap=True, retime_top_k=GPU_RETIME_TOP_K,
-                batch_size=self.settings.gpu_batch_size or None, proposals="mixed",
-                sampler_asks_per_slot=1, random_per_slot=2,
-            )
         driver = SearchDriver(
             space,
             executor,
             make_job,
             budget=Budget(trials=run.budget_trials, seconds=run.budget_seconds,
                           patience=run.patience),
-            config=config,
+            config=self._search_config(run.seed, gpu),
             storage=self.db.optuna_storage(),
             study_name=run.study_name,
             warm_start=warm,
@@ -406,10 +399,9 @@ class RunManager:
             ),
             make_final_job=make_final_job,
             reference_job=(
-                Job(job_workload, baseline=baseline, timing=FINAL_TIMING, seed=run.seed,
-                    deadline_s=FINAL_DEADLINE_S)
-                if baseline is not None else None
+                baseline_job(baseline, job_workload, run.seed) if baseline is not None else None
             ),
+            peer_jobs={name: baseline_job(name, job_workload, run.seed) for name in peers},
             history=history,
             elapsed_before_s=run.elapsed_s,
             on_trials=on_trials,
@@ -423,6 +415,55 @@ class RunManager:
                 seeds.close()
         self._finish_search(run_id, workload, device_row, spec, model, gpu, baseline, result,
                             samples, calibration)
+
+    def _search_config(self, seed: int, gpu: bool) -> SearchConfig:
+        """The driver's knobs: the defaults on a simulated device; on a GPU, overlapped
+        mixed rounds as wide as the compiler pool and more finalists re-timed."""
+        if not gpu:
+            return SearchConfig(seed=seed)
+        return SearchConfig(
+            seed=seed, overlap=True, retime_top_k=GPU_RETIME_TOP_K,
+            batch_size=self.settings.gpu_batch_size or None, proposals="mixed",
+            sampler_asks_per_slot=1, random_per_slot=2,
+        )
+
+    def _progress(
+        self,
+        run_id: int,
+        update: Progress,
+        *,
+        simulated: bool,
+        baseline: str | None,
+        reported_baseline: list[float],
+        on_progress: Callable[[Progress], None] | None,
+    ) -> None:
+        """Store a progress update (and the baseline's first timing, once); a cancel
+        request found in the database reaches the driver through ``_active``."""
+        with repo.session_scope(self.db.sessions) as session:
+            cancel = repo.update_progress(
+                session,
+                run_id=run_id,
+                owner=self.owner,
+                phase=update.phase,
+                trials_done=update.trials_done,
+                invalid=update.invalid,
+                best_latency_us=update.best_latency_us,
+                best_schedule_hash=update.best_schedule_hash,
+                best_simulated=simulated if update.best_latency_us is not None else None,
+                elapsed_s=update.elapsed_s,
+            )
+            if (baseline is not None and update.reference_latency_us is not None
+                    and not reported_baseline):
+                reported_baseline.append(update.reference_latency_us)
+                results_repo.set_run_baseline(
+                    session, run_id=run_id, baseline=baseline,
+                    latency_us=update.reference_latency_us,
+                )
+        with self._lock:
+            if cancel and run_id in self._active:
+                self._active[run_id] = True
+        if on_progress is not None:
+            on_progress(update)
 
     def _finish_search(
         self,
@@ -454,14 +495,7 @@ class RunManager:
                 kernel_hash = artifact.hash
             except Exception:
                 logger.exception("run %d: could not render the winner", run_id)
-        baseline_us = None
-        if baseline is not None and result.reference is not None:
-            reference = result.reference
-            if str(getattr(reference.status, "value", reference.status)) == "ok":
-                baseline_us = reference.latency_us
-            else:
-                logger.warning("run %d: baseline %s failed: %s", run_id, baseline,
-                               reference.error)
+        baseline_us = _baseline_latency(run_id, baseline, result.reference)
         if best is not None:
             best_dict = {
                 "latency_us": best.latency_us,
@@ -511,6 +545,10 @@ class RunManager:
                 )
                 results_repo.set_run_baseline(
                     session, run_id=run_id, baseline=baseline, latency_us=baseline_us
+                )
+            if result.peers:
+                results_repo.set_run_peers(
+                    session, run_id=run_id, latencies_us=_peer_latencies(run_id, result.peers)
                 )
             repo.finish_run(
                 session,
@@ -614,6 +652,50 @@ def kernel_job(
         timing=timing,
         deadline_s=FINAL_DEADLINE_S if timing == FINAL_TIMING else GPU_DEADLINE_S,
     )
+
+
+def baseline_job(name: str, workload: dict[str, Any], seed: int) -> Job:
+    """The GPU job of a vendor peer (``workers.baselines``) on the run's workload, timed as
+    a finalist is."""
+    return Job(workload, baseline=name, timing=FINAL_TIMING, seed=seed,
+               deadline_s=FINAL_DEADLINE_S)
+
+
+def _ok_latency(measurement: Any) -> float | None:
+    """A measurement's latency if it succeeded with a usable one, else None."""
+    status = str(getattr(measurement.status, "value", measurement.status))
+    latency = measurement.latency_us
+    if status != "ok" or latency is None or not math.isfinite(latency) or latency <= 0:
+        return None
+    return float(latency)
+
+
+def _baseline_latency(run_id: int, baseline: str | None, reference: Any) -> float | None:
+    """The primary baseline's latency, or None (it failed: logged)."""
+    if baseline is None or reference is None:
+        return None
+    latency = _ok_latency(reference)
+    if latency is None:
+        logger.warning("run %d: baseline %s failed: %s", run_id, baseline, reference.error)
+    return latency
+
+
+def _peer_latencies(run_id: int, peers: Mapping[str, Any]) -> dict[str, float]:
+    """The further peers' latencies by name; a failed peer is logged and left out (it
+    never fails the run)."""
+    found = {}
+    for name, measurement in peers.items():
+        try:
+            latency = _ok_latency(measurement)
+        except Exception:
+            logger.exception("run %d: peer %s: unreadable measurement", run_id, name)
+            continue
+        if latency is None:
+            logger.warning("run %d: peer %s failed: %s", run_id, name,
+                           getattr(measurement, "error", "") or measurement.status)
+        else:
+            found[name] = latency
+    return found
 
 
 def _spread(records: list[TrialRecord], limit: int) -> list[TrialRecord]:

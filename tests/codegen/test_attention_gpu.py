@@ -28,15 +28,18 @@ DEVICE = get_device("h200")
 ROTATED = {"map_softmax_exp2": "sfu", "map_store": "cuda_core", "persistent": True,
            "raster_major": "q", "raster_swizzle": 1}
 SAMPLES_PER_CASE = 3
-#: (batch, heads, kv_heads, seq_q, seq_kv, head_dim): suite-like shapes and odd ones.
-SHAPES: tuple[tuple[int, int, int, int, int, int], ...] = (
-    (1, 32, 8, 512, 512, 128),
-    (2, 16, 16, 1024, 1024, 64),
-    (1, 8, 2, 3000, 3000, 128),
-    (2, 8, 8, 300, 700, 128),
-    (1, 4, 1, 200, 130, 64),
-    (2, 8, 2, 1, 1, 64),  # one query, one key
-    (2, 16, 4, 1, 777, 128),  # one query (decoding) over an odd number of keys
+#: (batch, heads, kv_heads, seq_q, seq_kv, head_dim, layout): suite-like shapes and odd
+#: ones, in FlashAttention's layout (bshd) and PyTorch SDPA's (bhsd).
+SHAPES: tuple[tuple[int, int, int, int, int, int, str], ...] = (
+    (1, 32, 8, 512, 512, 128, "bshd"),
+    (2, 16, 16, 1024, 1024, 64, "bshd"),
+    (1, 8, 2, 3000, 3000, 128, "bshd"),
+    (2, 8, 8, 300, 700, 128, "bshd"),
+    (1, 4, 1, 200, 130, 64, "bshd"),
+    (2, 8, 2, 1, 1, 64, "bshd"),  # one query, one key
+    (2, 16, 4, 1, 777, 128, "bshd"),  # one query (decoding) over an odd number of keys
+    (2, 16, 4, 1000, 1000, 128, "bhsd"),
+    (1, 8, 8, 257, 513, 64, "bhsd"),
 )
 
 
@@ -63,14 +66,15 @@ def _rotated(spec: OperatorSpec) -> list[SProgram]:
 
 def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
     cases = []
-    for batch, heads, kv_heads, seq_q, seq_kv, head_dim in SHAPES:
+    for batch, heads, kv_heads, seq_q, seq_kv, head_dim, layout in SHAPES:
         for causal in (False, True):
             for dtype in ("float16", "bfloat16"):
                 spec = parse_spec("attention", {
                     "batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq_q,
-                    "seq_kv": seq_kv, "head_dim": head_dim, "causal": causal, "dtype": dtype})
+                    "seq_kv": seq_kv, "head_dim": head_dim, "causal": causal, "dtype": dtype,
+                    "layout": layout})
                 name = (f"{batch}x{heads}({kv_heads})x{seq_q}x{seq_kv}xd{head_dim}"
-                        f"{'-causal' if causal else ''}-{dtype}")
+                        f"{'-causal' if causal else ''}-{dtype}-{layout}")
                 programs = [*_sampled(spec), *_rotated(spec)]
                 cases += [(name, spec, p) for p in programs]
     return cases

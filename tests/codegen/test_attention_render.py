@@ -57,6 +57,25 @@ def test_kernel_reads_the_spec_layout_through_rank_4_tensor_maps() -> None:
     assert render(sprogram, spec, DEVICE).source == src  # deterministic
 
 
+def test_sdpa_layout_reads_heads_before_rows() -> None:
+    spec = _spec({**CAUSAL_GQA, "layout": "bhsd"})
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    sprogram, validity = space.build(DESIGN)
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    # (head_dim, seq, heads, batch): a box is 128 rows of one head.
+    assert maps["q_map"].global_dims == (128, 2048, 32, 1)
+    assert maps["k_map"].global_dims == (128, 2048, 8, 1)
+    assert maps["q_map"].global_strides_bytes == (256, 2048 * 256, 32 * 2048 * 256)
+    assert maps["q_map"].box_dims == (64, 128, 1, 1)
+    out = next(a for a in art.args if a.name == "o")
+    assert out.shape == (1, 32, 2048, 128)
+    assert "(batch0 * HEADS + heads0) * SEQ_Q" in art.source
+    assert "tma_load_4d(stage_addr + 0, q_map, 0, q0, heads0, batch0" in art.source \
+        or "q0, heads0, batch0" in art.source
+
+
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:
     spec = _spec(ODD)
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))

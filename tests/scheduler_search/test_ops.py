@@ -418,7 +418,7 @@ def _suite_id(case: tuple[str, dict[str, Any]]) -> str:
 @pytest.mark.parametrize(("op", "params"), SUITE, ids=[_suite_id(case) for case in SUITE])
 def test_benchmark_suite_shapes_validate_and_fit_an_h200(op: str, params: dict[str, Any]) -> None:
     spec = parse_spec(op, params)
-    assert spec.params() == params
+    assert params.items() <= spec.params().items()  # plus the defaults it leaves out
     spec.check_fits(H200)
 
 

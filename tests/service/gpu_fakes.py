@@ -5,14 +5,16 @@
 - :class:`ModelGpu`: an Executor that "measures" kernel artifacts with a known truth:
   the cost model with the tensor cores :data:`TRUE_TENSOR_SCALE` times slower than the
   analytic model thinks, times :data:`TRUE_LEVEL` (so a calibration has something to
-  find), and the cuBLAS baseline at a fixed latency. It records what it was given, when.
+  find), and each peer baseline (cuBLAS; cuDNN SDPA and FlashAttention-2) at a fixed
+  latency (:data:`BASELINE_US`); the baselines named in ``failing_baselines`` fail as an
+  unavailable one does in a real worker. It records what it was given, when.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from scheduler_search.cost_model import MeasuredTimings, estimate
@@ -38,6 +40,10 @@ FINGERPRINT: dict[str, Any] = {
 TRUE_TENSOR_SCALE = 1.3
 TRUE_LEVEL = 1.5
 CUBLAS_US = 200.0
+SDPA_CUDNN_US = 900.0
+SDPA_FLASH_US = 1100.0
+#: The pretend GPU's latency of each peer baseline, by ``workers.baselines`` name.
+BASELINE_US = {"cublas": CUBLAS_US, "sdpa_cudnn": SDPA_CUDNN_US, "sdpa_flash": SDPA_FLASH_US}
 
 
 class FakeProbe:
@@ -70,9 +76,12 @@ def true_latency_us(job: Job) -> float:
 class ModelGpu(Executor):
     """Measures kernel and baseline jobs with a known truth; records its calls."""
 
-    def __init__(self, batch: int = 4, measure_s: float = 0.0) -> None:
+    def __init__(
+        self, batch: int = 4, measure_s: float = 0.0, failing_baselines: Collection[str] = ()
+    ) -> None:
         self.batch = batch
         self.measure_s = measure_s
+        self.failing_baselines = set(failing_baselines)
         self.batches: list[list[Job]] = []
         self.prepared: list[list[Job]] = []
         self.events: list[tuple[str, int, float]] = []  # (what, batch index, time)
@@ -102,7 +111,12 @@ class ModelGpu(Executor):
 
     def _one(self, job: Job) -> Measurement:
         if job.baseline is not None:
-            return Measurement.from_samples([CUBLAS_US], rel_error=1e-3, error_bound=1e-2)
+            latency = BASELINE_US.get(job.baseline)
+            if latency is None or job.baseline in self.failing_baselines:
+                # What a worker answers when the baseline is unavailable (BaselineUnavailable).
+                return Measurement(MeasurementStatus.LAUNCH_ERROR,
+                                   error=f"{job.baseline}: No available kernel")
+            return Measurement.from_samples([latency], rel_error=1e-3, error_bound=1e-2)
         if job.artifact is None:
             return Measurement(MeasurementStatus.LAUNCH_ERROR, error="not a kernel")
         return Measurement.from_samples([true_latency_us(job)], rel_error=1e-3, error_bound=1e-2)
@@ -110,6 +124,10 @@ class ModelGpu(Executor):
     @property
     def kernel_jobs(self) -> list[Job]:
         return [j for batch in self.batches for j in batch if j.artifact is not None]
+
+    def baseline_jobs(self, name: str) -> list[Job]:
+        """Every job of the baseline ``name`` it was given, in order."""
+        return [j for batch in self.batches for j in batch if j.baseline == name]
 
     def close(self) -> None:
         self.closed = True

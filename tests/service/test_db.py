@@ -125,3 +125,74 @@ def test_best_schedule_keeps_the_faster(db: Database) -> None:
     with repo.session_scope(db.sessions) as session:
         rows = repo.list_schedules(session, op="gemm", device="sim:h200")
         assert [r.schedule_hash for r in rows] == ["d" * 64]
+
+
+def _reflected(connection, name: str):
+    from sqlalchemy import MetaData, Table
+
+    return Table(name, MetaData(), autoload_with=connection)
+
+
+def test_0003_adds_the_runs_peer_latencies_and_downgrades_keeping_the_rows(
+    database_url: str,
+) -> None:
+    """A database at 0002 with a run and its trial: 0003 adds ``peer_latencies_us`` (NULL
+    on the old run, JSONB on PostgreSQL), the run takes a peers dict, and the downgrade
+    drops the column without touching the rows (on SQLite, with the service's foreign
+    keys on, copying the table would cascade to the trials)."""
+    import datetime as dt
+
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    from service.db import results as results_repo
+
+    database = Database(database_url)
+    try:
+        migrations.upgrade(database.url, "0002", engine=database.engine)
+        assert migrations.current(database.url, engine=database.engine) == "0002"
+        now = dt.datetime.now(dt.UTC)
+        with database.engine.begin() as connection:
+            connection.execute(_reflected(connection, "pipetune_workloads").insert(), [
+                {"id": 1, "key": "w" * 64, "op": "attention", "params": {}, "created_at": now}])
+            connection.execute(_reflected(connection, "pipetune_devices").insert(), [
+                {"id": 1, "key": "d" * 64, "name": "cuda:0", "kind": "cuda", "simulated": False,
+                 "identity": {}, "created_at": now}])
+            connection.execute(_reflected(connection, "pipetune_runs").insert(), [
+                {"id": 1, "workload_id": 1, "device_id": 1, "status": "succeeded",
+                 "budget_trials": 8, "seed": 0, "study_name": "s", "trials_done": 1,
+                 "invalid": 0, "phase": "done", "cancel_requested": False, "attempts": 1,
+                 "elapsed_s": 1.0, "created_at": now, "baseline": "sdpa_cudnn",
+                 "baseline_latency_us": 300.0}])
+            connection.execute(_reflected(connection, "pipetune_trials").insert(), [
+                {"run_id": 1, "number": 0, "status": "ok", "source": "search", "choices": {},
+                 "simulated": False, "created_at": now}])
+
+        migrations.upgrade(database.url, engine=database.engine)
+        assert migrations.current(database.url, engine=database.engine) == "0003"
+        with database.engine.connect() as connection:
+            columns = {c["name"]: c for c in inspect(connection).get_columns("pipetune_runs")}
+            column = columns["peer_latencies_us"]
+            assert column["nullable"]
+            if database.backend == "postgresql":
+                assert isinstance(column["type"], JSONB)
+        with repo.session_scope(database.sessions) as session:
+            run = repo.get_run(session, run_id=1)
+            assert run is not None and run.baseline == "sdpa_cudnn"
+            assert run.peer_latencies_us is None
+            results_repo.set_run_peers(session, run_id=1, latencies_us={"sdpa_flash": 250.5})
+        with repo.session_scope(database.sessions) as session:
+            assert repo.get_run(session, run_id=1).peer_latencies_us == {"sdpa_flash": 250.5}
+
+        migrations.downgrade(database.url, "0002", engine=database.engine)
+        assert migrations.current(database.url, engine=database.engine) == "0002"
+        with database.engine.connect() as connection:
+            columns = {c["name"] for c in inspect(connection).get_columns("pipetune_runs")}
+            assert "peer_latencies_us" not in columns and "baseline" in columns
+            runs = _reflected(connection, "pipetune_runs")
+            assert connection.execute(runs.select()).one().baseline_latency_us == 300.0
+            trials = _reflected(connection, "pipetune_trials")
+            assert len(connection.execute(trials.select()).all()) == 1  # not cascaded away
+        migrations.upgrade(database.url, engine=database.engine)  # and up again
+        assert migrations.current(database.url, engine=database.engine) == SCHEMA_VERSION
+    finally:
+        database.dispose()

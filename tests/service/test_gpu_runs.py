@@ -1,6 +1,7 @@
 """The GPU path of the service on a pretend GPU (``gpu_fakes``): executor choice, a run
 that measures generated kernels and the cuBLAS baseline, the stored kernel, the cost
-model's calibration carried to the next run, and ``pipetune tune`` printing it all."""
+model's calibration carried to the next run, an attention run timing both its peers
+(cuDNN SDPA and FlashAttention-2), and ``pipetune tune`` printing it all."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from gpu_fakes import CUBLAS_US, FINGERPRINT, TRUE_TENSOR_SCALE, FakeProbe, ModelGpu
+from gpu_fakes import (
+    CUBLAS_US,
+    FINGERPRINT,
+    SDPA_CUDNN_US,
+    SDPA_FLASH_US,
+    TRUE_TENSOR_SCALE,
+    FakeProbe,
+    ModelGpu,
+)
 from service_helpers import wait_for
 
 from codegen import KernelArtifact
@@ -26,6 +35,8 @@ from workers import SimulatedDevice, fingerprint_key
 
 GEMM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}
 OTHER_GEMM = {"m": 4096, "n": 2048, "k": 2048, "dtype": "float16"}
+ATTENTION = {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 512, "seq_kv": 512,
+             "head_dim": 128, "causal": False, "dtype": "float16"}
 
 
 @pytest.fixture
@@ -120,6 +131,8 @@ def test_gpu_run_stores_kernel_baseline_and_calibration(
         assert run["baseline"] == "cublas" and run["baseline_latency_us"] == CUBLAS_US
         best = run["best"]
         assert run["speedup_vs_baseline"] == pytest.approx(CUBLAS_US / best["latency_us"])
+        assert run["peers"] == {} and run["speedups_vs_peers"] == {}  # GEMM: cuBLAS only
+        assert gpu.baseline_jobs("sdpa_flash") == []
 
         # The kernel: its artifact and source are served, and it is the winner's.
         kernel_hash = best["kernel_hash"]
@@ -178,6 +191,71 @@ def test_calibration_makes_the_next_run_predict_better(
         first = error_of(client, GEMM)  # uncalibrated: predictions off by ~TRUE_LEVEL
         second = error_of(client, OTHER_GEMM)  # ranked by the first run's calibration
     assert first > 0.3 and second < first / 2
+
+
+def _stored_peers(database_url: str, run_id: int) -> dict[str, float] | None:
+    db = Database(database_url)
+    try:
+        with repo.session_scope(db.sessions) as session:
+            return repo.get_run(session, run_id=run_id).peer_latencies_us
+    finally:
+        db.dispose()
+
+
+def test_gpu_attention_run_times_and_stores_both_peers(
+    fake_gpu: FakeProbe, gpu_settings: Settings
+) -> None:
+    from service.runs.manager import FINAL_DEADLINE_S, FINAL_TIMING
+
+    gpu = ModelGpu(batch=4)
+    with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
+        body = {"op": "attention", "params": ATTENTION, "budget": {"trials": 8}}
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        assert run["status"] == "succeeded", run
+        assert run["device"] == "cuda:0" and run["trials_done"] == 8
+
+        # cuDNN rides with the first batch; FlashAttention-2 only in the final re-timing,
+        # interleaved with the finalists and cuDNN: one of each per round, three rounds.
+        searched = gpu.batches[: len(gpu.prepared)]
+        rounds = gpu.batches[len(gpu.prepared):]
+        assert searched[0][0].baseline == "sdpa_cudnn"
+        assert not any(j.baseline == "sdpa_flash" for batch in searched for j in batch)
+        assert len(rounds) == 3
+        for batch in rounds:
+            assert [j.baseline for j in batch if j.baseline] in (
+                ["sdpa_cudnn", "sdpa_flash"], ["sdpa_flash", "sdpa_cudnn"])
+        flash = gpu.baseline_jobs("sdpa_flash")
+        assert len(flash) == 3
+        kernel = gpu.kernel_jobs[0]
+        assert all(j.workload == kernel.workload and j.seed == kernel.seed
+                   and j.timing == FINAL_TIMING and j.deadline_s == FINAL_DEADLINE_S
+                   for j in flash)
+
+        # The primary baseline as before; both peers' latencies with the run.
+        best_us = run["best"]["latency_us"]
+        assert run["baseline"] == "sdpa_cudnn" and run["baseline_latency_us"] == SDPA_CUDNN_US
+        assert run["speedup_vs_baseline"] == pytest.approx(SDPA_CUDNN_US / best_us)
+        assert run["peers"] == {"sdpa_flash": SDPA_FLASH_US}
+        assert run["speedups_vs_peers"] == {"sdpa_flash": pytest.approx(SDPA_FLASH_US / best_us)}
+        listed = client.get("/v1/runs", params={"op": "attention"}).json()["data"]
+        assert [r["peers"] for r in listed] == [{"sdpa_flash": SDPA_FLASH_US}]
+    assert _stored_peers(gpu_settings.database_url, run["id"]) == {"sdpa_flash": SDPA_FLASH_US}
+
+
+def test_a_failing_peer_leaves_the_run_succeeded_without_it(
+    fake_gpu: FakeProbe, gpu_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpu = ModelGpu(batch=4, failing_baselines={"sdpa_flash"})
+    with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
+        body = {"op": "attention", "params": ATTENTION, "budget": {"trials": 8}}
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+    assert run["status"] == "succeeded" and run["error"] is None, run
+    assert len(gpu.baseline_jobs("sdpa_flash")) == 3  # it was timed, and failed each round
+    assert run["best"]["kernel_hash"] is not None
+    assert run["baseline"] == "sdpa_cudnn" and run["baseline_latency_us"] == SDPA_CUDNN_US
+    assert run["peers"] == {} and run["speedups_vs_peers"] == {}
+    assert _stored_peers(gpu_settings.database_url, run["id"]) == {}  # timed, none ok
+    assert "peer sdpa_flash failed: sdpa_flash: No available kernel" in caplog.text
 
 
 def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
@@ -249,11 +327,15 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
                         lambda *args, **kwargs: ModelGpu(measure_s=0.05))
     monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
     out = tmp_path / "speed.json"
-    bench.main(["--shapes", "1024x1024x1024", "--seconds", "3", "--out", str(out)],
+    bench.main(["--cases", "gemm:1024x1024x1024", "--seconds", "3", "--out", str(out)],
                fingerprint=dict(FINGERPRINT))
     (case,) = json.loads(out.read_text())["cases"]
     assert "error" not in case, case
-    assert case["cublas_us"] == CUBLAS_US and case["speedup_vs_cublas"] > 0
+    assert case["peer"] == "cublas" and case["peer_us"] == CUBLAS_US
+    assert case["speedup_vs_peer"] > 0
+    assert bench.case_params("attention:2x16x4x1000x64c", "bfloat16", "kn") == ("attention", {
+        "batch": 2, "heads": 16, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000, "head_dim": 64,
+        "causal": True, "dtype": "bfloat16"})
     assert case["time_to_2pct_curve_s"] is not None and case["time_to_2pct_retimed_s"] is not None
     curve = case["best_so_far_curve"]
     assert curve and [t for t, _ in curve] == sorted(t for t, _ in curve)
