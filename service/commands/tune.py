@@ -218,6 +218,8 @@ def _print(result: dict[str, Any]) -> None:
               f"{speed:.3f}x ({'faster' if speed >= 1 else 'slower'} than {result['baseline']})")
     elif result.get("baseline"):
         print(f"vs {result['baseline']}: the baseline could not be measured")
+    for name, latency in ((result.get("run") or {}).get("peers") or {}).items():
+        print(f"vs {name}: {latency:.3f} us -> {latency / result['latency_us']:.3f}x")
     if result.get("kernel_hash"):
         print(f"kernel: {result['kernel_hash']}  (GET /v1/kernels/{result['kernel_hash']})")
     print("choices: " + " ".join(f"{k}={v}" for k, v in result["choices"].items()))

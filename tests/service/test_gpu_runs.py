@@ -284,6 +284,24 @@ def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
     assert cached["speedup_vs_baseline"] == pytest.approx(CUBLAS_US / cached["latency_us"])
 
 
+def test_cli_tune_of_attention_prints_both_peers(
+    fake_gpu: FakeProbe, gpu_settings: Settings, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from service.cli import main
+    from service.runs import executors
+
+    monkeypatch.setattr(executors, "local_gpu_pool", lambda *args, **kwargs: ModelGpu())
+    monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
+    argv = ["tune", "attention", "--batch", "1", "--heads", "8", "--kv-heads", "2", "--seq",
+            "700", "--head-dim", "64", "--causal", "--layout", "bhsd", "--trials", "6",
+            "--database-url", gpu_settings.database_url]
+    assert main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"vs sdpa_cudnn: {SDPA_CUDNN_US:.3f} us -> " in out
+    assert f"vs sdpa_flash: {SDPA_FLASH_US:.3f} us -> " in out
+
+
 def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     import time
 
