@@ -136,15 +136,31 @@ def prepare(args: argparse.Namespace) -> None:
 
 
 # ----- run (GPU) ----------------------------------------------------------------------
+def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool) -> Any:
+    """The candidate's kernel: as prepared, or rendered again from its choices by this
+    tree's code generation (the ranking is kept; the text is today's)."""
+    from codegen import render
+    from codegen.artifact import KernelArtifact
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.sprogram import plan_sprogram
+
+    prepared = entry[params["dtype"]]
+    if not rerender:
+        return KernelArtifact.from_dict(prepared["artifact"])
+    device = get_device("h200")
+    spec = parse_spec("attention", params)
+    return render(plan_sprogram(spec, device, prepared["choices"]), spec, device)
+
+
 def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespace) -> list[dict]:
     """Check and quick-time every fp16 candidate of a case."""
-    from codegen.artifact import KernelArtifact
     from workers import Job
 
     workload = {"op": "attention", "params": case["params"]}
     entries = case["candidates"][: args.top]
     measured = pool.measure([
-        Job(workload, artifact=KernelArtifact.from_dict(e["float16"]["artifact"]), timing=quick,
+        Job(workload, artifact=_artifact(e, case["params"], args.rerender), timing=quick,
             deadline_s=args.deadline) for e in entries])
     return [{"source": e["source"], "hash": e["float16"]["hash"], "status": m.status.value,
              "latency_us": m.latency_us, "rel_error": m.rel_error, "registers": m.registers,
@@ -176,7 +192,6 @@ def _retime(pool: Any, params: dict[str, Any], artifact: Any, final: Any,
 
 
 def run(args: argparse.Namespace) -> None:
-    from codegen.artifact import KernelArtifact
     from workers import LocalGpuPool, ParallelCompiler
 
     with gzip.open(args.candidates, "rt") as f:
@@ -203,7 +218,7 @@ def run(args: argparse.Namespace) -> None:
             best = min(ok, key=lambda t: t["latency_us"])
             for dtype in args.dtypes:
                 params = {**case["params"], "dtype": dtype}
-                artifact = KernelArtifact.from_dict(best["entry"][dtype]["artifact"])
+                artifact = _artifact(best["entry"], params, args.rerender)
                 record = {"case": case_name(params), "params": params,
                           "schedule_hash": best["entry"][dtype]["hash"],
                           "choices": best["choices"], "found_by": best["source"],
@@ -283,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--only", nargs="*", default=[])
     r.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     r.add_argument("--cache", default="/tmp/pipetune-cubins")
+    r.add_argument("--rerender", action="store_true",
+                   help="render the candidates' choices with this tree's code generation")
     r.add_argument("--out", default=str(ROOT / "bench" / "results" / "attention.json"))
     args = parser.parse_args(argv)
     prepare(args) if args.step == "prepare" else run(args)

@@ -11,15 +11,16 @@ or (batch, heads, seq, head_dim) as PyTorch's SDPA does (``bhsd``); query head
 - ``load_q`` once per output tile, ``load_k`` / ``load_v`` per trip: TMA boxes of rank-4
   tensor maps over (head_dim, heads, seq, batch), so rows past the sequence read as zeros;
 - ``mma_qk``: ``S = Q Kᵀ`` with wgmma (Q and K K-major in shared memory);
-- the online softmax on the consumers' registers: ``softmax_max`` (scores scaled by
-  ``log2(e) / √d``, masked, the running row max and the factor ``alpha`` that rescales
-  what came before), ``softmax_exp2`` (on the SFU with ``ex2.approx``, or on the CUDA cores
-  with ``exp2f``, as the sProgram maps it), ``softmax_sum`` (this thread's part of the row
+- the online softmax on the consumers' registers: ``softmax_max`` (scores masked where a
+  tile crosses the diagonal or the end of the keys, the running row max of the raw scores
+  and the factor ``alpha`` that rescales what came before), ``softmax_exp2`` (``2^(s c -
+  m c)`` with ``c = log2(e) / √d``, one FMA, on the SFU with ``ex2.approx`` or on the CUDA
+  cores with ``exp2f``, as the sProgram maps it), ``softmax_sum`` (this thread's part of the row
   sum; the four threads of a row add theirs in ``normalize``), ``rescale``;
 - ``mma_pv``: ``O += P V`` with P straight from the S accumulators converted to 16-bit
   pairs (the register-A form of wgmma) and V MN-major in shared memory;
 - ``normalize`` and ``store``: ``O / l`` written with st.global, and the row's fp32
-  log-sum-exp ``lse = (m + log2 l) ln 2`` (a side output, FlashAttention's softmax_lse).
+  log-sum-exp ``lse = (m c + log2 l) ln 2`` (a side output, FlashAttention's softmax_lse).
 """
 
 from __future__ import annotations
@@ -359,31 +360,38 @@ class AttentionHooks(OperatorHooks):
                     c(line)
 
     def _softmax_max(self, code: Code, at: TripAt) -> None:
+        """Mask (only on the tiles that cross the diagonal or the end of the keys), then the
+        row max of the raw scores and ``alpha``, the factor that rescales what came before;
+        the scale by log2(e)/sqrt(d) is folded into softmax_exp2's FMA."""
         c = code
         exp2 = self._exp2(c)
-        c.comment("scores in log2 units; masked: keys past SEQ_KV, and with CAUSAL key > query")
+        c.comment("masked: keys past SEQ_KV, and with CAUSAL key > query")
         c(f"const int kv0 = {at.index} * TILE_KV;")
         c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > q0 + "
           "row0);")
+        with c.block("if (masked)"):
+            self._each_score(
+                c, at,
+                before=["const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);"],
+                body=["const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
+                      f"if (col >= SEQ_KV || (CAUSAL && col > row)) s = {NEG_INF};"])
         self._each_score(
             c, at,
-            before=["const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);",
-                    "float mx = m_row[mi][h];"],
-            body=["s *= SCALE_LOG2;",
-                  "const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
-                  f"if (masked && (col >= SEQ_KV || (CAUSAL && col > row))) s = {NEG_INF};",
-                  "mx = fmaxf(mx, s);"],
+            before=["float mx = m_row[mi][h];"],
+            body=["mx = fmaxf(mx, s);"],
             after=["mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the row's 4 threads",
                    "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));",
                    f"const float m_new = mx == {NEG_INF} ? 0.f : mx;  // a row with no key yet",
-                   f"alpha[mi][h] = {exp2}(m_row[mi][h] - m_new);  // rescales what came before",
+                   f"alpha[mi][h] = {exp2}((m_row[mi][h] - m_new) * SCALE_LOG2);  // rescales "
+                   "what came before",
                    "m_row[mi][h] = m_new;"],
         )
 
     def _softmax_exp2(self, code: Code, at: TripAt) -> None:
         exp2 = self._exp2(code)
-        self._each_score(code, at, before=["const float m = m_row[mi][h];"],
-                         body=[f"s = {exp2}(s - m);"])
+        self._each_score(code, at, before=["const float m_scaled = m_row[mi][h] * SCALE_LOG2;"],
+                         body=[f"s = {exp2}(fmaf(s, SCALE_LOG2, -m_scaled));  // exp(s - m) in "
+                               "base 2, one FMA"])
 
     def _softmax_sum(self, code: Code, at: TripAt) -> None:
         self._each_score(code, at, before=["float sum = 0.f;"], body=["sum += s;"],
@@ -409,8 +417,8 @@ class AttentionHooks(OperatorHooks):
 
     def _normalize(self, code: Code, at: TripAt) -> None:
         c = code
-        c.comment("o / l, l summed over the row's 4 threads; lse = (m + log2 l) ln 2, written by "
-                  "the row's first thread (m and the scores are in log2 units)")
+        c.comment("o / l, l summed over the row's 4 threads; lse = (m c + log2 l) ln 2 (m: the raw "
+                  "row max, c = SCALE_LOG2), written by the row's first thread")
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             c("#pragma unroll")
@@ -422,7 +430,8 @@ class AttentionHooks(OperatorHooks):
                 c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
                 with c.block("if ((lane & 3) == 0 && row < SEQ_Q)"):
                     c("lse[((unsigned long long)batch0 * HEADS + heads0) * SEQ_Q + row] = l > 0.f "
-                      f"? (m_row[mi][h] + __log2f(l)) * {LN2!r}f : {POS_INF};  // no key: +inf")
+                      f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
+                      "// no key: +inf")
                 c("#pragma unroll")
                 with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
                     c("o_acc[mi][4 * g + 2 * h] *= inv;")
@@ -453,6 +462,6 @@ class AttentionHooks(OperatorHooks):
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
-ATTENTION_HOOKS_VERSION = "attention-2"
+ATTENTION_HOOKS_VERSION = "attention-3"
 
 __all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]
