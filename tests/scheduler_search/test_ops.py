@@ -477,7 +477,8 @@ def test_canonical_json_has_sorted_keys_and_no_whitespace(op: str) -> None:
     text = parse_spec(op, VALID[op]).canonical_json()
     assert not re.search(r"\s", text)
     decoded = json.loads(text, object_pairs_hook=_assert_sorted_everywhere)
-    assert decoded == {"op": op, "params": VALID[op]}
+    assert decoded == {"op": op, "params": parse_spec(op, VALID[op]).params()}
+    assert VALID[op].items() <= decoded["params"].items()  # plus the defaults left out
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -522,7 +523,11 @@ def test_attention_tensors_follow_the_artifact_contract() -> None:
         "k": (kv_shape, "bfloat16", "input"),
         "v": (kv_shape, "bfloat16", "input"),
         "o": (q_shape, "bfloat16", "output"),
+        "lse": ((2, 32, 3000), "float32", "output"),
     }
+    sdpa = spec.model_copy(update={"layout": "bhsd"})
+    assert _tensor_table(sdpa)["q"] == ((2, 32, 3000, 64), "bfloat16", "input")
+    assert _tensor_table(sdpa)["k"] == ((2, 8, 1024, 64), "bfloat16", "input")
 
 
 MAMBA_SMALL = {

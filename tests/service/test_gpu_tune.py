@@ -53,3 +53,59 @@ def test_tune_a_small_gemm_on_the_gpu_and_run_its_kernel(
     torch.cuda.synchronize()
     error = float(torch.linalg.vector_norm(c.float() - ref) / torch.linalg.vector_norm(ref))
     assert error <= 1e-2
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_tune_attention_on_the_gpu_serve_its_kernel_and_run_it_on_torch_tensors(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """POST /v1/tune on the GPU, the kernel from GET /v1/kernels/{hash}, then the kernel
+    on torch tensors in the spec's layout: PyTorch SDPA's (bhsd) or FlashAttention's (bshd),
+    against SDPA; both peers are stored with the run."""
+    import time
+
+    import torch
+    from fastapi.testclient import TestClient
+
+    from service.core.config import Settings
+    from service.main import create_app
+    from workers import load
+
+    monkeypatch.setenv("PIPETUNE_DATA_DIR", str(tmp_path / "data"))
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'pipetune.db'}",
+                        data_dir=tmp_path / "data")
+    params = {"batch": 2, "heads": 16, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000,
+              "head_dim": 128, "causal": True, "dtype": "bfloat16", "layout": layout}
+    with TestClient(create_app(settings)) as client:
+        created = client.post("/v1/tune", json={"op": "attention", "params": params,
+                                                "budget": {"trials": 16}})
+        assert created.status_code == 202, created.text
+        run_id = created.json()["id"]
+        for _ in range(600):
+            run = client.get(f"/v1/runs/{run_id}").json()
+            if run["status"] in ("succeeded", "failed", "cancelled", "interrupted"):
+                break
+            time.sleep(0.5)
+        assert run["status"] == "succeeded", run
+        assert run["device"] == "cuda:0" and run["baseline"] == "sdpa_cudnn"
+        assert set(run["peers"]) == {"sdpa_flash"} and run["speedup_vs_baseline"] > 0
+        artifact = client.get(f"/v1/kernels/{run['best']['kernel_hash']}").json()
+
+    attention = load(artifact)
+    shape = {"bhsd": lambda s, h: (2, h, s, 128), "bshd": lambda s, h: (2, s, h, 128)}[layout]
+    q = torch.randn(shape(1000, 16), device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(shape(1000, 4), device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(shape(1000, 4), device="cuda", dtype=torch.bfloat16)
+    o, lse = attention(q, k, v)
+    as_sdpa = (lambda x: x) if layout == "bhsd" else (lambda x: x.transpose(1, 2))
+    qs, ks, vs = (as_sdpa(x).float() for x in (q, k, v))
+    ref = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True,
+                                                           enable_gqa=True)
+    scores = (qs @ ks.repeat_interleave(4, dim=1).transpose(-1, -2)) / 128 ** 0.5
+    scores = scores.masked_fill(torch.ones(1000, 1000, device="cuda").triu(1).bool(),
+                                float("-inf"))
+    ref_lse = torch.logsumexp(scores, dim=-1)
+    torch.cuda.synchronize()
+    o_sdpa = as_sdpa(o).float()
+    assert float((o_sdpa - ref).norm() / ref.norm()) <= 2e-2
+    assert float((lse - ref_lse).norm() / ref_lse.norm()) <= 1e-3
