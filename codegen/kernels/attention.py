@@ -42,6 +42,7 @@ from codegen.pipeline import (
 )
 from codegen.pipeline.pipelined import loop_stream
 from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ops.attention import packed_heads
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
 #: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
@@ -95,21 +96,29 @@ class AttentionHooks(OperatorHooks):
         return self.sprogram.tile["kv"]
 
     @property
+    def pack(self) -> int:
+        """Query heads of one kv group packed into a tile's rows: packed row r is query
+        position r / PACK of head heads0 + r % PACK (bshd lays them out so: one TMA box)."""
+        return packed_heads(self.sprogram.tile)
+
+    @property
     def trip_count(self) -> int:
         return -(-self._p("seq_kv") // self.tile_kv)
 
     def tile_trips(self) -> str | None:
         if not self.causal:
             return None
-        # Top-left aligned: the tile's last query q0 + TILE_Q - 1 sees keys up to itself.
-        return "min(KV_TILES, (q0 + TILE_Q + TILE_KV - 1) / TILE_KV)"
+        # Top-left aligned: the tile's last query (q0 + TILE_Q - 1) / PACK sees keys up to
+        # itself.
+        return "min(KV_TILES, ((q0 + TILE_Q - 1) / PACK + TILE_KV) / TILE_KV)"
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
         # Causal: a query tile's trips grow with its index; the heaviest go first.
-        return (GridAxis("q", self._p("seq_q"), self.tile_q, heaviest_last=self.causal),
+        return (GridAxis("q", self._p("seq_q") * self.pack, self.tile_q,
+                         heaviest_last=self.causal),
                 GridAxis("batch", self._p("batch"), 1),
-                GridAxis("heads", self._p("heads"), 1))
+                GridAxis("heads", self._p("heads"), self.pack))
 
     def tile_loads(self) -> tuple[str, ...]:
         return ("load_q",)
@@ -144,13 +153,14 @@ class AttentionHooks(OperatorHooks):
     def output(self) -> OutputTile:
         return OutputTile(
             tensor="o", dtype=self.dtype, elem_bytes=self.elem, rows=self.tile_q,
-            cols=self.head_dim, global_rows=self._p("seq_q"), global_cols=self.head_dim,
-            fragment="o_acc", row_origin="q0", col_origin="0",
-            extent_names=("SEQ_Q", "HEAD_DIM"),
+            cols=self.head_dim, global_rows=self._p("seq_q") * self.pack,
+            global_cols=self.head_dim, fragment="o_acc", row_origin="q0", col_origin="0",
+            extent_names=("Q_ROWS", "HEAD_DIM"),
             row_pointer=(
                 "o + ((unsigned long long)(batch0 * HEADS + heads0) * SEQ_Q + {row}) * HEAD_DIM"
                 if self.heads_second else
-                "o + ((unsigned long long)(batch0 * SEQ_Q + {row}) * HEADS + heads0) * HEAD_DIM"),
+                "o + ((unsigned long long)(batch0 * SEQ_Q + ({row}) / PACK) * HEADS + heads0 "
+                "+ ({row}) % PACK) * HEAD_DIM"),
         )
 
     def side_outputs(self) -> tuple[str, ...]:
@@ -176,6 +186,9 @@ class AttentionHooks(OperatorHooks):
                     "(a second S buffer makes ptxas serialise wgmma, C7514)")
         if not self._rescale_before_pv():
             return "P is packed in rescale, which must come before mma_pv of its trip"
+        if self.pack > 1 and (self.heads_second or self.tile_q % self.pack):
+            return (f"tile_g={self.pack}: packed heads need the bshd layout and tile_q a "
+                    "multiple of them (one TMA box of positions x heads)")
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
             return "the attention output is written with st.global (store on cuda_core)"
         return None
@@ -216,6 +229,8 @@ class AttentionHooks(OperatorHooks):
         c(f"constexpr int SEQ_Q = {p['seq_q']}, SEQ_KV = {p['seq_kv']}, HEAD_DIM = "
           f"{self.head_dim};")
         c(f"constexpr int TILE_Q = {self.tile_q}, TILE_KV = {self.tile_kv};")
+        c(f"constexpr int PACK = {self.pack}, Q_ROWS = SEQ_Q * PACK;  // query heads packed "
+          "into a tile's rows (row r: position r / PACK, head heads0 + r % PACK)")
         c(f"constexpr int KV_TILES = {self.trip_count};  // loop trips of a full tile")
         c(f"constexpr bool CAUSAL = {'true' if self.causal else 'false'};  // key j > query i "
           "is masked")
@@ -245,7 +260,7 @@ class AttentionHooks(OperatorHooks):
         c, t = code, self.operand(stask)
         tmap = self.tensor_map(stask)
         if stask == "load_q":
-            head, row = "heads0", "q0"
+            head, row = "heads0", "q0 / PACK"
         else:
             head, row = "heads0 / GROUP", f"{trip} * TILE_KV"
         middle = (row, head) if self.heads_second else (head, row)
@@ -367,12 +382,13 @@ class AttentionHooks(OperatorHooks):
         exp2 = self._exp2(c)
         c.comment("masked: keys past SEQ_KV, and with CAUSAL key > query")
         c(f"const int kv0 = {at.index} * TILE_KV;")
-        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > q0 + "
-          "row0);")
+        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > (q0 + "
+          "row0) / PACK);")
         with c.block("if (masked)"):
             self._each_score(
                 c, at,
-                before=["const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);"],
+                before=["const int row = (q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)) "
+                        "/ PACK;  // the query position"],
                 body=["const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
                       f"if (col >= SEQ_KV || (CAUSAL && col > row)) s = {NEG_INF};"])
         self._each_score(
@@ -428,8 +444,9 @@ class AttentionHooks(OperatorHooks):
                 c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
                 c("const float inv = l > 0.f ? 1.f / l : 0.f;")
                 c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
-                with c.block("if ((lane & 3) == 0 && row < SEQ_Q)"):
-                    c("lse[((unsigned long long)batch0 * HEADS + heads0) * SEQ_Q + row] = l > 0.f "
+                with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
+                    c("lse[((unsigned long long)batch0 * HEADS + heads0 + row % PACK) * SEQ_Q + "
+                      "row / PACK] = l > 0.f "
                       f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
                       "// no key: +inf")
                 c("#pragma unroll")
@@ -447,7 +464,8 @@ class AttentionHooks(OperatorHooks):
             rows = self.tile_q if name == "q" else self.tile_kv
             # Rank 4, innermost first: (head_dim, heads, seq, batch) for bshd, (head_dim,
             # seq, heads, batch) for bhsd; a box is one head's rows.
-            middle = [(heads, 1), (seq, rows)]
+            middle = [(heads, self.pack if name == "q" else 1),
+                      (seq, rows // self.pack if name == "q" else rows)]
             if self.heads_second:
                 middle.reverse()
             (n1, box1), (n2, box2) = middle

@@ -74,7 +74,7 @@ def makespan(durations: list[float], slots: int, persistent: bool) -> float:
 
 def _slice_keys(spec: OperatorSpec, graph: STaskGraph) -> dict[str, Callable[[Coord], tuple]]:
     """For each global input tensor, the key of the slice a tile reads from it."""
-    sharing = spec.grid_sharing()
+    sharing = spec.grid_sharing(graph.tile)
     keys: dict[str, Callable[[Coord], tuple]] = {}
     for task in graph.stasks:
         if task.kind is not STaskKind.LOAD:
@@ -98,7 +98,7 @@ def _slice_keys(spec: OperatorSpec, graph: STaskGraph) -> dict[str, Callable[[Co
 
 def _distinct_slices(graph: STaskGraph, spec: OperatorSpec, tensor: str) -> int:
     """How many different slices of ``tensor`` the whole grid reads."""
-    groups = spec.grid_sharing().get(tensor, {})
+    groups = spec.grid_sharing(graph.tile).get(tensor, {})
     count = 1
     dims = grid_dims(graph)
     for task in graph.stasks:

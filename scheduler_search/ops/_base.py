@@ -135,9 +135,10 @@ class OperatorSpec(BaseModel):
         """:meth:`build_graph`, memoised: the space asks for the same tiles many times."""
         return _cached_graph(self, tuple(sorted(tile.items())))
 
-    def grid_sharing(self) -> dict[str, dict[str, int]]:
-        """Input tensors shared by neighbouring instances of a grid axis: tensor ->
-        {grid axis: how many consecutive instances read the same slice} (GQA heads)."""
+    def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
+        """Input tensors shared by neighbouring instances of a grid axis, for ``tile``:
+        tensor -> {grid axis: how many consecutive instances read the same slice} (GQA
+        heads)."""
         return {}
 
     def min_bytes(self) -> int:

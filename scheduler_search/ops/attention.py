@@ -25,6 +25,12 @@ from scheduler_search.ops._graph_helpers import (
     tensors,
 )
 
+
+def packed_heads(tile: TileShape | None) -> int:
+    """Query heads of one kv group packed into a tile's rows (the ``g`` tile, default 1)."""
+    return int((tile or {}).get("g", 1))
+
+
 #: wgmma takes K in steps of 16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply"),
 #: and N (head_dim of P·V) up to 256.
 HEAD_DIM_STEP = 16
@@ -41,6 +47,8 @@ class AttentionSpec(OperatorSpec):
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"k": ("load_k",), "v": ("load_v",)}
     op: ClassVar[str] = "attention"
+    #: Query heads packed into a tile must divide the group.
+    exact_axes: ClassVar[tuple[str, ...]] = ("g",)
 
     batch: Annotated[int, Field(ge=1, le=65536)]
     heads: Annotated[int, Field(ge=1, le=1024)]
@@ -94,9 +102,15 @@ class AttentionSpec(OperatorSpec):
             return (self.batch, heads, seq, self.head_dim)
         return (self.batch, seq, heads, self.head_dim)
 
-    def grid_sharing(self) -> dict[str, dict[str, int]]:
-        group = self.heads // self.kv_heads
-        return {"k": {"heads": group}, "v": {"heads": group}}
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.heads // self.kv_heads
+
+    def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
+        # A tile of g packed heads leaves group / g tiles of a kv head to share its k, v.
+        shared = self.group // packed_heads(tile)
+        return {"k": {"heads": shared}, "v": {"heads": shared}}
 
     def attended_pairs(self) -> float:
         """(query, key) pairs that contribute per head; about half when causal."""
@@ -206,10 +220,13 @@ class AttentionSpec(OperatorSpec):
                 o_acc=("float32", "register"),
                 o_r=(dt, "register"),
             ),
-            extents={"q": self.seq_q, "kv": self.seq_kv, "d": self.head_dim},
+            # Packed (tile "g" > 1): a tile's rows are query positions x g heads of one
+            # kv group, so k and v tiles are loaded once for the g heads.
+            extents={"q": self.seq_q * packed_heads(tile), "kv": self.seq_kv,
+                     "d": self.head_dim, "g": self.group},
             tile=dict(tile),
             spatial_axes=("q",),
             reduction_axes=("kv",),
-            grid_axes={"batch": self.batch, "heads": self.heads},
+            grid_axes={"batch": self.batch, "heads": self.heads // packed_heads(tile)},
             causal_pairs=(("q", "kv"),) if self.causal else (),
         )

@@ -85,7 +85,7 @@ class _Mamba2Spec(OperatorSpec):
         shape = (self.batch, self.nchunks, self.nheads, self.headdim, self.dstate)
         return TensorSpec("states", shape, dtype, role)  # type: ignore[arg-type]
 
-    def grid_sharing(self) -> dict[str, dict[str, int]]:
+    def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
         group = self.nheads // self.ngroups
         return {name: {"heads": group} for name in ("b", "c", "cb")}
 

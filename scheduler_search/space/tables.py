@@ -20,6 +20,8 @@ _TILE_OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
     "attention": {
         "q": (64, 128, 192, 256),
         "kv": (64, 96, 128, 160, 176, 192, 224, 256),
+        # Query heads of a kv group per tile (GQA): k and v tiles shared by them.
+        "g": (1, 2, 4, 8),
     },
     "mamba2_chunk_state": {"p": (64, 128), "n": (32, 64, 128, 256), "l": (32, 64, 128, 256)},
     "mamba2_chunk_scan": {"l": (64, 128, 192, 256), "p": (32, 64, 128), "s": (32, 64, 128)},

@@ -54,12 +54,18 @@ def _sampled(spec: OperatorSpec) -> list[SProgram]:
 
 
 def _rotated(spec: OperatorSpec) -> list[SProgram]:
-    """The FlashAttention-3 order (a software-pipelined loop), with and without turns."""
+    """The FlashAttention-3 order (a software-pipelined loop), with and without turns; with
+    GQA, the query heads of a kv group packed into the tile (k, v loaded once for them)."""
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    params = spec.params()
+    group = params["heads"] // params["kv_heads"]
+    packed = [{"tile_g": g, "tile_q": 64, "consumer_warpgroups": 1} for g in (2, group)
+              if group > 1 and g <= group]
     built = []
-    for change in ({"wg_schedule": "alternate"}, {"wg_schedule": "free", "tile_kv": 64}):
+    for change in ({"wg_schedule": "alternate"}, {"wg_schedule": "free", "tile_kv": 64},
+                   *packed):
         sprogram, validity = space.build({**FLASH_ATTENTION_3, **ROTATED, **change})
-        if validity.ok:
+        if validity.ok and sprogram.hash not in {b.hash for b in built}:
             built.append(sprogram)
     return built
 

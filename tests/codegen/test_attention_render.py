@@ -49,7 +49,7 @@ def test_kernel_reads_the_spec_layout_through_rank_4_tensor_maps() -> None:
                                                           "output")
     src = art.source
     assert "heads0 / GROUP" in src and "constexpr bool CAUSAL = true;" in src
-    assert "min(KV_TILES, (q0 + TILE_Q + TILE_KV - 1) / TILE_KV)" in src  # skips masked tiles
+    assert "min(KV_TILES, ((q0 + TILE_Q - 1) / PACK + TILE_KV) / TILE_KV)" in src  # skips masked
     assert "exp2_approx" in src and "wgmma_m64n128k16_f16_rs_bmn" in src
     assert art.grid == (DEVICE.sm_count, 1, 1) and art.block == (384, 1, 1)
     record = lowering(sprogram, DEVICE).record
@@ -72,8 +72,30 @@ def test_sdpa_layout_reads_heads_before_rows() -> None:
     out = next(a for a in art.args if a.name == "o")
     assert out.shape == (1, 32, 2048, 128)
     assert "(batch0 * HEADS + heads0) * SEQ_Q" in art.source
-    assert "tma_load_4d(stage_addr + 0, q_map, 0, q0, heads0, batch0" in art.source \
-        or "q0, heads0, batch0" in art.source
+    assert "q_map, 0, q0 / PACK, heads0, batch0" in art.source  # (d, row, head, batch)
+
+
+def test_gqa_heads_packed_into_a_tile_share_its_kv_loads() -> None:
+    """tile_g query heads of a kv group in one tile: the q box spans them (positions x
+    heads, one TMA box), the grid has heads / g tiles along heads, rows map back to
+    (position, head) in the mask, the output and the log-sum-exp."""
+    spec = _spec({**CAUSAL_GQA, "seq_q": 1, "seq_kv": 777})
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    sprogram, validity = space.build({**DESIGN, "order": "rotate", "tile_g": 4, "tile_q": 64,
+                                      "consumer_warpgroups": 1})
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    assert maps["q_map"].box_dims == (64, 4, 16, 1)  # 16 positions x 4 heads = 64 rows
+    assert maps["k_map"].box_dims == (64, 1, 128, 1)
+    src = art.source
+    assert "constexpr int PACK = 4, Q_ROWS = SEQ_Q * PACK;" in src
+    assert "TILES_HEADS = 8" in src  # 32 query heads, 4 per tile
+    assert "/ PACK) * HEADS + heads0 + (" in src and "row % PACK) * SEQ_Q + row / PACK" in src
+    bhsd = _spec({**CAUSAL_GQA, "layout": "bhsd"})
+    packed_bhsd, validity = ScheduleSpace(bhsd, DEVICE, feasibility("attention", DEVICE)).build(
+        {**DESIGN, "tile_g": 2})
+    assert not validity.ok and "bshd" in (unsupported(packed_bhsd, DEVICE) or "")
 
 
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:
