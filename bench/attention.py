@@ -253,6 +253,7 @@ def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: A
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "suite": "attention", "peers": list(PEERS), "fingerprint": fingerprint,
         "commit": doc.get("commit"), "tree_dirty_at_prepare": doc.get("dirty"),
+        "rerendered": args.rerender, "codegen_version": _codegen_version(),
         "search": {"method": "fp16: the cost model's top distinct structures plus the "
                              "FlashAttention-3 design's neighbours, each checked against the "
                              "fp32 reference and timed; bf16 reuses the fp16 winner",
@@ -263,6 +264,12 @@ def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: A
         "cases_measured": len(measured), "cases": results,
         "wall_s": time.perf_counter() - started,
     }
+
+
+def _codegen_version() -> str:
+    from codegen import CODEGEN_VERSION
+
+    return CODEGEN_VERSION
 
 
 def print_table(summary: dict[str, Any]) -> None:
