@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from codegen.pipeline.skeleton import PipelineSkeleton
 
 
-
 class Part(enum.Enum):
     """Which iterations of the pipelined loop a text is for."""
 
@@ -198,11 +197,11 @@ class PipelinedLoop:
                     self._group_wait(wait, pending)
                     self._releases_at(position, t)
             if part is not Part.PROLOGUE:
-                k._turn_wait(issue.stask)
+                k.turn_wait(issue.stask)
             if self._runs(issue, part):
                 self._issue(issue, at)
             if part is not Part.PROLOGUE:
-                k._turn_pass(issue.stask)
+                k.turn_pass(issue.stask)
 
     @staticmethod
     def _runs(issue: Issue, part: Part) -> bool:

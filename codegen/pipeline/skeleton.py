@@ -473,11 +473,11 @@ class PipelineSkeleton:
         mmas = [i for i in self._loop() if i.kind is STaskKind.MMA]
         for turn in self.structure.turns:
             if turn.waiter == mmas[0].stask:
-                self._turn_wait(turn.waiter)
+                self.turn_wait(turn.waiter)
                 break
         with c.block("if (tile < TILES)"):
             self._mainloop("x0", trips, turns_per_trip=False)
-        self._turn_pass(mmas[-1].stask)
+        self.turn_pass(mmas[-1].stask)
         with c.block("if (tile < TILES)"):
             self._epilogue()
 
@@ -504,10 +504,10 @@ class PipelineSkeleton:
                         c(c.call("mbarrier_wait", ring.full(f"{ring.stream}_stage"),
                                  ring.parity("x")) + ";")
                 if turns_per_trip:
-                    self._turn_wait(issue.stask)
+                    self.turn_wait(issue.stask)
                 self._emit(s.consumer_roles, issue)
                 if turns_per_trip:
-                    self._turn_pass(issue.stask)
+                    self.turn_pass(issue.stask)
                 if not self._pass_pending:
                     self._flush_refills()
                 if issue.kind is STaskKind.MMA:
@@ -568,7 +568,7 @@ class PipelineSkeleton:
             c("__syncwarp();")
         self._refills.clear()
 
-    def _turn_wait(self, stask: str) -> None:
+    def turn_wait(self, stask: str) -> None:
         """Wait for this warpgroup's turn on the tensor cores before ``stask``."""
         c, lay = self.code, self.layout
         turns = [t for t in self.structure.turns if t.waiter == stask]
@@ -585,7 +585,7 @@ class PipelineSkeleton:
             self.record.turns[turn.name] = EmittedTurn(
                 turn.name, lay.bar_turn0 + index, turn.to_role, turn.from_role, stask)
 
-    def _turn_pass(self, stask: str) -> None:
+    def turn_pass(self, stask: str) -> None:
         """Hand the tensor cores to the next consumer warpgroup after ``stask``."""
         c = self.code
         turns = [t for t in self.structure.turns if t.after == stask]

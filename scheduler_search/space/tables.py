@@ -61,12 +61,29 @@ _PRODUCER_REGS = (24, 40)
 _SWIZZLES = (1, 2, 4, 8, 16)
 
 
+def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
+    """The tile sizes worth asking for ``spec``: attention packs query heads of a kv group
+    into a tile (``g``) only in divisors of the group, and only where they lie next to
+    each other in memory (layout bshd); with nothing to choose, the axis is no knob."""
+    options = dict(_TILE_OPTIONS[spec.op])
+    if spec.op == "attention":
+        params = spec.params()
+        group = params["heads"] // params["kv_heads"]
+        packs = tuple(g for g in options["g"] if group % g == 0
+                      and (g == 1 or params.get("layout", "bshd") == "bshd"))
+        if len(packs) > 1:
+            options["g"] = packs
+        else:
+            del options["g"]
+    return options
+
+
 def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     """The ordered knobs of ``spec``'s schedule space on ``device``."""
     op = spec.op
     graph = spec.graph({})
     hopper = device.has_tma and device.unit(UnitKind.TENSOR_CORE).is_async
-    knobs = [Knob(f"tile_{axis}", options) for axis, options in _TILE_OPTIONS[op].items()]
+    knobs = [Knob(f"tile_{axis}", options) for axis, options in _tile_options(spec).items()]
     knobs.append(Knob("warp_specialized", (True, False) if hopper else (False,)))
     knobs.append(Knob("consumer_warpgroups", (1, 2, 3)))
     knobs.append(
