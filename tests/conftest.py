@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
-
-
-@functools.cache
-def _cuda_device_visible() -> bool:
-    """Whether CuPy is importable and sees at least one CUDA device."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+from gpu import cuda_device_visible
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
-    if not gpu_items or _cuda_device_visible():
+    if not gpu_items or cuda_device_visible():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU visible to CuPy")
     for item in gpu_items:
