@@ -104,6 +104,9 @@ class RunRow:
     speedup: str
     baseline: str | None
     baseline_latency: str
+    #: Further peers re-timed with the winner (attention: FlashAttention-2): name ->
+    #: (their latency, their latency over ours), as text.
+    peers: dict[str, tuple[str, str]]
     started: str
     started_iso: str
     created: str
@@ -148,6 +151,8 @@ class RunRow:
             speedup=speedup_text(run.best_latency_us, vendor_baseline_us(run)),
             baseline=getattr(run, "baseline", None),
             baseline_latency=latency_text(vendor_baseline_us(run)),
+            peers={name: (latency_text(us), speedup_text(run.best_latency_us, us))
+                   for name, us in (run.peer_latencies_us or {}).items()},
             started=time_text(started),
             started_iso=iso(started),
             created=time_text(run.created_at),

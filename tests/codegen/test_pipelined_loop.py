@@ -4,6 +4,8 @@ written as prologue, steady trips and a last trip."""
 
 from __future__ import annotations
 
+import re
+
 from codegen import lowering
 from codegen.pipeline import PipelineStructure
 from codegen.pipeline.pipelined import group_waits, is_pipelined, lead_problem, release_points
@@ -58,3 +60,30 @@ def test_rotated_loop_is_written_as_prologue_steady_and_last_trip() -> None:
     # The record holds the stream once, as the steady trips issue it.
     consumer = [stask for stask, _ in lowered.record.sequence("consumer0")]
     assert consumer[:3] == ["mma_qk", "mma_pv", "softmax_max"]
+
+
+def _parts(text: str) -> dict[str, list[str]]:
+    """The wgmma commits and waits and the stage releases of each part of the loop."""
+    prologue = text.index("// prologue: the lead sTasks of trip 0")
+    steady = text.index("for (int trip = 0; trip < KV_TILES - 1; ++trip)")
+    last = text.index("// the last trip: no lead sTasks")
+    end = text.index("load_q_empty(smem, 0));", last)
+    pattern = r"wgmma_wait<\d>|wgmma_commit\(\)|[kv]_empty\(smem"
+    return {name: re.findall(pattern, text[a:b]) for name, a, b in (
+        ("prologue", prologue, steady), ("steady", steady, last), ("last", last, end))}
+
+
+def test_prologue_and_last_trip_wait_for_what_they_issued() -> None:
+    """The prologue issues q·kᵀ(0) alone and waits for it fully; a steady trip issues
+    q·kᵀ(t+1) and p·v(t), lets p·v fly under the softmax (wait<1>), then waits for it before
+    rescale rewrites O and p; the last trip issues p·v only, and the drain releases v of
+    the last trip (k of every trip was released in the loop)."""
+    spec = parse_spec("attention", PARAMS)
+    text = lowering(plan_sprogram(spec, DEVICE, {**CHOICES, "order": "rotate"}), DEVICE).source
+    parts = _parts(text)
+    assert parts["prologue"] == ["wgmma_commit()", "wgmma_wait<0>", "k_empty(smem",
+                                 "wgmma_wait<0>"]
+    assert parts["steady"] == ["wgmma_commit()", "wgmma_commit()", "wgmma_wait<1>",
+                               "k_empty(smem", "wgmma_wait<1>", "wgmma_wait<0>", "v_empty(smem"]
+    assert parts["last"][:2] == ["wgmma_commit()", "wgmma_wait<0>"]  # p·v, then the drain
+    assert "for (int held = max(KV_TILES - 1, 0); held < KV_TILES; ++held)" in text  # v

@@ -239,6 +239,8 @@ def test_gpu_attention_run_times_and_stores_both_peers(
         assert run["speedups_vs_peers"] == {"sdpa_flash": pytest.approx(SDPA_FLASH_US / best_us)}
         listed = client.get("/v1/runs", params={"op": "attention"}).json()["data"]
         assert [r["peers"] for r in listed] == [{"sdpa_flash": SDPA_FLASH_US}]
+        page = client.get(f"/runs/{run['id']}").text  # the dashboard's run page
+        assert "vs sdpa_flash: " in page and f"{SDPA_FLASH_US / best_us:.2f}×" in page
     assert _stored_peers(gpu_settings.database_url, run["id"]) == {"sdpa_flash": SDPA_FLASH_US}
 
 
