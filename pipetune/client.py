@@ -1,0 +1,210 @@
+"""The service from Python: :class:`Client` (blocking) and :class:`AsyncClient`, over httpx.
+
+Both have the same methods. ``tune`` posts a spec; on a cache hit it returns the cached
+schedule at once, otherwise the run, and with ``wait=True`` it follows the run's
+server-sent events (a progress bar on a terminal) until the run ends. ``kernel(hash)``
+returns the kernel artifact that :func:`pipetune.load` turns into a callable. An error
+answer raises a typed :class:`~pipetune.errors.ApiError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+
+from pipetune.errors import api_error
+from pipetune.events import Event, EventParser
+from pipetune.results import TuneResult
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+#: Seconds for a request; event streams wait for the run without a read timeout.
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _tune_body(op: str, params: dict[str, Any] | None, device: str | None,
+               budget: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+    body: dict[str, Any] = {"op": op, "params": {**(params or {}), **fields}}
+    if device is not None:
+        body["device"] = device
+    if budget is not None:
+        body["budget"] = budget
+    return body
+
+
+def _json(response: httpx.Response) -> Any:
+    """The answer's JSON, or the typed error of an error status."""
+    if response.is_error:
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = response.text
+        raise api_error(response.status_code, body)
+    return response.json()
+
+
+class _Progress:
+    """A tqdm bar over the run's trials, fed by its ``progress`` events (silent if off)."""
+
+    def __init__(self, run: dict[str, Any], show: bool) -> None:
+        self._bar = None
+        if show:
+            from tqdm.auto import tqdm
+
+            total = (run.get("budget") or {}).get("trials")
+            self._bar = tqdm(total=total, desc=f"run {run['id']}", unit="trial")
+
+    def update(self, event: Event) -> None:
+        if self._bar is None or event.name != "progress":
+            return
+        self._bar.n = int(event.data.get("trials_done") or 0)
+        best = event.data.get("best_latency_us")
+        self._bar.set_postfix_str(f"best {best:.2f} us" if best else "", refresh=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+class Client:
+    """A pipetune server, e.g. ``Client("http://gpu-box:8000", api_key=...)``."""
+
+    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, http: httpx.Client | None = None) -> None:
+        """``http``: an httpx client of your own (proxies, TLS, a test client) instead."""
+        self._http = http or httpx.Client(base_url=url, headers=_headers(api_key),
+                                          timeout=timeout_s)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def tune(self, op: str, params: dict[str, Any] | None = None, *, device: str | None = None,
+             budget: dict[str, Any] | None = None, wait: bool = True, progress: bool = True,
+             **fields: Any) -> TuneResult:
+        """Tune ``op`` for ``params`` (or the spec's fields as keywords: ``m=4096``).
+
+        Returns the cached schedule on a hit; otherwise the run, finished if ``wait``.
+        """
+        body = _tune_body(op, params, device, budget, fields)
+        response = self._http.post("/v1/tune", json=body)
+        result = TuneResult.of_answer(response.status_code, _json(response))
+        if result.cached or not wait:
+            return result
+        assert result.run is not None
+        bar = _Progress(result.run, progress)
+        try:
+            for event in self.events(result.run["id"]):
+                bar.update(event)
+        finally:
+            bar.close()
+        return TuneResult(cached=False, run=self.run(result.run["id"]))
+
+    def events(self, run_id: int) -> Iterator[Event]:
+        """The run's server-sent events until its ``end`` (or ``error``) event."""
+        parser = EventParser()
+        with self._http.stream("GET", f"/v1/runs/{run_id}/events",
+                               timeout=httpx.Timeout(DEFAULT_TIMEOUT_S, read=None)) as response:
+            if response.is_error:
+                response.read()
+                _json(response)
+            for line in response.iter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+                    if event.name in ("end", "error"):
+                        return
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        return _json(self._http.get(f"/v1/runs/{run_id}"))
+
+    def runs(self, **filters: Any) -> list[dict[str, Any]]:
+        """Runs, newest first; filters as the API takes them (``op``, ``status``, ...)."""
+        return _json(self._http.get("/v1/runs", params=filters))["data"]
+
+    def cancel(self, run_id: int) -> dict[str, Any]:
+        return _json(self._http.delete(f"/v1/runs/{run_id}"))
+
+    def schedules(self, **filters: Any) -> list[dict[str, Any]]:
+        """Cached best schedules (filters: ``op``, ``device``, ...)."""
+        return _json(self._http.get("/v1/schedules", params=filters))["data"]
+
+    def kernel(self, kernel_hash: str) -> dict[str, Any]:
+        """The kernel artifact (source, launch contract): what :func:`pipetune.load` takes."""
+        return _json(self._http.get(f"/v1/kernels/{kernel_hash}"))
+
+
+class AsyncClient:
+    """:class:`Client` for asyncio: the same methods, awaited."""
+
+    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S,
+                 http: httpx.AsyncClient | None = None) -> None:
+        self._http = http or httpx.AsyncClient(base_url=url, headers=_headers(api_key),
+                                               timeout=timeout_s)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def tune(self, op: str, params: dict[str, Any] | None = None, *,
+                   device: str | None = None, budget: dict[str, Any] | None = None,
+                   wait: bool = True, progress: bool = False, **fields: Any) -> TuneResult:
+        body = _tune_body(op, params, device, budget, fields)
+        response = await self._http.post("/v1/tune", json=body)
+        result = TuneResult.of_answer(response.status_code, _json(response))
+        if result.cached or not wait:
+            return result
+        assert result.run is not None
+        bar = _Progress(result.run, progress)
+        try:
+            async for event in self.events(result.run["id"]):
+                bar.update(event)
+        finally:
+            bar.close()
+        return TuneResult(cached=False, run=await self.run(result.run["id"]))
+
+    async def events(self, run_id: int) -> AsyncIterator[Event]:
+        parser = EventParser()
+        async with self._http.stream(
+                "GET", f"/v1/runs/{run_id}/events",
+                timeout=httpx.Timeout(DEFAULT_TIMEOUT_S, read=None)) as response:
+            if response.is_error:
+                await response.aread()
+                _json(response)
+            async for line in response.aiter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+                    if event.name in ("end", "error"):
+                        return
+
+    async def run(self, run_id: int) -> dict[str, Any]:
+        return _json(await self._http.get(f"/v1/runs/{run_id}"))
+
+    async def runs(self, **filters: Any) -> list[dict[str, Any]]:
+        return _json(await self._http.get("/v1/runs", params=filters))["data"]
+
+    async def cancel(self, run_id: int) -> dict[str, Any]:
+        return _json(await self._http.delete(f"/v1/runs/{run_id}"))
+
+    async def schedules(self, **filters: Any) -> list[dict[str, Any]]:
+        return _json(await self._http.get("/v1/schedules", params=filters))["data"]
+
+    async def kernel(self, kernel_hash: str) -> dict[str, Any]:
+        return _json(await self._http.get(f"/v1/kernels/{kernel_hash}"))
