@@ -5,7 +5,9 @@ model's calibration carried to the next run, an attention run timing both its pe
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Iterator
 
 import pytest
@@ -147,6 +149,14 @@ def test_gpu_run_stores_kernel_baseline_and_calibration(
         assert tensors == {"a", "b", "c"} and artifact.dynamic_smem_bytes > 0
         source = client.get(f"/v1/kernels/{kernel_hash}/source")
         assert source.status_code == 200 and source.text == artifact.source
+        exported = client.get(f"/v1/kernels/{kernel_hash}/export")  # plain CUDA C++, zipped
+        assert exported.headers["content-type"] == "application/zip"
+        with zipfile.ZipFile(io.BytesIO(exported.content)) as archive:
+            files = {name.split("/", 1)[1]: archive.read(name).decode()
+                     for name in archive.namelist()}
+        assert files["kernel.cu"] == artifact.source
+        assert {"launch.cu", "example.cu", "BUILD.txt"} <= set(files)
+        assert client.get(f"/v1/kernels/{'0' * 64}/export").status_code == 404
 
         # The cache entry carries the kernel and the comparison; a repeat answers from it.
         again = client.post("/v1/tune", json=body)
@@ -280,6 +290,13 @@ def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
     assert "kernel: " in out and "(GET /v1/kernels/" in out
     artifact = KernelArtifact.from_dict(json.loads(out_file.read_text()))
     assert artifact.hash in out and artifact.op == "gemm"
+    export_dir = tmp_path / "export"
+    assert main(["export", artifact.hash, "--out", str(export_dir), "--database-url",
+                 gpu_settings.database_url]) == 0
+    assert (export_dir / "kernel.cu").read_text() == artifact.source
+    assert "launch.cu" in capsys.readouterr().out
+    assert main(["export", "f" * 64, "--out", str(export_dir), "--database-url",
+                 gpu_settings.database_url]) == 1
     assert main([*argv, "--json"]) == 0
     cached = json.loads(capsys.readouterr().out)
     assert cached["cached"] is True and cached["kernel_hash"] == artifact.hash

@@ -8,11 +8,15 @@ simulated device store no kernel (``pipetune render`` generates one from a sched
 
 from __future__ import annotations
 
+import io
+import zipfile
 from typing import Annotated
 
 from fastapi import APIRouter, Path
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 
+from codegen.artifact import KernelArtifact
+from codegen.export import export_files
 from service.api.deps import SessionDep
 from service.db import repositories as repo
 from service.db.models import KernelModel
@@ -49,3 +53,20 @@ def get_kernel(session: SessionDep, kernel_hash: KernelHash) -> KernelArtifactPu
 def get_kernel_source(session: SessionDep, kernel_hash: KernelHash) -> PlainTextResponse:
     """The kernel's ``.cu`` source text."""
     return PlainTextResponse(_kernel(session, kernel_hash).source)
+
+
+@router.get(
+    "/{kernel_hash}/export",
+    response_class=Response,
+    responses={200: {"content": {"application/zip": {}}}, **_NOT_FOUND},
+)
+def get_kernel_export(session: SessionDep, kernel_hash: KernelHash) -> Response:
+    """The kernel as plain CUDA C++ (a zip): the kernel, a header with one host launch
+    function, its implementation, an example and its nvcc line."""
+    artifact = KernelArtifact.from_dict(dict(_kernel(session, kernel_hash).artifact))
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in export_files(artifact).items():
+            archive.writestr(f"{artifact.op}-{kernel_hash[:12]}/{name}", text)
+    return Response(buffer.getvalue(), media_type="application/zip", headers={
+        "Content-Disposition": f'attachment; filename="{artifact.op}-{kernel_hash[:12]}.zip"'})

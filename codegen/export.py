@@ -1,0 +1,146 @@
+"""A kernel as plain CUDA C++, for projects without Python.
+
+:func:`export_files` writes, from a :class:`~codegen.artifact.KernelArtifact`:
+
+- ``kernel.cu``: the generated kernel, as tuned;
+- ``<name>.h``: one host function, ``cudaError_t <name>(<tensors>, cudaStream_t)``, taking
+  the operator's tensors as device pointers in contract order;
+- ``launch.cu``: that function: the TMA descriptors encoded with the driver API's
+  ``cuTensorMapEncodeTiled`` over the given pointers, the dynamic shared memory raised,
+  the launch on the stream;
+- ``example.cu`` and ``BUILD.txt``: a caller and the nvcc line that builds it.
+"""
+
+from __future__ import annotations
+
+from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+
+_C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float"}
+_MAP_TYPES = {"float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+              "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+              "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
+_SWIZZLES = {"none": "CU_TENSOR_MAP_SWIZZLE_NONE", "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
+             "64B": "CU_TENSOR_MAP_SWIZZLE_64B", "128B": "CU_TENSOR_MAP_SWIZZLE_128B"}
+_OOB = {"zero": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
+        "nan": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA"}
+_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+BUILD_LINE = ("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -o example example.cu "
+              "launch.cu -lcuda")
+
+
+def launch_name(artifact: KernelArtifact) -> str:
+    return f"pipetune_{artifact.op}_{artifact.schedule_hash[:12]}"
+
+
+def _tensors(artifact: KernelArtifact) -> dict[str, tuple[str, tuple[int, ...], str]]:
+    """Every tensor the kernel touches, by name: (dtype, shape, role), in launch order."""
+    tensors: dict[str, tuple[str, tuple[int, ...], str]] = {}
+    for arg in artifact.args:
+        if isinstance(arg, TensorMapArg):
+            shape = tuple(reversed(arg.global_dims))
+            tensors.setdefault(arg.tensor, (arg.dtype, shape, "tensor map"))
+        elif isinstance(arg, TensorArg):
+            tensors[arg.name] = (arg.dtype, tuple(arg.shape), arg.role)
+    return tensors
+
+
+def _signature(artifact: KernelArtifact) -> str:
+    params = [f"{'void' if role == 'output' else 'const void'}* {name}"
+              for name, (_, _, role) in _tensors(artifact).items()]
+    return f"cudaError_t {launch_name(artifact)}({', '.join(params)}, cudaStream_t stream)"
+
+
+def _header(artifact: KernelArtifact) -> str:
+    lines = ["#pragma once", "#include <cuda_runtime.h>", "",
+             f"// pipetune kernel: {artifact.op} {artifact.params}",
+             f"// schedule {artifact.schedule_hash}", "// tensors (device pointers, row-major,"
+             " 16-byte aligned):"]
+    for name, (dtype, shape, _) in _tensors(artifact).items():
+        lines.append(f"//   {name}: {dtype} {'x'.join(map(str, shape))}")
+    lines += [f"{_signature(artifact)};", ""]
+    return "\n".join(lines)
+
+
+def _encode(arg: TensorMapArg) -> list[str]:
+    rank = len(arg.global_dims)
+    strides = arg.element_strides or (1,) * rank
+    def array(kind: str, values: tuple[int, ...]) -> str:
+        return f"{{{', '.join(f'({kind}){v}' for v in values)}}}"
+    return [
+        f"  {{  // {arg.name} over {arg.tensor}",
+        f"    const cuuint64_t dims[] = {array('cuuint64_t', arg.global_dims)};",
+        f"    const cuuint64_t strides[] = {array('cuuint64_t', arg.global_strides_bytes)};",
+        f"    const cuuint32_t box[] = {array('cuuint32_t', arg.box_dims)};",
+        f"    const cuuint32_t steps[] = {array('cuuint32_t', strides)};",
+        "    CUtensorMap map;",
+        f"    if (cuTensorMapEncodeTiled(&map, {_MAP_TYPES[arg.dtype]}, {rank}, "
+        f"const_cast<void*>({arg.tensor}), dims, strides, box, steps, "
+        f"CU_TENSOR_MAP_INTERLEAVE_NONE, {_SWIZZLES[arg.swizzle]}, "
+        f"CU_TENSOR_MAP_L2_PROMOTION_L2_128B, {_OOB[arg.oob_fill]}) != CUDA_SUCCESS)",
+        "      return cudaErrorInvalidValue;",
+        f"    std::memcpy(&{arg.name}, &map, sizeof(map));",
+        "  }",
+    ]
+
+
+def _launch(artifact: KernelArtifact) -> str:
+    maps = [a for a in artifact.args if isinstance(a, TensorMapArg)]
+    lines = ['#include <cstring>', '#include <cuda.h>', '#include "kernel.cu"',
+             f'#include "{launch_name(artifact)}.h"', "",
+             f"{_signature(artifact)} {{",
+             "  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap), \"descriptor size\");"]
+    lines += [f"  TensorMap {m.name};" for m in maps]
+    for m in maps:
+        lines += _encode(m)
+    values = []
+    for arg in artifact.args:
+        if isinstance(arg, TensorMapArg):
+            values.append(arg.name)
+        elif isinstance(arg, TensorArg):
+            values.append(f"static_cast<{_C_TYPES[arg.dtype]}*>(const_cast<void*>("
+                          f"static_cast<const void*>({arg.name})))")
+        elif isinstance(arg, ScalarArg):
+            values.append(repr(arg.value))
+    grid, block = artifact.grid, artifact.block
+    lines += [
+        f"  const cudaError_t attr = cudaFuncSetAttribute({artifact.entry}, "
+        f"cudaFuncAttributeMaxDynamicSharedMemorySize, {artifact.dynamic_smem_bytes});",
+        "  if (attr != cudaSuccess) return attr;",
+        f"  {artifact.entry}<<<dim3({grid[0]}, {grid[1]}, {grid[2]}), dim3({block[0]}, "
+        f"{block[1]}, {block[2]}), {artifact.dynamic_smem_bytes}, stream>>>("
+        f"{', '.join(values)});",
+        "  return cudaGetLastError();",
+        "}", ""]
+    return "\n".join(lines)
+
+
+def _example(artifact: KernelArtifact) -> str:
+    tensors = _tensors(artifact)
+    lines = ["#include <cstdio>", f'#include "{launch_name(artifact)}.h"', "",
+             "int main() {"]
+    for name, (dtype, shape, _) in tensors.items():
+        count = 1
+        for extent in shape:
+            count *= extent
+        lines += [f"  void* {name} = nullptr;  // {dtype} {'x'.join(map(str, shape))}: "
+                  "fill the inputs with your data",
+                  f"  cudaMalloc(&{name}, {count * _BYTES[dtype]}ull);"]
+    call = ", ".join(tensors)
+    lines += [f"  const cudaError_t err = {launch_name(artifact)}({call}, 0);",
+              "  cudaDeviceSynchronize();",
+              '  std::printf("%s\\n", cudaGetErrorString(err));']
+    lines += [f"  cudaFree({name});" for name in tensors]
+    lines += ["  return err == cudaSuccess ? 0 : 1;", "}", ""]
+    return "\n".join(lines)
+
+
+def export_files(artifact: KernelArtifact) -> dict[str, str]:
+    """File name -> text of the standalone export of ``artifact``."""
+    name = launch_name(artifact)
+    return {
+        "kernel.cu": artifact.source,
+        f"{name}.h": _header(artifact),
+        "launch.cu": _launch(artifact),
+        "example.cu": _example(artifact),
+        "BUILD.txt": f"Needs an sm_90a GPU and the CUDA driver.\n\n    {BUILD_LINE}\n",
+    }

@@ -1,0 +1,63 @@
+"""A kernel exported as plain CUDA C++: the kernel, a header with one launch function over
+the operator's tensors in contract order, its implementation (TMA descriptors from the
+artifact's tensor maps), an example; launch.cu and example.cu compile and link with nvcc."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from codegen import render
+from codegen.export import export_files, launch_name
+from codegen.nvcc import NVCC_ARCH, nvcc_path
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import parse_spec
+from scheduler_search.space.designs import FLASH_ATTENTION_3, GEMM_WARP_SPECIALIZED
+from scheduler_search.sprogram.plan import plan_sprogram
+
+DEVICE = get_device("h200")
+CASES = {
+    "gemm": ({"m": 1000, "n": 2048, "k": 512, "dtype": "float16"}, GEMM_WARP_SPECIALIZED),
+    "attention": ({"batch": 1, "heads": 8, "kv_heads": 2, "seq_q": 300, "seq_kv": 300,
+                   "head_dim": 64, "causal": True, "dtype": "bfloat16"},
+                  {**FLASH_ATTENTION_3, "map_store": "cuda_core", "map_softmax_exp2": "sfu"}),
+}
+
+
+def _artifact(op: str):
+    params, choices = CASES[op]
+    spec = parse_spec(op, params)
+    return render(plan_sprogram(spec, DEVICE, choices), spec, DEVICE)
+
+
+def test_the_header_takes_the_tensors_in_contract_order() -> None:
+    artifact = _artifact("attention")
+    files = export_files(artifact)
+    header = files[f"{launch_name(artifact)}.h"]
+    assert (f"cudaError_t {launch_name(artifact)}(const void* q, const void* k, const void* v, "
+            "void* o, void* lse, cudaStream_t stream);") in header
+    assert files["kernel.cu"] == artifact.source
+    q_map = next(a for a in artifact.args if a.name == "q_map")
+    dims = ", ".join(f"(cuuint64_t){d}" for d in q_map.global_dims)
+    assert f"const cuuint64_t dims[] = {{{dims}}};" in files["launch.cu"]
+    launch = f"<<<dim3({artifact.grid[0]}, 1, 1), dim3({artifact.block[0]}, 1, 1)"
+    assert launch in files["launch.cu"]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_the_export_builds_with_nvcc(op: str, tmp_path: Path) -> None:
+    for name, text in export_files(_artifact(op)).items():
+        (tmp_path / name).write_text(text)
+    for source in ("launch.cu", "example.cu"):
+        done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-c", source],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    stubs = Path(str(nvcc_path())).resolve().parent.parent / "lib64" / "stubs"
+    if stubs.is_dir():  # libcuda without a driver: the link resolves the driver API
+        done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-o", "example", "example.o",
+                               "launch.o", f"-L{stubs}", "-lcuda"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
