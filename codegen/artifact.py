@@ -79,6 +79,24 @@ class TensorMapArg:
 
 KernelArg = TensorArg | ScalarArg | TensorMapArg
 
+#: The CUDA driver's names of a TensorMapArg's values (``cuTensorMapEncodeTiled``'s enums),
+#: for the workers' encoder and the standalone export.
+TENSOR_MAP_DATA_TYPES = {
+    "float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
+    "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+    "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+}
+TENSOR_MAP_SWIZZLES = {
+    "none": "CU_TENSOR_MAP_SWIZZLE_NONE",
+    "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
+    "64B": "CU_TENSOR_MAP_SWIZZLE_64B",
+    "128B": "CU_TENSOR_MAP_SWIZZLE_128B",
+}
+TENSOR_MAP_OOB_FILLS = {
+    "zero": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
+    "nan": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA",
+}
+
 
 @dataclass(frozen=True)
 class KernelArtifact:

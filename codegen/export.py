@@ -13,17 +13,19 @@
 
 from __future__ import annotations
 
-from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from codegen.artifact import (
+    TENSOR_MAP_DATA_TYPES,
+    TENSOR_MAP_OOB_FILLS,
+    TENSOR_MAP_SWIZZLES,
+    KernelArtifact,
+    ScalarArg,
+    TensorArg,
+    TensorMapArg,
+)
+from scheduler_search.ops import DTYPE_BYTES
 
+#: C element type of a tensor pointer, as the generated kernels declare them.
 _C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float"}
-_MAP_TYPES = {"float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-              "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-              "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}
-_SWIZZLES = {"none": "CU_TENSOR_MAP_SWIZZLE_NONE", "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
-             "64B": "CU_TENSOR_MAP_SWIZZLE_64B", "128B": "CU_TENSOR_MAP_SWIZZLE_128B"}
-_OOB = {"zero": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
-        "nan": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA"}
-_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 BUILD_LINE = ("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -o example example.cu "
               "launch.cu -lcuda")
 
@@ -73,10 +75,11 @@ def _encode(arg: TensorMapArg) -> list[str]:
         f"    const cuuint32_t box[] = {array('cuuint32_t', arg.box_dims)};",
         f"    const cuuint32_t steps[] = {array('cuuint32_t', strides)};",
         "    CUtensorMap map;",
-        f"    if (cuTensorMapEncodeTiled(&map, {_MAP_TYPES[arg.dtype]}, {rank}, "
+        f"    if (cuTensorMapEncodeTiled(&map, {TENSOR_MAP_DATA_TYPES[arg.dtype]}, {rank}, "
         f"const_cast<void*>({arg.tensor}), dims, strides, box, steps, "
-        f"CU_TENSOR_MAP_INTERLEAVE_NONE, {_SWIZZLES[arg.swizzle]}, "
-        f"CU_TENSOR_MAP_L2_PROMOTION_L2_128B, {_OOB[arg.oob_fill]}) != CUDA_SUCCESS)",
+        f"CU_TENSOR_MAP_INTERLEAVE_NONE, {TENSOR_MAP_SWIZZLES[arg.swizzle]}, "
+        f"CU_TENSOR_MAP_L2_PROMOTION_L2_128B, {TENSOR_MAP_OOB_FILLS[arg.oob_fill]}) "
+        "!= CUDA_SUCCESS)",
         "      return cudaErrorInvalidValue;",
         f"    std::memcpy(&{arg.name}, &map, sizeof(map));",
         "  }",
@@ -124,7 +127,7 @@ def _example(artifact: KernelArtifact) -> str:
             count *= extent
         lines += [f"  void* {name} = nullptr;  // {dtype} {'x'.join(map(str, shape))}: "
                   "fill the inputs with your data",
-                  f"  cudaMalloc(&{name}, {count * _BYTES[dtype]}ull);"]
+                  f"  cudaMalloc(&{name}, {count * DTYPE_BYTES[dtype]}ull);"]
     call = ", ".join(tensors)
     lines += [f"  const cudaError_t err = {launch_name(artifact)}({call}, 0);",
               "  cudaDeviceSynchronize();",

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from codegen.artifact import TENSOR_MAP_DATA_TYPES, TENSOR_MAP_OOB_FILLS, TENSOR_MAP_SWIZZLES
 from workers import _dtypes
 
 TENSOR_MAP_BYTES = 128
@@ -24,21 +25,6 @@ MAX_RANK = 5
 MAX_BOX_DIM = 256
 GLOBAL_ADDRESS_ALIGN_BYTES = 16
 
-_DATA_TYPES = {
-    "float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
-    "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-    "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
-}
-_SWIZZLES = {
-    "none": "CU_TENSOR_MAP_SWIZZLE_NONE",
-    "32B": "CU_TENSOR_MAP_SWIZZLE_32B",
-    "64B": "CU_TENSOR_MAP_SWIZZLE_64B",
-    "128B": "CU_TENSOR_MAP_SWIZZLE_128B",
-}
-_OOB_FILLS = {
-    "zero": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE",
-    "nan": "CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA",
-}
 
 
 def check_tensor_map(arg: Any) -> None:
@@ -54,7 +40,7 @@ def check_tensor_map(arg: Any) -> None:
         raise ValueError(f"tensor map {arg.name!r}: box dims must be in 1..{MAX_BOX_DIM}")
     if any(s % 16 for s in arg.global_strides_bytes):
         raise ValueError(f"tensor map {arg.name!r}: global strides must be multiples of 16 B")
-    if arg.dtype not in _DATA_TYPES:
+    if arg.dtype not in TENSOR_MAP_DATA_TYPES:
         raise ValueError(f"tensor map {arg.name!r}: unsupported dtype {arg.dtype}")
     if arg.element_strides is not None and len(arg.element_strides) != rank:
         raise ValueError(f"tensor map {arg.name!r}: needs {rank} element strides")
@@ -81,7 +67,7 @@ def encode_tensor_map(arg: Any, device_ptr: int) -> np.ndarray:
     rank = len(arg.global_dims)
     element_strides = arg.element_strides or (1,) * rank
     err, tensor_map = driver.cuTensorMapEncodeTiled(
-        getattr(driver.CUtensorMapDataType, _DATA_TYPES[arg.dtype]),
+        getattr(driver.CUtensorMapDataType, TENSOR_MAP_DATA_TYPES[arg.dtype]),
         rank,
         device_ptr,
         [driver.cuuint64_t(int(d)) for d in arg.global_dims],
@@ -89,9 +75,9 @@ def encode_tensor_map(arg: Any, device_ptr: int) -> np.ndarray:
         [driver.cuuint32_t(int(b)) for b in arg.box_dims],
         [driver.cuuint32_t(int(e)) for e in element_strides],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(driver.CUtensorMapSwizzle, _SWIZZLES[arg.swizzle]),
+        getattr(driver.CUtensorMapSwizzle, TENSOR_MAP_SWIZZLES[arg.swizzle]),
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        getattr(driver.CUtensorMapFloatOOBfill, _OOB_FILLS[arg.oob_fill]),
+        getattr(driver.CUtensorMapFloatOOBfill, TENSOR_MAP_OOB_FILLS[arg.oob_fill]),
     )
     _check(driver, err, f"cuTensorMapEncodeTiled({arg.name})")
     return tensor_map_argument(ctypes.string_at(tensor_map.getPtr(), TENSOR_MAP_BYTES))
