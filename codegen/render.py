@@ -14,6 +14,12 @@ from typing import Any
 from codegen.artifact import KernelArtifact
 from codegen.kernels.attention import ATTENTION_HOOKS_VERSION, AttentionHooks
 from codegen.kernels.gemm import GEMM_HOOKS_VERSION, GemmHooks
+from codegen.kernels.mamba2 import (
+    CHUNK_SCAN_HOOKS_VERSION,
+    CHUNK_STATE_HOOKS_VERSION,
+    ChunkScanHooks,
+    ChunkStateHooks,
+)
 from codegen.pipeline import OperatorHooks
 from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
 from scheduler_search.hardware.catalog import CATALOG
@@ -25,12 +31,15 @@ from scheduler_search.sprogram import SProgram
 HOOKS: dict[str, type[OperatorHooks]] = {
     "gemm": GemmHooks,
     "attention": AttentionHooks,
+    "mamba2_chunk_state": ChunkStateHooks,
+    "mamba2_chunk_scan": ChunkScanHooks,
 }
 
 #: Version of code generation as a whole, part of a GPU's device fingerprint (cache key):
 #: a change to the skeleton's or any operator's output must change it, so cached kernels
 #: are re-tuned.
-CODEGEN_VERSION = f"{PIPELINE_VERSION}+{GEMM_HOOKS_VERSION}+{ATTENTION_HOOKS_VERSION}"
+CODEGEN_VERSION = "+".join((PIPELINE_VERSION, GEMM_HOOKS_VERSION, ATTENTION_HOOKS_VERSION,
+                            CHUNK_STATE_HOOKS_VERSION, CHUNK_SCAN_HOOKS_VERSION))
 
 Feasibility = Callable[[SProgram], "str | None"]
 

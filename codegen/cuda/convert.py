@@ -39,12 +39,41 @@ def _single(ptx: str) -> Snippet:
     )
 
 
-register(*(_pack(p) for p in PTX_TYPE.values()), *(_single(p) for p in PTX_TYPE.values()))
+UNPACK_F16X2 = Snippet(
+    "unpack_f16x2",
+    "// An f16x2 word as two fp32 values (`lo`: the half at the lower address).\n"
+    "__device__ __forceinline__ float2 unpack_f16x2(u32 packed) {\n"
+    "  float2 v;\n"
+    '  asm("{ .reg .f16 lo, hi; mov.b32 {lo, hi}, %2; cvt.f32.f16 %0, lo; cvt.f32.f16 %1, hi; }"\n'
+    '      : "=f"(v.x), "=f"(v.y) : "r"(packed));\n'
+    "  return v;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.21 "cvt"',
+)
+
+UNPACK_BF16X2 = Snippet(
+    "unpack_bf16x2",
+    "// A bf16x2 word as two fp32 values: bf16 is the upper half of an fp32 (exact).\n"
+    "__device__ __forceinline__ float2 unpack_bf16x2(u32 packed) {\n"
+    "  return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xffff0000u));\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.21 "cvt"',
+)
+
+register(*(_pack(p) for p in PTX_TYPE.values()), *(_single(p) for p in PTX_TYPE.values()),
+         UNPACK_F16X2, UNPACK_BF16X2)
 
 
 def pack2(dtype: str) -> str:
     """Name of the pair-packing snippet for ``dtype``."""
     return f"pack_{PTX_TYPE[dtype]}x2"
+
+
+def unpack2(dtype: str) -> str:
+    """Name of the snippet that widens a 16-bit pair of ``dtype`` to two fp32 values."""
+    return f"unpack_{PTX_TYPE[dtype]}x2"
 
 
 def single(dtype: str) -> str:

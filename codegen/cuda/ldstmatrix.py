@@ -34,4 +34,42 @@ LDMATRIX_X4 = Snippet(
     section='9.7.14.5.15 "ldmatrix"',
 )
 
-register(STMATRIX_X4, LDMATRIX_X4)
+LDMATRIX_X4_TRANS = Snippet(
+    "ldmatrix_x4_trans",
+    "// Load four 8x8 b16 matrices transposed: register i of lane l holds row l / 4, columns\n"
+    "// 2 (l % 4) and +1 of matrix i's transpose (a K x M tile read as wgmma's M x K A).\n"
+    "__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2,\n"
+    "                                                  u32& r3) {\n"
+    '  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"\n'
+    '               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.14.5.15 "ldmatrix"',
+)
+
+LD_SHARED_F32X2 = Snippet(
+    "ld_shared_f32x2",
+    "// Two adjacent fp32 values from shared memory (8-byte aligned address).\n"
+    "__device__ __forceinline__ float2 ld_shared_f32x2(u32 addr) {\n"
+    "  float2 v;\n"
+    '  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr)\n'
+    '               : "memory");\n'
+    "  return v;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.8 "ld"',
+)
+
+LD_SHARED_F32 = Snippet(
+    "ld_shared_f32",
+    "// One fp32 value from shared memory.\n"
+    "__device__ __forceinline__ float ld_shared_f32(u32 addr) {\n"
+    "  float v;\n"
+    '  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");\n'
+    "  return v;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.8 "ld"',
+)
+
+register(STMATRIX_X4, LDMATRIX_X4, LDMATRIX_X4_TRANS, LD_SHARED_F32X2, LD_SHARED_F32)

@@ -45,6 +45,21 @@ LOAD_2D = Snippet(
     section='9.7.9.25.5.2 "cp.async.bulk.tensor"',
 )
 
+LOAD_3D = Snippet(
+    "tma_load_3d",
+    "// Copy the box at coordinates (c0 innermost, c1, c2) of a rank-3 `map` into shared\n"
+    "// memory at `dst` (e.g. rows of one head of a (rows, heads, dim) tensor).\n"
+    "__device__ __forceinline__ void tma_load_3d(u32 dst, const TensorMap* map, int c0,\n"
+    "                                            int c1, int c2, u32 bar) {\n"
+    '  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"\n'
+    '               " [%0], [%1, {%2, %3, %4}], [%5];"\n'
+    '               :: "r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)\n'
+    '               : "memory");\n'
+    "}\n",
+    requires=("TensorMap",),
+    section='9.7.9.25.5.2 "cp.async.bulk.tensor"',
+)
+
 LOAD_4D = Snippet(
     "tma_load_4d",
     "// Copy the box at coordinates (c0 innermost, c1, c2, c3) of a rank-4 `map` into shared\n"
@@ -101,7 +116,7 @@ STORE_WAIT = Snippet(
 )
 
 register(
-    TENSOR_MAP, PREFETCH, LOAD_2D, LOAD_4D, STORE_2D, STORE_COMMIT, STORE_WAIT_READS, STORE_WAIT
+    TENSOR_MAP, PREFETCH, LOAD_2D, LOAD_3D, LOAD_4D, STORE_2D, STORE_COMMIT, STORE_WAIT_READS, STORE_WAIT
 )
 
 #: Largest box extent per dimension (cuTensorMapEncodeTiled).

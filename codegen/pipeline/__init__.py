@@ -8,7 +8,7 @@ written (:class:`PipelineSkeleton`) with an operator's :class:`OperatorHooks`.
 from codegen.pipeline.code import Code
 from codegen.pipeline.hooks import GridAxis, OperatorHooks, OutputTile
 from codegen.pipeline.layout import PipelineLayout
-from codegen.pipeline.operand import OperandTile
+from codegen.pipeline.operand import OperandTile, VectorTile
 from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing, EmittedTurn
 from codegen.pipeline.structure import Issue, PipelineStructure, Ring, Turn
@@ -29,4 +29,5 @@ __all__ = [
     "Ring",
     "TripAt",
     "Turn",
+    "VectorTile",
 ]

@@ -52,6 +52,14 @@ def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue
     k.recorded(roles, issue, "registers")
 
 
+def emit_thread_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """A load sTask on the CUDA cores: each consumer thread reads its part of the tile
+    from global memory straight into registers (small vectors such as Mamba2's dt)."""
+    k.code.comment(f"{issue.stask}  on {issue.unit.value}: global -> registers")
+    k.hooks.thread_load(k.code, issue, k.at)
+    k.recorded(roles, issue, "registers")
+
+
 def emit_tma_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """A store sTask on TMA: the epilogue through swizzled shared memory."""
     epilogue.emit_tma_store(k.code, k.layout)
@@ -70,6 +78,7 @@ MATH_KINDS = (STaskKind.ELEMENTWISE, STaskKind.REDUCE)
 #: (sTask kind, sEU) -> emitter, as tinygrad's renderer maps each op to its C.
 EMITTERS: dict[tuple[STaskKind, UnitKind], Emitter] = {
     (STaskKind.LOAD, UnitKind.TMA): emit_tma_load,
+    (STaskKind.LOAD, UnitKind.CUDA_CORE): emit_thread_load,
     (STaskKind.MMA, UnitKind.TENSOR_CORE): emit_wgmma,
     (STaskKind.ELEMENTWISE, UnitKind.CUDA_CORE): emit_register_math,
     (STaskKind.ELEMENTWISE, UnitKind.SFU): emit_register_math,

@@ -112,7 +112,7 @@ def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
 def emit_direct_store(code: Code, layout: PipelineLayout) -> None:
     """st.global from registers, two elements a thread per 8-column group."""
     c, out = code, layout.output
-    pack = convert.pack2(out.dtype)
+    pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
     rows, cols = out.extent_names
     c.comment(f"store: {out.fragment} -> {out.tensor} with st.global, two elements a thread "
               "per 8-column group")
@@ -127,13 +127,16 @@ def emit_direct_store(code: Code, layout: PipelineLayout) -> None:
             if not full_rows:
                 c(f"if (row >= {rows}) continue;")
             row_pointer = out.row_pointer or f"{out.tensor} + (unsigned long long){{row}} * {cols}"
-            c(f"unsigned short* out_row = {row_pointer.format(row='row')};")
+            c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
             c("#pragma unroll")
             with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
                 c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
                 lo = f"{out.fragment}[mi][4 * j + 2 * h]"
                 hi = f"{out.fragment}[mi][4 * j + 2 * h + 1]"
-                if out.global_cols % 2 == 0:
+                if out.dtype == "float32" and out.global_cols % 2 == 0:
+                    store = f"*reinterpret_cast<float2*>(out_row + col) = make_float2({lo}, {hi});"
+                    c(store if full_cols else f"if (col < {cols}) {store}")
+                elif out.global_cols % 2 == 0:
                     store = (f"*reinterpret_cast<u32*>(out_row + col) = "
                              f"{c.call(pack, lo, hi)};")
                     c(store if full_cols else f"if (col < {cols}) {store}")

@@ -12,8 +12,10 @@ calls, in this order:
 2. :meth:`~OperatorHooks.constants` once, at the top of the kernel text;
 3. :meth:`~OperatorHooks.load` inside the ring's load function, once per loaded sTask;
 4. :meth:`~OperatorHooks.consumer_state` at the top of each consumer warpgroup;
-5. :meth:`~OperatorHooks.mma` for each MMA sTask of a loop trip, with the ring stages it
-   reads, and :meth:`~OperatorHooks.pin` around the wgmma waits;
+5. for each output tile, the prologue's sTasks (once per tile), then each loop trip's:
+   :meth:`~OperatorHooks.mma` for an MMA sTask, with the ring stages it reads, and
+   :meth:`~OperatorHooks.pin` around the wgmma waits; :meth:`~OperatorHooks.math` for
+   register math; :meth:`~OperatorHooks.thread_load` for a load on the CUDA cores;
 6. :meth:`~OperatorHooks.tensor_maps` for the launch contract.
 
 (ThunderKittens' LCF template splits a kernel the same way: a layout, a producer
@@ -30,7 +32,7 @@ from typing import Any
 from codegen.artifact import TensorMapArg
 from codegen.pipeline.code import Code
 from codegen.pipeline.limits import CONSUMER_OVERHEAD_REGS
-from codegen.pipeline.operand import OperandTile
+from codegen.pipeline.operand import OperandTile, VectorTile
 from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.structure import Issue, PipelineStructure
 
@@ -88,6 +90,16 @@ class OutputTile:
     def map_name(self) -> str:
         return f"{self.tensor}_map"
 
+    @property
+    def ctype(self) -> str:
+        """The C++ element type the kernel writes (16-bit types as their bits)."""
+        return ctype(self.dtype)
+
+
+def ctype(dtype: str) -> str:
+    """C++ element type of a tensor of ``dtype`` in the kernel's parameters."""
+    return "float" if dtype == "float32" else "unsigned short"
+
 
 class OperatorHooks(ABC):
     """An operator's part of a kernel. Implementations hold the operator's plan (tile
@@ -137,7 +149,7 @@ class OperatorHooks(ABC):
         return frozenset()
 
     @abstractmethod
-    def operand(self, stask: str) -> OperandTile:
+    def operand(self, stask: str) -> OperandTile | VectorTile:
         """The shared tile a TMA load sTask fills (one per ring stage)."""
 
     @abstractmethod
@@ -152,6 +164,22 @@ class OperatorHooks(ABC):
         """fp32 output tensors of the spec written besides :meth:`output` (attention's
         log-sum-exp), passed as ``float*`` after it, in this order."""
         return ()
+
+    def pointer_inputs(self) -> tuple[str, ...]:
+        """Input tensors the kernel reads through plain pointers (``const T*``) besides its
+        tensor maps (Mamba2's ``D``, vectors the CUDA cores load), after the outputs."""
+        return ()
+
+    @property
+    def thread_loads(self) -> frozenset[str]:
+        """Load sTasks on the CUDA cores the operator writes in :meth:`thread_load`."""
+        return frozenset()
+
+    def holds_tile_buffer(self, load: str) -> bool:
+        """Whether the loop still reads the tile ``load`` brought in once per output tile
+        (attention's Q); if not, it is released after the prologue, so the producer can
+        load the next tile's copy while this tile's loop runs."""
+        return True
 
     @abstractmethod
     def accumulator_regs(self, consumer_rows: int) -> int:
@@ -183,11 +211,17 @@ class OperatorHooks(ABC):
         """Write a register-math sTask (one of :attr:`math_stasks`) for loop trip ``at``."""
         raise KeyError(f"{self.sprogram.op} writes no register math for {issue.stask}")
 
+    def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
+        """Write a load sTask on the CUDA cores (one of :attr:`thread_loads`): the
+        consumer threads read what they need of it from global memory into registers."""
+        raise KeyError(f"{self.sprogram.op} writes no thread load for {issue.stask}")
+
     @abstractmethod
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         """Issue ``issue``'s wgmma group for trip ``at`` on the ring stages ``stages``
         (stream -> stage address); ``at.accumulates`` is false on the trip whose result
-        overwrites the accumulators."""
+        overwrites the accumulators. An MMA of the prologue (once per output tile, on
+        tile buffers) gets no stages and ``at`` of trip 0."""
 
     @abstractmethod
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:

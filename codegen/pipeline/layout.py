@@ -16,7 +16,7 @@ from codegen.cuda import Swizzle, swizzle, wgmma
 from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.cuda.tma import BOX_DIM_MAX
 from codegen.pipeline.emitters import EMITTERS, MATH_KINDS
-from codegen.pipeline.hooks import OperatorHooks, OutputTile
+from codegen.pipeline.hooks import OperatorHooks, OutputTile, ctype
 from codegen.pipeline.limits import (
     BAR_EPILOGUE0,
     NAMED_BARRIERS_MAX,
@@ -28,6 +28,7 @@ from codegen.pipeline.smem import BARRIER_ALIGN, SmemPlan
 from codegen.pipeline.structure import PipelineStructure, Ring
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskKind
+from scheduler_search.ops import parse_spec
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -66,6 +67,17 @@ class PipelineLayout:
         if self.structure.persistent:
             return min(self.device.sm_count, self.units)
         return self.units
+
+    # ----- tensors -------------------------------------------------------------------
+    @cached_property
+    def tensor_dtypes(self) -> dict[str, str]:
+        """The spec's tensors and their element types (the contract's one home)."""
+        sp = self.structure.sprogram
+        return {t.name: t.dtype for t in parse_spec(sp.op, sp.params).tensors()}
+
+    def pointer_type(self, tensor: str) -> str:
+        """C++ element type of a tensor passed as a plain pointer."""
+        return ctype(self.tensor_dtypes[tensor])
 
     # ----- rings ---------------------------------------------------------------------
     def stage_bytes(self, ring: Ring) -> int:
@@ -191,8 +203,12 @@ class PipelineLayout:
                     return f"{issue.stask}: no emitter for {issue.kind.value} on {issue.unit.value}"
                 if issue.kind in MATH_KINDS and issue.stask not in self.hooks.math_stasks:
                     return f"{issue.stask}: {s.sprogram.op} writes no register math for it"
-                if issue.phase == "prologue" and issue.stask not in tile_loads:
-                    return f"{issue.stask}: prologue sTasks other than tile loads are not lowered"
+                if (issue.kind is STaskKind.LOAD and issue.unit is UnitKind.CUDA_CORE
+                        and issue.stask not in self.hooks.thread_loads):
+                    return f"{issue.stask}: {s.sprogram.op} writes no thread load for it"
+                if issue.phase == "prologue" and issue.stask not in tile_loads and s.pingpong:
+                    return (f"{issue.stask}: prologue sTasks other than tile loads are not "
+                            "lowered for pingpong consumers")
         if s.warp_specialized and s.compute_stream("producer"):
             return "the producer warp issues only loads"
         streams = {tuple((i.stask, i.unit) for i in s.compute_stream(r)) for r in s.consumer_roles}

@@ -55,6 +55,8 @@ class Lowered:
             args.append(TensorArg(out.tensor, out.dtype, tuple(shapes[out.tensor]), "output"))
         for name in lay.hooks.side_outputs():
             args.append(TensorArg(name, "float32", tuple(shapes[name]), "output"))
+        for name in lay.hooks.pointer_inputs():
+            args.append(TensorArg(name, lay.tensor_dtypes[name], tuple(shapes[name]), "input"))
         return KernelArtifact(
             op=sp.op,
             params=dict(sp.params),

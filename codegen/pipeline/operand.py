@@ -101,3 +101,41 @@ class OperandTile:
         if self.major == "k":
             return (f"{k0} + {box * self.box_inner}", row0)
         return (f"{row0} + {box * self.box_inner}", k0)
+
+
+@dataclass(frozen=True)
+class VectorTile:
+    """A 1-D fp32 tile (Mamba2's dt and dA over a chunk's positions): one unswizzled TMA
+    box, read by the CUDA cores, never by wgmma. It answers what the skeleton asks of an
+    :class:`OperandTile` (constants, stage bytes, box extents)."""
+
+    name: str
+    length: int
+    elem_bytes: int = 4
+
+    @property
+    def const(self) -> str:
+        return self.name.upper()
+
+    @property
+    def rows(self) -> int:
+        return 1
+
+    @property
+    def cols(self) -> int:
+        return self.length
+
+    box_count = 1
+    box_outer = 1
+
+    @property
+    def box_inner(self) -> int:
+        return self.length
+
+    @property
+    def box_bytes(self) -> int:
+        return self.length * self.elem_bytes
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.box_bytes

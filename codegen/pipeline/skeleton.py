@@ -258,8 +258,10 @@ class PipelineSkeleton:
         if lay.tma_store:
             params.append(f"const __grid_constant__ TensorMap {out.map_name}")
         else:
-            params.append(f"unsigned short* __restrict__ {out.tensor}")
+            params.append(f"{out.ctype}* __restrict__ {out.tensor}")
         params += [f"float* __restrict__ {name}" for name in self.hooks.side_outputs()]
+        params += [f"const {lay.pointer_type(name)}* __restrict__ {name}"
+                   for name in self.hooks.pointer_inputs()]
         c(f'extern "C" __global__ void __launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
             c("extern __shared__ __align__(1024) unsigned char smem_raw[];")
@@ -432,12 +434,29 @@ class PipelineSkeleton:
         c(f"loads_before += {trips};")
         self.hooks.begin_tile(c)
         self._tile_buffers_acquire()
+        self._prologue()
+        self._tile_buffers_release(held=False)
         if is_pipelined(self.structure):
             PipelinedLoop(self, "x0", trips).write()
         else:
             self._mainloop("x0", trips, turns_per_trip=True)
-        self._tile_buffers_release()
+        self._tile_buffers_release(held=True)
+        if self.structure.tile_buffers:
+            c("tile_phase ^= 1;")
         self._epilogue()
+
+    def _prologue(self) -> None:
+        """The consumers' sTasks once per output tile, before the loop (Mamba2's state
+        term on the tile buffers): an MMA is waited for at once, as what follows reads it."""
+        c, s = self.code, self.structure
+        for issue in s.compute_stream(s.consumer_roles[0]):
+            if issue.phase != "prologue":
+                continue
+            self.emit_at(issue, TripAt("0"))
+            if issue.kind is STaskKind.MMA:
+                c(c.call("wgmma_wait<0>") + ";")
+                c("#pragma unroll")
+                self.hooks.pin(c, issue.stask)
 
     def _tile_buffers_acquire(self) -> None:
         """Without a producer, the loader loads this tile's buffers; every consumer waits
@@ -454,13 +473,14 @@ class PipelineSkeleton:
             c.comment(f"{buffer.full_name}: this tile's {buffer.load} has landed")
             c(c.call("mbarrier_wait", buffer.full(), "tile_phase") + ";")
 
-    def _tile_buffers_release(self) -> None:
-        c, s = self.code, self.structure
-        for buffer in s.tile_buffers:
+    def _tile_buffers_release(self, *, held: bool) -> None:
+        """Release the tile buffers the loop reads (``held``) or those it does not."""
+        c = self.code
+        for buffer in self.structure.tile_buffers:
+            if self.hooks.holds_tile_buffer(buffer.load) != held:
+                continue
             c.comment(f"{buffer.empty_name}: this warp is done with the tile's {buffer.load}")
             c("if (lane == 0) " + c.call("mbarrier_arrive", buffer.empty()) + ";")
-        if s.tile_buffers:
-            c("tile_phase ^= 1;")
 
     def _pingpong_unit(self) -> None:
         c, trips = self.code, self.hooks.trips  # the same for every tile (layout checks)

@@ -6,6 +6,8 @@ sum of dt·A over the chunk:
 - chunk state: states[p,n] = Σ_l x[l,p] · exp(dA[L-1] - dA[l]) · dt[l] · b[l,n]
 - chunk scan:  out[l,p] = exp(dA[l]) · Σ_n c[l,n] states[p,n]
                         + Σ_{s<=l} cb[l,s] · exp(dA[l] - dA[s]) · dt[s] · x[s,p]
+                        + D[h] · x[l,p]
+  (``mamba_ssm``'s ``_chunk_scan_fwd`` with a per-head ``D`` and no ``z``).
 """
 
 from __future__ import annotations
@@ -197,13 +199,15 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             *self._scalar_tensors(),
             TensorSpec("c", c_shape, self.dtype, "input"),
             self._states(self.dtype, "input"),
+            TensorSpec("D", (self.nheads,), "float32", "input"),
             TensorSpec(
                 "out", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "output"
             ),
         ]
 
     def flops(self) -> float:
-        per_head = self.seqlen * self.headdim * (2.0 * self.dstate + self.chunk_size + 1)
+        # State term 2n, intra-chunk term ~chunk (causal half of 2 * chunk), decay, skip.
+        per_head = self.seqlen * self.headdim * (2.0 * self.dstate + self.chunk_size + 3)
         return self.batch * self.nheads * per_head
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
@@ -277,6 +281,16 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
                 expr="acc[l,p] += pm[l,s] * x[s,p]",
             ),
             stask(
+                "skip",
+                elementwise,
+                "acc[l,p]",
+                ("acc[l,p]", "x[l,p]", "D[]"),
+                CORES,
+                phase="epilogue",
+                ops_per_point=2.0,
+                expr="acc[l,p] += D[h] * x[l,p]",
+            ),
+            stask(
                 "store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"
             ),
         )
@@ -291,6 +305,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
                 dA_cumsum=("float32", "global"),
                 c=(dt, "global"),
                 states=(dt, "global"),
+                D=("float32", "global"),
                 out=(dt, "global"),
                 c_s=(dt, "shared"),
                 st_s=(dt, "shared"),

@@ -1,0 +1,226 @@
+"""What Mamba2's two chunk kernels share on the pipeline skeleton.
+
+Both work per (batch, chunk, head) on tensors laid out as ``mamba_ssm`` takes them: ``x``
+(batch, seqlen, nheads, headdim), ``B`` / ``C`` (batch, seqlen, ngroups, dstate) shared by the
+``nheads / ngroups`` heads of a group, ``dt`` and ``dA_cumsum`` (batch, nheads, nchunks,
+chunk_size) fp32. The grid's outer axes run heads fastest, so the blocks running together
+read the same B, C and cb tiles from L2.
+
+Both reduce over a chunk's positions with wgmma whose A operand is computed in registers
+(the position-wise decay is folded into it), so a trip's K columns are this thread's A
+fragment columns: for k16 step ``kk``, columns ``16 kk + 2 (lane % 4)`` and ``+1``, ``+8``,
+``+9`` (:func:`fragment_col`). ``dt`` and ``dA`` of those columns reach the registers
+``dt_v[kk][j]`` / ``dA_v[kk][j]`` either straight from global memory (the load sTasks on
+the CUDA cores) or from the ring stage TMA filled (read by the first math sTask).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from functools import cached_property
+
+from codegen.artifact import TensorMapArg
+from codegen.cuda import swizzle
+from codegen.pipeline import Code, GridAxis, OperandTile, OperatorHooks, VectorTile
+from scheduler_search.hardware.model import UnitKind
+
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
+LOG2E = math.log2(math.e)
+#: Every 16-bit tile that TMA loads here is cut into 128-byte (64-element) swizzle boxes.
+BOX_ELEMS = 64
+#: fp32 tiles (cb) are cut into 128-byte boxes of 32 elements.
+F32_BOX_ELEMS = 32
+
+
+def fragment_col(kk: str, j: str) -> str:
+    """Column (within a trip's tile) of this thread's A-fragment value ``j`` of k16 step
+    ``kk``: j = 0, 1 at ``16 kk + 2 (lane % 4)`` and +1; j = 2, 3 eight further."""
+    return f"(16 * ({kk}) + 2 * (lane & 3) + (({j}) & 1) + (({j}) >> 1) * 8)"
+
+
+class Mamba2Hooks(OperatorHooks):
+    """Problem constants, grid, vector loads and tensor maps of both chunk kernels."""
+
+    #: Constant holding the positions one loop trip reduces over (a K tile).
+    k_tile_const: str = ""
+    #: The loop's dt / dA load sTasks.
+    vector_loads = ("load_dt", "load_dA")
+
+    # ----- problem -------------------------------------------------------------------
+    def _p(self, name: str) -> int:
+        return int(self.params[name])
+
+    @property
+    def dtype(self) -> str:
+        return str(self.params["dtype"])
+
+    @property
+    def elem(self) -> int:
+        return ELEMENT_BYTES[self.dtype]
+
+    @property
+    def chunk(self) -> int:
+        return self._p("chunk_size")
+
+    @property
+    def nchunks(self) -> int:
+        return self._p("seqlen") // self.chunk
+
+    @property
+    @abstractmethod
+    def k_tile(self) -> int:
+        """Positions of a chunk one loop trip reduces over."""
+
+    @property
+    def k_steps(self) -> int:
+        return self.k_tile // 16
+
+    def outer_axes(self) -> tuple[GridAxis, ...]:
+        """(batch, chunk, head) of a tile, heads fastest (they share B, C and cb in L2)."""
+        return (GridAxis("heads", self._p("nheads"), 1),
+                GridAxis("chunks", self.nchunks, 1),
+                GridAxis("batch", self._p("batch"), 1))
+
+    def common_problem(self) -> str | None:
+        if self.dtype not in ELEMENT_BYTES:
+            return f"dtype {self.dtype}"
+        if self.chunk % self.k_tile:
+            return f"a loop tile of {self.k_tile} positions must divide chunk_size={self.chunk}"
+        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
+            return ("Mamba2 outputs are rows of one head among all heads: written with "
+                    "st.global (store on cuda_core)")
+        mmas = [i.stask for i in self.structure.compute_stream(self.structure.consumer_roles[0])
+                if i.phase == "loop" and i.stask.startswith("mma")]
+        if any(self.structure.inflight.get(m) for m in mmas):
+            return ("the loop's wgmma reads its A operand from registers that the next trip's "
+                    "math rewrites while the group is in flight (order overlap)")
+        return None
+
+    def problem_constants(self, code: Code) -> None:
+        p, c = self.params, code
+        c.comment("Problem (compile-time: the kernel is specialised to the shape).")
+        c(f"constexpr int BATCH = {p['batch']}, SEQLEN = {p['seqlen']}, NHEADS = {p['nheads']}, "
+          f"HEADDIM = {p['headdim']}, DSTATE = {p['dstate']};")
+        c(f"constexpr int NGROUPS = {p['ngroups']}, GROUP_HEADS = NHEADS / NGROUPS;  // heads "
+          "sharing B and C")
+        c(f"constexpr int CHUNK = {self.chunk}, NCHUNKS = {self.nchunks};")
+        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k16 steps per loop trip")
+        c(f"constexpr float LOG2E = {LOG2E!r}f;")
+        c("__device__ __forceinline__ constexpr unsigned long long vector_row(int batch0, "
+          "int heads0, int chunks0) { return ((unsigned long long)batch0 * NHEADS + heads0) * "
+          "NCHUNKS + chunks0; }  // dt / dA_cumsum row of a (batch, head, chunk)")
+
+    def tile_constants(self, code: Code, tiles: tuple[OperandTile | VectorTile, ...],
+                       read_by_wgmma: tuple[OperandTile, ...]) -> None:
+        """Box and stage bytes of every TMA tile; descriptor layout and k16-step offsets
+        of those wgmma reads."""
+        c = code
+        for t in tiles:
+            c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
+              f"{t.stage_bytes};")
+            if t in read_by_wgmma:
+                c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
+                c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
+                  f"return {t.kstep_expr()}; }}")
+        c("")
+
+    # ----- tiles ---------------------------------------------------------------------
+    def tile16(self, name: str, rows: int, cols: int, major: str = "k") -> OperandTile:
+        """A 16-bit tile cut into 128-byte swizzle boxes along its contiguous dimension."""
+        return OperandTile(name, major, rows, cols, swizzle.SWIZZLES[128], self.elem)  # type: ignore[arg-type]
+
+    @cached_property
+    def dt(self) -> VectorTile:
+        return VectorTile("dt", self.k_tile)
+
+    @cached_property
+    def da(self) -> VectorTile:
+        return VectorTile("da", self.k_tile)
+
+    # ----- dt and dA of this thread's columns ----------------------------------------
+    @property
+    def vectors_by_tma(self) -> bool:
+        return self.structure.units.get("load_dt") is UnitKind.TMA
+
+    @property
+    def thread_loads(self) -> frozenset[str]:
+        return frozenset(self.vector_loads)
+
+    def vector_state(self, code: Code) -> None:
+        code("float dt_v[K_STEPS][4], dA_v[K_STEPS][4];  // this thread's columns of the trip")
+
+    def vector_pointers(self) -> tuple[str, ...]:
+        """dt / dA_cumsum as plain pointers when the CUDA cores load them."""
+        return () if self.vectors_by_tma else ("dt", "dA_cumsum")
+
+    def load_vector(self, code: Code, stask: str, trip: str) -> None:
+        """``dt_v`` or ``dA_v`` of this thread's columns from global memory."""
+        c = code
+        src, dst = ("dt", "dt_v") if stask == "load_dt" else ("dA_cumsum", "dA_v")
+        c(f"const float* {src}_row = {src} + vector_row(batch0, heads0, chunks0) * CHUNK + "
+          f"({trip}) * {self.k_tile_const};")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            for half in (0, 1):
+                c(f"const float2 v{half} = __ldg(reinterpret_cast<const float2*>({src}_row + "
+                  f"{fragment_col('kk', str(2 * half))}));")
+                c(f"{dst}[kk][{2 * half}] = v{half}.x; {dst}[kk][{2 * half + 1}] = v{half}.y;")
+
+    def vectors_from_stage(self, code: Code) -> None:
+        """With TMA: ``dt_v`` and ``dA_v`` from the ring stage the trip reads."""
+        if not self.vectors_by_tma:
+            return
+        c = code
+        stage = f"{self.ring_stream('load_dt')}_stage"
+        c.comment("dt and dA of this thread's columns, from the stage TMA filled")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            for half in (0, 1):
+                col = fragment_col("kk", str(2 * half))
+                for t, dst in ((self.dt, "dt_v"), (self.da, "dA_v")):
+                    addr = f"smem + SMEM_{t.const} + {stage} * {t.const}_STAGE_BYTES + {col} * 4"
+                    c(f"{{ const float2 v = {c.call('ld_shared_f32x2', addr)}; "
+                      f"{dst}[kk][{2 * half}] = v.x; {dst}[kk][{2 * half + 1}] = v.y; }}")
+
+    def ring_stream(self, load: str) -> str:
+        return next(r.stream for r in self.structure.rings if load in r.loads)
+
+    def exp2(self, code: Code, stask: str) -> str:
+        """exp2 on the sEU the sProgram maps ``stask`` to."""
+        if self.structure.units.get(stask) is UnitKind.SFU:
+            code.use("exp2_approx")
+            return "exp2_approx"
+        return "exp2f"
+
+    # ----- tensor maps ---------------------------------------------------------------
+    def rows_map(self, name: str, tensor: str, heads: int, cols: int, tile: OperandTile,
+                 rows: int) -> TensorMapArg:
+        """A (batch * seqlen, heads, cols) tensor read ``rows`` positions of one head at a
+        time (x, B, C): rank 3, innermost first."""
+        e, seq = self.elem, self._p("batch") * self._p("seqlen")
+        return TensorMapArg(
+            name=name, tensor=tensor, dtype=self.dtype, global_dims=(cols, heads, seq),
+            global_strides_bytes=(cols * e, heads * cols * e),
+            box_dims=(tile.box_inner, 1, rows), swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
+        )
+
+    def vector_map(self, name: str, tile: VectorTile) -> TensorMapArg:
+        """dt / dA_cumsum as (rows of a chunk) x (batch * nheads * nchunks)."""
+        rows = self._p("batch") * self._p("nheads") * self.nchunks
+        tensor = "dt" if tile.name == "dt" else "dA_cumsum"
+        return TensorMapArg(
+            name=name, tensor=tensor, dtype="float32", global_dims=(self.chunk, rows),
+            global_strides_bytes=(self.chunk * 4,), box_dims=(tile.length, 1), swizzle="none",
+        )
+
+    def load_vector_tile(self, code: Code, tile: VectorTile, tmap: str, stage_addr: str,
+                         col: str, full_bar: str) -> None:
+        code(code.call("tma_load_2d", stage_addr, tmap, col,
+                       "(int)vector_row(batch0, heads0, chunks0)", full_bar) + ";")
+
+    def header(self) -> str:
+        p = self.params
+        return (f"{self.sprogram.op} batch={p['batch']} seqlen={p['seqlen']} nheads={p['nheads']} "
+                f"headdim={p['headdim']} dstate={p['dstate']} ngroups={p['ngroups']} "
+                f"chunk={self.chunk} {self.dtype}")

@@ -1,0 +1,398 @@
+"""Mamba2 chunk scan as hooks on the pipeline skeleton (``mamba_ssm``'s ``_chunk_scan_fwd``
+with ``D``, without ``z``).
+
+Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chunk:
+``out[l, p] = exp(dA[l]) Σ_n C[l, g, n] states[p, n]
++ Σ_{s <= l} cb[l, s] exp(dA[l] - dA[s]) dt[s] x[s, p] + D[h] x[l, p]``. What is its own:
+
+- tiles: an output tile is ``tile_l`` rows of a chunk x ``tile_p`` of headdim; one loop trip
+  per ``tile_s`` positions s, only those at or below the diagonal (``tile_trips``);
+- prologue, once per tile: ``load_c`` and ``load_state`` (tile buffers), ``mma_state``
+  (``acc = C statesᵀ``, both K-major over dstate), ``load_dA_l`` and ``decay_out``
+  (``acc *= exp(dA[l])``);
+- loop: ``load_cb`` (fp32, 32-column 128B-swizzle boxes), ``load_x``, ``load_dt`` / ``load_dA``;
+  ``decay`` (SFU or CUDA cores) ``e = exp2(dA[l] log2e - dA[s] log2e)``; ``scale_cb``:
+  ``cb e dt`` read from shared memory in wgmma's register A layout, masked above the
+  diagonal only on the trips that cross it, packed to 16-bit pairs; ``mma_x``:
+  ``acc += P x`` (A in registers, x MN-major);
+- epilogue: ``skip`` adds ``D[h] x[l, p]`` (x re-read from global, mostly from L2) and
+  ``store`` writes the rows with st.global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+
+from codegen.artifact import TensorMapArg
+from codegen.cuda import convert, swizzle, wgmma
+from codegen.kernels.mamba2._common import F32_BOX_ELEMS, Mamba2Hooks
+from codegen.pipeline import (
+    Code,
+    GridAxis,
+    Issue,
+    OperandTile,
+    OutputTile,
+    TripAt,
+    VectorTile,
+)
+
+#: This thread's row of accumulator block ``mi``, half ``h``, within the tile.
+TILE_ROW = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
+
+
+class ChunkScanHooks(Mamba2Hooks):
+    """Chunk scan's tiles, loads, decay, masked products and skip term on the skeleton."""
+
+    trips = "S_TILES"
+    k_tile_const = "TILE_S"
+
+    @property
+    def tile_l(self) -> int:
+        return self.sprogram.tile["l"]
+
+    @property
+    def tile_p(self) -> int:
+        return self.sprogram.tile["p"]
+
+    @property
+    def tile_s(self) -> int:
+        return self.sprogram.tile["s"]
+
+    @property
+    def k_tile(self) -> int:
+        return self.tile_s
+
+    @property
+    def trip_count(self) -> int:
+        return self.chunk // self.tile_s
+
+    def tile_trips(self) -> str | None:
+        # Causal within the chunk: the positions s <= the tile's last row.
+        return "min(S_TILES, (l0 + TILE_L + TILE_S - 1) / TILE_S)"
+
+    @property
+    def grid_axes(self) -> tuple[GridAxis, ...]:
+        return (GridAxis("l", self.chunk, self.tile_l, heaviest_last=True),
+                GridAxis("p", self._p("headdim"), self.tile_p), *self.outer_axes())
+
+    @property
+    def math_stasks(self) -> frozenset[str]:
+        return frozenset({"decay_out", "decay", "scale_cb", "skip"})
+
+    vector_loads = ("load_dt", "load_dA", "load_dA_l")
+
+    # ----- operands and output -------------------------------------------------------
+    @cached_property
+    def c(self) -> OperandTile:
+        return self.tile16("c", self.tile_l, self._p("dstate"))
+
+    @cached_property
+    def st(self) -> OperandTile:
+        # wgmma's B of C statesᵀ: N = headdim rows, K = dstate contiguous (K-major).
+        return self.tile16("st", self.tile_p, self._p("dstate"))
+
+    @cached_property
+    def cb(self) -> OperandTile:
+        # fp32, read by the CUDA cores: rows l, positions s contiguous.
+        return OperandTile("cb", "k", self.tile_l, self.tile_s, swizzle.SWIZZLES[128], 4)
+
+    @cached_property
+    def x(self) -> OperandTile:
+        # wgmma's B of P x: K = positions, N = headdim contiguous (MN-major).
+        return self.tile16("x", self.tile_p, self.tile_s, major="mn")
+
+    @cached_property
+    def dal(self) -> VectorTile:
+        return VectorTile("dal", self.tile_l)
+
+    def operand(self, stask: str) -> OperandTile | VectorTile:
+        return {"load_c": self.c, "load_state": self.st, "load_dA_l": self.dal,
+                "load_cb": self.cb, "load_x": self.x, "load_dt": self.dt,
+                "load_dA": self.da}[stask]
+
+    def tensor_map(self, stask: str) -> str:
+        return {"load_c": "c_map", "load_state": "states_map", "load_dA_l": "dA_l_map",
+                "load_cb": "cb_map", "load_x": "x_map", "load_dt": "dt_map",
+                "load_dA": "dA_map"}[stask]
+
+    def tile_loads(self) -> tuple[str, ...]:
+        return ("load_c", "load_state", "load_dA_l")
+
+    def output(self) -> OutputTile:
+        return OutputTile(
+            tensor="out", dtype=self.dtype, elem_bytes=self.elem, rows=self.tile_l,
+            cols=self.tile_p, global_rows=self.chunk, global_cols=self._p("headdim"),
+            fragment="acc", row_origin="l0", col_origin="p0", extent_names=("CHUNK", "HEADDIM"),
+            row_pointer=("out + (((unsigned long long)batch0 * SEQLEN + chunks0 * CHUNK + {row}) "
+                         "* NHEADS + heads0) * HEADDIM"),
+        )
+
+    def pointer_inputs(self) -> tuple[str, ...]:
+        return ("x", "D", *self.vector_pointers())
+
+    def row_blocks(self, consumer_rows: int) -> int:
+        return consumer_rows // wgmma.WGMMA_M
+
+    def accumulator_regs(self, consumer_rows: int) -> int:
+        # acc, e (fp32), P (pairs) and the row decay per block; dt, dA of the trip's columns.
+        per_block = self.tile_p // 2 + self.tile_s // 2 + self.tile_s // 4 + 2
+        return self.row_blocks(consumer_rows) * per_block + 8 * self.k_steps
+
+    def holds_tile_buffer(self, load: str) -> bool:
+        # C and states are read by the prologue's MMA only; dA[l] is copied to registers.
+        return False
+
+    def problem(self) -> str | None:
+        problem = self.common_problem()
+        if problem:
+            return problem
+        if self.chunk % self.tile_l:
+            return f"tile_l={self.tile_l} must divide chunk_size={self.chunk}"
+        if self._p("headdim") % self.tile_p or self.tile_p % 64:
+            return (f"tile_p={self.tile_p}: x tiles are MN-major 64-column boxes and must "
+                    "divide headdim")
+        if self._p("dstate") % 64:
+            return f"dstate={self._p('dstate')}: C and states tiles are 64-column boxes"
+        if self.tile_s % F32_BOX_ELEMS:
+            return f"tile_s={self.tile_s}: cb tiles are {F32_BOX_ELEMS}-column fp32 boxes"
+        return None
+
+    # ----- text ----------------------------------------------------------------------
+    def constants(self, code: Code, consumer_rows: int) -> None:
+        c = code
+        self.problem_constants(c)
+        c(f"constexpr int TILE_L = {self.tile_l}, TILE_P = {self.tile_p}, TILE_S = "
+          f"{self.tile_s};")
+        c(f"constexpr int S_TILES = {self.trip_count};  // loop trips of the last row tile")
+        c(f"constexpr int N_STEPS = {self._p('dstate') // 16};  // k16 steps of C states^T")
+        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
+          f"{self.tile_p // 2}, E_REGS = {self.tile_s // 2};")
+        tiles: tuple[OperandTile | VectorTile, ...] = (self.c, self.st, self.cb, self.x)
+        if self.vectors_by_tma:
+            tiles += (self.dal, self.dt, self.da)
+        self.tile_constants(c, tiles, read_by_wgmma=(self.c, self.st, self.x))
+
+    def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
+        c, tile = code, self.operand(stask)
+        tmap = self.tensor_map(stask)
+        if isinstance(tile, VectorTile):
+            col = "l0" if stask == "load_dA_l" else f"{trip} * TILE_S"
+            self.load_vector_tile(c, tile, tmap, stage_addr, col, full_bar)
+            return
+        seq0 = "batch0 * SEQLEN + chunks0 * CHUNK"
+        group = "heads0 / GROUP_HEADS"
+        for box in range(tile.box_count):
+            dst = f"{stage_addr} + {box} * {tile.const}_BOX_BYTES"
+            inner = box * tile.box_inner
+            if stask == "load_c":
+                c(c.call("tma_load_3d", dst, tmap, inner, group, f"{seq0} + l0", full_bar) + ";")
+            elif stask == "load_x":
+                c(c.call("tma_load_3d", dst, tmap, f"p0 + {inner}", "heads0",
+                         f"{seq0} + {trip} * TILE_S", full_bar) + ";")
+            elif stask == "load_state":
+                row = "((batch0 * NCHUNKS + chunks0) * NHEADS + heads0) * HEADDIM + p0"
+                c(c.call("tma_load_2d", dst, tmap, inner, row, full_bar) + ";")
+            else:  # load_cb
+                row = f"((batch0 * NCHUNKS + chunks0) * NGROUPS + {group}) * CHUNK + l0"
+                c(c.call("tma_load_2d", dst, tmap, f"{trip} * TILE_S + {inner}", row,
+                         full_bar) + ";")
+
+    def consumer_state(self, code: Code) -> None:
+        c = code
+        c("float acc[ROW_BLOCKS][ACC_REGS];")
+        c("float e[ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]), then cb e dt (accumulator "
+          "layout)")
+        c("u32 pm[ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's register A")
+        c("float dal[ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
+        self.vector_state(c)
+
+    def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
+        if issue.stask != "load_dA_l":
+            self.load_vector(code, issue.stask, at.index)
+            return
+        c = code
+        c("const float* dA_rows = dA_cumsum + vector_row(batch0, heads0, chunks0) * CHUNK + l0;")
+        self._each_row(c, ["dal[mi][h] = __ldg(dA_rows + " + TILE_ROW + ") * LOG2E;"])
+
+    def _each_row(self, code: Code, body: list[str]) -> None:
+        c = code
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int h = 0; h < 2; ++h)"):
+                for line in body:
+                    c(line)
+
+    def pin(self, code: Code, stask: str = "mma_x") -> None:
+        with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
+            if stask == "mma_x":
+                code(code.call("wgmma_fence_operands", "pm[mi]") + ";")
+
+    # ----- matrix products -----------------------------------------------------------
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
+        if issue.stask == "mma_state":
+            self._mma_state(code)
+        else:
+            self._mma_x(code, stages[self.ring_stream("load_x")])
+
+    def _mma_state(self, code: Code) -> None:
+        c, ct = code, self.c
+        mma = wgmma.mma(self.tile_p, self.dtype, "k")
+        c.comment(f"mma_state: acc[CONSUMER_ROWS x {self.tile_p}] = C_s states_s^T (ROW_BLOCKS "
+                  f"x {self._p('dstate') // 16} wgmma m64n{self.tile_p}k16)")
+        c("#pragma unroll")
+        self.pin(c, "mma_state")
+        c(c.call("wgmma_fence") + ";")
+        c(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < N_STEPS; ++kk)"):
+            c("const u64 desc_b = " + c.call(
+                "wgmma_descriptor", "smem + SMEM_ST + st_kstep_bytes(kk)", "ST_DESC_LAYOUT") + ";")
+            c("#pragma unroll")
+            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                desc_a = c.call("wgmma_descriptor",
+                                f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}",
+                                "C_DESC_LAYOUT")
+                c(c.call(mma, "acc[mi]", desc_a, "desc_b", "kk > 0") + ";")
+        c(c.call("wgmma_commit") + ";")
+
+    def _mma_x(self, code: Code, stage: str) -> None:
+        c = code
+        mma = wgmma.mma_rs(self.tile_p, self.dtype, "mn")
+        c.comment(f"mma_x  stage={stage}: acc[CONSUMER_ROWS x {self.tile_p}] += P x_s (P in "
+                  "registers: k16 step kk is pm[.][4kk..4kk+3])")
+        c("#pragma unroll")
+        self.pin(c)
+        c(c.call("wgmma_fence") + ";")
+        c(f"const u32 x_tile = smem + SMEM_X + {stage} * X_STAGE_BYTES;")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            c("const u64 desc_b = "
+              + c.call("wgmma_descriptor", "x_tile + x_kstep_bytes(kk)", "X_DESC_LAYOUT") + ";")
+            c("#pragma unroll")
+            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                regs = [f"pm[mi][4 * kk + {i}]" for i in range(4)]
+                c(c.call(mma, "acc[mi]", *regs, "desc_b", "true") + ";")
+        c(c.call("wgmma_commit") + ";")
+
+    # ----- register math -------------------------------------------------------------
+    def math(self, code: Code, issue: Issue, at: TripAt) -> None:
+        {
+            "decay_out": self._decay_out,
+            "decay": self._decay,
+            "scale_cb": self._scale_cb,
+            "skip": self._skip,
+        }[issue.stask](code, at)
+
+    def _decay_out(self, code: Code, at: TripAt) -> None:
+        c = code
+        if self.vectors_by_tma:
+            c.comment("dA[l] of this thread's rows, from the tile buffer TMA filled")
+            self._each_row(c, ["dal[mi][h] = " + c.call(
+                "ld_shared_f32", f"smem + SMEM_DAL + ({TILE_ROW}) * 4") + " * LOG2E;"])
+        c.comment("the state term decays by exp(dA[l])")
+        self._each_row(c, [
+            "const float decay = exp2f(dal[mi][h]);",
+            "#pragma unroll",
+            "for (int g = 0; g < ACC_REGS / 4; ++g) { acc[mi][4 * g + 2 * h] *= decay; "
+            "acc[mi][4 * g + 2 * h + 1] *= decay; }",
+        ])
+
+    def _each_value(self, code: Code, body: list[str], before: list[str] | None = None) -> None:
+        """``body`` for each (row block mi, half h, 8-column group g, element q) of ``e``:
+        ``e[mi][4 g + 2 h + q]`` is row TILE_ROW, column ``8 g + 2 (lane % 4) + q``, from
+        k16 step ``g / 2``, fragment column ``j = 2 (g % 2) + q``."""
+        c = code
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int h = 0; h < 2; ++h)"):
+                for line in before or []:
+                    c(line)
+                c("#pragma unroll")
+                with c.block("for (int g = 0; g < E_REGS / 4; ++g)"):
+                    c("#pragma unroll")
+                    with c.block("for (int q = 0; q < 2; ++q)"):
+                        for line in body:
+                            c(line)
+
+    def _decay(self, code: Code, at: TripAt) -> None:
+        c = code
+        exp2 = self.exp2(c, "decay")
+        self.vectors_from_stage(c)
+        self._each_value(c, [
+            f"e[mi][4 * g + 2 * h + q] = {exp2}(fmaf(-dA_v[g / 2][2 * (g % 2) + q], LOG2E, "
+            "dal[mi][h]));"])
+
+    def _scale_cb(self, code: Code, at: TripAt) -> None:
+        """``cb e dt`` (0 above the diagonal, tested only on a trip that crosses it), packed
+        to the 16-bit pairs of wgmma's A fragment."""
+        c = code
+        stage = f"{self.ring_stream('load_cb')}_stage"
+        pack = convert.pack2(self.dtype)
+        c.use("swizzle_128b")
+        c(f"const u32 cb_tile = smem + SMEM_CB + {stage} * CB_STAGE_BYTES;")
+        c(f"const int s0 = {at.index} * TILE_S;")
+        c("const bool diagonal = s0 + TILE_S - 1 > l0 + row0;  // some s > l in this trip")
+        self._each_value(
+            c,
+            before=[f"const int row = {TILE_ROW};  // in the tile"],
+            body=[
+                "if (q) continue;  // a pair at a time",
+                "const int col = 8 * g + 2 * (lane & 3);",
+                "const float2 cbv = " + c.call(
+                    "ld_shared_f32x2",
+                    "cb_tile + (col / 32) * CB_BOX_BYTES + swizzle_128b(row * 128 + (col % 32) "
+                    "* 4)") + ";",
+                "const int j = 2 * (g % 2);",
+                "float v0 = cbv.x * e[mi][4 * g + 2 * h] * dt_v[g / 2][j];",
+                "float v1 = cbv.y * e[mi][4 * g + 2 * h + 1] * dt_v[g / 2][j + 1];",
+                "if (diagonal) { if (s0 + col > l0 + row) v0 = 0.f; "
+                "if (s0 + col + 1 > l0 + row) v1 = 0.f; }",
+                f"pm[mi][2 * g + h] = {c.call(pack, 'v0', 'v1')};",
+            ],
+        )
+
+    def _skip(self, code: Code, at: TripAt) -> None:
+        c = code
+        unpack = convert.unpack2(self.dtype)
+        c("const float d_h = __ldg(D + heads0);")
+        self._each_row(c, [
+            f"const int row = l0 + {TILE_ROW};",
+            "const unsigned short* x_row = x + (((unsigned long long)batch0 * SEQLEN + chunks0 "
+            "* CHUNK + row) * NHEADS + heads0) * HEADDIM + p0;",
+            "#pragma unroll",
+            "for (int g = 0; g < ACC_REGS / 4; ++g) {",
+            f"  const float2 v = {c.call(unpack, '__ldg(reinterpret_cast<const u32*>(x_row + 8 * g + 2 * (lane & 3)))')};",
+            "  acc[mi][4 * g + 2 * h] += d_h * v.x;",
+            "  acc[mi][4 * g + 2 * h + 1] += d_h * v.y;",
+            "}",
+        ])
+
+    def tensor_maps(self) -> tuple[TensorMapArg, ...]:
+        p = self.params
+        rows = p["batch"] * self.nchunks
+        maps = [
+            self.rows_map("c_map", "c", p["ngroups"], p["dstate"], self.c, self.tile_l),
+            TensorMapArg(
+                name="states_map", tensor="states", dtype=self.dtype,
+                global_dims=(p["dstate"], rows * p["nheads"] * p["headdim"]),
+                global_strides_bytes=(p["dstate"] * self.elem,),
+                box_dims=(self.st.box_inner, self.tile_p), swizzle="128B"),
+            TensorMapArg(
+                name="cb_map", tensor="cb", dtype="float32",
+                global_dims=(self.chunk, rows * p["ngroups"] * self.chunk),
+                global_strides_bytes=(self.chunk * 4,),
+                box_dims=(F32_BOX_ELEMS, self.tile_l), swizzle="128B"),
+            self.rows_map("x_map", "x", p["nheads"], p["headdim"], self.x, self.tile_s),
+        ]
+        if self.vectors_by_tma:
+            maps += [self.vector_map("dA_l_map", self.dal), self.vector_map("dt_map", self.dt),
+                     self.vector_map("dA_map", self.da)]
+        return tuple(maps)
+
+
+#: Bumped whenever chunk scan's own text changes for the same schedule.
+CHUNK_SCAN_HOOKS_VERSION = "mamba2-chunk-scan-1"

@@ -1,0 +1,239 @@
+"""Mamba2 chunk state as hooks on the pipeline skeleton (``mamba_ssm``'s ``_chunk_state_fwd``).
+
+Per (batch, chunk c, head h) with g = h / (nheads / ngroups) and L = chunk_size:
+``states[p, n] = Σ_l x[l, p] · w[l] · B[l, g, n]``, ``w[l] = exp(dA[L-1] - dA[l]) · dt[l]``,
+an fp32 (headdim x dstate) result. What is chunk state's own:
+
+- tiles: an output tile is ``tile_p x tile_n`` of one (batch, chunk, head); one loop trip per
+  ``tile_l`` positions of the chunk;
+- ``load_x`` / ``load_b``: TMA boxes of the trip's rows of x (one head) and B (its group);
+- ``decay`` (SFU or CUDA cores): ``w`` of this thread's positions;
+- ``scale_x``: x read transposed from shared memory with ``ldmatrix .trans`` straight into
+  wgmma's register A layout (rows p, columns l), each pair scaled by its ``w``: the decay
+  costs no shared-memory pass;
+- ``mma``: ``acc += (x w)ᵀ B`` with A from registers and B (positions x dstate, dstate
+  contiguous) MN-major in shared memory;
+- ``store``: the fp32 accumulators with st.global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cached_property
+
+from codegen.artifact import TensorMapArg
+from codegen.cuda import convert, wgmma
+from codegen.kernels.mamba2._common import Mamba2Hooks
+from codegen.pipeline import (
+    Code,
+    GridAxis,
+    Issue,
+    OperandTile,
+    OutputTile,
+    TripAt,
+    VectorTile,
+)
+
+
+class ChunkStateHooks(Mamba2Hooks):
+    """Chunk state's tiles, loads, decay and wgmma on the skeleton."""
+
+    trips = "L_TILES"
+    k_tile_const = "TILE_L"
+
+    @property
+    def tile_p(self) -> int:
+        return self.sprogram.tile["p"]
+
+    @property
+    def tile_n(self) -> int:
+        return self.sprogram.tile["n"]
+
+    @property
+    def tile_l(self) -> int:
+        return self.sprogram.tile["l"]
+
+    @property
+    def k_tile(self) -> int:
+        return self.tile_l
+
+    @property
+    def trip_count(self) -> int:
+        return self.chunk // self.tile_l
+
+    @property
+    def grid_axes(self) -> tuple[GridAxis, ...]:
+        return (GridAxis("p", self._p("headdim"), self.tile_p),
+                GridAxis("n", self._p("dstate"), self.tile_n), *self.outer_axes())
+
+    @property
+    def math_stasks(self) -> frozenset[str]:
+        return frozenset({"decay", "scale_x"})
+
+    # ----- operands and output -------------------------------------------------------
+    @cached_property
+    def x(self) -> OperandTile:
+        # Rows are positions l, headdim contiguous: read transposed by ldmatrix, not wgmma.
+        return self.tile16("x", self.tile_l, self.tile_p)
+
+    @cached_property
+    def b(self) -> OperandTile:
+        # wgmma's B: K = positions, N = dstate contiguous (MN-major).
+        return self.tile16("b", self.tile_n, self.tile_l, major="mn")
+
+    def operand(self, stask: str) -> OperandTile | VectorTile:
+        return {"load_x": self.x, "load_b": self.b, "load_dt": self.dt, "load_dA": self.da}[stask]
+
+    def tensor_map(self, stask: str) -> str:
+        return {"load_x": "x_map", "load_b": "b_map", "load_dt": "dt_map",
+                "load_dA": "dA_map"}[stask]
+
+    def output(self) -> OutputTile:
+        return OutputTile(
+            tensor="states", dtype="float32", elem_bytes=4, rows=self.tile_p, cols=self.tile_n,
+            global_rows=self._p("headdim"), global_cols=self._p("dstate"), fragment="acc",
+            row_origin="p0", col_origin="n0", extent_names=("HEADDIM", "DSTATE"),
+            row_pointer=("states + ((((unsigned long long)batch0 * NCHUNKS + chunks0) * NHEADS + "
+                         "heads0) * HEADDIM + {row}) * DSTATE"),
+        )
+
+    def pointer_inputs(self) -> tuple[str, ...]:
+        # dA_cumsum for the chunk's last position, once per tile.
+        return self.vector_pointers() or ("dA_cumsum",)
+
+    def row_blocks(self, consumer_rows: int) -> int:
+        return consumer_rows // wgmma.WGMMA_M
+
+    def accumulator_regs(self, consumer_rows: int) -> int:
+        per_block = self.tile_n // 2 + 4 * self.k_steps  # acc, the scaled x pairs
+        return self.row_blocks(consumer_rows) * per_block + 12 * self.k_steps  # w, dt, dA
+
+    def holds_tile_buffer(self, load: str) -> bool:
+        return False
+
+    def problem(self) -> str | None:
+        problem = self.common_problem()
+        if problem:
+            return problem
+        if self._p("headdim") % self.tile_p or self.tile_p % 64:
+            return (f"tile_p={self.tile_p}: x tiles are 64-column 128B-swizzle boxes and must "
+                    "divide headdim")
+        if self._p("dstate") % self.tile_n or self.tile_n % 64:
+            return (f"tile_n={self.tile_n}: B tiles are MN-major 64-column boxes and must divide "
+                    "dstate")
+        return None
+
+    # ----- text ----------------------------------------------------------------------
+    def constants(self, code: Code, consumer_rows: int) -> None:
+        c = code
+        self.problem_constants(c)
+        c(f"constexpr int TILE_P = {self.tile_p}, TILE_N = {self.tile_n}, TILE_L = {self.tile_l};")
+        c(f"constexpr int L_TILES = {self.trip_count};  // loop trips: tile_l positions each")
+        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
+          f"{self.tile_n // 2};")
+        tiles = (self.x, self.b) + ((self.dt, self.da) if self.vectors_by_tma else ())
+        self.tile_constants(c, tiles, read_by_wgmma=(self.b,))
+
+    def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
+        c, tile = code, self.operand(stask)
+        tmap = self.tensor_map(stask)
+        if isinstance(tile, VectorTile):
+            self.load_vector_tile(c, tile, tmap, stage_addr, f"{trip} * TILE_L", full_bar)
+            return
+        row = f"batch0 * SEQLEN + chunks0 * CHUNK + {trip} * TILE_L"
+        col0, head = ("p0", "heads0") if stask == "load_x" else ("n0", "heads0 / GROUP_HEADS")
+        for box in range(tile.box_count):
+            c(c.call("tma_load_3d", f"{stage_addr} + {box} * {tile.const}_BOX_BYTES", tmap,
+                     f"{col0} + {box * tile.box_inner}", head, row, full_bar) + ";")
+
+    def consumer_state(self, code: Code) -> None:
+        c = code
+        c("float acc[ROW_BLOCKS][ACC_REGS];")
+        c("u32 xa[ROW_BLOCKS][4 * K_STEPS];  // (x w)^T as wgmma's register A, k16 step kk: "
+          "xa[.][4kk..4kk+3]")
+        c("float w[K_STEPS][4];  // exp(dA[last] - dA[l]) dt[l] of this thread's positions")
+        c("float dA_last;  // dA_cumsum at the chunk's last position")
+        self.vector_state(c)
+
+    def begin_tile(self, code: Code) -> None:
+        code("dA_last = dA_cumsum[vector_row(batch0, heads0, chunks0) * CHUNK + CHUNK - 1];")
+
+    def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
+        self.load_vector(code, issue.stask, at.index)
+
+    def pin(self, code: Code, stask: str = "mma") -> None:
+        with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
+            code(code.call("wgmma_fence_operands", "xa[mi]") + ";")
+
+    def math(self, code: Code, issue: Issue, at: TripAt) -> None:
+        if issue.stask == "decay":
+            self._decay(code)
+        else:
+            self._scale_x(code)
+
+    def _decay(self, code: Code) -> None:
+        c = code
+        exp2 = self.exp2(c, "decay")
+        self.vectors_from_stage(c)
+        c("const float last2 = dA_last * LOG2E;")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            c("#pragma unroll")
+            with c.block("for (int j = 0; j < 4; ++j)"):
+                c(f"w[kk][j] = {exp2}(fmaf(-dA_v[kk][j], LOG2E, last2)) * dt_v[kk][j];")
+
+    def _scale_x(self, code: Code) -> None:
+        """ldmatrix .trans of 16x16 blocks of x (lane / 8 picks the 8x8 matrix: bit 0 +8
+        rows of p, bit 1 +8 positions), each 16-bit pair times its two positions' w."""
+        c = code
+        stage = f"{self.ring_stream('load_x')}_stage"
+        unpack, pack = convert.unpack2(self.dtype), convert.pack2(self.dtype)
+        c.use("swizzle_128b")
+        c(f"const u32 x_tile = smem + SMEM_X + {stage} * X_STAGE_BYTES;")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("const int p = row0 + mi * 64 + warp * 16 + ((lane >> 3) & 1) * 8;  // in the tile")
+            c("#pragma unroll")
+            with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+                c("const int l = 16 * kk + (lane & 7) + (lane >> 4) * 8;")
+                c("u32 r[4];")
+                addr = "x_tile + (p / 64) * X_BOX_BYTES + swizzle_128b(l * 128 + (p % 64) * 2)"
+                c(c.call("ldmatrix_x4_trans", addr, "r[0]", "r[1]", "r[2]", "r[3]") + ";")
+                c("#pragma unroll")
+                with c.block("for (int j = 0; j < 4; ++j)"):
+                    c(f"const float2 v = {c.call(unpack, 'r[j]')};")
+                    c("const int h = (j >> 1) * 2;  // positions 2t, 2t+1 (j < 2) or +8")
+                    c(f"xa[mi][4 * kk + j] = {c.call(pack, 'v.x * w[kk][h]', 'v.y * w[kk][h + 1]')};")
+
+    def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
+        c = code
+        stage = stages[self.ring_stream("load_b")]
+        mma = wgmma.mma_rs(self.tile_n, self.dtype, "mn")
+        c.comment(f"mma  stage={stage}: acc[CONSUMER_ROWS x {self.tile_n}] += (x w)^T B_s "
+                  f"(ROW_BLOCKS x {self.k_steps} wgmma m64n{self.tile_n}k16, A in registers)")
+        c("#pragma unroll")
+        self.pin(c)
+        c(c.call("wgmma_fence") + ";")
+        c(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            c("const u64 desc_b = "
+              + c.call("wgmma_descriptor", "b_stage + b_kstep_bytes(kk)", "B_DESC_LAYOUT") + ";")
+            c("#pragma unroll")
+            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                regs = [f"xa[mi][4 * kk + {i}]" for i in range(4)]
+                c(c.call(mma, "acc[mi]", *regs, "desc_b", f"{at.accumulates} || kk > 0") + ";")
+        c(c.call("wgmma_commit") + ";")
+
+    def tensor_maps(self) -> tuple[TensorMapArg, ...]:
+        p = self.params
+        maps = [self.rows_map("x_map", "x", p["nheads"], p["headdim"], self.x, self.tile_l),
+                self.rows_map("b_map", "b", p["ngroups"], p["dstate"], self.b, self.tile_l)]
+        if self.vectors_by_tma:
+            maps += [self.vector_map("dt_map", self.dt), self.vector_map("dA_map", self.da)]
+        return tuple(maps)
+
+
+#: Bumped whenever chunk state's own text changes for the same schedule.
+CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-1"
