@@ -365,7 +365,9 @@ class ChunkScanHooks(Mamba2Hooks):
             "* CHUNK + row) * NHEADS + heads0) * HEADDIM + p0;",
             "#pragma unroll",
             "for (int g = 0; g < ACC_REGS / 4; ++g) {",
-            f"  const float2 v = {c.call(unpack, '__ldg(reinterpret_cast<const u32*>(x_row + 8 * g + 2 * (lane & 3)))')};",
+            "  const u32 pair = __ldg(reinterpret_cast<const u32*>(x_row + 8 * g + 2 * (lane & "
+            "3)));",
+            f"  const float2 v = {c.call(unpack, 'pair')};",
             "  acc[mi][4 * g + 2 * h] += d_h * v.x;",
             "  acc[mi][4 * g + 2 * h + 1] += d_h * v.y;",
             "}",

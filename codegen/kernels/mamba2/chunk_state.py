@@ -204,7 +204,8 @@ class ChunkStateHooks(Mamba2Hooks):
                 with c.block("for (int j = 0; j < 4; ++j)"):
                     c(f"const float2 v = {c.call(unpack, 'r[j]')};")
                     c("const int h = (j >> 1) * 2;  // positions 2t, 2t+1 (j < 2) or +8")
-                    c(f"xa[mi][4 * kk + j] = {c.call(pack, 'v.x * w[kk][h]', 'v.y * w[kk][h + 1]')};")
+                    scaled = c.call(pack, "v.x * w[kk][h]", "v.y * w[kk][h + 1]")
+                    c(f"xa[mi][4 * kk + j] = {scaled};")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         c = code

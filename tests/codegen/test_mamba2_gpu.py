@@ -1,0 +1,98 @@
+"""Generated Mamba2 chunk state and chunk scan kernels on a real GPU: correct against the
+workers' fp32 reference (poisoned outputs, seeded random inputs) on every shape of the
+benchmark suite, on heads sharing B and C (ngroups 8), fp16 and bf16, an odd number of chunks,
+chunk sizes other than the suite's, and with each way of loading dt and dA.
+
+Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU. Every
+kernel of the module is compiled and checked in one batch; each test reads its own result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from gpu import cuda_device_visible
+from kernel_checks import assert_correct, check_kernels
+from schedule_samples import sample_schedules
+
+from codegen import feasibility
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import OperatorSpec, parse_spec
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import DESIGNS
+from scheduler_search.sprogram import SProgram
+
+pytestmark = pytest.mark.gpu
+
+DEVICE = get_device("h200")
+OPS = ("mamba2_chunk_state", "mamba2_chunk_scan")
+SAMPLES_PER_CASE = 2
+#: (batch, seqlen, nheads, headdim, dstate, ngroups, chunk_size, dtype).
+SHAPES: tuple[tuple[int, int, int, int, int, int, int, str], ...] = (
+    # The suite of the benchmark.
+    (1, 1024, 80, 64, 128, 1, 256, "float16"),
+    (1, 16384, 80, 64, 128, 1, 256, "float16"),
+    (8, 4096, 80, 64, 128, 1, 256, "float16"),
+    (64, 4096, 80, 64, 128, 1, 256, "float16"),
+    # Heads sharing B and C in 8 groups; bf16.
+    (2, 2048, 80, 64, 128, 8, 256, "float16"),
+    (2, 2048, 80, 64, 128, 8, 256, "bfloat16"),
+    # Three chunks (seqlen not a multiple of a 512-position span), headdim 128, dstate 64.
+    (2, 768, 16, 128, 64, 2, 256, "bfloat16"),
+    # Chunks of 64: the loop tiles no larger than a chunk.
+    (1, 320, 8, 64, 128, 4, 64, "float16"),
+)
+
+
+def _designed(spec: OperatorSpec) -> list[SProgram]:
+    """The operator's hand-written designs, where they fit the shape."""
+    space = ScheduleSpace(spec, DEVICE, feasibility(spec.op, DEVICE))
+    built = []
+    for choices in DESIGNS.get(spec.op, {}).values():
+        sprogram, validity = space.build(choices)
+        if validity.ok:
+            built.append(sprogram)
+    return built
+
+
+def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
+    cases = []
+    for batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype in SHAPES:
+        for op in OPS:
+            spec = parse_spec(op, {
+                "batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
+                "dstate": dstate, "ngroups": ngroups, "chunk_size": chunk, "dtype": dtype})
+            name = (f"{op}-{batch}x{seqlen}x{nheads}(g{ngroups})xp{headdim}xn{dstate}c{chunk}"
+                    f"-{dtype}")
+            programs = {p.hash: p for p in (*sample_schedules(spec, DEVICE, SAMPLES_PER_CASE,
+                                                              seed=7), *_designed(spec))}
+            cases += [(name, spec, p) for p in programs.values()]
+    return cases
+
+
+#: Built only where the kernels can run (building them takes a while on a CPU).
+CASES = _cases() if cuda_device_visible() else []
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return check_kernels(CASES, DEVICE, tmp_path_factory)
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "sprogram"), CASES, ids=[f"{n}-{p.hash[:8]}" for n, _, p in CASES]
+)
+def test_generated_mamba2_is_correct(
+    results: dict[str, Any], name: str, spec: OperatorSpec, sprogram: SProgram
+) -> None:
+    assert_correct(results[sprogram.hash], name, sprogram)
+
+
+def test_both_ways_of_loading_dt_and_da_are_checked() -> None:
+    """The sampled and designed kernels load dt / dA by TMA and by the CUDA cores."""
+    if not CASES:
+        pytest.skip("no GPU")
+    for op in OPS:
+        maps = {p.choices.get("map_vector_loads") for _, s, p in CASES if s.op == op}
+        assert {"tma", "cuda_core"} <= maps, (op, maps)
