@@ -22,7 +22,7 @@ from codegen.artifact import (
     TensorArg,
     TensorMapArg,
 )
-from scheduler_search.ops import DTYPE_BYTES
+from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
 _C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float"}
@@ -35,15 +35,16 @@ def launch_name(artifact: KernelArtifact) -> str:
 
 
 def _tensors(artifact: KernelArtifact) -> dict[str, tuple[str, tuple[int, ...], str]]:
-    """Every tensor the kernel touches, by name: (dtype, shape, role), in launch order."""
-    tensors: dict[str, tuple[str, tuple[int, ...], str]] = {}
+    """Every tensor the kernel touches, by name: (dtype, shape, role), in the operator's
+    contract order (the spec's), whatever order the kernel's parameters take them in."""
+    dtypes: dict[str, str] = {}
     for arg in artifact.args:
         if isinstance(arg, TensorMapArg):
-            shape = tuple(reversed(arg.global_dims))
-            tensors.setdefault(arg.tensor, (arg.dtype, shape, "tensor map"))
+            dtypes.setdefault(arg.tensor, arg.dtype)
         elif isinstance(arg, TensorArg):
-            tensors[arg.name] = (arg.dtype, tuple(arg.shape), arg.role)
-    return tensors
+            dtypes[arg.name] = arg.dtype
+    return {t.name: (dtypes[t.name], tuple(t.shape), t.role)
+            for t in parse_spec(artifact.op, artifact.params).tensors() if t.name in dtypes}
 
 
 def _signature(artifact: KernelArtifact) -> str:

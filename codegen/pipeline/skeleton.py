@@ -490,6 +490,7 @@ class PipelineSkeleton:
         c(f"loads_before += unit_tiles * {trips};")
         self._origins("tile", guarded=True)
         c("const int row0 = 0;")
+        self.hooks.begin_tile(c)
         mmas = [i for i in self._loop() if i.kind is STaskKind.MMA]
         for turn in self.structure.turns:
             if turn.waiter == mmas[0].stask:

@@ -14,15 +14,24 @@ from codegen.export import export_files, launch_name
 from codegen.nvcc import NVCC_ARCH, nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
-from scheduler_search.space.designs import FLASH_ATTENTION_3, GEMM_WARP_SPECIALIZED
+from scheduler_search.space.designs import (
+    FLASH_ATTENTION_3,
+    GEMM_WARP_SPECIALIZED,
+    MAMBA2_CHUNK_SCAN,
+    MAMBA2_CHUNK_STATE,
+)
 from scheduler_search.sprogram.plan import plan_sprogram
 
 DEVICE = get_device("h200")
+MAMBA2_PARAMS = {"batch": 2, "seqlen": 512, "nheads": 8, "headdim": 64, "dstate": 128,
+                 "ngroups": 2, "chunk_size": 256, "dtype": "float16"}
 CASES = {
     "gemm": ({"m": 1000, "n": 2048, "k": 512, "dtype": "float16"}, GEMM_WARP_SPECIALIZED),
     "attention": ({"batch": 1, "heads": 8, "kv_heads": 2, "seq_q": 300, "seq_kv": 300,
                    "head_dim": 64, "causal": True, "dtype": "bfloat16"},
                   {**FLASH_ATTENTION_3, "map_store": "cuda_core", "map_softmax_exp2": "sfu"}),
+    "mamba2_chunk_scan": (MAMBA2_PARAMS, MAMBA2_CHUNK_SCAN),
+    "mamba2_chunk_state": (MAMBA2_PARAMS, {**MAMBA2_CHUNK_STATE, "map_vector_loads": "cuda_core"}),
 }
 
 
@@ -44,6 +53,16 @@ def test_the_header_takes_the_tensors_in_contract_order() -> None:
     assert f"const cuuint64_t dims[] = {{{dims}}};" in files["launch.cu"]
     launch = f"<<<dim3({artifact.grid[0]}, 1, 1), dim3({artifact.block[0]}, 1, 1)"
     assert launch in files["launch.cu"]
+
+
+def test_pointer_inputs_take_their_contract_place() -> None:
+    """The chunk scan reads x through a tensor map and a pointer, and D through a pointer
+    passed after its output: the header still lists the contract's order."""
+    artifact = _artifact("mamba2_chunk_scan")
+    header = export_files(artifact)[f"{launch_name(artifact)}.h"]
+    assert (f"{launch_name(artifact)}(const void* cb, const void* x, const void* dt, "
+            "const void* dA_cumsum, const void* c, const void* states, const void* D, "
+            "void* out, cudaStream_t stream);") in header
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
