@@ -533,6 +533,9 @@ class PipelineSkeleton:
                     self._flush_refills()
                 if issue.kind is STaskKind.MMA:
                     self._wgmma_wait(issue, "x", "trip")
+                else:
+                    # Register math reads its stage synchronously: done once it is written.
+                    self._release(issue.stask, "x")
         self._pass_pending = False
         for issue in loop:
             if issue.kind is STaskKind.MMA and s.inflight.get(issue.stask):

@@ -114,3 +114,16 @@ def test_sampled_mamba2_schedules_compile_without_spills() -> None:
     assert not failures, failures[:3]
     serialised = [r.log for r in reports if "serialized" in r.log]
     assert not serialised, serialised[:1]
+
+
+@pytest.mark.parametrize("op", ["mamba2_chunk_state", "mamba2_chunk_scan"])
+def test_every_ring_stage_is_released_by_its_last_reader(op: str) -> None:
+    """A stage whose last reader is register math (chunk scan's cb, read by scale_cb) is
+    released after it, as one read by wgmma is after its wait: else the producer waits for
+    an empty slot forever (the first chunk-scan kernels hung on the H200)."""
+    spec = parse_spec(op, GROUPED)
+    for sprogram in sample_schedules(spec, DEVICE, 6, seed=11):
+        lowered = lowering(sprogram, DEVICE)
+        for ring in lowered.layout.structure.rings:
+            arrival = f"mbarrier_arrive({ring.empty_name}(smem"
+            assert arrival in lowered.source, (ring.stream, ring.last_reader, sprogram.choices)
