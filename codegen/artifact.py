@@ -18,8 +18,9 @@ Tensor names per operator (the contract between code generation, workers and use
   output ``states`` (batch, nchunks, nheads, headdim, dstate) float32.
 - ``mamba2_chunk_scan``: ``cb`` (batch, nchunks, ngroups, chunk_size, chunk_size) float32,
   ``x`` (batch, seqlen, nheads, headdim), ``dt`` and ``dA_cumsum`` as above, ``c`` (batch,
-  seqlen, ngroups, dstate), ``states`` (batch, nchunks, nheads, headdim, dstate); output
-  ``out`` (batch, seqlen, nheads, headdim).
+  seqlen, ngroups, dstate), ``states`` (batch, nchunks, nheads, headdim, dstate), ``D``
+  (nheads,) float32, the skip weight of ``out += D[h] * x``; output ``out`` (batch, seqlen,
+  nheads, headdim). ``c``, ``states`` and ``out`` in the spec dtype like ``x``.
 """
 
 from __future__ import annotations

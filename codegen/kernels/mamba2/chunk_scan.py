@@ -15,7 +15,8 @@ Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chu
   ``cb e dt`` read from shared memory in wgmma's register A layout, masked above the
   diagonal only on the trips that cross it, packed to 16-bit pairs; ``mma_x``:
   ``acc += P x`` (A in registers, x MN-major);
-- epilogue: ``skip`` adds ``D[h] x[l, p]`` (x re-read from global, mostly from L2) and
+- epilogue: ``skip`` adds ``D[h] x[l, p]`` (x read from global at the tile's start, so the
+  read lands while the loop runs) and
   ``store`` writes the rows with st.global.
 """
 
@@ -135,8 +136,9 @@ class ChunkScanHooks(Mamba2Hooks):
         return consumer_rows // wgmma.WGMMA_M
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        # acc, e (fp32), P (pairs) and the row decay per block; dt, dA of the trip's columns.
-        per_block = self.tile_p // 2 + self.tile_s // 2 + self.tile_s // 4 + 2
+        # acc, e (fp32), P (pairs), the row decay and x for D x per block; dt, dA of the
+        # trip's columns.
+        per_block = self.tile_p // 2 + self.tile_s // 2 + self.tile_s // 4 + 2 + self.tile_p // 4
         return self.row_blocks(consumer_rows) * per_block + 8 * self.k_steps
 
     def holds_tile_buffer(self, load: str) -> bool:
@@ -205,6 +207,9 @@ class ChunkScanHooks(Mamba2Hooks):
           "layout)")
         c("u32 pm[ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's register A")
         c("float dal[ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
+        c("u32 x_skip[ROW_BLOCKS][2][ACC_REGS / 4];  // x[l, p] pairs of this thread's "
+          "outputs, for D x")
+        c("float d_h;  // D of the tile's head")
         self.vector_state(c)
 
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
@@ -355,19 +360,27 @@ class ChunkScanHooks(Mamba2Hooks):
             ],
         )
 
-    def _skip(self, code: Code, at: TripAt) -> None:
+    def begin_tile(self, code: Code) -> None:
+        """Issue the skip term's reads of x[l, p] and D[h] now: they land while the tile's
+        loop runs (read in the epilogue, they cost a memory latency per tile)."""
         c = code
-        unpack = convert.unpack2(self.dtype)
-        c("const float d_h = __ldg(D + heads0);")
+        c("d_h = __ldg(D + heads0);")
         self._each_row(c, [
             f"const int row = l0 + {TILE_ROW};",
             "const unsigned short* x_row = x + (((unsigned long long)batch0 * SEQLEN + chunks0 "
             "* CHUNK + row) * NHEADS + heads0) * HEADDIM + p0;",
             "#pragma unroll",
+            "for (int g = 0; g < ACC_REGS / 4; ++g) x_skip[mi][h][g] = "
+            "__ldg(reinterpret_cast<const u32*>(x_row + 8 * g + 2 * (lane & 3)));",
+        ])
+
+    def _skip(self, code: Code, at: TripAt) -> None:
+        c = code
+        unpack = convert.unpack2(self.dtype)
+        self._each_row(c, [
+            "#pragma unroll",
             "for (int g = 0; g < ACC_REGS / 4; ++g) {",
-            "  const u32 pair = __ldg(reinterpret_cast<const u32*>(x_row + 8 * g + 2 * (lane & "
-            "3)));",
-            f"  const float2 v = {c.call(unpack, 'pair')};",
+            f"  const float2 v = {c.call(unpack, 'x_skip[mi][h][g]')};",
             "  acc[mi][4 * g + 2 * h] += d_h * v.x;",
             "  acc[mi][4 * g + 2 * h + 1] += d_h * v.y;",
             "}",
@@ -397,4 +410,4 @@ class ChunkScanHooks(Mamba2Hooks):
 
 
 #: Bumped whenever chunk scan's own text changes for the same schedule.
-CHUNK_SCAN_HOOKS_VERSION = "mamba2-chunk-scan-1"
+CHUNK_SCAN_HOOKS_VERSION = "mamba2-chunk-scan-2"
