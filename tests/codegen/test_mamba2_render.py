@@ -40,7 +40,8 @@ def test_chunk_state_reads_mamba_layouts_and_writes_fp32_states() -> None:
     maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
     # x (batch, seqlen, nheads, headdim) and B (batch, seqlen, ngroups, dstate): rank 3,
     # one head's rows per box.
-    assert maps["x_map"].global_dims == (64, 80, 8 * 4096) and maps["x_map"].box_dims == (64, 1, 128)
+    assert maps["x_map"].global_dims == (64, 80, 8 * 4096)
+    assert maps["x_map"].box_dims == (64, 1, 128)
     assert maps["b_map"].global_dims == (128, 1, 8 * 4096)
     assert maps["dt_map"].global_dims == (256, 8 * 80 * 16) and maps["dt_map"].swizzle == "none"
     tensors = [(a.name, a.dtype, a.shape, a.role) for a in art.args if a.kind == "tensor"]
