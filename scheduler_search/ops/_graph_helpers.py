@@ -25,6 +25,12 @@ EXP2_EMULATION_OPS = 8.0
 """Tiles: TMA on sm_90, cp.async through the LSU on sm_80."""
 
 
+def packed_heads(tile: dict[str, int] | None) -> int:
+    """Heads packed into one tile (the ``g`` tile, default 1): attention's query heads of a
+    kv group, Mamba2 chunk state's heads of a B group; what they share is loaded once."""
+    return int((tile or {}).get("g", 1))
+
+
 def access(text: str) -> TensorAccess:
     """Parse ``name[ax1,ax2]`` into a TensorAccess."""
     name, _, rest = text.partition("[")

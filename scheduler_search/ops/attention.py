@@ -21,15 +21,10 @@ from scheduler_search.ops._graph_helpers import (
     TC,
     TMA_OR_CORES,
     TMA_OR_LSU,
+    packed_heads,
     stask,
     tensors,
 )
-
-
-def packed_heads(tile: TileShape | None) -> int:
-    """Query heads of one kv group packed into a tile's rows (the ``g`` tile, default 1)."""
-    return int((tile or {}).get("g", 1))
-
 
 #: wgmma takes K in steps of 16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply"),
 #: and N (head_dim of P·V) up to 256.

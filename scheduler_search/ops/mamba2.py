@@ -26,6 +26,7 @@ from scheduler_search.ops._graph_helpers import (
     TC,
     TMA_OR_CORES,
     TMA_OR_LSU,
+    packed_heads,
     stask,
     tensors,
 )
@@ -37,7 +38,7 @@ MMA_K_STEP = 16
 class _Mamba2Spec(OperatorSpec):
     """Fields shared by the two chunk kernels (tensors laid out batch-major)."""
 
-    exact_axes: ClassVar[tuple[str, ...]] = ("l", "s", "p", "n")
+    exact_axes: ClassVar[tuple[str, ...]] = ("l", "s", "p", "n", "g")
 
     batch: Annotated[int, Field(ge=1, le=65536)]
     seqlen: Annotated[int, Field(ge=1, le=1 << 22)]
@@ -91,12 +92,20 @@ class _Mamba2Spec(OperatorSpec):
         group = self.nheads // self.ngroups
         return {name: {"heads": group} for name in ("b", "c", "cb")}
 
-    def _grid_axes(self) -> dict[str, int]:
-        return {"batch": self.batch, "chunks": self.nchunks, "heads": self.nheads}
+    @property
+    def group(self) -> int:
+        """Heads sharing one group's B and C."""
+        return self.nheads // self.ngroups
+
+    def _grid_axes(self, pack: int = 1) -> dict[str, int]:
+        return {"batch": self.batch, "chunks": self.nchunks, "heads": self.nheads // pack}
 
 
 class Mamba2ChunkStateSpec(_Mamba2Spec):
-    """Per-chunk final states: a (headdim x chunk) @ (chunk x dstate) product with decay."""
+    """Per-chunk final states: a (headdim x chunk) @ (chunk x dstate) product with decay.
+
+    A tile may pack ``g`` heads of one group into its rows (tile ``g``; rows are then
+    (head, p) pairs, ``p`` extent headdim x g): their B tiles are loaded once."""
 
     op: ClassVar[str] = "mamba2_chunk_state"
     streams: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -111,6 +120,9 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
 
     def flops(self) -> float:
         return 2.0 * self.batch * self.nheads * self.seqlen * self.headdim * self.dstate
+
+    def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
+        return {"b": {"heads": self.group // packed_heads(tile)}}
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
         stasks = (
@@ -172,11 +184,12 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 xw=(dt, "register"),
                 acc=("float32", "register"),
             ),
-            extents={"p": self.headdim, "n": self.dstate, "l": self.chunk_size},
+            extents={"p": self.headdim * packed_heads(tile), "n": self.dstate,
+                     "l": self.chunk_size, "g": self.group},
             tile=dict(tile),
             spatial_axes=("p", "n"),
             reduction_axes=("l",),
-            grid_axes=self._grid_axes(),
+            grid_axes=self._grid_axes(packed_heads(tile)),
         )
 
 
@@ -206,7 +219,8 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         ]
 
     def flops(self) -> float:
-        # State term 2n, intra-chunk term ~chunk (causal half of 2 * chunk), decay, skip.
+        # Per output: the state term 2n, the causal intra-chunk term 2 (l + 1) (chunk + 1 on
+        # average over l), the skip term D x 2.
         per_head = self.seqlen * self.headdim * (2.0 * self.dstate + self.chunk_size + 3)
         return self.batch * self.nheads * per_head
 

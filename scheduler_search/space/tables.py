@@ -23,7 +23,13 @@ _TILE_OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
         # Query heads of a kv group per tile (GQA): k and v tiles shared by them.
         "g": (1, 2, 4, 8),
     },
-    "mamba2_chunk_state": {"p": (64, 128), "n": (32, 64, 128, 256), "l": (32, 64, 128, 256)},
+    "mamba2_chunk_state": {
+        "p": (64, 128, 256),
+        "n": (32, 64, 128, 256),
+        "l": (32, 64, 128, 256),
+        # Heads of a B group per tile, stacked in its rows: B tiles loaded once for them.
+        "g": (1, 2, 4),
+    },
     "mamba2_chunk_scan": {"l": (64, 128, 192, 256), "p": (32, 64, 128), "s": (32, 64, 128)},
 }
 
@@ -66,15 +72,19 @@ def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
     into a tile (``g``) only in divisors of the group, and only where they lie next to
     each other in memory (layout bshd); with nothing to choose, the axis is no knob."""
     options = dict(_TILE_OPTIONS[spec.op])
+    if "g" not in options:
+        return options
+    params = spec.params()
     if spec.op == "attention":
-        params = spec.params()
         group = params["heads"] // params["kv_heads"]
-        packs = tuple(g for g in options["g"] if group % g == 0
-                      and (g == 1 or params.get("layout", "bshd") == "bshd"))
-        if len(packs) > 1:
-            options["g"] = packs
-        else:
-            del options["g"]
+        bshd = params.get("layout", "bshd") == "bshd"
+    else:
+        group, bshd = params["nheads"] // params["ngroups"], True
+    packs = tuple(g for g in options["g"] if group % g == 0 and (g == 1 or bshd))
+    if len(packs) > 1:
+        options["g"] = packs
+    else:
+        del options["g"]
     return options
 
 

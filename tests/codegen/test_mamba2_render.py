@@ -43,7 +43,7 @@ def test_chunk_state_reads_mamba_layouts_and_writes_fp32_states() -> None:
     assert maps["x_map"].global_dims == (64, 80, 8 * 4096)
     assert maps["x_map"].box_dims == (64, 1, 128)
     assert maps["b_map"].global_dims == (128, 1, 8 * 4096)
-    assert maps["dt_map"].global_dims == (256, 8 * 80 * 16) and maps["dt_map"].swizzle == "none"
+    assert maps["dt_map"].global_dims == (256, 16, 8 * 80) and maps["dt_map"].swizzle == "none"
     tensors = [(a.name, a.dtype, a.shape, a.role) for a in art.args if a.kind == "tensor"]
     assert tensors == [("states", "float32", (8, 16, 80, 64, 128), "output"),
                        ("dA_cumsum", "float32", (8, 80, 16, 256), "input")]
@@ -131,3 +131,24 @@ def test_every_ring_stage_is_released_by_its_last_reader(op: str) -> None:
         for ring in lowered.layout.structure.rings:
             arrival = f"mbarrier_arrive({ring.empty_name}(smem"
             assert arrival in lowered.source, (ring.stream, ring.last_reader, sprogram.choices)
+
+
+def test_chunk_state_packs_heads_of_a_group_into_its_rows() -> None:
+    """tile_g heads of one B group stacked in a tile's rows: x boxes span the packed heads,
+    dt / dA boxes hold each head's positions in turn, the grid has nheads / g head tiles,
+    and each m64 block scales x by its own head's decay."""
+    params = {**SUITE, "ngroups": 8}  # groups of 10 heads: packs of 2 divide them
+    spec, sprogram, validity = _build(
+        "mamba2_chunk_state", params,
+        {**MAMBA2_CHUNK_STATE, "tile_g": 2, "tile_p": 128, "tile_l": 64})
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    assert maps["x_map"].box_dims == (64, 2, 64) and maps["dt_map"].box_dims == (64, 1, 2)
+    assert art.grid == (40 * 16 * 8, 1, 1)
+    src = art.source
+    assert "constexpr int PACK = 2, HEAD_ROWS = 64" in src
+    assert "swizzle_128b((l * PACK + head) * 128" in src and "w[mi][kk][h]" in src
+    _, unpacked, validity = _build("mamba2_chunk_state", params,
+                                   {**MAMBA2_CHUNK_STATE, "tile_g": 2, "tile_p": 64})
+    assert not validity.ok and "packs whole heads" in (unsupported(unpacked, DEVICE) or "")

@@ -24,6 +24,7 @@ from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
 from codegen.pipeline import Code, GridAxis, OperandTile, OperatorHooks, VectorTile
 from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ops.attention import packed_heads
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
 LOG2E = math.log2(math.e)
@@ -76,9 +77,14 @@ class Mamba2Hooks(OperatorHooks):
     def k_steps(self) -> int:
         return self.k_tile // 16
 
+    @property
+    def pack(self) -> int:
+        """Heads of one group a tile packs (chunk state's tile ``g``; 1 for chunk scan)."""
+        return packed_heads(self.sprogram.tile)
+
     def outer_axes(self) -> tuple[GridAxis, ...]:
         """(batch, chunk, head) of a tile, heads fastest (they share B, C and cb in L2)."""
-        return (GridAxis("heads", self._p("nheads"), 1),
+        return (GridAxis("heads", self._p("nheads"), self.pack),
                 GridAxis("chunks", self.nchunks, 1),
                 GridAxis("batch", self._p("batch"), 1))
 
@@ -132,11 +138,11 @@ class Mamba2Hooks(OperatorHooks):
 
     @cached_property
     def dt(self) -> VectorTile:
-        return VectorTile("dt", self.k_tile)
+        return VectorTile("dt", self.k_tile * self.pack)
 
     @cached_property
     def da(self) -> VectorTile:
-        return VectorTile("da", self.k_tile)
+        return VectorTile("da", self.k_tile * self.pack)
 
     # ----- dt and dA of this thread's columns ----------------------------------------
     @property
@@ -147,28 +153,33 @@ class Mamba2Hooks(OperatorHooks):
     def thread_loads(self) -> frozenset[str]:
         return frozenset(self.vector_loads)
 
-    def vector_state(self, code: Code) -> None:
-        code("float dt_v[K_STEPS][4], dA_v[K_STEPS][4];  // this thread's columns of the trip")
+    def vector_state(self, code: Code, slots: str = "") -> None:
+        code(f"float dt_v{slots}[K_STEPS][4], dA_v{slots}[K_STEPS][4];  // this thread's "
+             "columns of the trip")
 
     def vector_pointers(self) -> tuple[str, ...]:
         """dt / dA_cumsum as plain pointers when the CUDA cores load them."""
         return () if self.vectors_by_tma else ("dt", "dA_cumsum")
 
-    def load_vector(self, code: Code, stask: str, trip: str) -> None:
-        """``dt_v`` or ``dA_v`` of this thread's columns from global memory."""
+    def load_vector(self, code: Code, stask: str, trip: str, slot: str = "",
+                    head: str = "0") -> None:
+        """``dt_v`` or ``dA_v`` (``[slot]``) of this thread's columns, for head
+        ``heads0 + head``, from global memory."""
         c = code
         src, dst = ("dt", "dt_v") if stask == "load_dt" else ("dA_cumsum", "dA_v")
-        c(f"const float* {src}_row = {src} + vector_row(batch0, heads0, chunks0) * CHUNK + "
-          f"({trip}) * {self.k_tile_const};")
+        c(f"const float* {src}_row = {src} + vector_row(batch0, heads0 + {head}, chunks0) * "
+          f"CHUNK + ({trip}) * {self.k_tile_const};")
         c("#pragma unroll")
         with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
             for half in (0, 1):
                 c(f"const float2 v{half} = __ldg(reinterpret_cast<const float2*>({src}_row + "
                   f"{fragment_col('kk', str(2 * half))}));")
-                c(f"{dst}[kk][{2 * half}] = v{half}.x; {dst}[kk][{2 * half + 1}] = v{half}.y;")
+                c(f"{dst}{slot}[kk][{2 * half}] = v{half}.x; "
+                  f"{dst}{slot}[kk][{2 * half + 1}] = v{half}.y;")
 
-    def vectors_from_stage(self, code: Code) -> None:
-        """With TMA: ``dt_v`` and ``dA_v`` from the ring stage the trip reads."""
+    def vectors_from_stage(self, code: Code, slot: str = "", head: str = "0") -> None:
+        """With TMA: ``dt_v`` and ``dA_v`` (``[slot]``) of head ``heads0 + head`` from the
+        ring stage the trip reads (the stage holds each packed head's positions in turn)."""
         if not self.vectors_by_tma:
             return
         c = code
@@ -177,11 +188,12 @@ class Mamba2Hooks(OperatorHooks):
         c("#pragma unroll")
         with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
             for half in (0, 1):
-                col = fragment_col("kk", str(2 * half))
+                col = f"({head}) * {self.k_tile_const} + {fragment_col('kk', str(2 * half))}"
                 for t, dst in ((self.dt, "dt_v"), (self.da, "dA_v")):
-                    addr = f"smem + SMEM_{t.const} + {stage} * {t.const}_STAGE_BYTES + {col} * 4"
+                    addr = f"smem + SMEM_{t.const} + {stage} * {t.const}_STAGE_BYTES + ({col}) * 4"
                     c(f"{{ const float2 v = {c.call('ld_shared_f32x2', addr)}; "
-                      f"{dst}[kk][{2 * half}] = v.x; {dst}[kk][{2 * half + 1}] = v.y; }}")
+                      f"{dst}{slot}[kk][{2 * half}] = v.x; "
+                      f"{dst}{slot}[kk][{2 * half + 1}] = v.y; }}")
 
     def ring_stream(self, load: str) -> str:
         return next(r.stream for r in self.structure.rings if load in r.loads)
@@ -195,29 +207,34 @@ class Mamba2Hooks(OperatorHooks):
 
     # ----- tensor maps ---------------------------------------------------------------
     def rows_map(self, name: str, tensor: str, heads: int, cols: int, tile: OperandTile,
-                 rows: int) -> TensorMapArg:
-        """A (batch * seqlen, heads, cols) tensor read ``rows`` positions of one head at a
-        time (x, B, C): rank 3, innermost first."""
+                 rows: int, box_heads: int = 1) -> TensorMapArg:
+        """A (batch * seqlen, heads, cols) tensor read ``rows`` positions of ``box_heads``
+        heads at a time (x, B, C): rank 3, innermost first; in shared memory, row
+        ``position * box_heads + head``."""
         e, seq = self.elem, self._p("batch") * self._p("seqlen")
         return TensorMapArg(
             name=name, tensor=tensor, dtype=self.dtype, global_dims=(cols, heads, seq),
             global_strides_bytes=(cols * e, heads * cols * e),
-            box_dims=(tile.box_inner, 1, rows), swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
+            box_dims=(tile.box_inner, box_heads, rows),
+            swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
         )
 
     def vector_map(self, name: str, tile: VectorTile) -> TensorMapArg:
-        """dt / dA_cumsum as (rows of a chunk) x (batch * nheads * nchunks)."""
-        rows = self._p("batch") * self._p("nheads") * self.nchunks
+        """dt / dA_cumsum as (position, chunk, batch * nheads): a box is ``tile`` positions
+        of one chunk for each packed head, one head after the other."""
         tensor = "dt" if tile.name == "dt" else "dA_cumsum"
+        length = tile.length // self.pack
         return TensorMapArg(
-            name=name, tensor=tensor, dtype="float32", global_dims=(self.chunk, rows),
-            global_strides_bytes=(self.chunk * 4,), box_dims=(tile.length, 1), swizzle="none",
+            name=name, tensor=tensor, dtype="float32",
+            global_dims=(self.chunk, self.nchunks, self._p("batch") * self._p("nheads")),
+            global_strides_bytes=(self.chunk * 4, self.nchunks * self.chunk * 4),
+            box_dims=(length, 1, self.pack), swizzle="none",
         )
 
     def load_vector_tile(self, code: Code, tile: VectorTile, tmap: str, stage_addr: str,
                          col: str, full_bar: str) -> None:
-        code(code.call("tma_load_2d", stage_addr, tmap, col,
-                       "(int)vector_row(batch0, heads0, chunks0)", full_bar) + ";")
+        code(code.call("tma_load_3d", stage_addr, tmap, col, "chunks0",
+                       "batch0 * NHEADS + heads0", full_bar) + ";")
 
     def header(self) -> str:
         p = self.params

@@ -18,7 +18,8 @@ an fp32 (headdim x dstate) result. What is chunk state's own:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
@@ -62,8 +63,13 @@ class ChunkStateHooks(Mamba2Hooks):
         return self.chunk // self.tile_l
 
     @property
+    def head_rows(self) -> int:
+        """Rows of one head in a tile (tile_p, or headdim when heads are packed)."""
+        return self.tile_p // self.pack
+
+    @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        return (GridAxis("p", self._p("headdim"), self.tile_p),
+        return (GridAxis("p", self._p("headdim") * self.pack, self.tile_p),
                 GridAxis("n", self._p("dstate"), self.tile_n), *self.outer_axes())
 
     @property
@@ -73,8 +79,9 @@ class ChunkStateHooks(Mamba2Hooks):
     # ----- operands and output -------------------------------------------------------
     @cached_property
     def x(self) -> OperandTile:
-        # Rows are positions l, headdim contiguous: read transposed by ldmatrix, not wgmma.
-        return self.tile16("x", self.tile_l, self.tile_p)
+        # Rows are (position l, packed head), headdim contiguous: read transposed by
+        # ldmatrix, not by wgmma.
+        return self.tile16("x", self.tile_l * self.pack, self.head_rows)
 
     @cached_property
     def b(self) -> OperandTile:
@@ -91,8 +98,8 @@ class ChunkStateHooks(Mamba2Hooks):
     def output(self) -> OutputTile:
         return OutputTile(
             tensor="states", dtype="float32", elem_bytes=4, rows=self.tile_p, cols=self.tile_n,
-            global_rows=self._p("headdim"), global_cols=self._p("dstate"), fragment="acc",
-            row_origin="p0", col_origin="n0", extent_names=("HEADDIM", "DSTATE"),
+            global_rows=self._p("headdim") * self.pack, global_cols=self._p("dstate"),
+            fragment="acc", row_origin="p0", col_origin="n0", extent_names=("OUT_ROWS", "DSTATE"),
             row_pointer=("states + ((((unsigned long long)batch0 * NCHUNKS + chunks0) * NHEADS + "
                          "heads0) * HEADDIM + {row}) * DSTATE"),
         )
@@ -105,8 +112,10 @@ class ChunkStateHooks(Mamba2Hooks):
         return consumer_rows // wgmma.WGMMA_M
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        per_block = self.tile_n // 2 + 4 * self.k_steps  # acc, the scaled x pairs
-        return self.row_blocks(consumer_rows) * per_block + 12 * self.k_steps  # w, dt, dA
+        # acc, the scaled x pairs and w of the block's head; dt and dA while w is computed
+        # (nvcc 13.0: two 64x128 blocks of tile_l 64 took 242 registers, of tile_l 128 spilled).
+        per_block = self.tile_n // 2 + 8 * self.k_steps
+        return self.row_blocks(consumer_rows) * per_block + 4 * self.k_steps
 
     def holds_tile_buffer(self, load: str) -> bool:
         return False
@@ -115,7 +124,10 @@ class ChunkStateHooks(Mamba2Hooks):
         problem = self.common_problem()
         if problem:
             return problem
-        if self._p("headdim") % self.tile_p or self.tile_p % 64:
+        if self.pack > 1 and self.tile_p != self._p("headdim") * self.pack:
+            return (f"tile_g={self.pack} packs whole heads: tile_p must be headdim x tile_g "
+                    f"({self._p('headdim') * self.pack})")
+        if self._p("headdim") * self.pack % self.tile_p or self.head_rows % 64:
             return (f"tile_p={self.tile_p}: x tiles are 64-column 128B-swizzle boxes and must "
                     "divide headdim")
         if self._p("dstate") % self.tile_n or self.tile_n % 64:
@@ -128,6 +140,8 @@ class ChunkStateHooks(Mamba2Hooks):
         c = code
         self.problem_constants(c)
         c(f"constexpr int TILE_P = {self.tile_p}, TILE_N = {self.tile_n}, TILE_L = {self.tile_l};")
+        c(f"constexpr int PACK = {self.pack}, HEAD_ROWS = {self.head_rows}, OUT_ROWS = HEADDIM * "
+          "PACK;  // heads of a group per tile (rows: head x p), B loaded once for them")
         c(f"constexpr int L_TILES = {self.trip_count};  // loop trips: tile_l positions each")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
           f"{self.tile_n // 2};")
@@ -151,15 +165,26 @@ class ChunkStateHooks(Mamba2Hooks):
         c("float acc[ROW_BLOCKS][ACC_REGS];")
         c("u32 xa[ROW_BLOCKS][4 * K_STEPS];  // (x w)^T as wgmma's register A, k16 step kk: "
           "xa[.][4kk..4kk+3]")
-        c("float w[K_STEPS][4];  // exp(dA[last] - dA[l]) dt[l] of this thread's positions")
-        c("float dA_last;  // dA_cumsum at the chunk's last position")
-        self.vector_state(c)
+        c("float w[ROW_BLOCKS][K_STEPS][4];  // exp(dA[last] - dA[l]) dt[l] of this thread's "
+          "positions, for the block's head")
+        c("float dA_last[ROW_BLOCKS];  // dA_cumsum at the chunk's last position")
+        self.vector_state(c, "[ROW_BLOCKS]")
+
+    def _each_block(self, code: Code) -> contextlib.AbstractContextManager[None]:
+        """A loop over this consumer's m64 blocks, each of one head (``head``: its slot in
+        the tile's packed heads)."""
+        code("#pragma unroll")
+        block = code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)")
+        return _with_head(code, block)
 
     def begin_tile(self, code: Code) -> None:
-        code("dA_last = dA_cumsum[vector_row(batch0, heads0, chunks0) * CHUNK + CHUNK - 1];")
+        with self._each_block(code):
+            code("dA_last[mi] = dA_cumsum[vector_row(batch0, heads0 + head, chunks0) * CHUNK + "
+                 "CHUNK - 1];")
 
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
-        self.load_vector(code, issue.stask, at.index)
+        with self._each_block(code):
+            self.load_vector(code, issue.stask, at.index, slot="[mi]", head="head")
 
     def pin(self, code: Code, stask: str = "mma") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
@@ -175,13 +200,15 @@ class ChunkStateHooks(Mamba2Hooks):
     def _decay(self, code: Code) -> None:
         c = code
         exp2 = self.exp2(c, "decay")
-        self.vectors_from_stage(c)
-        c("const float last2 = dA_last * LOG2E;")
-        c("#pragma unroll")
-        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+        with self._each_block(c):
+            self.vectors_from_stage(c, slot="[mi]", head="head")
+            c("const float last2 = dA_last[mi] * LOG2E;")
             c("#pragma unroll")
-            with c.block("for (int j = 0; j < 4; ++j)"):
-                c(f"w[kk][j] = {exp2}(fmaf(-dA_v[kk][j], LOG2E, last2)) * dt_v[kk][j];")
+            with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+                c("#pragma unroll")
+                with c.block("for (int j = 0; j < 4; ++j)"):
+                    c(f"w[mi][kk][j] = {exp2}(fmaf(-dA_v[mi][kk][j], LOG2E, last2)) * "
+                      "dt_v[mi][kk][j];")
 
     def _scale_x(self, code: Code) -> None:
         """ldmatrix .trans of 16x16 blocks of x (lane / 8 picks the 8x8 matrix: bit 0 +8
@@ -193,18 +220,20 @@ class ChunkStateHooks(Mamba2Hooks):
         c(f"const u32 x_tile = smem + SMEM_X + {stage} * X_STAGE_BYTES;")
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("const int p = row0 + mi * 64 + warp * 16 + ((lane >> 3) & 1) * 8;  // in the tile")
+            c("const int row = row0 + mi * 64 + warp * 16 + ((lane >> 3) & 1) * 8;  // in the tile")
+            c("const int head = row / HEAD_ROWS, p = row % HEAD_ROWS;  // packed head, its p")
             c("#pragma unroll")
             with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
                 c("const int l = 16 * kk + (lane & 7) + (lane >> 4) * 8;")
                 c("u32 r[4];")
-                addr = "x_tile + (p / 64) * X_BOX_BYTES + swizzle_128b(l * 128 + (p % 64) * 2)"
+                addr = ("x_tile + (p / 64) * X_BOX_BYTES + swizzle_128b((l * PACK + head) * 128 + "
+                        "(p % 64) * 2)")
                 c(c.call("ldmatrix_x4_trans", addr, "r[0]", "r[1]", "r[2]", "r[3]") + ";")
                 c("#pragma unroll")
                 with c.block("for (int j = 0; j < 4; ++j)"):
                     c(f"const float2 v = {c.call(unpack, 'r[j]')};")
                     c("const int h = (j >> 1) * 2;  // positions 2t, 2t+1 (j < 2) or +8")
-                    scaled = c.call(pack, "v.x * w[kk][h]", "v.y * w[kk][h + 1]")
+                    scaled = c.call(pack, "v.x * w[mi][kk][h]", "v.y * w[mi][kk][h + 1]")
                     c(f"xa[mi][4 * kk + j] = {scaled};")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
@@ -229,12 +258,21 @@ class ChunkStateHooks(Mamba2Hooks):
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
-        maps = [self.rows_map("x_map", "x", p["nheads"], p["headdim"], self.x, self.tile_l),
+        maps = [self.rows_map("x_map", "x", p["nheads"], p["headdim"], self.x, self.tile_l,
+                              box_heads=self.pack),
                 self.rows_map("b_map", "b", p["ngroups"], p["dstate"], self.b, self.tile_l)]
         if self.vectors_by_tma:
             maps += [self.vector_map("dt_map", self.dt), self.vector_map("dA_map", self.da)]
         return tuple(maps)
 
 
+@contextlib.contextmanager
+def _with_head(code: Code, block: contextlib.AbstractContextManager[None]) -> Iterator[None]:
+    """Inside ``block`` (the m64-block loop), ``head``: the block's packed head."""
+    with block:
+        code("const int head = (row0 + mi * 64) / HEAD_ROWS;  // m64 blocks lie in one head")
+        yield
+
+
 #: Bumped whenever chunk state's own text changes for the same schedule.
-CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-1"
+CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-2"
