@@ -1,9 +1,13 @@
 """Tuning speed on one GPU, from an empty cache: how long until the best-so-far kernel is
 within 2% of the run's final best, and how fast that best is against the vendor peer
-(cuBLAS for GEMM, cuDNN's SDPA for attention).
+(cuBLAS for GEMM, cuDNN's SDPA for attention, mamba_ssm's Triton kernels for Mamba2, found
+on ``PYTHONPATH``; without them the run has no baseline and ``peer_us`` is null).
 
-Cases are ``op:shape``: ``gemm:MxNxK`` or ``attention:BxHxKVxSxD`` with ``c`` at the end
-for a causal mask (``attention:1x32x8x4096x128c``). For each case, a fresh database and a
+Cases are ``op:shape``: ``gemm:MxNxK``, ``attention:BxHxKVxSxD`` with ``c`` at the end
+for a causal mask (``attention:1x32x8x4096x128c``), or ``mamba2_chunk_scan:BxSxHxPxNxC``
+and ``mamba2_chunk_state:BxSxHxPxNxC`` (batch, seqlen, nheads, headdim, dstate, chunk_size)
+with ``gG`` at the end for G groups (1 without it): ``mamba2_chunk_scan:8x4096x80x64x128x256``.
+For each case, a fresh database and a
 fresh data directory (no cached schedule, no compiled kernel, no calibration) and a fresh
 ``LocalGpuPool``: the run goes through the
 service's own path (``RunManager.run_inline``, as ``pipetune tune`` does) with a time
@@ -26,6 +30,8 @@ re-timed interleaved in the same worker (warm-up, L2 flush, CUDA events, median)
     PYTHONPATH=. python3 bench/tuning_speed.py --seconds 60 \\
         --cases gemm:4096x4096x4096 attention:1x32x8x4096x128c \\
         --out bench/results/tuning_speed-2026-11-29.json
+    PYTHONPATH=.:.peers python3 bench/tuning_speed.py --seconds 60 \\
+        --cases mamba2_chunk_scan:8x4096x80x64x128x256 --out bench/results/tuning_speed-mamba2.json
 """
 
 from __future__ import annotations
@@ -68,7 +74,14 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
         batch, heads, kv_heads, seq, head_dim = (int(x) for x in shape.rstrip("c").split("x"))
         return op, {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq,
                     "seq_kv": seq, "head_dim": head_dim, "causal": causal, "dtype": dtype}
-    raise ValueError(f"{case}: expected gemm:MxNxK or attention:BxHxKVxSxD[c]")
+    if op in ("mamba2_chunk_scan", "mamba2_chunk_state"):
+        dims, _, groups = shape.partition("g")
+        batch, seqlen, nheads, headdim, dstate, chunk = (int(x) for x in dims.split("x"))
+        return op, {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
+                    "dstate": dstate, "ngroups": int(groups or 1), "chunk_size": chunk,
+                    "dtype": dtype}
+    raise ValueError(f"{case}: expected gemm:MxNxK, attention:BxHxKVxSxD[c] or "
+                     f"mamba2_chunk_scan|mamba2_chunk_state:BxSxHxPxNxC[gG]")
 
 
 def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:

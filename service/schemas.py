@@ -88,9 +88,12 @@ class BestPublic(BaseModel):
 # ----- runs ---------------------------------------------------------------------------------------
 class RunPublic(BaseModel):
     """A tuning run as the API shows it. On a GPU, ``baseline`` is the vendor peer timed
-    by the same worker (``cublas`` for a GEMM, ``sdpa_cudnn`` for attention),
+    by the same worker (``cublas`` for a GEMM, ``sdpa_cudnn`` for attention,
+    ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` for Mamba2),
     ``baseline_latency_us`` its latency and ``speedup_vs_baseline`` its latency over the
-    best kernel's (> 1: faster than it). ``peers`` are the further peers re-timed with the
+    best kernel's (> 1: faster than it). A finished run with ``baseline`` set and both
+    figures null has no baseline: the peer could not be measured (e.g. unavailable on the
+    worker), which never fails the run. ``peers`` are the further peers re-timed with the
     finalists, by name, with their latency in us (``sdpa_flash``, FlashAttention-2, for
     attention; only those timed successfully; empty when none), and
     ``speedups_vs_peers`` each one's latency over the best kernel's (empty without a

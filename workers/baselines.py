@@ -9,14 +9,30 @@ workload's output tensor (so the same reference check applies). Peers:
   - ``sdpa_cudnn`` / ``sdpa_flash`` (attention): PyTorch's
     ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
     on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
+  - ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` (Mamba2): the official Triton
+    kernels of ``state-spaces/mamba``, ``_chunk_state_fwd(B, x, dt, dA_cumsum,
+    states_in_fp32=True)`` and ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D)``,
+    called on zero-copy views of the workload's arrays; each allocates its result, which
+    ``finish()`` copies into ``states`` / ``out``. They are found on ``PYTHONPATH``
+    (BENCHMARKS.md: the ``mamba_ssm/ops/triton`` and ``mamba_ssm/utils`` folders with empty
+    package ``__init__`` files, never committed); without them, or without PyTorch and
+    Triton, the peer is unavailable.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Callable
 from typing import Any
 
-BASELINE_OPS = {"cublas": "gemm", "sdpa_cudnn": "attention", "sdpa_flash": "attention"}
+BASELINE_OPS = {
+    "cublas": "gemm",
+    "sdpa_cudnn": "attention",
+    "sdpa_flash": "attention",
+    "mamba_ssm_chunk_state": "mamba2_chunk_state",
+    "mamba_ssm_chunk_scan": "mamba2_chunk_scan",
+}
 
 Launch = Callable[[], Any]
 
@@ -33,6 +49,8 @@ def prepare_baseline(
         raise BaselineUnavailable(f"no baseline {name!r} for operator {op!r}")
     if name == "cublas":
         return _cublas(params, tensors, dtypes)
+    if name in _MAMBA_SSM:
+        return _mamba_ssm(name, params, tensors, dtypes)
     return _sdpa(name, params, tensors, dtypes)
 
 
@@ -94,6 +112,66 @@ def _sdpa(
     except RuntimeError as exc:
         raise BaselineUnavailable(f"{name}: {exc}") from exc
     return (lambda: run(k_full, v_full, False)), finish
+
+
+#: Peer -> (its mamba_ssm module, Triton kernel, the workload tensors it reads in call
+#: order, its output).
+_MAMBA_SSM = {
+    "mamba_ssm_chunk_state": (
+        "ssd_chunk_state", "_chunk_state_fwd_kernel", ("b", "x", "dt", "dA_cumsum"), "states",
+    ),
+    "mamba_ssm_chunk_scan": (
+        "ssd_chunk_scan", "_chunk_scan_fwd_kernel",
+        ("cb", "x", "dt", "dA_cumsum", "c", "states", "D"), "out",
+    ),
+}
+#: Peer -> the workload shape its Triton kernel was last autotuned for (see _retune).
+_TUNED_FOR: dict[str, str] = {}
+
+
+def _mamba_ssm(
+    name: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    torch = _import_torch()
+    module_name, kernel_name, inputs, output = _MAMBA_SSM[name]
+    try:
+        peer = importlib.import_module(f"mamba_ssm.ops.triton.{module_name}")
+    except ImportError as exc:
+        raise BaselineUnavailable(
+            f"{name}: mamba_ssm's Triton kernels are not importable ({exc}); put a folder "
+            "holding state-spaces/mamba's mamba_ssm/ops/triton and mamba_ssm/utils (with empty "
+            "mamba_ssm/__init__.py and mamba_ssm/ops/__init__.py) on PYTHONPATH"
+        ) from exc
+    _retune(name, getattr(peer, kernel_name, None), params)
+    args = [_as_torch(torch, tensors[n], dtypes[n]) for n in inputs]
+    out = _as_torch(torch, tensors[output], dtypes[output])
+    result: list[Any] = [None]
+
+    if name == "mamba_ssm_chunk_state":
+        def launch() -> None:
+            result[0] = peer._chunk_state_fwd(*args, states_in_fp32=True)
+    else:
+        *operands, d_skip = args
+
+        def launch() -> None:
+            result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip)  # (out, out_x): no z
+
+    return launch, (lambda: out.copy_(result[0]))
+
+
+def _retune(name: str, kernel: Any, params: dict[str, Any]) -> None:
+    """Forget the Triton autotuner's choice when the workload shape changes.
+
+    mamba_ssm's kernels are autotuned on (headdim, dstate, chunk_size) alone, so a worker
+    would otherwise time every later batch and seqlen with the config picked for the first
+    shape it saw; re-tuning per shape gives the peer its best case, as a model that always
+    runs one shape sees it. ``Autotuner.cache`` maps a key to its chosen config (Triton 3).
+    """
+    shape = json.dumps(params, sort_keys=True)
+    cache = getattr(kernel, "cache", None)
+    if isinstance(cache, dict) and _TUNED_FOR.get(name) != shape:
+        cache.clear()
+        _TUNED_FOR[name] = shape
 
 
 def _import_torch() -> Any:

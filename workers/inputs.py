@@ -4,8 +4,10 @@ The contract (names, shapes, roles, fixed dtypes) mirrors the table in
 ``codegen/artifact.py``. Inputs are realistic and never zero: GEMM and attention
 operands are scaled standard normals; Mamba2 gets small positive ``dt``, a negative ``A``
 per head folded into ``dA_cumsum`` (the cumulative sum over each chunk of ``dt * A``),
-and ``cb`` computed as C·Bᵀ per chunk. Everything is written against an array module
-``xp`` so the same code builds inputs on the GPU (CuPy) and in CPU tests (NumPy).
+``cb`` computed as C·Bᵀ per chunk, and a standard-normal skip weight ``D`` per head (a
+zero ``D`` would leave the chunk scan's ``D·x`` term unchecked). Everything is written
+against an array module ``xp`` so the same code builds inputs on the GPU (CuPy) and in CPU
+tests (NumPy).
 """
 
 from __future__ import annotations
@@ -110,7 +112,10 @@ def _mamba2_contract(op: str, params: dict[str, Any], dt: str) -> list[TensorSpe
         dt_spec,
         da_spec,
         TensorSpec("c", (batch, seqlen, ngroups, dstate), (dt,), "input"),
-        TensorSpec("states", states, _unique((FLOAT32, dt)), "input"),
+        # The spec's dtype first (what the chunk-state/state-passing step hands mamba_ssm's
+        # scan), so a kernel that reads states through a tensor map and a peer agree on it.
+        TensorSpec("states", states, _unique((dt, FLOAT32)), "input"),
+        TensorSpec("D", (nheads,), (FLOAT32,), "input"),
         TensorSpec("out", (batch, seqlen, nheads, headdim), _unique((dt, FLOAT32)), "output"),
     ]
 
@@ -174,6 +179,8 @@ def build_inputs(
     b_for_cb = rng.standard_normal(specs["c"].shape, dtype=xp.float32) * xp.float32(0.5)
     c32 = _dtypes.to_float32(xp, tensors["c"], dtypes["c"])
     tensors["cb"] = chunked_cb(xp, c32, b_for_cb, params["chunk_size"])
+    # Drawn last, so the other tensors stay those of the same seed before D existed.
+    tensors["D"] = normal("D", 1.0)
     return tensors
 
 

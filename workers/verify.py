@@ -11,13 +11,14 @@ Semantics:
   - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head, and per query row
     ``lse = log Σ_j exp(q·k_j / sqrt(d))`` over its unmasked keys; query head ``h`` reads
     kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned).
-  - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with D=None,
-    z=None, group ``g(h) = h // (nheads / ngroups)``:
+  - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with a per-head
+    ``D`` of shape (nheads,) and z=None, group ``g(h) = h // (nheads / ngroups)``:
       states[b,c,h,p,n] = Σ_l B[b,cL+l,g,n] · x[b,cL+l,h,p]
                           · exp(dA[b,h,c,L−1] − dA[b,h,c,l]) · dt[b,h,c,l]
       out[b,cL+l,h,p] = exp(dA[b,h,c,l]) · Σ_n C[b,cL+l,g,n] · states[b,c,h,p,n]
                         + Σ_{s≤l} cb[b,c,g,l,s] · exp(dA[b,h,c,l] − dA[b,h,c,s])
                           · dt[b,h,c,s] · x[b,cL+s,h,p]
+                        + D[h] · x[b,cL+l,h,p]
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def reference(
             inputs32["dA_cumsum"],
             inputs32["c"],
             inputs32["states"],
+            inputs32["D"],
         )}
     raise ValueError(f"no reference for operator {op!r}")
 
@@ -124,9 +126,10 @@ def chunk_state_reference(xp: Any, b_in: Any, x: Any, dt: Any, da_cumsum: Any) -
 
 
 def chunk_scan_reference(
-    xp: Any, cb: Any, x: Any, dt: Any, da_cumsum: Any, c_in: Any, states: Any
+    xp: Any, cb: Any, x: Any, dt: Any, da_cumsum: Any, c_in: Any, states: Any, d_skip: Any
 ) -> Any:
-    """The chunk-scan output (B, S, H, P) from cb, x, dt, dA_cumsum, C and per-chunk states."""
+    """The chunk-scan output (B, S, H, P) from cb, x, dt, dA_cumsum, C, per-chunk states and
+    the per-head skip weight D (H,)."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = c_in.shape[2], c_in.shape[3]
     nchunks, chunk = dt.shape[2], dt.shape[3]
@@ -155,6 +158,7 @@ def chunk_scan_reference(
             mix = cb[bi, :, g][:, None] * decay[hs].transpose(1, 0, 2, 3)  # (C, h, l, s)
             within = xp.matmul(mix, x_c[:, :, hs].transpose(0, 2, 1, 3))
             y[:, :, hs] = (from_states + within).transpose(0, 2, 1, 3)
+        y += d_skip[:, None] * x_c  # the skip term D[h] · x[l, p]
         out[bi] = y.reshape(nchunks * chunk, nheads, headdim)
     return out[:, :seqlen]
 

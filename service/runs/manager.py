@@ -20,7 +20,8 @@ latter computed in another process meanwhile), then each batch mixes the sampler
 neighbours of the best measured kernels and the cost model's picks (``proposals="mixed"``:
 asking the sampler for every candidate costs seconds per round on a GEMM space); candidates
 are ranked with the device's calibrated cost model when one is stored. The vendor baseline
-(``cublas`` for a GEMM, ``sdpa_cudnn`` for attention) is measured by the same worker with
+(``cublas`` for a GEMM, ``sdpa_cudnn`` for attention, mamba_ssm's Triton kernels for Mamba2;
+one that fails leaves the run without a baseline latency) is measured by the same worker with
 the first batch and re-timed interleaved with the finalists, and so are an operator's
 further peers (``PEERS``: FlashAttention-2 for attention), in the final re-timing only;
 the winner's kernel is stored (``/v1/kernels/{hash}``) with its speed against the baseline,
@@ -74,8 +75,15 @@ logger = logging.getLogger(__name__)
 _IDLE_POLL_S = 1.0
 
 #: The vendor peer each operator is compared with on a GPU (``workers.baselines``): timed
-#: with the first batch (the run shows it while searching) and with the finalists.
-BASELINES = {"gemm": "cublas", "attention": "sdpa_cudnn"}
+#: with the first batch (the run shows it while searching) and with the finalists. A peer
+#: that cannot run on the worker (mamba_ssm's Triton kernels not on its PYTHONPATH, say)
+#: fails its measurement: the run goes on and is stored with no baseline latency.
+BASELINES = {
+    "gemm": "cublas",
+    "attention": "sdpa_cudnn",
+    "mamba2_chunk_state": "mamba_ssm_chunk_state",
+    "mamba2_chunk_scan": "mamba_ssm_chunk_scan",
+}
 #: Further peers of an operator on a GPU, timed by the same worker in the finalists'
 #: interleaved re-timing only and stored with the run (``runs.peer_latencies_us``):
 #: attention is compared with FlashAttention-2 as well as with cuDNN's SDPA.

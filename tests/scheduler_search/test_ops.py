@@ -558,7 +558,7 @@ def test_chunk_scan_tensors_follow_the_artifact_contract() -> None:
     spec = Mamba2ChunkScanSpec(**MAMBA_SMALL)
     table = _tensor_table(spec)
     per_chunk = (2, 8, 4, 256)
-    assert set(table) == {"cb", "x", "dt", "dA_cumsum", "c", "states", "out"}
+    assert list(table) == ["cb", "x", "dt", "dA_cumsum", "c", "states", "D", "out"]
     assert table["cb"] == ((2, 4, 2, 256, 256), "float32", "input")
     assert table["x"] == ((2, 1024, 8, 64), "bfloat16", "input")
     assert table["dt"] == (per_chunk, "float32", "input")
@@ -566,6 +566,7 @@ def test_chunk_scan_tensors_follow_the_artifact_contract() -> None:
     assert table["c"] == ((2, 1024, 2, 128), "bfloat16", "input")
     assert table["states"][0] == (2, 4, 8, 64, 128)
     assert table["states"][2] == "input"
+    assert table["D"] == ((8,), "float32", "input")
     assert table["out"] == ((2, 1024, 8, 64), "bfloat16", "output")
 
 
@@ -624,6 +625,7 @@ def test_chunk_scan_flops_count_state_term_and_causal_intra_chunk_term() -> None
         for _p in range(16):
             per_chunk += 2 * 32  # Σ_n c[l,n] states[p,n]
             per_chunk += 2 * (l + 1)  # Σ_{s<=l} cb[l,s] ... x[s,p]
+            per_chunk += 2  # + D[h] x[l,p]
     assert spec.flops() == 2 * 8 * nchunks * per_chunk
 
 

@@ -5,9 +5,10 @@
 - :class:`ModelGpu`: an Executor that "measures" kernel artifacts with a known truth:
   the cost model with the tensor cores :data:`TRUE_TENSOR_SCALE` times slower than the
   analytic model thinks, times :data:`TRUE_LEVEL` (so a calibration has something to
-  find), and each peer baseline (cuBLAS; cuDNN SDPA and FlashAttention-2) at a fixed
-  latency (:data:`BASELINE_US`); the baselines named in ``failing_baselines`` fail as an
-  unavailable one does in a real worker. It records what it was given, when.
+  find), and each peer baseline (cuBLAS; cuDNN SDPA and FlashAttention-2; mamba_ssm's
+  Triton chunk scan) at a fixed latency (:data:`BASELINE_US`); the baselines named in
+  ``failing_baselines`` fail as an unavailable one does in a real worker. It records what
+  it was given, when.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ TRUE_LEVEL = 1.5
 CUBLAS_US = 200.0
 SDPA_CUDNN_US = 900.0
 SDPA_FLASH_US = 1100.0
+MAMBA_SSM_CHUNK_SCAN_US = 150.0
 #: The pretend GPU's latency of each peer baseline, by ``workers.baselines`` name.
-BASELINE_US = {"cublas": CUBLAS_US, "sdpa_cudnn": SDPA_CUDNN_US, "sdpa_flash": SDPA_FLASH_US}
+BASELINE_US = {"cublas": CUBLAS_US, "sdpa_cudnn": SDPA_CUDNN_US, "sdpa_flash": SDPA_FLASH_US,
+               "mamba_ssm_chunk_scan": MAMBA_SSM_CHUNK_SCAN_US}
 
 
 class FakeProbe:
@@ -115,7 +118,7 @@ class ModelGpu(Executor):
             if latency is None or job.baseline in self.failing_baselines:
                 # What a worker answers when the baseline is unavailable (BaselineUnavailable).
                 return Measurement(MeasurementStatus.LAUNCH_ERROR,
-                                   error=f"{job.baseline}: No available kernel")
+                                   error=f"{job.baseline}: not importable here")
             return Measurement.from_samples([latency], rel_error=1e-3, error_bound=1e-2)
         if job.artifact is None:
             return Measurement(MeasurementStatus.LAUNCH_ERROR, error="not a kernel")

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from gpu_fakes import (
     CUBLAS_US,
     FINGERPRINT,
+    MAMBA_SSM_CHUNK_SCAN_US,
     SDPA_CUDNN_US,
     SDPA_FLASH_US,
     TRUE_TENSOR_SCALE,
@@ -39,6 +40,8 @@ GEMM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}
 OTHER_GEMM = {"m": 4096, "n": 2048, "k": 2048, "dtype": "float16"}
 ATTENTION = {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 512, "seq_kv": 512,
              "head_dim": 128, "causal": False, "dtype": "float16"}
+CHUNK_SCAN = {"batch": 1, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 128,
+              "ngroups": 1, "chunk_size": 256, "dtype": "float16"}
 
 
 @pytest.fixture
@@ -267,7 +270,41 @@ def test_a_failing_peer_leaves_the_run_succeeded_without_it(
     assert run["baseline"] == "sdpa_cudnn" and run["baseline_latency_us"] == SDPA_CUDNN_US
     assert run["peers"] == {} and run["speedups_vs_peers"] == {}
     assert _stored_peers(gpu_settings.database_url, run["id"]) == {}  # timed, none ok
-    assert "peer sdpa_flash failed: sdpa_flash: No available kernel" in caplog.text
+    assert "peer sdpa_flash failed: sdpa_flash: not importable here" in caplog.text
+
+
+@pytest.mark.parametrize("available", [True, False])
+def test_mamba2_run_compares_with_mamba_ssm_or_says_it_has_no_baseline(
+    fake_gpu: FakeProbe, gpu_settings: Settings, caplog: pytest.LogCaptureFixture,
+    available: bool,
+) -> None:
+    """mamba_ssm's Triton chunk scan is the peer; where the worker cannot import it, the
+    run still succeeds, stored and shown without a baseline figure."""
+    gpu = ModelGpu(batch=4, failing_baselines=() if available else {"mamba_ssm_chunk_scan"})
+    with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
+        body = {"op": "mamba2_chunk_scan", "params": CHUNK_SCAN, "budget": {"trials": 6}}
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        page = client.get(f"/runs/{run['id']}").text
+        cached = client.post("/v1/tune", json=body).json()
+    assert run["status"] == "succeeded" and run["error"] is None, run
+    assert run["device"] == "cuda:0" and run["best"]["kernel_hash"] is not None
+    # Timed with the first batch and in each round of the final re-timing.
+    assert gpu.batches[0][0].baseline == "mamba_ssm_chunk_scan"
+    assert len(gpu.baseline_jobs("mamba_ssm_chunk_scan")) == 4
+    assert run["baseline"] == cached["baseline"] == "mamba_ssm_chunk_scan"
+    if available:
+        best_us = run["best"]["latency_us"]
+        assert run["baseline_latency_us"] == MAMBA_SSM_CHUNK_SCAN_US
+        assert run["speedup_vs_baseline"] == pytest.approx(MAMBA_SSM_CHUNK_SCAN_US / best_us)
+        assert cached["baseline_latency_us"] == MAMBA_SSM_CHUNK_SCAN_US
+        assert "mamba_ssm_chunk_scan 150.00 µs ÷ ours" in page
+    else:
+        assert run["baseline_latency_us"] is None and run["speedup_vs_baseline"] is None
+        assert cached["cached"] and cached["baseline_latency_us"] is None
+        assert cached["speedup_vs_baseline"] is None
+        assert "no baseline: mamba_ssm_chunk_scan could not be measured" in page
+        assert "baseline mamba_ssm_chunk_scan failed: mamba_ssm_chunk_scan: not importable" \
+            in caplog.text
 
 
 def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
@@ -373,6 +410,12 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
     assert bench.case_params("attention:2x16x4x1000x64c", "bfloat16", "kn") == ("attention", {
         "batch": 2, "heads": 16, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000, "head_dim": 64,
         "causal": True, "dtype": "bfloat16"})
+    mamba = {"batch": 8, "seqlen": 4096, "nheads": 80, "headdim": 64, "dstate": 128,
+             "ngroups": 1, "chunk_size": 256, "dtype": "float16"}
+    assert bench.case_params("mamba2_chunk_scan:8x4096x80x64x128x256", "float16", "kn") == (
+        "mamba2_chunk_scan", mamba)
+    assert bench.case_params("mamba2_chunk_state:8x4096x80x64x128x256g8", "float16", "kn") \
+        == ("mamba2_chunk_state", {**mamba, "ngroups": 8})
     assert case["time_to_2pct_curve_s"] is not None and case["time_to_2pct_retimed_s"] is not None
     curve = case["best_so_far_curve"]
     assert curve and [t for t, _ in curve] == sorted(t for t, _ in curve)
@@ -407,7 +450,10 @@ def test_gpu_run_through_a_real_local_gpu_pool_with_stand_in_workers(
     assert sum(compiled[:3]) == 10 and compiled[:3] == [4, 4, 2]  # by prepare, once each
 
 
-def test_operators_without_code_generation_stay_simulated(fake_gpu: FakeProbe) -> None:
+def test_operators_without_code_generation_stay_simulated(
+    fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import codegen
     from scheduler_search.ops.suites import REFERENCE_WORKLOADS
     from service.errors import InvalidRequest
     from service.runs.tune import prepare
@@ -415,6 +461,14 @@ def test_operators_without_code_generation_stay_simulated(fake_gpu: FakeProbe) -
 
     scan = dict(REFERENCE_WORKLOADS["mamba2_chunk_scan"])
     settings = Settings()
+    # Mamba2 has code generation: it is measured on the GPU.
+    assert prepare(TuneRequest(op="mamba2_chunk_scan", params=scan), settings).device.name \
+        == "cuda:0"
+    # An operator without it (here: Mamba2 with its renderer hidden) is tuned on the
+    # simulated GPU under "auto", and refused on the real one.
+    has_renderer = codegen.has_renderer
+    monkeypatch.setattr(codegen, "has_renderer", lambda op: op != "mamba2_chunk_scan"
+                        and has_renderer(op))
     auto = prepare(TuneRequest(op="mamba2_chunk_scan", params=scan), settings)
     assert auto.device.name == "sim:h200" and auto.device.simulated
     with pytest.raises(InvalidRequest) as raised:

@@ -74,7 +74,9 @@ def chunk_scan(
     da: np.ndarray,
     c_in: np.ndarray,
     states: np.ndarray,
+    d_skip: np.ndarray,
 ) -> np.ndarray:
+    """``mamba_ssm``'s ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=d_skip)``."""
     batch, seqlen, nheads, headdim = x.shape
     ngroups, dstate = c_in.shape[2], c_in.shape[3]
     chunk = dt.shape[3]
@@ -94,7 +96,7 @@ def chunk_scan(
                             * dt[bi, h, c, s]
                             * x[bi, c * chunk + s, h, p]
                         )
-                    out[bi, t, h, p] = value
+                    out[bi, t, h, p] = value + d_skip[h] * x[bi, t, h, p]
     return out
 
 

@@ -269,7 +269,8 @@ def test_gpu_references_match_float64_loops(op: str) -> None:
         want = naive_refs.chunk_state(f64["b"], f64["x"], f64["dt"], f64["dA_cumsum"])
     else:
         want = naive_refs.chunk_scan(
-            f64["cb"], f64["x"], f64["dt"], f64["dA_cumsum"], f64["c"], f64["states"]
+            f64["cb"], f64["x"], f64["dt"], f64["dA_cumsum"], f64["c"], f64["states"],
+            f64["D"],
         )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 

@@ -72,14 +72,32 @@ def test_chunk_state_reference_matches_naive_loop() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_chunk_scan_reference_matches_naive_loop() -> None:
-    inputs, _ = _inputs32("mamba2_chunk_scan", MAMBA_PARAMS)
-    got = reference(np, "mamba2_chunk_scan", MAMBA_PARAMS, inputs)["out"]
+@pytest.mark.parametrize(
+    ("ngroups", "seqlen", "dtype"),
+    [(1, 12, "float16"), (2, 12, "float16"), (4, 16, "bfloat16")],
+)
+def test_chunk_scan_reference_matches_naive_loop(ngroups: int, seqlen: int, dtype: str) -> None:
+    params = {**MAMBA_PARAMS, "ngroups": ngroups, "seqlen": seqlen, "dtype": dtype}
+    inputs, _ = _inputs32("mamba2_chunk_scan", params)
+    got = reference(np, "mamba2_chunk_scan", params, inputs)["out"]
     f64 = {n: t.astype(np.float64) for n, t in inputs.items()}
     want = naive_refs.chunk_scan(
-        f64["cb"], f64["x"], f64["dt"], f64["dA_cumsum"], f64["c"], f64["states"]
+        f64["cb"], f64["x"], f64["dt"], f64["dA_cumsum"], f64["c"], f64["states"], f64["D"]
     )
+    assert got.shape == (2, seqlen, 4, 3)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_chunk_scan_skip_term_is_d_of_the_head_times_x() -> None:
+    inputs, _ = _inputs32("mamba2_chunk_scan", MAMBA_PARAMS)
+    with_d = reference(np, "mamba2_chunk_scan", MAMBA_PARAMS, inputs)["out"]
+    without = reference(np, "mamba2_chunk_scan", MAMBA_PARAMS,
+                        {**inputs, "D": np.zeros_like(inputs["D"])})["out"]
+    skip = with_d - without
+    np.testing.assert_allclose(skip, inputs["D"][:, None] * inputs["x"], rtol=1e-5, atol=1e-6)
+    # Each head has its own weight, and it matters against the rest of the output.
+    assert len(set(inputs["D"].tolist())) == MAMBA_PARAMS["nheads"]
+    assert np.linalg.norm(skip) > 0.1 * np.linalg.norm(without)
 
 
 def test_mamba2_inputs_are_realistic() -> None:
@@ -93,6 +111,22 @@ def test_mamba2_inputs_are_realistic() -> None:
     # cb is C·Bᵀ per chunk, with the B that produced it unknown: check its structure.
     assert inputs["cb"].shape == (2, 2, 2, 8, 8)
     assert np.all(inputs["cb"][:, 1, :, 4:, :] == 0)  # rows past seqlen in the last chunk
+    assert inputs["D"].shape == (4,) and inputs["D"].dtype == np.float32
+    assert np.all(inputs["D"] != 0)
+
+
+def test_chunk_scan_contract_lists_tensors_in_spec_order() -> None:
+    from scheduler_search.ops import parse_spec
+
+    params = {**MAMBA_PARAMS, "seqlen": 32, "headdim": 16, "dstate": 16, "chunk_size": 16}
+    specs = contract("mamba2_chunk_scan", params)
+    spec_tensors = parse_spec("mamba2_chunk_scan", params).tensors()
+    assert list(specs) == [t.name for t in spec_tensors] == [
+        "cb", "x", "dt", "dA_cumsum", "c", "states", "D", "out"]
+    for t in spec_tensors:
+        assert (specs[t.name].shape, specs[t.name].default_dtype, specs[t.name].role) == (
+            tuple(t.shape), t.dtype, t.role), t.name
+    assert specs["D"].dtypes == ("float32",) and specs["D"].shape == (4,)
 
 
 @pytest.mark.parametrize(

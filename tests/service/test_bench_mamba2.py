@@ -1,0 +1,82 @@
+"""bench/mamba2.py without a GPU: its cases are BENCHMARKS.md's, the listing runs, and the
+re-timing of a kernel against the peer keeps the kernel's figures when the peer fails."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from workers import Measurement, MeasurementStatus
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "mamba2.py"
+    module_spec = importlib.util.spec_from_file_location("bench_mamba2", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def test_cases_are_the_suite_and_its_further_cases(bench: ModuleType) -> None:
+    from scheduler_search.ops.suites import mamba2_suite
+
+    cases = bench.suite()
+    for op in ("mamba2_chunk_state", "mamba2_chunk_scan"):
+        in_suite = [c["params"] for c in cases if c["op"] == op and c["in_suite"]]
+        assert in_suite == mamba2_suite()  # fp16, 80 heads, p64, n128, g1, c256
+        names = [bench.case_name(op, {**c["params"], "dtype": d})
+                 for c in cases if c["op"] == op for d in c["dtypes"]]
+        short = op.removeprefix("mamba2_chunk_")
+        assert names == [f"{short}-1x1024-g1-fp16", f"{short}-1x16384-g1-fp16",
+                         f"{short}-8x4096-g1-fp16", f"{short}-8x4096-g1-bf16",
+                         f"{short}-64x4096-g1-fp16", f"{short}-8x4096-g8-fp16"]
+
+
+def test_list_prints_the_selected_cases(bench: ModuleType,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    bench.main(["list", "--only", "scan-8x4096"])
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == [
+        "scan-8x4096-g1-fp16", "scan-8x4096-g1-bf16", "scan-8x4096-g8-fp16"]
+    assert all("mamba_ssm_chunk_scan" in line for line in lines)
+    assert lines[0].split()[2:4] == ["86.4", "901.8"]  # GFLOP, MB moved
+
+
+class _Pool:
+    """Answers each [kernel, peer] round with fixed latencies (None: that job fails)."""
+
+    def __init__(self, kernel_us: float | None, peer_us: float | None) -> None:
+        self.latencies = (kernel_us, peer_us)
+        self.rounds: list[list[Any]] = []
+
+    def measure(self, jobs: list[Any]) -> list[Measurement]:
+        self.rounds.append(jobs)
+        return [Measurement(MeasurementStatus.LAUNCH_ERROR, error="mamba_ssm: not importable")
+                if us is None else Measurement.from_samples([us], rel_error=1e-3,
+                                                            error_bound=1e-2)
+                for us in self.latencies]
+
+
+@pytest.mark.parametrize("peer_us", [300.0, None])
+def test_retime_interleaves_kernel_and_peer(bench: ModuleType, peer_us: float | None) -> None:
+    op = "mamba2_chunk_scan"
+    params = bench.case_params(op, 8, 4096, 1, "float16")
+    pool = _Pool(kernel_us=150.0, peer_us=peer_us)
+    args = SimpleNamespace(rounds=3, deadline=30.0)
+    record = bench._retime(pool, op, params, artifact="kernel", final=None, args=args)
+    assert len(pool.rounds) == 3
+    assert all([j.baseline for j in r] == [None, "mamba_ssm_chunk_scan"] for r in pool.rounds)
+    assert record["pipetune_us"] == 150.0 and record["peer"] == "mamba_ssm_chunk_scan"
+    assert record["pipetune_tbps"] == pytest.approx(901.8e6 / 150.0 / 1e6, rel=1e-3)
+    if peer_us is None:
+        assert "ratio" not in record and "not importable" in record["peer_error"]
+    else:
+        assert record["ratio"] == pytest.approx(2.0) and "peer_error" not in record
+    means = bench._geomeans([{**record, "op": op, "in_suite": True}])
+    assert means[op]["suite_cases"] == (0 if peer_us is None else 1)
