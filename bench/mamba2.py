@@ -71,8 +71,8 @@ STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "warp_specialized",
 #: The hand-written design's neighbours worth measuring on every shape (``stages`` sets
 #: every stream's depth).
 NEIGHBOURS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "mamba2_chunk_state": {"tile_l": (64, 128), "stages": (2, 4), "persistent": (True, False),
-                           "warp_specialized": (False, True)},
+    "mamba2_chunk_state": {"tile_l": (64, 128), "stages": (2, 4), "persistent": (False,),
+                           "warp_specialized": (False, True), "pack": (1, 2, 4)},
     "mamba2_chunk_scan": {"tile_s": (32, 64), "stages": (2, 3),
                           "wg_schedule": ("free", "alternate")},
 }
@@ -134,10 +134,17 @@ def _design_neighbours(op: str, space: Any) -> list[Any]:
             choices = {**base, **dict(zip(NEIGHBOURS[op], values, strict=True))}
             stages = choices.pop("stages")
             choices.update(dict.fromkeys(STREAMS[op], stages))
+            pack = choices.pop("pack", 1)
+            if pack > 1:  # heads of a B group stacked in the tile's rows
+                choices.update(tile_g=pack, tile_p=spec_headdim(space) * pack)
             sprogram, validity = space.build(choices)
             if validity.ok:
                 built.append(sprogram)
     return built
+
+
+def spec_headdim(space: Any) -> int:
+    return int(space.spec.params()["headdim"])
 
 
 def _candidates(op: str, spec: Any, device: Any, top: int, pool: int) -> list[tuple[str, Any]]:
