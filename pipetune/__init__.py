@@ -5,6 +5,9 @@
     with pipetune.Client("http://127.0.0.1:8000") as client:
         result = client.tune("gemm", m=4096, n=4096, k=4096, dtype="float16")
         gemm = pipetune.load(client.kernel(result.kernel_hash))
+
+    result = pipetune.tune("gemm", m=4096, n=4096, k=4096, dtype="float16")  # in process
+    gemm = pipetune.load(result.kernel)
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from pipetune.client import AsyncClient, Client
 from pipetune.errors import ApiError, BadRequest, Conflict, NotFound, PipetuneError, Unavailable
+from pipetune.local import tune
 from pipetune.results import TuneResult
 
 
@@ -25,4 +29,4 @@ def load(artifact: Any) -> Any:
 
 
 __all__ = ["ApiError", "AsyncClient", "BadRequest", "Client", "Conflict", "NotFound",
-           "PipetuneError", "TuneResult", "Unavailable", "load"]
+           "PipetuneError", "TuneResult", "Unavailable", "load", "tune"]

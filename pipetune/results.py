@@ -9,11 +9,15 @@ from typing import Any
 @dataclass(frozen=True)
 class TuneResult:
     """The answer to a tune: ``schedule`` (the service's SchedulePublic JSON) on a cache
-    hit, else ``run`` (its RunPublic JSON; finished when the tune waited)."""
+    hit, else ``run`` (its RunPublic JSON; finished when the tune waited) and, in process,
+    the schedule it stored."""
 
     cached: bool
     schedule: dict[str, Any] | None = None
     run: dict[str, Any] | None = None
+    #: The best kernel's KernelArtifact JSON, when the answer carries it (an in-process
+    #: :func:`pipetune.tune`); from a server, ``Client.kernel(result.kernel_hash)``.
+    kernel: dict[str, Any] | None = None
 
     @property
     def kernel_hash(self) -> str | None:

@@ -20,5 +20,20 @@ class InvalidRequest(ValueError):
         self.where = where
 
 
+_WHERE = ("body", "query", "path", "header", "cookie")
+
+
+def error_item(loc: Any, msg: str, type_: str) -> dict[str, Any]:
+    """One ``detail`` item: ``loc`` (a JSON list), its dotted ``field``, ``msg``, ``type``."""
+    parts = [p if isinstance(p, int) else str(p) for p in (loc or ("body",))]
+    inner = parts[1:] if parts[0] in _WHERE and len(parts) > 1 else parts
+    return {
+        "loc": parts,
+        "field": ".".join(str(p) for p in inner),
+        "msg": str(msg),
+        "type": str(type_),
+    }
+
+
 class NotFound(LookupError):
     """The named run, kernel or schedule does not exist."""

@@ -5,7 +5,6 @@ is down, and a 500 only for a bug (logged, never with internals in the body)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -14,24 +13,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.db.repositories import StorageError
-from service.errors import InvalidRequest, NotFound
+from service.errors import InvalidRequest, NotFound, error_item
 
 logger = logging.getLogger(__name__)
-
-_WHERE = ("body", "query", "path", "header", "cookie")
-
-
-def error_item(loc: Any, msg: str, type_: str) -> dict[str, Any]:
-    """One ``detail`` item: ``loc`` (a JSON list), its dotted ``field``, ``msg``, ``type``."""
-    parts = [p if isinstance(p, int) else str(p) for p in (loc or ("body",))]
-    inner = parts[1:] if parts[0] in _WHERE and len(parts) > 1 else parts
-    return {
-        "loc": parts,
-        "field": ".".join(str(p) for p in inner),
-        "msg": str(msg),
-        "type": str(type_),
-    }
-
 
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     items = []

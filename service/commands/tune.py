@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from scheduler_search.search import Progress
     from service.db.models import RunModel
     from service.runs.manager import RunManager
-    from service.schemas import SchedulePublic, TuneRequest
+    from service.schemas import RunPublic, SchedulePublic, TuneRequest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,13 +88,30 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     return 0 if result.get("latency_us") is not None else 1
 
 
-def tune_locally(
-    request: TuneRequest, database_url: str | None, gpu_pool_factory: Any = None
-) -> dict[str, Any]:
-    """Run (or answer from the cache) one tune request in this process.
+@dataclass(frozen=True)
+class LocalAnswer:
+    """A tune answered in this process: the cached or newly stored schedule, the run that
+    found it (None on a cache hit) and the best kernel's KernelArtifact JSON."""
+
+    cached: bool
+    schedule: SchedulePublic | None
+    run: RunPublic | None
+    kernel: dict[str, Any] | None
+
+
+def tune_in_process(
+    request: TuneRequest, database_url: str | None, gpu_pool_factory: Any = None,
+    progress: bool = True,
+) -> LocalAnswer:
+    """Run (or answer from the cache) one tune request in this process, against the
+    database at ``database_url`` (the server's, so the result is cached for it).
 
     Args:
         gpu_pool_factory: makes the executor of a local GPU (tests inject stand-ins).
+        progress: draw a progress bar on stderr while the run goes.
+
+    Raises:
+        InvalidRequest: the parameters or the device are wrong (each error names its field).
     """
     import migrations
     from service.core.config import get_settings
@@ -116,33 +134,47 @@ def tune_locally(
         submitted = manager.submit(tune)
         if submitted.schedule is not None:
             schedule = SchedulePublic.of(submitted.schedule)
-            return {"cached": True, **_schedule_summary(schedule),
-                    "kernel": _kernel(db, schedule.kernel_hash)}
+            return LocalAnswer(True, schedule, None, _kernel(db, schedule.kernel_hash))
         assert submitted.run is not None
-        run = _follow(manager, submitted.run.id, tune.trials)
-        public = RunPublic.of(run)
-        with repo.session_scope(db.sessions) as session:
-            row = repo.find_schedule(session, workload_id=run.workload_id, device_id=run.device_id)
-            schedule = SchedulePublic.of(row) if row is not None else None
-        summary = {"cached": False, "run": public.model_dump(mode="json")}
-        if schedule is not None and public.status == "succeeded":
-            summary.update(_schedule_summary(schedule))
-            summary["kernel"] = _kernel(db, schedule.kernel_hash)
-        else:
-            summary.update(latency_us=None, error=public.error)
-        return summary
+        run_row = _follow(manager, submitted.run.id, tune.trials, progress)
+        run = RunPublic.of(run_row)
+        found = None
+        if run.status == "succeeded":
+            with repo.session_scope(db.sessions) as session:
+                row = repo.find_schedule(session, workload_id=run_row.workload_id,
+                                         device_id=run_row.device_id)
+                found = SchedulePublic.of(row) if row is not None else None
+        kernel = _kernel(db, found.kernel_hash) if found is not None else None
+        return LocalAnswer(False, found, run, kernel)
     finally:
         executors.close()
         db.dispose()
 
 
-def _follow(manager: RunManager, run_id: int, trials: int) -> RunModel:
+def tune_locally(
+    request: TuneRequest, database_url: str | None, gpu_pool_factory: Any = None
+) -> dict[str, Any]:
+    """:func:`tune_in_process`, summarised for the command line's printout and JSON."""
+    answer = tune_in_process(request, database_url, gpu_pool_factory)
+    summary: dict[str, Any] = {"cached": answer.cached}
+    if answer.run is not None:
+        summary["run"] = answer.run.model_dump(mode="json")
+    if answer.schedule is not None:
+        summary.update(_schedule_summary(answer.schedule))
+        summary["kernel"] = answer.kernel
+    else:
+        summary.update(latency_us=None, error=answer.run.error if answer.run else None)
+    return summary
+
+
+def _follow(manager: RunManager, run_id: int, trials: int, progress: bool = True) -> RunModel:
     """Execute the run here with a progress bar (or wait for the process running it)."""
     import time
 
     from tqdm import tqdm
 
-    bar = tqdm(total=trials, unit="trial", desc="tuning", file=sys.stderr, leave=True)
+    bar = tqdm(total=trials, unit="trial", desc="tuning", file=sys.stderr, leave=True,
+               disable=not progress)
 
     def on_progress(progress: Progress) -> None:
         bar.n = progress.trials_done

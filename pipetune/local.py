@@ -1,0 +1,67 @@
+"""Tuning in this process, as users of Triton's autotuner expect: no server to start.
+
+    import pipetune
+
+    result = pipetune.tune("gemm", m=4096, n=4096, k=4096, dtype="float16",
+                           budget={"seconds": 60})
+    gemm = pipetune.load(result.kernel)
+
+It is what ``pipetune tune`` runs (same search, same database, so the result is cached
+for a server on that database too) and answers as :meth:`pipetune.Client.tune` does, with
+the kernel's artifact attached; bad arguments raise :class:`pipetune.BadRequest` naming
+the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipetune.errors import BadRequest
+from pipetune.results import TuneResult
+
+
+def tune(
+    op: str,
+    *,
+    device: str = "auto",
+    budget: dict[str, Any] | None = None,
+    database_url: str | None = None,
+    progress: bool = True,
+    **params: Any,
+) -> TuneResult:
+    """Tune ``op`` at ``params`` on ``device`` in this process (or answer from the cache).
+
+    Args:
+        op: ``gemm``, ``attention``, ``mamba2_chunk_state`` or ``mamba2_chunk_scan``.
+        device: ``auto`` (GPU 0, else the simulated H200), ``cuda:N`` or ``sim:h200``...
+        budget: ``{"trials": N}`` and/or ``{"seconds": S}``.
+        database_url: the SQLAlchemy URL of the cache (default: the user's data dir, or
+            ``PIPETUNE_DATABASE_URL``).
+        progress: draw a progress bar on stderr while the run goes.
+        **params: the operator's fields (``m=4096, n=4096, k=4096, dtype="float16"``).
+
+    Raises:
+        BadRequest: a wrong operator, field, device or budget (``.field`` names it).
+    """
+    from pydantic import ValidationError
+
+    from service.commands.tune import tune_in_process
+    from service.errors import InvalidRequest, error_item
+    from service.schemas import TuneRequest
+
+    try:
+        request = TuneRequest(op=op, params=params, device=device, budget=budget or {})
+    except ValidationError as error:
+        raise BadRequest(422, [error_item(("body", *e["loc"]), e["msg"], e["type"])
+                               for e in error.errors()]) from error
+    try:
+        answer = tune_in_process(request, database_url, progress=progress)
+    except InvalidRequest as error:
+        raise BadRequest(422, [error_item((error.where, *e["loc"]), e["msg"], e["type"])
+                               for e in error.errors]) from error
+    return TuneResult(
+        cached=answer.cached,
+        schedule=answer.schedule.model_dump(mode="json") if answer.schedule else None,
+        run=answer.run.model_dump(mode="json") if answer.run else None,
+        kernel=answer.kernel,
+    )

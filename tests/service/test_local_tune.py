@@ -1,0 +1,44 @@
+"""``pipetune.tune``: a tune in this process (the simulated H200 here), answered as the
+client answers, then from the cache; wrong arguments raise the client's typed error
+naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+import pipetune
+
+
+def test_tune_in_process_then_from_the_cache(database_url: str) -> None:
+    params = {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"}
+    first = pipetune.tune("gemm", device="sim:h200", budget={"trials": 8},
+                          database_url=database_url, progress=False, **params)
+    assert isinstance(first, pipetune.TuneResult)
+    assert first.status == "succeeded" and not first.cached
+    assert first.run is not None and first.run["trials_done"] == 8
+    assert first.latency_us is not None and first.latency_us > 0
+    assert first.schedule is not None and first.schedule["workload"]["params"]["m"] == 1024
+    again = pipetune.tune("gemm", device="sim:h200", budget={"trials": 8},
+                          database_url=database_url, progress=False, **params)
+    assert again.cached and again.status == "cached" and again.run is None
+    assert again.latency_us == first.latency_us and again.kernel_hash == first.kernel_hash
+    assert again.kernel == first.kernel
+
+
+@pytest.mark.parametrize(
+    ("op", "kwargs", "field"),
+    [
+        ("gemm", {"m": 1024, "n": 1023, "k": 1024}, "params.n"),
+        ("gemm", {"m": 0, "n": 64, "k": 64}, "params.m"),
+        ("gemm", {"m": 64, "n": 64, "k": 64, "device": "tpu"}, "device"),
+        ("gemm", {"m": 64, "n": 64, "k": 64, "budget": {"trials": 0}}, "budget.trials"),
+        ("conv", {"m": 64}, "op"),
+    ],
+)
+def test_bad_arguments_raise_bad_request_naming_the_field(
+    op: str, kwargs: dict, field: str, tmp_path
+) -> None:
+    with pytest.raises(pipetune.BadRequest) as raised:
+        pipetune.tune(op, database_url=f"sqlite:///{tmp_path / 'local.db'}", progress=False,
+                      **kwargs)
+    assert raised.value.field == field, raised.value.detail
