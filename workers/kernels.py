@@ -25,8 +25,10 @@ outputs are allocated (like the first input: CuPy or torch) unless passed by nam
 returned (attention returns ``(o, lse)``: the output and its fp32 log-sum-exp). Every
 tensor is checked against the kernel's contract (names, shapes, dtypes, row-major
 contiguity, device memory, 16-byte alignment for TMA) before anything is launched, with an
-error that says what was expected. torch tensors go through DLPack (zero copy) and the
-kernel is launched on torch's current stream; CuPy arrays on CuPy's current stream.
+error that says what was expected; the checks and the packed arguments (device pointers,
+TMA descriptors) are kept per argument signature, so a repeated call only launches. The
+kernel is launched on torch's current stream for torch tensors (capturable by
+``torch.cuda.graph``), on CuPy's current stream for CuPy arrays.
 bfloat16: a torch ``bfloat16`` tensor, or a CuPy ``uint16`` array of bfloat16 bits.
 """
 
@@ -231,6 +233,18 @@ def describe_tensor(value: Any) -> TensorInfo:
     )
 
 
+#: Argument signatures whose packed launch a kernel keeps (a few buffers cycled by a user).
+_PACKED_LAUNCHES_KEPT = 16
+
+
+@dataclass(frozen=True)
+class _PackedLaunch:
+    """A checked call's kernel arguments, ready to launch again on the same tensors."""
+
+    args: tuple[Any, ...]
+    device: int
+
+
 class LoadedKernel:
     """A tuned kernel, ready to launch (see the module docstring); made by :func:`load`.
 
@@ -244,8 +258,12 @@ class LoadedKernel:
         self.artifact = artifact
         self.expected = expected_tensors(artifact)
         self._by_name = {t.name: t for t in self.expected}
+        self._first_input = self.inputs[0].name
         self._function: Any = None
         self._maps: dict[tuple[str, int], np.ndarray] = {}
+        self._checked: dict[tuple[Any, ...], bool] = {}
+        self._packed: dict[tuple[Any, ...], _PackedLaunch] = {}
+        self._streams: dict[int, Any] = {}
 
     @property
     def inputs(self) -> list[ExpectedTensor]:
@@ -264,48 +282,83 @@ class LoadedKernel:
         """Launch on the given tensors; returns the output tensor, or the tuple of them in
         contract order (attention: ``o``, ``lse``), each allocated where not given.
 
+        The checks and the packed launch (pointers, TMA descriptors) are done once per
+        argument signature (pointers, shapes, dtypes, strides, device) and reused: a call
+        like the previous ones only launches. Nothing on the way synchronises, queries the
+        stream or allocates outside the caller's framework, so a call inside
+        ``torch.cuda.graph(...)`` (or a CuPy stream capture) is captured.
+
         Raises:
             KernelArgumentError: a tensor does not fit the contract (nothing is launched).
         """
         bound, to_allocate = bind_arguments(self.expected, args, kwargs)
-        infos = {name: describe_tensor(value) for name, value in bound.items()}
-        for name, info in infos.items():
-            check_tensor(self._by_name[name], info)
-        import cupy
-
-        first = bound[self.inputs[0].name]
-        framework = infos[self.inputs[0].name].kind
+        given = tuple(_signature(value) for value in bound.values())
+        if given not in self._checked:
+            # Only what the caller gave: outputs allocated here are right by construction.
+            for name, value in bound.items():
+                check_tensor(self._by_name[name], describe_tensor(value))
+            self._remember(self._checked, given, True)
+        first = bound[self._first_input]
+        framework = "torch" if (type(first).__module__ or "").startswith("torch") else "cupy"
         for name in to_allocate:
             bound[name] = _empty_like(self._by_name[name], first, framework)
-            infos[name] = describe_tensor(bound[name])
-        arrays = {name: _as_cupy(cupy, value, infos[name]) for name, value in bound.items()}
-        devices = {int(a.device.id) for a in arrays.values()}
-        if len(devices) != 1:
-            raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
-        with cupy.cuda.Device(devices.pop()):
-            stream = _stream(cupy, first, framework)
-            with stream:
-                self._launch(cupy, arrays)
+        key = tuple(_signature(bound[t.name]) for t in self.expected)
+        packed = self._packed.get(key)
+        if packed is None:
+            packed = self._remember(self._packed, key, self._pack(bound))
+        self._launch(packed, first, framework)
         outputs = tuple(bound[t.name] for t in self.outputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _launch(self, cupy: Any, arrays: dict[str, Any]) -> None:
-        artifact = self.artifact
-        function = self._load(cupy)
+    @staticmethod
+    def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
+        """``cache[key] = value``, the oldest entry dropped past a few signatures."""
+        if len(cache) >= _PACKED_LAUNCHES_KEPT:
+            cache.pop(next(iter(cache)))
+        cache[key] = value
+        return value
+
+    def _pack(self, bound: dict[str, Any]) -> _PackedLaunch:
+        """Check every tensor against the contract, then the kernel's arguments: device
+        pointers by value, TMA descriptors encoded over them, scalars."""
+        infos = {name: describe_tensor(value) for name, value in bound.items()}
+        for name, info in infos.items():
+            check_tensor(self._by_name[name], info)
+        devices = {_device_index(value) for value in bound.values()}
+        if len(devices) != 1:
+            raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
         args: list[Any] = []
-        for arg in artifact.args:
+        for arg in self.artifact.args:
             if isinstance(arg, TensorArg):
-                args.append(arrays[arg.name])
+                args.append(np.uint64(infos[arg.name].data_ptr))
             elif isinstance(arg, ScalarArg):
                 args.append(np.dtype(arg.dtype).type(arg.value))
             else:
-                args.append(self._tensor_map(arg, int(arrays[arg.tensor].data.ptr)))
-        function(
-            tuple(artifact.grid),
-            tuple(artifact.block),
-            tuple(args),
-            shared_mem=artifact.dynamic_smem_bytes,
-        )
+                args.append(self._tensor_map(arg, infos[arg.tensor].data_ptr))
+        return _PackedLaunch(tuple(args), devices.pop())
+
+    def _launch(self, packed: _PackedLaunch, like: Any, framework: str) -> None:
+        import cupy
+
+        artifact = self.artifact
+        with cupy.cuda.Device(packed.device):
+            function = self._load(cupy)
+            with self._stream(cupy, like, framework):
+                function(tuple(artifact.grid), tuple(artifact.block), packed.args,
+                         shared_mem=artifact.dynamic_smem_bytes)
+
+    def _stream(self, cupy: Any, like: Any, framework: str) -> Any:
+        """torch's current stream for torch tensors (a CuPy view of it, kept per stream),
+        CuPy's current stream otherwise."""
+        if framework != "torch":
+            return cupy.cuda.get_current_stream()
+        import torch
+
+        handle = int(torch.cuda.current_stream(like.device).cuda_stream)
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = cupy.cuda.ExternalStream(handle)
+        return stream
 
     def _load(self, cupy: Any) -> Any:
         if self._function is None:
@@ -342,17 +395,6 @@ def load(artifact: Any) -> LoadedKernel:
     return LoadedKernel(as_artifact(artifact))
 
 
-def _as_cupy(cupy: Any, value: Any, info: TensorInfo) -> Any:
-    """A zero-copy CuPy view (torch through DLPack; bfloat16 as its int16 bits)."""
-    if info.kind == "cupy":
-        return value
-    if info.dtype == "bfloat16":
-        import torch
-
-        value = value.view(torch.int16)
-    return cupy.from_dlpack(value)
-
-
 def _empty_like(expected: ExpectedTensor, like: Any, framework: str) -> Any:
     if framework == "torch":
         import torch
@@ -365,20 +407,23 @@ def _empty_like(expected: ExpectedTensor, like: Any, framework: str) -> Any:
         return cupy.empty(expected.shape, dtype=storage)
 
 
-def _stream(cupy: Any, like: Any, framework: str) -> Any:
-    """torch's current stream for torch tensors, CuPy's otherwise (a context manager)."""
-    if framework == "torch":
-        import torch
+def _signature(value: Any) -> tuple[Any, ...]:
+    """What a tensor's launch depends on: pointer, shape, dtype, strides, device (read
+    from the attributes directly: this runs on every call)."""
+    if hasattr(value, "data_ptr") and hasattr(value, "stride"):  # torch
+        return (value.data_ptr(), tuple(value.shape), value.dtype, value.stride(),
+                value.device)
+    data = getattr(value, "data", None)
+    if hasattr(value, "__cuda_array_interface__") and hasattr(data, "ptr"):  # CuPy
+        return (data.ptr, value.shape, value.dtype, value.strides, value.device.id)
+    return (id(value), type(value))  # not a GPU tensor: the full checks refuse it
 
-        stream = torch.cuda.current_stream(like.device)
-        from_external = getattr(cupy.cuda.Stream, "from_external", None)  # CuPy >= 14
-        if from_external is not None:
-            try:
-                return from_external(stream)
-            except (TypeError, ValueError, AttributeError):
-                pass
-        return cupy.cuda.ExternalStream(stream.cuda_stream)
-    return cupy.cuda.get_current_stream()
+
+def _device_index(value: Any) -> int:
+    """The CUDA device a torch tensor or CuPy array is on."""
+    device = value.device
+    index = getattr(device, "index", None)
+    return int(index if index is not None else getattr(device, "id", 0))
 
 
 __all__ = [

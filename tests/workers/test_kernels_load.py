@@ -33,6 +33,9 @@ class FakeCupyArray:
         self.dtype = np.dtype(dtype)
         self.flags = SimpleNamespace(c_contiguous=contiguous)
         self.data = SimpleNamespace(ptr=ptr)
+        self.strides = tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize
+                             for i in range(len(self.shape)))
+        self.device = SimpleNamespace(id=0)
         self.__cuda_array_interface__ = {"shape": self.shape}
 
 

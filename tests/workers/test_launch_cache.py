@@ -1,0 +1,134 @@
+"""The loaded kernel's launch path without a GPU (a stand-in CuPy records launches): the
+checks and the TMA descriptors are done once per argument signature, a repeated call only
+launches, new pointers or shapes are packed (and checked) again, and tensors are passed as
+device pointers (no DLPack exchange, which synchronises streams and breaks graph capture)."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from codegen import render
+from scheduler_search.hardware import get_device
+from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+from scheduler_search.sprogram import plan_sprogram
+from workers import KernelArgumentError, load
+from workers import kernels as kernels_module
+
+DEVICE = get_device("h200")
+
+
+class FakeArray:
+    """A CuPy-like array at a given address."""
+
+    def __init__(self, shape, ptr, dtype="float16"):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.flags = SimpleNamespace(c_contiguous=True)
+        self.data = SimpleNamespace(ptr=ptr)
+        self.strides = tuple(int(np.prod(self.shape[i + 1:])) * self.dtype.itemsize
+                             for i in range(len(self.shape)))
+        self.device = SimpleNamespace(id=0)
+        self.__cuda_array_interface__ = {"shape": self.shape}
+
+
+class FakeCupy:
+    """What the launch path touches of CuPy: devices, the current stream, RawModule."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple] = []
+        self.allocated = 0
+        launches = self.launches
+
+        def function(grid, block, args, shared_mem=0):
+            launches.append((grid, block, args, shared_mem))
+
+        module = SimpleNamespace(get_function=lambda entry: function)
+        self.cuda = SimpleNamespace(Device=lambda index: nullcontext(),
+                                    get_current_stream=lambda: nullcontext())
+        self.RawModule = lambda code, options: module
+
+    def empty(self, shape, dtype):
+        self.allocated += 1
+        return FakeArray(shape, 0x7F0000100000 + 0x100000 * self.allocated, dtype)
+
+
+@pytest.fixture
+def cupy(monkeypatch: pytest.MonkeyPatch) -> FakeCupy:
+    fake = FakeCupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    return fake
+
+
+@pytest.fixture
+def encodes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    calls: list[tuple[str, int]] = []
+
+    def encode(arg, data_ptr):
+        calls.append((arg.name, data_ptr))
+        return np.full(16, data_ptr, dtype=np.uint64)
+
+    monkeypatch.setattr("workers.tensor_maps.encode_tensor_map", encode)
+    return calls
+
+
+def _kernel():
+    spec = GemmSpec(m=256, n=512, k=128, dtype="float16")
+    return load(render(plan_sprogram(spec, DEVICE, GEMM_WARP_SPECIALIZED), spec, DEVICE))
+
+
+def test_a_repeated_call_only_launches(cupy: FakeCupy, encodes: list, monkeypatch) -> None:
+    kernel = _kernel()
+    a, b = FakeArray((256, 128), 0x7F0000000000), FakeArray((128, 512), 0x7F0000010000)
+    c = FakeArray((256, 512), 0x7F0000020000)
+    checks = []
+    real_check = kernels_module.check_tensor
+    monkeypatch.setattr(kernels_module, "check_tensor",
+                        lambda expected, info: checks.append(expected.name) or real_check(
+                            expected, info))
+    for _ in range(3):
+        assert kernel(a, b, c=c) is c
+    assert len(cupy.launches) == 3
+    assert sorted(set(checks)) == ["a", "b", "c"] and len(checks) == 6  # first call only
+    maps = [arg for arg in kernel.artifact.args if arg.kind == "tensor_map"]
+    assert len(encodes) == len(maps)  # descriptors encoded once
+    assert cupy.launches[0][2] is cupy.launches[2][2]  # the packed arguments, reused
+    grid, block, _, smem = cupy.launches[0]
+    assert grid == tuple(kernel.artifact.grid) and block == tuple(kernel.artifact.block)
+    assert smem == kernel.artifact.dynamic_smem_bytes
+
+
+def test_new_pointers_or_bad_tensors_are_packed_and_checked_again(
+    cupy: FakeCupy, encodes: list
+) -> None:
+    kernel = _kernel()
+    a, b = FakeArray((256, 128), 0x7F0000000000), FakeArray((128, 512), 0x7F0000010000)
+    kernel(a, b)
+    kernel(a, b)  # a new output each call: its pointer is part of the signature
+    a2 = FakeArray((256, 128), 0x7F0000200000)
+    kernel(a2, b)
+    assert len(cupy.launches) == 3 and cupy.allocated == 3
+    assert ("a_map", 0x7F0000200000) in encodes
+    with pytest.raises(KernelArgumentError, match="shape"):
+        kernel(FakeArray((128, 128), 0x7F0000000000), b)
+    assert len(cupy.launches) == 3  # nothing launched
+
+
+def test_tensors_go_as_device_pointers(cupy: FakeCupy, encodes: list) -> None:
+    """Pointer arguments (the kernels' plain tensor parameters) are 64-bit values."""
+    spec = GemmSpec(m=256, n=512, k=128, dtype="float16")
+    artifact = render(plan_sprogram(spec, DEVICE, {**GEMM_WARP_SPECIALIZED,
+                                                   "map_store": "cuda_core"}), spec, DEVICE)
+    kernel = load(artifact)
+    c = FakeArray((256, 512), 0x7F0000020000)
+    kernel(FakeArray((256, 128), 0x7F0000000000), FakeArray((128, 512), 0x7F0000010000), c=c)
+    (_, _, args, _), = cupy.launches
+    pointers = [value for arg, value in zip(artifact.args, args, strict=True)
+                if arg.kind == "tensor"]
+    assert pointers == [np.uint64(0x7F0000020000)]
+    assert all(isinstance(p, np.uint64) for p in pointers)
