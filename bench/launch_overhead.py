@@ -1,0 +1,205 @@
+"""What a tuned kernel costs where users call it: host time per call and the three GPU
+ratios of BENCHMARKS.md, against the PyTorch call a user would otherwise make.
+
+For each case a kernel is tuned in this process (``pipetune.tune``, ``--seconds`` of
+search; a cached one answers at once) and loaded with ``pipetune.load``; then, in one
+process on one GPU, for pipetune's callable ``f(a, b)`` and the peer (``torch.matmul(a, b)``
+for GEMM, cuDNN's ``scaled_dot_product_attention`` for attention), each allocating its
+output as a user's call does:
+
+- ``host_us``: wall time per call of ``--calls`` calls issued back to back (the GPU queue
+  absorbs them; nothing is synchronised in between): what the Python call costs the host;
+- ``eager``: ``triton.testing.do_bench`` on the call, as a user times it;
+- ``back_to_back``: CUDA events around ``--calls`` calls, the queue kept full (GPU time);
+- ``graph``: the replay of a CUDA graph that captured ``--graph-calls`` calls (the graph's
+  output is checked against an eager call's).
+
+Ratios are peer time / pipetune time (> 1: pipetune faster); host ratio pipetune / peer.
+
+    PYTHONPATH=. python3 bench/launch_overhead.py --seconds 20 \\
+        --out bench/results/launch_overhead-DATE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import geomean, tree_state, write_json  # noqa: E402
+
+#: name -> (op, params): BENCHMARKS.md's launch-cost cases.
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "gemm-4096^3-fp16-kn": ("gemm", {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16",
+                                     "b_layout": "kn"}),
+    "gemm-4000x6000x2000-bf16-nk": ("gemm", {"m": 4000, "n": 6000, "k": 2000,
+                                             "dtype": "bfloat16", "b_layout": "nk"}),
+    "gemm-128x8192x8192-fp16-kn": ("gemm", {"m": 128, "n": 8192, "k": 8192, "dtype": "float16",
+                                            "b_layout": "kn"}),
+    "attention-1x32(8)x2048x128-causal-bf16": ("attention", {
+        "batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 2048, "seq_kv": 2048, "head_dim": 128,
+        "causal": True, "dtype": "bfloat16", "layout": "bhsd"}),
+}
+
+
+def _inputs(torch: Any, op: str, p: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
+    """The kernel's inputs as torch tensors, and the peer's call on them."""
+    dtype = getattr(torch, p["dtype"])
+    if op == "gemm":
+        a = torch.randn(p["m"], p["k"], device="cuda", dtype=dtype)
+        b_shape = (p["k"], p["n"]) if p["b_layout"] == "kn" else (p["n"], p["k"])
+        b = torch.randn(*b_shape, device="cuda", dtype=dtype)
+        b_op = b if p["b_layout"] == "kn" else b.t()
+        return (a, b), lambda: torch.matmul(a, b_op)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    q = torch.randn(p["batch"], p["heads"], p["seq_q"], p["head_dim"], device="cuda",
+                    dtype=dtype)
+    k, v = (torch.randn(p["batch"], p["kv_heads"], p["seq_kv"], p["head_dim"], device="cuda",
+                        dtype=dtype) for _ in range(2))
+
+    def peer() -> Any:
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return scaled_dot_product_attention(q, k, v, is_causal=p["causal"],
+                                                enable_gqa=True)
+
+    return (q, k, v), peer
+
+
+def host_us(torch: Any, call: Any, calls: int) -> float:
+    """Median over 5 rounds of the wall time per call of ``calls`` unsynchronised calls."""
+    rounds = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        rounds.append((time.perf_counter() - start) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(rounds)
+
+
+def back_to_back_us(torch: Any, call: Any, calls: int) -> float:
+    """GPU time per call, events around ``calls`` calls, median of 5 rounds."""
+    rounds = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            call()
+        end.record()
+        end.synchronize()
+        rounds.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(rounds)
+
+
+def graph_us(torch: Any, call: Any, calls: int) -> tuple[float, Any]:
+    """Replay time per call of a graph of ``calls`` captured calls, and the graph's last
+    output (to compare with an eager call's)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up on a side stream, as torch.cuda.graph asks
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            out = call()
+    graph.replay()
+    torch.cuda.synchronize()
+    rounds = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        rounds.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(rounds), out
+
+
+def _first(out: Any) -> Any:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def measure(name: str, seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from triton.testing import do_bench
+
+    import pipetune
+
+    op, params = CASES[name]
+    result = pipetune.tune(op, device="auto", budget={"seconds": seconds},
+                           database_url=args.database_url, progress=False, **params)
+    if result.kernel is None:
+        return {"case": name, "error": f"no kernel: {result.status}"}
+    kernel = pipetune.load(result.kernel)
+    inputs, peer = _inputs(torch, op, params)
+    ours = lambda: kernel(*inputs)  # noqa: E731 - the user's call
+    eager_ref = _first(ours()).float()
+    rel = float((_first(peer()).float() - eager_ref).norm() / eager_ref.norm())
+    row: dict[str, Any] = {"case": name, "op": op, "params": params,
+                           "kernel_hash": result.kernel_hash, "rel_error_vs_peer": rel}
+    for label, call in (("pipetune", ours), ("peer", peer)):
+        graph_time, graph_out = graph_us(torch, call, args.graph_calls)
+        row[label] = {
+            "host_us": host_us(torch, call, args.calls),
+            "eager_us": do_bench(call, return_mode="median") * 1e3,
+            "back_to_back_us": back_to_back_us(torch, call, args.calls),
+            "graph_us": graph_time,
+        }
+        if label == "pipetune":
+            diff = (_first(graph_out).float() - eager_ref).norm() / eager_ref.norm()
+            row["graph_rel_diff_vs_eager"] = float(diff)
+    ours_t, peer_t = row["pipetune"], row["peer"]
+    row["host_ratio"] = ours_t["host_us"] / peer_t["host_us"]
+    for figure in ("eager", "back_to_back", "graph"):
+        row[f"{figure}_ratio"] = peer_t[f"{figure}_us"] / ours_t[f"{figure}_us"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    today = datetime.date.today().isoformat()
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0, help="tuning budget per case")
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--graph-calls", type=int, default=20)
+    parser.add_argument("--only", nargs="*", default=[], help="case name prefixes")
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
+                                             f"launch_overhead-{today}.json"))
+    args = parser.parse_args(argv)
+    names = [n for n in CASES if not args.only or any(n.startswith(o) for o in args.only)]
+    rows = []
+    for name in names:
+        row = measure(name, args.seconds, args)
+        rows.append(row)
+        if "error" in row:
+            print(f"{name:<42} {row['error']}", flush=True)
+            continue
+        print(f"{name:<42} host {row['pipetune']['host_us']:7.1f} us vs "
+              f"{row['peer']['host_us']:6.1f} us ({row['host_ratio']:.2f}x)  eager "
+              f"{row['eager_ratio']:.3f}  b2b {row['back_to_back_ratio']:.3f}  graph "
+              f"{row['graph_ratio']:.3f}", flush=True)
+    ok = [r for r in rows if "error" not in r]
+    summary = {f"{k}_geomean": geomean([r[k] for r in ok]) for k in
+               ("host_ratio", "eager_ratio", "back_to_back_ratio", "graph_ratio")} if ok else {}
+    write_json(args.out, {"date": today, "suite": "launch_overhead", **tree_state(),
+                          "cases": rows, **summary})
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
