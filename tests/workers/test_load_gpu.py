@@ -88,3 +88,51 @@ def test_wrong_tensors_are_refused_before_launch() -> None:
                torch.randn(512, 1024, device="cuda", dtype=torch.float16))
     with pytest.raises(KernelArgumentError, match="host memory"):
         kernel(a.cpu(), torch.randn(512, 1024, device="cuda", dtype=torch.float16))
+
+
+def test_a_captured_graph_replays_what_an_eager_call_computes() -> None:
+    """A call inside ``torch.cuda.graph`` is captured (nothing on the launch path
+    synchronises or allocates outside torch), and the replay, on new inputs copied into
+    the captured ones, equals an eager call."""
+    import torch
+
+    m, n, k = 1024, 1024, 512
+    kernel = load(_artifact(m, n, k, "float16", "kn"))
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        kernel(a, b)  # warm-up: compiles and packs outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel(a, b)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = kernel(a, b)
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+    assert _rel_l2(eager, a @ b) <= BOUND["float16"]
+
+
+def test_the_registered_op_compiles_with_fullgraph() -> None:
+    """``pipetune.torch.register``: a module calling the op compiles with
+    ``torch.compile(fullgraph=True)`` (the fake implementation traces it) and gives what
+    eager gives."""
+    import torch
+
+    import pipetune.torch
+
+    m, n, k = 512, 1024, 256
+    gemm = pipetune.torch.register(_artifact(m, n, k, "bfloat16", "nk"), name="gemm_test")
+
+    def model(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.relu(gemm(a, b)) * 2.0
+
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    compiled = torch.compile(model, fullgraph=True)
+    assert torch.equal(compiled(a, b), model(a, b))
+    assert _rel_l2(model(a, b), torch.relu(a @ b.t()) * 2.0) <= BOUND["bfloat16"]
