@@ -17,6 +17,7 @@ from typing import Any
 
 from pipetune import load
 
+
 def register(artifact: Any, name: str | None = None) -> Any:
     """Register a tuned kernel as the custom operator ``pipetune::<name>`` and return it.
 
