@@ -1,4 +1,5 @@
-"""Tuned kernels inside PyTorch programs: a custom operator ``torch.compile`` can trace.
+"""Tuned kernels inside PyTorch programs: a custom operator ``torch.compile`` can trace,
+and drop-ins for PyTorch's own ops.
 
     import torch
     import pipetune.torch
@@ -6,16 +7,31 @@
     gemm = pipetune.torch.register(artifact)        # torch.ops.pipetune.gemm_<hash12>
     model = torch.compile(lambda a, b: gemm(a, b).relu(), fullgraph=True)
 
+    c = pipetune.torch.gemm(a, b)                    # tuned kernel if cached, else a @ b
+    pipetune.torch.configure(tune_on_miss=True)      # a miss is tuned in the background
+
 :func:`register` wraps the loaded kernel in ``torch.library.custom_op`` with a fake (meta)
 implementation that says what it returns (the contract's output shapes and dtypes, on the
-inputs' device) without running it, which is what tracing needs.
+inputs' device) without running it, which is what tracing needs. The drop-ins
+(:class:`DropIns`; :func:`gemm` and :func:`attention` on a default instance) look the exact
+workload and GPU up in the cache once (memoised: a hit costs no database round trip per
+call), run the tuned kernel on a hit and PyTorch's op on a miss.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from pipetune import load
+
+#: (op, params, device index) -> the kernel's artifact JSON, or None.
+Lookup = Callable[[str, dict[str, Any], int], "dict[str, Any] | None"]
+#: (op, params, device index) -> None: tune the workload (it is then in the cache).
+Tuner = Callable[[str, dict[str, Any], int], None]
+_UNKNOWN = object()
 
 
 def register(artifact: Any, name: str | None = None) -> Any:
@@ -53,4 +69,152 @@ def register(artifact: Any, name: str | None = None) -> Any:
     return op
 
 
-__all__ = ["register"]
+class DropIns:
+    """PyTorch ops that run the tuned kernel of the exact workload and GPU when the cache
+    holds one, and PyTorch's own op otherwise.
+
+    Args:
+        database_url: the cache (default: the user's, as :func:`pipetune.tune` uses).
+        tune_on_miss: tune a missed workload in a background thread, so that a later call
+            runs a tuned kernel.
+        budget: that tune's budget (``{"seconds": 60}`` by default).
+        lookup: where kernels come from (default: the local cache; e.g. a
+            :class:`pipetune.Client`'s schedules instead).
+        tuner: how a miss is tuned (default: :func:`pipetune.tune` in this process).
+    """
+
+    def __init__(self, *, database_url: str | None = None, tune_on_miss: bool = False,
+                 budget: dict[str, Any] | None = None, lookup: Lookup | None = None,
+                 tuner: Tuner | None = None) -> None:
+        self.database_url = database_url
+        self.tune_on_miss = tune_on_miss
+        self.budget = budget or {"seconds": 60}
+        self._lookup = lookup or self._lookup_local
+        self._tuner = tuner or self._tune_local
+        self._memo: dict[tuple[str, str, int], Any] = {}
+        self._tuning: set[tuple[str, str, int]] = set()
+        self._lock = threading.Lock()
+
+    def gemm(self, a: Any, b: Any) -> Any:
+        """``a @ b`` (2-D, fp16 / bf16, ``a`` row-major; ``b`` row-major or the transpose
+        of a row-major matrix)."""
+        workload = _gemm_workload(a, b)
+        kernel = self.kernel("gemm", workload[0], a) if workload else None
+        if kernel is None:
+            import torch
+
+            return torch.matmul(a, b)
+        return kernel(a, workload[1])
+
+    def attention(self, q: Any, k: Any, v: Any, *, is_causal: bool = False) -> Any:
+        """``scaled_dot_product_attention(q, k, v, is_causal=...)`` on (batch, heads, seq,
+        head_dim) tensors, GQA when k and v have fewer heads."""
+        params = _attention_params(q, k, v, is_causal)
+        kernel = self.kernel("attention", params, q) if params else None
+        if kernel is None:
+            from torch.nn.functional import scaled_dot_product_attention
+
+            return scaled_dot_product_attention(q, k, v, is_causal=is_causal,
+                                                enable_gqa=k.shape[1] != q.shape[1])
+        return kernel(q, k, v)[0]
+
+    def kernel(self, op: str, params: dict[str, Any], like: Any) -> Any:
+        """The loaded tuned kernel of ``op`` at ``params`` on ``like``'s GPU, or None."""
+        device = int(like.device.index or 0)
+        key = (op, json.dumps(params, sort_keys=True), device)
+        kernel = self._memo.get(key, _UNKNOWN)
+        if kernel is _UNKNOWN:
+            artifact = self._lookup(op, params, device)
+            kernel = load(artifact) if artifact is not None else None
+            self._memo[key] = kernel
+            if kernel is None and self.tune_on_miss:
+                self._start_tune(key, op, params, device)
+        return kernel
+
+    def _start_tune(self, key: tuple[str, str, int], op: str, params: dict[str, Any],
+                    device: int) -> None:
+        with self._lock:
+            if key in self._tuning:
+                return
+            self._tuning.add(key)
+
+        def tune() -> None:
+            try:
+                self._tuner(op, params, device)
+            finally:
+                with self._lock:
+                    self._memo.pop(key, None)  # the next call looks the cache up again
+                    self._tuning.discard(key)
+
+        threading.Thread(target=tune, name=f"pipetune-tune-{op}", daemon=True).start()
+
+    def _lookup_local(self, op: str, params: dict[str, Any], device: int) -> Any:
+        from service.commands.tune import cached_kernel
+        from service.schemas import TuneRequest
+
+        return cached_kernel(TuneRequest(op=op, params=params, device=f"cuda:{device}"),
+                             self.database_url)
+
+    def _tune_local(self, op: str, params: dict[str, Any], device: int) -> None:
+        from pipetune.local import tune
+
+        tune(op, device=f"cuda:{device}", budget=self.budget, database_url=self.database_url,
+             progress=False, **params)
+
+
+def _dtype_name(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _gemm_workload(a: Any, b: Any) -> tuple[dict[str, Any], Any] | None:
+    """The GEMM workload of ``a @ b`` and the tensor the kernel reads as ``b`` (the
+    row-major N x K matrix when ``b`` is its transpose), or None where no kernel applies."""
+    dtype = _dtype_name(a)
+    if (a.dim() != 2 or b.dim() != 2 or dtype not in ("float16", "bfloat16")
+            or _dtype_name(b) != dtype or a.device.type != "cuda" or not a.is_contiguous()):
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if b.is_contiguous():
+        layout, storage = "kn", b
+    elif b.t().is_contiguous():
+        layout, storage = "nk", b.t()
+    else:
+        return None
+    return {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout}, storage
+
+
+def _attention_params(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any] | None:
+    dtype = _dtype_name(q)
+    tensors = (q, k, v)
+    if (dtype not in ("float16", "bfloat16") or any(t.dim() != 4 for t in tensors)
+            or any(_dtype_name(t) != dtype or not t.is_contiguous() for t in tensors)
+            or q.device.type != "cuda" or k.shape != v.shape):
+        return None
+    batch, heads, seq_q, head_dim = q.shape
+    return {"batch": batch, "heads": heads, "kv_heads": k.shape[1], "seq_q": seq_q,
+            "seq_kv": k.shape[2], "head_dim": head_dim, "causal": bool(causal),
+            "dtype": dtype, "layout": "bhsd"}
+
+
+_default = DropIns()
+
+
+def configure(**options: Any) -> DropIns:
+    """Replace the default drop-ins (:func:`gemm`, :func:`attention`) with
+    ``DropIns(**options)``, e.g. ``configure(tune_on_miss=True)``."""
+    global _default
+    _default = DropIns(**options)
+    return _default
+
+
+def gemm(a: Any, b: Any) -> Any:
+    """``a @ b`` through the default drop-ins (see :class:`DropIns`)."""
+    return _default.gemm(a, b)
+
+
+def attention(q: Any, k: Any, v: Any, *, is_causal: bool = False) -> Any:
+    """SDPA through the default drop-ins (see :class:`DropIns`)."""
+    return _default.attention(q, k, v, is_causal=is_causal)
+
+
+__all__ = ["DropIns", "attention", "configure", "gemm", "register"]

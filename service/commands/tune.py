@@ -151,6 +151,36 @@ def tune_in_process(
         db.dispose()
 
 
+def cached_kernel(request: TuneRequest, database_url: str | None) -> dict[str, Any] | None:
+    """The kernel (KernelArtifact JSON) of the best schedule cached for the request's
+    workload on its device, or None; starts nothing (a drop-in's lookup).
+
+    Raises:
+        InvalidRequest: the parameters or the device are wrong.
+    """
+    import migrations
+    from service.core.config import get_settings
+    from service.core.db import Database
+    from service.db import repositories as repo
+    from service.runs.tune import prepare
+
+    settings = get_settings(database_url=database_url)
+    db = Database(settings.database_url)
+    try:
+        migrations.upgrade(db.url, engine=db.engine)
+        tune = prepare(request, settings)
+        with repo.session_scope(db.sessions) as session:
+            workload = repo.find_workload(session, key=tune.spec.workload_key())
+            device = repo.find_device(session, key=tune.device.key)
+            if workload is None or device is None:
+                return None
+            row = repo.find_schedule(session, workload_id=workload.id, device_id=device.id)
+            kernel_hash = row.kernel_hash if row is not None else None
+        return _kernel(db, kernel_hash)
+    finally:
+        db.dispose()
+
+
 def tune_locally(
     request: TuneRequest, database_url: str | None, gpu_pool_factory: Any = None
 ) -> dict[str, Any]:

@@ -95,6 +95,10 @@ def find_device(session: Session, *, key: str) -> DeviceModel | None:
     return DeviceModel.find_by_key(session, key)
 
 
+def find_workload(session: Session, *, key: str) -> WorkloadModel | None:
+    return session.scalar(select(WorkloadModel).where(WorkloadModel.key == key))
+
+
 # ----- runs -----------------------------------------------------------------------------------
 def create_run(
     session: Session,
