@@ -72,7 +72,7 @@ STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "warp_specialized",
 #: every stream's depth).
 NEIGHBOURS: dict[str, dict[str, tuple[Any, ...]]] = {
     "mamba2_chunk_state": {"tile_l": (64, 128), "stages": (2, 4), "persistent": (False,),
-                           "warp_specialized": (False, True), "pack": (1, 2, 4)},
+                           "warp_specialized": (False, True), "pack": (1, 2)},
     "mamba2_chunk_scan": {"tile_s": (32, 64), "stages": (2, 3),
                           "wg_schedule": ("free", "alternate")},
 }

@@ -24,11 +24,12 @@ _TILE_OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
         "g": (1, 2, 4, 8),
     },
     "mamba2_chunk_state": {
-        "p": (64, 128, 256),
+        "p": (64, 128),
         "n": (32, 64, 128, 256),
         "l": (32, 64, 128, 256),
-        # Heads of a B group per tile, stacked in its rows: B tiles loaded once for them.
-        "g": (1, 2, 4),
+        # Heads of a B group per tile, stacked in its rows: B tiles loaded once for them
+        # (packs of 4 heads never won on the H200, 2026-11-30; they quadrupled the space).
+        "g": (1, 2),
     },
     "mamba2_chunk_scan": {"l": (64, 128, 192, 256), "p": (32, 64, 128), "s": (32, 64, 128)},
 }

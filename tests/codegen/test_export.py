@@ -18,7 +18,6 @@ from scheduler_search.space.designs import (
     FLASH_ATTENTION_3,
     GEMM_WARP_SPECIALIZED,
     MAMBA2_CHUNK_SCAN,
-    MAMBA2_CHUNK_STATE,
 )
 from scheduler_search.sprogram.plan import plan_sprogram
 
@@ -30,8 +29,8 @@ CASES = {
     "attention": ({"batch": 1, "heads": 8, "kv_heads": 2, "seq_q": 300, "seq_kv": 300,
                    "head_dim": 64, "causal": True, "dtype": "bfloat16"},
                   {**FLASH_ATTENTION_3, "map_store": "cuda_core", "map_softmax_exp2": "sfu"}),
-    "mamba2_chunk_scan": (MAMBA2_PARAMS, MAMBA2_CHUNK_SCAN),
-    "mamba2_chunk_state": (MAMBA2_PARAMS, {**MAMBA2_CHUNK_STATE, "map_vector_loads": "cuda_core"}),
+    # Tensor maps and plain pointers (x, D, dt, dA_cumsum), the output after them.
+    "mamba2_chunk_scan": (MAMBA2_PARAMS, {**MAMBA2_CHUNK_SCAN, "map_vector_loads": "cuda_core"}),
 }
 
 
