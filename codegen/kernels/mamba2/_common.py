@@ -96,9 +96,7 @@ class Mamba2Hooks(OperatorHooks):
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
             return ("Mamba2 outputs are rows of one head among all heads: written with "
                     "st.global (store on cuda_core)")
-        mmas = [i.stask for i in self.structure.compute_stream(self.structure.consumer_roles[0])
-                if i.phase == "loop" and i.stask.startswith("mma")]
-        if any(self.structure.inflight.get(m) for m in mmas):
+        if any(self.structure.inflight.values()):  # only a loop's MMA stays in flight
             return ("the loop's wgmma reads its A operand from registers that the next trip's "
                     "math rewrites while the group is in flight (order overlap)")
         return None
