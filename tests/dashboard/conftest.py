@@ -1,5 +1,7 @@
 """Dashboard fixtures: the service tests' database fixtures (SQLite and PostgreSQL) and
-helpers, reused as they are, plus a finished small tuning run to look at."""
+helpers, reused as they are, plus a finished small tuning run to look at: fresh per test
+(``finished_run``), or one per module and database for the pages that only read it
+(``shared_client`` and ``shared_run``: a run takes seconds to make)."""
 
 from __future__ import annotations
 
@@ -27,8 +29,7 @@ client = _fixtures.client
 idle_client = _fixtures.idle_client
 
 
-@pytest.fixture
-def finished_run(client: TestClient) -> Iterator[dict]:
+def _finished_run(client: TestClient) -> dict:
     """A succeeded 16-trial GEMM run on the simulated H200."""
     from service_helpers import tune_body, wait_for
 
@@ -36,4 +37,28 @@ def finished_run(client: TestClient) -> Iterator[dict]:
     assert response.status_code == 202, response.text
     run = wait_for(client, response.json()["id"])
     assert run["status"] == "succeeded", run
-    yield run
+    return run
+
+
+@pytest.fixture
+def finished_run(client: TestClient) -> dict:
+    return _finished_run(client)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def shared_client(request: pytest.FixtureRequest,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """An app on a database of its own for the module's read-only page tests."""
+    from service.main import create_app
+
+    directory = tmp_path_factory.mktemp("dashboard")
+    with _fixtures.fresh_database(request.param, directory) as url:
+        settings = _fixtures.service_settings(url, directory)
+        with TestClient(create_app(settings)) as test_client:
+            yield test_client
+
+
+@pytest.fixture(scope="module")
+def shared_run(shared_client: TestClient) -> dict:
+    """``finished_run`` made once per module and database; tests must not change it."""
+    return _finished_run(shared_client)

@@ -50,7 +50,8 @@ def test_static_files_and_plotly_offline(client: TestClient) -> None:
     assert "/v1/runs/{run_id}/timeline" in paths
 
 
-def test_runs_list_filters_and_run_page(client: TestClient, finished_run: dict) -> None:
+def test_runs_list_filters_and_run_page(shared_client: TestClient, shared_run: dict) -> None:
+    client, finished_run = shared_client, shared_run
     run_id = finished_run["id"]
     page = client.get("/")
     assert f'data-run-id="{run_id}"' in page.text and 'data-status="succeeded"' in page.text
@@ -77,7 +78,8 @@ def test_runs_list_filters_and_run_page(client: TestClient, finished_run: dict) 
     assert 'id="cancel-button" class="danger" type="button" hidden' in run_page.text
 
 
-def test_convergence(client: TestClient, finished_run: dict) -> None:
+def test_convergence(shared_client: TestClient, shared_run: dict) -> None:
+    client, finished_run = shared_client, shared_run
     run_id = finished_run["id"]
     data = client.get(f"/v1/runs/{run_id}/convergence").json()
     trials = client.get(f"/v1/runs/{run_id}/trials").json()
@@ -101,7 +103,8 @@ def test_convergence(client: TestClient, finished_run: dict) -> None:
                       params={"max_points": 1}).status_code == 422
 
 
-def test_trials_sorting(client: TestClient, finished_run: dict) -> None:
+def test_trials_sorting(shared_client: TestClient, shared_run: dict) -> None:
+    client, finished_run = shared_client, shared_run
     url = f"/v1/runs/{finished_run['id']}/trials"
     by_latency = client.get(url, params={"order": "latency_us"}).json()["data"]
     latencies = [t["latency_us"] for t in by_latency]
@@ -118,7 +121,8 @@ def test_trials_sorting(client: TestClient, finished_run: dict) -> None:
     assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "order"
 
 
-def test_importance(client: TestClient, finished_run: dict) -> None:
+def test_importance(shared_client: TestClient, shared_run: dict) -> None:
+    client, finished_run = shared_client, shared_run
     data = client.get(f"/v1/runs/{finished_run['id']}/importance").json()
     assert data["available"] and data["complete_trials"] == 16 and data["min_trials"] == 10
     assert data["method"] == "optuna PED-ANOVA"
@@ -191,7 +195,8 @@ def test_timeline_and_source(client: TestClient, finished_run: dict) -> None:
     assert rebuilt == timeline
 
 
-def test_schedules_page(client: TestClient, finished_run: dict) -> None:
+def test_schedules_page(shared_client: TestClient, shared_run: dict) -> None:
+    client, finished_run = shared_client, shared_run
     cached = client.get("/v1/schedules").json()["data"][0]
     page = client.get("/schedules")
     assert page.status_code == 200
@@ -211,7 +216,8 @@ def test_schedules_page(client: TestClient, finished_run: dict) -> None:
     assert json.dumps(cached["schedule"]["tile"]["m"]) in detail.text
 
 
-def test_events_after(client: TestClient, finished_run: dict) -> None:
+def test_events_after(shared_client: TestClient, shared_run: dict) -> None:
+    client, finished_run = shared_client, shared_run
     run_id = finished_run["id"]
     count = client.get(f"/v1/runs/{run_id}/trials").json()["count"]
 

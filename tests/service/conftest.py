@@ -13,6 +13,8 @@ import functools
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -46,10 +48,12 @@ def postgres_problem() -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'pipetune.db'}"
+@contextmanager
+def fresh_database(kind: str, directory: Path) -> Iterator[str]:
+    """The URL of a new, empty database: a SQLite file in ``directory``, or a PostgreSQL
+    schema of its own (dropped after)."""
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'pipetune.db'}"
         return
     problem = postgres_problem()
     if problem is not None:
@@ -72,17 +76,28 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture
-def settings(database_url: str, tmp_path) -> Settings:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    with fresh_database(request.param, tmp_path) as url:
+        yield url
+
+
+def service_settings(database_url: str, directory: Path) -> Settings:
+    """What the service tests run with: small limits, fast heartbeats."""
     return Settings(
         database_url=database_url,
-        data_dir=tmp_path,
+        data_dir=directory,
         max_concurrent_runs=2,
         simulated_capacity=8,
         heartbeat_s=0.5,
         stale_after_s=5.0,
         warm_start=4,
     )
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path) -> Settings:
+    return service_settings(database_url, tmp_path)
 
 
 @pytest.fixture
