@@ -67,10 +67,6 @@ class AttentionHooks(OperatorHooks):
         return int(self.params[name])
 
     @property
-    def dtype(self) -> str:
-        return str(self.params["dtype"])
-
-    @property
     def causal(self) -> bool:
         return bool(self.params["causal"])
 
@@ -165,9 +161,6 @@ class AttentionHooks(OperatorHooks):
 
     def side_outputs(self) -> tuple[str, ...]:
         return ("lse",)
-
-    def row_blocks(self, consumer_rows: int) -> int:
-        return consumer_rows // wgmma.WGMMA_M
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         # S, P as 16-bit pairs while P V runs, O, the row statistics.

@@ -59,10 +59,6 @@ class GemmHooks(OperatorHooks):
         return int(self.params["k"])
 
     @property
-    def dtype(self) -> str:
-        return str(self.params["dtype"])
-
-    @property
     def b_layout(self) -> str:
         return str(self.params.get("b_layout", "kn"))
 
@@ -119,9 +115,6 @@ class GemmHooks(OperatorHooks):
             cols=self.tile_n, global_rows=self.m, global_cols=self.n, fragment="acc",
             row_origin="m0", col_origin="n0", extent_names=("M", "N"),
         )
-
-    def row_blocks(self, consumer_rows: int) -> int:
-        return consumer_rows // wgmma.WGMMA_M
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         return self.row_blocks(consumer_rows) * self.tile_n // 2

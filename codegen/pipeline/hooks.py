@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.artifact import TensorMapArg
+from codegen.cuda.wgmma import WGMMA_M
 from codegen.pipeline.code import Code
 from codegen.pipeline.limits import CONSUMER_OVERHEAD_REGS
 from codegen.pipeline.operand import OperandTile, VectorTile
@@ -116,6 +117,15 @@ class OperatorHooks(ABC):
         self.structure = structure
         self.sprogram = structure.sprogram
         self.params: dict[str, Any] = dict(structure.sprogram.params)
+
+    @property
+    def dtype(self) -> str:
+        """The workload's element type (``float16`` / ``bfloat16``)."""
+        return str(self.params["dtype"])
+
+    def row_blocks(self, consumer_rows: int) -> int:
+        """wgmma m64 blocks of the rows one consumer warpgroup owns."""
+        return consumer_rows // WGMMA_M
 
     # ----- planning ------------------------------------------------------------------
     @abstractmethod

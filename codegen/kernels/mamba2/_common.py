@@ -53,10 +53,6 @@ class Mamba2Hooks(OperatorHooks):
         return int(self.params[name])
 
     @property
-    def dtype(self) -> str:
-        return str(self.params["dtype"])
-
-    @property
     def elem(self) -> int:
         return ELEMENT_BYTES[self.dtype]
 

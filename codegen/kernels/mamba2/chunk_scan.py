@@ -132,9 +132,6 @@ class ChunkScanHooks(Mamba2Hooks):
     def pointer_inputs(self) -> tuple[str, ...]:
         return ("x", "D", *self.vector_pointers())
 
-    def row_blocks(self, consumer_rows: int) -> int:
-        return consumer_rows // wgmma.WGMMA_M
-
     def accumulator_regs(self, consumer_rows: int) -> int:
         # acc, e (fp32), P (pairs), the row decay and x for D x per block; dt, dA of the
         # trip's columns.

@@ -108,9 +108,6 @@ class ChunkStateHooks(Mamba2Hooks):
         # dA_cumsum for the chunk's last position, once per tile.
         return self.vector_pointers() or ("dA_cumsum",)
 
-    def row_blocks(self, consumer_rows: int) -> int:
-        return consumer_rows // wgmma.WGMMA_M
-
     def accumulator_regs(self, consumer_rows: int) -> int:
         # acc, the scaled x pairs and w of the block's head; dt and dA while w is computed
         # (nvcc 13.0: two 64x128 blocks of tile_l 64 took 242 registers, of tile_l 128 spilled).
