@@ -8,7 +8,8 @@
 - ``launch.cu``: that function: the TMA descriptors encoded with the driver API's
   ``cuTensorMapEncodeTiled`` over the given pointers, the dynamic shared memory raised,
   the launch on the stream;
-- ``example.cu`` and ``BUILD.txt``: a caller and the nvcc line that builds it.
+- ``example.cu`` and ``BUILD.txt``: a caller (inputs from raw files, outputs written back)
+  and the nvcc line that builds it.
 """
 
 from __future__ import annotations
@@ -118,23 +119,79 @@ def _launch(artifact: KernelArtifact) -> str:
     return "\n".join(lines)
 
 
+#: Host conversion of a float in [-1, 1) to each element type, for the example's inputs.
+_HOST_FILL = {"float16": "__half_as_ushort(__float2half(v))",
+              "bfloat16": "__bfloat16_as_ushort(__float2bfloat16(v))", "float32": "v"}
+
+
 def _example(artifact: KernelArtifact) -> str:
+    """A caller: ``./example DIR`` reads each input from ``DIR/<name>.bin`` (raw, row-major)
+    and writes each output there; ``./example`` fills the inputs with seeded random values
+    and prints a checksum of the outputs."""
     tensors = _tensors(artifact)
-    lines = ["#include <cstdio>", f'#include "{launch_name(artifact)}.h"', "",
-             "int main() {"]
-    for name, (dtype, shape, _) in tensors.items():
+    lines = ["#include <cstdio>", "#include <cstdlib>", "#include <string>", "#include <vector>",
+             "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+             f'#include "{launch_name(artifact)}.h"', "",
+             "static bool read_file(const std::string& path, std::vector<unsigned char>& host) {",
+             '  FILE* f = std::fopen(path.c_str(), "rb");',
+             "  if (!f) return false;",
+             "  const size_t got = std::fread(host.data(), 1, host.size(), f);",
+             "  std::fclose(f);",
+             "  return got == host.size();",
+             "}", "",
+             "int main(int argc, char** argv) {",
+             '  const std::string dir = argc > 1 ? argv[1] : "";',
+             "  unsigned int seed = 1234u;"]
+    for name, (dtype, shape, role) in tensors.items():
         count = 1
         for extent in shape:
             count *= extent
-        lines += [f"  void* {name} = nullptr;  // {dtype} {'x'.join(map(str, shape))}: "
-                  "fill the inputs with your data",
-                  f"  cudaMalloc(&{name}, {count * DTYPE_BYTES[dtype]}ull);"]
+        size = count * DTYPE_BYTES[dtype]
+        ctype = _C_TYPES[dtype]
+        lines += [f"  // {name}: {dtype} {'x'.join(map(str, shape))} ({role})",
+                  f"  std::vector<unsigned char> {name}_host({size}ull);",
+                  f"  void* {name} = nullptr;",
+                  f"  if (cudaMalloc(&{name}, {size}ull) != cudaSuccess) return 2;"]
+        if role == "output":
+            continue
+        lines += [f'  if (!dir.empty() && !read_file(dir + "/{name}.bin", {name}_host)) {{',
+                  f'    std::fprintf(stderr, "cannot read %s/{name}.bin ({size} bytes)\\n", '
+                  "dir.c_str());",
+                  "    return 2;",
+                  "  }",
+                  "  if (dir.empty()) {",
+                  f"    {ctype}* values = reinterpret_cast<{ctype}*>({name}_host.data());",
+                  f"    for (size_t i = 0; i < {count}ull; ++i) {{",
+                  "      seed = seed * 1664525u + 1013904223u;",
+                  "      const float v = (seed >> 8) * (2.0f / 16777216.0f) - 1.0f;",
+                  f"      values[i] = {_HOST_FILL[dtype]};",
+                  "    }",
+                  "  }",
+                  f"  cudaMemcpy({name}, {name}_host.data(), {size}ull, "
+                  "cudaMemcpyHostToDevice);"]
     call = ", ".join(tensors)
     lines += [f"  const cudaError_t err = {launch_name(artifact)}({call}, 0);",
-              "  cudaDeviceSynchronize();",
-              '  std::printf("%s\\n", cudaGetErrorString(err));']
+              "  const cudaError_t done = cudaDeviceSynchronize();",
+              '  std::printf("launch: %s, run: %s\\n", cudaGetErrorString(err), '
+              "cudaGetErrorString(done));",
+              "  if (err != cudaSuccess || done != cudaSuccess) return 1;"]
+    for name, (_, _, role) in tensors.items():
+        if role != "output":
+            continue
+        lines += [f"  cudaMemcpy({name}_host.data(), {name}, {name}_host.size(), "
+                  "cudaMemcpyDeviceToHost);",
+                  "  if (!dir.empty()) {",
+                  f'    FILE* f = std::fopen((dir + "/{name}.bin").c_str(), "wb");',
+                  f"    if (!f || std::fwrite({name}_host.data(), 1, {name}_host.size(), f) != "
+                  f"{name}_host.size()) return 2;",
+                  "    std::fclose(f);",
+                  "  } else {",
+                  "    unsigned long long checksum = 0;",
+                  f"    for (unsigned char byte : {name}_host) checksum = checksum * 31 + byte;",
+                  f'    std::printf("{name}: checksum %llx\\n", checksum);',
+                  "  }"]
     lines += [f"  cudaFree({name});" for name in tensors]
-    lines += ["  return err == cudaSuccess ? 0 : 1;", "}", ""]
+    lines += ["  return 0;", "}", ""]
     return "\n".join(lines)
 
 
@@ -146,5 +203,8 @@ def export_files(artifact: KernelArtifact) -> dict[str, str]:
         f"{name}.h": _header(artifact),
         "launch.cu": _launch(artifact),
         "example.cu": _example(artifact),
-        "BUILD.txt": f"Needs an sm_90a GPU and the CUDA driver.\n\n    {BUILD_LINE}\n",
+        "BUILD.txt": (f"Needs an sm_90a GPU and the CUDA driver.\n\n    {BUILD_LINE}\n\n"
+                      "./example DIR reads each input from DIR/<name>.bin (raw row-major "
+                      "elements, the header's shapes)\nand writes each output to "
+                      "DIR/<name>.bin; ./example alone runs on seeded random inputs.\n"),
     }

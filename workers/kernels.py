@@ -43,6 +43,7 @@ import numpy as np
 
 from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
 from workers.inputs import contract
+from workers.launch import PackedArguments, current_context, launch_kernel
 
 #: TMA reads global memory from 16-byte aligned addresses (cuTensorMapEncodeTiled).
 TENSOR_ALIGN_BYTES = 16
@@ -145,25 +146,27 @@ def bind_arguments(
     """
     inputs = [t for t in expected if t.role == "input"]
     outputs = [t for t in expected if t.role == "output"]
-    signature = ", ".join(t.describe() for t in inputs)
-    if outputs:
-        signature += ", output " + ", ".join(t.describe() for t in outputs)
+
+    def signature() -> str:  # only for the error messages
+        text = ", ".join(t.describe() for t in inputs)
+        return text + (", output " + ", ".join(t.describe() for t in outputs) if outputs else "")
+
     if len(args) > len(inputs):
         raise KernelArgumentError(
             f"kernel takes {len(inputs)} input tensor(s) positionally, got {len(args)}; "
-            f"expected {signature}"
+            f"expected {signature()}"
         )
     bound = {t.name: value for t, value in zip(inputs, args, strict=False)}
     known = {t.name for t in expected}
     for name, value in kwargs.items():
         if name not in known:
-            raise KernelArgumentError(f"unknown tensor {name!r}; expected {signature}")
+            raise KernelArgumentError(f"unknown tensor {name!r}; expected {signature()}")
         if name in bound:
             raise KernelArgumentError(f"tensor {name!r} given twice (by position and name)")
         bound[name] = value
     missing = [t.name for t in inputs if t.name not in bound]
     if missing:
-        raise KernelArgumentError(f"missing input tensor(s) {missing}; expected {signature}")
+        raise KernelArgumentError(f"missing input tensor(s) {missing}; expected {signature()}")
     return bound, [t.name for t in outputs if t.name not in bound]
 
 
@@ -241,8 +244,17 @@ _PACKED_LAUNCHES_KEPT = 16
 class _PackedLaunch:
     """A checked call's kernel arguments, ready to launch again on the same tensors."""
 
-    args: tuple[Any, ...]
+    args: PackedArguments
     device: int
+    framework: str
+
+
+@dataclass(frozen=True)
+class _DeviceFunction:
+    """The compiled kernel on one GPU: its ``CUfunction`` and the context it lives in."""
+
+    function: int
+    context: int
 
 
 class LoadedKernel:
@@ -258,12 +270,17 @@ class LoadedKernel:
         self.artifact = artifact
         self.expected = expected_tensors(artifact)
         self._by_name = {t.name: t for t in self.expected}
-        self._first_input = self.inputs[0].name
-        self._function: Any = None
+        self._input_names = tuple(t.name for t in self.inputs)
+        self._output_names = tuple(t.name for t in self.outputs)
+        self._output_set = frozenset(self._output_names)
+        self._names = tuple(t.name for t in self.expected)
+        self._grid = tuple(int(v) for v in artifact.grid)
+        self._block = tuple(int(v) for v in artifact.block)
+        self._module: Any = None
+        self._functions: dict[int, _DeviceFunction] = {}
         self._maps: dict[tuple[str, int], np.ndarray] = {}
         self._checked: dict[tuple[Any, ...], bool] = {}
         self._packed: dict[tuple[Any, ...], _PackedLaunch] = {}
-        self._streams: dict[int, Any] = {}
 
     @property
     def inputs(self) -> list[ExpectedTensor]:
@@ -283,32 +300,40 @@ class LoadedKernel:
         contract order (attention: ``o``, ``lse``), each allocated where not given.
 
         The checks and the packed launch (pointers, TMA descriptors) are done once per
-        argument signature (pointers, shapes, dtypes, strides, device) and reused: a call
-        like the previous ones only launches. Nothing on the way synchronises, queries the
-        stream or allocates outside the caller's framework, so a call inside
-        ``torch.cuda.graph(...)`` (or a CuPy stream capture) is captured.
+        argument signature (pointers, shapes, dtypes, strides) and reused: a call like the
+        previous ones only allocates its outputs and launches. Nothing on the way
+        synchronises, queries the stream or allocates outside the caller's framework, so a
+        call inside ``torch.cuda.graph(...)`` (or a CuPy stream capture) is captured.
 
         Raises:
             KernelArgumentError: a tensor does not fit the contract (nothing is launched).
         """
-        bound, to_allocate = bind_arguments(self.expected, args, kwargs)
-        given = tuple(_signature(value) for value in bound.values())
+        if len(args) == len(self._input_names) and kwargs.keys() <= self._output_set:
+            # The usual call, f(a, b) or f(a, b, c=out): bound without the general checks.
+            bound = dict(zip(self._input_names, args, strict=True))
+            bound.update(kwargs)
+            to_allocate = tuple(n for n in self._output_names if n not in kwargs)
+        else:
+            bound, to_allocate = bind_arguments(self.expected, args, kwargs)
+        signatures = {name: _signature(value) for name, value in bound.items()}
+        given = tuple(signatures.values())
         if given not in self._checked:
             # Only what the caller gave: outputs allocated here are right by construction.
             for name, value in bound.items():
                 check_tensor(self._by_name[name], describe_tensor(value))
             self._remember(self._checked, given, True)
-        first = bound[self._first_input]
-        framework = "torch" if (type(first).__module__ or "").startswith("torch") else "cupy"
+        first = bound[self._input_names[0]]
         for name in to_allocate:
-            bound[name] = _empty_like(self._by_name[name], first, framework)
-        key = tuple(_signature(bound[t.name]) for t in self.expected)
+            value = bound[name] = _empty_like(self._by_name[name], first)
+            signatures[name] = _signature(value)
+        key = tuple(signatures[name] for name in self._names)
         packed = self._packed.get(key)
         if packed is None:
-            packed = self._remember(self._packed, key, self._pack(bound))
-        self._launch(packed, first, framework)
-        outputs = tuple(bound[t.name] for t in self.outputs)
-        return outputs[0] if len(outputs) == 1 else outputs
+            packed = self._remember(self._packed, key, self._pack(bound, first))
+        self._launch(packed)
+        if len(self._output_names) == 1:
+            return bound[self._output_names[0]]
+        return tuple(bound[name] for name in self._output_names)
 
     @staticmethod
     def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -318,9 +343,9 @@ class LoadedKernel:
         cache[key] = value
         return value
 
-    def _pack(self, bound: dict[str, Any]) -> _PackedLaunch:
-        """Check every tensor against the contract, then the kernel's arguments: device
-        pointers by value, TMA descriptors encoded over them, scalars."""
+    def _pack(self, bound: dict[str, Any], first: Any) -> _PackedLaunch:
+        """Check every tensor against the contract, then lay out the kernel's arguments:
+        device pointers by value, TMA descriptors encoded over them, scalars."""
         infos = {name: describe_tensor(value) for name, value in bound.items()}
         for name, info in infos.items():
             check_tensor(self._by_name[name], info)
@@ -335,40 +360,38 @@ class LoadedKernel:
                 args.append(np.dtype(arg.dtype).type(arg.value))
             else:
                 args.append(self._tensor_map(arg, infos[arg.tensor].data_ptr))
-        return _PackedLaunch(tuple(args), devices.pop())
+        return _PackedLaunch(PackedArguments(args), devices.pop(), _framework(first))
 
-    def _launch(self, packed: _PackedLaunch, like: Any, framework: str) -> None:
+    def _launch(self, packed: _PackedLaunch) -> None:
+        """One ``cuLaunchKernel`` on the caller's current stream, in the tensors' context
+        (entered only when the thread's current context is another one)."""
+        function = self._functions.get(packed.device) or self._load(packed.device)
+        stream = _current_stream(packed.framework, packed.device)
+        if current_context() == function.context:
+            launch_kernel(function.function, self._grid, self._block,
+                          self.artifact.dynamic_smem_bytes, stream, packed.args)
+            return
+        import cupy
+
+        with cupy.cuda.Device(packed.device):
+            launch_kernel(function.function, self._grid, self._block,
+                          self.artifact.dynamic_smem_bytes, stream, packed.args)
+
+    def _load(self, device: int) -> _DeviceFunction:
+        """Compile (once) and load the kernel on ``device``; its CUfunction and context."""
         import cupy
 
         artifact = self.artifact
-        with cupy.cuda.Device(packed.device):
-            function = self._load(cupy)
-            with self._stream(cupy, like, framework):
-                function(tuple(artifact.grid), tuple(artifact.block), packed.args,
-                         shared_mem=artifact.dynamic_smem_bytes)
-
-    def _stream(self, cupy: Any, like: Any, framework: str) -> Any:
-        """torch's current stream for torch tensors (a CuPy view of it, kept per stream),
-        CuPy's current stream otherwise."""
-        if framework != "torch":
-            return cupy.cuda.get_current_stream()
-        import torch
-
-        handle = int(torch.cuda.current_stream(like.device).cuda_stream)
-        stream = self._streams.get(handle)
-        if stream is None:
-            stream = self._streams[handle] = cupy.cuda.ExternalStream(handle)
-        return stream
-
-    def _load(self, cupy: Any) -> Any:
-        if self._function is None:
-            artifact = self.artifact
-            module = cupy.RawModule(code=artifact.source, options=tuple(artifact.compile_options))
-            function = module.get_function(artifact.entry)
+        with cupy.cuda.Device(device):
+            if self._module is None:
+                self._module = cupy.RawModule(code=artifact.source,
+                                              options=tuple(artifact.compile_options))
+            kernel = self._module.get_function(artifact.entry)
             if artifact.dynamic_smem_bytes > _DEFAULT_DYNAMIC_SMEM_BYTES:
-                function.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
-            self._function = function
-        return self._function
+                kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
+            loaded = _DeviceFunction(int(kernel.kernel.ptr), current_context())
+        self._functions[device] = loaded
+        return loaded
 
     def _tensor_map(self, arg: TensorMapArg, data_ptr: int) -> np.ndarray:
         """The TMA descriptor of ``arg`` over the tensor at ``data_ptr`` (kept per address)."""
@@ -395,11 +418,16 @@ def load(artifact: Any) -> LoadedKernel:
     return LoadedKernel(as_artifact(artifact))
 
 
-def _empty_like(expected: ExpectedTensor, like: Any, framework: str) -> Any:
-    if framework == "torch":
+def _framework(value: Any) -> str:
+    return "torch" if (type(value).__module__ or "").startswith("torch") else "cupy"
+
+
+def _empty_like(expected: ExpectedTensor, like: Any) -> Any:
+    """An output of ``expected``'s shape and dtype, on ``like``'s device and framework."""
+    if _framework(like) == "torch":
         import torch
 
-        return torch.empty(expected.shape, dtype=getattr(torch, expected.dtype), device=like.device)
+        return like.new_empty(expected.shape, dtype=getattr(torch, expected.dtype))
     import cupy
 
     storage = "uint16" if expected.dtype == "bfloat16" else expected.dtype
@@ -407,15 +435,30 @@ def _empty_like(expected: ExpectedTensor, like: Any, framework: str) -> Any:
         return cupy.empty(expected.shape, dtype=storage)
 
 
+def _current_stream(framework: str, device: int) -> int:
+    """The ``CUstream`` the caller's framework launches on now: torch's current stream for
+    torch tensors, CuPy's otherwise."""
+    if framework == "torch":
+        import torch
+
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton reads
+        if raw is not None:
+            return int(raw(device))
+        return int(torch.cuda.current_stream(device).cuda_stream)
+    import cupy
+
+    return int(cupy.cuda.get_current_stream(device).ptr)
+
+
 def _signature(value: Any) -> tuple[Any, ...]:
-    """What a tensor's launch depends on: pointer, shape, dtype, strides, device (read
-    from the attributes directly: this runs on every call)."""
+    """What a tensor's launch depends on: pointer, shape, dtype, strides (read from the
+    attributes directly: this runs on every call). The device is implied by the pointer
+    (unified virtual addressing gives every GPU its own address range)."""
     if hasattr(value, "data_ptr") and hasattr(value, "stride"):  # torch
-        return (value.data_ptr(), tuple(value.shape), value.dtype, value.stride(),
-                value.device)
+        return (value.data_ptr(), value.shape, value.dtype, value.stride())
     data = getattr(value, "data", None)
     if hasattr(value, "__cuda_array_interface__") and hasattr(data, "ptr"):  # CuPy
-        return (data.ptr, value.shape, value.dtype, value.strides, value.device.id)
+        return (data.ptr, value.shape, value.dtype, value.strides)
     return (id(value), type(value))  # not a GPU tensor: the full checks refuse it
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from codegen import render
+from codegen.artifact import TensorArg
 from codegen.export import export_files, launch_name
 from codegen.nvcc import NVCC_ARCH, nvcc_path
 from scheduler_search.hardware import get_device
@@ -79,3 +80,45 @@ def test_the_export_builds_with_nvcc(op: str, tmp_path: Path) -> None:
                                "launch.o", f"-L{stubs}", "-lcuda"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _build(op: str, directory: Path, link: list[str]):
+    """The export of ``op``'s artifact in ``directory``, compiled and linked as BUILD.txt says."""
+    artifact = _artifact(op)
+    for name, text in export_files(artifact).items():
+        (directory / name).write_text(text)
+    done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-o", "example",
+                           "example.cu", "launch.cu", *link], cwd=directory,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return artifact
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_the_exported_example_matches_the_reference(op: str, tmp_path: Path) -> None:
+    import cupy
+    import numpy as np
+
+    from workers._dtypes import storage_dtype, to_float32
+    from workers.inputs import build_inputs, check_tensor_args, contract
+    from workers.verify import error_bounds, reference, rel_l2_error
+
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not on PATH")
+    artifact = _build(op, tmp_path, ["-lcuda"])
+    params = artifact.params
+    dtypes = check_tensor_args(op, params, [a for a in artifact.args if isinstance(a, TensorArg)])
+    specs = contract(op, params)
+    inputs = build_inputs(cupy, op, params, dtypes, seed=11)
+    for name, array in inputs.items():
+        cupy.asnumpy(cupy.ascontiguousarray(array)).tofile(tmp_path / f"{name}.bin")
+    done = subprocess.run(["./example", str(tmp_path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    inputs32 = {n: to_float32(cupy, a, dtypes[n]) for n, a in inputs.items()}
+    expected = reference(cupy, op, params, inputs32)
+    for name, bound in error_bounds(specs, dtypes).items():
+        raw = np.fromfile(tmp_path / f"{name}.bin", dtype=storage_dtype(np, dtypes[name]))
+        out32 = to_float32(cupy, cupy.asarray(raw).reshape(specs[name].shape), dtypes[name])
+        assert rel_l2_error(cupy, out32, expected[name].astype(cupy.float32)) <= bound, name

@@ -38,19 +38,19 @@ class FakeArray:
 
 
 class FakeCupy:
-    """What the launch path touches of CuPy: devices, the current stream, RawModule."""
+    """What the launch path touches of CuPy: devices, the current stream, RawModule; the
+    driver's launches (``workers.launch.launch_kernel``) are recorded in ``launches``."""
 
     def __init__(self) -> None:
         self.launches: list[tuple] = []
+        self.devices_entered: list[int] = []
         self.allocated = 0
-        launches = self.launches
-
-        def function(grid, block, args, shared_mem=0):
-            launches.append((grid, block, args, shared_mem))
-
-        module = SimpleNamespace(get_function=lambda entry: function)
-        self.cuda = SimpleNamespace(Device=lambda index: nullcontext(),
-                                    get_current_stream=lambda: nullcontext())
+        kernel = SimpleNamespace(kernel=SimpleNamespace(ptr=0xF00D),
+                                 max_dynamic_shared_size_bytes=0)
+        module = SimpleNamespace(get_function=lambda entry: kernel)
+        self.cuda = SimpleNamespace(Device=lambda index: self.devices_entered.append(index)
+                                    or nullcontext(),
+                                    get_current_stream=lambda device: SimpleNamespace(ptr=0x5))
         self.RawModule = lambda code, options: module
 
     def empty(self, shape, dtype):
@@ -62,6 +62,9 @@ class FakeCupy:
 def cupy(monkeypatch: pytest.MonkeyPatch) -> FakeCupy:
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(kernels_module, "current_context", lambda: 0xC0)
+    monkeypatch.setattr(kernels_module, "launch_kernel",
+                        lambda *launch: fake.launches.append(launch))
     return fake
 
 
@@ -97,10 +100,11 @@ def test_a_repeated_call_only_launches(cupy: FakeCupy, encodes: list, monkeypatc
     assert sorted(set(checks)) == ["a", "b", "c"] and len(checks) == 6  # first call only
     maps = [arg for arg in kernel.artifact.args if arg.kind == "tensor_map"]
     assert len(encodes) == len(maps)  # descriptors encoded once
-    assert cupy.launches[0][2] is cupy.launches[2][2]  # the packed arguments, reused
-    grid, block, _, smem = cupy.launches[0]
+    assert cupy.launches[0][5] is cupy.launches[2][5]  # the packed arguments, reused
+    function, grid, block, smem, stream, _ = cupy.launches[0]
     assert grid == tuple(kernel.artifact.grid) and block == tuple(kernel.artifact.block)
     assert smem == kernel.artifact.dynamic_smem_bytes
+    assert (function, stream) == (0xF00D, 0x5)  # the loaded CUfunction, CuPy's stream
 
 
 def test_new_pointers_or_bad_tensors_are_packed_and_checked_again(
@@ -127,8 +131,23 @@ def test_tensors_go_as_device_pointers(cupy: FakeCupy, encodes: list) -> None:
     kernel = load(artifact)
     c = FakeArray((256, 512), 0x7F0000020000)
     kernel(FakeArray((256, 128), 0x7F0000000000), FakeArray((128, 512), 0x7F0000010000), c=c)
-    (_, _, args, _), = cupy.launches
-    pointers = [value for arg, value in zip(artifact.args, args, strict=True)
+    (*_, params), = cupy.launches
+    pointers = [value for arg, value in zip(artifact.args, params.values, strict=True)
                 if arg.kind == "tensor"]
     assert pointers == [np.uint64(0x7F0000020000)]
     assert all(isinstance(p, np.uint64) for p in pointers)
+
+
+def test_the_device_is_entered_only_when_another_context_is_current(
+    cupy: FakeCupy, encodes: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kernel = _kernel()
+    a, b = FakeArray((256, 128), 0x7F0000000000), FakeArray((128, 512), 0x7F0000010000)
+    c = FakeArray((256, 512), 0x7F0000020000)
+    kernel(a, b, c=c)  # the first call compiles and loads in the device's context
+    entered = len(cupy.devices_entered)
+    kernel(a, b, c=c)
+    assert len(cupy.devices_entered) == entered  # the loaded context is current: no switch
+    monkeypatch.setattr(kernels_module, "current_context", lambda: 0xB0)
+    kernel(a, b, c=c)
+    assert cupy.devices_entered[entered:] == [0] and len(cupy.launches) == 3
