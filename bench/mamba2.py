@@ -65,7 +65,7 @@ CASES: tuple[tuple[int, int, int, tuple[str, ...], bool], ...] = (
 )
 DTYPES = ("float16", "bfloat16")
 #: Knobs whose values make two schedules "the same structure" for diversity.
-STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "warp_specialized",
+STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "tile_g", "warp_specialized",
                   "consumer_warpgroups", "consumer_split", "wg_schedule", "order",
                   "persistent", "map_vector_loads")
 #: The hand-written design's neighbours worth measuring on every shape (``stages`` sets

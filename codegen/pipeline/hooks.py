@@ -112,6 +112,8 @@ class OperatorHooks(ABC):
     #: Registers a consumer thread needs besides :meth:`accumulator_regs` (addresses,
     #: loop state), as measured with ptxas for the operator's kernels.
     overhead_regs: int = CONSUMER_OVERHEAD_REGS
+    #: Registers the producer warpgroup's loads need (its setmaxnreg floor is 24).
+    producer_min_regs: int = 24
 
     def __init__(self, structure: PipelineStructure) -> None:
         self.structure = structure

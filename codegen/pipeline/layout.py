@@ -267,6 +267,9 @@ class PipelineLayout:
             total = WARPGROUP * (roles.producer_regs + s.consumers * roles.consumer_regs)
             if total > REGISTER_FILE:
                 return f"{total} registers per block"
+            if roles.producer_regs < self.hooks.producer_min_regs:
+                return (f"the producer's loads need {self.hooks.producer_min_regs} registers, "
+                        f"not {roles.producer_regs}")
         need = self.hooks.accumulator_regs(self.consumer_rows) + self.hooks.overhead_regs
         if need > self.register_cap:
             return (f"{need} registers per consumer thread > {self.register_cap}, what ptxas "

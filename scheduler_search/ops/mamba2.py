@@ -195,7 +195,11 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
 
 class Mamba2ChunkScanSpec(_Mamba2Spec):
     """Chunk outputs: the inter-chunk term from the entering states plus the causal
-    intra-chunk term through cb = c·bᵀ."""
+    intra-chunk term through cb = c·bᵀ.
+
+    A tile may pack ``g`` heads of one group side by side in its columns (tile ``g``;
+    columns are then (head, p) pairs, ``p`` extent headdim x g): their cb and C tiles,
+    the group's, are loaded once."""
 
     op: ClassVar[str] = "mamba2_chunk_scan"
     streams: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -334,13 +338,14 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             ),
             extents={
                 "l": self.chunk_size,
-                "p": self.headdim,
+                "p": self.headdim * packed_heads(tile),
                 "s": self.chunk_size,
                 "n": self.dstate,
+                "g": self.group,
             },
             tile=dict(tile),
             spatial_axes=("l", "p"),
             reduction_axes=("s",),
-            grid_axes=self._grid_axes(),
+            grid_axes=self._grid_axes(packed_heads(tile)),
             causal_pairs=(("l", "s"),),
         )

@@ -89,10 +89,15 @@ MAMBA2_CHUNK_SCAN: Choices = {
     "raster_swizzle": 1,
 }
 
+#: The chunk scan with two heads of a group per tile (headdim 64): cb and C, the group's,
+#: read from L2 once for both heads.
+MAMBA2_CHUNK_SCAN_PACKED: Choices = {**MAMBA2_CHUNK_SCAN, "tile_g": 2, "tile_p": 128}
+
 #: Known designs by operator.
 DESIGNS: dict[str, dict[str, Choices]] = {
     "gemm": {"warp_specialized": GEMM_WARP_SPECIALIZED},
     "attention": {"flash_attention_3": FLASH_ATTENTION_3},
     "mamba2_chunk_state": {"streaming": MAMBA2_CHUNK_STATE},
-    "mamba2_chunk_scan": {"triton_tiling": MAMBA2_CHUNK_SCAN},
+    "mamba2_chunk_scan": {"triton_tiling": MAMBA2_CHUNK_SCAN,
+                          "packed_heads": MAMBA2_CHUNK_SCAN_PACKED},
 }

@@ -31,7 +31,15 @@ _TILE_OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
         # (packs of 4 heads never won on the H200, 2026-11-30; they quadrupled the space).
         "g": (1, 2),
     },
-    "mamba2_chunk_scan": {"l": (64, 128, 192, 256), "p": (32, 64, 128), "s": (32, 64, 128)},
+    "mamba2_chunk_scan": {
+        # chunk_size is a power of two; x tiles are 64-column boxes (no 192, no p 32).
+        "l": (64, 128, 256),
+        "p": (64, 128),
+        "s": (32, 64, 128),
+        # Heads of a group per tile, side by side in its columns: cb and C tiles (the
+        # group's) loaded once for them.
+        "g": (1, 2),
+    },
 }
 
 #: sTasks with a choice of sEU, and the choices (filtered by what the device has).

@@ -64,10 +64,10 @@ def test_chunk_scan_prologue_runs_once_per_tile_and_frees_its_buffers() -> None:
     # The state term is waited for before its decay; C and states are released before the
     # loop, so the producer loads the next tile's while this one's loop runs.
     between = src[prologue:loop]
-    assert "wgmma_wait<0>();" in between and "exp2f(dal[mi][h])" in between
+    assert "wgmma_wait<0>();" in between and "exp2f(dal[(8 * g) / HEAD_COLS][mi][h])" in between
     assert "load_c_empty" in between and "load_state_empty" in between
     assert "min(S_TILES, (l0 + TILE_L + TILE_S - 1) / TILE_S)" in src  # causal trips only
-    assert "if (diagonal)" in src and "d_h * v.x" in src  # mask on crossing trips; D x
+    assert "!diagonal ||" in src and "d * v.x" in src  # mask on crossing trips; D x
     # x for D x is read at the tile's start, so the read lands while the loop runs.
     assert src.index("x_skip[mi][h][g] = __ldg") < prologue
     art = lowered.artifact()
@@ -75,6 +75,32 @@ def test_chunk_scan_prologue_runs_once_per_tile_and_frees_its_buffers() -> None:
     assert pointers == ["x", "D", "dt", "dA_cumsum"]  # dt, dA loaded by the CUDA cores
     issues = {i.stask: i.phase for i in lowered.record.roles["consumer0"]}
     assert issues["mma_state"] == "prologue" and issues["skip"] == "epilogue"
+
+
+def test_chunk_scan_packs_heads_of_a_group_side_by_side() -> None:
+    """tile_g 2: one tile spans two heads' whole rows (tile_p = 2 x headdim); cb, C and the
+    states of both heads are loaded once, x box by box (head heads0 + 1 for the second),
+    and each head's products run on its own half of the accumulator."""
+    spec, sprogram, validity = _build("mamba2_chunk_scan", SUITE,
+                                      {**MAMBA2_CHUNK_SCAN, "tile_g": 2, "tile_p": 128})
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    src = art.source
+    assert art.grid[0] <= DEVICE.sm_count  # persistent; the tile count is below
+    assert "PACK = 2, HEAD_COLS = 64" in src
+    assert "heads0 + 1, batch0 * SEQLEN + chunks0 * CHUNK" in src  # x box of the second head
+    assert "wgmma_m64n128k16_f16_bk" in src  # C statesᵀ for both heads in one N = 128
+    assert src.count("wgmma_m64n64k16_f16_rs_bmn(*reinterpret_cast<float(*)[HEAD_COLS / 2]>"
+                     "(&acc[mi][1 * (HEAD_COLS / 2)])") == 1
+    assert "pm[1][mi][2 * g + h]" not in src and "pm[head][mi][2 * g + h]" in src
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    assert maps["states_map"].box_dims == (64, 128)  # both heads' rows: contiguous
+    assert maps["dt_map"].box_dims == (64, 1, 2)  # each packed head's positions in turn
+    assert spec.build_graph(sprogram.tile).grid_axes["heads"] == 40  # 80 heads, two a tile
+    for bad, reason in (({"tile_p": 64}, "tile_p must be headdim x tile_g"),):
+        _, rejected, verdict = _build("mamba2_chunk_scan", SUITE,
+                                      {**MAMBA2_CHUNK_SCAN, "tile_g": 2, **bad})
+        assert not verdict.ok and reason in (unsupported(rejected, DEVICE) or "")
 
 
 def test_vector_loads_by_tma_read_the_ring_stage() -> None:

@@ -446,11 +446,14 @@ def test_a_feasibility_check_restricts_the_space_and_counts_its_rejections() -> 
     assert plain_validity.ok
 
 
-def test_chunk_state_packs_heads_only_within_a_group() -> None:
-    """tile_g (heads of one B group per tile) is asked only where it divides the group."""
+def test_mamba2_packs_heads_only_within_a_group() -> None:
+    """tile_g (heads of one B / C group per tile) is asked only where it divides the group."""
     spec = suite_spec("mamba2_chunk_state")  # 80 heads, 1 group
     knobs = {k.name: k for k in knob_table(spec, H200)}
     assert knobs["tile_g"].options == (1, 2)
     single = parse_spec("mamba2_chunk_state", {**spec.params(), "ngroups": spec.params()["nheads"]})
     assert "tile_g" not in {k.name for k in knob_table(single, H200)}
-    assert "tile_g" not in {k.name for k in knob_table(suite_spec("mamba2_chunk_scan"), H200)}
+    scan = suite_spec("mamba2_chunk_scan")
+    assert {k.name: k for k in knob_table(scan, H200)}["tile_g"].options == (1, 2)
+    alone = parse_spec("mamba2_chunk_scan", {**scan.params(), "ngroups": scan.params()["nheads"]})
+    assert "tile_g" not in {k.name for k in knob_table(alone, H200)}

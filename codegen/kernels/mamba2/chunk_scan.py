@@ -6,7 +6,11 @@ Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chu
 + Σ_{s <= l} cb[l, s] exp(dA[l] - dA[s]) dt[s] x[s, p] + D[h] x[l, p]``. What is its own:
 
 - tiles: an output tile is ``tile_l`` rows of a chunk x ``tile_p`` of headdim; one loop trip
-  per ``tile_s`` positions s, only those at or below the diagonal (``tile_trips``);
+  per ``tile_s`` positions s, only those at or below the diagonal (``tile_trips``). A tile
+  may pack ``tile_g`` heads of a group (``tile_p`` then spans their whole rows, ``headdim x
+  tile_g``, as they lie in ``x`` and ``out``): the cb and C tiles, the same for every head
+  of the group, are loaded once for them, and each head's products run on its own slice of
+  the accumulator;
 - prologue, once per tile: ``load_c`` and ``load_state`` (tile buffers), ``mma_state``
   (``acc = C statesᵀ``, both K-major over dstate), ``load_dA_l`` and ``decay_out``
   (``acc *= exp(dA[l])``);
@@ -73,9 +77,14 @@ class ChunkScanHooks(Mamba2Hooks):
         return "min(S_TILES, (l0 + TILE_L + TILE_S - 1) / TILE_S)"
 
     @property
+    def head_cols(self) -> int:
+        """Columns of one head in a tile (tile_p, or headdim when heads are packed)."""
+        return self.tile_p // self.pack
+
+    @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
         return (GridAxis("l", self.chunk, self.tile_l, heaviest_last=True),
-                GridAxis("p", self._p("headdim"), self.tile_p), *self.outer_axes())
+                GridAxis("p", self._p("headdim") * self.pack, self.tile_p), *self.outer_axes())
 
     @property
     def math_stasks(self) -> frozenset[str]:
@@ -105,7 +114,7 @@ class ChunkScanHooks(Mamba2Hooks):
 
     @cached_property
     def dal(self) -> VectorTile:
-        return VectorTile("dal", self.tile_l)
+        return VectorTile("dal", self.tile_l * self.pack)
 
     def operand(self, stask: str) -> OperandTile | VectorTile:
         return {"load_c": self.c, "load_state": self.st, "load_dA_l": self.dal,
@@ -123,8 +132,9 @@ class ChunkScanHooks(Mamba2Hooks):
     def output(self) -> OutputTile:
         return OutputTile(
             tensor="out", dtype=self.dtype, elem_bytes=self.elem, rows=self.tile_l,
-            cols=self.tile_p, global_rows=self.chunk, global_cols=self._p("headdim"),
-            fragment="acc", row_origin="l0", col_origin="p0", extent_names=("CHUNK", "HEADDIM"),
+            cols=self.tile_p, global_rows=self.chunk, global_cols=self._p("headdim") * self.pack,
+            fragment="acc", row_origin="l0", col_origin="p0",
+            extent_names=("CHUNK", "PACKED_COLS"),
             row_pointer=("out + (((unsigned long long)batch0 * SEQLEN + chunks0 * CHUNK + {row}) "
                          "* NHEADS + heads0) * HEADDIM"),
         )
@@ -132,11 +142,27 @@ class ChunkScanHooks(Mamba2Hooks):
     def pointer_inputs(self) -> tuple[str, ...]:
         return ("x", "D", *self.vector_pointers())
 
+    #: Fitted with ``accumulator_regs`` to what ptxas allocated (below).
+    overhead_regs = 8
+    #: Seven TMA streams with 3-D coordinates: at 24 registers the producer spilled 228
+    #: to 308 bytes (nvcc 13.0; headdim 128, chunk 128, one consumer warpgroup).
+    producer_min_regs = 40
+
     def accumulator_regs(self, consumer_rows: int) -> int:
-        # acc, e (fp32), P (pairs), the row decay and x for D x per block; dt, dA of the
-        # trip's columns.
-        per_block = self.tile_p // 2 + self.tile_s // 2 + self.tile_s // 4 + 2 + self.tile_p // 4
-        return self.row_blocks(consumer_rows) * per_block + 8 * self.k_steps
+        """Per row block: acc and x for D x, one head's e at a time (ptxas interleaves a
+        value's exp with its product), the 16-bit products of every packed head; dt and dA
+        of every packed head when the threads load them ahead of the trip (read from the
+        stage TMA filled, they live only at their use).
+
+        Fitted on nvcc 13.0 (sm_90a): fits in 168 at one row block for tile_p 64 x tile_s
+        128 and for two packed heads at tile_p 128 x tile_s 64; spills at two row blocks
+        for tile_p 64 x tile_s 128 under 248, for tile_p 128 x tile_s 32 with thread-loaded
+        dt and dA under 248, and for two packed heads, tile_s 32, under 168.
+        """
+        per_block = (self.tile_p // 2 + self.tile_p // 4 + self.tile_s // 2
+                     + self.pack * self.tile_s // 4)
+        vectors = 0 if self.vectors_by_tma else 8 * self.k_steps * self.pack
+        return self.row_blocks(consumer_rows) * per_block + vectors
 
     def holds_tile_buffer(self, load: str) -> bool:
         # C and states are read by the prologue's MMA only; dA[l] is copied to registers.
@@ -148,7 +174,10 @@ class ChunkScanHooks(Mamba2Hooks):
             return problem
         if self.chunk % self.tile_l:
             return f"tile_l={self.tile_l} must divide chunk_size={self.chunk}"
-        if self._p("headdim") % self.tile_p or self.tile_p % 64:
+        if self.pack > 1 and self.tile_p != self._p("headdim") * self.pack:
+            return (f"tile_g={self.pack} packs whole heads: tile_p must be headdim x tile_g "
+                    f"({self._p('headdim') * self.pack})")
+        if self._p("headdim") * self.pack % self.tile_p or self.head_cols % 64:
             return (f"tile_p={self.tile_p}: x tiles are MN-major 64-column boxes and must "
                     "divide headdim")
         if self._p("dstate") % 64:
@@ -164,6 +193,8 @@ class ChunkScanHooks(Mamba2Hooks):
         c(f"constexpr int TILE_L = {self.tile_l}, TILE_P = {self.tile_p}, TILE_S = "
           f"{self.tile_s};")
         c(f"constexpr int S_TILES = {self.trip_count};  // loop trips of the last row tile")
+        c(f"constexpr int PACK = {self.pack}, HEAD_COLS = {self.head_cols}, PACKED_COLS = "
+          "HEADDIM * PACK;  // heads of a tile, the columns of each")
         c(f"constexpr int N_STEPS = {self._p('dstate') // 16};  // k16 steps of C states^T")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
           f"{self.tile_p // 2}, E_REGS = {self.tile_s // 2};")
@@ -186,8 +217,9 @@ class ChunkScanHooks(Mamba2Hooks):
             inner = box * tile.box_inner
             if stask == "load_c":
                 c(c.call("tma_load_3d", dst, tmap, inner, group, f"{seq0} + l0", full_bar) + ";")
-            elif stask == "load_x":
-                c(c.call("tma_load_3d", dst, tmap, f"p0 + {inner}", "heads0",
+            elif stask == "load_x":  # box by box: a packed tile's boxes cover its heads in turn
+                head, col = divmod(inner, self._p("headdim"))
+                c(c.call("tma_load_3d", dst, tmap, f"p0 + {col}", f"heads0 + {head}",
                          f"{seq0} + {trip} * TILE_S", full_bar) + ";")
             elif stask == "load_state":
                 row = "((batch0 * NCHUNKS + chunks0) * NHEADS + heads0) * HEADDIM + p0"
@@ -199,23 +231,26 @@ class ChunkScanHooks(Mamba2Hooks):
 
     def consumer_state(self, code: Code) -> None:
         c = code
-        c("float acc[ROW_BLOCKS][ACC_REGS];")
-        c("float e[ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]), then cb e dt (accumulator "
+        c("float acc[ROW_BLOCKS][ACC_REGS];  // head j: columns [j HEAD_COLS, (j + 1) HEAD_COLS)")
+        c("float e[PACK][ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]) per head (accumulator "
           "layout)")
-        c("u32 pm[ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's register A")
-        c("float dal[ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
+        c("u32 pm[PACK][ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's register A")
+        c("float dal[PACK][ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
         c("u32 x_skip[ROW_BLOCKS][2][ACC_REGS / 4];  // x[l, p] pairs of this thread's "
           "outputs, for D x")
-        c("float d_h;  // D of the tile's head")
-        self.vector_state(c)
+        c("float d_h[PACK];  // D of the tile's heads")
+        self.vector_state(c, "[PACK]")
 
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
-        if issue.stask != "load_dA_l":
-            self.load_vector(code, issue.stask, at.index)
-            return
         c = code
-        c("const float* dA_rows = dA_cumsum + vector_row(batch0, heads0, chunks0) * CHUNK + l0;")
-        self._each_row(c, ["dal[mi][h] = __ldg(dA_rows + " + TILE_ROW + ") * LOG2E;"])
+        for head in range(self.pack):
+            with c.block(""):
+                if issue.stask != "load_dA_l":
+                    self.load_vector(c, issue.stask, at.index, f"[{head}]", str(head))
+                    continue
+                c(f"const float* dA_rows = dA_cumsum + vector_row(batch0, heads0 + {head}, "
+                  "chunks0) * CHUNK + l0;")
+                self._each_row(c, [f"dal[{head}][mi][h] = __ldg(dA_rows + {TILE_ROW}) * LOG2E;"])
 
     def _each_row(self, code: Code, body: list[str]) -> None:
         c = code
@@ -230,7 +265,8 @@ class ChunkScanHooks(Mamba2Hooks):
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
             if stask == "mma_x":
-                code(code.call("wgmma_fence_operands", "pm[mi]") + ";")
+                for head in range(self.pack):
+                    code(code.call("wgmma_fence_operands", f"pm[{head}][mi]") + ";")
 
     # ----- matrix products -----------------------------------------------------------
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
@@ -261,22 +297,28 @@ class ChunkScanHooks(Mamba2Hooks):
         c(c.call("wgmma_commit") + ";")
 
     def _mma_x(self, code: Code, stage: str) -> None:
+        """Per packed head j: its columns of acc += P_j x_j (x_j: the tile's boxes of head j)."""
         c = code
-        mma = wgmma.mma_rs(self.tile_p, self.dtype, "mn")
-        c.comment(f"mma_x  stage={stage}: acc[CONSUMER_ROWS x {self.tile_p}] += P x_s (P in "
-                  "registers: k16 step kk is pm[.][4kk..4kk+3])")
+        mma = wgmma.mma_rs(self.head_cols, self.dtype, "mn")
+        c.comment(f"mma_x  stage={stage}: acc[CONSUMER_ROWS x {self.tile_p}] += P x_s, per "
+                  f"head a wgmma m64n{self.head_cols} (P in registers: k16 step kk is "
+                  "pm[head][.][4kk..4kk+3])")
         c("#pragma unroll")
         self.pin(c)
         c(c.call("wgmma_fence") + ";")
         c(f"const u32 x_tile = smem + SMEM_X + {stage} * X_STAGE_BYTES;")
-        c("#pragma unroll")
-        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
-            c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", "x_tile + x_kstep_bytes(kk)", "X_DESC_LAYOUT") + ";")
+        for head in range(self.pack):
+            acc = (f"*reinterpret_cast<float(*)[HEAD_COLS / 2]>(&acc[mi][{head} * "
+                   "(HEAD_COLS / 2)])") if self.pack > 1 else "acc[mi]"
+            box = f" + {head} * (HEAD_COLS / 64) * X_BOX_BYTES" if head else ""
             c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                regs = [f"pm[mi][4 * kk + {i}]" for i in range(4)]
-                c(c.call(mma, "acc[mi]", *regs, "desc_b", "true") + ";")
+            with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+                c("const u64 desc_b = " + c.call(
+                    "wgmma_descriptor", f"x_tile{box} + x_kstep_bytes(kk)", "X_DESC_LAYOUT") + ";")
+                c("#pragma unroll")
+                with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                    regs = [f"pm[{head}][mi][4 * kk + {i}]" for i in range(4)]
+                    c(c.call(mma, acc, *regs, "desc_b", "true") + ";")
         c(c.call("wgmma_commit") + ";")
 
     # ----- register math -------------------------------------------------------------
@@ -291,15 +333,20 @@ class ChunkScanHooks(Mamba2Hooks):
     def _decay_out(self, code: Code, at: TripAt) -> None:
         c = code
         if self.vectors_by_tma:
-            c.comment("dA[l] of this thread's rows, from the tile buffer TMA filled")
-            self._each_row(c, ["dal[mi][h] = " + c.call(
-                "ld_shared_f32", f"smem + SMEM_DAL + ({TILE_ROW}) * 4") + " * LOG2E;"])
-        c.comment("the state term decays by exp(dA[l])")
+            c.comment("dA[l] of this thread's rows (each packed head's in turn), from the tile "
+                      "buffer TMA filled")
+            self._each_row(c, [
+                "#pragma unroll",
+                "for (int j = 0; j < PACK; ++j) dal[j][mi][h] = " + c.call(
+                    "ld_shared_f32", f"smem + SMEM_DAL + (j * TILE_L + {TILE_ROW}) * 4")
+                + " * LOG2E;"])
+        c.comment("the state term decays by exp(dA[l]) of each head")
         self._each_row(c, [
-            "const float decay = exp2f(dal[mi][h]);",
             "#pragma unroll",
-            "for (int g = 0; g < ACC_REGS / 4; ++g) { acc[mi][4 * g + 2 * h] *= decay; "
-            "acc[mi][4 * g + 2 * h + 1] *= decay; }",
+            "for (int g = 0; g < ACC_REGS / 4; ++g) {",
+            "  const float decay = exp2f(dal[(8 * g) / HEAD_COLS][mi][h]);",
+            "  acc[mi][4 * g + 2 * h] *= decay; acc[mi][4 * g + 2 * h + 1] *= decay;",
+            "}",
         ])
 
     def _each_value(self, code: Code, body: list[str], before: list[str] | None = None) -> None:
@@ -323,10 +370,11 @@ class ChunkScanHooks(Mamba2Hooks):
     def _decay(self, code: Code, at: TripAt) -> None:
         c = code
         exp2 = self.exp2(c, "decay")
-        self.vectors_from_stage(c)
-        self._each_value(c, [
-            f"e[mi][4 * g + 2 * h + q] = {exp2}(fmaf(-dA_v[g / 2][2 * (g % 2) + q], LOG2E, "
-            "dal[mi][h]));"])
+        for head in range(self.pack):
+            self.vectors_from_stage(c, f"[{head}]", str(head))
+            self._each_value(c, [
+                f"e[{head}][mi][4 * g + 2 * h + q] = {exp2}(fmaf(-dA_v[{head}][g / 2]"
+                f"[2 * (g % 2) + q], LOG2E, dal[{head}][mi][h]));"])
 
     def _scale_cb(self, code: Code, at: TripAt) -> None:
         """``cb e dt`` (0 above the diagonal, tested only on a trip that crosses it), packed
@@ -349,11 +397,16 @@ class ChunkScanHooks(Mamba2Hooks):
                     "cb_tile + (col / 32) * CB_BOX_BYTES + swizzle_128b(row * 128 + (col % 32) "
                     "* 4)") + ";",
                 "const int j = 2 * (g % 2);",
-                "float v0 = cbv.x * e[mi][4 * g + 2 * h] * dt_v[g / 2][j];",
-                "float v1 = cbv.y * e[mi][4 * g + 2 * h + 1] * dt_v[g / 2][j + 1];",
-                "if (diagonal) { if (s0 + col > l0 + row) v0 = 0.f; "
-                "if (s0 + col + 1 > l0 + row) v1 = 0.f; }",
-                f"pm[mi][2 * g + h] = {c.call(pack, 'v0', 'v1')};",
+                "const bool keep0 = !diagonal || s0 + col <= l0 + row;",
+                "const bool keep1 = !diagonal || s0 + col + 1 <= l0 + row;",
+                "#pragma unroll",
+                "for (int head = 0; head < PACK; ++head) {  // cb is the same for every head",
+                "  const float v0 = keep0 ? cbv.x * e[head][mi][4 * g + 2 * h] * "
+                "dt_v[head][g / 2][j] : 0.f;",
+                "  const float v1 = keep1 ? cbv.y * e[head][mi][4 * g + 2 * h + 1] * "
+                "dt_v[head][g / 2][j + 1] : 0.f;",
+                f"  pm[head][mi][2 * g + h] = {c.call(pack, 'v0', 'v1')};",
+                "}",
             ],
         )
 
@@ -361,7 +414,8 @@ class ChunkScanHooks(Mamba2Hooks):
         """Issue the skip term's reads of x[l, p] and D[h] now: they land while the tile's
         loop runs (read in the epilogue, they cost a memory latency per tile)."""
         c = code
-        c("d_h = __ldg(D + heads0);")
+        c("#pragma unroll")
+        c("for (int j = 0; j < PACK; ++j) d_h[j] = __ldg(D + heads0 + j);")
         self._each_row(c, [
             f"const int row = l0 + {TILE_ROW};",
             "const unsigned short* x_row = x + (((unsigned long long)batch0 * SEQLEN + chunks0 "
@@ -378,8 +432,9 @@ class ChunkScanHooks(Mamba2Hooks):
             "#pragma unroll",
             "for (int g = 0; g < ACC_REGS / 4; ++g) {",
             f"  const float2 v = {c.call(unpack, 'x_skip[mi][h][g]')};",
-            "  acc[mi][4 * g + 2 * h] += d_h * v.x;",
-            "  acc[mi][4 * g + 2 * h + 1] += d_h * v.y;",
+            "  const float d = d_h[(8 * g) / HEAD_COLS];  // D of the column's head",
+            "  acc[mi][4 * g + 2 * h] += d * v.x;",
+            "  acc[mi][4 * g + 2 * h + 1] += d * v.y;",
             "}",
         ])
 
@@ -407,4 +462,4 @@ class ChunkScanHooks(Mamba2Hooks):
 
 
 #: Bumped whenever chunk scan's own text changes for the same schedule.
-CHUNK_SCAN_HOOKS_VERSION = "mamba2-chunk-scan-2"
+CHUNK_SCAN_HOOKS_VERSION = "mamba2-chunk-scan-3"
