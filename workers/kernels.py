@@ -35,7 +35,7 @@ bfloat16: a torch ``bfloat16`` tensor, or a CuPy ``uint16`` array of bfloat16 bi
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
 from workers.inputs import contract
-from workers.launch import PackedArguments, current_context, launch_kernel
+from workers.launch import DriverLaunch, DriverLaunchError, PackedArguments, error_name
 
 #: TMA reads global memory from 16-byte aligned addresses (cuTensorMapEncodeTiled).
 TENSOR_ALIGN_BYTES = 16
@@ -238,23 +238,19 @@ def describe_tensor(value: Any) -> TensorInfo:
 
 #: Argument signatures whose packed launch a kernel keeps (a few buffers cycled by a user).
 _PACKED_LAUNCHES_KEPT = 16
+#: What ``cuLaunchKernel`` answers from a thread whose current context is not the
+#: kernel's (CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE): nothing was launched,
+#: and the launch is made again inside the tensors' device.
+_OTHER_CONTEXT_RESULTS = frozenset({201, 400})
 
 
 @dataclass(frozen=True)
 class _PackedLaunch:
-    """A checked call's kernel arguments, ready to launch again on the same tensors."""
+    """A checked call's launch, ready to run again on the same tensors."""
 
-    args: PackedArguments
+    launch: DriverLaunch
     device: int
     framework: str
-
-
-@dataclass(frozen=True)
-class _DeviceFunction:
-    """The compiled kernel on one GPU: its ``CUfunction`` and the context it lives in."""
-
-    function: int
-    context: int
 
 
 class LoadedKernel:
@@ -269,18 +265,18 @@ class LoadedKernel:
             raise ValueError("a cluster launch needs __cluster_dims__ in the kernel source")
         self.artifact = artifact
         self.expected = expected_tensors(artifact)
+        if [t.role for t in self.expected] != sorted((t.role for t in self.expected),
+                                                     key=("input", "output").index):
+            raise ValueError(f"the {artifact.op} contract must list its inputs first")
         self._by_name = {t.name: t for t in self.expected}
         self._input_names = tuple(t.name for t in self.inputs)
-        self._output_names = tuple(t.name for t in self.outputs)
-        self._output_set = frozenset(self._output_names)
         self._names = tuple(t.name for t in self.expected)
-        self._grid = tuple(int(v) for v in artifact.grid)
-        self._block = tuple(int(v) for v in artifact.block)
         self._module: Any = None
-        self._functions: dict[int, _DeviceFunction] = {}
+        self._functions: dict[int, int] = {}
         self._maps: dict[tuple[str, int], np.ndarray] = {}
         self._checked: dict[tuple[Any, ...], bool] = {}
         self._packed: dict[tuple[Any, ...], _PackedLaunch] = {}
+        self._allocators: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 
     @property
     def inputs(self) -> list[ExpectedTensor]:
@@ -308,32 +304,47 @@ class LoadedKernel:
         Raises:
             KernelArgumentError: a tensor does not fit the contract (nothing is launched).
         """
-        if len(args) == len(self._input_names) and kwargs.keys() <= self._output_set:
-            # The usual call, f(a, b) or f(a, b, c=out): bound without the general checks.
-            bound = dict(zip(self._input_names, args, strict=True))
-            bound.update(kwargs)
-            to_allocate = tuple(n for n in self._output_names if n not in kwargs)
-        else:
-            bound, to_allocate = bind_arguments(self.expected, args, kwargs)
-        signatures = {name: _signature(value) for name, value in bound.items()}
-        given = tuple(signatures.values())
+        if kwargs or len(args) != len(self._input_names):
+            return self._call_by_name(args, kwargs)
+        # The usual call, f(a, b): every step below is a dictionary hit after the first.
+        given = tuple(map(_signature, args))
         if given not in self._checked:
-            # Only what the caller gave: outputs allocated here are right by construction.
-            for name, value in bound.items():
-                check_tensor(self._by_name[name], describe_tensor(value))
-            self._remember(self._checked, given, True)
+            self._check(dict(zip(self._input_names, args, strict=True)), given)
+        outputs = self._allocate(args[0])
+        key = given + tuple(map(_signature, outputs))
+        packed = self._packed.get(key)
+        if packed is None:
+            bound = dict(zip(self._names, (*args, *outputs), strict=True))
+            packed = self._remember(self._packed, key, self._pack(bound, args[0]))
+        self._launch(packed)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _call_by_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call with tensors by name (an output passed in, or inputs by keyword)."""
+        bound, to_allocate = bind_arguments(self.expected, args, kwargs)
+        given = tuple((name, _signature(value)) for name, value in bound.items())
+        if given not in self._checked:
+            self._check(bound, given)
         first = bound[self._input_names[0]]
-        for name in to_allocate:
-            value = bound[name] = _empty_like(self._by_name[name], first)
-            signatures[name] = _signature(value)
-        key = tuple(signatures[name] for name in self._names)
+        if to_allocate:
+            allocated = self._allocate(first)
+            for expected, value in zip(self.outputs, allocated, strict=True):
+                if expected.name in to_allocate:
+                    bound[expected.name] = value
+        key = tuple(_signature(bound[name]) for name in self._names)
         packed = self._packed.get(key)
         if packed is None:
             packed = self._remember(self._packed, key, self._pack(bound, first))
         self._launch(packed)
-        if len(self._output_names) == 1:
-            return bound[self._output_names[0]]
-        return tuple(bound[name] for name in self._output_names)
+        outputs = tuple(bound[t.name] for t in self.outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _check(self, given: dict[str, Any], key: tuple[Any, ...]) -> None:
+        """The caller's tensors against the contract (outputs allocated here are right by
+        construction); remembered by their signature."""
+        for name, value in given.items():
+            check_tensor(self._by_name[name], describe_tensor(value))
+        self._remember(self._checked, key, True)
 
     @staticmethod
     def _remember(cache: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -343,15 +354,24 @@ class LoadedKernel:
         cache[key] = value
         return value
 
+    def _allocate(self, like: Any) -> tuple[Any, ...]:
+        """Every output, new, on ``like``'s device and framework."""
+        allocator = self._allocators.get(type(like))
+        if allocator is None:
+            allocator = self._allocators[type(like)] = _output_allocator(self.outputs, like)
+        return allocator(like)
+
     def _pack(self, bound: dict[str, Any], first: Any) -> _PackedLaunch:
-        """Check every tensor against the contract, then lay out the kernel's arguments:
-        device pointers by value, TMA descriptors encoded over them, scalars."""
+        """Check every tensor against the contract, then lay out the kernel's arguments
+        (device pointers by value, TMA descriptors encoded over them, scalars) for one
+        driver launch."""
         infos = {name: describe_tensor(value) for name, value in bound.items()}
         for name, info in infos.items():
             check_tensor(self._by_name[name], info)
         devices = {_device_index(value) for value in bound.values()}
         if len(devices) != 1:
             raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
+        device = devices.pop()
         args: list[Any] = []
         for arg in self.artifact.args:
             if isinstance(arg, TensorArg):
@@ -360,25 +380,27 @@ class LoadedKernel:
                 args.append(np.dtype(arg.dtype).type(arg.value))
             else:
                 args.append(self._tensor_map(arg, infos[arg.tensor].data_ptr))
-        return _PackedLaunch(PackedArguments(args), devices.pop(), _framework(first))
+        function = self._functions.get(device) or self._load(device)
+        a = self.artifact
+        launch = DriverLaunch(function, tuple(a.grid), tuple(a.block), a.dynamic_smem_bytes,
+                              PackedArguments(args))
+        return _PackedLaunch(launch, device, _framework(first))
 
     def _launch(self, packed: _PackedLaunch) -> None:
-        """One ``cuLaunchKernel`` on the caller's current stream, in the tensors' context
-        (entered only when the thread's current context is another one)."""
-        function = self._functions.get(packed.device) or self._load(packed.device)
+        """One ``cuLaunchKernel`` on the caller's current stream; made again inside the
+        tensors' device when the thread's current context is another one's."""
         stream = _current_stream(packed.framework, packed.device)
-        if current_context() == function.context:
-            launch_kernel(function.function, self._grid, self._block,
-                          self.artifact.dynamic_smem_bytes, stream, packed.args)
-            return
-        import cupy
+        result = packed.launch(stream)
+        if result in _OTHER_CONTEXT_RESULTS:
+            import cupy
 
-        with cupy.cuda.Device(packed.device):
-            launch_kernel(function.function, self._grid, self._block,
-                          self.artifact.dynamic_smem_bytes, stream, packed.args)
+            with cupy.cuda.Device(packed.device):
+                result = packed.launch(stream)
+        if result:
+            raise DriverLaunchError(f"cuLaunchKernel failed: {error_name(result)}")
 
-    def _load(self, device: int) -> _DeviceFunction:
-        """Compile (once) and load the kernel on ``device``; its CUfunction and context."""
+    def _load(self, device: int) -> int:
+        """Compile (once) and load the kernel on ``device``; its ``CUfunction``."""
         import cupy
 
         artifact = self.artifact
@@ -389,9 +411,8 @@ class LoadedKernel:
             kernel = self._module.get_function(artifact.entry)
             if artifact.dynamic_smem_bytes > _DEFAULT_DYNAMIC_SMEM_BYTES:
                 kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
-            loaded = _DeviceFunction(int(kernel.kernel.ptr), current_context())
-        self._functions[device] = loaded
-        return loaded
+            function = self._functions[device] = int(kernel.kernel.ptr)
+        return function
 
     def _tensor_map(self, arg: TensorMapArg, data_ptr: int) -> np.ndarray:
         """The TMA descriptor of ``arg`` over the tensor at ``data_ptr`` (kept per address)."""
@@ -422,17 +443,26 @@ def _framework(value: Any) -> str:
     return "torch" if (type(value).__module__ or "").startswith("torch") else "cupy"
 
 
-def _empty_like(expected: ExpectedTensor, like: Any) -> Any:
-    """An output of ``expected``'s shape and dtype, on ``like``'s device and framework."""
+def _output_allocator(outputs: list[ExpectedTensor], like: Any) -> Callable[[Any], tuple]:
+    """A function making every output like ``like`` (its device and framework); the
+    dtypes and shapes resolved once."""
     if _framework(like) == "torch":
         import torch
 
-        return like.new_empty(expected.shape, dtype=getattr(torch, expected.dtype))
-    import cupy
+        specs = [(t.shape, getattr(torch, t.dtype)) for t in outputs]
+        if len(specs) == 1:
+            (shape, dtype), = specs
+            return lambda first: (first.new_empty(shape, dtype=dtype),)
+        return lambda first: tuple(first.new_empty(shape, dtype=dtype) for shape, dtype in specs)
 
-    storage = "uint16" if expected.dtype == "bfloat16" else expected.dtype
-    with cupy.cuda.Device(like.device.id):
-        return cupy.empty(expected.shape, dtype=storage)
+    def cupy_outputs(first: Any) -> tuple[Any, ...]:
+        import cupy
+
+        with cupy.cuda.Device(first.device.id):
+            return tuple(cupy.empty(t.shape, dtype="uint16" if t.dtype == "bfloat16" else t.dtype)
+                         for t in outputs)
+
+    return cupy_outputs
 
 
 def _current_stream(framework: str, device: int) -> int:
@@ -450,16 +480,37 @@ def _current_stream(framework: str, device: int) -> int:
     return int(cupy.cuda.get_current_stream(device).ptr)
 
 
+def _torch_signature(value: Any) -> tuple[Any, ...]:
+    return (value.data_ptr(), value.shape, value.dtype, value.stride())
+
+
+def _cupy_signature(value: Any) -> tuple[Any, ...]:
+    return (value.data.ptr, value.shape, value.dtype, value.strides)
+
+
+def _opaque_signature(value: Any) -> tuple[Any, ...]:
+    return (id(value), type(value))  # not a GPU tensor: the full checks refuse it
+
+
+#: Signature function by argument type, resolved on a type's first call.
+_SIGNERS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+
+
 def _signature(value: Any) -> tuple[Any, ...]:
     """What a tensor's launch depends on: pointer, shape, dtype, strides (read from the
     attributes directly: this runs on every call). The device is implied by the pointer
     (unified virtual addressing gives every GPU its own address range)."""
-    if hasattr(value, "data_ptr") and hasattr(value, "stride"):  # torch
-        return (value.data_ptr(), value.shape, value.dtype, value.stride())
-    data = getattr(value, "data", None)
-    if hasattr(value, "__cuda_array_interface__") and hasattr(data, "ptr"):  # CuPy
-        return (data.ptr, value.shape, value.dtype, value.strides)
-    return (id(value), type(value))  # not a GPU tensor: the full checks refuse it
+    signer = _SIGNERS.get(type(value))
+    if signer is None:
+        if hasattr(value, "data_ptr") and hasattr(value, "stride"):  # torch
+            signer = _torch_signature
+        elif hasattr(value, "__cuda_array_interface__") and hasattr(
+                getattr(value, "data", None), "ptr"):  # CuPy
+            signer = _cupy_signature
+        else:
+            return _opaque_signature(value)  # not cached: an odd type may vary per instance
+        _SIGNERS[type(value)] = signer
+    return signer(value)
 
 
 def _device_index(value: Any) -> int:

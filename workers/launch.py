@@ -46,8 +46,6 @@ def _driver() -> ctypes.CDLL:
     lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
                                    ctypes.c_void_p, ctypes.c_void_p]
     lib.cuLaunchKernel.restype = ctypes.c_int
-    lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-    lib.cuCtxGetCurrent.restype = ctypes.c_int
     lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
     lib.cuGetErrorName.restype = ctypes.c_int
     return lib
@@ -80,28 +78,30 @@ class PackedArguments:
         self.address = ctypes.addressof(self._pointers)
 
 
-def current_context() -> int:
-    """The calling thread's current CUDA context (0 when it has none)."""
-    context = ctypes.c_void_p()
-    _check(_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
-    return context.value or 0
+class DriverLaunch:
+    """One kernel's launch with its packed parameters: the foreign call's arguments
+    (function, grid, block, shared memory, ``kernelParams``) built once as C values, so a
+    launch converts only the stream."""
+
+    def __init__(self, function: int, grid: tuple[int, ...], block: tuple[int, ...],
+                 smem_bytes: int, params: PackedArguments) -> None:
+        self.params = params
+        self._call = _driver().cuLaunchKernel
+        self._head = (ctypes.c_void_p(function),
+                      *(ctypes.c_uint(v) for v in (*grid, *block, smem_bytes)))
+        self._params = ctypes.c_void_p(params.address)
+
+    def __call__(self, stream: int) -> int:
+        """Launch on ``stream`` (a ``CUstream`` handle, 0 for the legacy default stream);
+        the ``CUresult`` (0: launched)."""
+        return self._call(*self._head, stream, self._params, None)
 
 
-def launch_kernel(function: int, grid: tuple[int, int, int], block: tuple[int, int, int],
-                  smem_bytes: int, stream: int, params: PackedArguments) -> None:
-    """Launch ``function`` (a ``CUfunction`` handle) on ``stream`` (a ``CUstream`` handle,
-    0 for the legacy default stream) with packed parameters."""
-    result = _driver().cuLaunchKernel(function, *grid, *block, smem_bytes, stream,
-                                      params.address, None)
-    _check(result, "cuLaunchKernel")
+def error_name(result: int) -> str:
+    """The driver's name for a ``CUresult``."""
+    name = ctypes.c_char_p()
+    _driver().cuGetErrorName(result, ctypes.byref(name))
+    return name.value.decode() if name.value else f"CUresult {result}"
 
 
-def _check(result: int, call: str) -> None:
-    if result != _CUDA_SUCCESS:
-        name = ctypes.c_char_p()
-        _driver().cuGetErrorName(result, ctypes.byref(name))
-        label = name.value.decode() if name.value else f"CUresult {result}"
-        raise DriverLaunchError(f"{call} failed: {label}")
-
-
-__all__ = ["DriverLaunchError", "PackedArguments", "current_context", "launch_kernel"]
+__all__ = ["DriverLaunch", "DriverLaunchError", "PackedArguments", "error_name"]

@@ -19,6 +19,7 @@ from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import plan_sprogram
 from workers import KernelArgumentError, load
 from workers import kernels as kernels_module
+from workers.launch import DriverLaunchError
 
 DEVICE = get_device("h200")
 
@@ -39,10 +40,11 @@ class FakeArray:
 
 class FakeCupy:
     """What the launch path touches of CuPy: devices, the current stream, RawModule; the
-    driver's launches (``workers.launch.launch_kernel``) are recorded in ``launches``."""
+    driver launches (``FakeLaunch``) are recorded in ``launches``."""
 
     def __init__(self) -> None:
         self.launches: list[tuple] = []
+        self.results: list[int] = []  # what the next launches answer
         self.devices_entered: list[int] = []
         self.allocated = 0
         kernel = SimpleNamespace(kernel=SimpleNamespace(ptr=0xF00D),
@@ -58,13 +60,26 @@ class FakeCupy:
         return FakeArray(shape, 0x7F0000100000 + 0x100000 * self.allocated, dtype)
 
 
+class FakeLaunch:
+    """A driver launch that records its calls (function, grid, block, shared memory,
+    packed parameters, stream) in the stand-in CuPy's ``launches`` and answers ``results``
+    (then success)."""
+
+    def __init__(self, cupy: FakeCupy, function, grid, block, smem_bytes, params) -> None:
+        self.cupy, self.params = cupy, params
+        self.head = (function, grid, block, smem_bytes)
+
+    def __call__(self, stream: int) -> int:
+        self.cupy.launches.append((*self.head, stream, self.params))
+        return self.cupy.results.pop(0) if self.cupy.results else 0
+
+
 @pytest.fixture
 def cupy(monkeypatch: pytest.MonkeyPatch) -> FakeCupy:
     fake = FakeCupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    monkeypatch.setattr(kernels_module, "current_context", lambda: 0xC0)
-    monkeypatch.setattr(kernels_module, "launch_kernel",
-                        lambda *launch: fake.launches.append(launch))
+    monkeypatch.setattr(kernels_module, "DriverLaunch",
+                        lambda *args: FakeLaunch(fake, *args))
     return fake
 
 
@@ -141,13 +156,19 @@ def test_tensors_go_as_device_pointers(cupy: FakeCupy, encodes: list) -> None:
 def test_the_device_is_entered_only_when_another_context_is_current(
     cupy: FakeCupy, encodes: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A launch refused for another current context (CUDA_ERROR_INVALID_CONTEXT) is made
+    again inside the tensors' device; any other refusal is an error, not retried."""
     kernel = _kernel()
     a, b = FakeArray((256, 128), 0x7F0000000000), FakeArray((128, 512), 0x7F0000010000)
     c = FakeArray((256, 512), 0x7F0000020000)
     kernel(a, b, c=c)  # the first call compiles and loads in the device's context
     entered = len(cupy.devices_entered)
     kernel(a, b, c=c)
-    assert len(cupy.devices_entered) == entered  # the loaded context is current: no switch
-    monkeypatch.setattr(kernels_module, "current_context", lambda: 0xB0)
+    assert len(cupy.devices_entered) == entered  # launched as is: no switch
+    cupy.results = [201]
     kernel(a, b, c=c)
-    assert cupy.devices_entered[entered:] == [0] and len(cupy.launches) == 3
+    assert cupy.devices_entered[entered:] == [0] and len(cupy.launches) == 4
+    cupy.results = [700]
+    monkeypatch.setattr(kernels_module, "error_name", lambda result: f"CUresult {result}")
+    with pytest.raises(DriverLaunchError, match="CUresult 700"):
+        kernel(a, b, c=c)
