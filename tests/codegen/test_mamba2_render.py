@@ -103,6 +103,23 @@ def test_chunk_scan_packs_heads_of_a_group_side_by_side() -> None:
         assert not verdict.ok and reason in (unsupported(rejected, DEVICE) or "")
 
 
+def test_chunk_scan_keeps_its_wgmma_in_flight_with_products_per_trip_parity() -> None:
+    """Order overlap: a trip's wgmma stays in flight while the next trip's math writes the
+    other copy of the products (chosen by trip parity, constant indices in each branch);
+    the previous group is waited for after the issue, and the chunk state, whose A is one
+    copy, stays out of the space for it."""
+    spec, sprogram, validity = _build("mamba2_chunk_scan", SUITE,
+                                      {**MAMBA2_CHUNK_SCAN, "order": "overlap"})
+    assert validity.ok, validity
+    src = render(sprogram, spec, DEVICE).source
+    assert "u32 pm[2][PACK][ROW_BLOCKS][E_REGS / 2];" in src
+    assert src.count("if (((trip) & 1) == 0) {") == 2  # scale_cb and mma_x
+    assert "pm[1][head][mi][2 * g + h] = pack_f16x2(v0, v1);" in src
+    assert "pm[1][0][mi][4 * kk + 3], desc_b, true);" in src
+    loop = src[src.index("// Main loop:"):]
+    assert loop.index("wgmma_wait<1>();") < loop.index("wgmma_wait<0>();")
+
+
 def test_vector_loads_by_tma_read_the_ring_stage() -> None:
     spec, sprogram, validity = _build("mamba2_chunk_scan", GROUPED,
                                       {**MAMBA2_CHUNK_SCAN, "map_vector_loads": "tma"})

@@ -47,6 +47,9 @@ class Mamba2Hooks(OperatorHooks):
     k_tile_const: str = ""
     #: The loop's dt / dA load sTasks.
     vector_loads = ("load_dt", "load_dA")
+    #: Whether the loop's register A operand has a copy per trip parity, so that the
+    #: wgmma of one trip stays in flight while the next trip's math writes the other.
+    a_double_buffered = False
 
     # ----- problem -------------------------------------------------------------------
     def _p(self, name: str) -> int:
@@ -92,7 +95,7 @@ class Mamba2Hooks(OperatorHooks):
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
             return ("Mamba2 outputs are rows of one head among all heads: written with "
                     "st.global (store on cuda_core)")
-        if any(self.structure.inflight.values()):  # only a loop's MMA stays in flight
+        if any(self.structure.inflight.values()) and not self.a_double_buffered:
             return ("the loop's wgmma reads its A operand from registers that the next trip's "
                     "math rewrites while the group is in flight (order overlap)")
         return None

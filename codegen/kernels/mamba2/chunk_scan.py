@@ -51,6 +51,7 @@ class ChunkScanHooks(Mamba2Hooks):
 
     trips = "S_TILES"
     k_tile_const = "TILE_S"
+    a_double_buffered = True
 
     @property
     def tile_l(self) -> int:
@@ -159,8 +160,9 @@ class ChunkScanHooks(Mamba2Hooks):
         for tile_p 64 x tile_s 128 under 248, for tile_p 128 x tile_s 32 with thread-loaded
         dt and dA under 248, and for two packed heads, tile_s 32, under 168.
         """
+        copies = 2 if self.a_in_flight else 1  # the products per trip parity
         per_block = (self.tile_p // 2 + self.tile_p // 4 + self.tile_s // 2
-                     + self.pack * self.tile_s // 4)
+                     + copies * self.pack * self.tile_s // 4)
         vectors = 0 if self.vectors_by_tma else 8 * self.k_steps * self.pack
         return self.row_blocks(consumer_rows) * per_block + vectors
 
@@ -234,7 +236,12 @@ class ChunkScanHooks(Mamba2Hooks):
         c("float acc[ROW_BLOCKS][ACC_REGS];  // head j: columns [j HEAD_COLS, (j + 1) HEAD_COLS)")
         c("float e[PACK][ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]) per head (accumulator "
           "layout)")
-        c("u32 pm[PACK][ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's register A")
+        if self.a_in_flight:
+            c("u32 pm[2][PACK][ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's "
+              "register A, one copy per trip parity (a trip's wgmma stays in flight)")
+        else:
+            c("u32 pm[PACK][ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's "
+              "register A")
         c("float dal[PACK][ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
         c("u32 x_skip[ROW_BLOCKS][2][ACC_REGS / 4];  // x[l, p] pairs of this thread's "
           "outputs, for D x")
@@ -261,19 +268,39 @@ class ChunkScanHooks(Mamba2Hooks):
                 for line in body:
                     c(line)
 
+    @property
+    def a_in_flight(self) -> bool:
+        """The loop's wgmma stays in flight across trips (order overlap)."""
+        return bool(self.structure.inflight.get("mma_x"))
+
+    def _per_parity(self, code: Code, at: TripAt, emit) -> None:
+        """``emit(pm)`` with the products' copy of this trip: ``pm`` itself, or (with the
+        wgmma in flight) ``pm[0]`` / ``pm[1]`` by trip parity, each branch with constant
+        indices so that both copies stay in registers."""
+        if not self.a_in_flight:
+            emit("pm")
+            return
+        with code.block(f"if ((({at.index}) & 1) == 0)"):
+            emit("pm[0]")
+        with code.block("else"):
+            emit("pm[1]")
+
     def pin(self, code: Code, stask: str = "mma_x") -> None:
+        copies = ("pm[0]", "pm[1]") if self.a_in_flight else ("pm",)
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
             if stask == "mma_x":
-                for head in range(self.pack):
-                    code(code.call("wgmma_fence_operands", f"pm[{head}][mi]") + ";")
+                for pm in copies:
+                    for head in range(self.pack):
+                        code(code.call("wgmma_fence_operands", f"{pm}[{head}][mi]") + ";")
 
     # ----- matrix products -----------------------------------------------------------
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         if issue.stask == "mma_state":
             self._mma_state(code)
         else:
-            self._mma_x(code, stages[self.ring_stream("load_x")])
+            stage = stages[self.ring_stream("load_x")]
+            self._per_parity(code, at, lambda pm: self._mma_x(code, stage, pm))
 
     def _mma_state(self, code: Code) -> None:
         c, ct = code, self.c
@@ -296,7 +323,7 @@ class ChunkScanHooks(Mamba2Hooks):
                 c(c.call(mma, "acc[mi]", desc_a, "desc_b", "kk > 0") + ";")
         c(c.call("wgmma_commit") + ";")
 
-    def _mma_x(self, code: Code, stage: str) -> None:
+    def _mma_x(self, code: Code, stage: str, pm: str) -> None:
         """Per packed head j: its columns of acc += P_j x_j (x_j: the tile's boxes of head j)."""
         c = code
         mma = wgmma.mma_rs(self.head_cols, self.dtype, "mn")
@@ -317,7 +344,7 @@ class ChunkScanHooks(Mamba2Hooks):
                     "wgmma_descriptor", f"x_tile{box} + x_kstep_bytes(kk)", "X_DESC_LAYOUT") + ";")
                 c("#pragma unroll")
                 with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                    regs = [f"pm[{head}][mi][4 * kk + {i}]" for i in range(4)]
+                    regs = [f"{pm}[{head}][mi][4 * kk + {i}]" for i in range(4)]
                     c(c.call(mma, acc, *regs, "desc_b", "true") + ";")
         c(c.call("wgmma_commit") + ";")
 
@@ -379,6 +406,9 @@ class ChunkScanHooks(Mamba2Hooks):
     def _scale_cb(self, code: Code, at: TripAt) -> None:
         """``cb e dt`` (0 above the diagonal, tested only on a trip that crosses it), packed
         to the 16-bit pairs of wgmma's A fragment."""
+        self._per_parity(code, at, lambda pm: self._scale_cb_into(code, at, pm))
+
+    def _scale_cb_into(self, code: Code, at: TripAt, pm: str) -> None:
         c = code
         stage = f"{self.ring_stream('load_cb')}_stage"
         pack = convert.pack2(self.dtype)
@@ -405,7 +435,7 @@ class ChunkScanHooks(Mamba2Hooks):
                 "dt_v[head][g / 2][j] : 0.f;",
                 "  const float v1 = keep1 ? cbv.y * e[head][mi][4 * g + 2 * h + 1] * "
                 "dt_v[head][g / 2][j + 1] : 0.f;",
-                f"  pm[head][mi][2 * g + h] = {c.call(pack, 'v0', 'v1')};",
+                f"  {pm}[head][mi][2 * g + h] = {c.call(pack, 'v0', 'v1')};",
                 "}",
             ],
         )
