@@ -72,7 +72,8 @@ STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "tile_g", "warp_specia
 #: every stream's depth).
 NEIGHBOURS: dict[str, dict[str, tuple[Any, ...]]] = {
     "mamba2_chunk_state": {"tile_l": (64, 128), "stages": (2, 4), "persistent": (False,),
-                           "warp_specialized": (False, True), "pack": (1, 2)},
+                           "warp_specialized": (False, True), "pack": (1, 2),
+                           "order": ("serial", "overlap")},
     "mamba2_chunk_scan": {"tile_s": (32, 64), "stages": (2, 3), "order": ("serial", "overlap")},
 }
 STREAMS = {"mamba2_chunk_state": ("stages_xb",), "mamba2_chunk_scan": ("stages_cb", "stages_x")}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
@@ -49,7 +50,10 @@ class Mamba2Hooks(OperatorHooks):
     vector_loads = ("load_dt", "load_dA")
     #: Whether the loop's register A operand has a copy per trip parity, so that the
     #: wgmma of one trip stays in flight while the next trip's math writes the other.
-    a_double_buffered = False
+    a_double_buffered = True
+    #: The loop's MMA sTask and the register array that holds its A operand.
+    loop_mma: str = ""
+    a_operand: str = ""
 
     # ----- problem -------------------------------------------------------------------
     def _p(self, name: str) -> int:
@@ -191,6 +195,33 @@ class Mamba2Hooks(OperatorHooks):
                     c(f"{{ const float2 v = {c.call('ld_shared_f32x2', addr)}; "
                       f"{dst}{slot}[kk][{2 * half}] = v.x; "
                       f"{dst}{slot}[kk][{2 * half + 1}] = v.y; }}")
+
+    # ----- the loop's register A operand, one copy per trip parity in flight -------
+    @property
+    def a_in_flight(self) -> bool:
+        """The loop's wgmma stays in flight across trips (order overlap)."""
+        return bool(self.structure.inflight.get(self.loop_mma))
+
+    def a_copies(self) -> tuple[str, ...]:
+        a = self.a_operand
+        return (f"{a}[0]", f"{a}[1]") if self.a_in_flight else (a,)
+
+    def a_declaration(self, shape: str) -> str:
+        """The A array's declaration: ``shape``, after a parity dimension when in flight."""
+        return f"u32 {self.a_operand}{'[2]' if self.a_in_flight else ''}{shape};"
+
+    def per_parity(self, code: Code, trip: str, emit: Callable[[str], None]) -> None:
+        """``emit(a)`` with this trip's copy of the A operand: the array itself, or (with
+        the wgmma in flight) ``a[0]`` / ``a[1]`` by trip parity, each branch with constant
+        indices so that both copies stay in registers."""
+        first, *other = self.a_copies()
+        if not other:
+            emit(first)
+            return
+        with code.block(f"if ((({trip}) & 1) == 0)"):
+            emit(first)
+        with code.block("else"):
+            emit(other[0])
 
     def ring_stream(self, load: str) -> str:
         return next(r.stream for r in self.structure.rings if load in r.loads)

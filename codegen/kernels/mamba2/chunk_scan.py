@@ -51,7 +51,8 @@ class ChunkScanHooks(Mamba2Hooks):
 
     trips = "S_TILES"
     k_tile_const = "TILE_S"
-    a_double_buffered = True
+    loop_mma = "mma_x"
+    a_operand = "pm"
 
     @property
     def tile_l(self) -> int:
@@ -236,12 +237,8 @@ class ChunkScanHooks(Mamba2Hooks):
         c("float acc[ROW_BLOCKS][ACC_REGS];  // head j: columns [j HEAD_COLS, (j + 1) HEAD_COLS)")
         c("float e[PACK][ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]) per head (accumulator "
           "layout)")
-        if self.a_in_flight:
-            c("u32 pm[2][PACK][ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's "
-              "register A, one copy per trip parity (a trip's wgmma stays in flight)")
-        else:
-            c("u32 pm[PACK][ROW_BLOCKS][E_REGS / 2];  // the masked products as wgmma's "
-              "register A")
+        c(self.a_declaration("[PACK][ROW_BLOCKS][E_REGS / 2]") + "  // the masked products "
+          "as wgmma's register A (a copy per trip parity when its wgmma stays in flight)")
         c("float dal[PACK][ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
         c("u32 x_skip[ROW_BLOCKS][2][ACC_REGS / 4];  // x[l, p] pairs of this thread's "
           "outputs, for D x")
@@ -268,29 +265,11 @@ class ChunkScanHooks(Mamba2Hooks):
                 for line in body:
                     c(line)
 
-    @property
-    def a_in_flight(self) -> bool:
-        """The loop's wgmma stays in flight across trips (order overlap)."""
-        return bool(self.structure.inflight.get("mma_x"))
-
-    def _per_parity(self, code: Code, at: TripAt, emit) -> None:
-        """``emit(pm)`` with the products' copy of this trip: ``pm`` itself, or (with the
-        wgmma in flight) ``pm[0]`` / ``pm[1]`` by trip parity, each branch with constant
-        indices so that both copies stay in registers."""
-        if not self.a_in_flight:
-            emit("pm")
-            return
-        with code.block(f"if ((({at.index}) & 1) == 0)"):
-            emit("pm[0]")
-        with code.block("else"):
-            emit("pm[1]")
-
     def pin(self, code: Code, stask: str = "mma_x") -> None:
-        copies = ("pm[0]", "pm[1]") if self.a_in_flight else ("pm",)
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
             if stask == "mma_x":
-                for pm in copies:
+                for pm in self.a_copies():
                     for head in range(self.pack):
                         code(code.call("wgmma_fence_operands", f"{pm}[{head}][mi]") + ";")
 
@@ -300,7 +279,7 @@ class ChunkScanHooks(Mamba2Hooks):
             self._mma_state(code)
         else:
             stage = stages[self.ring_stream("load_x")]
-            self._per_parity(code, at, lambda pm: self._mma_x(code, stage, pm))
+            self.per_parity(code, at.index, lambda pm: self._mma_x(code, stage, pm))
 
     def _mma_state(self, code: Code) -> None:
         c, ct = code, self.c
@@ -406,7 +385,7 @@ class ChunkScanHooks(Mamba2Hooks):
     def _scale_cb(self, code: Code, at: TripAt) -> None:
         """``cb e dt`` (0 above the diagonal, tested only on a trip that crosses it), packed
         to the 16-bit pairs of wgmma's A fragment."""
-        self._per_parity(code, at, lambda pm: self._scale_cb_into(code, at, pm))
+        self.per_parity(code, at.index, lambda pm: self._scale_cb_into(code, at, pm))
 
     def _scale_cb_into(self, code: Code, at: TripAt, pm: str) -> None:
         c = code

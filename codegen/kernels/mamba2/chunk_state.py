@@ -41,6 +41,8 @@ class ChunkStateHooks(Mamba2Hooks):
 
     trips = "L_TILES"
     k_tile_const = "TILE_L"
+    loop_mma = "mma"
+    a_operand = "xa"
 
     @property
     def tile_p(self) -> int:
@@ -111,7 +113,9 @@ class ChunkStateHooks(Mamba2Hooks):
     def accumulator_regs(self, consumer_rows: int) -> int:
         # acc, the scaled x pairs and w of the block's head; dt and dA while w is computed
         # (nvcc 13.0: two 64x128 blocks of tile_l 64 took 242 registers, of tile_l 128 spilled).
-        per_block = self.tile_n // 2 + 8 * self.k_steps
+        # With the wgmma in flight the scaled pairs (4 a k16 step) have a copy per parity.
+        copies = 2 if self.a_in_flight else 1
+        per_block = self.tile_n // 2 + (4 * copies + 4) * self.k_steps
         return self.row_blocks(consumer_rows) * per_block + 4 * self.k_steps
 
     def holds_tile_buffer(self, load: str) -> bool:
@@ -160,8 +164,8 @@ class ChunkStateHooks(Mamba2Hooks):
     def consumer_state(self, code: Code) -> None:
         c = code
         c("float acc[ROW_BLOCKS][ACC_REGS];")
-        c("u32 xa[ROW_BLOCKS][4 * K_STEPS];  // (x w)^T as wgmma's register A, k16 step kk: "
-          "xa[.][4kk..4kk+3]")
+        c(self.a_declaration("[ROW_BLOCKS][4 * K_STEPS]") + "  // (x w)^T as wgmma's register "
+          "A, k16 step kk: xa[.][4kk..4kk+3] (a copy per trip parity when in flight)")
         c("float w[ROW_BLOCKS][K_STEPS][4];  // exp(dA[last] - dA[l]) dt[l] of this thread's "
           "positions, for the block's head")
         c("float dA_last[ROW_BLOCKS];  // dA_cumsum at the chunk's last position")
@@ -186,13 +190,14 @@ class ChunkStateHooks(Mamba2Hooks):
     def pin(self, code: Code, stask: str = "mma") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
-            code(code.call("wgmma_fence_operands", "xa[mi]") + ";")
+            for xa in self.a_copies():
+                code(code.call("wgmma_fence_operands", f"{xa}[mi]") + ";")
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         if issue.stask == "decay":
             self._decay(code)
         else:
-            self._scale_x(code)
+            self.per_parity(code, at.index, lambda xa: self._scale_x(code, xa))
 
     def _decay(self, code: Code) -> None:
         c = code
@@ -207,7 +212,7 @@ class ChunkStateHooks(Mamba2Hooks):
                     c(f"w[mi][kk][j] = {exp2}(fmaf(-dA_v[mi][kk][j], LOG2E, last2)) * "
                       "dt_v[mi][kk][j];")
 
-    def _scale_x(self, code: Code) -> None:
+    def _scale_x(self, code: Code, xa: str) -> None:
         """ldmatrix .trans of 16x16 blocks of x (lane / 8 picks the 8x8 matrix: bit 0 +8
         rows of p, bit 1 +8 positions), each 16-bit pair times its two positions' w."""
         c = code
@@ -231,11 +236,14 @@ class ChunkStateHooks(Mamba2Hooks):
                     c(f"const float2 v = {c.call(unpack, 'r[j]')};")
                     c("const int h = (j >> 1) * 2;  // positions 2t, 2t+1 (j < 2) or +8")
                     scaled = c.call(pack, "v.x * w[mi][kk][h]", "v.y * w[mi][kk][h + 1]")
-                    c(f"xa[mi][4 * kk + j] = {scaled};")
+                    c(f"{xa}[mi][4 * kk + j] = {scaled};")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
-        c = code
         stage = stages[self.ring_stream("load_b")]
+        self.per_parity(code, at.index, lambda xa: self._mma(code, stage, at, xa))
+
+    def _mma(self, code: Code, stage: str, at: TripAt, xa: str) -> None:
+        c = code
         mma = wgmma.mma_rs(self.tile_n, self.dtype, "mn")
         c.comment(f"mma  stage={stage}: acc[CONSUMER_ROWS x {self.tile_n}] += (x w)^T B_s "
                   f"(ROW_BLOCKS x {self.k_steps} wgmma m64n{self.tile_n}k16, A in registers)")
@@ -249,7 +257,7 @@ class ChunkStateHooks(Mamba2Hooks):
               + c.call("wgmma_descriptor", "b_stage + b_kstep_bytes(kk)", "B_DESC_LAYOUT") + ";")
             c("#pragma unroll")
             with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                regs = [f"xa[mi][4 * kk + {i}]" for i in range(4)]
+                regs = [f"{xa}[mi][4 * kk + {i}]" for i in range(4)]
                 c(c.call(mma, "acc[mi]", *regs, "desc_b", f"{at.accumulates} || kk > 0") + ";")
         c(c.call("wgmma_commit") + ";")
 
