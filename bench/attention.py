@@ -1,4 +1,4 @@
-"""The attention suite of BENCHMARKS.md: searched kernels against cuDNN's SDPA
+"""The attention suite of docs/benchmarks.md: searched kernels against cuDNN's SDPA
 (FlashAttention-3 class) and FlashAttention-2, on one GPU.
 
 Two steps, so the GPU machine spends its time on GPU work only:

@@ -1,4 +1,4 @@
-"""The GEMM suite of BENCHMARKS.md: pipetune's searched kernels against cuBLAS on one GPU.
+"""The GEMM suite of docs/benchmarks.md: pipetune's searched kernels against cuBLAS on one GPU.
 
 Two steps, so the GPU machine spends its time on GPU work only:
 

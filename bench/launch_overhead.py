@@ -1,5 +1,5 @@
 """What a tuned kernel costs where users call it: host time per call and the three GPU
-ratios of BENCHMARKS.md, against the PyTorch call a user would otherwise make.
+ratios of docs/benchmarks.md, against the PyTorch call a user would otherwise make.
 
 For each case a kernel is tuned in this process (``pipetune.tune``, ``--seconds`` of
 search; a cached one answers at once) and loaded with ``pipetune.load``; then, in one
@@ -39,7 +39,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import geomean, tree_state, write_json  # noqa: E402
 
-#: name -> (op, params): BENCHMARKS.md's launch-cost cases.
+#: name -> (op, params): docs/benchmarks.md's launch-cost cases.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "gemm-4096^3-fp16-kn": ("gemm", {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16",
                                      "b_layout": "kn"}),

@@ -1,4 +1,4 @@
-"""The Mamba2 suite of BENCHMARKS.md against mamba_ssm's Triton kernels, on one GPU.
+"""The Mamba2 suite of docs/benchmarks.md against mamba_ssm's Triton kernels, on one GPU.
 
 Searched chunk-state and chunk-scan kernels against the official ``mamba_ssm`` Triton
 kernels (``_chunk_state_fwd`` / ``_chunk_scan_fwd``).
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> None:
         doc = json.load(f)
     cases = [c for c in doc["cases"] if _selected(c, args.only)]
     if not _peer_found():
-        print("mamba_ssm's Triton kernels are not on PYTHONPATH (BENCHMARKS.md): the cases "
+        print("mamba_ssm's Triton kernels are not on PYTHONPATH (docs/benchmarks.md): the cases "
               "will have no ratio", flush=True)
     quick, final = timing_configs()
     results: list[dict[str, Any]] = []
@@ -341,7 +341,7 @@ def _print_case(r: dict[str, Any], started: float) -> None:
 
 def _geomeans(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per operator: the geometric mean of the ratios over the suite (fp16, ngroups 1, the
-    figure BENCHMARKS.md's targets read) and over every case measured."""
+    figure docs/benchmarks.md's targets read) and over every case measured."""
     means = {}
     for op in OPS:
         ratios = [r for r in results if r["op"] == op and "ratio" in r]

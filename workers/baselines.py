@@ -14,7 +14,7 @@ workload's output tensor (so the same reference check applies). Peers:
     states_in_fp32=True)`` and ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D)``,
     called on zero-copy views of the workload's arrays; each allocates its result, which
     ``finish()`` copies into ``states`` / ``out``. They are found on ``PYTHONPATH``
-    (BENCHMARKS.md: the ``mamba_ssm/ops/triton`` and ``mamba_ssm/utils`` folders with empty
+    (docs/benchmarks.md: the ``mamba_ssm/ops/triton`` and ``mamba_ssm/utils`` folders with empty
     package ``__init__`` files, never committed); without them, or without PyTorch and
     Triton, the peer is unavailable.
 """

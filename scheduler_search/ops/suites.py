@@ -1,4 +1,4 @@
-"""The benchmark suites of the team's BENCHMARKS.md, as operator params.
+"""The benchmark suites of docs/benchmarks.md, as operator params.
 
 One home for the shapes that tests, benchmarks and compile samples all walk.
 """

@@ -4,7 +4,7 @@ command line.
 Run in-process through ``service.cli.main`` (as the console script calls it) for the
 four suite workloads, and once as the installed console script. Bad parameters exit
 with status 2 and one ``pipetune space: FIELD: message`` line per problem on stderr,
-naming the field as the API does (DESIGN.md, "API": errors name the bad field).
+naming the field as the API does (docs/architecture.md, "API": errors name the bad field).
 """
 
 from __future__ import annotations

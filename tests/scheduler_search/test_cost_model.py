@@ -1,7 +1,7 @@
 """The cost model: the intra-SM list scheduler, the grid and DRAM model, and measured
 timings replacing analytic ones.
 
-Expectations come from DESIGN.md ("The model": sEUs run one task at a time; the cost
+Expectations come from docs/architecture.md ("The model": sEUs run one task at a time; the cost
 model ranks candidates and is the simulated device) and from physics that any schedule
 must obey: no kernel beats the tensor cores' peak or moves its compulsory bytes faster
 than DRAM bandwidth; a deeper pipeline or an overlapped order never costs time.

@@ -1,6 +1,6 @@
 """The sTask-graph IR: graphs built by each operator, Propagate, dependencies, trip counts.
 
-Expected tile shapes are derived from the tensor expressions (DESIGN.md, "The model", and
+Expected tile shapes are derived from the tensor expressions (docs/architecture.md, "The model", and
 the module docstrings of ``scheduler_search/ops``): an sTask's output tile binds the axes it
 shares with its consumers, reduction axes take their step, untiled axes their whole extent.
 """

@@ -1,4 +1,4 @@
-"""The package arrows of DESIGN.md: ``scheduler_search`` is the ground floor. It imports
+"""The package arrows of docs/architecture.md: ``scheduler_search`` is the ground floor. It imports
 neither ``codegen`` nor ``workers`` nor ``service``, and no GPU, database or web library,
 so it can be imported and tested anywhere."""
 

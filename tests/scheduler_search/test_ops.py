@@ -1,7 +1,7 @@
 """Operator specs: strict validation, workload keys, tensors and flop counts.
 
-Expectations come from DESIGN.md ("The model"), the tensor contract in
-``codegen/artifact.py`` and the suites of BENCHMARKS.md, never from printing the code's
+Expectations come from docs/architecture.md ("The model"), the tensor contract in
+``codegen/artifact.py`` and the suites of docs/benchmarks.md, never from printing the code's
 output.
 """
 
@@ -58,7 +58,7 @@ VALID: dict[str, dict[str, Any]] = {
 OPS = tuple(VALID)
 MAMBA_OPS = ("mamba2_chunk_scan", "mamba2_chunk_state")
 
-#: Fields without a default (DESIGN.md, "The model").
+#: Fields without a default (docs/architecture.md, "The model").
 REQUIRED: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),
     "attention": ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim"),
@@ -405,7 +405,7 @@ def test_specs_are_frozen(op: str) -> None:
         setattr(spec, first, 1)
 
 
-# Valid suite shapes (BENCHMARKS.md) all validate and fit an H200.
+# Valid suite shapes (docs/benchmarks.md) all validate and fit an H200.
 
 SUITE: list[tuple[str, dict[str, Any]]] = suites()
 

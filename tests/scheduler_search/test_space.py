@@ -1,7 +1,7 @@
 """Schedule spaces: knob tables, enumeration and its counts, define-by-run sampling,
 and ranking by the cost model.
 
-Expectations come from DESIGN.md ("The model", "Search"): the space is define-by-run (a
+Expectations come from docs/architecture.md ("The model", "Search"): the space is define-by-run (a
 knob is asked only when its condition holds), invalid points are rejected with a reason
 before anything is compiled, and the hand-written kernels (the warp-specialised TMA +
 wgmma GEMM, FlashAttention-3's forward plan) are points of the space.

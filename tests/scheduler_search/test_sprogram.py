@@ -1,6 +1,6 @@
 """sPrograms: Append / Wait, planning from choices, check_valid and canonical JSON.
 
-Expectations come from DESIGN.md ("The model"), the hardware rules quoted in
+Expectations come from docs/architecture.md ("The model"), the hardware rules quoted in
 ``scheduler_search/sprogram/validate.py`` (PTX ISA for wgmma and setmaxnreg, the CUDA
 driver API for TMA boxes) and the hand-written kernels the space must contain: the
 warp-specialised TMA + wgmma GEMM (one producer, two consumer warpgroups) and

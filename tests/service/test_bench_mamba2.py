@@ -1,4 +1,4 @@
-"""bench/mamba2.py without a GPU: its cases are BENCHMARKS.md's, the listing runs, and the
+"""bench/mamba2.py without a GPU: its cases are docs/benchmarks.md's, the listing runs, and the
 re-timing of a kernel against the peer keeps the kernel's figures when the peer fails."""
 
 from __future__ import annotations
