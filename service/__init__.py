@@ -1,3 +1,3 @@
-"""The pipetune service: REST API, database, background run manager (and, later, the
-dashboard). ``service.main.create_app`` builds the FastAPI app; ``service.cli`` is the
-``pipetune`` command."""
+"""The pipetune service: REST API, database, background run manager and dashboard.
+``service.main.create_app`` builds the FastAPI app; ``service.cli`` is the ``pipetune``
+command."""

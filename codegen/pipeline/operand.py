@@ -76,15 +76,9 @@ class OperandTile:
         # MN-major: the next 64 columns of N are the next box; 8 rows of K are 8 spans.
         return SmemMatrix("mn", self.swizzle, lbo_bytes=self.box_bytes, sbo_bytes=8 * span)
 
-    def kstep_bytes(self, kk: int) -> int:
-        """Offset of K-step ``kk`` (16 elements of K) inside a stage."""
-        k0 = kk * wgmma.WGMMA_K
-        if self.major == "k":
-            return (k0 // self.box_inner) * self.box_bytes + (k0 % self.box_inner) * self.elem_bytes
-        return k0 * self.swizzle.span_bytes
-
     def kstep_expr(self) -> str:
-        """:meth:`kstep_bytes` as a C++ expression of ``kk`` (the kernel's own copy)."""
+        """Offset of K-step ``kk`` (16 elements of K) inside a stage, as a C++ expression
+        of ``kk``: K-major tiles step through their boxes, MN-major ones by 16 rows."""
         if self.major == "k":
             return (f"(kk * 16 / {self.box_inner}) * {self.const}_BOX_BYTES + "
                     f"(kk * 16 % {self.box_inner}) * {self.elem_bytes}")

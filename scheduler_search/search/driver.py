@@ -88,8 +88,9 @@ SOURCE_LOCAL = "local"
 SOURCE_MODEL = "model"
 #: Sources measured before what the sampler proposes, in this order.
 PRIORITY_SOURCES = (SOURCE_WARM_START, SOURCE_DESIGN, SOURCE_COST_MODEL)
-#: Trial status of a candidate whose job could not be made (code generation failed).
-CODEGEN_ERROR = "compile_error"
+#: Trial status of a candidate whose job could not be made (code generation failed; not
+#: the compiler's ``compile_error``).
+CODEGEN_ERROR = "render_error"
 _SOURCE_ATTR = "pipetune_source"
 _DUPLICATE_ATTR = "duplicate"
 
@@ -258,7 +259,7 @@ class SearchDriver:
         executor: measures batches (``batch_size`` or ``capacity`` sets the width; an
             optional ``prepare`` receives the next batch early).
         make_job: builds the executor's job for an sProgram; an exception is the trial's
-            failure (status ``compile_error``), not the search's.
+            failure (status ``render_error``), not the search's.
         budget: trials / seconds / patience.
         config: seed, pool width, re-timing, batch width, overlap.
         storage: Optuna storage (URL or object) of the persistent study; ``None`` keeps

@@ -27,7 +27,8 @@ class Settings(BaseSettings):
     Attributes:
         database_url: SQLAlchemy URL; default a SQLite file in ``data_dir``. PostgreSQL
             URLs are normalised to the psycopg 3 driver.
-        data_dir: where the default database (and, later, caches) live.
+        data_dir: where the default database and the compiled-kernel cache (``cubin/``)
+            live.
         max_concurrent_runs: tuning runs executed at the same time by one process.
         simulated_capacity: batch width of the simulated device.
         on_restart: what happens to runs left ``running`` by a dead process: ``resume``
@@ -35,7 +36,9 @@ class Settings(BaseSettings):
         stale_after_s: a running run whose owner has not written a heartbeat for this
             long is taken as orphaned (another host's process may own it otherwise).
         heartbeat_s: how often a running run's owner writes its heartbeat.
-        default_trials, max_trials, max_seconds: request budget default and limits.
+        default_trials, max_trials, max_seconds: request budget default and this server's
+            limits (a larger budget is refused with a 422 naming it; within the schema's
+            absolute bounds of 10,000 trials and a day).
         default_patience: stop a run after this many measured trials without improvement
             (0: never).
         seed: the search's seed (runs are reproducible for the same seed).

@@ -16,7 +16,8 @@ class Metrics:
         http_requests: requests by method, route template and status code.
         http_latency: request duration by route template (seconds).
         tune_requests: ``POST /v1/tune`` outcomes (cache_hit, new_run, joined_run, invalid).
-        trials: trials stored, by status (ok, invalid, compile_error, ...) and simulated.
+        trials: trials stored, by status (ok, invalid, render_error, compile_error, ...) and
+            simulated.
         runs_finished: runs that ended, by final status.
         runs_active: runs this process is executing now.
     """

@@ -219,10 +219,6 @@ class TrialModel(Base):
     measurement: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
-    @classmethod
-    def where_run(cls, session: Session, run_id: int) -> list[TrialModel]:
-        return list(session.scalars(select(cls).where(cls.run_id == run_id).order_by(cls.number)))
-
 
 class ScheduleModel(Base):
     """The cache: the best schedule known for a (workload, device)."""

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import String, func, select, type_coerce, update
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.models import (
@@ -251,10 +251,6 @@ def heartbeat(session: Session, *, run_ids: Sequence[int], owner: str) -> None:
             .values(heartbeat_at=utcnow())
             .execution_options(synchronize_session=False)
         )
-
-
-def cancel_requested(session: Session, *, run_id: int) -> bool:
-    return bool(session.scalar(select(RunModel.cancel_requested).where(RunModel.id == run_id)))
 
 
 def request_cancel(session: Session, *, run_id: int) -> RunModel | None:
@@ -611,12 +607,6 @@ def stale_before(seconds: float) -> dt.datetime:
     return utcnow() - dt.timedelta(seconds=seconds)
 
 
-def is_retryable(exc: BaseException) -> bool:
-    """Whether a StorageError came from a transient condition (a locked SQLite file)."""
-    cause = exc.__cause__
-    return isinstance(cause, OperationalError) and "locked" in str(cause).lower()
-
-
 __all__ = [
     "ACTIVE_STATUSES",
     "TRIAL_ORDERS",
@@ -637,7 +627,6 @@ __all__ = [
     "get_schedule",
     "heartbeat",
     "interrupt_run",
-    "is_retryable",
     "list_devices",
     "list_runs",
     "list_schedules",

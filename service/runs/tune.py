@@ -16,7 +16,7 @@ from service.runs.devices import (
     resolve_device,
     simulated,
 )
-from service.schemas import MAX_TRIALS, TuneRequest
+from service.schemas import BudgetIn, TuneRequest
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,21 @@ def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:
     return [
         {"loc": ("params", *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
+
+
+def _budget_errors(budget: BudgetIn, settings: Settings) -> list[dict[str, object]]:
+    """This server's own limits (``PIPETUNE_MAX_TRIALS``, ``PIPETUNE_MAX_SECONDS``), within
+    the schema's absolute bounds."""
+    errors: list[dict[str, object]] = []
+    if budget.trials is not None and budget.trials > settings.max_trials:
+        errors.append({"loc": ("budget", "trials"), "type": "less_than_equal",
+                       "msg": f"at most {settings.max_trials} trials on this server "
+                              "(PIPETUNE_MAX_TRIALS)"})
+    if budget.seconds is not None and budget.seconds > settings.max_seconds:
+        errors.append({"loc": ("budget", "seconds"), "type": "less_than_equal",
+                       "msg": f"at most {settings.max_seconds:g} seconds on this server "
+                              "(PIPETUNE_MAX_SECONDS)"})
+    return errors
 
 
 def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
@@ -77,13 +92,15 @@ def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
             spec.check_fits(device.model)
         except SpecError as exc:
             errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
+    errors.extend(_budget_errors(request.budget, settings))
     if errors:
         raise InvalidRequest(errors)
     assert spec is not None and device is not None
     budget = request.budget
     trials = budget.trials
     if trials is None:
-        trials = MAX_TRIALS if budget.seconds is not None else settings.default_trials
+        trials = (settings.max_trials if budget.seconds is not None
+                  else min(settings.default_trials, settings.max_trials))
     return TuneInput(
         spec=spec,
         device=device,

@@ -316,8 +316,9 @@ def test_seeded_suggestions_ask_only_applicable_knobs_and_plan(op: str, device_n
         sprogram, validity = space.build(choices)
         assert sprogram.choices == choices
         valid += validity.ok
-    # (The code generator may narrow a space further, e.g. to TMA loads: Hopper only.)
-    assert valid > 0 or device is not H200
+    # The space alone (no code generator narrowing it, e.g. to Hopper's TMA loads) holds
+    # buildable schedules on every device of the catalog.
+    assert valid > 0
 
 
 def test_suggest_drives_an_optuna_study() -> None:

@@ -115,3 +115,29 @@ def test_json_bodies_then_still_alive(idle_client: TestClient) -> None:
     _check_alive(idle_client)
     runs = idle_client.get("/v1/runs").json()
     assert runs["count"] == 1  # none of the bad requests made a run
+
+
+def test_the_servers_budget_limits_come_from_its_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """``PIPETUNE_MAX_TRIALS`` / ``PIPETUNE_MAX_SECONDS`` bound a request's budget: a larger
+    one is a 422 naming the field and the setting; a seconds-only budget runs up to the
+    trial limit."""
+    from service.core.config import get_settings
+    from service.main import create_app
+
+    monkeypatch.setenv("PIPETUNE_MAX_TRIALS", "100")
+    monkeypatch.setenv("PIPETUNE_MAX_SECONDS", "60")
+    settings = get_settings(database_url=f"sqlite:///{tmp_path / 'limits.db'}",
+                            data_dir=tmp_path)
+    assert (settings.max_trials, settings.max_seconds) == (100, 60.0)
+    with TestClient(create_app(settings, run_background=False)) as client:
+        for budget, field, setting in (({"trials": 101}, "budget.trials", "PIPETUNE_MAX_TRIALS"),
+                                       ({"seconds": 61}, "budget.seconds",
+                                        "PIPETUNE_MAX_SECONDS")):
+            response = client.post("/v1/tune", json={**tune_body(), "budget": budget})
+            assert response.status_code == 422, response.text
+            detail = response.json()["detail"]
+            assert field in _fields(response) and setting in detail[0]["msg"]
+        ok = client.post("/v1/tune", json={**tune_body(), "budget": {"seconds": 30}})
+        assert ok.status_code == 202 and ok.json()["budget"]["trials"] == 100

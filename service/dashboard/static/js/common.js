@@ -5,6 +5,7 @@
 export const STATUS_COLOURS = {
   ok: "#2e8b57",
   invalid: "#9aa3ad",
+  render_error: "#a0522d",
   compile_error: "#d9822b",
   launch_error: "#c0392b",
   wrong_result: "#8e44ad",
