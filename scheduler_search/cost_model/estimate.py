@@ -195,11 +195,7 @@ def _simulate(
     timings: TimingModel,
     iterations: int,
 ) -> BlockSimulation:
-    if isinstance(timings, AnalyticTimings):
-        timings_key: tuple | None = ()
-    else:
-        key_of = getattr(timings, "cache_key", None)
-        timings_key = key_of() if key_of is not None else None
+    timings_key = timings.cache_key()
     if timings_key is None:
         return simulate_block(sprogram, graph, device, timings, iterations)
     structural = tuple(

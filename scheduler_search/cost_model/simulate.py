@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from scheduler_search.cost_model.timings import TimingModel, Work
 from scheduler_search.hardware.model import Device, UnitKind
-from scheduler_search.ir import STaskGraph, STaskKind
+from scheduler_search.ir import STask, STaskGraph, STaskKind
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.sprogram.schedule import SProgram, UnitOp
 
@@ -106,112 +106,132 @@ def simulate_block(
     iterations: int,
 ) -> BlockSimulation:
     """Simulate one block (one output tile per consumer owner) for ``iterations`` trips."""
-    deps = graph.dependencies()
-    phase = {t.name: t.phase for t in graph.stasks}
-    roles = sprogram.roles
-    consumers = roles.consumer_roles
-    pingpong = sprogram.consumer_split == "pingpong"
-    loader = "producer" if roles.warp_specialized else consumers[0]
-    async_copy = {
-        t.name
-        for t in graph.stasks
-        if t.kind is STaskKind.LOAD and sprogram.mapping[t.name] in (UnitKind.TMA, UnitKind.LSU)
-    }
-    mmas = [t.name for t in graph.stasks if t.kind is STaskKind.MMA and t.phase == "loop"]
-    overlap = sprogram.order != "serial"
-    n = iterations
+    return BlockScheduler(sprogram, graph, device, timings, iterations).run()
+
+
+class BlockScheduler:
+    """The list scheduler of one block: each role's instruction stream (:meth:`streams`),
+    when an instruction may start (:meth:`ready_time`), and issuing the earliest one
+    (:meth:`run`)."""
+
+    def __init__(self, sprogram: SProgram, graph: STaskGraph, device: Device,
+                 timings: TimingModel, iterations: int) -> None:
+        self.sprogram, self.graph, self.device, self.timings = sprogram, graph, device, timings
+        self.n = iterations
+        self.deps = graph.dependencies()
+        self.phase = {t.name: t.phase for t in graph.stasks}
+        roles = sprogram.roles
+        self.consumers = roles.consumer_roles
+        self.pingpong = sprogram.consumer_split == "pingpong"
+        self.async_copy = {
+            t.name
+            for t in graph.stasks
+            if t.kind is STaskKind.LOAD
+            and sprogram.mapping[t.name] in (UnitKind.TMA, UnitKind.LSU)
+        }
+        self.mmas = [t.name for t in graph.stasks
+                     if t.kind is STaskKind.MMA and t.phase == "loop"]
+        self.overlap = sprogram.order != "serial"
+        # The loader's loads form one sequence of (owner, iteration) slots per stream
+        # ring: shared by all consumers (cooperative) or one owner's whole loop after the
+        # other's (pingpong). Load number g reuses the ring slot of load g - depth.
+        self.owners = list(self.consumers) if self.pingpong else ["*"]
+        self.load_seq = [(o, j) for o in self.owners for j in range(iterations)]
+        self.seq_index = {key: g for g, key in enumerate(self.load_seq)}
+        self.depth_of = {m: sprogram.stages[s] for s, ms in sprogram.streams.items() for m in ms}
+        self.empty_wait = self._empty_waits()
+        self.alternate = len(self.consumers) > 1 and any(
+            b.kind == "named" for b in sprogram.barriers)
+        self.loop_mmas = [(o.stask, o.lead) for _, o in sprogram.role_stream(self.consumers[0])
+                          if o.stask in self.mmas]
+        self.streams = self._streams()
+        self.done: dict[Key, float] = {}
+        self.issued: dict[Key, float] = {}
+        self.unit_free: dict[UnitKind, float] = {}
+        self.role_time = {r: 0.0 for r in self.streams}
+        self.cursor = {r: 0 for r in self.streams}
+        self.work: dict[tuple[str, UnitKind], Work] = {}
+        # Loop progress per (owner, iteration) in load order: a pingpong block runs its
+        # owners' main loops one after the other.
+        self.sim = BlockSimulation(iterations=len(self.load_seq),
+                                   iteration_end=[0.0] * len(self.load_seq), end=0.0)
 
     # ----- instruction streams --------------------------------------------------------
-    # The loader's loads form one sequence of (owner, iteration) slots per stream ring:
-    # shared by all consumers (cooperative) or one owner's whole loop after the other's
-    # (pingpong). Load number g reuses the ring slot of load g - depth.
-    owners = list(consumers) if pingpong else ["*"]
-    load_seq = [(o, j) for o in owners for j in range(n)]
-    depth_of = {m: sprogram.stages[s] for s, ms in sprogram.streams.items() for m in ms}
-    empty_wait: dict[tuple[str, str, int], list[Key]] = {}
-    for barrier in sprogram.barriers:
-        if barrier.name.endswith("_empty"):
+    def _empty_waits(self) -> dict[tuple[str, str, int], list[Key]]:
+        """For each load slot, the reads of the slot's previous load it waits for."""
+        waits: dict[tuple[str, str, int], list[Key]] = {}
+        for barrier in self.sprogram.barriers:
+            if not barrier.name.endswith("_empty"):
+                continue
             last_reader, depth = barrier.deps[0]
-            for g, (owner, j) in enumerate(load_seq):
+            for g, (owner, j) in enumerate(self.load_seq):
                 if g - depth >= 0:
-                    prev_owner, prev_j = load_seq[g - depth]
-                    readers = consumers if prev_owner == "*" else (prev_owner,)
-                    empty_wait[(barrier.waiter, owner, j)] = [
-                        (last_reader, r, prev_j) for r in readers
-                    ]
+                    prev_owner, prev_j = self.load_seq[g - depth]
+                    readers = self.consumers if prev_owner == "*" else (prev_owner,)
+                    waits[(barrier.waiter, owner, j)] = [
+                        (last_reader, r, prev_j) for r in readers]
+        return waits
 
-    streams: dict[str, list[_Instr]] = {}
-    all_roles = ([loader] if roles.warp_specialized else []) + list(consumers)
-    for role in all_roles:
-        ops = sprogram.role_stream(role)
-        pro = [(u, o) for u, o in ops if phase[o.stask] == "prologue"]
-        loop = [(u, o) for u, o in ops if phase[o.stask] == "loop"]
-        epi = [(u, o) for u, o in ops if phase[o.stask] == "epilogue"]
+    def _streams(self) -> dict[str, list[_Instr]]:
+        roles = self.sprogram.roles
+        loader = "producer" if roles.warp_specialized else self.consumers[0]
+        all_roles = ([loader] if roles.warp_specialized else []) + list(self.consumers)
+        return {role: self._role_stream(role) for role in all_roles}
+
+    def _role_stream(self, role: str) -> list[_Instr]:
+        """``role``'s instructions in issue order: prologue, its loop (with the loads it
+        issues), epilogue."""
+        ops = self.sprogram.role_stream(role)
+        pro = [(u, o) for u, o in ops if self.phase[o.stask] == "prologue"]
+        loop = [(u, o) for u, o in ops if self.phase[o.stask] == "loop"]
+        epi = [(u, o) for u, o in ops if self.phase[o.stask] == "epilogue"]
         instrs: list[_Instr] = []
         for unit, op in pro:
-            if op.stask in async_copy:
-                instrs += [_Instr(unit, op, -1, o) for o in owners]
+            if op.stask in self.async_copy:
+                instrs += [_Instr(unit, op, -1, o) for o in self.owners]
             else:
                 instrs.append(_Instr(unit, op, -1, role))
-        loads = [(u, o) for u, o in loop if o.stask in async_copy]
-        own_loop = [(u, o) for u, o in loop if o.stask not in async_copy]
-        load_instrs = [_Instr(u, o, j, owner) for owner, j in load_seq for u, o in loads]
+        loads = [(u, o) for u, o in loop if o.stask in self.async_copy]
+        own_loop = [(u, o) for u, o in loop if o.stask not in self.async_copy]
+        load_instrs = [_Instr(u, o, j, owner) for owner, j in self.load_seq for u, o in loads]
         # Lead ops run one iteration ahead: their first instance is issued before the loop.
         lead_first = [_Instr(u, o, 0, role) for u, o in own_loop if o.lead]
-        if roles.warp_specialized:
+        # A load read by a lead op (next iteration's MMA) is needed one step earlier.
+        lead_of = {m: max((o.lead for _, o in own_loop if (m, 0) in self.deps[o.stask]),
+                          default=0) for m in self.depth_of}
+        if self.sprogram.roles.warp_specialized:
             instrs += load_instrs + lead_first
+            pending: list[_Instr] = []
         else:
             # Without a producer warp, a stream of depth d issues the loads of iteration
             # j + d - 1 at loop step j (the classic multistage loop), the first ones
             # before the loop.
-            # A load read by a lead op (next iteration's MMA) is needed one step earlier.
-            lead_of = {
-                m: max((o.lead for _, o in own_loop if (m, 0) in deps[o.stask]), default=0)
-                for m in depth_of
-            }
-
-            def issue_step(ins: _Instr, lead_of: dict[str, int] = lead_of) -> int:
-                name = ins.op.stask
-                return ins.iteration - (depth_of[name] - 1) - lead_of[name]
-
-            pending = sorted(load_instrs, key=issue_step)
-            while pending and issue_step(pending[0]) < 0:
+            pending = sorted(load_instrs, key=lambda ins: self._issue_step(ins, lead_of))
+            while pending and self._issue_step(pending[0], lead_of) < 0:
                 instrs.append(pending.pop(0))
             instrs += lead_first
-        for j in range(n):
-            if not roles.warp_specialized:
-                while pending and issue_step(pending[0]) <= j:
-                    instrs.append(pending.pop(0))
+        for j in range(self.n):
+            while pending and self._issue_step(pending[0], lead_of) <= j:
+                instrs.append(pending.pop(0))
             for unit, op in own_loop:
                 it = j + op.lead
-                if it < n:
+                if it < self.n:
                     instrs.append(_Instr(unit, op, it, role))
-        instrs += [_Instr(u, o, n, role) for u, o in epi]
-        streams[role] = instrs
+        instrs += [_Instr(u, o, self.n, role) for u, o in epi]
+        return instrs
 
-    done: dict[Key, float] = {}
-    issued: dict[Key, float] = {}
-    unit_free: dict[UnitKind, float] = {}
-    role_time = {r: 0.0 for r in streams}
-    cursor = {r: 0 for r in streams}
-    # Loop progress per (owner, iteration) in load order: a pingpong block runs its
-    # owners' main loops one after the other.
-    sim = BlockSimulation(iterations=len(load_seq), iteration_end=[0.0] * len(load_seq), end=0.0)
-    seq_index = {key: g for g, key in enumerate(load_seq)}
-    work_cache: dict[tuple[str, UnitKind], Work] = {}
+    def _issue_step(self, ins: _Instr, lead_of: dict[str, int]) -> int:
+        """Loop step at which a consumer issues a load (no producer warp)."""
+        name = ins.op.stask
+        return ins.iteration - (self.depth_of[name] - 1) - lead_of[name]
 
-    def owner_of(dep: str, role: str) -> str:
-        if dep in async_copy and not pingpong:
+    # ----- when an instruction may start ---------------------------------------------
+    def _owner_of(self, dep: str, role: str) -> str:
+        if dep in self.async_copy and not self.pingpong:
             return "*"
         return role
 
-    alternate = len(consumers) > 1 and any(b.kind == "named" for b in sprogram.barriers)
-
-    loop_mmas = [
-        (o.stask, o.lead) for _, o in sprogram.role_stream(consumers[0]) if o.stask in mmas
-    ]
-
-    def _tensor_core_turn(name: str, role: str, j: int) -> Key | None:
+    def _tensor_core_turn(self, name: str, role: str, j: int) -> Key | None:
         """The MMA whose issue this role's first loop MMA must follow (named barriers).
 
         Turns are taken per loop step in stream order: cooperative warpgroups alternate
@@ -219,14 +239,15 @@ def simulate_block(
         and alternate per whole main loop. Instances issued before the loop (the lead
         MMA's first) take no turn.
         """
-        if not alternate or not loop_mmas or name != loop_mmas[0][0]:
+        loop_mmas, consumers, n = self.loop_mmas, self.consumers, self.n
+        if not self.alternate or not loop_mmas or name != loop_mmas[0][0]:
             return None
         step = j - loop_mmas[0][1]
         last, last_lead = loop_mmas[-1]
         if step < 0:
             return None
         index = consumers.index(role)
-        if pingpong:
+        if self.pingpong:
             if step != 0 or index == 0:
                 return None
             return (last, consumers[index - 1], n - 1)
@@ -238,108 +259,123 @@ def simulate_block(
             return None
         return target if target[2] < n else None
 
-    def ready_time(role: str, ins: _Instr) -> float | None:
-        """Earliest start allowed by dependences and barriers; None while blocked."""
-        name, j = ins.op.stask, ins.iteration
-        t = 0.0
+    def _wanted(self, role: str, ins: _Instr) -> list[Key]:
+        """The instances ``ins`` waits for: its data dependences, or a load's free slot."""
+        name, j, phase = ins.op.stask, ins.iteration, self.phase
+        if name in self.async_copy:
+            return self.empty_wait.get((name, ins.owner, j), [])
         me = ins.owner if ins.owner != "*" else role
         wanted: list[Key] = []
-        if name in async_copy:
-            wanted += empty_wait.get((name, ins.owner, j), [])
-        else:
-            for dep, dist in deps[name]:
-                if phase[dep] == "prologue":
-                    wanted.append((dep, owner_of(dep, me), -1))
-                elif phase[name] == "epilogue":
-                    last = n if phase[dep] == "epilogue" else n - 1
-                    wanted.append((dep, owner_of(dep, me), last))
-                elif j - dist >= 0:
-                    wanted.append((dep, owner_of(dep, me), j - dist))
-            turn = _tensor_core_turn(name, role, j)
+        for dep, dist in self.deps[name]:
+            if phase[dep] == "prologue":
+                wanted.append((dep, self._owner_of(dep, me), -1))
+            elif phase[name] == "epilogue":
+                last = self.n if phase[dep] == "epilogue" else self.n - 1
+                wanted.append((dep, self._owner_of(dep, me), last))
+            elif j - dist >= 0:
+                wanted.append((dep, self._owner_of(dep, me), j - dist))
+        return wanted
+
+    def ready_time(self, role: str, ins: _Instr) -> float | None:
+        """Earliest start allowed by dependences and barriers; None while blocked."""
+        name = ins.op.stask
+        t = 0.0
+        if name not in self.async_copy:
+            turn = self._tensor_core_turn(name, role, ins.iteration)
             if turn is not None:
-                if turn not in issued:
+                if turn not in self.issued:
                     return None
-                t = max(t, issued[turn])
-        for key in wanted:
-            if key not in done:
+                t = self.issued[turn]
+        for key in self._wanted(role, ins):
+            if key not in self.done:
                 return None
-            through_mbarrier = key[0] in async_copy or name in async_copy
-            t = max(t, done[key] + (MBARRIER_WAIT_CYCLES if through_mbarrier else 0.0))
+            through_mbarrier = key[0] in self.async_copy or name in self.async_copy
+            t = max(t, self.done[key] + (MBARRIER_WAIT_CYCLES if through_mbarrier else 0.0))
         return t
 
-    total = sum(len(s) for s in streams.values())
-    for _ in range(total):
-        # Pick the instruction that issues first; ties go to the older iteration, so a
-        # role running ahead does not starve the others of a shared sEU.
+    # ----- issuing ---------------------------------------------------------------------
+    def run(self) -> BlockSimulation:
+        for _ in range(sum(len(s) for s in self.streams.values())):
+            issue_at, role = self._earliest()
+            self._issue(role, issue_at)
+        return self.sim
+
+    def _earliest(self) -> tuple[float, str]:
+        """The instruction that issues first; ties go to the older iteration, so a role
+        running ahead does not starve the others of a shared sEU."""
         best: tuple[float, int, str] | None = None
-        for role, instrs in streams.items():
-            if cursor[role] >= len(instrs):
+        for role, instrs in self.streams.items():
+            if self.cursor[role] >= len(instrs):
                 continue
-            ins = instrs[cursor[role]]
-            ready = ready_time(role, ins)
+            ins = instrs[self.cursor[role]]
+            ready = self.ready_time(role, ins)
             if ready is None:
                 continue
-            issue = max(ready, role_time[role])
-            if not device.unit(ins.unit).is_async:
+            issue = max(ready, self.role_time[role])
+            if not self.device.unit(ins.unit).is_async:
                 # A sync sEU holds the issuing warps: they start when the sEU is free.
-                issue = max(issue, unit_free.get(ins.unit, 0.0))
+                issue = max(issue, self.unit_free.get(ins.unit, 0.0))
             candidate = (issue, ins.iteration, role)
             if best is None or candidate[:2] < best[:2]:
                 best = candidate
         if best is None:
-            raise RuntimeError(f"sProgram {sprogram.hash[:12]} deadlocks in simulation")
-        issue_at, _, role = best
-        ins = streams[role][cursor[role]]
-        cursor[role] += 1
-        seu = device.unit(ins.unit)
-        task = graph.stask(ins.op.stask)
+            raise RuntimeError(f"sProgram {self.sprogram.hash[:12]} deadlocks in simulation")
+        return best[0], best[2]
+
+    def _issue(self, role: str, issue_at: float) -> None:
+        """Run ``role``'s next instruction on its sEU from ``issue_at``; record it."""
+        ins = self.streams[role][self.cursor[role]]
+        self.cursor[role] += 1
+        seu = self.device.unit(ins.unit)
+        task = self.graph.stask(ins.op.stask)
         key_w = (task.name, ins.unit)
-        if key_w not in work_cache:
-            work_cache[key_w] = instance_work(sprogram, graph, task.name, ins.unit)
-        busy = timings.busy_cycles(task, seu, work_cache[key_w])
-        latency = timings.latency_cycles(task, seu)
+        if key_w not in self.work:
+            self.work[key_w] = instance_work(self.sprogram, self.graph, task.name, ins.unit)
+        busy = self.timings.busy_cycles(task, seu, self.work[key_w])
+        latency = self.timings.latency_cycles(task, seu)
         if ins.unit is UnitKind.CUDA_CORE and task.kind in (STaskKind.LOAD, STaskKind.STORE):
             latency = GLOBAL_ACCESS_LATENCY_CYCLES
         # Async work queues on its sEU in issue order; the role goes on meanwhile.
-        start = max(issue_at, unit_free.get(ins.unit, 0.0))
-        unit_free[ins.unit] = start + busy
+        start = max(issue_at, self.unit_free.get(ins.unit, 0.0))
+        self.unit_free[ins.unit] = start + busy
         finish = start + busy + latency
-        owner = ins.owner if ins.owner != "*" else ("*" if task.name in async_copy else role)
+        owner = ins.owner if ins.owner != "*" else ("*" if task.name in self.async_copy else role)
         key = (task.name, owner, ins.iteration)
-        done[key] = finish
-        issued[key] = issue_at
-        sim.busy[ins.unit] = sim.busy.get(ins.unit, 0.0) + busy
-        if task.phase == "loop":
-            sim.loop_busy[ins.unit] = sim.loop_busy.get(ins.unit, 0.0) + busy
-        # The timeline shows when the sEU is occupied; the result is visible ``latency``
-        # cycles later (``finish``).
-        sim.entries.append(
-            (
-                ins.unit,
-                task.name,
-                role if owner == "*" else owner,
-                ins.iteration,
-                start,
-                start + busy,
-            )
-        )
+        self.done[key] = finish
+        self.issued[key] = issue_at
+        self._record(ins, task.name, task.phase, role, owner, start, busy, finish)
         if seu.is_async:
-            issue = ASYNC_ISSUE_CYCLES
-            if task.name in async_copy and role != "producer":
-                issue = CONSUMER_LOAD_ISSUE_CYCLES
-            role_time[role] = issue_at + issue
-            if task.kind is STaskKind.MMA and task.phase == "loop":
-                # wgmma.wait_group: serial waits for this MMA; overlap keeps one in flight.
-                if not overlap:
-                    role_time[role] = finish
-                elif task.name == mmas[-1] and mmas[0] == mmas[-1]:
-                    prev = done.get((task.name, owner, ins.iteration - 1))
-                    if prev is not None:
-                        role_time[role] = max(role_time[role], prev)
+            self._after_async_issue(role, ins, task, owner, issue_at, finish)
         else:
-            role_time[role] = finish
-        if 0 <= ins.iteration < n and task.phase == "loop":
-            g = seq_index[(owner if pingpong else "*", ins.iteration)]
+            self.role_time[role] = finish
+
+    def _after_async_issue(self, role: str, ins: _Instr, task: STask, owner: str,
+                           issue_at: float, finish: float) -> None:
+        """When the role may go on after issuing async work (and waiting for wgmma)."""
+        issue = ASYNC_ISSUE_CYCLES
+        if task.name in self.async_copy and role != "producer":
+            issue = CONSUMER_LOAD_ISSUE_CYCLES
+        self.role_time[role] = issue_at + issue
+        if task.kind is STaskKind.MMA and task.phase == "loop":
+            # wgmma.wait_group: serial waits for this MMA; overlap keeps one in flight.
+            if not self.overlap:
+                self.role_time[role] = finish
+            elif task.name == self.mmas[-1] and self.mmas[0] == self.mmas[-1]:
+                prev = self.done.get((task.name, owner, ins.iteration - 1))
+                if prev is not None:
+                    self.role_time[role] = max(self.role_time[role], prev)
+
+    def _record(self, ins: _Instr, stask: str, phase: str, role: str, owner: str,
+                start: float, busy: float, finish: float) -> None:
+        """The sEU's busy time, the timeline entry (when the sEU is occupied; the result
+        is visible ``latency`` cycles later, at ``finish``), the iteration's end."""
+        sim = self.sim
+        sim.busy[ins.unit] = sim.busy.get(ins.unit, 0.0) + busy
+        if phase == "loop":
+            sim.loop_busy[ins.unit] = sim.loop_busy.get(ins.unit, 0.0) + busy
+        sim.entries.append((ins.unit, stask, role if owner == "*" else owner, ins.iteration,
+                            start, start + busy))
+        if 0 <= ins.iteration < self.n and phase == "loop":
+            g = self.seq_index[(owner if self.pingpong else "*", ins.iteration)]
             sim.iteration_end[g] = max(sim.iteration_end[g], finish)
         sim.end = max(sim.end, finish)
-    return sim

@@ -29,11 +29,17 @@ class Work:
 
 
 class TimingModel(Protocol):
-    """Cycles one sTask instance occupies its sEU (latency excluded) and its latency."""
+    """Cycles one sTask instance occupies its sEU (latency excluded) and its latency.
+
+    ``cache_key`` identifies the timings for the cost model's cache of block simulations:
+    two models with equal keys must give equal cycles; ``None`` means "do not cache".
+    """
 
     def busy_cycles(self, stask: STask, unit: SEU, work: Work) -> float: ...
 
     def latency_cycles(self, stask: STask, unit: SEU) -> float: ...
+
+    def cache_key(self) -> tuple | None: ...
 
 
 class AnalyticTimings:
@@ -50,6 +56,9 @@ class AnalyticTimings:
 
     def latency_cycles(self, stask: STask, unit: SEU) -> float:
         return unit.latency_cycles
+
+    def cache_key(self) -> tuple | None:
+        return ()  # the hardware model's figures: part of the device's fingerprint
 
 
 @dataclass

@@ -468,3 +468,32 @@ def test_causal_tiles_stop_at_the_diagonal() -> None:
     assert trips == [2 * (i + 1) for i in range(32)]
     plain = parse_spec("attention", {**ATTENTION, "causal": False}).graph({"q": 128, "kv": 64})
     assert tile_trips(plain, order) == [64] * 32
+
+
+def test_block_simulations_are_cached_by_the_timing_models_own_key() -> None:
+    """``TimingModel.cache_key``: a model with a key reuses the block simulation of an
+    equal one (raster variants too); a model answering ``None`` is simulated every time."""
+
+    class Counting(AnalyticTimings):
+        def __init__(self, key: tuple | None) -> None:
+            self.key, self.calls = key, 0
+
+        def busy_cycles(self, stask, unit, work):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return super().busy_cycles(stask, unit, work)
+
+        def cache_key(self) -> tuple | None:
+            return self.key
+
+    spec = suite_spec("gemm")
+    sprogram = plan_sprogram(spec, H200, {**GEMM_WS, "raster_swizzle": 8})
+    other_raster = plan_sprogram(spec, H200, {**GEMM_WS, "raster_swizzle": 2})
+    keyed = Counting(("counting-test", id(spec)))
+    first = estimate(sprogram, spec, H200, keyed).latency_us
+    calls = keyed.calls
+    assert calls > 0 and estimate(other_raster, spec, H200, keyed).latency_us > 0
+    assert keyed.calls == calls  # the block's timeline does not depend on the raster
+    uncached = Counting(None)
+    assert estimate(sprogram, spec, H200, uncached).latency_us == first
+    estimate(sprogram, spec, H200, uncached)
+    assert uncached.calls == 2 * calls
