@@ -131,6 +131,7 @@ def tune_in_process(
         migrations.upgrade(db.url, engine=db.engine)
         tune = prepare(request, settings)
         manager = RunManager(db, settings, executors)
+        manager.recover()  # a run left `running` by a killed tune must not be waited on
         submitted = manager.submit(tune)
         if submitted.schedule is not None:
             schedule = SchedulePublic.of(submitted.schedule)
@@ -219,11 +220,15 @@ def _follow(manager: RunManager, run_id: int, trials: int, progress: bool = True
     try:
         run = manager.run_inline(run_id, on_progress)
         while run is not None and run.status in ("queued", "running"):
-            # Another process (a server on the same database) owns it: follow its row.
+            # Another process (a server on the same database) owns it: follow its row,
+            # and take the run over if that process dies.
             bar.n = run.trials_done
             bar.refresh()
             time.sleep(0.5)
-            run = manager.get(run_id)
+            if run_id in manager.recover():
+                run = manager.run_inline(run_id, on_progress)
+            else:
+                run = manager.get(run_id)
         if run is not None:
             bar.n = run.trials_done
             bar.refresh()

@@ -42,3 +42,22 @@ def test_bad_arguments_raise_bad_request_naming_the_field(
         pipetune.tune(op, database_url=f"sqlite:///{tmp_path / 'local.db'}", progress=False,
                       **kwargs)
     assert raised.value.field == field, raised.value.detail
+
+
+@pytest.mark.timeout(120)
+def test_a_run_left_running_by_a_stopped_process_is_taken_over(settings) -> None:
+    """A server (or a killed ``pipetune.tune``) that stopped mid-run leaves its run
+    `running`; a later in-process tune of the workload resumes it instead of waiting."""
+    from fastapi.testclient import TestClient
+    from service_helpers import SMALL_GEMM, tune_body, wait_for
+
+    from service.main import create_app
+
+    with TestClient(create_app(settings)) as client:
+        run = client.post("/v1/tune", json=tune_body(trials=24)).json()
+        wait_for(client, run["id"], lambda r: r["trials_done"] >= 4)
+    result = pipetune.tune("gemm", device="sim:h200", budget={"trials": 24},
+                           database_url=settings.database_url, progress=False, **SMALL_GEMM)
+    assert result.run is not None and result.run["id"] == run["id"]
+    assert result.status == "succeeded" and result.run["trials_done"] == 24
+    assert result.run["attempts"] == 2
