@@ -87,12 +87,14 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
 def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
     import migrations
     from scheduler_search.ops import parse_spec
+    from scheduler_search.search import FINAL_TIMING
     from service.core.config import Settings
     from service.core.db import Database
     from service.db import repositories as repo
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
-    from service.runs.manager import FINAL_TIMING, RunManager, kernel_job
+    from service.runs.jobs import kernel_job
+    from service.runs.manager import RunManager
     from service.runs.space import schedule_space
     from service.runs.tune import prepare
     from service.schemas import RunPublic, TuneRequest

@@ -42,6 +42,9 @@ class AttentionSpec(OperatorSpec):
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"k": ("load_k",), "v": ("load_v",)}
     op: ClassVar[str] = "attention"
+    baseline: ClassVar[str | None] = "sdpa_cudnn"
+    #: FlashAttention-2 as well as cuDNN's SDPA.
+    peers: ClassVar[tuple[str, ...]] = ("sdpa_flash",)
     #: Query heads packed into a tile must divide the group.
     exact_axes: ClassVar[tuple[str, ...]] = ("g",)
 

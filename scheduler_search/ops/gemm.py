@@ -20,6 +20,7 @@ class GemmSpec(OperatorSpec):
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"ab": ("load_a", "load_b")}
     op: ClassVar[str] = "gemm"
+    baseline: ClassVar[str | None] = "cublas"
 
     m: Dim
     n: Dim

@@ -108,6 +108,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
     (head, p) pairs, ``p`` extent headdim x g): their B tiles are loaded once."""
 
     op: ClassVar[str] = "mamba2_chunk_state"
+    baseline: ClassVar[str | None] = "mamba_ssm_chunk_state"
     streams: ClassVar[dict[str, tuple[str, ...]]] = {
         "xb": ("load_x", "load_b", "load_dt", "load_dA")
     }
@@ -202,6 +203,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
     the group's, are loaded once."""
 
     op: ClassVar[str] = "mamba2_chunk_scan"
+    baseline: ClassVar[str | None] = "mamba_ssm_chunk_scan"
     streams: ClassVar[dict[str, tuple[str, ...]]] = {
         "cb": ("load_cb", "load_dt", "load_dA"),
         "x": ("load_x",),

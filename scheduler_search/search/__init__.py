@@ -19,14 +19,26 @@ from scheduler_search.search.driver import (
     TrialRecord,
     neighbours,
 )
+from scheduler_search.search.presets import (
+    FINAL_TIMING,
+    GPU,
+    SEARCH_TIMING,
+    SIMULATED,
+    SearchPreset,
+    TimingPolicy,
+)
 from scheduler_search.search.seeding import cost_model_seeds, structure_of
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
 from scheduler_search.search.warm_start import CachedSchedule, fit_to_space, log_distance, nearest
 
 __all__ = [
     "CODEGEN_ERROR",
+    "FINAL_TIMING",
+    "GPU",
     "INVALID",
     "PRIORITY_SOURCES",
+    "SEARCH_TIMING",
+    "SIMULATED",
     "SOURCE_COST_MODEL",
     "SOURCE_DESIGN",
     "SOURCE_LOCAL",
@@ -40,9 +52,11 @@ __all__ = [
     "Progress",
     "SearchConfig",
     "SearchDriver",
+    "SearchPreset",
     "SearchResult",
     "StopReason",
     "Stopper",
+    "TimingPolicy",
     "TrialRecord",
     "cost_model_seeds",
     "fit_to_space",

@@ -44,11 +44,12 @@ from typing import Any, NamedTuple
 from scheduler_search.cost_model import Calibration, Sample, fit_calibration
 from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.search import (
+    GPU,
     INVALID,
+    SIMULATED,
     Budget,
     CachedSchedule,
     Progress,
-    SearchConfig,
     SearchDriver,
     SearchResult,
     StopReason,
@@ -66,39 +67,15 @@ from service.db import results as results_repo
 from service.db.models import RunModel, RunStatus, ScheduleModel, as_utc
 from service.runs.devices import ResolvedDevice, from_identity
 from service.runs.executors import ExecutorRegistry
+from service.runs.jobs import baseline_job, kernel_job
 from service.runs.space import schedule_space
 from service.runs.tune import TuneInput
-from workers import Job, TimingConfig
+from workers import Job
 
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 1.0
 
-#: The vendor peer each operator is compared with on a GPU (``workers.baselines``): timed
-#: with the first batch (the run shows it while searching) and with the finalists. A peer
-#: that cannot run on the worker (mamba_ssm's Triton kernels not on its PYTHONPATH, say)
-#: fails its measurement: the run goes on and is stored with no baseline latency.
-BASELINES = {
-    "gemm": "cublas",
-    "attention": "sdpa_cudnn",
-    "mamba2_chunk_state": "mamba_ssm_chunk_state",
-    "mamba2_chunk_scan": "mamba_ssm_chunk_scan",
-}
-#: Further peers of an operator on a GPU, timed by the same worker in the finalists'
-#: interleaved re-timing only and stored with the run (``runs.peer_latencies_us``):
-#: attention is compared with FlashAttention-2 as well as with cuDNN's SDPA.
-PEERS: dict[str, tuple[str, ...]] = {"attention": ("sdpa_flash",)}
-#: Timing of a candidate during the search: enough samples to rank, little time (on an
-#: H200 a 4096^3 GEMM candidate takes ~10 ms to time this way).
-SEARCH_TIMING = TimingConfig(warmup_launches=3, warmup_ms=0.0, min_samples=20, min_time_ms=0.0)
-#: Timing of the finalists and the baseline in the final interleaved re-timing.
-FINAL_TIMING = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=20.0)
-#: A candidate's load + check + timing on the GPU may take this long before its worker is
-#: killed (a hung kernel); a finalist's re-timing, and the baseline, get the longer one.
-GPU_DEADLINE_S = 10.0
-FINAL_DEADLINE_S = 30.0
-#: Finalists re-timed on a GPU (selection noise of the quick timing is a few percent).
-GPU_RETIME_TOP_K = 5
 #: Measurements a calibration fit looks at (spread over the run's latency range), and the
 #: time it may take.
 CALIBRATION_SAMPLES = 96
@@ -353,19 +330,22 @@ class RunManager:
         job_workload = {"op": spec.op, "params": spec.params()}
         calibration = self._calibration(device_row.id, spec.op) if gpu else None
         samples: list[TrialRecord] = []
-        baseline = BASELINES.get(spec.op) if gpu else None
-        peers = PEERS.get(spec.op, ()) if gpu else ()
+        preset = GPU if gpu else SIMULATED
+        baseline = spec.baseline if gpu else None
+        peers = spec.peers if gpu else ()
         reported_baseline: list[float] = []
 
         def make_job(sprogram: SProgram) -> Job:
             if not gpu:
                 return Job(workload=job_workload, schedule=sprogram.to_dict(), seed=run.seed)
-            return kernel_job(sprogram, spec, model, job_workload, run.seed, SEARCH_TIMING)
+            return kernel_job(sprogram, spec, model, job_workload, run.seed,
+                              preset.search_timing)
 
         def make_final_job(sprogram: SProgram) -> Job:
             if not gpu:
                 return make_job(sprogram)
-            return kernel_job(sprogram, spec, model, job_workload, run.seed, FINAL_TIMING)
+            return kernel_job(sprogram, spec, model, job_workload, run.seed,
+                              preset.final_timing)
 
         def on_trials(records: list[TrialRecord]) -> None:
             with repo.session_scope(self.db.sessions) as session:
@@ -395,7 +375,9 @@ class RunManager:
             make_job,
             budget=Budget(trials=run.budget_trials, seconds=run.budget_seconds,
                           patience=run.patience),
-            config=self._search_config(run.seed, gpu),
+            config=preset.config(
+                run.seed, (self.settings.gpu_batch_size or None) if gpu else None
+            ),
             storage=self.db.optuna_storage(),
             study_name=run.study_name,
             warm_start=warm,
@@ -423,17 +405,6 @@ class RunManager:
                 seeds.close()
         self._finish_search(run_id, workload, device_row, spec, model, gpu, baseline, result,
                             samples, calibration)
-
-    def _search_config(self, seed: int, gpu: bool) -> SearchConfig:
-        """The driver's knobs: the defaults on a simulated device; on a GPU, overlapped
-        mixed rounds as wide as the compiler pool and more finalists re-timed."""
-        if not gpu:
-            return SearchConfig(seed=seed)
-        return SearchConfig(
-            seed=seed, overlap=True, retime_top_k=GPU_RETIME_TOP_K,
-            batch_size=self.settings.gpu_batch_size or None, proposals="mixed",
-            sampler_asks_per_slot=1, random_per_slot=2,
-        )
 
     def _progress(
         self,
@@ -499,7 +470,9 @@ class RunManager:
         artifact = None
         if best is not None and best.schedule is not None and gpu:
             try:
-                artifact = _render(SProgram.from_dict(best.schedule), spec, model)
+                from codegen import render
+
+                artifact = render(SProgram.from_dict(best.schedule), spec, model)
                 kernel_hash = artifact.hash
             except Exception:
                 logger.exception("run %d: could not render the winner", run_id)
@@ -636,37 +609,6 @@ class RunManager:
     def _count_tune(self, outcome: str) -> None:
         if self.metrics:
             self.metrics.tune_requests.labels(outcome).inc()
-
-
-def _render(sprogram: SProgram, spec: OperatorSpec, model: Any) -> Any:
-    from codegen import render
-
-    return render(sprogram, spec, model)
-
-
-def kernel_job(
-    sprogram: SProgram,
-    spec: OperatorSpec,
-    model: Any,
-    workload: dict[str, Any],
-    seed: int,
-    timing: TimingConfig,
-) -> Job:
-    """The GPU job of a candidate: its generated kernel on the run's workload."""
-    return Job(
-        workload=workload,
-        artifact=_render(sprogram, spec, model),
-        seed=seed,
-        timing=timing,
-        deadline_s=FINAL_DEADLINE_S if timing == FINAL_TIMING else GPU_DEADLINE_S,
-    )
-
-
-def baseline_job(name: str, workload: dict[str, Any], seed: int) -> Job:
-    """The GPU job of a vendor peer (``workers.baselines``) on the run's workload, timed as
-    a finalist is."""
-    return Job(workload, baseline=name, timing=FINAL_TIMING, seed=seed,
-               deadline_s=FINAL_DEADLINE_S)
 
 
 def _ok_latency(measurement: Any) -> float | None:

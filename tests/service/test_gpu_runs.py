@@ -218,7 +218,8 @@ def _stored_peers(database_url: str, run_id: int) -> dict[str, float] | None:
 def test_gpu_attention_run_times_and_stores_both_peers(
     fake_gpu: FakeProbe, gpu_settings: Settings
 ) -> None:
-    from service.runs.manager import FINAL_DEADLINE_S, FINAL_TIMING
+    from scheduler_search.search import FINAL_TIMING
+    from service.runs.jobs import timing_config
 
     gpu = ModelGpu(batch=4)
     with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
@@ -241,7 +242,8 @@ def test_gpu_attention_run_times_and_stores_both_peers(
         assert len(flash) == 3
         kernel = gpu.kernel_jobs[0]
         assert all(j.workload == kernel.workload and j.seed == kernel.seed
-                   and j.timing == FINAL_TIMING and j.deadline_s == FINAL_DEADLINE_S
+                   and j.timing == timing_config(FINAL_TIMING)
+                   and j.deadline_s == FINAL_TIMING.deadline_s
                    for j in flash)
 
         # The primary baseline as before; both peers' latencies with the run.

@@ -195,3 +195,12 @@ def test_triton_autotuning_is_redone_for_each_new_shape(
     tensors, dtypes = _workload(op, longer)
     prepare_baseline(PEERS[op], op, longer, tensors, dtypes)  # same key, new shape: re-tuned
     assert kernel.cache == {}
+
+
+def test_every_operator_declares_peers_the_worker_runs_for_it() -> None:
+    from scheduler_search.ops import OPERATORS
+
+    for op, spec_class in OPERATORS.items():
+        assert spec_class.baseline is not None, op
+        for name in (spec_class.baseline, *spec_class.peers):
+            assert BASELINE_OPS[name] == op, (op, name)
