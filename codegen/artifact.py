@@ -6,21 +6,10 @@ list in launch order (tensors by name, scalars, TMA tensor maps), and compile op
 It is produced by ``codegen`` and consumed by ``workers`` and by users of the API, so it
 holds no live objects and imports nothing beyond the standard library.
 
-Tensor names per operator (the contract between code generation, workers and users):
-
-- ``gemm``: ``a`` (m, k) row-major; ``b`` (k, n) for ``b_layout="kn"`` or (n, k) for
-  ``"nk"``; output ``c`` (m, n). All in the spec dtype.
-- ``attention``: ``q`` (batch, seq_q, heads, head_dim), ``k`` and ``v`` (batch, seq_kv,
-  kv_heads, head_dim), output ``o`` (batch, seq_q, heads, head_dim); softmax scale
-  1/sqrt(head_dim); causal masks key j > query i (top-left aligned, as PyTorch SDPA).
-- ``mamba2_chunk_state``: ``b`` (batch, seqlen, ngroups, dstate), ``x`` (batch, seqlen,
-  nheads, headdim), ``dt`` and ``dA_cumsum`` (batch, nheads, nchunks, chunk_size) float32;
-  output ``states`` (batch, nchunks, nheads, headdim, dstate) float32.
-- ``mamba2_chunk_scan``: ``cb`` (batch, nchunks, ngroups, chunk_size, chunk_size) float32,
-  ``x`` (batch, seqlen, nheads, headdim), ``dt`` and ``dA_cumsum`` as above, ``c`` (batch,
-  seqlen, ngroups, dstate), ``states`` (batch, nchunks, nheads, headdim, dstate), ``D``
-  (nheads,) float32, the skip weight of ``out += D[h] * x``; output ``out`` (batch, seqlen,
-  nheads, headdim). ``c``, ``states`` and ``out`` in the spec dtype like ``x``.
+The tensors an argument names are the operator's tensor contract: names, shapes, dtypes
+and roles in argument order come from one place, the operator spec's ``tensors()``
+(``scheduler_search/ops``). ``codegen.pipeline.lower`` builds the argument list from it;
+the workers (``workers.contract``) and ``load`` check an artifact's arguments against it.
 """
 
 from __future__ import annotations

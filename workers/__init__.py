@@ -1,8 +1,9 @@
 """GPU measurement engine: compile, verify and time candidate kernels, isolating faults.
 
-``workers`` receives plain data (a ``KernelArtifact`` and a workload) and never imports
-``service``, nor ``scheduler_search`` at import time (only the simulated device's default
-estimator calls the cost model, lazily). CuPy, PyTorch and the CUDA bindings are imported
+``workers`` receives plain data (a ``KernelArtifact``, a workload and its tensor contract)
+and never imports ``service``; of ``scheduler_search`` it reads the operator specs' tensor
+contract (``scheduler_search.ops``) at import time, and only the simulated device's default
+estimator calls the cost model, lazily. CuPy, PyTorch and the CUDA bindings are imported
 lazily inside functions, so this package imports on a machine without a GPU.
 
 ``load(artifact)`` (``workers.kernels``) is the user's side: it runs a tuned kernel on CuPy

@@ -19,13 +19,14 @@ Example:
     c = gemm(a, b)                        # or gemm(a=a, b=b, c=out)
     torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=2e-1)
 
-Arguments are the operator's tensors by name (``codegen/artifact.py`` lists them: ``a``,
-``b`` and output ``c`` for a GEMM), inputs positionally in that order or by keyword; the
-outputs are allocated (like the first input: CuPy or torch) unless passed by name, and
-returned (attention returns ``(o, lse)``: the output and its fp32 log-sum-exp). Every
-tensor is checked against the kernel's contract (names, shapes, dtypes, row-major
-contiguity, device memory, 16-byte alignment for TMA) before anything is launched, with an
-error that says what was expected; the checks and the packed arguments (device pointers,
+Arguments are the operator's tensors by name (its tensor contract, the spec's ``tensors()``
+in ``scheduler_search/ops``: ``a``, ``b`` and output ``c`` for a GEMM; a loaded kernel's
+``expected`` lists them), inputs positionally in that order or by keyword; the outputs are
+allocated (like the first input: CuPy or torch) unless passed by name, and returned
+(attention returns ``(o, lse)``: the output and its fp32 log-sum-exp). Every tensor is
+checked against the kernel's contract (names, shapes, dtypes, row-major contiguity, device
+memory, 16-byte alignment for TMA) before anything is launched, with an error that says
+what was expected; the checks and the packed arguments (device pointers,
 TMA descriptors) are kept per argument signature, so a repeated call only launches. The
 kernel is launched on torch's current stream for torch tensors (capturable by
 ``torch.cuda.graph``), on CuPy's current stream for CuPy arrays.
@@ -41,9 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
-from workers.inputs import contract
-from workers.launch import DriverLaunch, DriverLaunchError, PackedArguments, error_name
+from codegen.artifact import KernelArtifact, TensorMapArg
+from scheduler_search.ops import TensorSpec
+from workers.contract import check_tensor_args, contract
+from workers.launch import DriverLaunch, DriverLaunchError, error_name, pack_arguments
 
 #: TMA reads global memory from 16-byte aligned addresses (cuTensorMapEncodeTiled).
 TENSOR_ALIGN_BYTES = 16
@@ -74,20 +76,6 @@ class TensorInfo:
     kind: str = "cupy"  # "cupy" or "torch"
 
 
-@dataclass(frozen=True)
-class ExpectedTensor:
-    """One tensor of the kernel's contract."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    role: str
-
-    def describe(self) -> str:
-        shape = "x".join(str(d) for d in self.shape)
-        return f"{self.name} ({shape} {self.dtype})"
-
-
 def as_artifact(artifact: Any) -> KernelArtifact:
     """A KernelArtifact from itself, its dict, its JSON text (bytes too), or the body of
     ``GET /v1/kernels/{hash}`` (``{"hash", "schedule_hash", "artifact": {...}}``)."""
@@ -112,32 +100,20 @@ def as_artifact(artifact: Any) -> KernelArtifact:
     )
 
 
-def expected_tensors(artifact: KernelArtifact) -> list[ExpectedTensor]:
-    """The tensors the kernel reads and writes, in contract order (inputs, then output)."""
+def expected_tensors(artifact: KernelArtifact) -> list[TensorSpec]:
+    """The tensors the kernel reads and writes, in contract order (inputs, then outputs),
+    each in the dtype the kernel takes it in.
+
+    The contract is the operator spec's for the artifact's workload, the one the worker
+    measured the kernel on; the artifact's arguments are checked against it.
+    """
     specs = contract(artifact.op, artifact.params)
-    dtypes: dict[str, str] = {}
-    for arg in artifact.args:
-        if isinstance(arg, TensorArg):
-            dtypes[arg.name] = arg.dtype
-            if tuple(arg.shape) != tuple(specs[arg.name].shape):
-                raise ValueError(
-                    f"artifact tensor {arg.name!r} has shape {tuple(arg.shape)}, the "
-                    f"{artifact.op} contract says {specs[arg.name].shape}"
-                )
-        elif isinstance(arg, TensorMapArg):
-            dtypes.setdefault(arg.tensor, arg.dtype)
-    unknown = set(dtypes) - set(specs)
-    if unknown:
-        raise ValueError(f"artifact names tensors {sorted(unknown)} outside the {artifact.op} "
-                         f"contract ({', '.join(specs)})")
-    return [
-        ExpectedTensor(name, dtypes.get(name, spec.default_dtype), tuple(spec.shape), spec.role)
-        for name, spec in specs.items()
-    ]
+    dtypes = check_tensor_args(artifact.op, artifact.params, artifact.args, specs.values())
+    return [spec.in_dtype(dtypes[name]) for name, spec in specs.items()]
 
 
 def bind_arguments(
-    expected: list[ExpectedTensor], args: tuple[Any, ...], kwargs: dict[str, Any]
+    expected: list[TensorSpec], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     """Map positional inputs and keyword tensors to names; (bound, outputs to allocate).
 
@@ -170,7 +146,7 @@ def bind_arguments(
     return bound, [t.name for t in outputs if t.name not in bound]
 
 
-def check_tensor(expected: ExpectedTensor, info: TensorInfo) -> None:
+def check_tensor(expected: TensorSpec, info: TensorInfo) -> None:
     """Raise :class:`KernelArgumentError` if ``info`` cannot stand for ``expected``."""
     name = expected.name
     if not info.on_device:
@@ -279,11 +255,11 @@ class LoadedKernel:
         self._allocators: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 
     @property
-    def inputs(self) -> list[ExpectedTensor]:
+    def inputs(self) -> list[TensorSpec]:
         return [t for t in self.expected if t.role == "input"]
 
     @property
-    def outputs(self) -> list[ExpectedTensor]:
+    def outputs(self) -> list[TensorSpec]:
         return [t for t in self.expected if t.role == "output"]
 
     def __repr__(self) -> str:
@@ -372,18 +348,12 @@ class LoadedKernel:
         if len(devices) != 1:
             raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
         device = devices.pop()
-        args: list[Any] = []
-        for arg in self.artifact.args:
-            if isinstance(arg, TensorArg):
-                args.append(np.uint64(infos[arg.name].data_ptr))
-            elif isinstance(arg, ScalarArg):
-                args.append(np.dtype(arg.dtype).type(arg.value))
-            else:
-                args.append(self._tensor_map(arg, infos[arg.tensor].data_ptr))
+        pointers = {name: info.data_ptr for name, info in infos.items()}
+        params = pack_arguments(self.artifact.args, pointers, self._tensor_map)
         function = self._functions.get(device) or self._load(device)
         a = self.artifact
         launch = DriverLaunch(function, tuple(a.grid), tuple(a.block), a.dynamic_smem_bytes,
-                              PackedArguments(args))
+                              params)
         return _PackedLaunch(launch, device, _framework(first))
 
     def _launch(self, packed: _PackedLaunch) -> None:
@@ -443,7 +413,7 @@ def _framework(value: Any) -> str:
     return "torch" if (type(value).__module__ or "").startswith("torch") else "cupy"
 
 
-def _output_allocator(outputs: list[ExpectedTensor], like: Any) -> Callable[[Any], tuple]:
+def _output_allocator(outputs: list[TensorSpec], like: Any) -> Callable[[Any], tuple]:
     """A function making every output like ``like`` (its device and framework); the
     dtypes and shapes resolved once."""
     if _framework(like) == "torch":
@@ -521,7 +491,6 @@ def _device_index(value: Any) -> int:
 
 
 __all__ = [
-    "ExpectedTensor",
     "KernelArgumentError",
     "LoadedKernel",
     "TensorInfo",

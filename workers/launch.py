@@ -9,6 +9,10 @@ launch is one foreign call into ``libcuda`` with the ready ``kernelParams`` arra
 The driver library is opened with ``ctypes`` (it is the library every CUDA process has
 loaded already); nothing here synchronises, allocates or queries a stream, so a launch on a
 capturing stream is captured into the graph (CUDA driver API, "Graph Management").
+
+:func:`pack_arguments` lays out an artifact's arguments for both launchers: the worker,
+which launches the values through CuPy, and ``load``'s kernels, which launch the packed C
+memory through the driver.
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from codegen.artifact import KernelArg, ScalarArg, TensorArg, TensorMapArg
 
 #: ``CUresult`` of a call that succeeded (CUDA driver API, "Error Handling").
 _CUDA_SUCCESS = 0
@@ -78,6 +84,25 @@ class PackedArguments:
         self.address = ctypes.addressof(self._pointers)
 
 
+def pack_arguments(
+    args: Sequence[KernelArg],
+    pointers: Mapping[str, int],
+    tensor_map: Callable[[TensorMapArg, int], np.ndarray],
+) -> PackedArguments:
+    """A kernel's parameters in the artifact's argument order: each tensor as its device
+    pointer (``np.uint64``, from ``pointers`` by name), each scalar in its dtype, each TMA
+    descriptor encoded by ``tensor_map`` over its tensor's pointer."""
+    values: list[Any] = []
+    for arg in args:
+        if isinstance(arg, TensorArg):
+            values.append(np.uint64(pointers[arg.name]))
+        elif isinstance(arg, ScalarArg):
+            values.append(np.dtype(arg.dtype).type(arg.value))
+        else:
+            values.append(tensor_map(arg, pointers[arg.tensor]))
+    return PackedArguments(values)
+
+
 class DriverLaunch:
     """One kernel's launch with its packed parameters: the foreign call's arguments
     (function, grid, block, shared memory, ``kernelParams``) built once as C values, so a
@@ -104,4 +129,5 @@ def error_name(result: int) -> str:
     return name.value.decode() if name.value else f"CUresult {result}"
 
 
-__all__ = ["DriverLaunch", "DriverLaunchError", "PackedArguments", "error_name"]
+__all__ = ["DriverLaunch", "DriverLaunchError", "PackedArguments", "error_name",
+           "pack_arguments"]

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codegen.artifact import KernelArtifact
+from scheduler_search.ops import TensorSpec
 
 PROTOCOL_VERSION = 1
 
@@ -80,7 +81,11 @@ class Job:
     sProgram's ``to_dict()``: what the simulated device measures (through the cost model)
     before code generation exists for it. ``workload`` is
     ``{"op": str, "params": dict}`` with the operator spec's fields; ``seed`` picks the
-    random inputs; ``deadline_s`` bounds load + verify + timing on the GPU.
+    random inputs; ``deadline_s`` bounds load + verify + timing on the GPU. ``tensors`` is
+    the workload's tensor contract (``OperatorSpec.tensors()``) that the worker builds,
+    checks and launches by; a job without it (an older caller's, a bench script's, a
+    simulated one) has the worker derive it from ``workload``
+    (``workers.contract.contract``).
     """
 
     workload: dict[str, Any]
@@ -90,6 +95,7 @@ class Job:
     seed: int = 0
     timing: TimingConfig = field(default_factory=TimingConfig)
     deadline_s: float = 60.0
+    tensors: tuple[TensorSpec, ...] | None = None
 
     def __post_init__(self) -> None:
         given = [x for x in (self.artifact, self.schedule, self.baseline) if x is not None]
@@ -119,12 +125,16 @@ class Job:
             "seed": self.seed,
             "timing": self.timing.to_dict(),
             "deadline_s": self.deadline_s,
+            "tensors": (
+                [t.to_dict() for t in self.tensors] if self.tensors is not None else None
+            ),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
         _check_version("Job", data)
         artifact = data.get("artifact")
+        tensors = data.get("tensors")
         return cls(
             workload=dict(data["workload"]),
             artifact=KernelArtifact.from_dict(artifact) if artifact is not None else None,
@@ -133,6 +143,9 @@ class Job:
             seed=int(data.get("seed", 0)),
             timing=TimingConfig.from_dict(data.get("timing", {})),
             deadline_s=float(data.get("deadline_s", 60.0)),
+            tensors=(
+                tuple(TensorSpec.from_dict(t) for t in tensors) if tensors is not None else None
+            ),
         )
 
 

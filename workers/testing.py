@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from scheduler_search.ops import workload_tensors
 from workers.compile import CompileResult
 from workers.protocol import Job, Measurement, MeasurementStatus
 
@@ -213,14 +214,10 @@ def gemm_source(body: str, params: dict[str, Any], variant: int = 0) -> str:
     return defines + _CONVERT + body
 
 
-def _gemm_tensors(params: dict[str, Any]) -> tuple[TensorArg, TensorArg, TensorArg]:
-    m, n, k, dtype = params["m"], params["n"], params["k"], params["dtype"]
-    b_shape = (k, n) if params.get("b_layout", "kn") == "kn" else (n, k)
-    return (
-        TensorArg("a", dtype, (m, k), "input"),
-        TensorArg("b", dtype, b_shape, "input"),
-        TensorArg("c", dtype, (m, n), "output"),
-    )
+def _gemm_tensors(params: dict[str, Any]) -> tuple[TensorArg, ...]:
+    """Pointers to a, b and c, as the GEMM's tensor contract has them."""
+    return tuple(TensorArg(t.name, t.dtype, t.shape, t.role)
+                 for t in workload_tensors("gemm", params))
 
 
 def _mnk(params: dict[str, Any]) -> tuple[ScalarArg, ScalarArg, ScalarArg]:

@@ -25,14 +25,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from codegen.artifact import KernelArtifact, TensorMapArg
 from workers import _dtypes
 from workers.baselines import BaselineUnavailable, prepare_baseline
 from workers.compile import CompileResult
+from workers.contract import Contract, check_tensor_args, contract
 from workers.device import read_fingerprint
-from workers.inputs import build_inputs, check_tensor_args, contract
+from workers.inputs import build_inputs
+from workers.launch import pack_arguments
 from workers.protocol import Job, Measurement, MeasurementStatus
 from workers.tensor_maps import encode_tensor_map
 from workers.timing import L2Flusher, time_launches
@@ -147,9 +147,10 @@ class GpuWorker:
         op, params = job.workload["op"], job.workload["params"]
         if artifact.op != op:
             raise ValueError(f"artifact is for {artifact.op!r}, workload is {op!r}")
-        dtypes = check_tensor_args(op, params, _of_kind(artifact, TensorArg))
+        specs = contract(op, params, job.tensors)
+        dtypes = check_tensor_args(op, params, artifact.args, specs.values())
         _check_launch(artifact)
-        workload = self._workload(op, params, dtypes, job.seed)
+        workload = self._workload(op, params, specs, dtypes, job.seed)
         _check_tensor_map_bounds(artifact, workload)
 
         start = time.perf_counter()
@@ -162,7 +163,8 @@ class GpuWorker:
         }
         if artifact.dynamic_smem_bytes > _MAX_STATIC_SMEM_BYTES:
             kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
-        args = _kernel_args(artifact, workload)
+        pointers = {name: tensor.data.ptr for name, tensor in workload.tensors.items()}
+        args = pack_arguments(artifact.args, pointers, encode_tensor_map).values
         grid, block = tuple(artifact.grid), tuple(artifact.block)
 
         def launch() -> None:
@@ -174,8 +176,9 @@ class GpuWorker:
 
     def _measure_baseline(self, job: Job, common: dict[str, Any]) -> Measurement:
         op, params = job.workload["op"], job.workload["params"]
-        dtypes = {name: spec.default_dtype for name, spec in contract(op, params).items()}
-        workload = self._workload(op, params, dtypes, job.seed)
+        specs = contract(op, params, job.tensors)
+        dtypes = {name: spec.dtype for name, spec in specs.items()}
+        workload = self._workload(op, params, specs, dtypes, job.seed)
         start = time.perf_counter()
         launch, finish = prepare_baseline(job.baseline, op, params, workload.tensors, dtypes)
 
@@ -209,18 +212,19 @@ class GpuWorker:
         )
 
     def _workload(
-        self, op: str, params: dict[str, Any], dtypes: dict[str, str], seed: int
+        self, op: str, params: dict[str, Any], specs: Contract, dtypes: dict[str, str],
+        seed: int,
     ) -> _Workload:
         """The inputs of one workload, built once and kept until another workload comes."""
         import cupy
 
-        key = json.dumps([op, params, dtypes, seed], sort_keys=True)
+        contract_data = [spec.to_dict() for spec in specs.values()]
+        key = json.dumps([op, params, contract_data, dtypes, seed], sort_keys=True)
         if key == self._workload_key and self._workload_state is not None:
             return self._workload_state
         self._workload_state = None  # free the previous workload's memory first
         cupy.get_default_memory_pool().free_all_blocks()
-        specs = contract(op, params)
-        tensors = build_inputs(cupy, op, params, dtypes, seed)
+        tensors = build_inputs(cupy, op, params, dtypes, seed, specs.values())
         outputs = [name for name, spec in specs.items() if spec.role == "output"]
         for name in outputs:
             storage = _dtypes.storage_dtype(cupy, dtypes[name])
@@ -264,10 +268,6 @@ class GpuWorker:
         return module.get_function(entry)
 
 
-def _of_kind(artifact: KernelArtifact, kind: type) -> list[Any]:
-    return [a for a in artifact.args if isinstance(a, kind)]
-
-
 def _check_launch(artifact: KernelArtifact) -> None:
     if tuple(artifact.cluster) != (1, 1, 1) and "__cluster_dims__" not in artifact.source:
         # CuPy launches with cuLaunchKernel, which takes no cluster shape: a cluster must
@@ -278,13 +278,10 @@ def _check_launch(artifact: KernelArtifact) -> None:
 
 
 def _check_tensor_map_bounds(artifact: KernelArtifact, workload: _Workload) -> None:
-    """A tensor map must name a workload tensor of its dtype and stay inside it."""
-    for arg in _of_kind(artifact, TensorMapArg):
-        tensor = workload.tensors.get(arg.tensor)
-        if tensor is None:
-            raise ValueError(f"tensor map {arg.name!r} names unknown tensor {arg.tensor!r}")
-        if arg.dtype != workload.dtypes[arg.tensor]:
-            raise ValueError(f"tensor map {arg.name!r} dtype {arg.dtype} != tensor dtype")
+    """A tensor map (over a tensor of the contract, in its dtype: checked before) must stay
+    inside its tensor."""
+    for arg in (a for a in artifact.args if isinstance(a, TensorMapArg)):
+        tensor = workload.tensors[arg.tensor]
         extent = arg.global_dims[0] * _dtypes.itemsize(arg.dtype) + sum(
             (d - 1) * s for d, s in zip(arg.global_dims[1:], arg.global_strides_bytes, strict=True)
         )
@@ -293,18 +290,6 @@ def _check_tensor_map_bounds(artifact: KernelArtifact, workload: _Workload) -> N
                 f"tensor map {arg.name!r} spans {extent} B, "
                 f"tensor {arg.tensor!r} has {tensor.nbytes} B"
             )
-
-
-def _kernel_args(artifact: KernelArtifact, workload: _Workload) -> tuple[Any, ...]:
-    args: list[Any] = []
-    for arg in artifact.args:
-        if isinstance(arg, TensorArg):
-            args.append(workload.tensors[arg.name])
-        elif isinstance(arg, ScalarArg):
-            args.append(np.dtype(arg.dtype).type(arg.value))
-        else:
-            args.append(encode_tensor_map(arg, workload.tensors[arg.tensor].data.ptr))
-    return tuple(args)
 
 
 def _cuda_status(exc: BaseException) -> int | None:

@@ -6,12 +6,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler_search.ops._base import (
-    DTYPE_BYTES,
-    OperatorSpec,
-    SpecError,
-    TensorSpec,
-)
+from scheduler_search.ops._base import OperatorSpec, SpecError
+from scheduler_search.ops._contract import DTYPE_BYTES, InputInit, TensorSpec
 from scheduler_search.ops.attention import AttentionSpec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
@@ -35,11 +31,27 @@ def parse_spec(op: str, params: dict[str, Any]) -> OperatorSpec:
     return OPERATORS[op].model_validate(params)
 
 
+def workload_tensors(op: str, params: dict[str, Any]) -> list[TensorSpec]:
+    """The tensor contract of a workload given as plain ``op`` and ``params``.
+
+    The params are not validated again: whoever holds a workload (a worker's job, a
+    kernel's artifact) got it validated when it was made, and the references are also
+    checked on tiny ragged shapes that no kernel is tuned for.
+
+    Raises:
+        ValueError: ``op`` is not a known operator.
+    """
+    if op not in OPERATORS:
+        raise ValueError(f"unknown operator {op!r}")
+    return OPERATORS[op].model_construct(**params).tensors()
+
+
 __all__ = [
     "DTYPE_BYTES",
     "OPERATORS",
     "AttentionSpec",
     "GemmSpec",
+    "InputInit",
     "Mamba2ChunkScanSpec",
     "Mamba2ChunkStateSpec",
     "OperatorSpec",
@@ -47,4 +59,5 @@ __all__ = [
     "TensorSpec",
     "ValidationError",
     "parse_spec",
+    "workload_tensors",
 ]

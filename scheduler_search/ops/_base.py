@@ -1,9 +1,11 @@
 """The operator protocol: one pydantic spec class per operator, validated strictly.
 
 Every operator module defines a subclass of :class:`OperatorSpec`. A spec knows its
-workload tensors (names, shapes, dtypes, roles; the contract of ``codegen.artifact``),
-its flop and byte counts, its memory footprint, and how to build its sTask-graph. The
-table in ``scheduler_search/ops/__init__.py`` maps operator names to spec classes.
+workload tensors (the tensor contract, :mod:`scheduler_search.ops._contract`: names,
+shapes, dtypes, roles and how inputs are drawn, read by code generation, the workers and
+``load``), its flop and byte counts, its memory footprint, and how to build its
+sTask-graph. The table in ``scheduler_search/ops/__init__.py`` maps operator names to
+spec classes.
 """
 
 from __future__ import annotations
@@ -12,21 +14,19 @@ import hashlib
 import json
 from abc import abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from scheduler_search.ops._contract import DTYPE_BYTES, TensorSpec
+
 if TYPE_CHECKING:
     from scheduler_search.hardware import Device
     from scheduler_search.ir import STaskGraph, TileShape
 
 DType = Literal["float16", "bfloat16"]
-
-#: Bytes per element of every dtype a workload tensor may have.
-DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 #: TMA needs every global stride (a row of a row-major tensor) to be a multiple of 16 bytes
 #: (CUDA driver API, cuTensorMapEncodeTiled: globalStrides).
@@ -43,23 +43,6 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One workload tensor: shape is outermost first, row-major (last dim contiguous)."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    role: Literal["input", "output"]
-
-    @property
-    def size_bytes(self) -> int:
-        count = 1
-        for extent in self.shape:
-            count *= extent
-        return count * DTYPE_BYTES[self.dtype]
 
 
 class OperatorSpec(BaseModel):
@@ -127,7 +110,8 @@ class OperatorSpec(BaseModel):
 
     @abstractmethod
     def tensors(self) -> list[TensorSpec]:
-        """Workload tensors in argument order (inputs, then outputs)."""
+        """Workload tensors in argument order (inputs, then outputs): the operator's tensor
+        contract, the one source that code generation, the workers and ``load`` read."""
 
     @abstractmethod
     def flops(self) -> float:

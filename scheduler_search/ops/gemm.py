@@ -10,6 +10,7 @@ from pydantic import Field
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
+from scheduler_search.ops._contract import InputInit
 from scheduler_search.ops._graph_helpers import TMA_OR_CORES, TMA_OR_LSU, stask, tensors
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
@@ -38,9 +39,10 @@ class GemmSpec(OperatorSpec):
 
     def tensors(self) -> list[TensorSpec]:
         b_shape = (self.k, self.n) if self.b_layout == "kn" else (self.n, self.k)
+        operand = InputInit("normal", scale=0.5)
         return [
-            TensorSpec("a", (self.m, self.k), self.dtype, "input"),
-            TensorSpec("b", b_shape, self.dtype, "input"),
+            TensorSpec("a", (self.m, self.k), self.dtype, "input", init=operand),
+            TensorSpec("b", b_shape, self.dtype, "input", init=operand),
             TensorSpec("c", (self.m, self.n), self.dtype, "output"),
         ]
 

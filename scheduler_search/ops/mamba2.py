@@ -8,17 +8,23 @@ sum of dt·A over the chunk:
                         + Σ_{s<=l} cb[l,s] · exp(dA[l] - dA[s]) · dt[s] · x[s,p]
                         + D[h] · x[l,p]
   (``mamba_ssm``'s ``_chunk_scan_fwd`` with a per-head ``D`` and no ``z``).
+
+Inputs are drawn as a model's are: small positive dt, a negative A per head folded into
+dA_cumsum, cb computed as C·Bᵀ per chunk, and a standard-normal skip weight D per head (a
+zero D would leave the chunk scan's D·x term unchecked).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Annotated, ClassVar
 
 from pydantic import Field
 
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
+from scheduler_search.ops._contract import InputInit
 from scheduler_search.ops._graph_helpers import (
     CORES,
     EXP2_EMULATION_OPS,
@@ -33,6 +39,9 @@ from scheduler_search.ops._graph_helpers import (
 
 #: wgmma K step (PTX ISA): headdim, dstate and chunk_size are reduced over by wgmma.
 MMA_K_STEP = 16
+
+#: x, B, C and states: scaled standard normals (draw 1, after dt and dA_cumsum).
+_OPERAND = InputInit("normal", scale=0.5, draw=1)
 
 
 class _Mamba2Spec(OperatorSpec):
@@ -51,7 +60,9 @@ class _Mamba2Spec(OperatorSpec):
 
     @property
     def nchunks(self) -> int:
-        return self.seqlen // self.chunk_size
+        """Chunks covering the sequence (a spec's seqlen is a whole number of chunks; the
+        references are also checked on a ragged last chunk, padded)."""
+        return -(-self.seqlen // self.chunk_size)
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         if self.seqlen % self.chunk_size:
@@ -74,19 +85,19 @@ class _Mamba2Spec(OperatorSpec):
 
     def _scalar_tensors(self) -> list[TensorSpec]:
         per_chunk = (self.batch, self.nheads, self.nchunks, self.chunk_size)
+        dt = InputInit("time_step", low=0.01, high=0.1, length=self.seqlen)
+        decay = InputInit("decay_cumsum", low=0.5, high=2.0, source="dt")
         return [
-            TensorSpec("dt", per_chunk, "float32", "input"),
-            TensorSpec("dA_cumsum", per_chunk, "float32", "input"),
+            TensorSpec("dt", per_chunk, "float32", "input", init=dt),
+            TensorSpec("dA_cumsum", per_chunk, "float32", "input", init=decay),
         ]
 
     def _x(self) -> TensorSpec:
-        return TensorSpec(
-            "x", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "input"
-        )
+        shape = (self.batch, self.seqlen, self.nheads, self.headdim)
+        return TensorSpec("x", shape, self.dtype, "input", init=_OPERAND)
 
-    def _states(self, dtype: str, role: str) -> TensorSpec:
-        shape = (self.batch, self.nchunks, self.nheads, self.headdim, self.dstate)
-        return TensorSpec("states", shape, dtype, role)  # type: ignore[arg-type]
+    def _states_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.nchunks, self.nheads, self.headdim, self.dstate)
 
     def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
         group = self.nheads // self.ngroups
@@ -114,10 +125,10 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
     }
 
     def tensors(self) -> list[TensorSpec]:
-        b = TensorSpec(
-            "b", (self.batch, self.seqlen, self.ngroups, self.dstate), self.dtype, "input"
-        )
-        return [b, self._x(), *self._scalar_tensors(), self._states("float32", "output")]
+        b_shape = (self.batch, self.seqlen, self.ngroups, self.dstate)
+        b = TensorSpec("b", b_shape, self.dtype, "input", init=replace(_OPERAND, draw=2))
+        states = TensorSpec("states", self._states_shape(), "float32", "output")
+        return [b, self._x(), *self._scalar_tensors(), states]
 
     def flops(self) -> float:
         return 2.0 * self.batch * self.nheads * self.seqlen * self.headdim * self.dstate
@@ -212,16 +223,22 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
     def tensors(self) -> list[TensorSpec]:
         cb_shape = (self.batch, self.nchunks, self.ngroups, self.chunk_size, self.chunk_size)
         c_shape = (self.batch, self.seqlen, self.ngroups, self.dstate)
+        out_shape = (self.batch, self.seqlen, self.nheads, self.headdim)
+        # cb is drawn after the C it is computed from; D last, as it joined the contract
+        # after the others (the other inputs of a seed kept their values).
+        cb = InputInit("chunk_gram", scale=0.5, source="c", draw=2)
         return [
-            TensorSpec("cb", cb_shape, "float32", "input"),
+            TensorSpec("cb", cb_shape, "float32", "input", init=cb),
             self._x(),
             *self._scalar_tensors(),
-            TensorSpec("c", c_shape, self.dtype, "input"),
-            self._states(self.dtype, "input"),
-            TensorSpec("D", (self.nheads,), "float32", "input"),
-            TensorSpec(
-                "out", (self.batch, self.seqlen, self.nheads, self.headdim), self.dtype, "output"
-            ),
+            TensorSpec("c", c_shape, self.dtype, "input", init=_OPERAND),
+            # The spec's dtype first (what the chunk-state and state-passing steps hand
+            # mamba_ssm's scan), so a kernel reading states through a tensor map and the
+            # peer agree on it; a kernel may take them in fp32.
+            TensorSpec("states", self._states_shape(), self.dtype, "input",
+                       other_dtypes=("float32",), init=_OPERAND),
+            TensorSpec("D", (self.nheads,), "float32", "input", init=InputInit(draw=3)),
+            TensorSpec("out", out_shape, self.dtype, "output", other_dtypes=("float32",)),
         ]
 
     def flops(self) -> float:

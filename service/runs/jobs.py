@@ -2,14 +2,16 @@
 
 A GPU run times its candidates with the search preset's quick policy and its finalists
 and peers with the final one (``scheduler_search.search.presets``); here the policies
-become the worker's :class:`~workers.TimingConfig` and deadline.
+become the worker's :class:`~workers.TimingConfig` and deadline. Every job carries the
+workload's tensor contract (the operator spec's ``tensors()``), which the worker builds,
+checks and launches by.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from scheduler_search.ops import OperatorSpec
+from scheduler_search.ops import OperatorSpec, workload_tensors
 from scheduler_search.search import FINAL_TIMING, TimingPolicy
 from scheduler_search.sprogram import SProgram
 from workers import Job, TimingConfig
@@ -33,11 +35,13 @@ def kernel_job(
     from codegen import render
 
     return Job(workload=workload, artifact=render(sprogram, spec, model), seed=seed,
-               timing=timing_config(policy), deadline_s=policy.deadline_s)
+               timing=timing_config(policy), deadline_s=policy.deadline_s,
+               tensors=tuple(spec.tensors()))
 
 
 def baseline_job(name: str, workload: dict[str, Any], seed: int) -> Job:
     """The GPU job of a vendor peer (``workers.baselines``) on the run's workload, timed as
     a finalist is."""
+    tensors = tuple(workload_tensors(workload["op"], workload["params"]))
     return Job(workload, baseline=name, timing=timing_config(FINAL_TIMING), seed=seed,
-               deadline_s=FINAL_TIMING.deadline_s)
+               deadline_s=FINAL_TIMING.deadline_s, tensors=tensors)

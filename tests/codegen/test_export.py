@@ -101,7 +101,8 @@ def test_the_exported_example_matches_the_reference(op: str, tmp_path: Path) -> 
     import numpy as np
 
     from workers._dtypes import storage_dtype, to_float32
-    from workers.inputs import build_inputs, check_tensor_args, contract
+    from workers.contract import check_tensor_args, contract
+    from workers.inputs import build_inputs
     from workers.verify import error_bounds, reference, rel_l2_error
 
     if nvcc_path() is None:

@@ -14,7 +14,8 @@ import pytest
 
 from workers import _dtypes, baselines
 from workers.baselines import BASELINE_OPS, BaselineUnavailable, prepare_baseline
-from workers.inputs import build_inputs, contract
+from workers.contract import contract
+from workers.inputs import build_inputs
 from workers.verify import chunk_scan_reference, chunk_state_reference
 
 PARAMS = {"batch": 2, "seqlen": 32, "nheads": 4, "headdim": 16, "dstate": 16, "ngroups": 2,

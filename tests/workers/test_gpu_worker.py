@@ -26,7 +26,8 @@ from workers import (
     fingerprint_key,
     read_fingerprint,
 )
-from workers.inputs import build_inputs, contract
+from workers.contract import contract
+from workers.inputs import build_inputs
 from workers.testing import gemm_source, gemm_tiled_artifact, gemm_tma_artifact
 from workers.verify import reference
 

@@ -8,7 +8,8 @@ import pytest
 
 from codegen.artifact import TensorArg
 from workers import _dtypes
-from workers.inputs import build_inputs, check_tensor_args, contract
+from workers.contract import check_tensor_args, contract
+from workers.inputs import build_inputs
 from workers.verify import error_bound, error_bounds, reference, rel_l2_error
 
 MAMBA_PARAMS = {
