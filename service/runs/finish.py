@@ -1,0 +1,220 @@
+"""How a run ends: what its search found is stored, or why it found nothing.
+
+After the search, :meth:`RunFinish.store` decides, in this order:
+
+- stopped by the manager's shutdown (not a cancel): the run is released, left ``running``
+  without an owner for the next start to resume;
+- cancelled: ``cancelled``, with the best so far;
+- no candidate measured successfully: ``failed``, saying how many were tried;
+- otherwise ``succeeded``: the winner's schedule becomes the cached best of (workload,
+  device), with its rendered kernel on a GPU (``/v1/kernels/{hash}``), the vendor
+  baseline's latency (``None`` if it failed) and the further peers' latencies (a peer that
+  failed is left out, logged; neither ever fails the run).
+
+:func:`record_end` records any other end of a run (a failure raised during its execution).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from scheduler_search.ops import OperatorSpec
+from scheduler_search.search import SearchResult, StopReason, TrialRecord
+from scheduler_search.sprogram import SProgram
+from service.db import repositories as repo
+from service.db import results as results_repo
+from service.db.models import RunStatus
+from service.runs.context import RunContext
+
+if TYPE_CHECKING:
+    from codegen import KernelArtifact
+
+logger = logging.getLogger(__name__)
+
+
+class _Kernel(NamedTuple):
+    """The winner's rendered kernel and its hash (its identity, computed once)."""
+
+    artifact: KernelArtifact
+    hash: str
+
+
+def record_end(context: RunContext, run_id: int, status: RunStatus, **fields: Any) -> None:
+    """Record the end of a run (``repositories.finish_run`` fields) and count it; a storage
+    error is logged, since there is nothing else to tell."""
+    try:
+        with repo.session_scope(context.db.sessions) as session:
+            repo.finish_run(session, run_id=run_id, status=status, **fields)
+    except repo.StorageError:
+        logger.exception("could not record the end of run %d", run_id)
+        return
+    if context.metrics:
+        context.metrics.runs_finished.labels(status.value).inc()
+
+
+@dataclass(frozen=True)
+class RunFinish:
+    """Stores the outcome of one run's search (see the module docstring).
+
+    Attributes:
+        context: the manager's shared services.
+        run_id: the run.
+        workload_id, device_id: what the winner is cached for.
+        spec, model: the operator and hardware model, to render the winner's kernel.
+        gpu: whether the run measured kernels (a simulated winner has no kernel).
+        baseline: the vendor baseline timed with the run, or ``None``.
+    """
+
+    context: RunContext
+    run_id: int
+    workload_id: int
+    device_id: int
+    spec: OperatorSpec
+    model: Any
+    gpu: bool
+    baseline: str | None
+
+    def store(self, result: SearchResult, *, cancelled: bool) -> bool:
+        """Store the outcome of the search; whether the run succeeded."""
+        if result.stop_reason is StopReason.CANCELLED and not cancelled:
+            with repo.session_scope(self.context.db.sessions) as session:
+                repo.release_run(session, run_id=self.run_id, owner=self.context.owner)
+            return False
+        best = result.best
+        kernel = self._render(best)
+        baseline_us = _baseline_latency(self.run_id, self.baseline, result.reference)
+        best_dict = None
+        if best is not None:
+            best_dict = {
+                "latency_us": best.latency_us,
+                "schedule_hash": best.schedule_hash,
+                "simulated": best.simulated,
+                "kernel_hash": kernel.hash if kernel is not None else None,
+            }
+        if cancelled:
+            record_end(self.context, self.run_id, RunStatus.CANCELLED,
+                       stop_reason=result.stop_reason.value, best=best_dict,
+                       elapsed_s=result.elapsed_s)
+            return False
+        if best is None or best.schedule is None:
+            record_end(
+                self.context, self.run_id, RunStatus.FAILED,
+                error=(
+                    f"no candidate was measured successfully ({result.trials_done} measured, "
+                    f"{result.invalid} invalid; stopped: {result.stop_reason.value})"
+                ),
+                stop_reason=result.stop_reason.value,
+                elapsed_s=result.elapsed_s,
+            )
+            return False
+        self._store_winner(result, best, best_dict, kernel, baseline_us)
+        return True
+
+    def _render(self, best: TrialRecord | None) -> _Kernel | None:
+        """The winner's kernel on a GPU run, or ``None`` (no winner, a simulated run, or the
+        renderer failed: logged, the run still succeeds without a stored kernel)."""
+        if best is None or best.schedule is None or not self.gpu:
+            return None
+        try:
+            from codegen import render
+
+            artifact = render(SProgram.from_dict(best.schedule), self.spec, self.model)
+            return _Kernel(artifact, artifact.hash)
+        except Exception:
+            logger.exception("run %d: could not render the winner", self.run_id)
+            return None
+
+    def _store_winner(
+        self,
+        result: SearchResult,
+        best: TrialRecord,
+        best_dict: dict[str, Any] | None,
+        kernel: _Kernel | None,
+        baseline_us: float | None,
+    ) -> None:
+        """Cache the winner (and its kernel) for (workload, device), store the baseline's
+        and peers' latencies, and mark the run succeeded, in one transaction."""
+        with repo.session_scope(self.context.db.sessions) as session:
+            if kernel is not None:
+                results_repo.store_kernel(
+                    session, kernel_hash=kernel.hash,
+                    schedule_hash=kernel.artifact.schedule_hash,
+                    artifact=kernel.artifact.to_dict(),
+                )
+            repo.store_best_schedule(
+                session,
+                workload_id=self.workload_id,
+                device_id=self.device_id,
+                run_id=self.run_id,
+                schedule_hash=best.schedule_hash,
+                schedule=best.schedule,
+                choices=best.choices,
+                latency_us=best.latency_us,
+                predicted_us=best.predicted_us,
+                simulated=best.simulated,
+                kernel_hash=kernel.hash if kernel is not None else None,
+            )
+            if self.baseline is not None:
+                results_repo.set_schedule_baseline(
+                    session, workload_id=self.workload_id, device_id=self.device_id,
+                    run_id=self.run_id, baseline=self.baseline, latency_us=baseline_us,
+                )
+                results_repo.set_run_baseline(
+                    session, run_id=self.run_id, baseline=self.baseline, latency_us=baseline_us
+                )
+            if result.peers:
+                results_repo.set_run_peers(
+                    session, run_id=self.run_id,
+                    latencies_us=_peer_latencies(self.run_id, result.peers),
+                )
+            repo.finish_run(
+                session,
+                run_id=self.run_id,
+                status=RunStatus.SUCCEEDED,
+                stop_reason=result.stop_reason.value,
+                best=best_dict,
+                elapsed_s=result.elapsed_s,
+            )
+        if self.context.metrics:
+            self.context.metrics.runs_finished.labels(RunStatus.SUCCEEDED.value).inc()
+
+
+def _ok_latency(measurement: Any) -> float | None:
+    """A measurement's latency if it succeeded with a usable one, else None."""
+    status = str(getattr(measurement.status, "value", measurement.status))
+    latency = measurement.latency_us
+    if status != "ok" or latency is None or not math.isfinite(latency) or latency <= 0:
+        return None
+    return float(latency)
+
+
+def _baseline_latency(run_id: int, baseline: str | None, reference: Any) -> float | None:
+    """The primary baseline's latency, or None (it failed: logged)."""
+    if baseline is None or reference is None:
+        return None
+    latency = _ok_latency(reference)
+    if latency is None:
+        logger.warning("run %d: baseline %s failed: %s", run_id, baseline, reference.error)
+    return latency
+
+
+def _peer_latencies(run_id: int, peers: Mapping[str, Any]) -> dict[str, float]:
+    """The further peers' latencies by name; a failed peer is logged and left out (it
+    never fails the run)."""
+    found = {}
+    for name, measurement in peers.items():
+        try:
+            latency = _ok_latency(measurement)
+        except Exception:
+            logger.exception("run %d: peer %s: unreadable measurement", run_id, name)
+            continue
+        if latency is None:
+            logger.warning("run %d: peer %s failed: %s", run_id, name,
+                           getattr(measurement, "error", "") or measurement.status)
+        else:
+            found[name] = latency
+    return found
