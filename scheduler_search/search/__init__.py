@@ -1,6 +1,29 @@
-"""The search driver: Optuna over a schedule space, batches measured by an executor."""
+"""The search: Optuna over a schedule space, proposal sources composed by presets,
+batches measured by an executor."""
 
-from scheduler_search.search.driver import (
+from scheduler_search.search.config import SearchConfig
+from scheduler_search.search.driver import SearchDriver
+from scheduler_search.search.executor import ExecutorLike, MeasurementLike
+from scheduler_search.search.presets import (
+    FINAL_TIMING,
+    GPU,
+    SEARCH_TIMING,
+    SIMULATED,
+    SearchPreset,
+    TimingPolicy,
+)
+from scheduler_search.search.proposals import (
+    SOURCES,
+    CostModelSource,
+    NeighboursSource,
+    Proposal,
+    ProposalSource,
+    Round,
+    SamplerSource,
+    SeedsSource,
+    neighbours,
+)
+from scheduler_search.search.records import (
     CODEGEN_ERROR,
     INVALID,
     PRIORITY_SOURCES,
@@ -10,22 +33,9 @@ from scheduler_search.search.driver import (
     SOURCE_MODEL,
     SOURCE_SEARCH,
     SOURCE_WARM_START,
-    ExecutorLike,
-    MeasurementLike,
     Progress,
-    SearchConfig,
-    SearchDriver,
     SearchResult,
     TrialRecord,
-    neighbours,
-)
-from scheduler_search.search.presets import (
-    FINAL_TIMING,
-    GPU,
-    SEARCH_TIMING,
-    SIMULATED,
-    SearchPreset,
-    TimingPolicy,
 )
 from scheduler_search.search.seeding import cost_model_seeds, structure_of
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
@@ -39,6 +49,7 @@ __all__ = [
     "PRIORITY_SOURCES",
     "SEARCH_TIMING",
     "SIMULATED",
+    "SOURCES",
     "SOURCE_COST_MODEL",
     "SOURCE_DESIGN",
     "SOURCE_LOCAL",
@@ -47,13 +58,20 @@ __all__ = [
     "SOURCE_WARM_START",
     "Budget",
     "CachedSchedule",
+    "CostModelSource",
     "ExecutorLike",
     "MeasurementLike",
+    "NeighboursSource",
     "Progress",
+    "Proposal",
+    "ProposalSource",
+    "Round",
+    "SamplerSource",
     "SearchConfig",
     "SearchDriver",
     "SearchPreset",
     "SearchResult",
+    "SeedsSource",
     "StopReason",
     "Stopper",
     "TimingPolicy",

@@ -1,7 +1,8 @@
-"""Named ways to search: a device kind's search knobs and its timing policies.
+"""Named ways to search: a device kind's proposal sources, search knobs and timing policies.
 
 The service picks a preset by device (``SIMULATED`` without a GPU, ``GPU`` on one) rather
 than spelling knobs at its call site, so a benchmark, the CLI and the server search alike.
+A preset composes proposal sources by name (:mod:`scheduler_search.search.proposals`).
 Timing policies are plain data: the service turns them into the worker's timing config
 (this package never imports ``workers``).
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_search.search.driver import SearchConfig
+from scheduler_search.search.config import SearchConfig
+from scheduler_search.search.records import SOURCE_LOCAL, SOURCE_MODEL, SOURCE_SEARCH
 
 
 @dataclass(frozen=True)
@@ -37,35 +39,42 @@ FINAL_TIMING = TimingPolicy(warmup_launches=3, warmup_ms=10.0, min_samples=30,
 
 @dataclass(frozen=True)
 class SearchPreset:
-    """A named search: the driver's knobs for a kind of device, and its timing policies.
+    """A named search: the proposal sources and the driver's knobs for a kind of device,
+    and its timing policies.
 
     Attributes:
         name: what logs and results call it.
-        knobs: :class:`SearchConfig` fields other than the seed and batch size.
+        sources: the proposal sources after the seeds, in the order free slots are dealt
+            to them (``SearchConfig.sources``).
+        knobs: other :class:`SearchConfig` fields than the seed, batch size and sources.
         search_timing: the candidates' timing (``None``: nothing is timed, the cost model
             answers).
         final_timing: the finalists' and the baseline's timing.
     """
 
     name: str
+    sources: tuple[str, ...] = (SOURCE_SEARCH,)
     knobs: dict[str, Any] = field(default_factory=dict)
     search_timing: TimingPolicy | None = None
     final_timing: TimingPolicy | None = None
 
     def config(self, seed: int, batch_size: int | None = None) -> SearchConfig:
         """The driver's configuration for one run."""
-        return SearchConfig(seed=seed, batch_size=batch_size, **self.knobs)
+        return SearchConfig(seed=seed, batch_size=batch_size, sources=self.sources,
+                            **self.knobs)
 
 
 #: The simulated device: the driver's defaults (every candidate asked of the sampler, the
 #: pool ranked by the cost model, which also measures).
 SIMULATED = SearchPreset("simulated")
-#: A GPU: overlapped rounds as wide as the compiler pool, mixed proposals (asking the
-#: sampler for every candidate costs seconds per round on a GEMM space), and more
+#: A GPU: overlapped rounds as wide as the compiler pool; the slots dealt in turns to the
+#: neighbours of the best, the sampler (one ask per slot: asking it for every candidate of
+#: a pool costs seconds per round on a GEMM space) and the cost model's picks; more
 #: finalists re-timed (the quick timing's selection noise is a few percent).
 GPU = SearchPreset(
     "gpu",
-    knobs={"overlap": True, "retime_top_k": 5, "proposals": "mixed",
+    sources=(SOURCE_LOCAL, SOURCE_SEARCH, SOURCE_MODEL),
+    knobs={"overlap": True, "retime_top_k": 5, "pool_factor": None,
            "sampler_asks_per_slot": 1, "random_per_slot": 2},
     search_timing=SEARCH_TIMING,
     final_timing=FINAL_TIMING,

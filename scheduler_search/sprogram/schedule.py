@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from scheduler_search.hardware.model import UnitKind
@@ -143,9 +144,15 @@ class SProgram:
         """Canonical JSON: sorted keys, no whitespace (stable across runs and machines)."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
-    @property
+    @cached_property
     def hash(self) -> str:
-        """sha256 of the canonical JSON: the schedule's identity."""
+        """sha256 of the canonical JSON: the schedule's identity.
+
+        Computed on first use and kept: an sProgram is never changed once built, and a
+        search reads its hash many times per candidate (serialising a GEMM schedule costs
+        far more than the lookup). The cached value lives in the instance's ``__dict__``,
+        which equality and ``to_dict`` ignore (they read the fields) and pickling copies.
+        """
         return hashlib.sha256(self.to_json().encode()).hexdigest()
 
     @classmethod

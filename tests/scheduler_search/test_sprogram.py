@@ -10,8 +10,10 @@ shapes, never copied from the code's output.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -607,6 +609,24 @@ def test_one_knob_changes_the_hash() -> None:
         assert plan_sprogram(GEMM_SPEC, H200, {**GEMM_WS, key: value}).hash != base.hash
     other_workload = parse_spec("gemm", {**GEMM, "k": 8192})
     assert plan_sprogram(other_workload, H200, GEMM_WS).hash != base.hash
+
+
+def test_the_hash_is_computed_once_per_sprogram(monkeypatch: pytest.MonkeyPatch) -> None:
+    sprogram = plan_sprogram(GEMM_SPEC, H200, GEMM_WS)
+    serialised = []
+    to_json = SProgram.to_json
+    monkeypatch.setattr(SProgram, "to_json", lambda self: serialised.append(1) or to_json(self))
+    digest = sprogram.hash
+    assert [sprogram.hash for _ in range(5)] == [digest] * 5 and len(serialised) == 1
+    # The cached value is no field: equality, the dict and a fresh build ignore it.
+    rebuilt = SProgram.from_dict(sprogram.to_dict())
+    assert rebuilt == sprogram and "hash" not in sprogram.to_dict()
+    assert rebuilt.hash == digest and len(serialised) == 2
+    # Pickling (to a worker or the seed process) keeps it; a changed copy has its own.
+    back = pickle.loads(pickle.dumps(sprogram))
+    assert back == sprogram and back.hash == digest and len(serialised) == 2
+    changed = dataclasses.replace(sprogram, persistent=not sprogram.persistent)
+    assert changed.hash != digest and len(serialised) == 3
 
 
 @pytest.mark.parametrize("version", [0, 2, None, "1"])

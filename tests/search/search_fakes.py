@@ -86,6 +86,12 @@ class RecordingExecutor:
     def capacity(self) -> int:
         return self.width
 
+    def batch_size(self) -> int:
+        return self.width
+
+    def prepare(self, jobs: Sequence[Any]) -> None:
+        del jobs  # nothing to compile ahead
+
     def _one(self, program: Any) -> FakeMeasurement:
         if self.fail(program):
             return FakeMeasurement(FakeStatus("launch_error"), None, error="boom")

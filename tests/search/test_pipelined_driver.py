@@ -197,7 +197,9 @@ def test_mixed_batches_draw_on_the_sampler_the_neighbours_and_the_model() -> Non
         records = []
         driver = SearchDriver(space, executor, lambda p: p, estimator=by_tile,
                               budget=Budget(trials=30), on_trials=records.extend,
-                              config=SearchConfig(seed=seed, proposals="mixed",
+                              config=SearchConfig(seed=seed, pool_factor=None,
+                                                  sources=(SOURCE_LOCAL, SOURCE_SEARCH,
+                                                           SOURCE_MODEL),
                                                   sampler_asks_per_slot=1, random_per_slot=2))
         return driver.run(), executor, records
 

@@ -1,0 +1,112 @@
+"""The end of a search: the finalists re-timed interleaved with the baselines.
+
+The quick timing of the search ranks candidates but leaves a few percent of selection
+noise, and a GPU drifts over minutes; timing the top few again in interleaved rounds
+(``Executor.retime_interleaved``), in the same call as the vendor baseline (the
+``reference`` job) and any further peers, makes the winner and the comparison honest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
+from scheduler_search.search.ledger import Ledger
+from scheduler_search.search.records import TrialRecord
+from scheduler_search.sprogram import SProgram
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Baselines:
+    """The jobs a search compares its kernels with, and their measurements.
+
+    The ``reference`` job is measured with the first batch that has jobs (so progress can
+    report it early) and re-timed with the finalists; ``peers`` are timed only in the
+    final re-timing: compared only with the winner, timed in the same interleaved rounds
+    they meet the GPU's drift as the finalists do.
+    """
+
+    reference_job: Any = None
+    peer_jobs: Mapping[str, Any] = field(default_factory=dict)
+    reference: MeasurementLike | None = None
+    peers: dict[str, MeasurementLike] = field(default_factory=dict)
+    reference_pending: bool = False
+
+    def __post_init__(self) -> None:
+        self.peer_jobs = dict(self.peer_jobs)
+        self.reference_pending = self.reference_job is not None
+
+
+class FinalRetiming:
+    """Re-times the ``top_k`` fastest measured schedules in ``rounds`` interleaved rounds,
+    with the reference job, then the peer jobs, in the same call.
+
+    Args:
+        executor: runs ``retime_interleaved``.
+        make_job: a finalist's job (the final timing policy).
+        baselines: filled in with the baselines' re-timed measurements.
+    """
+
+    def __init__(
+        self,
+        executor: ExecutorLike,
+        make_job: Callable[[SProgram], Any],
+        baselines: Baselines,
+        *,
+        top_k: int,
+        rounds: int,
+    ) -> None:
+        self.executor = executor
+        self.make_job = make_job
+        self.baselines = baselines
+        self.top_k = top_k
+        self.rounds = rounds
+
+    def run(self, ledger: Ledger, on_start: Callable[[], None]) -> list[TrialRecord]:
+        """The finalists by re-timed latency, fastest first (a failed re-timing drops
+        one); ``on_start`` is called once there is something to re-time."""
+        top = self._finalist_jobs(ledger)
+        if not top:
+            return []
+        on_start()
+        jobs = [job for _, _, job in top]
+        baselines = self.baselines
+        if baselines.reference_job is not None:
+            jobs.append(baselines.reference_job)
+        jobs.extend(baselines.peer_jobs.values())
+        results = list(self.executor.retime_interleaved(jobs, rounds=self.rounds))
+        retimed = results[len(top):]
+        if baselines.reference_job is not None:
+            baselines.reference = retimed.pop(0)
+        baselines.peers = dict(zip(baselines.peer_jobs, retimed, strict=True))
+        finalists = []
+        for (record, program, _), result in zip(top, results[: len(top)], strict=True):
+            if status_of(result) == "ok" and result.latency_us is not None:
+                finalists.append(TrialRecord(**{
+                    **record.__dict__,
+                    "latency_us": float(result.latency_us),
+                    "measurement": result.to_dict(),
+                    "schedule": record.schedule or program.to_dict(),
+                }))
+        finalists.sort(key=lambda r: r.latency_us or 0.0)
+        return finalists
+
+    def _finalist_jobs(self, ledger: Ledger) -> list[tuple[TrialRecord, SProgram, Any]]:
+        """The ``top_k`` fastest records whose sProgram and final job can be made."""
+        top: list[tuple[TrialRecord, SProgram, Any]] = []
+        for record in ledger.fastest():
+            if len(top) == self.top_k:
+                break
+            program = ledger.program(record)
+            if program is None:
+                continue
+            try:
+                top.append((record, program, self.make_job(program)))
+            except Exception as exc:
+                logger.warning("no re-timing job for %s: %s", record.schedule_hash, exc)
+        return top
