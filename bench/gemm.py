@@ -82,7 +82,8 @@ def prepare(args: argparse.Namespace) -> None:
     ]
     cases = []
     started = time.perf_counter()
-    for m, n, k in GEMM_SHAPES:
+    shapes = [s for s in GEMM_SHAPES if not args.shapes or "x".join(map(str, s)) in args.shapes]
+    for m, n, k in shapes:
         for layout in args.layouts:
             ranked_spec = GemmSpec(m=m, n=n, k=k, dtype="float16", b_layout=layout)
             space = ScheduleSpace(ranked_spec, device, feasibility("gemm", device))
@@ -323,6 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", type=int, default=400, help="cost-model top N to pick from")
     p.add_argument("--raster-top", type=int, default=4, help="structures whose rasters vary")
     p.add_argument("--layouts", nargs="+", default=["kn", "nk"])
+    p.add_argument("--shapes", nargs="*", default=[], help="MxNxK suite shapes (default all)")
     p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r = sub.add_parser("run", help="search and benchmark on the GPU")
     r.add_argument("--candidates", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))

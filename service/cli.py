@@ -20,10 +20,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pipetune",
         description="Kernel autotuning with software-defined pipelining (sTask-graphs).",
     )
+    parser.add_argument("--version", action="version", version=f"pipetune {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"service.commands.{name}").register(subparsers)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pipetune")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

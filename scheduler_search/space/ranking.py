@@ -10,6 +10,7 @@ traffic, then searched exhaustively for the finalists.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scheduler_search.cost_model import Estimate, TimingModel, estimate, lower_bound_us
@@ -47,8 +48,13 @@ def rank_top(
     candidates: list[Candidate],
     top: int,
     timings: TimingModel | None = None,
+    on_bound: Callable[[int, int], None] | None = None,
 ) -> list[Ranked]:
-    """The ``top`` schedules of ``candidates`` by estimated latency, best first."""
+    """The ``top`` schedules of ``candidates`` by estimated latency, best first.
+
+    ``on_bound(done, total)`` is called as the candidates' lower bounds are computed
+    (the long part of a large space: a command's progress bar).
+    """
     if top <= 0 or not candidates:
         return []
     spec: OperatorSpec = space.spec
@@ -65,6 +71,10 @@ def rank_top(
         decided = replace(candidate.decisions, raster=raster)
         bound = lower_bound_us(decided, spec, device, timings)
         bounded.append((bound, index, candidate, by_raster[raster]))
+        if on_bound is not None and index % 256 == 0:
+            on_bound(index, len(candidates))
+    if on_bound is not None:
+        on_bound(len(candidates), len(candidates))
     bounded.sort(key=lambda item: (item[0], item[1]))
 
     best: list[tuple[float, int, SProgram, Estimate]] = []  # max-heap on latency

@@ -143,11 +143,14 @@ class ScheduleSpace:
                 )
         return sprogram, validity
 
-    def enumerate(self) -> tuple[list[Candidate], SpaceCount]:
+    def enumerate(
+        self, on_tile: Callable[[int, int], None] | None = None
+    ) -> tuple[list[Candidate], SpaceCount]:
         """All valid structural candidates, and the count of the whole space.
 
         Tile knobs come first in every table; a tile that fails the tile-only rules is
         rejected with all its completions at once, counted without being built.
+        ``on_tile(done, tiles)`` is called after each tile (a command's progress bar).
         """
         structural = self.structural_knobs
         tile_knobs = [k for k in structural if k.name.startswith("tile_")]
@@ -156,7 +159,10 @@ class ScheduleSpace:
         multiplier = math.prod(len(k.options) for k in self.order_knobs)
         count = SpaceCount()
         valid: list[Candidate] = []
-        for tile_choice in self._walk(tile_knobs, 0, {}):
+        tiles = list(self._walk(tile_knobs, 0, {}))
+        for done, tile_choice in enumerate(tiles, start=1):
+            if on_tile is not None:
+                on_tile(done - 1, len(tiles))
             tile = {k.removeprefix("tile_"): v for k, v in tile_choice.items()}
             tile_problems = check_tiles(tile, self.spec)
             if tile_problems:
@@ -174,6 +180,8 @@ class ScheduleSpace:
                 else:
                     valid.append(candidate)
                     count.valid += multiplier
+        if on_tile is not None:
+            on_tile(len(tiles), len(tiles))
         return valid, count
 
     def with_order(self, candidate: Candidate, order: Choices) -> SProgram:

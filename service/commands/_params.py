@@ -17,6 +17,9 @@ from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
 #: Shorthands: ``--seq N`` sets both sequence lengths of attention.
 ALIASES: dict[str, dict[str, tuple[str, ...]]] = {"attention": {"seq": ("seq_q", "seq_kv")}}
 
+#: Short dtype names users type (``--dtype fp16``), and what they mean.
+DTYPE_ALIASES: dict[str, str] = {"fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
@@ -33,6 +36,8 @@ def _convert(annotation: Any, raw: str, flag: str) -> Any:
         except ValueError:
             raise SpecError(flag, f"expected an integer, got {raw!r}") from None
     if typing.get_origin(annotation) is typing.Literal or annotation is str:
+        if flag == "dtype":
+            return DTYPE_ALIASES.get(raw.lower(), raw)
         return raw
     raise SpecError(flag, f"cannot read a value of type {annotation} from the command line")
 

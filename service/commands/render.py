@@ -1,4 +1,4 @@
-"""``pipetune render OP --PARAM VALUE ... [--device h200] [--top N] --out DIR [--check]``.
+"""``pipetune render OP --PARAM VALUE ... [--device D] [--top N] --out DIR [--check]``.
 
 Writes, for the top N schedules of the workload's space by the cost model, the generated
 kernel ``<hash>.cu`` and its launch contract ``<hash>.json`` (the KernelArtifact), so
@@ -14,21 +14,20 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from scheduler_search.hardware import CATALOG, get_device
-from scheduler_search.ops import OPERATORS, SpecError
+from scheduler_search.ops import SpecError
+from service.commands._options import PhaseBar, add_operator_parser, device_model
 from service.commands._params import describe_errors, spec_from_cli
+from service.runs.devices import DeviceError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "render",
+    parser = add_operator_parser(
+        subparsers, "render",
         help="write the generated kernels (.cu) and launch contracts (.json) of the best schedules",
         description=__doc__,
-        epilog="Example: `pipetune render gemm --m 4096 --n 4096 --k 4096 --dtype float16 "
-        "--b-layout nk --top 3 --out kernels/`.",
+        example="pipetune render gemm --m 4096 --n 4096 --k 4096 --dtype fp16 --b-layout nk "
+        "--top 3 --out kernels/",
     )
-    parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
-    parser.add_argument("--device", default="h200", choices=sorted(CATALOG))
     parser.add_argument("--top", type=int, default=1, help="schedules to render (default 1)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--check", action="store_true", help="compile each with nvcc")
@@ -44,21 +43,27 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         parser.error("--top must be >= 1")
     try:
         spec = spec_from_cli(args.op, extra)
-        device = get_device(args.device)
+        device = device_model(args.device)
         spec.check_fits(device)
     except (SpecError, ValidationError) as error:
         for line in describe_errors(error):
             print(f"pipetune render: {line}", file=sys.stderr)
         return 2
+    except DeviceError as error:
+        print(f"pipetune render: device: {error}", file=sys.stderr)
+        return 2
     if not has_renderer(spec.op):
         print(f"pipetune render: no code generator for {spec.op} yet", file=sys.stderr)
         return 2
     space = schedule_space(spec, device)
-    candidates, count = space.enumerate()
+    bar = PhaseBar()
+    candidates, count = space.enumerate(on_tile=bar.phase("enumerating tiles"))
     if not candidates:
+        bar.close()
         print("pipetune render: the schedule space is empty", file=sys.stderr)
         return 1
-    ranked = rank_top(space, candidates, args.top)
+    ranked = rank_top(space, candidates, args.top, on_bound=bar.phase("ranking schedules"))
+    bar.close()
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"{spec.op} {spec.params()} on {device.name}: {count.valid:,} renderable schedules")
     for rank, item in enumerate(ranked, start=1):

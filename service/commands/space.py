@@ -1,4 +1,4 @@
-"""``pipetune space OP --PARAM VALUE ... [--device h200] [--top N] [--json]``.
+"""``pipetune space OP --PARAM VALUE ... [--device auto|sim:NAME|cuda:N] [--top N] [--json]``.
 
 Prints the size of the schedule space of one workload on one device, the rejections by
 reason, and the best schedules by the cost model (hash, estimate and the sProgram).
@@ -14,38 +14,40 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler_search.hardware import CATALOG, get_device
-from scheduler_search.ops import OPERATORS, SpecError
+from scheduler_search.ops import SpecError
 from scheduler_search.space import rank_top
+from service.commands._options import PhaseBar, add_operator_parser, device_model
 from service.commands._params import describe_errors, spec_from_cli
+from service.runs.devices import DeviceError
 from service.runs.space import schedule_space
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "space",
+    parser = add_operator_parser(
+        subparsers, "space",
         help="size, rejections and best schedules of a workload's schedule space",
         description=__doc__,
-        epilog="Parameters are the operator's fields, e.g. "
-        "`pipetune space gemm --m 4096 --n 4096 --k 4096 --dtype float16`.",
+        example="pipetune space gemm --m 4096 --n 4096 --k 4096 --dtype fp16 --device sim:h200",
     )
-    parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
-    parser.add_argument("--device", default="h200", choices=sorted(CATALOG))
     parser.add_argument("--top", type=int, default=5, help="schedules to print (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(handler=run)
 
 
-def space_report(op: str, extra: list[str], device_name: str, top: int) -> dict[str, Any]:
-    """The whole report as plain data (what ``--json`` prints)."""
+def space_report(op: str, extra: list[str], device_name: str, top: int,
+                 bar: PhaseBar | None = None) -> dict[str, Any]:
+    """The whole report as plain data (what ``--json`` prints); ``bar`` shows progress."""
+    bar = bar or PhaseBar(enabled=False)
     spec = spec_from_cli(op, extra)
-    device = get_device(device_name)
+    device = device_model(device_name)
     spec.check_fits(device)
     started = time.perf_counter()
     space = schedule_space(spec, device)
-    candidates, count = space.enumerate()
+    candidates, count = space.enumerate(on_tile=bar.phase("enumerating tiles"))
     enumerated = time.perf_counter()
-    ranked = rank_top(space, candidates, top) if top > 0 else []
+    ranked = (rank_top(space, candidates, top, on_bound=bar.phase("ranking schedules"))
+              if top > 0 else [])
+    bar.close()
     ranked_s = time.perf_counter() - enumerated
     return {
         "op": spec.op,
@@ -94,10 +96,13 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     if args.top < 0:
         parser.error("--top must be >= 0")
     try:
-        report = space_report(args.op, extra, args.device, args.top)
+        report = space_report(args.op, extra, args.device, args.top, PhaseBar())
     except (SpecError, ValidationError) as error:
         for line in describe_errors(error):
             print(f"pipetune space: {line}", file=sys.stderr)
+        return 2
+    except DeviceError as error:
+        print(f"pipetune space: device: {error}", file=sys.stderr)
         return 2
     if args.json:
         json.dump(report, sys.stdout, indent=2)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from scheduler_search.ops import OPERATORS, SpecError
+from scheduler_search.ops import SpecError
+from service.commands._options import add_operator_parser
 from service.commands._params import describe_errors, parse_params
 
 if TYPE_CHECKING:
@@ -28,18 +29,12 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "tune",
-        help="tune a workload here, with a progress bar",
+    parser = add_operator_parser(
+        subparsers, "tune", help="tune a workload here, with a progress bar",
         description=__doc__,
-        epilog="Example: pipetune tune gemm --m 4096 --n 4096 --k 4096 --dtype float16 "
+        example="pipetune tune gemm --m 4096 --n 4096 --k 4096 --dtype fp16 "
         "--device sim:h200 --trials 64",
-        # Operator parameters pass through unparsed: --k must never abbreviate --kernel-out.
-        allow_abbrev=False,
     )
-    parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
-    parser.add_argument("--device", default="auto",
-                        help="auto (default), sim:h100, sim:h200, sim:a100, cuda:N")
     parser.add_argument("--trials", type=int, default=None, help="measured trials (default 64)")
     parser.add_argument("--seconds", type=float, default=None, help="time budget in seconds")
     parser.add_argument("--database-url", default=None, help="SQLAlchemy URL")

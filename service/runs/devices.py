@@ -172,7 +172,26 @@ def resolve_device(name: str) -> ResolvedDevice:
     if match:
         return _cuda(int(match.group(1)))
     known = ", ".join(["auto", *(f"sim:{k}" for k in sorted(CATALOG)), "cuda:N"])
+    if text in CATALOG:
+        raise DeviceError(f"unknown device {name!r}: the simulated {text.upper()} is "
+                          f"sim:{text}, a local GPU cuda:N; use one of {known}")
     raise DeviceError(f"unknown device {name!r}; use one of {known}")
+
+
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def device_filter_error(text: str) -> str | None:
+    """Why ``text`` cannot name a stored device (a ``sim:NAME``, ``cuda:N`` or a 64-hex
+    device key), or None; a filter never probes this host's GPUs."""
+    lowered = text.strip().lower()
+    if _KEY.match(lowered) or _CUDA.match(lowered):
+        return None
+    if lowered.startswith("sim:") and lowered.removeprefix("sim:") in CATALOG:
+        return None
+    known = ", ".join([*(f"sim:{k}" for k in sorted(CATALOG)), "cuda:N", "a device key"])
+    hint = f" (the simulated {lowered.upper()} is sim:{lowered})" if lowered in CATALOG else ""
+    return f"unknown device {text!r}{hint}; use one of {known}"
 
 
 def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:

@@ -235,11 +235,10 @@ def test_bad_parameter_messages_say_what_is_wrong(capsys: pytest.CaptureFixture[
     "argv",
     [
         ["conv2d", "--m", "1"],
-        ["gemm", *GEMM_ARGS, "--device", "b200"],
         ["gemm", *GEMM_ARGS, "--top", "-1"],
         ["gemm", *GEMM_ARGS, "--top", "x"],
     ],
-    ids=["unknown_operator", "unknown_device", "negative_top", "bad_top"],
+    ids=["unknown_operator", "negative_top", "bad_top"],
 )
 def test_bad_command_options_are_usage_errors(
     argv: list[str], capsys: pytest.CaptureFixture[str]

@@ -76,6 +76,8 @@ GETS: list[tuple[str, int, str]] = [
     ("/v1/schedules?params=notjson", 422, "params"),
     ("/v1/schedules?params=[1]", 422, "params"),
     ("/v1/schedules?op=conv2d", 422, "op"),
+    ("/v1/schedules?device=h200", 422, "device"),
+    ("/v1/schedules?device=gpu0", 422, "device"),
     ("/v1/kernels/xyz", 422, "kernel_hash"),
     ("/v1/kernels/xyz/source", 422, "kernel_hash"),
 ]

@@ -61,3 +61,18 @@ def test_a_run_left_running_by_a_stopped_process_is_taken_over(settings) -> None
     assert result.run is not None and result.run["id"] == run["id"]
     assert result.status == "succeeded" and result.run["trials_done"] == 24
     assert result.run["attempts"] == 2
+
+
+def test_optuna_opens_the_runs_study_in_pipetunes_database(database_url: str) -> None:
+    """What the README promises users of Optuna's tools (optuna-dashboard): each run's
+    study is in pipetune's own database, under ``pipetune-run-N``, with its trials."""
+    import optuna
+
+    result = pipetune.tune("gemm", device="sim:h200", budget={"trials": 8},
+                           database_url=database_url, progress=False,
+                           m=512, n=512, k=512, dtype="float16")
+    assert result.run is not None
+    study = optuna.load_study(study_name=f"pipetune-run-{result.run['id']}",
+                              storage=database_url)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 8 and study.best_value > 0

@@ -60,7 +60,8 @@ def _free_port() -> int:
 def _server(
     database_url: str, tmp_path: Path, policy: str
 ) -> Iterator[tuple[subprocess.Popen, httpx.Client]]:
-    """``pipetune serve`` in a subprocess on a free port, with a client, until exit."""
+    """``pipetune serve`` in a subprocess on a free port, with a client, until exit; the
+    client's ``log_path`` is the server's output."""
     port = _free_port()
     env = {**os.environ, "PIPETUNE_ON_RESTART": policy, "PIPETUNE_DATA_DIR": str(tmp_path),
            "PIPETUNE_HEARTBEAT_S": "0.5"}
@@ -71,6 +72,7 @@ def _server(
         env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    client.log_path = tmp_path / f"server-{port}.log"  # type: ignore[attr-defined]
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -129,6 +131,11 @@ def test_kill_9_during_a_run(database_url: str, tmp_path: Path) -> None:
     with _server(database_url, tmp_path, "resume") as (process, client):
         resumed = _wait(client, other["id"], lambda r: r["attempts"] >= 2)
         assert resumed["status"] == "running"
+        # The server said where its database and dashboard are, and logged the resume.
+        log = client.log_path.read_text()
+        assert f"pipetune: dashboard {str(client.base_url).rstrip('/')}/" in log, log
+        assert "pipetune: database " in log, log
+        assert f"run {other['id']}: owner " in log and "resuming it" in log, log
         before = len(_ok_hashes(client, other["id"]))
         _wait(client, other["id"], lambda r: r["trials_done"] >= before + 8)
         process.kill()

@@ -12,6 +12,7 @@ from scheduler_search.ops import OPERATORS, parse_spec
 from service.api.deps import SessionDep
 from service.db import repositories as repo
 from service.errors import InvalidRequest
+from service.runs.devices import device_filter_error
 from service.schemas import ErrorPublic, SchedulePublic, SchedulesPublic
 
 router = APIRouter(prefix="/schedules", tags=["schedules"])
@@ -41,7 +42,8 @@ def _parse_params(text: str) -> dict[str, Any]:
 def list_schedules(
     session: SessionDep,
     op: Annotated[str | None, Query(max_length=64)] = None,
-    device: Annotated[str | None, Query(max_length=64, description="Name or key.")] = None,
+    device: Annotated[str | None, Query(
+        max_length=64, description="A device name (sim:h200, cuda:0) or key.")] = None,
     params: Annotated[str | None, Query(max_length=4096, description=_PARAMS_HELP)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -49,6 +51,9 @@ def list_schedules(
     """Cached best schedules, newest first."""
     if op is not None and op not in OPERATORS:
         raise _query_error("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
+    problem = device_filter_error(device) if device is not None else None
+    if problem is not None:
+        raise _query_error("device", problem)
     wanted = _parse_params(params) if params is not None else None
     workload_key = None
     if wanted is not None and op is not None:

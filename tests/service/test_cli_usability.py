@@ -1,0 +1,83 @@
+"""The command line as a new user meets it: each operator's parameters under ``--help``,
+one device syntax for every command, dtype shorthands, ``--version``, progress on long
+commands, and ``serve`` saying where its database is."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from service.cli import main
+from service.commands._params import parse_params
+from service.commands.serve import describe_database
+
+SMALL = ["--m", "64", "--n", "64", "--k", "64"]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_info:
+        code = int(exit_info.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", ["tune", "space", "render"])
+def test_help_lists_every_operators_parameters(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, command, "gemm", "--help")
+    assert code == 0
+    for flag in ("--m INT (1..", "--b-layout {kn,nk} [kn]", "--kv-heads INT",
+                 "--chunk-size INT", "--causal [true|false] [False]", "bf16 = bfloat16"):
+        assert flag in out, (flag, out)
+    assert "sim:h200" in out and "cuda:N" in out  # the one device syntax
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--version")
+    assert code == 0 and out.startswith("pipetune ") and out.split()[1][0].isdigit()
+
+
+@pytest.mark.parametrize(("typed", "meant"),
+                         [("fp16", "float16"), ("half", "float16"), ("bf16", "bfloat16"),
+                          ("BF16", "bfloat16"), ("bfloat16", "bfloat16")])
+def test_dtype_shorthands(typed: str, meant: str) -> None:
+    assert parse_params("gemm", [*SMALL, "--dtype", typed])["dtype"] == meant
+
+
+def test_space_takes_the_api_device_names_and_shows_progress_on_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, out, err = _run(capsys, "space", "gemm", *SMALL, "--dtype", "bf16", "--device",
+                          "sim:h100", "--json", "--top", "1")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["device"]["name"].startswith("NVIDIA H100")
+    assert report["params"]["dtype"] == "bfloat16"
+    assert "enumerating tiles" in err and "ranking schedules" in err
+
+
+@pytest.mark.parametrize("command", ["space", "render", "tune"])
+@pytest.mark.parametrize(("device", "says"), [
+    ("h200", "the simulated H200 is sim:h200"),
+    ("b200", "use one of auto, sim:a100, sim:h100, sim:h200, cuda:N"),
+])
+def test_an_unknown_device_is_refused_with_the_names_to_use(
+    command: str, device: str, says: str, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    extra = {"render": ["--out", str(tmp_path)],
+             "tune": ["--database-url", f"sqlite:///{tmp_path / 'cli.db'}"]}.get(command, [])
+    code, out, err = _run(capsys, command, "gemm", *SMALL, "--device", device, *extra)
+    assert code == 2 and out == ""
+    assert "device" in err and f"'{device}'" in err and says in err, err
+
+
+def test_describe_database_names_the_file_or_hides_the_password() -> None:
+    assert describe_database("sqlite:////data/pipetune.db") == "/data/pipetune.db (SQLite)"
+    shown = describe_database("postgresql+psycopg://tuner:secret@db:5432/pipetune")
+    assert "secret" not in shown and "db:5432/pipetune" in shown
