@@ -19,6 +19,13 @@ output as a user's call does:
 
 Ratios are peer time / pipetune time (> 1: pipetune faster); host ratio pipetune / peer.
 
+The GPU figures are taken in interleaved rounds (pipetune then the peer, then the other
+way round), each after ``--cool-down-s`` of idle GPU, and each figure is the median of
+its rounds: on an H200 a sustained GEMM reaches the software power cap within a fraction
+of a second (SM clock 1980 -> ~1455 MHz, ``bench/results/launch_sustained-2026-12-01``),
+so a figure timed right after another kernel's sustained run is timed at a lower clock
+and the two kernels of a ratio must be timed in the same state.
+
     PYTHONPATH=. python3 bench/launch_overhead.py --seconds 20 \\
         --out bench/results/launch_overhead-DATE.json
 """
@@ -93,19 +100,16 @@ def host_us(torch: Any, call: Any, calls: int) -> float:
 
 def back_to_back_us(torch: Any, copies: list[Any], calls: int) -> float:
     """GPU time per call, events around ``calls`` calls cycling through ``copies`` (calls
-    on distinct input copies), median of 5 rounds."""
-    for call in copies:  # every copy's first call (a new signature) outside the timing
+    on distinct input copies; every copy's first call, a new signature, comes before)."""
+    for call in copies:
         call()
-    rounds = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for i in range(calls):
-            copies[i % len(copies)]()
-        end.record()
-        end.synchronize()
-        rounds.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(rounds)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for i in range(calls):
+        copies[i % len(copies)]()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
 
 
 def copies_for_cold_l2(torch: Any, tensors: tuple[Any, ...]) -> int:
@@ -116,9 +120,9 @@ def copies_for_cold_l2(torch: Any, tensors: tuple[Any, ...]) -> int:
     return max(1, min(8, -(-3 * l2_bytes // per_copy)))
 
 
-def graph_us(torch: Any, call: Any, calls: int) -> tuple[float, Any]:
-    """Replay time per call of a graph of ``calls`` captured calls, and the graph's last
-    output (to compare with an eager call's)."""
+def capture(torch: Any, call: Any, calls: int) -> tuple[Any, Any]:
+    """A CUDA graph of ``calls`` captured calls, replayed once, and its last output (to
+    compare with an eager call's)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -131,15 +135,30 @@ def graph_us(torch: Any, call: Any, calls: int) -> tuple[float, Any]:
             out = call()
     graph.replay()
     torch.cuda.synchronize()
-    rounds = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        rounds.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(rounds), out
+    return graph, out
+
+
+def replay_us(torch: Any, graph: Any, calls: int) -> float:
+    """GPU time per call of one replay of a graph of ``calls`` captured calls."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
+def interleaved(torch: Any, timed: Any, rounds: int, cool_down_s: float) -> dict[str, list]:
+    """``timed(label)`` for pipetune and the peer in ``rounds`` rounds, alternating which
+    goes first, each after ``cool_down_s`` of idle GPU (the clock back from the power cap)."""
+    samples: dict[str, list[float]] = {"pipetune": [], "peer": []}
+    for index in range(rounds):
+        order = ("pipetune", "peer") if index % 2 == 0 else ("peer", "pipetune")
+        for label in order:
+            torch.cuda.synchronize()
+            time.sleep(cool_down_s)
+            samples[label].append(timed(label))
+    return samples
 
 
 def _first(out: Any) -> Any:
@@ -169,17 +188,24 @@ def measure(name: str, seconds: float, args: argparse.Namespace) -> dict[str, An
     row: dict[str, Any] = {"case": name, "op": op, "params": params,
                            "kernel_hash": result.kernel_hash, "rel_error_vs_peer": rel,
                            "back_to_back_input_copies": len(copies)}
+    graphs = {}
     for label, call in (("pipetune", ours), ("peer", peer)):
-        graph_time, graph_out = graph_us(torch, call, args.graph_calls)
-        row[label] = {
-            "host_us": host_us(torch, call, args.calls),
-            "eager_us": do_bench(call, return_mode="median") * 1e3,
-            "back_to_back_us": back_to_back_us(torch, cycled[label], args.calls),
-            "graph_us": graph_time,
-        }
+        graphs[label], graph_out = capture(torch, call, args.graph_calls)
+        row[label] = {"host_us": host_us(torch, call, args.calls)}
         if label == "pipetune":
             diff = (_first(graph_out).float() - eager_ref).norm() / eager_ref.norm()
             row["graph_rel_diff_vs_eager"] = float(diff)
+    calls = {"pipetune": ours, "peer": peer}
+    figures = {
+        "eager_us": lambda label: do_bench(calls[label], return_mode="median") * 1e3,
+        "back_to_back_us": lambda label: back_to_back_us(torch, cycled[label], args.calls),
+        "graph_us": lambda label: replay_us(torch, graphs[label], args.graph_calls),
+    }
+    for figure, timed in figures.items():
+        samples = interleaved(torch, timed, args.rounds, args.cool_down_s)
+        for label, values in samples.items():
+            row[label][figure] = statistics.median(values)
+            row[label][f"{figure}_rounds"] = values
     ours_t, peer_t = row["pipetune"], row["peer"]
     row["host_ratio"] = ours_t["host_us"] / peer_t["host_us"]
     for figure in ("eager", "back_to_back", "graph"):
@@ -194,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="tuning budget per case")
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--graph-calls", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds per figure")
+    parser.add_argument("--cool-down-s", type=float, default=0.5,
+                        help="idle GPU time before each timed figure")
     parser.add_argument("--only", nargs="*", default=[], help="case name prefixes")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" /

@@ -40,3 +40,30 @@ def test_back_to_back_cycles_enough_input_copies_to_miss_l2() -> None:
     assert launch_overhead.copies_for_cold_l2(torch, (Tensor(32), Tensor(32), Tensor(32))) == 2
     assert launch_overhead.copies_for_cold_l2(torch, (Tensor(1),)) == 8
     assert launch_overhead.copies_for_cold_l2(torch, (Tensor(400),)) == 1
+
+
+def test_figures_are_interleaved_after_a_cool_down(monkeypatch) -> None:
+    """Both kernels of a ratio are timed in the same clock state: rounds alternate which
+    goes first, each after an idle pause."""
+    events: list[str] = []
+
+    class Cuda:
+        @staticmethod
+        def synchronize() -> None:
+            events.append("sync")
+
+    class Torch:
+        cuda = Cuda
+
+    monkeypatch.setattr(launch_overhead.time, "sleep", lambda s: events.append(f"sleep {s}"))
+
+    def timed(label: str) -> float:
+        events.append(label)
+        return 1.0 if label == "pipetune" else 2.0
+
+    samples = launch_overhead.interleaved(Torch, timed, 3, 0.25)
+    assert samples == {"pipetune": [1.0] * 3, "peer": [2.0] * 3}
+    order = [e for e in events if e in ("pipetune", "peer")]
+    assert order == ["pipetune", "peer", "peer", "pipetune", "pipetune", "peer"]
+    assert events[:3] == ["sync", "sleep 0.25", "pipetune"]
+    assert events.count("sleep 0.25") == 6
