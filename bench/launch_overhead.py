@@ -22,9 +22,10 @@ Ratios are peer time / pipetune time (> 1: pipetune faster); host ratio pipetune
 The GPU figures are taken in interleaved rounds (pipetune then the peer, then the other
 way round), each after ``--cool-down-s`` of idle GPU, and each figure is the median of
 its rounds: on an H200 a sustained GEMM reaches the software power cap within a fraction
-of a second (SM clock 1980 -> ~1455 MHz, ``bench/results/launch_sustained-2026-12-01``),
-so a figure timed right after another kernel's sustained run is timed at a lower clock
-and the two kernels of a ratio must be timed in the same state.
+of a second (measured 2026-12-01: SM clock 1980 -> ~1455 MHz, "SW power cap" in
+``nvidia-smi``'s clock event reasons, both for pipetune's kernel and cuBLAS), so a
+figure timed right after another kernel's sustained run is timed at a lower clock, and
+the two kernels of a ratio must be timed in the same state.
 
     PYTHONPATH=. python3 bench/launch_overhead.py --seconds 20 \\
         --out bench/results/launch_overhead-DATE.json
