@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 
 import migrations
 from service.api import errors
+from service.api.docs import mount_api_docs
 from service.api.main import api_router, root_router
 from service.core.config import Settings
 from service.core.db import Database
@@ -89,6 +90,8 @@ def create_app(
         version="1",
         lifespan=lifespan,
         generate_unique_id_function=_operation_id,
+        docs_url=None,  # served offline by mount_api_docs
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
@@ -97,6 +100,7 @@ def create_app(
     app.include_router(api_router)
     app.include_router(root_router)
     mount_dashboard(app)
+    mount_api_docs(app)
 
     @app.middleware("http")
     async def limit_and_measure(
