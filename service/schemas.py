@@ -44,10 +44,30 @@ class TuneRequest(_Strict):
 
     op: str = Field(min_length=1, max_length=MAX_NAME, examples=["gemm"])
     params: dict[str, Any] = Field(
-        examples=[{"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}]
+        examples=[{"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}],
+        description="The operator's parameters: `GET /v1/ops` gives each operator's JSON "
+        "schema (types, ranges, defaults).",
     )
     device: str = Field(default="auto", min_length=1, max_length=MAX_NAME, examples=["sim:h200"])
     budget: BudgetIn = Field(default_factory=BudgetIn)
+
+
+class OperatorPublic(BaseModel):
+    """An operator a tune may name (``GET /v1/ops``)."""
+
+    op: str
+    summary: str
+    parameters: dict[str, Any] = Field(description="JSON schema of the operator's `params`.")
+    required: list[str]
+    baseline: str | None = Field(description="The vendor peer a GPU run compares with.")
+    peers: list[str] = Field(description="Further peers timed with the finalists.")
+    generates_cuda: bool = Field(description="Whether a run on a GPU measures kernels "
+                                 "generated for it (else only the simulated device answers).")
+
+
+class OperatorsPublic(BaseModel):
+    data: list[OperatorPublic]
+    count: int
 
 
 # ----- shared parts -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.routes import devices, health, insights, kernels, runs, schedules, tune
+from service.api.routes import devices, health, insights, kernels, ops, runs, schedules, tune
 
 api_router = APIRouter(prefix="/v1")
 api_router.include_router(tune.router)
@@ -14,6 +14,7 @@ api_router.include_router(insights.router)
 api_router.include_router(schedules.router)
 api_router.include_router(kernels.router)
 api_router.include_router(devices.router)
+api_router.include_router(ops.router)
 
 root_router = APIRouter()
 root_router.include_router(health.router)

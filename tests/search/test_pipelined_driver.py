@@ -31,15 +31,18 @@ REFERENCE = "cublas"
 
 @dataclass
 class PipelineExecutor(RecordingExecutor):
-    """A RecordingExecutor with ``prepare`` and a measurement that takes ``measure_s``;
-    keeps the order of events and which thread measured."""
+    """A RecordingExecutor with ``prepare`` and a measurement that takes ``measure_s``
+    (or, for the first ``hold_until_next_prepared - 1`` batches, lasts until the next
+    batch is prepared, at most a minute: proves the overlap however slowly this machine
+    asks a batch); keeps the order of events and which thread measured."""
 
     measure_s: float = 0.05
     batch: int = 4
+    hold_until_next_prepared: int = 0
     events: list[tuple[str, int]] = field(default_factory=list)
     threads: set[str] = field(default_factory=set)
     prepared: list[list[Any]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Condition = field(default_factory=threading.Condition)
 
     def batch_size(self) -> int:
         return self.batch
@@ -48,13 +51,18 @@ class PipelineExecutor(RecordingExecutor):
         with self.lock:
             self.prepared.append(list(jobs))
             self.events.append(("prepare", len(self.prepared) - 1))
+            self.lock.notify_all()
 
     def measure(self, jobs: Sequence[Any]) -> list[FakeMeasurement]:
         with self.lock:
             index = len(self.batches)
             self.events.append(("start", index))
         self.threads.add(threading.current_thread().name)
-        time.sleep(self.measure_s)
+        if index + 1 < self.hold_until_next_prepared:
+            with self.lock:
+                self.lock.wait_for(lambda: len(self.prepared) > index + 1, timeout=60.0)
+        else:
+            time.sleep(self.measure_s)
         results = [self._ref() if job == REFERENCE else self._one(job) for job in jobs]
         with self.lock:
             self.batches.append([j for j in jobs])
@@ -80,7 +88,7 @@ def _driver(executor, space=None, **kwargs) -> SearchDriver:
 
 
 def test_overlap_prepares_the_next_batch_before_the_current_one_is_measured() -> None:
-    executor = PipelineExecutor(batch=4, measure_s=1.0)  # longer than asking a batch
+    executor = PipelineExecutor(batch=4, measure_s=0.0, hold_until_next_prepared=4)
     result = _driver(executor, budget=Budget(trials=16),
                      config=SearchConfig(overlap=True, retime_top_k=2)).run()
     assert result.stop_reason is StopReason.TRIALS and result.trials_done == 16

@@ -23,3 +23,22 @@ def test_docs_pages_load_only_local_assets(client: TestClient, page: str, script
         if url.startswith("/docs-assets/"):
             asset = client.get(url)
             assert asset.status_code == 200 and len(asset.content) > 1000, url
+
+
+def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
+    answer = client.get("/v1/ops").json()
+    ops = {entry["op"]: entry for entry in answer["data"]}
+    assert set(ops) == {"gemm", "attention", "mamba2_chunk_scan", "mamba2_chunk_state"}
+    assert answer["count"] == 4
+    gemm = ops["gemm"]
+    assert gemm["required"] == ["m", "n", "k"] and gemm["baseline"] == "cublas"
+    props = gemm["parameters"]["properties"]
+    assert props["m"]["minimum"] == 1 and props["b_layout"]["default"] == "kn"
+    assert set(props["dtype"]["enum"]) == {"float16", "bfloat16"}
+    assert ops["attention"]["peers"] == ["sdpa_flash"]
+    assert "kv_heads" in ops["attention"]["parameters"]["properties"]
+    assert all(entry["generates_cuda"] for entry in ops.values())
+    spec = client.get("/openapi.json").json()
+    assert "/v1/ops" in spec["paths"]
+    assert "GET /v1/ops" in spec["components"]["schemas"]["TuneRequest"]["properties"][
+        "params"]["description"].replace("`", "")

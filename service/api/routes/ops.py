@@ -1,0 +1,31 @@
+"""``GET /v1/ops``: the operators a tune may name, each with its parameters' JSON schema
+(types, ranges, defaults), its vendor baseline and whether CUDA is generated for it, so
+a client learns what ``params`` takes without reading the source."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from codegen import has_renderer
+from scheduler_search.ops import OPERATORS
+from service.schemas import OperatorPublic, OperatorsPublic
+
+router = APIRouter(prefix="/ops", tags=["ops"])
+
+
+@router.get("", response_model=OperatorsPublic)
+def list_operators() -> OperatorsPublic:
+    """Every operator, with the JSON schema of its ``params``."""
+    data = []
+    for op, spec_class in sorted(OPERATORS.items()):
+        schema = spec_class.model_json_schema()
+        data.append(OperatorPublic(
+            op=op,
+            summary=(spec_class.__doc__ or "").strip().splitlines()[0],
+            parameters=schema,
+            required=list(schema.get("required", [])),
+            baseline=spec_class.baseline,
+            peers=list(spec_class.peers),
+            generates_cuda=has_renderer(op),
+        ))
+    return OperatorsPublic(data=data, count=len(data))
