@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--database-url", default=None, help="SQLAlchemy URL")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--kernel-out", default=None, metavar="FILE",
-                        help="write the best kernel's KernelArtifact JSON here (GPU runs)")
+                        help="write the best kernel's KernelArtifact JSON here (on a "
+                        "simulated device: rendered, never run); an error if there is none")
     parser.set_defaults(handler=run)
 
 
@@ -69,10 +70,14 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         for e in error.errors:
             print(f"pipetune tune: {'.'.join(map(str, e['loc']))}: {e['msg']}", file=sys.stderr)
         return 2
-    if args.kernel_out and result.get("kernel") is not None:
-        with open(args.kernel_out, "w") as f:
-            json.dump(result["kernel"], f)
     kernel = result.pop("kernel", None)
+    if args.kernel_out and kernel is None:
+        reason = result.get("error") or f"no kernel is generated for {args.op}"
+        print(f"pipetune tune: --kernel-out: nothing to write ({reason})", file=sys.stderr)
+        return 1
+    if args.kernel_out:
+        with open(args.kernel_out, "w") as f:
+            json.dump(kernel, f)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -170,7 +170,7 @@ class RunExecution:
             if seeds is not None:
                 seeds.close()
         finish = RunFinish(self.context, self.run.id, self.workload.id, self.device_row.id,
-                           self.spec, self.model, self.gpu, self.baseline)
+                           self.spec, self.model, self.baseline)
         succeeded = finish.store(result, cancelled=self._cancel.is_set())
         if succeeded and self.gpu and self.context.settings.calibrate:
             refit_calibration(self.context.db, self.device_row.id, self.spec, self.model,

@@ -65,7 +65,6 @@ class RunFinish:
         run_id: the run.
         workload_id, device_id: what the winner is cached for.
         spec, model: the operator and hardware model, to render the winner's kernel.
-        gpu: whether the run measured kernels (a simulated winner has no kernel).
         baseline: the vendor baseline timed with the run, or ``None``.
     """
 
@@ -75,7 +74,6 @@ class RunFinish:
     device_id: int
     spec: OperatorSpec
     model: Any
-    gpu: bool
     baseline: str | None
 
     def store(self, result: SearchResult, *, cancelled: bool) -> bool:
@@ -115,9 +113,13 @@ class RunFinish:
         return True
 
     def _render(self, best: TrialRecord | None) -> _Kernel | None:
-        """The winner's kernel on a GPU run, or ``None`` (no winner, a simulated run, or the
-        renderer failed: logged, the run still succeeds without a stored kernel)."""
-        if best is None or best.schedule is None or not self.gpu:
+        """The winner's kernel, or ``None`` (no winner, no code generator for the operator,
+        or the renderer failed: logged, the run still succeeds without a stored kernel).
+        A simulated run's kernel is rendered but never ran: its schedule is marked
+        ``simulated``, its latency a model estimate."""
+        from codegen import has_renderer
+
+        if best is None or best.schedule is None or not has_renderer(self.spec.op):
             return None
         try:
             from codegen import render

@@ -51,7 +51,12 @@ def test_tune_run_cache_trials_events(client: TestClient) -> None:
     assert done["status"] == "succeeded", done
     assert done["trials_done"] == 64 and done["stop_reason"] == "trials"
     best = done["best"]
-    assert best["latency_us"] > 0 and best["simulated"] is True and best["kernel_hash"] is None
+    assert best["latency_us"] > 0 and best["simulated"] is True
+    # The simulated winner's kernel is rendered (never run: its schedule is marked simulated).
+    kernel = client.get(f"/v1/kernels/{best['kernel_hash']}")
+    assert kernel.status_code == 200, kernel.text
+    assert kernel.json()["schedule_hash"] == best["schedule_hash"]
+    assert kernel.json()["entry"] in client.get(f"/v1/kernels/{best['kernel_hash']}/source").text
 
     schedules = client.get("/v1/schedules", params={"op": "gemm"}).json()
     assert schedules["count"] == 1

@@ -14,6 +14,8 @@ from service.commands._params import parse_params
 from service.commands.serve import describe_database
 
 SMALL = ["--m", "64", "--n", "64", "--k", "64"]
+#: A GEMM whose simulated runs find schedules within a few trials.
+TUNED = ["--m", "1024", "--n", "1024", "--k", "1024"]
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -81,3 +83,30 @@ def test_describe_database_names_the_file_or_hides_the_password() -> None:
     assert describe_database("sqlite:////data/pipetune.db") == "/data/pipetune.db (SQLite)"
     shown = describe_database("postgresql+psycopg://tuner:secret@db:5432/pipetune")
     assert "secret" not in shown and "db:5432/pipetune" in shown
+
+
+def test_a_simulated_tune_writes_its_rendered_kernel(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    out_file = tmp_path / "kernel.json"
+    code, out, err = _run(capsys, "tune", "gemm", *TUNED, "--device", "sim:h200", "--trials",
+                          "4", "--database-url", f"sqlite:///{tmp_path / 'cli.db'}",
+                          "--kernel-out", str(out_file))
+    assert code == 0, err
+    artifact = json.loads(out_file.read_text())
+    assert artifact["op"] == "gemm" and "__global__" in artifact["source"]
+    assert f"kernel artifact written to {out_file}" in out
+
+
+def test_kernel_out_fails_loudly_when_there_is_no_kernel(
+    capsys: pytest.CaptureFixture[str], tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import codegen
+
+    monkeypatch.setattr(codegen, "has_renderer", lambda op: False)
+    out_file = tmp_path / "kernel.json"
+    code, _, err = _run(capsys, "tune", "gemm", *TUNED, "--device", "sim:h200", "--trials",
+                        "4", "--database-url", f"sqlite:///{tmp_path / 'cli.db'}",
+                        "--kernel-out", str(out_file))
+    assert code == 1 and not out_file.exists()
+    assert "--kernel-out: nothing to write" in err, err
