@@ -176,9 +176,11 @@ def test_timeline_and_source(client: TestClient, finished_run: dict) -> None:
     assert set(timeline["mapping"].values()) <= set(timeline["lanes"])
 
     source = client.get(f"/v1/runs/{run_id}/source")
-    assert source.status_code == 200 and source.headers["x-pipetune-source"] == "rendered"
+    # A simulated run stores its winner's rendered kernel too.
+    assert source.status_code == 200 and source.headers["x-pipetune-source"] == "stored"
     assert "__global__" in source.text and best_hash in source.text
-    assert f'filename="{best_hash[:16]}.cu"' in source.headers["content-disposition"]
+    kernel_hash = finished_run["best"]["kernel_hash"]
+    assert f'filename="{kernel_hash[:16]}.cu"' in source.headers["content-disposition"]
 
     cached = client.get("/v1/schedules").json()["data"][0]
     assert cached["schedule_hash"] == best_hash
@@ -202,7 +204,7 @@ def test_schedules_page(shared_client: TestClient, shared_run: dict) -> None:
     assert page.status_code == 200
     assert f'href="/schedules/{cached["id"]}"' in page.text
     assert f'href="/runs/{finished_run["id"]}"' in page.text
-    assert f'href="/schedules/{cached["id"]}#kernel"' in page.text
+    assert f'href="/v1/kernels/{cached["kernel_hash"]}/source"' in page.text
     for query, shown in (
         ({"shape": "m=1024"}, True), ({"shape": "1024 fp16"}, True), ({"shape": "m=2048"}, False),
         ({"shape": "bf16"}, False), ({"op": "gemm"}, True), ({"op": "attention"}, False),

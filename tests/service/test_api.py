@@ -56,7 +56,8 @@ def test_tune_run_cache_trials_events(client: TestClient) -> None:
     kernel = client.get(f"/v1/kernels/{best['kernel_hash']}")
     assert kernel.status_code == 200, kernel.text
     assert kernel.json()["schedule_hash"] == best["schedule_hash"]
-    assert kernel.json()["entry"] in client.get(f"/v1/kernels/{best['kernel_hash']}/source").text
+    entry = kernel.json()["artifact"]["entry"]
+    assert entry in client.get(f"/v1/kernels/{best['kernel_hash']}/source").text
 
     schedules = client.get("/v1/schedules", params={"op": "gemm"}).json()
     assert schedules["count"] == 1
