@@ -38,6 +38,8 @@ class SearchConfig:
         local_top: ``local``: measured schedules whose neighbours are proposed.
         random_per_slot: ``model``: random valid samples per free slot the cost model
             picks from.
+        stop_when_tied: end the search after this many rounds in a row that measured
+            only latencies already seen (``None``: never); for deterministic devices.
     """
 
     seed: int = 0
@@ -54,3 +56,4 @@ class SearchConfig:
     sampler_asks_per_slot: int = 2
     local_top: int = 3
     random_per_slot: int = 4
+    stop_when_tied: int | None = None

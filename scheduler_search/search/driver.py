@@ -18,7 +18,9 @@ batch *i*'s results and starts measuring batch *i + 1*. The sampler learns one b
 later; the GPU never waits for the compiler or the sampler once the pipeline is full.
 
 The loop stops on the :class:`Budget` (trials, seconds, patience), when the sources only
-propose invalid or known points (exhausted), or when ``should_stop`` says so; a batch in
+propose invalid or known points (exhausted), when rounds in a row measure only latencies
+already seen (``SearchConfig.stop_when_tied``: a deterministic device that cannot tell the
+rest apart), or when ``should_stop`` says so; a batch in
 flight is finished first. Then the top few are re-timed interleaved with the baselines
 (:mod:`~scheduler_search.search.retiming`), and the fastest wins. The working study is
 mirrored to a persistent one each round (:mod:`~scheduler_search.search.studies`).
@@ -83,7 +85,8 @@ class SearchDriver:
         history: trials of an earlier, interrupted attempt of the same run: their hashes
             are never measured again and they count against the budget.
         elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
-        on_trials: called with each round's new records (measured and invalid).
+        on_trials: called with each round's measured records (an invalid point is never
+            a trial: it is only counted, ``SearchResult.invalid``).
         on_progress: called after each round and phase change.
         should_stop: polled between rounds; true ends the search as cancelled.
     """
@@ -170,16 +173,16 @@ class SearchDriver:
         inflight: _InFlight | None = None
         try:
             while (reason := self._stop_reason(empty_rounds)) is None:
-                batch, records = self._rounds.next_batch(study, self._free_slots())
+                batch = self._rounds.next_batch(study, self._free_slots())
                 if self.config.overlap:
-                    records += self._overlap(study, batch, inflight)
+                    records = self._overlap(study, batch, inflight)
                     inflight = None
                     if len(batch):
                         inflight = (batch, measurer.submit(self._rounds.measure, batch))
                 else:
                     results = self._rounds.measure(batch)
-                    records += self._rounds.complete(study, batch, results,
-                                                     self._stopper.elapsed_s)
+                    records = self._rounds.complete(study, batch, results,
+                                                    self._stopper.elapsed_s)
                 empty_rounds = 0 if len(batch) else empty_rounds + 1
                 self._end_round(study, records)
             if inflight is not None:
@@ -203,6 +206,7 @@ class SearchDriver:
 
     def _end_round(self, study: optuna.Study, records: list[TrialRecord]) -> None:
         if records:
+            self._ledger.note_round(records)
             self._on_trials(records)
         self._studies.sync(study)
         self._progress("search")
@@ -215,6 +219,9 @@ class SearchDriver:
         )
         if reason is None and empty_rounds >= self.config.exhausted_after:
             reason = StopReason.EXHAUSTED
+        tied = self.config.stop_when_tied
+        if reason is None and tied is not None and self._ledger.tied_rounds >= tied:
+            reason = StopReason.INDISTINGUISHABLE
         return reason
 
     def _free_slots(self) -> int:

@@ -24,6 +24,8 @@ class Ledger:
         self.since_improvement = 0
         self.best: TrialRecord | None = None
         self.curve: list[tuple[float, float]] = []
+        self.tied_rounds = 0  # rounds in a row that measured only known latencies
+        self._latencies: set[float] = set()
 
     @property
     def trials_committed(self) -> int:
@@ -31,8 +33,9 @@ class Ledger:
         return self.trials_done + len(self.inflight)
 
     def remember(self, record: TrialRecord) -> None:
-        """Count a measured record against the budget and track the best (an invalid one
-        only counts: new invalid points are counted as the sampler finds them)."""
+        """Count a measured record against the budget and track the best (an invalid one,
+        stored by an older run, only counts). Of equal latencies the first measured stays
+        best: ties are broken by measurement order, the same on every run of a seed."""
         if record.status == INVALID:
             self.invalid += 1
             return
@@ -50,8 +53,17 @@ class Ledger:
         else:
             self.since_improvement += 1
 
+    def note_round(self, records: list[TrialRecord]) -> None:
+        """Count the round towards ``tied_rounds`` if every latency it measured ties one
+        measured before (to a part in a billion): a deterministic device, such as the
+        simulated one, cannot tell those schedules apart."""
+        latencies = [_tie_key(r.latency_us) for r in records if r.ok]
+        known = bool(latencies) and all(value in self._latencies for value in latencies)
+        self.tied_rounds = self.tied_rounds + 1 if known else 0
+        self._latencies.update(latencies)
+
     def fastest(self) -> list[TrialRecord]:
-        """The successful measured records, fastest first."""
+        """The successful measured records, fastest first; ties in measurement order."""
         return sorted((r for r in self.measured.values() if r.ok),
                       key=lambda r: r.latency_us or 0.0)
 
@@ -66,3 +78,8 @@ class Ledger:
             except (KeyError, TypeError, ValueError):
                 return None
         return self.programs.get(digest)
+
+
+def _tie_key(latency_us: float | None) -> float:
+    """A latency rounded to 9 significant digits: equal keys are ties."""
+    return float(f"{latency_us or 0.0:.9g}")

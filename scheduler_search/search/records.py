@@ -9,7 +9,8 @@ from scheduler_search.search.executor import MeasurementLike
 from scheduler_search.search.stopping import StopReason
 from scheduler_search.space import Choices
 
-#: Trial status of a point rejected before measurement (``check_valid`` or planning).
+#: Trial status of a point rejected before measurement (``check_valid`` or planning), as
+#: runs before invalid points were only counted stored them; read back when they resume.
 INVALID = "invalid"
 #: Trial status of a candidate whose job could not be made (code generation failed; not
 #: the compiler's ``compile_error``).

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
 from scheduler_search.search.ledger import Ledger
 from scheduler_search.search.proposals import Proposal, ProposalSource, Round, SeedsSource
-from scheduler_search.search.records import CODEGEN_ERROR, INVALID, TrialRecord
+from scheduler_search.search.records import CODEGEN_ERROR, TrialRecord
 from scheduler_search.search.retiming import Baselines
 from scheduler_search.search.studies import add_measured, tell_measured
 from scheduler_search.space import ScheduleSpace
@@ -85,12 +85,12 @@ class Rounds:
         self.ledger = ledger
         self.baselines = baselines
 
-    def next_batch(self, study: optuna.Study, free: int) -> tuple[Batch, list[TrialRecord]]:
-        """The next batch of at most ``free`` proposals, with their jobs, and the invalid
-        points found while proposing (already told and counted)."""
+    def next_batch(self, study: optuna.Study, free: int) -> Batch:
+        """The next batch of at most ``free`` proposals, with their jobs (the invalid
+        points found while proposing are told to the study and only counted)."""
         round = Round(study, free, self.ledger.measured, self.ledger.inflight, self.estimator)
         chosen = self._choose(round)
-        self.ledger.invalid += sum(r.status == INVALID for r in round.records)
+        self.ledger.invalid += sum(round.rejected.values())
         batch = Batch()
         for proposal in chosen:
             try:
@@ -102,7 +102,7 @@ class Rounds:
             self.ledger.inflight[proposal.sprogram.hash] = proposal
         if batch.jobs and self.baselines.reference_pending:
             batch.carries_reference, self.baselines.reference_pending = True, False
-        return batch, round.records
+        return batch
 
     def _choose(self, round: Round) -> list[Proposal]:
         """Ask every source, then deal the free slots (see the module docstring)."""

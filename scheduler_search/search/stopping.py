@@ -17,6 +17,8 @@ class StopReason(StrEnum):
         SECONDS: the time budget is spent.
         NO_IMPROVEMENT: ``patience`` measured candidates in a row did not beat the best.
         EXHAUSTED: the sampler kept proposing invalid or already measured schedules.
+        INDISTINGUISHABLE: rounds in a row measured only latencies already seen (a
+            deterministic device, such as the simulated one, cannot tell the rest apart).
         CANCELLED: the caller asked the search to stop.
     """
 
@@ -24,6 +26,7 @@ class StopReason(StrEnum):
     SECONDS = "seconds"
     NO_IMPROVEMENT = "no_improvement"
     EXHAUSTED = "exhausted"
+    INDISTINGUISHABLE = "indistinguishable"
     CANCELLED = "cancelled"
 
 

@@ -15,7 +15,6 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
 from scheduler_search.search import (
     GPU,
-    INVALID,
     SIMULATED,
     SOURCE_COST_MODEL,
     SOURCE_DESIGN,
@@ -95,7 +94,10 @@ def test_every_source_keeps_the_protocol(name: str) -> None:
     returned = {t.number for p in found for t in p.trials}
     for trial in study.get_trials(deepcopy=False):
         assert trial.state.is_finished() or trial.number in returned
-    assert all(r.status == INVALID and r.error for r in round.records)
+    # Invalid points are told to the study and counted by reason, never proposed.
+    assert all(reason and count > 0 for reason, count in round.rejected.items())
+    pruned = [t for t in study.get_trials(deepcopy=False) if "invalid" in t.user_attrs]
+    assert sum(round.rejected.values()) == len(pruned)
     # No free slot, no proposal (and no ask).
     asked = len(study.trials)
     assert source.propose(_round(study, free=0)) == [] and len(study.trials) == asked
@@ -195,7 +197,9 @@ def test_build_sources_asks_the_sampler_first_and_refuses_unknown_names() -> Non
 
 
 def test_presets_name_their_sources() -> None:
-    assert SIMULATED.config(3).sources == (SOURCE_SEARCH,)
+    simulated = SIMULATED.config(3)
+    assert simulated.sources == (SOURCE_SEARCH, SOURCE_MODEL)
+    assert simulated.stop_when_tied == 2 and simulated.pool_factor is None
     gpu = GPU.config(3, batch_size=6)
     assert gpu.sources == (SOURCE_LOCAL, SOURCE_SEARCH, SOURCE_MODEL)
     assert (gpu.seed, gpu.batch_size, gpu.pool_factor) == (3, 6, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -67,7 +68,8 @@ class Round:
         inflight: proposals being measured, by hash.
         estimator: predicted latency of an sProgram.
         pool: what the sources asked before proposed this round, by hash, in order.
-        records: invalid points the sources found (and told the study) this round.
+        rejected: points the space's checks rejected this round, by reason (told to the
+            working study so the sampler learns where the space is empty; never trials).
     """
 
     study: optuna.Study
@@ -76,7 +78,7 @@ class Round:
     inflight: Mapping[str, Proposal]
     estimator: Callable[[SProgram], float]
     pool: dict[str, Proposal] = field(default_factory=dict)
-    records: list[TrialRecord] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
 
     def taken(self) -> set[str]:
         """Hashes a source must not propose again: measured, in flight or in the pool."""
@@ -110,7 +112,7 @@ class ProposalSource(Protocol):
       - the list is best first (the order a slot takes them in), each proposal
         predicted (``round.predict``);
       - a trial it asked of the study and does not return is told (an invalid point is
-        also added to ``round.records``);
+        also counted in ``round.rejected``);
       - nothing is proposed when ``round.free`` is 0.
     """
 

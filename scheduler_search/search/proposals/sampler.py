@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 
 from scheduler_search.search.config import SearchConfig
 from scheduler_search.search.proposals._base import Proposal, Round, by_prediction
-from scheduler_search.search.records import INVALID, SOURCE_SEARCH, TrialRecord
+from scheduler_search.search.records import SOURCE_SEARCH
 from scheduler_search.search.studies import DUPLICATE_ATTR, SOURCE_ATTR, tell_measured
 from scheduler_search.space import ScheduleSpace
 
@@ -87,9 +87,7 @@ class SamplerSource:
         if reason is not None or sprogram is None:
             trial.set_user_attr("invalid", reason)
             study.tell(trial, state=TrialState.PRUNED)
-            round.records.append(
-                TrialRecord(trial.number, choices, INVALID, source=source, error=reason or "")
-            )
+            round.rejected[(reason or "invalid").split(":", 1)[0]] += 1
             return
         digest = sprogram.hash
         known = round.measured.get(digest)
