@@ -1,10 +1,10 @@
 """The service from Python: :class:`Client` (blocking) and :class:`AsyncClient`, over httpx.
 
 Both have the same methods. ``tune`` posts a spec; on a cache hit it returns the cached
-schedule at once, otherwise the run, and with ``wait=True`` it follows the run's
-server-sent events (a progress bar on a terminal) until the run ends. ``kernel(hash)``
-returns the kernel artifact that :func:`pipetune.load` turns into a callable. An error
-answer raises a typed :class:`~pipetune.errors.ApiError` naming the field.
+schedule (and the run that found it) at once, otherwise the run, and with ``wait=True``
+it follows the run's server-sent events (a progress bar on a terminal) until it ends.
+``kernel(hash)`` returns the kernel artifact that :func:`pipetune.load` turns into a
+callable. An error answer raises a typed :class:`~pipetune.errors.ApiError` naming the field.
 """
 
 from __future__ import annotations
@@ -28,12 +28,17 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 def _tune_body(op: str, params: dict[str, Any] | None, device: str | None,
-               budget: dict[str, Any] | None, fields: dict[str, Any]) -> dict[str, Any]:
+               budget: dict[str, Any] | None, force: bool, extend: bool,
+               fields: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = {"op": op, "params": {**(params or {}), **fields}}
     if device is not None:
         body["device"] = device
     if budget is not None:
         body["budget"] = budget
+    if force:
+        body["force"] = True
+    if extend:
+        body["extend"] = True
     return body
 
 
@@ -90,15 +95,17 @@ class Client:
         self._http.close()
 
     def tune(self, op: str, params: dict[str, Any] | None = None, *, device: str | None = None,
-             budget: dict[str, Any] | None = None, wait: bool = True, progress: bool = True,
-             **fields: Any) -> TuneResult:
+             budget: dict[str, Any] | None = None, force: bool = False, extend: bool = False,
+             wait: bool = True, progress: bool = True, **fields: Any) -> TuneResult:
         """Tune ``op`` for ``params`` (or the spec's fields as keywords: ``m=4096``).
 
-        Returns the cached schedule on a hit; otherwise the run, finished if ``wait``.
+        ``force``: a new run even on a cache hit; ``extend``: continue the workload's
+        newest run with ``budget`` more. Returns the cached schedule on a hit; otherwise
+        the run, finished if ``wait``.
         """
-        body = _tune_body(op, params, device, budget, fields)
+        body = _tune_body(op, params, device, budget, force, extend, fields)
         response = self._http.post("/v1/tune", json=body)
-        result = TuneResult.of_answer(response.status_code, _json(response))
+        result = TuneResult.of_answer(_json(response))
         if result.cached or not wait:
             return result
         assert result.run is not None
@@ -164,10 +171,11 @@ class AsyncClient:
 
     async def tune(self, op: str, params: dict[str, Any] | None = None, *,
                    device: str | None = None, budget: dict[str, Any] | None = None,
-                   wait: bool = True, progress: bool = False, **fields: Any) -> TuneResult:
-        body = _tune_body(op, params, device, budget, fields)
+                   force: bool = False, extend: bool = False, wait: bool = True,
+                   progress: bool = False, **fields: Any) -> TuneResult:
+        body = _tune_body(op, params, device, budget, force, extend, fields)
         response = await self._http.post("/v1/tune", json=body)
-        result = TuneResult.of_answer(response.status_code, _json(response))
+        result = TuneResult.of_answer(_json(response))
         if result.cached or not wait:
             return result
         assert result.run is not None

@@ -25,6 +25,8 @@ def tune(
     *,
     device: str = "auto",
     budget: dict[str, Any] | None = None,
+    force: bool = False,
+    extend: bool = False,
     database_url: str | None = None,
     progress: bool = True,
     **params: Any,
@@ -35,6 +37,8 @@ def tune(
         op: ``gemm``, ``attention``, ``mamba2_chunk_state`` or ``mamba2_chunk_scan``.
         device: ``auto`` (GPU 0, else the simulated H200), ``cuda:N`` or ``sim:h200``...
         budget: ``{"trials": N}`` and/or ``{"seconds": S}``.
+        force: tune even if the cache holds the workload.
+        extend: continue the workload's newest run with ``budget`` more.
         database_url: the SQLAlchemy URL of the cache (default: the user's data dir, or
             ``PIPETUNE_DATABASE_URL``).
         progress: draw a progress bar on stderr while the run goes.
@@ -50,7 +54,8 @@ def tune(
     from service.schemas import TuneRequest
 
     try:
-        request = TuneRequest(op=op, params=params, device=device, budget=budget or {})
+        request = TuneRequest(op=op, params=params, device=device, budget=budget or {},
+                              force=force, extend=extend)
     except ValidationError as error:
         raise BadRequest(422, [error_item(("body", *e["loc"]), e["msg"], e["type"])
                                for e in error.errors()]) from error

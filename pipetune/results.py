@@ -8,9 +8,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class TuneResult:
-    """The answer to a tune: ``schedule`` (the service's SchedulePublic JSON) on a cache
-    hit, else ``run`` (its RunPublic JSON; finished when the tune waited) and, in process,
-    the schedule it stored."""
+    """The answer to a tune (``POST /v1/tune``'s TuneResponse): ``cached`` on a cache hit;
+    ``run``, the run that found the schedule or will find it (its RunPublic JSON; finished
+    when the tune waited; None for a cached schedule imported from another cache); and
+    ``schedule``, the cached best schedule (SchedulePublic JSON; None until a run stores
+    one, and for a run that ended without one)."""
 
     cached: bool
     schedule: dict[str, Any] | None = None
@@ -18,6 +20,11 @@ class TuneResult:
     #: The best kernel's KernelArtifact JSON, when the answer carries it (an in-process
     #: :func:`pipetune.tune`); from a server, ``Client.kernel(result.kernel_hash)``.
     kernel: dict[str, Any] | None = None
+
+    @property
+    def run_id(self) -> int | None:
+        """The run's id (``Client.events`` follows it), or None without a run."""
+        return (self.run or {}).get("id")
 
     @property
     def kernel_hash(self) -> str | None:
@@ -29,6 +36,7 @@ class TuneResult:
 
     @property
     def latency_us(self) -> float | None:
+        """The best latency: the cached schedule's when there is one, else the run's."""
         if self.schedule is not None:
             return self.schedule.get("latency_us")
         best = (self.run or {}).get("best") or {}
@@ -45,8 +53,7 @@ class TuneResult:
         return "cached" if self.cached else str((self.run or {}).get("status"))
 
     @classmethod
-    def of_answer(cls, status_code: int, body: dict[str, Any]) -> TuneResult:
-        """From ``POST /v1/tune``'s answer: 200 is a cache hit, 202 a run."""
-        if status_code == 200:
-            return cls(cached=True, schedule=body)
-        return cls(cached=False, run=body)
+    def of_answer(cls, body: dict[str, Any]) -> TuneResult:
+        """From ``POST /v1/tune``'s answer (the same shape for 200 and 202)."""
+        return cls(cached=bool(body["cached"]), schedule=body.get("schedule"),
+                   run=body.get("run"))

@@ -50,6 +50,11 @@ class TuneRequest(_Strict):
     )
     device: str = Field(default="auto", min_length=1, max_length=MAX_NAME, examples=["sim:h200"])
     budget: BudgetIn = Field(default_factory=BudgetIn)
+    force: bool = Field(default=False, description="Tune even when the cache holds the "
+                        "workload: a new run (the cache keeps the faster schedule).")
+    extend: bool = Field(default=False, description="Continue the workload's newest run on "
+                         "the device (its study and trials; none is measured again) with "
+                         "`budget` more; a new run if there is none.")
 
 
 class OperatorPublic(BaseModel):
@@ -229,13 +234,12 @@ class TrialsPublic(BaseModel):
 
 # ----- schedules ----------------------------------------------------------------------------------
 class SchedulePublic(BaseModel):
-    """A cached best schedule of a workload on a device (``POST /v1/tune``'s cache hit).
-    ``id`` names the cache entry (``/v1/schedules/{id}/timeline``). On a GPU,
-    ``kernel_hash`` names its kernel (``/v1/kernels/{kernel_hash}``) and the baseline
-    fields compare it with the vendor peer, as on a run."""
+    """A cached best schedule of a workload on a device. ``id`` names the cache entry
+    (``/v1/schedules/{id}/timeline``); ``run_id`` the run that found it (null when it was
+    imported). On a GPU, ``kernel_hash`` names its kernel (``/v1/kernels/{kernel_hash}``)
+    and the baseline fields compare it with the vendor peer, as on a run."""
 
     id: int
-    cached: bool = True
     workload: WorkloadPublic
     device: str
     device_key: str
@@ -277,6 +281,20 @@ class SchedulePublic(BaseModel):
 class SchedulesPublic(BaseModel):
     data: list[SchedulePublic]
     count: int
+
+
+# ----- tune answer -------------------------------------------------------------------------------
+class TuneResponse(BaseModel):
+    """``POST /v1/tune``'s answer, one shape for 200 (a cache hit) and 202 (a run).
+
+    ``run`` is the run that found the schedule (a hit) or that will find it (its ``id``
+    is what ``/v1/runs/{id}`` and ``/v1/runs/{id}/events`` take); it is null only for a
+    cached schedule imported from another cache (``pipetune cache import``). ``schedule``
+    is the cached best schedule, null while a run is still to find it."""
+
+    cached: bool
+    run: RunPublic | None
+    schedule: SchedulePublic | None
 
 
 # ----- kernels ------------------------------------------------------------------------------------

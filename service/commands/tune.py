@@ -4,7 +4,9 @@ Tunes one workload in this process, with a progress bar, against the same databa
 the server (so the result is cached for it), and prints the best schedule, its latency,
 and on a GPU its speed against the vendor baseline (cuBLAS for a GEMM) and the hash of
 its kernel (``GET /v1/kernels/{hash}``; ``--kernel-out FILE`` writes the KernelArtifact
-JSON, which ``workers.load`` runs). A cached schedule is printed at once.
+JSON, which ``workers.load`` runs). A cached schedule is printed at once, unless
+``--force`` (a new run all the same) or ``--extend`` (continue the workload's newest run
+with the budget given, its trials kept).
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trials", type=int, default=None, help="measured trials (default 64)")
     parser.add_argument("--seconds", type=float, default=None, help="time budget in seconds")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--force", action="store_true",
+                       help="tune even if the cache holds the workload (the cache keeps the "
+                       "faster schedule)")
+    again.add_argument("--extend", action="store_true",
+                       help="continue the workload's newest run with this budget more (its "
+                       "trials are kept and never measured again)")
     parser.add_argument("--database-url", default=None, help="SQLAlchemy URL")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--kernel-out", default=None, metavar="FILE",
@@ -59,7 +68,8 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         k: v for k, v in (("trials", args.trials), ("seconds", args.seconds)) if v is not None
     }
     try:
-        request = TuneRequest(op=args.op, params=params, device=args.device, budget=budget)
+        request = TuneRequest(op=args.op, params=params, device=args.device, budget=budget,
+                              force=args.force, extend=args.extend)
     except ValidationError as error:
         for e in error.errors():
             print(f"pipetune tune: {'.'.join(map(str, e['loc']))}: {e['msg']}", file=sys.stderr)
@@ -91,7 +101,7 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
 @dataclass(frozen=True)
 class LocalAnswer:
     """A tune answered in this process: the cached or newly stored schedule, the run that
-    found it (None on a cache hit) and the best kernel's KernelArtifact JSON."""
+    found it (None for an imported schedule) and the best kernel's KernelArtifact JSON."""
 
     cached: bool
     schedule: SchedulePublic | None
@@ -135,12 +145,13 @@ def tune_in_process(
         submitted = manager.submit(tune)
         if submitted.schedule is not None:
             schedule = SchedulePublic.of(submitted.schedule)
-            return LocalAnswer(True, schedule, None, _kernel(db, schedule.kernel_hash))
+            found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
+            return LocalAnswer(True, schedule, found_by, _kernel(db, schedule.kernel_hash))
         assert submitted.run is not None
         run_row = _follow(manager, submitted.run.id, tune.trials, progress)
         run = RunPublic.of(run_row)
         found = None
-        if run.status == "succeeded":
+        if run.best is not None:  # succeeded, or cancelled with its best kept
             with repo.session_scope(db.sessions) as session:
                 row = repo.find_schedule(session, workload_id=run_row.workload_id,
                                          device_id=run_row.device_id)

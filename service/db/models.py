@@ -59,7 +59,9 @@ class RunStatus(enum.StrEnum):
         RUNNING: its search is in progress (owned by one process, which heartbeats).
         SUCCEEDED: finished with a best schedule (stored in the schedules cache).
         FAILED: finished without one (every candidate invalid or failed), or crashed.
-        CANCELLED: stopped on request; its trials and best-so-far are kept.
+        CANCELLED: stopped on request, at once; its trials are kept and its best is
+            offered to the cache as a succeeded run's is (phase ``stopping`` until the
+            process running it has stored them, then ``done``).
         INTERRUPTED: its process died and it was not resumed; trials are kept.
     """
 

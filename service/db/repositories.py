@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import String, func, select, type_coerce, update
+from sqlalchemy import String, case, func, select, type_coerce, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -224,12 +224,13 @@ def update_progress(
     best_simulated: bool | None,
     elapsed_s: float,
 ) -> bool:
-    """Record progress and the heartbeat; the run's ``cancel_requested`` flag."""
+    """Record progress and the heartbeat; the run's ``cancel_requested`` flag. A cancelled
+    run's phase stays ``stopping`` until :func:`finish_run` stores its outcome."""
     session.execute(
         update(RunModel)
         .where(RunModel.id == run_id, RunModel.owner == owner)
         .values(
-            phase=phase,
+            phase=case((RunModel.status == RunStatus.CANCELLED.value, "stopping"), else_=phase),
             trials_done=trials_done,
             invalid=invalid,
             best_latency_us=best_latency_us,
@@ -254,10 +255,14 @@ def heartbeat(session: Session, *, run_ids: Sequence[int], owner: str) -> None:
 
 
 def request_cancel(session: Session, *, run_id: int) -> RunModel | None:
-    """Cancel a run: a queued one at once, a running one at its owner's next round.
+    """Cancel a run at once: a queued one never starts; a running one is ``cancelled``
+    now, in phase ``stopping`` while its owner stops its search at the next round and
+    stores what it found (its owner stays set until then: :func:`finish_run` clears it
+    and sets phase ``done``).
 
     Conditional updates, so a run that its owner finishes meanwhile keeps its status.
     """
+    now = utcnow()
     queued = session.execute(
         update(RunModel)
         .where(RunModel.id == run_id, RunModel.status == RunStatus.QUEUED.value)
@@ -265,7 +270,7 @@ def request_cancel(session: Session, *, run_id: int) -> RunModel | None:
             status=RunStatus.CANCELLED.value,
             phase="done",
             cancel_requested=True,
-            finished_at=utcnow(),
+            finished_at=now,
         )
         .execution_options(synchronize_session=False)
     )
@@ -273,10 +278,25 @@ def request_cancel(session: Session, *, run_id: int) -> RunModel | None:
         session.execute(
             update(RunModel)
             .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
-            .values(cancel_requested=True)
+            .values(
+                status=RunStatus.CANCELLED.value,
+                phase="stopping",
+                stop_reason="cancelled",
+                cancel_requested=True,
+                finished_at=now,
+            )
             .execution_options(synchronize_session=False)
         )
     return session.get(RunModel, run_id, populate_existing=True)
+
+
+def cancel_requested(session: Session, *, run_ids: Sequence[int]) -> list[int]:
+    """Which of ``run_ids`` have been cancelled (by any process sharing the database)."""
+    if not run_ids:
+        return []
+    return list(session.scalars(
+        select(RunModel.id).where(RunModel.id.in_(list(run_ids)), RunModel.cancel_requested)
+    ))
 
 
 def finish_run(
@@ -288,15 +308,18 @@ def finish_run(
     stop_reason: str | None = None,
     best: dict[str, Any] | None = None,
     elapsed_s: float | None = None,
-) -> None:
+) -> bool:
+    """Record how a run ended; whether this call ended it (``False``: it had been
+    cancelled already, and it stays ``cancelled`` with the outcome's best and time)."""
     run = session.get(RunModel, run_id)
     if run is None:
-        return
-    run.status = status.value
+        return False
+    ended_now = run.status != RunStatus.CANCELLED.value
+    run.status = status.value if ended_now else RunStatus.CANCELLED.value
     run.phase = "done"
     run.error = error
-    run.stop_reason = stop_reason
-    run.finished_at = utcnow()
+    run.stop_reason = stop_reason if ended_now else "cancelled"
+    run.finished_at = run.finished_at if not ended_now and run.finished_at else utcnow()
     run.owner = None
     if elapsed_s is not None:
         run.elapsed_s = elapsed_s
@@ -305,6 +328,54 @@ def finish_run(
         run.best_schedule_hash = best["schedule_hash"]
         run.best_simulated = best["simulated"]
         run.best_kernel_hash = best.get("kernel_hash")
+    return ended_now
+
+
+def newest_run(session: Session, *, workload_id: int, device_id: int) -> RunModel | None:
+    """The newest run of a workload on a device, whatever its status."""
+    return session.scalars(
+        select(RunModel)
+        .where(RunModel.workload_id == workload_id, RunModel.device_id == device_id)
+        .order_by(RunModel.id.desc())
+        .limit(1)
+    ).first()
+
+
+def reopen_run(
+    session: Session,
+    *,
+    run_id: int,
+    budget_trials: int,
+    budget_seconds: float | None,
+) -> bool:
+    """Queue a finished run again with a larger budget (an extension: it resumes as an
+    interrupted run does, its stored trials counted and never measured again); whether
+    it was reopened (not if it is active, its owner is still storing its outcome, or
+    another run of its workload on its device is active: the partial unique index)."""
+    try:
+        with session.begin_nested():
+            result = session.execute(
+                update(RunModel)
+                .where(
+                    RunModel.id == run_id,
+                    RunModel.status.not_in(ACTIVE_STATUSES),
+                    RunModel.owner.is_(None),
+                )
+                .values(
+                    status=RunStatus.QUEUED.value,
+                    phase="queued",
+                    budget_trials=budget_trials,
+                    budget_seconds=budget_seconds,
+                    cancel_requested=False,
+                    stop_reason=None,
+                    error=None,
+                    finished_at=None,
+                )
+                .execution_options(synchronize_session=False)
+            )
+    except IntegrityError:
+        return False
+    return result.rowcount == 1
 
 
 def release_run(session: Session, *, run_id: int, owner: str) -> None:
@@ -612,6 +683,7 @@ __all__ = [
     "TRIAL_ORDERS",
     "StorageError",
     "add_trials",
+    "cancel_requested",
     "claim_next_queued",
     "claim_run",
     "count_complete_trials",
@@ -631,8 +703,10 @@ __all__ = [
     "list_runs",
     "list_schedules",
     "list_trials",
+    "newest_run",
     "parse_timestamp",
     "release_run",
+    "reopen_run",
     "request_cancel",
     "requeue_run",
     "running_runs",

@@ -4,12 +4,16 @@ After the search, :meth:`RunFinish.store` decides, in this order:
 
 - stopped by the manager's shutdown (not a cancel): the run is released, left ``running``
   without an owner for the next start to resume;
-- cancelled: ``cancelled``, with the best so far;
-- no candidate measured successfully: ``failed``, saying how many were tried;
-- otherwise ``succeeded``: the winner's schedule becomes the cached best of (workload,
-  device), with its rendered kernel on a GPU (``/v1/kernels/{hash}``), the vendor
-  baseline's latency (``None`` if it failed) and the further peers' latencies (a peer that
-  failed is left out, logged; neither ever fails the run).
+- no candidate measured successfully: ``failed`` (``cancelled`` if it was), saying how
+  many were tried;
+- otherwise ``succeeded``, or ``cancelled`` with its best kept all the same: the winner's
+  schedule is offered to the cache of (workload, device) (which keeps the faster one),
+  with its rendered kernel (``/v1/kernels/{hash}``), the vendor baseline's latency
+  (``None`` if it failed) and the further peers' latencies (a peer that failed is left
+  out, logged; neither ever fails the run).
+
+A cancel is recorded by ``repositories.request_cancel`` at once (the run is ``cancelled``
+from then on, whichever process executes it); the outcome stored here completes it.
 
 :func:`record_end` records any other end of a run (a failure raised during its execution).
 """
@@ -44,15 +48,16 @@ class _Kernel(NamedTuple):
 
 
 def record_end(context: RunContext, run_id: int, status: RunStatus, **fields: Any) -> None:
-    """Record the end of a run (``repositories.finish_run`` fields) and count it; a storage
-    error is logged, since there is nothing else to tell."""
+    """Record the end of a run (``repositories.finish_run`` fields) and count it, unless
+    a cancel had ended it already; a storage error is logged, since there is nothing else
+    to tell."""
     try:
         with repo.session_scope(context.db.sessions) as session:
-            repo.finish_run(session, run_id=run_id, status=status, **fields)
+            ended_now = repo.finish_run(session, run_id=run_id, status=status, **fields)
     except repo.StorageError:
         logger.exception("could not record the end of run %d", run_id)
         return
-    if context.metrics:
+    if ended_now and context.metrics:
         context.metrics.runs_finished.labels(status.value).inc()
 
 
@@ -77,40 +82,34 @@ class RunFinish:
     baseline: str | None
 
     def store(self, result: SearchResult, *, cancelled: bool) -> bool:
-        """Store the outcome of the search; whether the run succeeded."""
+        """Store the outcome of the search; whether the run succeeded. ``cancelled``: the
+        run's cancel event was set (a cancel recorded in the database counts too)."""
+        cancelled = cancelled or self._cancel_recorded()
         if result.stop_reason is StopReason.CANCELLED and not cancelled:
             with repo.session_scope(self.context.db.sessions) as session:
                 repo.release_run(session, run_id=self.run_id, owner=self.context.owner)
             return False
         best = result.best
-        kernel = self._render(best)
-        baseline_us = _baseline_latency(self.run_id, self.baseline, result.reference)
-        best_dict = None
-        if best is not None:
-            best_dict = {
-                "latency_us": best.latency_us,
-                "schedule_hash": best.schedule_hash,
-                "simulated": best.simulated,
-                "kernel_hash": kernel.hash if kernel is not None else None,
-            }
-        if cancelled:
-            record_end(self.context, self.run_id, RunStatus.CANCELLED,
-                       stop_reason=result.stop_reason.value, best=best_dict,
+        end = RunStatus.CANCELLED if cancelled else RunStatus.SUCCEEDED
+        if best is None or best.schedule is None:
+            error = None if cancelled else (
+                f"no candidate was measured successfully ({result.trials_done} measured, "
+                f"{result.invalid} invalid; stopped: {result.stop_reason.value})"
+            )
+            record_end(self.context, self.run_id,
+                       RunStatus.CANCELLED if cancelled else RunStatus.FAILED, error=error,
+                       stop_reason=result.stop_reason.value, best=_best_dict(best, None),
                        elapsed_s=result.elapsed_s)
             return False
-        if best is None or best.schedule is None:
-            record_end(
-                self.context, self.run_id, RunStatus.FAILED,
-                error=(
-                    f"no candidate was measured successfully ({result.trials_done} measured, "
-                    f"{result.invalid} invalid; stopped: {result.stop_reason.value})"
-                ),
-                stop_reason=result.stop_reason.value,
-                elapsed_s=result.elapsed_s,
-            )
-            return False
-        self._store_winner(result, best, best_dict, kernel, baseline_us)
-        return True
+        kernel = self._render(best)
+        baseline_us = _baseline_latency(self.run_id, self.baseline, result.reference)
+        self._store_winner(result, best, kernel, baseline_us, end)
+        return end is RunStatus.SUCCEEDED
+
+    def _cancel_recorded(self) -> bool:
+        """Whether the run was cancelled in the database (say, by another process)."""
+        with repo.session_scope(self.context.db.sessions) as session:
+            return bool(repo.cancel_requested(session, run_ids=[self.run_id]))
 
     def _render(self, best: TrialRecord | None) -> _Kernel | None:
         """The winner's kernel, or ``None`` (no winner, no code generator for the operator,
@@ -134,12 +133,12 @@ class RunFinish:
         self,
         result: SearchResult,
         best: TrialRecord,
-        best_dict: dict[str, Any] | None,
         kernel: _Kernel | None,
         baseline_us: float | None,
+        end: RunStatus,
     ) -> None:
-        """Cache the winner (and its kernel) for (workload, device), store the baseline's
-        and peers' latencies, and mark the run succeeded, in one transaction."""
+        """Offer the winner (and its kernel) to the cache of (workload, device), store the
+        baseline's and peers' latencies, and end the run as ``end``, in one transaction."""
         with repo.session_scope(self.context.db.sessions) as session:
             if kernel is not None:
                 results_repo.store_kernel(
@@ -173,16 +172,28 @@ class RunFinish:
                     session, run_id=self.run_id,
                     latencies_us=_peer_latencies(self.run_id, result.peers),
                 )
-            repo.finish_run(
+            ended_now = repo.finish_run(
                 session,
                 run_id=self.run_id,
-                status=RunStatus.SUCCEEDED,
+                status=end,
                 stop_reason=result.stop_reason.value,
-                best=best_dict,
+                best=_best_dict(best, kernel),
                 elapsed_s=result.elapsed_s,
             )
-        if self.context.metrics:
-            self.context.metrics.runs_finished.labels(RunStatus.SUCCEEDED.value).inc()
+        if ended_now and self.context.metrics:
+            self.context.metrics.runs_finished.labels(end.value).inc()
+
+
+def _best_dict(best: TrialRecord | None, kernel: _Kernel | None) -> dict[str, Any] | None:
+    """The run's ``best`` columns from the winner's record, or None without one."""
+    if best is None:
+        return None
+    return {
+        "latency_us": best.latency_us,
+        "schedule_hash": best.schedule_hash,
+        "simulated": best.simulated,
+        "kernel_hash": kernel.hash if kernel is not None else None,
+    }
 
 
 def _ok_latency(measurement: Any) -> float | None:

@@ -1,13 +1,19 @@
 """The run manager: background tuning runs, a concurrency limit, cancel, restart recovery.
 
 Runs live in the database, not in memory. ``submit`` answers a cache hit, or queues a run
-(or returns the queued/running run of the same workload and device). Worker threads, as
+(or returns the queued/running run of the same workload and device); ``force`` queues a
+run despite a hit, and ``extend`` queues the workload's newest run again with more budget,
+so it resumes its study (its trials count and are never measured twice). Worker threads, as
 many as ``max_concurrent_runs``, claim queued runs with a conditional update, so several
 processes sharing one PostgreSQL database never run the same run twice. A running run's
 owner (``host:pid:token``) writes a heartbeat; a run whose owner is gone (its process is
 dead on this host, or its heartbeat is older than ``stale_after_s``) is resumed (queued
 again: its trials count and are never measured twice) or marked ``interrupted``, as
 ``on_restart`` says, at start and then periodically.
+
+A cancel ends the run at once (``repositories.request_cancel``: ``cancelled``, phase
+``stopping``); its search stops at the next round (a cancel made through another process
+is read at the next progress update) and stores its best (phase ``done``).
 
 The lifecycle: ``start()`` once (recovery, then the threads), ``close()`` once. A run in
 progress at ``close()`` stops at its next round and is left for the next start to resume.
@@ -35,7 +41,15 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db import repositories as repo
-from service.db.models import RunModel, RunStatus, ScheduleModel, as_utc
+from service.db.models import (
+    DeviceModel,
+    RunModel,
+    RunStatus,
+    ScheduleModel,
+    WorkloadModel,
+    as_utc,
+)
+from service.errors import InvalidRequest
 from service.runs.context import RunContext
 from service.runs.devices import ResolvedDevice
 from service.runs.execution import RunExecution
@@ -50,7 +64,8 @@ _IDLE_POLL_S = 1.0
 
 @dataclass
 class Submitted:
-    """What ``submit`` did: a cache hit (``schedule``), or a run (new or shared)."""
+    """What ``submit`` did: a cache hit (``schedule``, and ``run``, the run that found
+    it, if it is in this database), or a run (new, shared or extended)."""
 
     schedule: ScheduleModel | None = None
     run: RunModel | None = None
@@ -116,7 +131,12 @@ class RunManager:
 
     # ----- requests ----------------------------------------------------------------------------
     def submit(self, tune: TuneInput) -> Submitted:
-        """A cache hit, or the run (new, or the queued/running one) for this request."""
+        """A cache hit, or the run (new, extended, or the queued/running one) for this
+        request.
+
+        Raises:
+            InvalidRequest: ``extend`` names a run whose outcome is still being stored.
+        """
         spec, device = tune.spec, tune.device
         with repo.session_scope(self.db.sessions) as session:
             workload_row = repo.get_or_create_workload(
@@ -126,34 +146,70 @@ class RunManager:
             cached = repo.find_schedule(
                 session, workload_id=workload_row.id, device_id=device_row.id
             )
-            if cached is not None:
+            if cached is not None and not (tune.force or tune.extend):
                 self._count_tune("cache_hit")
-                return Submitted(schedule=cached)
-            run, created = repo.create_run(
-                session,
-                workload=workload_row,
-                device=device_row,
-                budget_trials=tune.trials,
-                budget_seconds=tune.seconds,
-                patience=tune.patience,
-                seed=tune.seed,
-            )
+                found_by = (repo.get_run(session, run_id=cached.run_id)
+                            if cached.run_id is not None else None)
+                return Submitted(schedule=cached, run=found_by)
+            if tune.extend:
+                run, created = self._extend(session, workload_row, device_row, tune)
+            else:
+                run, created = repo.create_run(
+                    session,
+                    workload=workload_row,
+                    device=device_row,
+                    budget_trials=tune.trials,
+                    budget_seconds=tune.seconds,
+                    patience=tune.patience,
+                    seed=tune.seed,
+                )
         self._count_tune("new_run" if created else "joined_run")
         if created:
             self._wake.set()
         return Submitted(run=self.get(run.id), created=created)
+
+    def _extend(
+        self, session: Any, workload: WorkloadModel, device: DeviceModel, tune: TuneInput
+    ) -> tuple[RunModel, bool]:
+        """Queue the newest run of (workload, device) again with ``tune``'s budget on top
+        of what it spent (a new run if it has none; the active one if one is active)."""
+        newest = repo.newest_run(session, workload_id=workload.id, device_id=device.id)
+        if newest is None or not RunStatus(newest.status).is_finished():
+            return repo.create_run(session, workload=workload, device=device,
+                                   budget_trials=tune.trials, budget_seconds=tune.seconds,
+                                   patience=tune.patience, seed=tune.seed)
+        if newest.owner is not None:
+            if not self._owner_gone(newest):
+                raise InvalidRequest([{
+                    "loc": ("extend",), "type": "conflict",
+                    "msg": f"run {newest.id} was cancelled and is still storing what it "
+                           "found; extend it again in a few seconds",
+                }])
+            repo.release_run(session, run_id=newest.id, owner=newest.owner)
+        seconds = newest.elapsed_s + tune.seconds if tune.seconds is not None else None
+        reopened = repo.reopen_run(session, run_id=newest.id,
+                                   budget_trials=newest.trials_done + tune.trials,
+                                   budget_seconds=seconds)
+        active = RunModel.find_active(session, workload.id, device.id)
+        if active is None:
+            raise repo.StorageError(f"run {newest.id} could not be queued again; try again")
+        return active, reopened
 
     def get(self, run_id: int) -> RunModel | None:
         with repo.session_scope(self.db.sessions) as session:
             return repo.get_run(session, run_id=run_id)
 
     def cancel(self, run_id: int) -> RunModel | None:
-        """Cancel a queued run now, a running one at its next round; ``None`` if unknown."""
+        """Cancel a run now (a running one's search stops at its next round and stores
+        its best); ``None`` if unknown."""
         with repo.session_scope(self.db.sessions) as session:
-            run = repo.request_cancel(session, run_id=run_id)
-            if run is None:
+            before = repo.get_run(session, run_id=run_id)
+            if before is None:
                 return None
-            if run.status == RunStatus.CANCELLED.value and self.metrics:
+            was_active = not RunStatus(before.status).is_finished()
+            run = repo.request_cancel(session, run_id=run_id)
+            assert run is not None
+            if was_active and run.status == RunStatus.CANCELLED.value and self.metrics:
                 self.metrics.runs_finished.labels(RunStatus.CANCELLED.value).inc()
         with self._lock:
             if run_id in self._active:
@@ -179,9 +235,7 @@ class RunManager:
             for run in repo.running_runs(session):
                 if run.owner == self.owner:
                     continue
-                heartbeat = as_utc(run.heartbeat_at)
-                stale = heartbeat is None or heartbeat < stale_before
-                if not (run.owner is None or _owner_dead(run.owner) or stale):
+                if not self._owner_gone(run, stale_before):
                     continue
                 handled.append(run.id)
                 if self.settings.on_restart == "resume":
@@ -199,6 +253,15 @@ class RunManager:
         if handled:
             self._wake.set()
         return handled
+
+    def _owner_gone(self, run: RunModel, stale_before: Any = None) -> bool:
+        """Whether the process that owns ``run`` is gone: dead on this host, or silent
+        (no heartbeat) since ``stale_before``."""
+        if stale_before is None:
+            stale_before = repo.stale_before(self.settings.stale_after_s)
+        heartbeat = as_utc(run.heartbeat_at)
+        stale = heartbeat is None or heartbeat < stale_before
+        return run.owner is None or _owner_dead(run.owner) or stale
 
     # ----- threads -----------------------------------------------------------------------------
     def _worker_loop(self) -> None:

@@ -21,7 +21,8 @@ from service.schemas import BudgetIn, TuneRequest
 
 @dataclass(frozen=True)
 class TuneInput:
-    """What a run needs, all checked."""
+    """What a run needs, all checked. ``force``: run even on a cache hit; ``extend``:
+    continue the workload's newest run with ``trials`` / ``seconds`` more."""
 
     spec: OperatorSpec
     device: ResolvedDevice
@@ -29,6 +30,8 @@ class TuneInput:
     seconds: float | None
     patience: int | None
     seed: int
+    force: bool = False
+    extend: bool = False
 
 
 def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:
@@ -93,6 +96,10 @@ def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
         except SpecError as exc:
             errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
     errors.extend(_budget_errors(request.budget, settings))
+    if request.force and request.extend:
+        errors.append({"loc": ("extend",), "type": "value_error",
+                       "msg": "choose one of force (a new search) and extend (continue the "
+                              "newest run's search)"})
     if errors:
         raise InvalidRequest(errors)
     assert spec is not None and device is not None
@@ -108,4 +115,6 @@ def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
         seconds=budget.seconds,
         patience=settings.default_patience or None,
         seed=settings.seed,
+        force=request.force,
+        extend=request.extend,
     )

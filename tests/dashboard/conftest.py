@@ -35,7 +35,7 @@ def _finished_run(client: TestClient) -> dict:
 
     response = client.post("/v1/tune", json=tune_body(trials=16))
     assert response.status_code == 202, response.text
-    run = wait_for(client, response.json()["id"])
+    run = wait_for(client, response.json()["run"]["id"])
     assert run["status"] == "succeeded", run
     return run
 

@@ -139,7 +139,7 @@ def test_run_appears_finishes_and_explains_itself(browsing: Browsing) -> None:
     # A run started through the API shows up in the open list and finishes there.
     response = api.post("/v1/tune", json=tune_body(SMALL_GEMM, trials=32))
     assert response.status_code == 202, response.text
-    run_id = response.json()["id"]
+    run_id = response.json()["run"]["id"]
     row = f'tr[data-run-id="{run_id}"]'
     page.wait_for_selector(row)
     page.wait_for_selector(f'{row}[data-status="succeeded"]')
@@ -221,7 +221,7 @@ def test_live_progress_and_cancel(browsing: Browsing) -> None:
         json=tune_body({"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}, trials=5000),
     )
     assert response.status_code == 202, response.text
-    run_id = response.json()["id"]
+    run_id = response.json()["run"]["id"]
     page.goto(f"{base}/runs/{run_id}")
     page.wait_for_selector("#run-page[data-live=true]")
     # Progress arrives over server-sent events, without reloading the page.

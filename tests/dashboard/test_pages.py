@@ -135,7 +135,7 @@ def test_importance(shared_client: TestClient, shared_run: dict) -> None:
 
 def test_importance_needs_trials_then_falls_back(idle_client: TestClient) -> None:
     client = idle_client
-    run = client.post("/v1/tune", json=tune_body(trials=40)).json()
+    run = client.post("/v1/tune", json=tune_body(trials=40)).json()["run"]
     early = client.get(f"/v1/runs/{run['id']}/importance").json()
     assert not early["available"] and "needs 10" in early["reason"]
     # Trials stored without an Optuna study (an imported or pre-study run): the one-way
@@ -245,7 +245,7 @@ def test_events_after(shared_client: TestClient, shared_run: dict) -> None:
 
 
 def test_active_run_page(idle_client: TestClient) -> None:
-    run = idle_client.post("/v1/tune", json=tune_body(SMALL_GEMM)).json()
+    run = idle_client.post("/v1/tune", json=tune_body(SMALL_GEMM)).json()["run"]
     page = idle_client.get(f"/runs/{run['id']}")
     assert page.status_code == 200 and 'data-status="queued"' in page.text
     assert 'id="cancel-button" class="danger" type="button" >' in page.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from fastapi.testclient import TestClient
 from service_helpers import SMALL_GEMM, tune_body, wait_for
@@ -34,7 +35,9 @@ def test_tune_run_cache_trials_events(client: TestClient) -> None:
     body = tune_body(ACCEPTANCE_GEMM, trials=64)
     response = client.post("/v1/tune", json=body)
     assert response.status_code == 202, response.text
-    run = response.json()
+    answer = response.json()
+    assert answer["cached"] is False and answer["schedule"] is None
+    run = answer["run"]
     assert response.headers["location"] == f"/v1/runs/{run['id']}"
     assert run["status"] in ("queued", "running") and run["device"] == "sim:h200"
     assert run["workload"]["op"] == "gemm" and run["workload"]["params"]["b_layout"] == "kn"
@@ -65,10 +68,13 @@ def test_tune_run_cache_trials_events(client: TestClient) -> None:
     assert cached["schedule_hash"] == best["schedule_hash"] and cached["run_id"] == run["id"]
     assert cached["schedule"]["op"] == "gemm" and cached["choices"]
 
+    # A cache hit answers in the same shape: the schedule, and the run that found it.
     again = client.post("/v1/tune", json=body)
-    assert again.status_code == 200
+    assert again.status_code == 200 and "location" not in again.headers
     assert again.json()["cached"] is True
-    assert again.json()["schedule_hash"] == best["schedule_hash"]
+    assert again.json()["schedule"]["schedule_hash"] == best["schedule_hash"]
+    assert again.json()["run"]["id"] == run["id"] and again.json()["run"]["status"] == "succeeded"
+    assert _events(client, again.json()["run"]["id"])[-1][1]["id"] == run["id"]
 
     trials = client.get(f"/v1/runs/{run['id']}/trials").json()
     statuses = [t["status"] for t in trials["data"]]
@@ -88,51 +94,64 @@ def test_identical_requests_share_a_queued_run_and_cancel(idle_client: TestClien
     first = client.post("/v1/tune", json=tune_body())
     second = client.post("/v1/tune", json=tune_body(dict(reversed(list(SMALL_GEMM.items())))))
     assert first.status_code == second.status_code == 202
-    assert first.json()["id"] == second.json()["id"] and first.json()["status"] == "queued"
+    assert first.json()["run"]["id"] == second.json()["run"]["id"] and first.json()["run"]["status"] == "queued"
     other = client.post("/v1/tune", json=tune_body(device="sim:h100") | {"device": "sim:h100"})
-    assert other.status_code == 202 and other.json()["id"] != first.json()["id"]
+    assert other.status_code == 202 and other.json()["run"]["id"] != first.json()["run"]["id"]
 
     runs = client.get("/v1/runs").json()
     assert runs["count"] == 2 and [r["id"] for r in runs["data"]] == sorted(
-        [first.json()["id"], other.json()["id"]], reverse=True
+        [first.json()["run"]["id"], other.json()["run"]["id"]], reverse=True
     )
     assert client.get("/v1/runs", params={"status": "queued", "op": "gemm"}).json()["count"] == 2
     assert client.get("/v1/runs", params={"op": "attention"}).json()["count"] == 0
 
-    run_id = first.json()["id"]
+    run_id = first.json()["run"]["id"]
     cancelled = client.delete(f"/v1/runs/{run_id}")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert client.delete(f"/v1/runs/{run_id}").status_code == 409
     assert client.get("/v1/runs", params={"status": "cancelled"}).json()["count"] == 1
     # "auto" is a local GPU if there is one, else the simulated H200.
     auto = client.post("/v1/tune", json={"op": "gemm", "params": {**SMALL_GEMM, "m": 512}})
-    assert auto.status_code == 202 and auto.json()["device"] == "sim:h200"
-    assert auto.json()["budget"]["trials"] == 64  # the default budget
+    assert auto.status_code == 202 and auto.json()["run"]["device"] == "sim:h200"
+    assert auto.json()["run"]["budget"]["trials"] == 64  # the default budget
     # Cancelled is not active: the same request makes a new run.
     third = client.post("/v1/tune", json=tune_body())
     assert third.status_code == 202
-    assert third.json()["id"] not in (run_id, other.json()["id"], auto.json()["id"])
+    assert third.json()["run"]["id"] not in (run_id, other.json()["run"]["id"], auto.json()["run"]["id"])
 
 
-def test_cancel_a_running_run_keeps_its_trials(client: TestClient) -> None:
-    run = client.post("/v1/tune", json=tune_body(trials=5000)).json()
+def test_cancel_acts_at_once_and_keeps_the_best(client: TestClient) -> None:
+    run = client.post("/v1/tune", json=tune_body(trials=5000)).json()["run"]
     wait_for(client, run["id"], lambda r: r["trials_done"] >= 8)
+    asked = time.monotonic()
     response = client.delete(f"/v1/runs/{run['id']}")
     assert response.status_code == 200 and response.json()["cancel_requested"] is True
-    done = wait_for(client, run["id"])
+    assert response.json()["status"] == "cancelled"  # at once, whatever the search does
+    assert client.delete(f"/v1/runs/{run['id']}").status_code == 409
+    # Its search stops and its best is stored within seconds (phase "done").
+    done = wait_for(client, run["id"], lambda r: r["phase"] == "done", timeout_s=5.0)
+    assert time.monotonic() - asked <= 5.0
     assert done["status"] == "cancelled" and done["stop_reason"] == "cancelled"
     assert done["best"] is not None and done["trials_done"] >= 8
+    assert done["finished_at"] is not None
     trials = client.get(f"/v1/runs/{run['id']}/trials", params={"status": "ok"}).json()
     assert trials["count"] == done["trials_done"]
-    # A cancelled run does not fill the cache.
-    assert client.get("/v1/schedules").json()["count"] == 0
+    # A cancelled run keeps its best: it is cached, and a tune answers with it.
+    schedules = client.get("/v1/schedules").json()
+    assert schedules["count"] == 1
+    entry = schedules["data"][0]
+    assert entry["run_id"] == run["id"]
+    assert entry["schedule_hash"] == done["best"]["schedule_hash"]
+    assert entry["kernel_hash"] == done["best"]["kernel_hash"] is not None
+    hit = client.post("/v1/tune", json=tune_body(trials=5000))
+    assert hit.status_code == 200 and hit.json()["run"]["status"] == "cancelled"
 
 
 def test_warm_start_from_the_nearest_cached_shape(client: TestClient) -> None:
-    first = client.post("/v1/tune", json=tune_body(trials=12)).json()
+    first = client.post("/v1/tune", json=tune_body(trials=12)).json()["run"]
     assert wait_for(client, first["id"])["status"] == "succeeded"
     near = {**SMALL_GEMM, "m": 2048}
-    second = client.post("/v1/tune", json=tune_body(near, trials=12)).json()
+    second = client.post("/v1/tune", json=tune_body(near, trials=12)).json()["run"]
     assert wait_for(client, second["id"])["status"] == "succeeded"
     trials = client.get(f"/v1/runs/{second['id']}/trials").json()["data"]
     warm = [t for t in trials if t["source"] == "warm_start"]
@@ -141,7 +160,7 @@ def test_warm_start_from_the_nearest_cached_shape(client: TestClient) -> None:
 
 
 def test_schedule_filters(client: TestClient) -> None:
-    run = client.post("/v1/tune", json=tune_body(trials=8)).json()
+    run = client.post("/v1/tune", json=tune_body(trials=8)).json()["run"]
     assert wait_for(client, run["id"])["status"] == "succeeded"
     get = client.get
     assert get("/v1/schedules", params={"op": "gemm", "device": "sim:h200"}).json()["count"] == 1
@@ -169,7 +188,7 @@ def test_devices(client: TestClient) -> None:
     names = {d["name"] for d in data["data"]}
     assert {"sim:h100", "sim:h200", "sim:a100"} <= names and data["count"] == len(data["data"])
     assert all(d["simulated"] and d["available"] for d in data["data"])
-    run = client.post("/v1/tune", json=tune_body(trials=4)).json()
+    run = client.post("/v1/tune", json=tune_body(trials=4)).json()["run"]
     wait_for(client, run["id"])
     h200 = next(d for d in client.get("/v1/devices").json()["data"] if d["name"] == "sim:h200")
     assert h200["known"] and h200["key"] == run["device_key"]

@@ -142,4 +142,4 @@ def test_the_servers_budget_limits_come_from_its_settings(
             detail = response.json()["detail"]
             assert field in _fields(response) and setting in detail[0]["msg"]
         ok = client.post("/v1/tune", json={**tune_body(), "budget": {"seconds": 30}})
-        assert ok.status_code == 202 and ok.json()["budget"]["trials"] == 100
+        assert ok.status_code == 202 and ok.json()["run"]["budget"]["trials"] == 100

@@ -31,6 +31,8 @@ def test_tune_waits_for_the_run_then_answers_from_the_cache(
         again = api.tune("gemm", device="sim:h200", **SMALL)  # the fields as keywords
         assert again.cached and again.status == "cached"
         assert again.latency_us == result.latency_us
+        assert again.run_id == run_id  # the run that found it: its events end at once
+        assert [e.name for e in api.events(again.run_id)][-1] == "end"
         (cached,) = api.schedules(op="gemm")
         assert cached["schedule_hash"] == again.schedule["schedule_hash"]
 

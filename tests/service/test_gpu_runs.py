@@ -120,7 +120,7 @@ def test_gpu_run_stores_kernel_baseline_and_calibration(
         body = {"op": "gemm", "params": GEMM, "budget": {"trials": 12}}  # device "auto"
         response = client.post("/v1/tune", json=body)
         assert response.status_code == 202, response.text
-        run = wait_for(client, response.json()["id"])
+        run = wait_for(client, response.json()["run"]["id"])
         assert run["status"] == "succeeded", run
         assert run["device"] == "cuda:0" and run["simulated"] is False
         assert run["trials_done"] == 12 and run["best"]["simulated"] is False
@@ -163,8 +163,8 @@ def test_gpu_run_stores_kernel_baseline_and_calibration(
 
         # The cache entry carries the kernel and the comparison; a repeat answers from it.
         again = client.post("/v1/tune", json=body)
-        assert again.status_code == 200
-        cached = again.json()
+        assert again.status_code == 200 and again.json()["run"]["id"] == run["id"]
+        cached = again.json()["schedule"]
         assert cached["kernel_hash"] == kernel_hash and cached["baseline"] == "cublas"
         assert cached["speedup_vs_baseline"] == pytest.approx(CUBLAS_US / cached["latency_us"])
 
@@ -194,7 +194,7 @@ def test_calibration_makes_the_next_run_predict_better(
 ) -> None:
     def error_of(client: TestClient, params: dict) -> float:
         body = {"op": "gemm", "params": params, "budget": {"trials": 8}}
-        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["run"]["id"])
         assert run["status"] == "succeeded", run
         trials = client.get(f"/v1/runs/{run['id']}/trials", params={"status": "ok"}).json()
         ratios = [t["latency_us"] / t["predicted_us"] for t in trials["data"]]
@@ -224,7 +224,7 @@ def test_gpu_attention_run_times_and_stores_both_peers(
     gpu = ModelGpu(batch=4)
     with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
         body = {"op": "attention", "params": ATTENTION, "budget": {"trials": 8}}
-        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["run"]["id"])
         assert run["status"] == "succeeded", run
         assert run["device"] == "cuda:0" and run["trials_done"] == 8
 
@@ -265,7 +265,7 @@ def test_a_failing_peer_leaves_the_run_succeeded_without_it(
     gpu = ModelGpu(batch=4, failing_baselines={"sdpa_flash"})
     with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
         body = {"op": "attention", "params": ATTENTION, "budget": {"trials": 8}}
-        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["run"]["id"])
     assert run["status"] == "succeeded" and run["error"] is None, run
     assert len(gpu.baseline_jobs("sdpa_flash")) == 3  # it was timed, and failed each round
     assert run["best"]["kernel_hash"] is not None
@@ -285,9 +285,9 @@ def test_mamba2_run_compares_with_mamba_ssm_or_says_it_has_no_baseline(
     gpu = ModelGpu(batch=4, failing_baselines=() if available else {"mamba_ssm_chunk_scan"})
     with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
         body = {"op": "mamba2_chunk_scan", "params": CHUNK_SCAN, "budget": {"trials": 6}}
-        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["run"]["id"])
         page = client.get(f"/runs/{run['id']}").text
-        cached = client.post("/v1/tune", json=body).json()
+        cached = client.post("/v1/tune", json=body).json()["schedule"]
     assert run["status"] == "succeeded" and run["error"] is None, run
     assert run["device"] == "cuda:0" and run["best"]["kernel_hash"] is not None
     # Timed with the first batch and in each round of the final re-timing.
@@ -302,7 +302,7 @@ def test_mamba2_run_compares_with_mamba_ssm_or_says_it_has_no_baseline(
         assert "mamba_ssm_chunk_scan 150.00 µs ÷ ours" in page
     else:
         assert run["baseline_latency_us"] is None and run["speedup_vs_baseline"] is None
-        assert cached["cached"] and cached["baseline_latency_us"] is None
+        assert cached["run_id"] == run["id"] and cached["baseline_latency_us"] is None
         assert cached["speedup_vs_baseline"] is None
         assert "no baseline: mamba_ssm_chunk_scan could not be measured" in page
         assert "baseline mamba_ssm_chunk_scan failed: mamba_ssm_chunk_scan: not importable" \
@@ -443,7 +443,7 @@ def test_gpu_run_through_a_real_local_gpu_pool_with_stand_in_workers(
 
     with TestClient(create_app(settings, gpu_pool_factory=factory)) as client:
         body = {"op": "gemm", "params": GEMM, "budget": {"trials": 10}}
-        run = wait_for(client, client.post("/v1/tune", json=body).json()["id"])
+        run = wait_for(client, client.post("/v1/tune", json=body).json()["run"]["id"])
         assert run["status"] == "succeeded", run
         assert run["trials_done"] == 10 and run["baseline_latency_us"] == 10.0
         assert run["best"]["kernel_hash"] is not None

@@ -80,7 +80,7 @@ def test_tune_attention_on_the_gpu_serve_its_kernel_and_run_it_on_torch_tensors(
         created = client.post("/v1/tune", json={"op": "attention", "params": params,
                                                 "budget": {"trials": 16}})
         assert created.status_code == 202, created.text
-        run_id = created.json()["id"]
+        run_id = created.json()["run"]["id"]
         for _ in range(600):
             run = client.get(f"/v1/runs/{run_id}").json()
             if run["status"] in ("succeeded", "failed", "cancelled", "interrupted"):

@@ -20,7 +20,8 @@ def test_tune_in_process_then_from_the_cache(database_url: str) -> None:
     assert first.schedule is not None and first.schedule["workload"]["params"]["m"] == 1024
     again = pipetune.tune("gemm", device="sim:h200", budget={"trials": 8},
                           database_url=database_url, progress=False, **params)
-    assert again.cached and again.status == "cached" and again.run is None
+    assert again.cached and again.status == "cached"
+    assert again.run is not None and again.run_id == first.run_id == first.run["id"]
     assert again.latency_us == first.latency_us and again.kernel_hash == first.kernel_hash
     assert again.kernel == first.kernel
 
@@ -54,7 +55,7 @@ def test_a_run_left_running_by_a_stopped_process_is_taken_over(settings) -> None
     from service.main import create_app
 
     with TestClient(create_app(settings)) as client:
-        run = client.post("/v1/tune", json=tune_body(trials=24)).json()
+        run = client.post("/v1/tune", json=tune_body(trials=24)).json()["run"]
         wait_for(client, run["id"], lambda r: r["trials_done"] >= 4)
     result = pipetune.tune("gemm", device="sim:h200", budget={"trials": 24},
                            database_url=settings.database_url, progress=False, **SMALL_GEMM)

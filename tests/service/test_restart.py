@@ -30,7 +30,7 @@ def _ok_hashes(client: TestClient | httpx.Client, run_id: int) -> list[str]:
 @pytest.mark.parametrize("policy", ["resume", "interrupt"])
 def test_graceful_stop_then_start(settings: Settings, policy: str) -> None:
     with TestClient(create_app(settings)) as client:
-        run = client.post("/v1/tune", json=tune_body(trials=40)).json()
+        run = client.post("/v1/tune", json=tune_body(trials=40)).json()["run"]
         wait_for(client, run["id"], lambda r: r["trials_done"] >= 8)
     # Stopped mid-run: the run is left "running" with no owner.
     restarted = settings.model_copy(update={"on_restart": policy})
@@ -112,7 +112,7 @@ def _wait(client: httpx.Client, run_id: int, done: Callable[[dict], bool],
 def test_kill_9_during_a_run(database_url: str, tmp_path: Path) -> None:
     # 1. A killed server's run is marked interrupted by the next one; trials are kept.
     with _server(database_url, tmp_path, "interrupt") as (process, client):
-        run = client.post("/v1/tune", json=tune_body(trials=5000)).json()
+        run = client.post("/v1/tune", json=tune_body(trials=5000)).json()["run"]
         _wait(client, run["id"], lambda r: r["trials_done"] >= 16)
         process.kill()  # SIGKILL: no shutdown at all
         process.wait()
@@ -124,7 +124,7 @@ def test_kill_9_during_a_run(database_url: str, tmp_path: Path) -> None:
 
         # 2. ... or resumed: the run goes on from its trials, none measured twice.
         other = client.post("/v1/tune", json=tune_body({**SMALL_GEMM, "m": 2048},
-                                                       trials=5000)).json()
+                                                       trials=5000)).json()["run"]
         assert other["status"] in ("queued", "running")
         _wait(client, other["id"], lambda r: r["trials_done"] >= 16)
     # (stopped with SIGTERM here: the next start resumes "running" runs either way)

@@ -1,4 +1,5 @@
-"""``POST /v1/tune``: a cached best schedule (200), or the run that will find it (202)."""
+"""``POST /v1/tune``: a cached best schedule (200), or the run that will find it (202);
+one answer shape for both (:class:`~service.schemas.TuneResponse`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from fastapi.responses import JSONResponse
 from service.api.deps import MetricsDep, RunManagerDep, SettingsDep
 from service.errors import InvalidRequest
 from service.runs.tune import prepare
-from service.schemas import ErrorPublic, RunPublic, SchedulePublic, TuneRequest
+from service.schemas import ErrorPublic, RunPublic, SchedulePublic, TuneRequest, TuneResponse
 
 router = APIRouter(prefix="/tune", tags=["tune"])
 
@@ -16,10 +17,12 @@ router = APIRouter(prefix="/tune", tags=["tune"])
 @router.post(
     "",
     status_code=202,
-    response_model=RunPublic,
+    response_model=TuneResponse,
     responses={
-        200: {"model": SchedulePublic, "description": "Cache hit: the best known schedule."},
-        202: {"model": RunPublic, "description": "A run (new, or the one already running)."},
+        200: {"model": TuneResponse, "description": "Cache hit: `cached` true, the best "
+              "known `schedule` and the `run` that found it."},
+        202: {"model": TuneResponse, "description": "A run (new, extended, or the one "
+              "already running; `Location` names it); `schedule` is null."},
         400: {"model": ErrorPublic, "description": "The body is not JSON."},
         422: {"model": ErrorPublic, "description": "A field is wrong; `field` names it."},
     },
@@ -27,18 +30,20 @@ router = APIRouter(prefix="/tune", tags=["tune"])
 def tune(
     request: TuneRequest, manager: RunManagerDep, settings: SettingsDep, metrics: MetricsDep
 ) -> JSONResponse:
-    """Tune an operator for a device: the cached best schedule, or a (shared) run."""
+    """Tune an operator for a device: the cached best schedule, or a (shared) run;
+    ``force`` runs despite the cache, ``extend`` continues the workload's newest run."""
     try:
         tune_input = prepare(request, settings)
+        submitted = manager.submit(tune_input)
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
-    submitted = manager.submit(tune_input)
+    run = RunPublic.of(submitted.run) if submitted.run is not None else None
     if submitted.schedule is not None:
-        body = SchedulePublic.of(submitted.schedule).model_dump(mode="json")
-        return JSONResponse(body, status_code=200)
-    assert submitted.run is not None
-    body = RunPublic.of(submitted.run).model_dump(mode="json")
-    return JSONResponse(
-        body, status_code=202, headers={"Location": f"/v1/runs/{submitted.run.id}"}
-    )
+        body = TuneResponse(cached=True, run=run,
+                            schedule=SchedulePublic.of(submitted.schedule))
+        return JSONResponse(body.model_dump(mode="json"), status_code=200)
+    assert run is not None
+    body = TuneResponse(cached=False, run=run, schedule=None)
+    return JSONResponse(body.model_dump(mode="json"), status_code=202,
+                        headers={"Location": f"/v1/runs/{run.id}"})
