@@ -94,7 +94,8 @@ def test_identical_requests_share_a_queued_run_and_cancel(idle_client: TestClien
     first = client.post("/v1/tune", json=tune_body())
     second = client.post("/v1/tune", json=tune_body(dict(reversed(list(SMALL_GEMM.items())))))
     assert first.status_code == second.status_code == 202
-    assert first.json()["run"]["id"] == second.json()["run"]["id"] and first.json()["run"]["status"] == "queued"
+    assert first.json()["run"]["id"] == second.json()["run"]["id"]
+    assert first.json()["run"]["status"] == "queued"
     other = client.post("/v1/tune", json=tune_body(device="sim:h100") | {"device": "sim:h100"})
     assert other.status_code == 202 and other.json()["run"]["id"] != first.json()["run"]["id"]
 
@@ -117,7 +118,8 @@ def test_identical_requests_share_a_queued_run_and_cancel(idle_client: TestClien
     # Cancelled is not active: the same request makes a new run.
     third = client.post("/v1/tune", json=tune_body())
     assert third.status_code == 202
-    assert third.json()["run"]["id"] not in (run_id, other.json()["run"]["id"], auto.json()["run"]["id"])
+    earlier = (run_id, other.json()["run"]["id"], auto.json()["run"]["id"])
+    assert third.json()["run"]["id"] not in earlier
 
 
 def test_cancel_acts_at_once_and_keeps_the_best(client: TestClient) -> None:

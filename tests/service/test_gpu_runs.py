@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import zipfile
 from collections.abc import Iterator
 
@@ -484,3 +485,26 @@ def test_operators_without_code_generation_stay_simulated(
                  "head_dim": 128, "causal": False, "dtype": "float16"}
     assert prepare(TuneRequest(op="attention", params=attention), settings).device.name \
         == "cuda:0"
+
+
+def test_cancel_acts_at_once_while_the_gpu_is_busy(
+    fake_gpu: FakeProbe, gpu_settings: Settings
+) -> None:
+    """A GPU batch in flight and the finalists' re-timing take seconds after a cancel; the
+    run is cancelled at once all the same, and its best is stored once they are done."""
+    gpu = ModelGpu(batch=4, measure_s=1.0)
+    with TestClient(create_app(gpu_settings, gpu_pool_factory=lambda d: gpu)) as client:
+        body = {"op": "gemm", "params": GEMM, "budget": {"trials": 5000}}
+        run = client.post("/v1/tune", json=body).json()["run"]
+        wait_for(client, run["id"], lambda r: r["trials_done"] >= 4)
+        asked = time.monotonic()
+        cancelled = client.delete(f"/v1/runs/{run['id']}").json()
+        assert time.monotonic() - asked < 2.0
+        assert cancelled["status"] == "cancelled" and cancelled["phase"] == "stopping"
+        assert client.post("/v1/tune", json=body).json()["run"]["id"] != run["id"]
+        done = wait_for(client, run["id"], lambda r: r["phase"] == "done", timeout_s=30.0)
+        cached = client.get("/v1/schedules", params={"device": "cuda:0",
+                                                     "params": json.dumps(GEMM)}).json()
+    assert done["status"] == "cancelled" and done["best"]["kernel_hash"] is not None
+    (entry,) = cached["data"]
+    assert entry["run_id"] == run["id"] and entry["kernel_hash"] == done["best"]["kernel_hash"]
