@@ -1,7 +1,8 @@
 """The dashboard's HTML pages (server-rendered with Jinja2) and its static files.
 
 Pages: ``/`` the runs list (``/runs/table`` is its live-refreshed table alone),
-``/runs/{id}`` a run, ``/schedules`` the cache, ``/schedules/{id}`` one entry. The pages
+``/runs/{id}`` a run (``/runs/{id}/trials`` its trials table's rows, invalid points left
+out unless asked for), ``/schedules`` the cache, ``/schedules/{id}`` one entry. The pages
 draw their charts in the browser from the JSON API (``/v1/runs/{id}/convergence``,
 ``/importance``, ``/timeline``, ``/source``, ``/events``) with plotly.js, which is served
 from the installed ``plotly`` package (``/static/vendor/plotly.min.js``): no front-end
@@ -16,7 +17,7 @@ import threading
 from functools import cache
 from importlib import resources
 from pathlib import Path as FilePath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -24,10 +25,14 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from scheduler_search.ops import OPERATORS
-from service.api.deps import SessionDep
+from service.api.deps import SessionDep, SettingsDep
+from service.dashboard.operators import operator_text
+from service.dashboard.trials import trials_page
 from service.dashboard.views import (
+    ESTIMATE_NOTE,
     RunRow,
     ScheduleRow,
+    duration_text,
     latency_text,
     matches_shape,
     shape_text,
@@ -38,10 +43,12 @@ from service.dashboard.views import (
 from service.db import repositories as repo
 from service.db.models import RunStatus, utcnow
 from service.runs.insights import MIN_TRIALS_FOR_IMPORTANCE
+from service.schemas import TrialPublic, TrialsPublic
 
 HERE = FilePath(__file__).parent
 STATIC_DIR = HERE / "static"
 templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.globals.update(ESTIMATE_NOTE=ESTIMATE_NOTE, duration_text=duration_text)
 
 #: Rows per page of the runs list and the schedules page.
 PAGE_SIZE = 50
@@ -53,6 +60,7 @@ router = APIRouter(include_in_schema=False)
 Filter = Annotated[str | None, Query(max_length=128)]
 PageNo = Annotated[int, Query(ge=1, le=1_000_000)]
 PageId = Annotated[int, Path(ge=1, le=2**62)]
+TrialOrder = Literal["number", "-number", "latency_us", "-latency_us", "status", "-status"]
 
 
 def _clean(value: str | None) -> str | None:
@@ -79,7 +87,8 @@ def _pages(count: int, page: int, query: dict[str, Any], base: str) -> dict[str,
 
 
 def _runs_context(
-    session: SessionDep, op: str | None, status: str | None, device: str | None, page: int
+    session: SessionDep, max_trials: int, op: str | None, status: str | None,
+    device: str | None, page: int,
 ) -> dict[str, Any]:
     op, status, device = _clean(op), _clean(status), _clean(device)
     if status is not None and status not in {s.value for s in RunStatus}:
@@ -92,8 +101,11 @@ def _runs_context(
     )
     now = utcnow()
     filters = {"op": op or "", "status": status or "", "device": device or ""}
+    runs = [RunRow.of(r, max_trials, now) for r in rows]
     return {
-        "runs": [RunRow.of(r, now) for r in rows],
+        "runs": runs,
+        # No column of dashes: the baseline column only where a run on the page has one.
+        "show_baseline": any(r.has_baseline for r in runs),
         "pager": pager,
         "filters": filters,
         "table_query": urlencode({**{k: v for k, v in filters.items() if v},
@@ -111,10 +123,10 @@ def _not_found(request: Request, message: str) -> HTMLResponse:
 
 @router.get("/", response_class=HTMLResponse)
 def runs_page(
-    request: Request, session: SessionDep, op: Filter = None, status: Filter = None,
-    device: Filter = None, page: PageNo = 1,
+    request: Request, session: SessionDep, settings: SettingsDep, op: Filter = None,
+    status: Filter = None, device: Filter = None, page: PageNo = 1,
 ) -> HTMLResponse:
-    context = _runs_context(session, op, status, device, page)
+    context = _runs_context(session, settings.max_trials, op, status, device, page)
     context.update(
         operators=sorted(OPERATORS),
         devices=sorted({d.name for d in repo.list_devices(session)}),
@@ -126,16 +138,18 @@ def runs_page(
 
 @router.get("/runs/table", response_class=HTMLResponse)
 def runs_table(
-    request: Request, session: SessionDep, op: Filter = None, status: Filter = None,
-    device: Filter = None, page: PageNo = 1,
+    request: Request, session: SessionDep, settings: SettingsDep, op: Filter = None,
+    status: Filter = None, device: Filter = None, page: PageNo = 1,
 ) -> HTMLResponse:
     """The runs list's table alone: what the page swaps in every ``RUNS_REFRESH_MS``."""
-    context = _runs_context(session, op, status, device, page)
+    context = _runs_context(session, settings.max_trials, op, status, device, page)
     return templates.TemplateResponse(request, "_runs_table.html", context)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, session: SessionDep, run_id: PageId) -> HTMLResponse:
+def run_page(
+    request: Request, session: SessionDep, settings: SettingsDep, run_id: PageId
+) -> HTMLResponse:
     run = repo.get_run(session, run_id=run_id)
     if run is None:
         return _not_found(request, f"There is no run {run_id}.")
@@ -146,13 +160,29 @@ def run_page(request: Request, session: SessionDep, run_id: PageId) -> HTMLRespo
         )
         cached = entry.id if entry is not None else None
     context = {
-        "run": RunRow.of(run),
-        "budget_seconds": run.budget_seconds,
+        "run": RunRow.of(run, settings.max_trials),
+        "text": operator_text(run.workload.op),
         "schedule_id": cached,
         "min_importance_trials": MIN_TRIALS_FOR_IMPORTANCE,
         "nav": "runs",
     }
     return templates.TemplateResponse(request, "run.html", context)
+
+
+@router.get("/runs/{run_id}/trials", response_model=TrialsPublic)
+def run_trials(
+    session: SessionDep, run_id: PageId, status: Filter = None, order: TrialOrder = "number",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    invalid: Literal["hide", "show"] = "hide",
+) -> TrialsPublic:
+    """The run page's trials table: ``GET /v1/runs/{id}/trials`` without the invalid
+    points unless ``invalid=show`` (or ``status=invalid``)."""
+    rows, count = trials_page(
+        session, run_id=run_id, status=_clean(status), show_invalid=invalid == "show",
+        order=order, limit=limit, offset=offset,
+    )
+    return TrialsPublic(data=[TrialPublic.of(t) for t in rows], count=count)
 
 
 @router.get("/schedules", response_class=HTMLResponse)
@@ -166,8 +196,10 @@ def schedules_page(
         rows = [r for r in rows if matches_shape(shape, r.op, r.params)]
     pager = _pages(len(rows), page, {"op": op, "device": device, "shape": shape}, "/schedules")
     start = (pager["page"] - 1) * PAGE_SIZE
+    schedules = [ScheduleRow.of(r) for r in rows[start : start + PAGE_SIZE]]
     context = {
-        "schedules": [ScheduleRow.of(r) for r in rows[start : start + PAGE_SIZE]],
+        "schedules": schedules,
+        "show_baseline": any(s.has_baseline for s in schedules),
         "pager": pager,
         "filters": {"op": op or "", "device": device or "", "shape": shape or ""},
         "operators": sorted(OPERATORS),
@@ -190,6 +222,7 @@ def schedule_page(request: Request, session: SessionDep, schedule_id: PageId) ->
         "speedup": speedup_text(row.latency_us, vendor_baseline_us(row)),
         "baseline": getattr(row, "baseline", None),
         "baseline_latency": latency_text(vendor_baseline_us(row)),
+        "text": operator_text(row.workload.op),
         "updated": time_text(row.updated_at),
         "nav": "schedules",
     }

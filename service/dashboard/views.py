@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_search.ops import OPERATORS
+from service.dashboard.operators import peer_name
 from service.db.models import RunModel, RunStatus, as_utc, utcnow
+
+#: What every latency of a simulated device is, said where it is shown (on hover).
+ESTIMATE_NOTE = (
+    "Cost-model estimate, not a measurement: the simulated device runs no kernel. "
+    "Measured kernels can be slower (a GEMM measured on an H200 ran about 22% slower "
+    "than its estimate)."
+)
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float8_e4m3": "fp8"}
 
@@ -58,6 +66,12 @@ def time_text(value: dt.datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
 
 
+def short_time_text(value: dt.datetime | None) -> str:
+    """Minutes are enough in a table's column (``time_text`` goes in its tooltip)."""
+    value = as_utc(value)
+    return value.strftime("%Y-%m-%d %H:%M") if value else "—"
+
+
 def iso(value: dt.datetime | None) -> str:
     value = as_utc(value)
     return value.isoformat().replace("+00:00", "Z") if value else ""
@@ -81,6 +95,44 @@ def vendor_baseline_us(row: Any) -> float | None:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far a run is through its budget.
+
+    A run stops at whichever of its budgets runs out first, so the bar shows the larger
+    of the two fractions. A budget of seconds alone is stored with the server's trial cap
+    (``max_trials``), which is no plan of the user's: such a run is shown by time only,
+    never as ``8/10000 trials``.
+
+    Attributes:
+        pct: the bar's width (0-100).
+        text: the short form the runs list shows (``8/32 trials``, ``12.0 s / 1 min 00 s``).
+        trials_budget: the trial budget to show, or None when only time counts.
+        seconds_budget: the time budget, or None.
+        elapsed_s: seconds the run has run (None before it starts).
+    """
+
+    pct: float
+    text: str
+    trials_budget: int | None
+    seconds_budget: float | None
+    elapsed_s: float | None
+
+    @classmethod
+    def of(cls, run: RunModel, elapsed_s: float | None, max_trials: int) -> Progress:
+        seconds = run.budget_seconds
+        trials = None if seconds and run.budget_trials >= max_trials else run.budget_trials
+        fractions = [run.trials_done / max(trials, 1)] if trials is not None else []
+        parts = [f"{run.trials_done}/{trials} trials" if trials is not None
+                 else f"{run.trials_done} trials"]
+        if seconds:
+            fractions.append((elapsed_s or 0.0) / seconds)
+            parts.append(f"{duration_text(elapsed_s or 0.0)} / {duration_text(seconds)}")
+        done = RunStatus(run.status) is RunStatus.SUCCEEDED
+        pct = 100.0 if done else min(100.0, 100.0 * max(fractions))
+        return cls(round(pct, 1), " · ".join(parts), trials, seconds, elapsed_s)
+
+
+@dataclass(frozen=True)
 class RunRow:
     """One run as the runs list and the run page's header show it."""
 
@@ -94,20 +146,24 @@ class RunRow:
     phase: str
     active: bool
     trials_done: int
-    budget_trials: int
     invalid: int
-    progress_pct: float
+    progress: Progress
     best_latency_us: float | None
     best: str
     best_schedule_hash: str | None
     best_kernel_hash: str | None
     speedup: str
+    #: Whether a baseline latency was measured (never on a simulated device).
+    has_baseline: bool
+    #: The stored baseline name (``cublas``) and as people know it (``cuBLAS``).
     baseline: str | None
+    baseline_name: str | None
     baseline_latency: str
     #: Further peers re-timed with the winner (attention: FlashAttention-2): name ->
     #: (their latency, their latency over ours), as text.
     peers: dict[str, tuple[str, str]]
     started: str
+    started_short: str
     started_iso: str
     created: str
     finished: str
@@ -116,20 +172,18 @@ class RunRow:
     stop_reason: str | None
     error: str | None
     cancel_requested: bool
-    budget_seconds: float | None
 
     @classmethod
-    def of(cls, run: RunModel, now: dt.datetime | None = None) -> RunRow:
+    def of(cls, run: RunModel, max_trials: int, now: dt.datetime | None = None) -> RunRow:
+        """``run`` as shown at ``now``; ``max_trials`` is the server's trial cap (what a
+        budget of seconds alone stores as its trials)."""
         status = RunStatus(run.status)
         started, finished = as_utc(run.started_at), as_utc(run.finished_at)
         duration: float | None = None
         if started is not None:
             end = finished or (None if status.is_finished() else (now or utcnow()))
             duration = (end - started).total_seconds() if end else run.elapsed_s
-        budget = max(run.budget_trials, 1)
-        progress = 100.0 if status is RunStatus.SUCCEEDED else min(
-            100.0, 100.0 * run.trials_done / budget
-        )
+        baseline_us = vendor_baseline_us(run)
         return cls(
             id=run.id,
             op=run.workload.op,
@@ -141,19 +195,21 @@ class RunRow:
             phase=run.phase,
             active=not status.is_finished(),
             trials_done=run.trials_done,
-            budget_trials=run.budget_trials,
             invalid=run.invalid,
-            progress_pct=round(progress, 1),
+            progress=Progress.of(run, duration, max_trials),
             best_latency_us=run.best_latency_us,
             best=latency_text(run.best_latency_us),
             best_schedule_hash=run.best_schedule_hash,
             best_kernel_hash=run.best_kernel_hash,
-            speedup=speedup_text(run.best_latency_us, vendor_baseline_us(run)),
+            speedup=speedup_text(run.best_latency_us, baseline_us),
+            has_baseline=baseline_us is not None,
             baseline=getattr(run, "baseline", None),
-            baseline_latency=latency_text(vendor_baseline_us(run)),
+            baseline_name=peer_name(getattr(run, "baseline", None)),
+            baseline_latency=latency_text(baseline_us),
             peers={name: (latency_text(us), speedup_text(run.best_latency_us, us))
                    for name, us in (run.peer_latencies_us or {}).items()},
             started=time_text(started),
+            started_short=short_time_text(started),
             started_iso=iso(started),
             created=time_text(run.created_at),
             finished=time_text(finished),
@@ -162,7 +218,6 @@ class RunRow:
             stop_reason=run.stop_reason,
             error=run.error,
             cancel_requested=run.cancel_requested,
-            budget_seconds=run.budget_seconds,
         )
 
 
@@ -179,9 +234,12 @@ class ScheduleRow:
     latency: str
     predicted: str
     speedup: str
+    has_baseline: bool
+    baseline_name: str | None
     kernel_hash: str | None
     run_id: int | None
     updated: str
+    updated_short: str
 
     @classmethod
     def of(cls, row: Any) -> ScheduleRow:
@@ -195,9 +253,12 @@ class ScheduleRow:
             latency=latency_text(row.latency_us),
             predicted=latency_text(row.predicted_us),
             speedup=speedup_text(row.latency_us, vendor_baseline_us(row)),
+            has_baseline=vendor_baseline_us(row) is not None,
+            baseline_name=peer_name(getattr(row, "baseline", None)),
             kernel_hash=row.kernel_hash,
             run_id=row.run_id,
             updated=time_text(row.updated_at),
+            updated_short=short_time_text(row.updated_at),
         )
 
 

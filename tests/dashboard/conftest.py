@@ -31,11 +31,12 @@ idle_client = _fixtures.idle_client
 
 def _finished_run(client: TestClient) -> dict:
     """A succeeded 16-trial GEMM run on the simulated H200."""
+    from dashboard_helpers import posted_run
     from service_helpers import tune_body, wait_for
 
     response = client.post("/v1/tune", json=tune_body(trials=16))
     assert response.status_code == 202, response.text
-    run = wait_for(client, response.json()["run"]["id"])
+    run = wait_for(client, posted_run(response.json())["id"])
     assert run["status"] == "succeeded", run
     return run
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+from dashboard_helpers import posted_run
 from fastapi.testclient import TestClient
 from service_helpers import SMALL_GEMM, tune_body
 from sqlalchemy import text
@@ -76,6 +77,77 @@ def test_runs_list_filters_and_run_page(shared_client: TestClient, shared_run: d
                     "kernel-source", "cancel-button", "/static/vendor/plotly.min.js"):
         assert element in run_page.text, element
     assert 'id="cancel-button" class="danger" type="button" hidden' in run_page.text
+    # Every chart holds its place with a placeholder until it is drawn.
+    assert run_page.text.count('class="chart-placeholder"') == 5  # 4 charts + the table
+    # A simulated run's latencies are labelled estimates; no baseline is shown for it, a
+    # caveat is. The timeline's caption is the GEMM's.
+    assert 'id="best-latency">' in run_page.text and 'class="est"' in run_page.text
+    assert 'id="estimate-card"' in run_page.text and 'id="baseline-card"' not in run_page.text
+    assert "not a measurement" in run_page.text
+    assert "load_a, load_b" in run_page.text and "GEMM · m=1024" in run_page.text
+    assert 'data-budget-trials="16"' in run_page.text and "16/16 trials" in page.text
+    assert 'class="num baseline-col"' not in page.text and "vs baseline" not in page.text
+
+
+def test_baseline_column_only_where_a_baseline_exists(
+    client: TestClient, finished_run: dict
+) -> None:
+    """A GPU run's baseline (set here as its final re-timing stores it) brings the column,
+    on the runs list, the schedules page and the run page."""
+    db = client.app.state.db
+    with db.engine.begin() as connection:
+        for table in ("pipetune_runs", "pipetune_schedules"):
+            connection.execute(text(
+                f"UPDATE {table} SET baseline = 'cublas', baseline_latency_us = 20.0"
+            ))
+    runs = client.get("/").text
+    assert runs.count('class="num baseline-col"') == 2  # the header and the run's cell
+    assert "vs baseline" in runs and "cuBLAS 20.00 µs ÷ ours" in runs
+    schedules = client.get("/schedules").text
+    assert schedules.count('class="num baseline-col"') == 2 and "×" in schedules
+
+
+def test_seconds_budget_progress(idle_client: TestClient) -> None:
+    """A budget of seconds alone is time progress, never ``0/10000 trials``."""
+    body = {**tune_body(SMALL_GEMM), "budget": {"seconds": 90}}
+    run = posted_run(idle_client.post("/v1/tune", json=body).json())
+    listed = idle_client.get("/runs/table").text
+    assert "0 trials · 0.0 s / 1 min 30 s" in listed and "10000" not in listed
+    page = idle_client.get(f"/runs/{run['id']}").text
+    assert 'data-budget-trials=""' in page and 'data-budget-seconds="90.0"' in page
+    assert "of 1 min 30 s" in page and "10000" not in page
+    both = {**tune_body({**SMALL_GEMM, "m": 2048}), "budget": {"seconds": 90, "trials": 40}}
+    run = posted_run(idle_client.post("/v1/tune", json=both).json())
+    page = idle_client.get(f"/runs/{run['id']}").text
+    assert "of 40 trials measured" in page and "whichever comes first" in page
+
+
+def test_trials_rows_hide_invalid_points(client: TestClient, finished_run: dict) -> None:
+    """The run page's table leaves out the invalid points older runs stored, unless asked."""
+    run_id = finished_run["id"]
+    with repo.session_scope(client.app.state.db.sessions) as session:
+        repo.add_trials(session, run_id=run_id, trials=[{
+            "status": "invalid", "source": "search", "schedule_hash": None,
+            "choices": {"tile_m": 512}, "latency_us": None, "predicted_us": None,
+            "simulated": True, "error": "smem_exceeded", "measurement": None,
+        }] * 3)
+    every = client.get(f"/v1/runs/{run_id}/trials", params={"limit": 1000}).json()["data"]
+    invalid = [t["number"] for t in every if t["status"] == "invalid"]
+    assert len(invalid) >= 3
+    valid = [t["number"] for t in every if t["status"] != "invalid"]
+    url = f"/runs/{run_id}/trials"
+    hidden = client.get(url, params={"limit": 1000}).json()
+    assert [t["number"] for t in hidden["data"]] == valid and hidden["count"] == len(valid)
+    shown = client.get(url, params={"limit": 1000, "invalid": "show"}).json()
+    assert [t["number"] for t in shown["data"]] == sorted(valid + invalid)
+    only = client.get(url, params={"status": "invalid"}).json()
+    assert [t["number"] for t in only["data"]] == invalid
+    by_latency = client.get(url, params={"order": "-latency_us", "limit": 3}).json()["data"]
+    slowest = sorted((t["latency_us"] for t in every if t["latency_us"] is not None),
+                     reverse=True)[:3]
+    assert [t["latency_us"] for t in by_latency] == slowest
+    assert client.get(url, params={"order": "error"}).status_code == 422
+    assert client.get(url, params={"invalid": "maybe"}).status_code == 422
 
 
 def test_convergence(shared_client: TestClient, shared_run: dict) -> None:
@@ -135,7 +207,7 @@ def test_importance(shared_client: TestClient, shared_run: dict) -> None:
 
 def test_importance_needs_trials_then_falls_back(idle_client: TestClient) -> None:
     client = idle_client
-    run = client.post("/v1/tune", json=tune_body(trials=40)).json()["run"]
+    run = posted_run(client.post("/v1/tune", json=tune_body(trials=40)).json())
     early = client.get(f"/v1/runs/{run['id']}/importance").json()
     assert not early["available"] and "needs 10" in early["reason"]
     # Trials stored without an Optuna study (an imported or pre-study run): the one-way
@@ -245,7 +317,7 @@ def test_events_after(shared_client: TestClient, shared_run: dict) -> None:
 
 
 def test_active_run_page(idle_client: TestClient) -> None:
-    run = idle_client.post("/v1/tune", json=tune_body(SMALL_GEMM)).json()["run"]
+    run = posted_run(idle_client.post("/v1/tune", json=tune_body(SMALL_GEMM)).json())
     page = idle_client.get(f"/runs/{run['id']}")
     assert page.status_code == 200 and 'data-status="queued"' in page.text
     assert 'id="cancel-button" class="danger" type="button" >' in page.text

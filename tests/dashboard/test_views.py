@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+from service.dashboard.operators import operator_text
 from service.dashboard.views import (
+    Progress,
     duration_text,
     latency_text,
     matches_shape,
@@ -44,9 +48,38 @@ def test_matches_shape() -> None:
 
 
 def test_vendor_baseline() -> None:
-    from types import SimpleNamespace
-
     assert vendor_baseline_us(SimpleNamespace()) is None  # a schema without baselines
     gpu = SimpleNamespace(baseline="cublas", baseline_latency_us=12.0)
     assert vendor_baseline_us(gpu) == 12.0
     assert speedup_text(10.0, vendor_baseline_us(gpu)) == "1.20×"
+
+
+def _run(status: str = "running", done: int = 8, trials: int = 10_000,
+         seconds: float | None = None) -> SimpleNamespace:
+    return SimpleNamespace(status=status, trials_done=done, budget_trials=trials,
+                           budget_seconds=seconds)
+
+
+def test_progress_by_trials_time_or_both() -> None:
+    by_trials = Progress.of(_run(trials=32), elapsed_s=5.0, max_trials=10_000)
+    assert by_trials.text == "8/32 trials" and by_trials.pct == 25.0
+    assert by_trials.seconds_budget is None
+    # Seconds alone store the server's trial cap: shown by time, never as 8/10000 trials.
+    by_time = Progress.of(_run(seconds=60.0), elapsed_s=15.0, max_trials=10_000)
+    assert by_time.text == "8 trials · 15.0 s / 1 min 00 s" and by_time.pct == 25.0
+    assert by_time.trials_budget is None
+    # Both: the budget that runs out first fills the bar.
+    both = Progress.of(_run(trials=16, seconds=60.0), elapsed_s=6.0, max_trials=10_000)
+    assert both.text == "8/16 trials · 6.0 s / 1 min 00 s" and both.pct == 50.0
+    queued = Progress.of(_run(status="queued", done=0, seconds=60.0), None, 10_000)
+    assert queued.pct == 0.0 and queued.text == "0 trials · 0.0 s / 1 min 00 s"
+    assert Progress.of(_run("succeeded", seconds=60.0), 20.0, 10_000).pct == 100.0
+
+
+def test_operator_text() -> None:
+    gemm, scan = operator_text("gemm"), operator_text("mamba2_chunk_scan")
+    assert gemm.baseline == "cuBLAS" and "load_a" in gemm.timeline
+    assert scan.title == "Mamba2 chunk scan" and scan.baseline == "mamba_ssm"
+    assert "load_a" not in scan.timeline and "mma_x" in scan.timeline
+    assert "mma_qk" in operator_text("attention").timeline
+    assert operator_text("unknown_op").baseline is None
