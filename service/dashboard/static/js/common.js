@@ -1,6 +1,6 @@
-// Shared helpers of the dashboard's pages: fetching JSON, formatting, and the two drawings
-// every schedule has (its per-sEU timeline and its kernel source). Charts use plotly.js,
-// served by pipetune from the installed plotly package (window.Plotly).
+// Shared helpers of the dashboard's pages: fetching JSON, formatting, drawing a chart in
+// place of its placeholder, and a schedule's kernel source (its timeline is timeline.js).
+// Charts use plotly.js, served by pipetune from the installed plotly package (window.Plotly).
 
 export const STATUS_COLOURS = {
   ok: "#2e8b57",
@@ -11,14 +11,6 @@ export const STATUS_COLOURS = {
   wrong_result: "#8e44ad",
   timeout: "#e67e22",
   crash: "#b03a2e",
-};
-
-export const LANE_NAMES = {
-  tma: "TMA",
-  lsu: "LSU (cp.async)",
-  tensor_core: "Tensor cores",
-  cuda_core: "CUDA cores",
-  sfu: "SFU",
 };
 
 const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
@@ -76,111 +68,26 @@ export function plotly() {
   });
 }
 
+/** Draw a chart in ``node``, in place of the placeholder it shows until then. */
 export async function plot(node, traces, layout) {
   const Plotly = await plotly();
   const base = { font: FONT, margin: { l: 60, r: 20, t: 30, b: 44 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff" };
+  node.querySelector(":scope > .chart-placeholder")?.remove();
   await Plotly.react(node, traces, { ...base, ...layout }, PLOT_CONFIG);
   node.dataset.drawn = "true";
 }
 
-// ----- the timeline ---------------------------------------------------------------------------
-const FAMILIES = [
-  [/^load|^tma|^copy/, ["#1f77b4", "#4f9fd8", "#7fb8e6", "#2a5d8f", "#9cc9ee", "#3d7ab8", "#1b4f72"]],
-  [/^mma|^wgmma|^gemm/, ["#e4572e", "#f28e2b", "#c44e1f", "#f6a96c"]],
-  [/^store|^epilogue/, ["#7b3fa0", "#a36fc4"]],
-];
-const OTHERS = ["#2e8b57", "#59a14f", "#8cd17d", "#b6992d", "#499894", "#86bcb6", "#e15759", "#79706e"];
-
-function stackColours(stasks) {
-  const used = new Map();
-  const counters = new Map();
-  for (const name of stasks) {
-    let palette = OTHERS;
-    for (const [pattern, colours] of FAMILIES) if (pattern.test(name)) palette = colours;
-    const index = counters.get(palette) || 0;
-    counters.set(palette, index + 1);
-    used.set(name, palette[index % palette.length]);
-  }
-  return used;
+/** Say in a chart's placeholder why it is not drawn (the chart keeps its place). */
+export function chartFailed(node, message) {
+  const holder = node.querySelector(":scope > .chart-placeholder");
+  if (!holder) return;
+  holder.classList.add("failed");
+  holder.textContent = message;
 }
 
-/** Draw the cost model's per-sEU timeline (``TimelinePublic``) as horizontal bars, one
- * lane per sEU, one colour per sTask. */
-export async function drawTimeline(node, summary, data) {
-  const stasks = [...new Set(data.entries.map((e) => e.stask))];
-  const colours = stackColours(stasks);
-  const laneLabel = (unit) => LANE_NAMES[unit] || unit;
-  const span = Math.max(...data.entries.map((e) => e.end_us), 1e-9);
-  const traces = stasks.map((stask) => {
-    const mine = data.entries.filter((e) => e.stask === stask);
-    return {
-      type: "bar",
-      orientation: "h",
-      name: stask,
-      y: mine.map((e) => laneLabel(e.unit)),
-      x: mine.map((e) => Math.max(e.end_us - e.start_us, span * 1e-4)),
-      base: mine.map((e) => e.start_us),
-      text: mine.map((e) => (e.end_us - e.start_us > span * 0.035 ? `${stask}[${e.iteration}]` : "")),
-      textposition: "inside",
-      insidetextanchor: "middle",
-      customdata: mine.map((e) => [e.role, e.iteration, e.start_us.toFixed(3), e.end_us.toFixed(3)]),
-      hovertemplate: `<b>${stask}</b> · %{customdata[0]} · iteration %{customdata[1]}` +
-        "<br>%{customdata[2]}–%{customdata[3]} µs<extra>%{y}</extra>",
-      marker: {
-        color: colours.get(stask),
-        // Odd consumer warpgroups paler: pingpong consumers take turns on one sEU.
-        opacity: mine.map((e) => (/[13]$/.test(e.role) ? 0.7 : 1)),
-        line: { color: "#fff", width: 0.5 },
-      },
-    };
-  });
-  const lanes = data.lanes.map(laneLabel);
-  // Every lane is drawn, even one this schedule leaves idle (an idle SFU is information).
-  traces.push({ type: "scatter", mode: "markers", y: lanes, x: lanes.map(() => 0), showlegend: false,
-    hoverinfo: "skip", marker: { opacity: 0 } });
-  await plot(node, traces, {
-    barmode: "overlay",
-    bargap: 0.25,
-    xaxis: { title: { text: "µs from the block's start" }, zeroline: false, range: [0, span * 1.02] },
-    yaxis: { type: "category", categoryorder: "array", categoryarray: [...lanes].reverse(), automargin: true },
-    legend: { orientation: "h", y: -0.25, title: { text: "sTask " } },
-    uniformtext: { minsize: 9, mode: "hide" },
-    height: 120 + 52 * lanes.length,
-  });
-  if (summary) {
-    summary.replaceChildren();
-    const items = [
-      ["predicted", fmtLatency(data.predicted_us)],
-      ["bound", data.bound],
-      ["tile", Object.entries(data.tile).map(([k, v]) => `${k}=${v}`).join(" ")],
-      ["tiles", String(data.tiles)],
-      ["per tile", fmtLatency(data.tile_us)],
-      ["stages", Object.entries(data.stages).map(([k, v]) => `${k}: ${v}`).join(", ") || "—"],
-      ["warps", `${data.roles.producer_warps ?? 0} producer warp(s), ${data.roles.consumer_warpgroups ?? 0} consumer warpgroup(s)`],
-      ...Object.entries(data.unit_utilisation).map(([unit, u]) => [`${LANE_NAMES[unit] || unit} busy`, `${(u * 100).toFixed(0)}%`]),
-    ];
-    for (const [label, value] of items) {
-      const item = el("span", { class: "kv" });
-      item.append(el("b", {}, label), document.createTextNode(` ${value}`));
-      summary.append(item);
-    }
-  }
-}
-
-export async function loadTimeline(url, node, summary, empty) {
-  const box = node.closest("figure") || node;
-  try {
-    const data = await getJSON(url);
-    empty.hidden = true;
-    box.hidden = false;
-    await drawTimeline(node, summary, data);
-    return data;
-  } catch (error) {
-    box.hidden = true;
-    empty.hidden = false;
-    if (error.status !== 404 || !empty.textContent.trim()) empty.textContent = error.message;
-    return null;
-  }
+/** The "est." mark of a cost-model figure, its note on hover (ESTIMATE_NOTE). */
+export function estimateMark(note) {
+  return el("abbr", { class: "est", title: note }, "est.");
 }
 
 // ----- kernel source --------------------------------------------------------------------------

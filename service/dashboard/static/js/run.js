@@ -1,13 +1,25 @@
 // The run page: convergence charts, live progress over server-sent events, the winning
 // schedule's timeline, parameter importance, the trials table, the kernel source, cancel.
+// Invalid points (rejected before measuring; older runs stored them as trials) are left
+// out of the charts and the table until asked for.
 import {
-  el, fmtDuration, fmtLatency, fmtParams, getJSON, loadSource, loadTimeline, plot, statusColour,
+  chartFailed, el, estimateMark, fmtDuration, fmtLatency, fmtParams, getJSON, loadSource, plot,
+  statusColour,
 } from "./common.js";
+import { loadTimeline } from "./timeline.js";
 
 const page = document.getElementById("run-page");
 const runId = Number(page.dataset.runId);
 const api = `/v1/runs/${runId}`;
 const $ = (id) => document.getElementById(id);
+const INVALID = "invalid";
+const simulated = page.dataset.simulated === "true";
+const estimateNote = page.dataset.estimateNote;
+// A run stops at whichever budget runs out first; a budget of seconds alone has no trials
+// budget to show (the server's cap is no plan of the user's).
+const budgetTrials = Number(page.dataset.budgetTrials) || null;
+const budgetSeconds = Number(page.dataset.budgetSeconds) || null;
+const latencyAxis = simulated ? "estimated latency (µs, cost model)" : "latency (µs)";
 
 const state = {
   status: page.dataset.status,
@@ -20,25 +32,36 @@ const state = {
   sourceHash: null,
   lastNumber: -1,
   measured: 0,
+  trialsDone: 0,
   statuses: new Set(),
+  invalidStored: 0,
+  showInvalid: false,
 };
 const LEGEND_TOP = { orientation: "h", x: 0, y: 1.02, yanchor: "bottom" };
 const active = () => state.status === "queued" || state.status === "running";
 
 // ----- convergence ------------------------------------------------------------------------------
+/** The trials for the charts (drawn by drawConvergence, once plotly.js is there). */
 async function loadConvergence() {
-  const data = await getJSON(`${api}/convergence`);
+  let data;
+  try {
+    data = await getJSON(`${api}/convergence`);
+  } catch (error) {
+    for (const id of ["chart-trials", "chart-time"]) chartFailed($(id), `Could not load the trials: ${error.message}`);
+    return false;
+  }
   state.trials = data.trials;
   state.best = data.best;
   state.measured = data.measured;
   state.bestValue = data.best.latency_us.length ? Math.min(...data.best.latency_us) : Infinity;
   state.lastNumber = data.count ? data.trials.number[data.trials.number.length - 1] : -1;
   Object.keys(data.statuses).forEach((s) => state.statuses.add(s));
+  showInvalidCount(data.statuses[INVALID] || 0);
   $("convergence-note").textContent = data.downsampled
     ? `${data.count} trials; the charts show ${data.trials.number.length} of them (every improvement kept).`
     : "";
   refreshStatusFilter();
-  await drawConvergence();
+  return true;
 }
 
 function withFinalStep(best, x, lastX) {
@@ -57,6 +80,7 @@ async function drawConvergence() {
   const byStatus = new Map();
   t.number.forEach((n, i) => {
     const s = t.status[i];
+    if (s === INVALID && !state.showInvalid) return;
     if (!byStatus.has(s)) byStatus.set(s, { x: [], y: [], strip: [] });
     if (t.latency_us[i] !== null) byStatus.get(s).x.push(n), byStatus.get(s).y.push(t.latency_us[i]);
     else byStatus.get(s).strip.push(n);
@@ -67,7 +91,7 @@ async function drawConvergence() {
     if (points.x.length) {
       traces.push({ type: "scatter", mode: "markers", name: status, x: points.x, y: points.y,
         marker: { color: colour, size: 6, opacity: 0.75 }, legendgroup: status,
-        hovertemplate: `trial %{x}<br>${status} %{y:.3f} µs<extra></extra>` });
+        hovertemplate: `trial %{x}<br>${status} %{y:.3f} µs${simulated ? " (estimate)" : ""}<extra></extra>` });
     }
     if (points.strip.length) {
       traces.push({ type: "scatter", mode: "markers", name: status, x: points.strip,
@@ -83,7 +107,7 @@ async function drawConvergence() {
   const hasStrip = [...byStatus.values()].some((p) => p.strip.length);
   await plot($("chart-trials"), traces, {
     xaxis: { title: { text: "trial" }, anchor: hasStrip ? "y2" : "y", zeroline: false },
-    yaxis: { title: { text: "latency (µs)" }, type: "log", domain: hasStrip ? [0.3, 1] : [0, 1] },
+    yaxis: { title: { text: latencyAxis }, type: "log", domain: hasStrip ? [0.3, 1] : [0, 1] },
     yaxis2: { domain: [0, 0.2], type: "category", visible: hasStrip, title: { text: "no latency", font: { size: 10 } } },
     legend: LEGEND_TOP,
     height: 380,
@@ -100,7 +124,7 @@ async function drawConvergence() {
       line: { color: "#111", width: 2, shape: "hv" }, hovertemplate: "%{x:.1f} s: best %{y:.3f} µs<extra></extra>" },
   ], {
     xaxis: { title: { text: "seconds since the run started" }, zeroline: false },
-    yaxis: { title: { text: "latency (µs)" }, type: "log" },
+    yaxis: { title: { text: latencyAxis }, type: "log" },
     legend: LEGEND_TOP,
     height: 380,
   });
@@ -127,6 +151,7 @@ function addTrial(trial) {
   t.latency_us.push(trial.latency_us);
   t.status.push(trial.status);
   if (!state.statuses.has(trial.status)) { state.statuses.add(trial.status); refreshStatusFilter(); }
+  if (trial.status === INVALID) showInvalidCount(state.invalidStored + 1);
   if (trial.latency_us !== null) {
     state.measured += 1;
     if (trial.latency_us < state.bestValue) {
@@ -141,17 +166,34 @@ function addTrial(trial) {
 }
 
 // ----- progress and status ----------------------------------------------------------------------
+function elapsedSeconds() {
+  return state.startedAt ? (Date.now() - state.startedAt) / 1000 : 0;
+}
+
+/** The bar: the larger of the trials and the time fractions (whichever budget binds). */
+function showBar(elapsed) {
+  if (state.status === "succeeded") return;
+  const fractions = [];
+  if (budgetTrials) fractions.push(state.trialsDone / budgetTrials);
+  if (budgetSeconds) {
+    fractions.push(elapsed / budgetSeconds);
+    $("elapsed").textContent = fmtDuration(elapsed);
+  }
+  $("progress-bar").style.width = `${Math.min(100, 100 * Math.max(0, ...fractions))}%`;
+}
+
 function showProgress(p) {
-  const budget = Number(page.dataset.budget) || 1;
+  state.trialsDone = p.trials_done;
   $("trials-done").textContent = p.trials_done;
   $("invalid-count").textContent = p.invalid;
   $("run-phase").textContent = p.phase;
-  $("progress-bar").style.width = `${Math.min(100, (100 * p.trials_done) / budget)}%`;
   $("best-latency").textContent = fmtLatency(p.best_latency_us);
+  showBar(elapsedSeconds());
 }
 
 function showRun(run) {
   state.status = run.status;
+  state.trialsDone = run.trials_done;
   page.dataset.status = run.status;
   if (run.started_at) state.startedAt = Date.parse(run.started_at);
   const badge = $("run-status");
@@ -166,6 +208,7 @@ function showRun(run) {
   if (!active() && run.started_at) {
     const end = run.finished_at ? Date.parse(run.finished_at) : Date.now();
     $("run-duration").textContent = fmtDuration((end - state.startedAt) / 1000);
+    showBar((end - state.startedAt) / 1000);
   }
   const hash = run.best ? run.best.schedule_hash : null;
   if (hash && hash !== state.bestHash) {
@@ -176,7 +219,9 @@ function showRun(run) {
 }
 
 setInterval(() => {
-  if (active() && state.startedAt) $("run-duration").textContent = fmtDuration((Date.now() - state.startedAt) / 1000);
+  if (!active() || !state.startedAt) return;
+  $("run-duration").textContent = fmtDuration(elapsedSeconds());
+  if (budgetSeconds) showBar(elapsedSeconds());
 }, 1000);
 
 // ----- the winning schedule: timeline and kernel source ---------------------------------------
@@ -213,6 +258,7 @@ async function loadImportance(force = false) {
   const empty = $("importance-empty");
   const node = $("importance");
   if (!data || !data.available) {
+    node.querySelector(":scope > .chart-placeholder")?.remove();
     node.hidden = true;
     empty.hidden = false;
     empty.textContent = data ? `Not yet: ${data.reason}.` : "Importance is unavailable.";
@@ -233,21 +279,53 @@ async function loadImportance(force = false) {
   });
 }
 
+// ----- invalid points ---------------------------------------------------------------------------
+function showInvalidCount(count) {
+  state.invalidStored = count;
+  for (const node of document.querySelectorAll(".invalid-stored")) node.textContent = count;
+  for (const node of document.querySelectorAll(".invalid-toggle")) node.hidden = count === 0;
+}
+
+for (const box of document.querySelectorAll(".show-invalid")) {
+  box.addEventListener("change", () => {
+    state.showInvalid = box.checked;
+    for (const other of document.querySelectorAll(".show-invalid")) other.checked = box.checked;
+    if (!state.showInvalid && table.status === INVALID) table.status = "";
+    refreshStatusFilter();
+    table.offset = 0;
+    drawConvergence();
+    loadTrials();
+  });
+}
+
 // ----- trials table -----------------------------------------------------------------------------
 const table = { order: "number", status: "", offset: 0, limit: 50 };
 
 function refreshStatusFilter() {
   const select = $("trials-status");
-  const have = new Set([...select.options].map((o) => o.value));
-  for (const status of [...state.statuses].sort()) {
-    if (!have.has(status)) select.append(el("option", { value: status }, status));
-  }
+  const wanted = [...state.statuses].filter((s) => state.showInvalid || s !== INVALID).sort();
+  select.replaceChildren(el("option", { value: "" }, "all"),
+    ...wanted.map((status) => el("option", { value: status }, status)));
+  select.value = table.status;
+}
+
+function latencyCell(trial) {
+  const td = el("td", { class: "num" }, fmtLatency(trial.latency_us));
+  if (trial.simulated && trial.latency_us !== null) td.append(estimateMark(estimateNote));
+  return td;
 }
 
 async function loadTrials() {
-  const query = new URLSearchParams({ order: table.order, limit: table.limit, offset: table.offset });
+  const query = new URLSearchParams({ order: table.order, limit: table.limit, offset: table.offset,
+    invalid: state.showInvalid ? "show" : "hide" });
   if (table.status) query.set("status", table.status);
-  const data = await getJSON(`${api}/trials?${query}`);
+  let data;
+  try {
+    data = await getJSON(`/runs/${runId}/trials?${query}`);
+  } catch (error) {
+    chartFailed($("trials-table").querySelector("tbody td") || $("trials-table"), `Could not load the trials: ${error.message}`);
+    return;
+  }
   const body = $("trials-table").querySelector("tbody");
   body.replaceChildren(...data.data.map((t) => {
     const row = el("tr", { "data-number": t.number });
@@ -255,14 +333,16 @@ async function loadTrials() {
       el("td", {}, String(t.number)),
       (() => { const td = el("td"); td.append(el("span", { class: `badge status-${t.status}` }, t.status)); return td; })(),
       el("td", { class: "small" }, t.source),
-      el("td", { class: "num" }, fmtLatency(t.latency_us)),
+      latencyCell(t),
       el("td", { class: "num small" }, fmtLatency(t.predicted_us)),
       el("td", { class: "params" }, fmtParams(t.params)),
       el("td", { class: "error-cell", title: t.error || "" }, t.error ? (t.error.length > 90 ? `${t.error.slice(0, 90)}…` : t.error) : ""),
     );
     return row;
   }));
-  $("trials-count").textContent = `${data.count} trial(s)${table.status ? ` with status ${table.status}` : ""}`;
+  const hidden = !state.showInvalid && !table.status && state.invalidStored
+    ? ` (${state.invalidStored} invalid hidden)` : "";
+  $("trials-count").textContent = `${data.count} trial(s)${table.status ? ` with status ${table.status}` : ""}${hidden}`;
   const pager = $("trials-pager");
   pager.replaceChildren(el("span", {}, data.count ? `${table.offset + 1}–${Math.min(data.count, table.offset + table.limit)} of ${data.count}` : "no trials yet"));
   if (table.offset > 0) {
@@ -347,9 +427,10 @@ async function main() {
     pre.firstElementChild.textContent = "Not generated yet: no schedule has been measured.";
   }
   showRun(run); // loads the winning schedule's timeline and source, if there is one
-  await loadConvergence();
+  const loaded = await loadConvergence();
   if (active()) follow();
-  await Promise.all([loadTrials(), loadImportance(true)]);
+  // The table needs no plotly.js: it fills in while the charts wait behind their placeholders.
+  await Promise.all([loaded && drawConvergence(), loadTrials(), loadImportance(true)]);
   document.body.dataset.ready = "true";
 }
 

@@ -1,5 +1,6 @@
 // A cached schedule: its per-sEU timeline and its kernel source.
-import { loadSource, loadTimeline } from "./common.js";
+import { loadSource } from "./common.js";
+import { loadTimeline } from "./timeline.js";
 
 const page = document.getElementById("schedule-page");
 const api = `/v1/schedules/${page.dataset.scheduleId}`;
