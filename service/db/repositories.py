@@ -537,7 +537,7 @@ def store_best_schedule(
     *,
     workload_id: int,
     device_id: int,
-    run_id: int,
+    run_id: int | None,
     schedule_hash: str,
     schedule: dict[str, Any],
     choices: dict[str, Any],
@@ -547,7 +547,7 @@ def store_best_schedule(
     kernel_hash: str | None = None,
 ) -> ScheduleModel:
     """Keep the faster of the cached schedule and this one (a GPU timing beats a
-    simulated one whatever the numbers)."""
+    simulated one whatever the numbers); ``run_id`` None: an imported schedule."""
     current = ScheduleModel.find(session, workload_id, device_id)
     values = {
         "schedule_hash": schedule_hash,
