@@ -37,6 +37,23 @@ def test_tune_waits_for_the_run_then_answers_from_the_cache(
         assert cached["schedule_hash"] == again.schedule["schedule_hash"]
 
 
+def test_force_and_extend_through_the_client(client: TestClient) -> None:
+    with pipetune.Client(http=client) as api:
+        first = api.tune("gemm", SMALL, device="sim:h200", budget={"trials": 4}, progress=False)
+        forced = api.tune("gemm", SMALL, device="sim:h200", budget={"trials": 4}, force=True,
+                          progress=False)
+        assert not forced.cached and forced.run_id != first.run_id
+        assert forced.status == "succeeded"
+        extended = api.tune("gemm", SMALL, device="sim:h200", budget={"trials": 3},
+                            extend=True, wait=False)
+        assert extended.run_id == forced.run_id and extended.run["budget"]["trials"] == 7
+        assert [e.name for e in api.events(extended.run_id)][-1] == "end"
+        assert api.run(extended.run_id)["trials_done"] == 7
+        with pytest.raises(pipetune.BadRequest) as both:
+            api.tune("gemm", SMALL, device="sim:h200", force=True, extend=True)
+        assert both.value.field == "extend"
+
+
 def test_errors_are_typed_and_name_the_field(client: TestClient) -> None:
     api = pipetune.Client(http=client)
     with pytest.raises(pipetune.BadRequest) as bad:
