@@ -394,6 +394,12 @@ def running_runs(session: Session) -> list[RunModel]:
     )
 
 
+def stopping_runs(session: Session) -> list[RunModel]:
+    """Cancelled runs whose owner has not yet stored their outcome (phase ``stopping``)."""
+    return list(session.scalars(select(RunModel).where(
+        RunModel.status == RunStatus.CANCELLED.value, RunModel.owner.is_not(None))))
+
+
 def requeue_run(session: Session, *, run_id: int) -> None:
     session.execute(
         update(RunModel)
@@ -715,6 +721,7 @@ __all__ = [
     "schedules_for_warm_start",
     "session_scope",
     "stale_before",
+    "stopping_runs",
     "store_best_schedule",
     "trial_choices",
     "trial_series",

@@ -228,7 +228,8 @@ class RunManager:
 
     # ----- recovery ----------------------------------------------------------------------------
     def recover(self) -> list[int]:
-        """Resume or interrupt runs whose owner is gone; the ids handled."""
+        """Resume or interrupt runs whose owner is gone, the ids handled; end the
+        ``stopping`` phase of cancelled runs whose owner is gone."""
         handled = []
         stale_before = repo.stale_before(self.settings.stale_after_s)
         with repo.session_scope(self.db.sessions) as session:
@@ -250,6 +251,11 @@ class RunManager:
                     )
                     if self.metrics:
                         self.metrics.runs_finished.labels(RunStatus.INTERRUPTED.value).inc()
+            for run in repo.stopping_runs(session):
+                if run.owner != self.owner and self._owner_gone(run, stale_before):
+                    logger.warning("run %d: cancelled, and its owner %s is gone before storing "
+                                   "its outcome; its best so far stays", run.id, run.owner)
+                    repo.finish_run(session, run_id=run.id, status=RunStatus.CANCELLED)
         if handled:
             self._wake.set()
         return handled

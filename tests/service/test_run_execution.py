@@ -93,3 +93,17 @@ def test_a_cancelled_execution_ends_the_run_cancelled(claimed: Claimed) -> None:
     run = claimed.manager.get(claimed.run_id)
     assert run is not None and run.status == RunStatus.CANCELLED.value
     assert run.stop_reason == "cancelled"
+
+
+def test_a_cancelled_run_whose_process_died_is_done_at_the_next_recovery(
+    claimed: Claimed, settings: Settings
+) -> None:
+    with repo.session_scope(claimed.context.db.sessions) as session:
+        run = repo.request_cancel(session, run_id=claimed.run_id)
+        assert run is not None and (run.status, run.phase) == ("cancelled", "stopping")
+    # The owner never stores the outcome; another manager of this host finds it gone.
+    other = RunManager(claimed.context.db, settings, claimed.context.executors)
+    assert other.recover() == []  # nothing to resume
+    run = other.get(claimed.run_id)
+    assert run is not None and (run.status, run.phase, run.owner) == ("cancelled", "done", None)
+    assert run.stop_reason == "cancelled"
