@@ -4,7 +4,10 @@ The analytic model's sEU rates are datasheet figures and estimates; measured ker
 how far off they are. A :class:`Calibration` holds one multiplier per sEU kind on the busy
 time of every sTask that sEU runs (``MeasuredTimings.unit_scale``), one on the DRAM time,
 and one on the whole prediction (the model's absolute level: it does not change a
-ranking, it makes ``predicted_us`` comparable with measurements).
+ranking, it makes ``predicted_us`` comparable with measurements). Two more terms apply to
+compute-bound kernels only, for what a power-capped GPU does: the longer a kernel keeps
+the tensor cores busy the lower its clock (``power_slowdown``, reached half-way after
+``power_time_us``), and some data types draw less power than others (``dtype_scale``).
 
 :func:`fit_calibration` chooses them from (sProgram, measured latency) pairs by coordinate
 descent over a multiplicative grid, minimising the spread of the log residuals
@@ -61,6 +64,11 @@ class Calibration:
         unit_scale: sEU kind (``UnitKind`` value) -> multiplier of its sTasks' busy time.
         dram_scale: multiplier of the DRAM time (1 / the bandwidth's correction).
         latency_scale: multiplier of the final prediction.
+        dtype_scale: data type -> multiplier of a compute-bound kernel's prediction.
+        power_slowdown: a compute-bound kernel of model time ``t`` (after the scales
+            above) takes ``1 + power_slowdown * t / (t + power_time_us)`` times longer:
+            the sustained clock of a long kernel under the power cap.
+        power_time_us: the model time at which half that slowdown is reached.
         samples: measurements behind it (merged fits add up).
         log_rmse_before, log_rmse_after: RMS of the log residuals of the last fit's
             samples with the uncalibrated model (after the best overall multiplier alone)
@@ -70,6 +78,9 @@ class Calibration:
     unit_scale: dict[str, float] = field(default_factory=dict)
     dram_scale: float = 1.0
     latency_scale: float = 1.0
+    dtype_scale: dict[str, float] = field(default_factory=dict)
+    power_slowdown: float = 0.0
+    power_time_us: float = 1000.0
     samples: int = 0
     log_rmse_before: float | None = None
     log_rmse_after: float | None = None
@@ -80,6 +91,8 @@ class Calibration:
             all(v == 1.0 for v in self.unit_scale.values())
             and self.dram_scale == 1.0
             and self.latency_scale == 1.0
+            and all(v == 1.0 for v in self.dtype_scale.values())
+            and self.power_slowdown == 0.0
         )
 
     def timings(self) -> MeasuredTimings:
@@ -94,13 +107,26 @@ class Calibration:
     def predict_us(self, sprogram: SProgram, spec: OperatorSpec, device: Device) -> float:
         """The calibrated prediction of ``sprogram``'s latency in microseconds."""
         result = estimate(sprogram, spec, self.device(device), self.timings())
-        return result.latency_us * self.latency_scale
+        return self.scaled_us(result.latency_us, result.bound, spec)
+
+    def scaled_us(self, model_us: float, bound: str, spec: OperatorSpec) -> float:
+        """A (unit- and DRAM-calibrated) model latency with the overall, data type and
+        power terms applied."""
+        latency_us = model_us * self.latency_scale
+        if bound == "compute":
+            dtype = getattr(spec, "dtype", "")
+            power = 1.0 + self.power_slowdown * model_us / (model_us + self.power_time_us)
+            latency_us *= self.dtype_scale.get(dtype, 1.0) * power
+        return latency_us
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "unit_scale": dict(sorted(self.unit_scale.items())),
             "dram_scale": self.dram_scale,
             "latency_scale": self.latency_scale,
+            "dtype_scale": dict(sorted(self.dtype_scale.items())),
+            "power_slowdown": self.power_slowdown,
+            "power_time_us": self.power_time_us,
             "samples": self.samples,
             "log_rmse_before": self.log_rmse_before,
             "log_rmse_after": self.log_rmse_after,
@@ -112,6 +138,9 @@ class Calibration:
             unit_scale={str(k): float(v) for k, v in data.get("unit_scale", {}).items()},
             dram_scale=float(data.get("dram_scale", 1.0)),
             latency_scale=float(data.get("latency_scale", 1.0)),
+            dtype_scale={str(k): float(v) for k, v in data.get("dtype_scale", {}).items()},
+            power_slowdown=float(data.get("power_slowdown", 0.0)),
+            power_time_us=float(data.get("power_time_us", 1000.0)),
             samples=int(data.get("samples", 0)),
             log_rmse_before=data.get("log_rmse_before"),
             log_rmse_after=data.get("log_rmse_after"),
@@ -139,6 +168,10 @@ class Calibration:
             },
             dram_scale=mix(self.dram_scale, newer.dram_scale),
             latency_scale=mix(self.latency_scale, newer.latency_scale),
+            dtype_scale={**self.dtype_scale, **newer.dtype_scale},
+            power_slowdown=newer.power_slowdown or self.power_slowdown,
+            power_time_us=(newer.power_time_us if newer.power_slowdown
+                           else self.power_time_us),
             samples=self.samples + newer.samples,
             log_rmse_before=newer.log_rmse_before,
             log_rmse_after=newer.log_rmse_after,

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler_search.cost_model import shipped_calibration
 from scheduler_search.ops import parse_spec
 from scheduler_search.search import (
     GPU,
@@ -108,9 +109,12 @@ class RunExecution:
                                                 context.settings.warm_start)]
         self.executor = context.executors.get(self.device)
         self.job_workload = {"op": self.spec.op, "params": self.spec.params()}
+        #: A GPU's stored calibration ranks its candidates; the simulated device ranks with
+        #: the calibration it measures with (shipped with pipetune, if it has one).
         self.calibration = (
             stored_calibration(context.db, row.id, self.spec.op)
-            if self.gpu and context.settings.calibrate else None
+            if self.gpu and context.settings.calibrate
+            else None if self.gpu else shipped_calibration(self.model.name, self.spec.op)
         )
         self.preset = GPU if self.gpu else SIMULATED
         self.baseline = self.spec.baseline if self.gpu else None

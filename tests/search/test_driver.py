@@ -208,10 +208,10 @@ def test_ties_stop_the_search_and_the_first_measured_wins() -> None:
 
 
 def test_the_simulated_preset_measures_only_valid_points_and_finds_the_models_best() -> None:
-    """On the simulated device the cost model's picks find the space's best predicted
+    """On the simulated device the cost model's picks find the space's best simulated
     schedule within a few percent; every trial is a measured, valid schedule."""
+    from scheduler_search.cost_model import shipped_calibration
     from scheduler_search.search import SIMULATED
-    from scheduler_search.space import rank_top
     from workers import Job, SimulatedDevice
 
     spec = parse_spec("gemm", {"m": 64, "n": 64, "k": 64, "dtype": "float16"})
@@ -227,5 +227,7 @@ def test_the_simulated_preset_measures_only_valid_points_and_finds_the_models_be
     ).run()
     assert records and all(r.status == "ok" for r in records)
     assert result.invalid > 0  # the sampler's rejected asks, counted, never trials
-    floor = rank_top(space, candidates, 1)[0].estimate.latency_us
+    calibration = shipped_calibration(space.device.name, "gemm")  # what the device measures
+    assert calibration is not None
+    floor = min(calibration.predict_us(c.sprogram, spec, space.device) for c in candidates)
     assert result.best is not None and result.best.latency_us <= floor * 1.03

@@ -3,7 +3,8 @@
 It is what lets the whole service (search, database, API, dashboard) run and be tested on
 a machine without a GPU, in the spirit of Kernel Tuner's simulation runner. A job carries
 an sProgram (``Job.schedule``, its ``to_dict()``); the "measurement" is the cost model's
-latency estimate for it on the simulated device model, and every result is flagged
+latency estimate for it on the simulated device model (calibrated on that GPU's
+measurements where pipetune ships a calibration), and every result is flagged
 ``simulated=True`` so that nothing downstream can mistake it for a GPU timing.
 
 This is the one executor that reaches into ``scheduler_search``: the simulated device *is*
@@ -29,18 +30,24 @@ DEFAULT_CAPACITY = 8
 
 
 def cost_model_estimator(schedule: dict[str, Any], workload: dict[str, Any], device: Any) -> float:
-    """The cost model's latency (microseconds) for an sProgram dict.
+    """The cost model's latency (microseconds) for an sProgram dict, calibrated by the
+    calibration pipetune ships for the device and operator where it has one (fitted on
+    the same kernels measured on that GPU), else the analytic model's.
 
     ``device`` is a catalog name (``"sim:h200"``) or a ``scheduler_search`` Device.
     """
-    from scheduler_search.cost_model import estimate
+    from scheduler_search.cost_model import estimate, shipped_calibration
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
     from scheduler_search.sprogram import SProgram
 
     spec = parse_spec(workload["op"], workload["params"])
     model = get_device(device) if isinstance(device, str) else device
-    return float(estimate(SProgram.from_dict(schedule), spec, model).latency_us)
+    sprogram = SProgram.from_dict(schedule)
+    calibration = shipped_calibration(model.name, spec.op)
+    if calibration is not None:
+        return float(calibration.predict_us(sprogram, spec, model))
+    return float(estimate(sprogram, spec, model).latency_us)
 
 
 class SimulatedDevice(Executor):
