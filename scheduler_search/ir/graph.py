@@ -59,13 +59,17 @@ class STaskGraph:
     causal_pairs: tuple[tuple[str, str], ...] = ()
 
     def stask(self, name: str) -> STask:
-        for task in self.stasks:
-            if task.name == name:
-                return task
-        raise KeyError(f"{self.op} graph has no sTask {name!r}")
+        task = self._by_name.get(name)
+        if task is None:
+            raise KeyError(f"{self.op} graph has no sTask {name!r}")
+        return task
 
     def names(self) -> tuple[str, ...]:
-        return tuple(t.name for t in self.stasks)
+        return tuple(self._by_name)
+
+    @cached_property
+    def _by_name(self) -> dict[str, STask]:
+        return {t.name: t for t in self.stasks}
 
     def dependencies(self) -> dict[str, tuple[tuple[str, int], ...]]:
         """Data dependences: sTask -> ((producer, iteration distance), ...).
@@ -76,6 +80,12 @@ class STaskGraph:
         max of online softmax is.
         """
         return self._dependencies
+
+    @cached_property
+    def memo(self) -> dict[tuple, object]:
+        """Results that depend on this graph and a few decisions, by key: validation
+        and planning look them up for each of the thousands of schedules of one tile."""
+        return {}
 
     @cached_property
     def plan(self) -> TilePlan:

@@ -48,7 +48,38 @@ SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
 
 
 def default_mapping(graph: STaskGraph, device: Device) -> dict[str, UnitKind]:
-    """Each sTask on its preferred sEU that the device has."""
+    """Each sTask on its preferred sEU that the device has (a fresh dict)."""
+    key = ("default_mapping", tuple(sorted(device.unit_kinds())))
+    if key not in graph.memo:
+        graph.memo[key] = _preferred_units(graph, device)
+    return dict(graph.memo[key])  # type: ignore[call-overload]
+
+
+def _vector_loads(graph: STaskGraph) -> tuple[str, ...]:
+    """The loads of one-axis tensors (``map_vector_loads`` maps them all at once)."""
+    key = ("vector_loads",)
+    if key not in graph.memo:
+        graph.memo[key] = tuple(
+            t.name for t in graph.stasks if t.kind is STaskKind.LOAD and len(t.output.axes) == 1
+        )
+    return graph.memo[key]  # type: ignore[return-value]
+
+
+def _readers(
+    graph: STaskGraph, deps: dict[str, tuple[tuple[str, int], ...]]
+) -> dict[str, list[str]]:
+    """sTask -> the sTasks that read what it writes, in graph order (once per graph)."""
+    key = ("readers",)
+    if key not in graph.memo:
+        found: dict[str, list[str]] = {}
+        for reader, producers in deps.items():
+            for producer in dict.fromkeys(name for name, _ in producers):
+                found.setdefault(producer, []).append(reader)
+        graph.memo[key] = found
+    return graph.memo[key]  # type: ignore[return-value]
+
+
+def _preferred_units(graph: STaskGraph, device: Device) -> dict[str, UnitKind]:
     have = device.unit_kinds()
     mapping = {}
     for task in graph.stasks:
@@ -113,9 +144,7 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         raise ScheduleError(f"tile names unknown axes {sorted(unknown)}")
 
     mapping = dict(default_mapping(graph, device))
-    vector_loads = [
-        t.name for t in graph.stasks if t.kind is STaskKind.LOAD and len(t.output.axes) == 1
-    ]
+    vector_loads = _vector_loads(graph)
     for key, value in choices.items():
         if key == "map_vector_loads":
             for name in vector_loads:
@@ -202,7 +231,7 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         return task.kind is STaskKind.LOAD and mapping[name] in ASYNC_COPY_UNITS
 
     def readers(name: str) -> list[str]:
-        return [t for t, ds in deps.items() if any(d == name for d, _ in ds)]
+        return _readers(graph, deps).get(name, [])
 
     # Prologue: async copies by the loader; everything else by every consumer.
     for task in graph.phase_tasks("prologue"):

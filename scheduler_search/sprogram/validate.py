@@ -17,9 +17,10 @@ Checks, each with the hardware rule it enforces:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
@@ -96,6 +97,23 @@ class Validity:
         return self.rejections[0].reason if self.rejections else None
 
 
+_T = TypeVar("_T")
+
+
+def _per_graph(graph: STaskGraph, key: tuple, compute: Callable[[], _T]) -> _T:
+    """``compute()``, memoised on ``graph`` under ``key`` (which must name every decision
+    the result depends on besides the graph and its plan)."""
+    memo = graph.memo
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]  # type: ignore[return-value]
+
+
+def _units(sprogram: SProgram) -> tuple:
+    """The sEU mapping as a hashable key."""
+    return tuple(sorted(sprogram.mapping.items()))
+
+
 def _bytes(graph: STaskGraph, plan: TilePlan, tensor: str) -> int:
     return plan.tile_elements(tensor) * DTYPE_BYTES[graph.tensors[tensor].dtype]
 
@@ -114,6 +132,12 @@ def rows_per_consumer(sprogram: SProgram, graph: STaskGraph) -> int:
 
 def smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
     """Dynamic shared memory the kernel needs."""
+    key = ("smem", _units(sprogram), tuple(sorted(sprogram.stages.items())),
+           sprogram.persistent, sprogram.consumer_split)
+    return _per_graph(graph, key, lambda: _smem_bytes(sprogram, graph, plan))
+
+
+def _smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
     async_units = (UnitKind.TMA, UnitKind.LSU)
     total = 0
     barriers = 0
@@ -164,6 +188,11 @@ def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) ->
     in the overlapped order (the next scores beside the current probabilities and the
     output accumulator: FlashAttention-3's register budget).
     """
+    key = ("registers", _units(sprogram), rows_per_consumer(sprogram, graph))
+    return _per_graph(graph, key, lambda: _consumer_registers(sprogram, graph, plan))
+
+
+def _consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
     row_axis = graph.spatial_axes[0]
     rows_tile = graph.step(row_axis)
     rows_mine = rows_per_consumer(sprogram, graph)
@@ -192,7 +221,16 @@ def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) ->
     return CONSUMER_OVERHEAD_REGS + int(-(-total_bytes // (4 * WARPGROUP_THREADS)))
 
 
-def _check_mma_shapes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> list[Rejection]:
+def _check_mma_shapes(
+    sprogram: SProgram, graph: STaskGraph, plan: TilePlan
+) -> tuple[Rejection, ...]:
+    key = ("mma", rows_per_consumer(sprogram, graph))
+    return _per_graph(graph, key, lambda: tuple(_mma_shape_problems(sprogram, graph, plan)))
+
+
+def _mma_shape_problems(
+    sprogram: SProgram, graph: STaskGraph, plan: TilePlan
+) -> list[Rejection]:
     problems = []
     rows_mine = rows_per_consumer(sprogram, graph)
     row_axis = graph.spatial_axes[0]
@@ -231,6 +269,13 @@ def _check_mma_shapes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> 
 
 
 def _check_tma(
+    sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: OperatorSpec
+) -> tuple[Rejection, ...]:
+    key = ("tma", _units(sprogram))
+    return _per_graph(graph, key, lambda: tuple(_tma_problems(sprogram, graph, plan, spec)))
+
+
+def _tma_problems(
     sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: OperatorSpec
 ) -> list[Rejection]:
     problems = []
@@ -280,6 +325,10 @@ def _check_tma(
 def check_tiles(tile: dict[str, int], spec: OperatorSpec) -> list[Rejection]:
     """The rules that depend on the tile shape alone (the space prunes with them early)."""
     graph = spec.graph(tile)
+    return list(_per_graph(graph, ("tiles",), lambda: tuple(_tile_problems(tile, graph, spec))))
+
+
+def _tile_problems(tile: dict[str, int], graph: STaskGraph, spec: OperatorSpec) -> list[Rejection]:
     problems: list[Rejection] = []
 
     for axis, size in tile.items():
