@@ -21,7 +21,9 @@ The loop stops on the :class:`Budget` (trials, seconds, patience), when the sour
 propose invalid or known points (exhausted), when rounds in a row measure only latencies
 already seen (``SearchConfig.stop_when_tied``: a deterministic device that cannot tell the
 rest apart), or when ``should_stop`` says so; a batch in
-flight is finished first. Then the top few are re-timed interleaved with the baselines
+flight is finished first (a cancel also drops the batch just proposed and skips the
+re-timing, so the caller gets the best measured at once). Then the top few are re-timed
+interleaved with the baselines
 (:mod:`~scheduler_search.search.retiming`), and the fastest wins. The working study is
 mirrored to a persistent one each round (:mod:`~scheduler_search.search.studies`).
 
@@ -150,7 +152,10 @@ class SearchDriver:
             for trial in proposal.trials:
                 study.tell(trial, state=TrialState.PRUNED)
         self._studies.sync(study)
-        finalists = self._retiming.run(self._ledger, lambda: self._progress("retime"))
+        if reason is StopReason.CANCELLED:  # the caller is waiting: no re-timing
+            finalists = self._retiming.without_retiming(self._ledger)
+        else:
+            finalists = self._retiming.run(self._ledger, lambda: self._progress("retime"))
         best = finalists[0] if finalists else None
         self._progress("done", best)
         ledger = self._ledger
@@ -174,6 +179,9 @@ class SearchDriver:
         try:
             while (reason := self._stop_reason(empty_rounds)) is None:
                 batch = self._rounds.next_batch(study, self._free_slots())
+                if self._should_stop():  # cancelled while proposing: measure nothing new
+                    self._rounds.drop(study, batch)
+                    continue
                 if self.config.overlap:
                     records = self._overlap(study, batch, inflight)
                     inflight = None

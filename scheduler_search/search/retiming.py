@@ -96,6 +96,18 @@ class FinalRetiming:
         finalists.sort(key=lambda r: r.latency_us or 0.0)
         return finalists
 
+    def without_retiming(self, ledger: Ledger) -> list[TrialRecord]:
+        """The ``top_k`` fastest records as measured, each with its schedule: what a
+        cancelled search returns at once instead of re-timing."""
+        finalists = []
+        for record in ledger.fastest()[: self.top_k]:
+            program = ledger.program(record)
+            if program is not None:
+                finalists.append(TrialRecord(**{
+                    **record.__dict__, "schedule": record.schedule or program.to_dict(),
+                }))
+        return finalists
+
     def _finalist_jobs(self, ledger: Ledger) -> list[tuple[TrialRecord, SProgram, Any]]:
         """The ``top_k`` fastest records whose sProgram and final job can be made."""
         top: list[tuple[TrialRecord, SProgram, Any]] = []

@@ -132,6 +132,15 @@ class Rounds:
             round.pool[proposal.sprogram.hash] = proposal
         return found
 
+    def drop(self, study: optuna.Study, batch: Batch) -> None:
+        """Forget a batch that will not be measured: out of flight, its trials pruned."""
+        if batch.carries_reference:
+            self.baselines.reference_pending = True
+        for proposal, _, _ in batch.items:
+            self.ledger.inflight.pop(proposal.sprogram.hash, None)
+            for trial in proposal.trials:
+                study.tell(trial, state=TrialState.PRUNED)
+
     def measure(self, batch: Batch) -> list[MeasurementLike]:
         """Measure a batch's jobs (the reference job first, once); runs in a thread when
         rounds overlap."""

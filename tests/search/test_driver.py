@@ -231,3 +231,22 @@ def test_the_simulated_preset_measures_only_valid_points_and_finds_the_models_be
     assert calibration is not None
     floor = min(calibration.predict_us(c.sprogram, spec, space.device) for c in candidates)
     assert result.best is not None and result.best.latency_us <= floor * 1.03
+
+
+def test_a_cancel_drops_the_batch_it_interrupts_and_skips_the_retiming() -> None:
+    """A cancel that comes while a batch is being proposed: that batch is never measured,
+    nothing is re-timed, and the best measured so far comes back with its schedule."""
+    executor = RecordingExecutor(width=2)
+    asked = {"rounds": 0}
+
+    def cancelled() -> bool:  # polled before and after each round's proposals
+        asked["rounds"] += 1
+        return asked["rounds"] > 4  # two rounds measured, the third dropped
+
+    result = _driver(TinySpace(size=6), executor, budget=Budget(trials=30),
+                     should_stop=cancelled).run()
+    assert result.stop_reason is StopReason.CANCELLED
+    assert len(executor.batches) == 2 and result.trials_done == 4
+    assert executor.retimed == []
+    assert result.best is not None and result.best.schedule is not None
+    assert result.best.latency_us == min(latency_of(p) for p in executor.measured)
