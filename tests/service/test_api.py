@@ -83,8 +83,9 @@ def test_tune_run_cache_trials_events(client: TestClient) -> None:
     ok = [t for t in trials["data"] if t["status"] == "ok"]
     assert len({t["schedule_hash"] for t in ok}) == 64
     assert all(t["simulated"] and t["latency_us"] > 0 and t["params"] for t in ok)
-    invalid = [t for t in trials["data"] if t["status"] == "invalid"]
-    assert all(t["error"] and t["latency_us"] is None for t in invalid)
+    # Points the space rejects are counted on the run, never stored as trials.
+    assert trials["count"] == done["trials_done"] == 64 and done["invalid"] >= 0
+    assert not [t for t in trials["data"] if t["status"] == "invalid"]
     only_ok = client.get(f"/v1/runs/{run['id']}/trials", params={"status": "ok", "limit": 5})
     assert only_ok.json()["count"] == 64 and len(only_ok.json()["data"]) == 5
 
