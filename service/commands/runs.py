@@ -7,9 +7,8 @@ import argparse
 import sys
 from typing import Any
 
-from scheduler_search.ops import OPERATORS
-from service.commands._database import add_database_option, open_database
-from service.commands._listing import check_filters, shape
+from service.commands._database import open_database
+from service.commands._listing import add_filters, check_filters, shape
 from service.db.models import RunStatus
 
 
@@ -18,12 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "runs", help="list recent tuning runs", description=__doc__,
         epilog="Example: pipetune runs --status running --op gemm")
     parser.add_argument("--status", choices=[s.value for s in RunStatus])
-    parser.add_argument("--op", choices=sorted(OPERATORS))
-    parser.add_argument("--device", help="a device name (sim:h200, cuda:0) or key")
-    parser.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
-    parser.add_argument("--json", action="store_true",
-                        help="print {data: [run...], count} as the API does")
-    add_database_option(parser)
+    add_filters(parser, what="run", limit=20)
     parser.set_defaults(handler=run)
 
 

@@ -8,21 +8,15 @@ import argparse
 import json
 import sys
 
-from scheduler_search.ops import OPERATORS
-from service.commands._database import add_database_option, open_database
-from service.commands._listing import check_filters, shape
+from service.commands._database import open_database
+from service.commands._listing import add_filters, check_filters, shape
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "schedules", help="list the cached best schedules", description=__doc__,
         epilog="Example: pipetune schedules --op attention --device cuda:0 --json")
-    parser.add_argument("--op", choices=sorted(OPERATORS))
-    parser.add_argument("--device", help="a device name (sim:h200, cuda:0) or key")
-    parser.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-    parser.add_argument("--json", action="store_true",
-                        help="print {data: [schedule...], count} as the API does")
-    add_database_option(parser)
+    add_filters(parser, what="schedule", limit=50)
     parser.set_defaults(handler=run)
 
 
