@@ -12,7 +12,8 @@ import sys
 
 #: Subcommand modules, imported lazily so that ``pipetune space`` never loads the web
 #: stack or a GPU library.
-COMMANDS = ("space", "tune", "runs", "schedules", "cache", "serve", "db", "render", "export")
+COMMANDS = ("space", "tune", "runs", "schedules", "cache", "serve", "worker", "keys", "db",
+            "render", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

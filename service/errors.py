@@ -35,5 +35,28 @@ def error_item(loc: Any, msg: str, type_: str) -> dict[str, Any]:
     }
 
 
+class Conflict(InvalidRequest):
+    """A request the named resource's state does not allow now (409); ``errors`` as
+    :class:`InvalidRequest`'s."""
+
+
 class NotFound(LookupError):
     """The named run, kernel or schedule does not exist."""
+
+
+class Unauthorized(PermissionError):
+    """No API key, or one that is malformed, unknown or revoked (401)."""
+
+
+class Forbidden(PermissionError):
+    """A valid key without the scope a request needs, or not the run's owner (403)."""
+
+
+class TooManyRequests(RuntimeError):
+    """A rate limit or a queue quota is reached (429); ``retry_after_s`` says when to
+    try again, ``field`` what was exceeded."""
+
+    def __init__(self, message: str, *, retry_after_s: float, field: str) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.field = field

@@ -20,6 +20,7 @@ import migrations
 from service.api import errors
 from service.api.docs import mount_api_docs
 from service.api.main import api_router, root_router
+from service.auth import RateLimiter
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
@@ -96,6 +97,7 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.insights = Insights()
+    app.state.rate_limiter = RateLimiter(settings.rate_limit)
     errors.install(app)
     app.include_router(api_router)
     app.include_router(root_router)

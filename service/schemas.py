@@ -57,6 +57,13 @@ class TuneRequest(_Strict):
                          "`budget` more; a new run if there is none.")
 
 
+class ResumeRequest(_Strict):
+    """Body of ``POST /v1/runs/{id}/resume`` (optional): ``budget`` more than the run has
+    done; without it the run's own budget."""
+
+    budget: BudgetIn | None = None
+
+
 class OperatorPublic(BaseModel):
     """An operator a tune may name (``GET /v1/ops``)."""
 
@@ -144,6 +151,9 @@ class RunPublic(BaseModel):
     error: str | None
     cancel_requested: bool
     attempts: int
+    key_id: int | None = Field(default=None, description="The API key that made the run "
+                               "(null: made without a key); it and admin keys may cancel "
+                               "or resume it.")
     elapsed_s: float
     created_at: dt.datetime
     started_at: dt.datetime | None
@@ -184,6 +194,7 @@ class RunPublic(BaseModel):
             error=run.error,
             cancel_requested=run.cancel_requested,
             attempts=run.attempts,
+            key_id=run.key_id,
             elapsed_s=run.elapsed_s,
             created_at=as_utc(run.created_at),
             started_at=as_utc(run.started_at),
@@ -429,6 +440,17 @@ class ErrorItem(BaseModel):
 
 class ErrorPublic(BaseModel):
     detail: list[ErrorItem] | str
+
+
+#: The answers of a route that needs an API key (documented in OpenAPI).
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorPublic, "description": "No API key, or one that is not valid "
+          "(`WWW-Authenticate: Bearer`)."},
+    403: {"model": ErrorPublic, "description": "The key lacks the scope, or the run is "
+          "another key's."},
+    429: {"model": ErrorPublic, "description": "A rate limit or queue quota is reached; "
+          "`Retry-After` says when to try again, `field` which."},
+}
 
 
 class HealthPublic(BaseModel):

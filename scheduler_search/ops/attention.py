@@ -12,7 +12,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
-from scheduler_search.ir import STaskGraph, STaskKind, TileShape
+from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
 from scheduler_search.ops._graph_helpers import (
     CORES,
@@ -133,97 +133,10 @@ class AttentionSpec(OperatorSpec):
         return 4.0 * self.batch * self.heads * self.attended_pairs() * self.head_dim
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
-        elementwise, reduce = STaskKind.ELEMENTWISE, STaskKind.REDUCE
-        stasks = (
-            stask("load_q", STaskKind.LOAD, "q_s[q,d]", ("q[q,d]",), TMA_OR_LSU, phase="prologue"),
-            stask("load_k", STaskKind.LOAD, "k_s[kv,d]", ("k[kv,d]",), TMA_OR_LSU),
-            stask("load_v", STaskKind.LOAD, "v_s[kv,d]", ("v[kv,d]",), TMA_OR_LSU),
-            stask(
-                "mma_qk",
-                STaskKind.MMA,
-                "s[q,kv]",
-                ("q_s[q,d]", "k_s[kv,d]"),
-                TC,
-                expr="s[q,kv] = q[q,d] * k[kv,d]",
-            ),
-            stask(
-                "softmax_max",
-                reduce,
-                "m_row[q]",
-                ("s[q,kv]",),
-                CORES,
-                ops_per_point=2.0,
-                expr="m_row[q] = max(m_row[q], max_kv s[q,kv] * scale_log2)",
-            ),
-            stask(
-                "softmax_exp2",
-                elementwise,
-                "p[q,kv]",
-                ("s[q,kv]", "m_row[q]"),
-                EXP_UNITS,
-                ops_per_point=1.0,
-                emulation_ops=EXP2_EMULATION_OPS,
-                expr="p[q,kv] = exp2(s[q,kv] * scale_log2 - m_row[q])",
-            ),
-            stask(
-                "softmax_sum",
-                reduce,
-                "l_row[q]",
-                ("p[q,kv]", "m_row[q]"),
-                CORES,
-                ops_per_point=2.0,
-                expr="l_row[q] = l_row[q] * alpha[q] + sum_kv p[q,kv]",
-            ),
-            stask(
-                "rescale",
-                elementwise,
-                "o_acc[q,d]",
-                ("o_acc[q,d]", "m_row[q]"),
-                CORES,
-                ops_per_point=1.0,
-                expr="o_acc[q,d] *= alpha[q]",
-            ),
-            stask(
-                "mma_pv",
-                STaskKind.MMA,
-                "o_acc[q,d]",
-                ("p[q,kv]", "v_s[kv,d]", "o_acc[q,d]"),
-                TC,
-                expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
-            ),
-            stask(
-                "normalize",
-                elementwise,
-                "o_r[q,d]",
-                ("o_acc[q,d]", "l_row[q]"),
-                CORES,
-                phase="epilogue",
-                ops_per_point=1.0,
-                expr="o_r[q,d] = o_acc[q,d] / l_row[q]",
-            ),
-            stask(
-                "store", STaskKind.STORE, "o[q,d]", ("o_r[q,d]",), TMA_OR_CORES, phase="epilogue"
-            ),
-        )
-        dt = self.dtype
         return STaskGraph(
             op=self.op,
-            stasks=stasks,
-            tensors=tensors(
-                q=(dt, "global"),
-                k=(dt, "global"),
-                v=(dt, "global"),
-                o=(dt, "global"),
-                q_s=(dt, "shared"),
-                k_s=(dt, "shared"),
-                v_s=(dt, "shared"),
-                s=("float32", "register"),
-                p=(dt, "register"),
-                m_row=("float32", "register"),
-                l_row=("float32", "register"),
-                o_acc=("float32", "register"),
-                o_r=(dt, "register"),
-            ),
+            stasks=_ATTENTION_STASKS,
+            tensors=_attention_tensors(self.dtype),
             # Packed (tile "g" > 1): a tile's rows are query positions x g heads of one
             # kv group, so k and v tiles are loaded once for the g heads.
             extents={"q": self.seq_q * packed_heads(tile), "kv": self.seq_kv,
@@ -234,3 +147,99 @@ class AttentionSpec(OperatorSpec):
             grid_axes={"batch": self.batch, "heads": self.heads // packed_heads(tile)},
             causal_pairs=(("q", "kv"),) if self.causal else (),
         )
+
+
+#: Attention's sTasks: Q loaded once, K and V pipelined over the key positions, the two
+#: GEMMs on the tensor cores with the online softmax between them, normalisation and the
+#: store after the loop.
+_ATTENTION_STASKS = (
+    stask("load_q", STaskKind.LOAD, "q_s[q,d]", ("q[q,d]",), TMA_OR_LSU, phase="prologue"),
+    stask("load_k", STaskKind.LOAD, "k_s[kv,d]", ("k[kv,d]",), TMA_OR_LSU),
+    stask("load_v", STaskKind.LOAD, "v_s[kv,d]", ("v[kv,d]",), TMA_OR_LSU),
+    stask(
+        "mma_qk",
+        STaskKind.MMA,
+        "s[q,kv]",
+        ("q_s[q,d]", "k_s[kv,d]"),
+        TC,
+        expr="s[q,kv] = q[q,d] * k[kv,d]",
+    ),
+    stask(
+        "softmax_max",
+        STaskKind.REDUCE,
+        "m_row[q]",
+        ("s[q,kv]",),
+        CORES,
+        ops_per_point=2.0,
+        expr="m_row[q] = max(m_row[q], max_kv s[q,kv] * scale_log2)",
+    ),
+    stask(
+        "softmax_exp2",
+        STaskKind.ELEMENTWISE,
+        "p[q,kv]",
+        ("s[q,kv]", "m_row[q]"),
+        EXP_UNITS,
+        ops_per_point=1.0,
+        emulation_ops=EXP2_EMULATION_OPS,
+        expr="p[q,kv] = exp2(s[q,kv] * scale_log2 - m_row[q])",
+    ),
+    stask(
+        "softmax_sum",
+        STaskKind.REDUCE,
+        "l_row[q]",
+        ("p[q,kv]", "m_row[q]"),
+        CORES,
+        ops_per_point=2.0,
+        expr="l_row[q] = l_row[q] * alpha[q] + sum_kv p[q,kv]",
+    ),
+    stask(
+        "rescale",
+        STaskKind.ELEMENTWISE,
+        "o_acc[q,d]",
+        ("o_acc[q,d]", "m_row[q]"),
+        CORES,
+        ops_per_point=1.0,
+        expr="o_acc[q,d] *= alpha[q]",
+    ),
+    stask(
+        "mma_pv",
+        STaskKind.MMA,
+        "o_acc[q,d]",
+        ("p[q,kv]", "v_s[kv,d]", "o_acc[q,d]"),
+        TC,
+        expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
+    ),
+    stask(
+        "normalize",
+        STaskKind.ELEMENTWISE,
+        "o_r[q,d]",
+        ("o_acc[q,d]", "l_row[q]"),
+        CORES,
+        phase="epilogue",
+        ops_per_point=1.0,
+        expr="o_r[q,d] = o_acc[q,d] / l_row[q]",
+    ),
+    stask(
+        "store", STaskKind.STORE, "o[q,d]", ("o_r[q,d]",), TMA_OR_CORES, phase="epilogue"
+    ),
+)
+
+
+def _attention_tensors(dt: str) -> dict[str, Tensor]:
+    """Attention's tensors (inputs and output of data type ``dt``; scores, row statistics
+    and the accumulator in fp32 registers)."""
+    return tensors(
+        q=(dt, "global"),
+        k=(dt, "global"),
+        v=(dt, "global"),
+        o=(dt, "global"),
+        q_s=(dt, "shared"),
+        k_s=(dt, "shared"),
+        v_s=(dt, "shared"),
+        s=("float32", "register"),
+        p=(dt, "register"),
+        m_row=("float32", "register"),
+        l_row=("float32", "register"),
+        o_acc=("float32", "register"),
+        o_r=(dt, "register"),
+    )

@@ -22,7 +22,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from scheduler_search.ir import STaskGraph, STaskKind, TileShape
+from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
 from scheduler_search.ops._contract import InputInit
 from scheduler_search.ops._graph_helpers import (
@@ -248,113 +248,10 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         return self.batch * self.nheads * per_head
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
-        elementwise = STaskKind.ELEMENTWISE
-        stasks = (
-            stask("load_c", STaskKind.LOAD, "c_s[l,n]", ("c[l,n]",), TMA_OR_LSU, phase="prologue"),
-            stask(
-                "load_state",
-                STaskKind.LOAD,
-                "st_s[p,n]",
-                ("states[p,n]",),
-                TMA_OR_LSU,
-                phase="prologue",
-            ),
-            stask(
-                "load_dA_l",
-                STaskKind.LOAD,
-                "dAl_s[l]",
-                ("dA_cumsum[l]",),
-                TMA_OR_CORES,
-                phase="prologue",
-            ),
-            stask(
-                "mma_state",
-                STaskKind.MMA,
-                "acc[l,p]",
-                ("c_s[l,n]", "st_s[p,n]"),
-                TC,
-                phase="prologue",
-                expr="acc[l,p] = c[l,n] * states[p,n]",
-            ),
-            stask(
-                "decay_out",
-                elementwise,
-                "acc[l,p]",
-                ("acc[l,p]", "dAl_s[l]"),
-                CORES,
-                phase="prologue",
-                ops_per_point=1.0,
-                expr="acc[l,p] *= exp(dA[l])",
-            ),
-            stask("load_cb", STaskKind.LOAD, "cb_s[l,s]", ("cb[l,s]",), TMA_OR_LSU),
-            stask("load_dt", STaskKind.LOAD, "dt_s[s]", ("dt[s]",), TMA_OR_CORES),
-            stask("load_dA", STaskKind.LOAD, "dAs_s[s]", ("dA_cumsum[s]",), TMA_OR_CORES),
-            stask("load_x", STaskKind.LOAD, "x_s[s,p]", ("x[s,p]",), TMA_OR_LSU),
-            stask(
-                "decay",
-                elementwise,
-                "e[l,s]",
-                ("dAl_s[l]", "dAs_s[s]"),
-                EXP_UNITS,
-                ops_per_point=1.0,
-                emulation_ops=EXP2_EMULATION_OPS,
-                expr="e[l,s] = exp(dA[l] - dA[s])",
-            ),
-            stask(
-                "scale_cb",
-                elementwise,
-                "pm[l,s]",
-                ("cb_s[l,s]", "e[l,s]", "dt_s[s]"),
-                CORES,
-                ops_per_point=3.0,
-                expr="pm[l,s] = (s <= l) ? cb[l,s] * e[l,s] * dt[s] : 0",
-            ),
-            stask(
-                "mma_x",
-                STaskKind.MMA,
-                "acc[l,p]",
-                ("pm[l,s]", "x_s[s,p]", "acc[l,p]"),
-                TC,
-                expr="acc[l,p] += pm[l,s] * x[s,p]",
-            ),
-            stask(
-                "skip",
-                elementwise,
-                "acc[l,p]",
-                ("acc[l,p]", "x[l,p]", "D[]"),
-                CORES,
-                phase="epilogue",
-                ops_per_point=2.0,
-                expr="acc[l,p] += D[h] * x[l,p]",
-            ),
-            stask(
-                "store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"
-            ),
-        )
-        dt = self.dtype
         return STaskGraph(
             op=self.op,
-            stasks=stasks,
-            tensors=tensors(
-                cb=("float32", "global"),
-                x=(dt, "global"),
-                dt=("float32", "global"),
-                dA_cumsum=("float32", "global"),
-                c=(dt, "global"),
-                states=(dt, "global"),
-                D=("float32", "global"),
-                out=(dt, "global"),
-                c_s=(dt, "shared"),
-                st_s=(dt, "shared"),
-                dAl_s=("float32", "shared"),
-                cb_s=("float32", "shared"),
-                dt_s=("float32", "shared"),
-                dAs_s=("float32", "shared"),
-                x_s=(dt, "shared"),
-                e=("float32", "register"),
-                pm=(dt, "register"),
-                acc=("float32", "register"),
-            ),
+            stasks=_CHUNK_SCAN_STASKS,
+            tensors=_chunk_scan_tensors(self.dtype),
             extents={
                 "l": self.chunk_size,
                 "p": self.headdim * packed_heads(tile),
@@ -368,3 +265,113 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             grid_axes=self._grid_axes(packed_heads(tile)),
             causal_pairs=(("l", "s"),),
         )
+
+
+#: The chunk scan's sTasks: the state term in the prologue, the causal intra-chunk term
+#: pipelined over the source positions ``s``, the skip term and the store after the loop.
+_CHUNK_SCAN_STASKS = (
+    stask("load_c", STaskKind.LOAD, "c_s[l,n]", ("c[l,n]",), TMA_OR_LSU, phase="prologue"),
+    stask(
+        "load_state",
+        STaskKind.LOAD,
+        "st_s[p,n]",
+        ("states[p,n]",),
+        TMA_OR_LSU,
+        phase="prologue",
+    ),
+    stask(
+        "load_dA_l",
+        STaskKind.LOAD,
+        "dAl_s[l]",
+        ("dA_cumsum[l]",),
+        TMA_OR_CORES,
+        phase="prologue",
+    ),
+    stask(
+        "mma_state",
+        STaskKind.MMA,
+        "acc[l,p]",
+        ("c_s[l,n]", "st_s[p,n]"),
+        TC,
+        phase="prologue",
+        expr="acc[l,p] = c[l,n] * states[p,n]",
+    ),
+    stask(
+        "decay_out",
+        STaskKind.ELEMENTWISE,
+        "acc[l,p]",
+        ("acc[l,p]", "dAl_s[l]"),
+        CORES,
+        phase="prologue",
+        ops_per_point=1.0,
+        expr="acc[l,p] *= exp(dA[l])",
+    ),
+    stask("load_cb", STaskKind.LOAD, "cb_s[l,s]", ("cb[l,s]",), TMA_OR_LSU),
+    stask("load_dt", STaskKind.LOAD, "dt_s[s]", ("dt[s]",), TMA_OR_CORES),
+    stask("load_dA", STaskKind.LOAD, "dAs_s[s]", ("dA_cumsum[s]",), TMA_OR_CORES),
+    stask("load_x", STaskKind.LOAD, "x_s[s,p]", ("x[s,p]",), TMA_OR_LSU),
+    stask(
+        "decay",
+        STaskKind.ELEMENTWISE,
+        "e[l,s]",
+        ("dAl_s[l]", "dAs_s[s]"),
+        EXP_UNITS,
+        ops_per_point=1.0,
+        emulation_ops=EXP2_EMULATION_OPS,
+        expr="e[l,s] = exp(dA[l] - dA[s])",
+    ),
+    stask(
+        "scale_cb",
+        STaskKind.ELEMENTWISE,
+        "pm[l,s]",
+        ("cb_s[l,s]", "e[l,s]", "dt_s[s]"),
+        CORES,
+        ops_per_point=3.0,
+        expr="pm[l,s] = (s <= l) ? cb[l,s] * e[l,s] * dt[s] : 0",
+    ),
+    stask(
+        "mma_x",
+        STaskKind.MMA,
+        "acc[l,p]",
+        ("pm[l,s]", "x_s[s,p]", "acc[l,p]"),
+        TC,
+        expr="acc[l,p] += pm[l,s] * x[s,p]",
+    ),
+    stask(
+        "skip",
+        STaskKind.ELEMENTWISE,
+        "acc[l,p]",
+        ("acc[l,p]", "x[l,p]", "D[]"),
+        CORES,
+        phase="epilogue",
+        ops_per_point=2.0,
+        expr="acc[l,p] += D[h] * x[l,p]",
+    ),
+    stask(
+        "store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"
+    ),
+)
+
+
+def _chunk_scan_tensors(dt: str) -> dict[str, Tensor]:
+    """The chunk scan's tensors (inputs of data type ``dt``, the decay terms in fp32)."""
+    return tensors(
+        cb=("float32", "global"),
+        x=(dt, "global"),
+        dt=("float32", "global"),
+        dA_cumsum=("float32", "global"),
+        c=(dt, "global"),
+        states=(dt, "global"),
+        D=("float32", "global"),
+        out=(dt, "global"),
+        c_s=(dt, "shared"),
+        st_s=(dt, "shared"),
+        dAl_s=("float32", "shared"),
+        cb_s=("float32", "shared"),
+        dt_s=("float32", "shared"),
+        dAs_s=("float32", "shared"),
+        x_s=(dt, "shared"),
+        e=("float32", "register"),
+        pm=(dt, "register"),
+        acc=("float32", "register"),
+    )

@@ -9,11 +9,19 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.db.repositories import StorageError
-from service.errors import InvalidRequest, NotFound, error_item
+from service.errors import (
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    TooManyRequests,
+    Unauthorized,
+    error_item,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +55,35 @@ async def _invalid_request(request: Request, exc: InvalidRequest) -> JSONRespons
     return JSONResponse({"detail": items}, status_code=422)
 
 
+async def _conflict(request: Request, exc: Conflict) -> JSONResponse:
+    items = [error_item((exc.where, *e["loc"]), e["msg"], e["type"]) for e in exc.errors]
+    return JSONResponse({"detail": items}, status_code=409)
+
+
 async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
+    # A dashboard page in a browser goes to the page that takes a key instead.
+    if not request.url.path.startswith("/v1") and "text/html" in request.headers.get(
+            "accept", ""):
+        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+    return JSONResponse(
+        {"detail": [error_item(("header", "authorization"), str(exc), "unauthorized")]},
+        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="pipetune"'})
+
+
+async def _forbidden(request: Request, exc: Forbidden) -> JSONResponse:
+    return JSONResponse(
+        {"detail": [error_item(("header", "authorization"), str(exc), "forbidden")]},
+        status_code=403)
+
+
+async def _too_many(request: Request, exc: TooManyRequests) -> JSONResponse:
+    return JSONResponse(
+        {"detail": [error_item((exc.field,), str(exc), "too_many_requests")]},
+        status_code=429, headers={"Retry-After": str(int(exc.retry_after_s))})
 
 
 async def _storage_error(request: Request, exc: StorageError) -> JSONResponse:
@@ -75,7 +110,11 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.add_exception_handler(InvalidRequest, _invalid_request)  # type: ignore[arg-type]
     app.add_exception_handler(NotFound, _not_found)  # type: ignore[arg-type]
+    app.add_exception_handler(Conflict, _conflict)  # type: ignore[arg-type]
     app.add_exception_handler(StorageError, _storage_error)  # type: ignore[arg-type]
+    app.add_exception_handler(Unauthorized, _unauthorized)  # type: ignore[arg-type]
+    app.add_exception_handler(Forbidden, _forbidden)  # type: ignore[arg-type]
+    app.add_exception_handler(TooManyRequests, _too_many)  # type: ignore[arg-type]
     app.add_exception_handler(RecursionError, _recursion_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _unexpected)
 

@@ -3,11 +3,13 @@ dashboard's HTML pages are mounted by ``service.dashboard``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
+from service.api.auth import require_read
 from service.api.routes import devices, health, insights, kernels, ops, runs, schedules, tune
 
-api_router = APIRouter(prefix="/v1")
+#: Every v1 route needs at least the ``read`` scope (where keys are required at all).
+api_router = APIRouter(prefix="/v1", dependencies=[Depends(require_read)])
 api_router.include_router(tune.router)
 api_router.include_router(runs.router)
 api_router.include_router(insights.router)

@@ -1,8 +1,10 @@
-"""``pipetune serve [--host] [--port] [--database-url]``: the API server (uvicorn).
+"""``pipetune serve [--host] [--port] [--database-url] [--workers N]``: the API server
+(uvicorn), and the ``pipetune worker`` processes that run its searches.
 
 Says on start where its database is and where the dashboard answers. The database is
 migrated on start; runs left by a dead server are resumed (or marked interrupted with
-``PIPETUNE_ON_RESTART=interrupt``), each logged.
+``PIPETUNE_ON_RESTART=interrupt``), each logged. Bound to an address other than loopback,
+every request needs an API key (``pipetune keys create``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.core.config import Settings
+    from service.runs.worker_processes import WorkerProcesses
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "else a SQLite file in the user's data directory)"
     )
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="pipetune worker processes that run the searches (default "
+                        "PIPETUNE_RUN_WORKERS, 1; 0: in this process)")
     parser.set_defaults(handler=run)
 
 
@@ -32,13 +42,65 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     from service.core.config import get_settings
     from service.main import create_app
 
-    settings = get_settings(database_url=args.database_url)
-    _log_to_stderr(args.log_level)
+    settings = get_settings(database_url=args.database_url, run_workers=args.workers,
+                            require_auth=True if not is_loopback(args.host) else None)
+    log_to_stderr(args.log_level)
     print(f"pipetune: database {describe_database(settings.database_url)}", file=sys.stderr)
+    if settings.require_auth:
+        _say_keys_needed(settings.database_url, args.host)
     print(f"pipetune: dashboard http://{_url_host(args.host)}:{args.port}/ "
           f"(API docs at /docs)", file=sys.stderr, flush=True)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    workers = _start_workers(settings, args.log_level)
+    try:
+        uvicorn.run(create_app(settings, run_background=workers is None), host=args.host,
+                    port=args.port, log_level=args.log_level)
+    finally:
+        if workers is not None:
+            workers.close()
     return 0
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` serves this machine only (keys are required otherwise)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
+def _say_keys_needed(url: str, host: str) -> None:
+    """Why requests need a key, and how to make the first one if there is none."""
+    from service.commands._database import open_database
+    from service.db import keys as keys_repo
+    from service.db.repositories import session_scope
+
+    with open_database(url) as db, session_scope(db.read_sessions) as session:
+        live = keys_repo.list_keys(session, include_revoked=False)
+    why = "PIPETUNE_REQUIRE_AUTH is set" if is_loopback(host) else f"{host} is not loopback"
+    print(f"pipetune: API keys required ({why}); {len(live)} active", file=sys.stderr)
+    if not live:
+        print("pipetune: make one with: pipetune keys create NAME --scope tune",
+              file=sys.stderr)
+
+
+def _start_workers(settings: Settings, log_level: str) -> WorkerProcesses | None:
+    """``settings.run_workers`` worker processes (the database migrated first, so that
+    they do not race to migrate it), or ``None`` to run searches in this process."""
+    if settings.run_workers == 0:
+        return None
+    import migrations
+    from service.runs.worker_processes import WorkerProcesses
+
+    migrations.upgrade(settings.database_url)
+    workers = WorkerProcesses(settings.run_workers, settings.database_url, log_level)
+    workers.start()
+    print(f"pipetune: searches run in {settings.run_workers} worker process(es)",
+          file=sys.stderr)
+    return workers
 
 
 def describe_database(url: str) -> str:
@@ -59,7 +121,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _log_to_stderr(level: str) -> None:
+def log_to_stderr(level: str) -> None:
     """pipetune's own log lines (resumed runs, failed baselines) beside uvicorn's."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))

@@ -49,6 +49,18 @@ class Settings(BaseSettings):
             first (computed in another process while the search starts; 0: off).
         calibrate: fit the cost model to each GPU run's measurements and rank later runs
             on that device with it.
+        require_auth: every API request needs an API key (``pipetune keys create``);
+            ``pipetune serve`` turns it on whenever it binds a non-loopback address.
+        rate_limit: requests per API key, in the ``limits`` notation (``600/minute``);
+            beyond it a 429 with ``Retry-After``.
+        key_max_active_runs: queued plus running runs one API key may have.
+        max_queued_runs: queued runs the server accepts in all (then new runs get a 429).
+        db_retry_attempts, db_retry_max_wait_s: a run's database writes are tried this
+            many times, waiting exponentially longer between tries (at most this long).
+        max_run_attempts: a run that still cannot write is queued again (resumed from its
+            trials) until it has been started this many times; then it fails.
+        run_workers: ``pipetune serve`` runs searches in this many ``pipetune worker``
+            processes (0: in the API's own process, in threads).
     """
 
     model_config = SettingsConfigDict(env_prefix="PIPETUNE_", extra="ignore")
@@ -69,6 +81,14 @@ class Settings(BaseSettings):
     gpu_batch_size: int = Field(default=0, ge=0, le=256)
     cost_model_seeds: int = Field(default=16, ge=0, le=256)
     calibrate: bool = True
+    require_auth: bool = False
+    rate_limit: str = "600/minute"
+    key_max_active_runs: int = Field(default=8, ge=1)
+    max_queued_runs: int = Field(default=256, ge=1)
+    db_retry_attempts: int = Field(default=8, ge=1, le=100)
+    db_retry_max_wait_s: float = Field(default=8.0, ge=0)
+    max_run_attempts: int = Field(default=3, ge=1, le=100)
+    run_workers: int = Field(default=1, ge=0, le=64)
 
     @field_validator("database_url")
     @classmethod
@@ -80,6 +100,17 @@ class Settings(BaseSettings):
             if url.startswith(prefix):
                 return "postgresql+psycopg://" + url[len(prefix) :]
         return url
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _parse_rate_limit(cls, limit: str) -> str:
+        from limits import parse
+
+        try:
+            parse(limit)
+        except ValueError as exc:
+            raise ValueError(f"not a rate limit like '600/minute': {limit!r}") from exc
+        return limit
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0003"
+SCHEMA_VERSION = "0004"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -168,6 +168,10 @@ class RunModel(Base):
         DateTime(timezone=True), nullable=True
     )
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # The API key that created the run (None: made without a key, on loopback or by the
+    # CLI). No foreign key: keys are revoked, never deleted, and adding one on SQLite
+    # would make Alembic copy this table (and cascade-delete its trials).
+    key_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     elapsed_s: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -191,6 +195,30 @@ class RunModel(Base):
                 cls.status.in_(ACTIVE_STATUSES),
             )
         ).one_or_none()
+
+
+class ApiKeyModel(Base):
+    """An API key: its public ``prefix`` finds the row, ``digest`` (HMAC-SHA256 of the
+    secret under ``salt``) checks it; the secret itself is never stored.
+
+    ``scopes`` is a list of ``read``, ``tune``, ``admin``; a revoked key keeps its row so
+    that its runs still name it.
+    """
+
+    __tablename__ = "pipetune_api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    salt: Mapped[str] = mapped_column(String(64))
+    digest: Mapped[str] = mapped_column(String(HASH_LENGTH))
+    scopes: Mapped[list[str]] = mapped_column(JSONType)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    @classmethod
+    def find_by_prefix(cls, session: Session, prefix: str) -> ApiKeyModel | None:
+        return session.scalars(select(cls).where(cls.prefix == prefix)).one_or_none()
 
 
 class TrialModel(Base):

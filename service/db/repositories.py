@@ -109,8 +109,10 @@ def create_run(
     budget_seconds: float | None,
     patience: int | None,
     seed: int,
+    key_id: int | None = None,
 ) -> tuple[RunModel, bool]:
-    """A new queued run, or the queued/running run of the same workload and device.
+    """A new queued run (made by API key ``key_id``), or the queued/running run of the
+    same workload and device.
 
     Returns:
         The run and whether it was created.
@@ -135,6 +137,7 @@ def create_run(
                 cancel_requested=False,
                 attempts=0,
                 elapsed_s=0.0,
+                key_id=key_id,
             )
             session.add(run)
             session.flush()
@@ -347,11 +350,14 @@ def reopen_run(
     run_id: int,
     budget_trials: int,
     budget_seconds: float | None,
+    reset_attempts: bool = False,
 ) -> bool:
     """Queue a finished run again with a larger budget (an extension: it resumes as an
     interrupted run does, its stored trials counted and never measured again); whether
     it was reopened (not if it is active, its owner is still storing its outcome, or
-    another run of its workload on its device is active: the partial unique index)."""
+    another run of its workload on its device is active: the partial unique index).
+    ``reset_attempts``: count its starts from zero again (a resume)."""
+    attempts = {"attempts": 0} if reset_attempts else {}
     try:
         with session.begin_nested():
             result = session.execute(
@@ -370,6 +376,7 @@ def reopen_run(
                     stop_reason=None,
                     error=None,
                     finished_at=None,
+                    **attempts,
                 )
                 .execution_options(synchronize_session=False)
             )
@@ -400,11 +407,13 @@ def stopping_runs(session: Session) -> list[RunModel]:
         RunModel.status == RunStatus.CANCELLED.value, RunModel.owner.is_not(None))))
 
 
-def requeue_run(session: Session, *, run_id: int) -> None:
+def requeue_run(session: Session, *, run_id: int, error: str | None = None) -> None:
+    """Queue a running run again (to resume from its trials); ``error`` says why, until
+    it ends."""
     session.execute(
         update(RunModel)
         .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
-        .values(status=RunStatus.QUEUED.value, phase="queued", owner=None)
+        .values(status=RunStatus.QUEUED.value, phase="queued", owner=None, error=error)
         .execution_options(synchronize_session=False)
     )
 

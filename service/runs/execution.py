@@ -59,6 +59,7 @@ from service.runs.context import RunContext
 from service.runs.devices import ResolvedDevice, from_identity
 from service.runs.finish import RunFinish
 from service.runs.jobs import baseline_job, kernel_job
+from service.runs.retry import with_retries
 from service.runs.seeds import SeedProcess
 from service.runs.space import schedule_space
 from workers import Job
@@ -246,19 +247,32 @@ class RunExecution:
                           self.preset.final_timing)
 
     def on_trials(self, records: list[TrialRecord]) -> None:
-        """Store a round's trials (numbered after the stored ones) and count them."""
-        with repo.session_scope(self.context.db.sessions) as session:
-            repo.add_trials(session, run_id=self.run.id,
-                            trials=[_trial_row(r) for r in records])
+        """Store a round's trials (numbered after the stored ones; tried again through a
+        brief database fault) and count them."""
+        rows = [_trial_row(r) for r in records]
+
+        def store() -> None:
+            with repo.session_scope(self.context.db.sessions) as session:
+                repo.add_trials(session, run_id=self.run.id, trials=rows)
+
+        with_retries(self.context.settings, store)
         self.measured.extend(r for r in records if r.ok and r.schedule is not None)
         if self.context.metrics:
             for record in records:
                 self.context.metrics.trials.labels(record.status, str(record.simulated)).inc()
 
     def on_progress(self, update: Progress) -> None:
-        """Store a progress update (and the baseline's first timing, once); a cancel
-        requested in the database (say, by another process's ``DELETE``) stops the search
-        at its next round."""
+        """Store a progress update (and the baseline's first timing, once; tried again
+        through a brief database fault); a cancel requested in the database (say, by
+        another process's ``DELETE``) stops the search at its next round."""
+        cancel = with_retries(self.context.settings, lambda: self._store_progress(update))
+        if cancel:
+            self._cancel.set()
+        if self._listener is not None:
+            self._listener(update)
+
+    def _store_progress(self, update: Progress) -> bool:
+        """Write ``update``; whether the run's cancel was requested."""
         with repo.session_scope(self.context.db.sessions) as session:
             cancel = repo.update_progress(
                 session,
@@ -274,17 +288,15 @@ class RunExecution:
                 ),
                 elapsed_s=update.elapsed_s,
             )
-            if (self.baseline is not None and update.reference_latency_us is not None
-                    and not self._baseline_reported):
-                self._baseline_reported = True
+            report_baseline = (self.baseline is not None and not self._baseline_reported
+                               and update.reference_latency_us is not None)
+            if report_baseline:
                 results_repo.set_run_baseline(
                     session, run_id=self.run.id, baseline=self.baseline,
                     latency_us=update.reference_latency_us,
                 )
-        if cancel:
-            self._cancel.set()
-        if self._listener is not None:
-            self._listener(update)
+        self._baseline_reported = self._baseline_reported or report_baseline
+        return cancel
 
     def should_stop(self) -> bool:
         """Whether the search stops at this round: the manager is closing, or a cancel."""

@@ -49,17 +49,21 @@ from service.db.models import (
     WorkloadModel,
     as_utc,
 )
-from service.errors import InvalidRequest
+from service.errors import Conflict, InvalidRequest, NotFound
+from service.runs.admission import admit
 from service.runs.context import RunContext
 from service.runs.devices import ResolvedDevice
 from service.runs.execution import RunExecution
 from service.runs.executors import ExecutorRegistry
 from service.runs.finish import record_end
+from service.runs.retry import database_fault, with_retries
 from service.runs.tune import TuneInput
 
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 1.0
+#: What ``resume`` continues.
+RESUMABLE = (RunStatus.FAILED.value, RunStatus.CANCELLED.value, RunStatus.INTERRUPTED.value)
 
 
 @dataclass
@@ -130,12 +134,13 @@ class RunManager:
             return list(self._active)
 
     # ----- requests ----------------------------------------------------------------------------
-    def submit(self, tune: TuneInput) -> Submitted:
+    def submit(self, tune: TuneInput, *, key_id: int | None = None) -> Submitted:
         """A cache hit, or the run (new, extended, or the queued/running one) for this
-        request.
+        request; a new run belongs to API key ``key_id``.
 
         Raises:
             InvalidRequest: ``extend`` names a run whose outcome is still being stored.
+            TooManyRequests: a new run would exceed the key's or the server's quota.
         """
         spec, device = tune.spec, tune.device
         with repo.session_scope(self.db.sessions) as session:
@@ -151,8 +156,10 @@ class RunManager:
                 found_by = (repo.get_run(session, run_id=cached.run_id)
                             if cached.run_id is not None else None)
                 return Submitted(schedule=cached, run=found_by)
+            if RunModel.find_active(session, workload_row.id, device_row.id) is None:
+                admit(session, self.settings, key_id=key_id)
             if tune.extend:
-                run, created = self._extend(session, workload_row, device_row, tune)
+                run, created = self._extend(session, workload_row, device_row, tune, key_id)
             else:
                 run, created = repo.create_run(
                     session,
@@ -162,6 +169,7 @@ class RunManager:
                     budget_seconds=tune.seconds,
                     patience=tune.patience,
                     seed=tune.seed,
+                    key_id=key_id,
                 )
         self._count_tune("new_run" if created else "joined_run")
         if created:
@@ -169,7 +177,8 @@ class RunManager:
         return Submitted(run=self.get(run.id), created=created)
 
     def _extend(
-        self, session: Any, workload: WorkloadModel, device: DeviceModel, tune: TuneInput
+        self, session: Any, workload: WorkloadModel, device: DeviceModel, tune: TuneInput,
+        key_id: int | None,
     ) -> tuple[RunModel, bool]:
         """Queue the newest run of (workload, device) again with ``tune``'s budget on top
         of what it spent (a new run if it has none; the active one if one is active)."""
@@ -177,15 +186,8 @@ class RunManager:
         if newest is None or not RunStatus(newest.status).is_finished():
             return repo.create_run(session, workload=workload, device=device,
                                    budget_trials=tune.trials, budget_seconds=tune.seconds,
-                                   patience=tune.patience, seed=tune.seed)
-        if newest.owner is not None:
-            if not self._owner_gone(newest):
-                raise InvalidRequest([{
-                    "loc": ("extend",), "type": "conflict",
-                    "msg": f"run {newest.id} was cancelled and is still storing what it "
-                           "found; extend it again in a few seconds",
-                }])
-            repo.release_run(session, run_id=newest.id, owner=newest.owner)
+                                   patience=tune.patience, seed=tune.seed, key_id=key_id)
+        self._release_if_gone(session, newest, field="extend")
         seconds = newest.elapsed_s + tune.seconds if tune.seconds is not None else None
         reopened = repo.reopen_run(session, run_id=newest.id,
                                    budget_trials=newest.trials_done + tune.trials,
@@ -194,6 +196,60 @@ class RunManager:
         if active is None:
             raise repo.StorageError(f"run {newest.id} could not be queued again; try again")
         return active, reopened
+
+    def _release_if_gone(self, session: Any, run: RunModel, *, field: str) -> None:
+        """Free a finished run from a process that is gone before it is queued again.
+
+        Raises:
+            InvalidRequest: its process is alive and still storing what it found.
+        """
+        if run.owner is None:
+            return
+        if not self._owner_gone(run):
+            raise InvalidRequest([{
+                "loc": (field,), "type": "conflict",
+                "msg": f"run {run.id} was cancelled and is still storing what it found; "
+                       "try again in a few seconds",
+            }])
+        repo.release_run(session, run_id=run.id, owner=run.owner)
+
+    def resume(self, run_id: int, *, trials: int | None = None,
+               seconds: float | None = None) -> RunModel:
+        """Queue a failed, cancelled or interrupted run again: it continues from its
+        stored trials (none measured again, the same study), with its budget as it was,
+        or ``trials`` / ``seconds`` more than it has done if given. Its start count
+        (``attempts``) begins again.
+
+        Raises:
+            NotFound: no such run.
+            Conflict: the run cannot resume (its status, a process still storing
+                its outcome, or another active run of its workload), naming why.
+            TooManyRequests: its key's or the server's quota is reached.
+        """
+        with repo.session_scope(self.db.sessions) as session:
+            run = repo.get_run(session, run_id=run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} not found")
+            if run.status not in RESUMABLE:
+                raise Conflict([{"loc": ("run_id",), "type": "conflict",
+                                       "msg": f"run {run_id} is {run.status}; only a failed, "
+                                       "cancelled or interrupted run resumes (extend a "
+                                       "succeeded one with POST /v1/tune)"}], where="path")
+            self._release_if_gone(session, run, field="run_id")
+            admit(session, self.settings, key_id=run.key_id)
+            budget_trials = run.trials_done + trials if trials is not None else run.budget_trials
+            budget_seconds = run.elapsed_s + seconds if seconds is not None else run.budget_seconds
+            if not repo.reopen_run(session, run_id=run_id, budget_trials=budget_trials,
+                                   budget_seconds=budget_seconds, reset_attempts=True):
+                active = RunModel.find_active(session, run.workload_id, run.device_id)
+                raise Conflict([{"loc": ("run_id",), "type": "conflict",
+                                       "msg": f"run {active.id if active else '?'} of the same "
+                                       "workload and device is active; wait for it or cancel "
+                                       "it"}], where="path")
+        self._wake.set()
+        resumed = self.get(run_id)
+        assert resumed is not None
+        return resumed
 
     def get(self, run_id: int) -> RunModel | None:
         with repo.session_scope(self.db.sessions) as session:
@@ -233,8 +289,9 @@ class RunManager:
         handled = []
         stale_before = repo.stale_before(self.settings.stale_after_s)
         with repo.session_scope(self.db.sessions) as session:
+            executing = set(self.active_runs)
             for run in repo.running_runs(session):
-                if run.owner == self.owner:
+                if run.owner == self.owner and run.id in executing:
                     continue
                 if not self._owner_gone(run, stale_before):
                     continue
@@ -311,14 +368,53 @@ class RunManager:
             RunExecution.load(self._context, run_id, cancel=cancel,
                               on_progress=on_progress).execute()
         except Exception as exc:
-            logger.exception("run %d failed", run_id)
-            record_end(self._context, run_id, RunStatus.FAILED,
-                       error=f"{type(exc).__name__}: {exc}")
+            fault = database_fault(exc)
+            if fault is not None:
+                self._after_database_fault(run_id, fault)
+            else:
+                logger.exception("run %d failed", run_id)
+                record_end(self._context, run_id, RunStatus.FAILED,
+                           error=f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._active.pop(run_id, None)
             if self.metrics:
                 self.metrics.runs_active.dec()
+
+    def _after_database_fault(self, run_id: int, fault: BaseException) -> None:
+        """A run whose search failed on the database after its writes' retries: queued
+        again (resumed from its stored trials) below ``max_run_attempts`` starts, else
+        failed, saying so. If even that cannot be written, the run is left to recovery
+        (its heartbeat stops, so it is taken as orphaned once stale)."""
+        cause = f"{type(fault).__name__}: {str(fault).splitlines()[0] if str(fault) else ''}"
+        cap = self.settings.max_run_attempts
+
+        def requeue_or_fail() -> bool:
+            with repo.session_scope(self.db.sessions) as session:
+                run = repo.get_run(session, run_id=run_id)
+                if run is None or run.attempts >= cap:
+                    return False
+                repo.requeue_run(session, run_id=run_id, error=(
+                    f"database unavailable during the search ({cause}); queued again to "
+                    f"resume from its trials (start {run.attempts + 1} of {cap})"))
+                return True
+
+        try:
+            requeued = with_retries(self.settings, requeue_or_fail)
+        except repo.StorageError:
+            logger.exception("run %d: the database is still unavailable; left to recovery",
+                             run_id)
+            return
+        if requeued:
+            logger.warning("run %d: database unavailable (%s); queued again", run_id, cause)
+            self._wake.set()
+            return
+        logger.error("run %d: database unavailable (%s) in %d starts; failed", run_id, cause,
+                     cap)
+        record_end(self._context, run_id, RunStatus.FAILED, error=(
+            f"database unavailable during the search in each of {cap} starts "
+            f"(max_run_attempts), last: {cause}; POST /v1/runs/{run_id}/resume continues it "
+            "from its trials"))
 
     def _count_tune(self, outcome: str) -> None:
         if self.metrics:

@@ -1,18 +1,27 @@
-"""Runs: list, one, its trials, its live events (SSE), cancel."""
+"""Runs: list, one, its trials, its live events (SSE), cancel, resume."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
+from service.api.auth import TunerDep, check_can_manage
 from service.api.deps import DatabaseDep, RunManagerDep, SessionDep
 from service.db import repositories as repo
 from service.db.models import RunStatus
 from service.errors import NotFound
 from service.runs.events import run_events
-from service.schemas import ErrorPublic, RunPublic, RunsPublic, TrialPublic, TrialsPublic
+from service.schemas import (
+    AUTH_RESPONSES,
+    ErrorPublic,
+    ResumeRequest,
+    RunPublic,
+    RunsPublic,
+    TrialPublic,
+    TrialsPublic,
+)
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
@@ -111,14 +120,43 @@ def run_events_stream(
 @router.delete(
     "/{run_id}",
     response_model=RunPublic,
-    responses={**_NOT_FOUND, 409: {"model": ErrorPublic, "description": "Already finished."}},
+    responses={**_NOT_FOUND, **AUTH_RESPONSES,
+               409: {"model": ErrorPublic, "description": "Already finished."}},
 )
-def cancel_run(session: SessionDep, manager: RunManagerDep, run_id: RunId) -> RunPublic:
-    """Cancel a queued run at once, a running one at its next round (trials are kept)."""
+def cancel_run(
+    session: SessionDep, manager: RunManagerDep, run_id: RunId, principal: TunerDep
+) -> RunPublic:
+    """Cancel a queued run at once, a running one at its next round (trials are kept);
+    only the key that made it, or an admin key, may."""
     current = _run_or_404(session, run_id)
+    check_can_manage(principal, run_id, current.key_id)
     if RunStatus(current.status).is_finished():
         raise HTTPException(409, f"run {run_id} already {current.status}")
     run = manager.cancel(run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found")
+    return RunPublic.of(run)
+
+
+@router.post(
+    "/{run_id}/resume",
+    status_code=202,
+    response_model=RunPublic,
+    responses={**_NOT_FOUND, **AUTH_RESPONSES,
+               409: {"model": ErrorPublic, "description": "Not failed, cancelled or "
+                     "interrupted, still storing its outcome, or its workload has another "
+                     "active run."}},
+)
+def resume_run(
+    session: SessionDep, manager: RunManagerDep, run_id: RunId, principal: TunerDep,
+    request: Annotated[ResumeRequest | None, Body()] = None,
+) -> RunPublic:
+    """Queue a failed, cancelled or interrupted run again: it continues from its stored
+    trials (none is measured again); ``budget`` is more than it has done (default: its
+    own budget). Only the key that made it, or an admin key, may."""
+    current = _run_or_404(session, run_id)
+    check_can_manage(principal, run_id, current.key_id)
+    budget = request.budget if request is not None and request.budget is not None else None
+    run = manager.resume(run_id, trials=budget.trials if budget else None,
+                         seconds=budget.seconds if budget else None)
     return RunPublic.of(run)

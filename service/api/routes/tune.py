@@ -6,10 +6,18 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from service.api.auth import TunerDep
 from service.api.deps import MetricsDep, RunManagerDep, SettingsDep
 from service.errors import InvalidRequest
 from service.runs.tune import prepare
-from service.schemas import ErrorPublic, RunPublic, SchedulePublic, TuneRequest, TuneResponse
+from service.schemas import (
+    AUTH_RESPONSES,
+    ErrorPublic,
+    RunPublic,
+    SchedulePublic,
+    TuneRequest,
+    TuneResponse,
+)
 
 router = APIRouter(prefix="/tune", tags=["tune"])
 
@@ -25,16 +33,18 @@ router = APIRouter(prefix="/tune", tags=["tune"])
               "already running; `Location` names it); `schedule` is null."},
         400: {"model": ErrorPublic, "description": "The body is not JSON."},
         422: {"model": ErrorPublic, "description": "A field is wrong; `field` names it."},
+        **AUTH_RESPONSES,
     },
 )
 def tune(
-    request: TuneRequest, manager: RunManagerDep, settings: SettingsDep, metrics: MetricsDep
+    request: TuneRequest, manager: RunManagerDep, settings: SettingsDep, metrics: MetricsDep,
+    principal: TunerDep,
 ) -> JSONResponse:
     """Tune an operator for a device: the cached best schedule, or a (shared) run;
     ``force`` runs despite the cache, ``extend`` continues the workload's newest run."""
     try:
         tune_input = prepare(request, settings)
-        submitted = manager.submit(tune_input)
+        submitted = manager.submit(tune_input, key_id=principal.key_id)
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise

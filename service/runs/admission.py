@@ -1,0 +1,35 @@
+"""Whether a new run may be queued: the key's quota of active runs and the server's bound
+on queued runs (checked only when a request would add a run, not when it joins one)."""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from service.core.config import Settings
+from service.db import keys as keys_repo
+from service.errors import TooManyRequests
+
+#: What a 429 for a full queue suggests: runs take seconds to minutes, so a retry sooner
+#: would most likely be refused again.
+QUEUE_RETRY_AFTER_S = 30.0
+
+
+def admit(session: Session, settings: Settings, *, key_id: int | None) -> None:
+    """Raise :class:`TooManyRequests` if one more run would exceed a quota.
+
+    Raises:
+        TooManyRequests: the key has ``key_max_active_runs`` queued or running runs, or
+            the server has ``max_queued_runs`` queued.
+    """
+    if key_id is not None:
+        active = keys_repo.count_active_runs(session, key_id=key_id)
+        if active >= settings.key_max_active_runs:
+            raise TooManyRequests(
+                f"this API key has {active} queued or running runs, its quota; cancel one "
+                "or wait for one to finish", retry_after_s=QUEUE_RETRY_AFTER_S,
+                field="key_max_active_runs")
+    queued = keys_repo.count_queued_runs(session)
+    if queued >= settings.max_queued_runs:
+        raise TooManyRequests(
+            f"the server's queue is full ({queued} runs queued); try again later",
+            retry_after_s=QUEUE_RETRY_AFTER_S, field="max_queued_runs")
