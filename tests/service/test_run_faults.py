@@ -58,7 +58,8 @@ def test_a_lasting_fault_requeues_then_fails_saying_why_and_resume_continues(
     assert "database unavailable" in failed["error"] and "resume" in failed["error"]
     monkeypatch.undo()  # the database is back
     resumed = faulty.post(f"/v1/runs/{run['id']}/resume")
-    assert resumed.status_code == 202 and resumed.json()["attempts"] == 0
+    assert resumed.status_code == 202
+    assert resumed.json()["attempts"] <= 1  # counted from 0 again (it may be claimed already)
     done = wait_for(faulty, run["id"])
     assert done["status"] == "succeeded" and done["trials_done"] == 16 and done["error"] is None
 
