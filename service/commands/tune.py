@@ -286,7 +286,7 @@ def _print(result: dict[str, Any]) -> None:
     if not result["cached"]:
         run = result["run"]
         source += f", {run['trials_done']} measured in {run['elapsed_s']:.1f} s"
-    simulated = " (simulated)" if result["simulated"] else ""
+    simulated = " (simulated: a cost-model estimate, no kernel ran)" if result["simulated"] else ""
     workload = result["workload"]
     print(f"{workload['op']} {workload['params']} on {result['device']} ({source})")
     print(f"best: {result['latency_us']:.3f} us{simulated}  schedule {result['schedule_hash']}")
