@@ -9,6 +9,7 @@ callable. An error answer raises a typed :class:`~pipetune.errors.ApiError` nami
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -23,7 +24,13 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 30.0
 
 
+#: Where the key comes from when no ``api_key`` is given.
+API_KEY_ENV = "PIPETUNE_API_KEY"
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
+    """The Authorization header of ``api_key``, else of ``$PIPETUNE_API_KEY``, if any."""
+    api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -77,7 +84,8 @@ class _Progress:
 
 
 class Client:
-    """A pipetune server, e.g. ``Client("http://gpu-box:8000", api_key=...)``."""
+    """A pipetune server, e.g. ``Client("http://gpu-box:8000", api_key=...)`` (the key
+    defaults to ``$PIPETUNE_API_KEY``; none is needed on loopback)."""
 
     def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *,
                  timeout_s: float = DEFAULT_TIMEOUT_S, http: httpx.Client | None = None) -> None:

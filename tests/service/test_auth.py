@@ -155,3 +155,17 @@ def test_dashboard_asks_for_a_key_and_keeps_it_in_a_cookie(locked: TestClient) -
     ("::", False), ("192.168.1.5", False), ("example.com", False)])
 def test_serve_requires_keys_off_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_client_sends_the_key_from_its_argument_or_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import pipetune
+
+    monkeypatch.setenv("PIPETUNE_API_KEY", "ptk_env_secret")
+    with pipetune.Client() as client:
+        assert client._http.headers["Authorization"] == "Bearer ptk_env_secret"
+    with pipetune.Client(api_key="ptk_arg_secret") as client:
+        assert client._http.headers["Authorization"] == "Bearer ptk_arg_secret"
+    monkeypatch.delenv("PIPETUNE_API_KEY")
+    with pipetune.Client() as client:
+        assert "Authorization" not in client._http.headers
