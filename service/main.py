@@ -12,19 +12,21 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI, Request, Response
-from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 import migrations
 from service.api import errors
 from service.api.docs import mount_api_docs
+from service.api.guards import RequestGuard
 from service.api.main import api_router, root_router
 from service.auth import RateLimiter
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.dashboard import mount_dashboard
+from service.runs.events import EventHub
 from service.runs.executors import ExecutorRegistry, GpuPoolFactory
 from service.runs.insights import Insights
 from service.runs.manager import RunManager
@@ -33,6 +35,10 @@ logger = logging.getLogger(__name__)
 
 #: Largest request body accepted (a tune request is a few hundred bytes).
 MAX_BODY_BYTES = 64 * 1024
+#: Time allowed to receive a whole request body (a slow client is answered 408).
+BODY_TIMEOUT_S = 15.0
+#: Database connections beyond the API's threads: the run threads' and a few spare.
+_SPARE_CONNECTIONS = 4
 
 
 def quiet_optuna() -> None:
@@ -68,8 +74,13 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         quiet_optuna()
-        db = Database(settings.database_url)
+        # Every API thread can hold a connection at once: none ever waits for the pool.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        app.state.gate = anyio.Semaphore(settings.api_threads)
+        db = Database(settings.database_url, pool_size=settings.api_threads
+                      + settings.max_concurrent_runs + _SPARE_CONNECTIONS)
         migrations.upgrade(db.url, engine=db.engine)
+        db.remember_file()
         executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
         manager = RunManager(db, settings, executors, app.state.metrics)
         app.state.db, app.state.executors, app.state.run_manager = db, executors, manager
@@ -79,7 +90,9 @@ def create_app(
             manager.recover()
         logger.info("pipetune serving with %s (%s)", db.backend, _redacted(db.url))
         try:
-            yield
+            async with EventHub(db, settings.max_event_streams).running() as hub:
+                app.state.events = hub
+                yield
         finally:
             manager.close()
             executors.close()
@@ -105,16 +118,9 @@ def create_app(
     mount_api_docs(app)
 
     @app.middleware("http")
-    async def limit_and_measure(
+    async def measure(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse(
-                {"detail": [errors.error_item(("body",), f"body larger than {MAX_BODY_BYTES} "
-                                              "bytes", "too_large")]},
-                status_code=413,
-            )
         started = time.perf_counter()
         response = await call_next(request)
         template = _route_template(request)
@@ -123,6 +129,7 @@ def create_app(
         metrics.http_latency.labels(template).observe(time.perf_counter() - started)
         return response
 
+    app.add_middleware(RequestGuard, max_body=MAX_BODY_BYTES, body_timeout_s=BODY_TIMEOUT_S)
     return app
 
 

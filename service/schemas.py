@@ -20,10 +20,13 @@ from service.db.models import (
     WorkloadModel,
     as_utc,
 )
+from service.db.repositories import redact_owner
 
 #: Request limits: a budget above these is a typo, not a plan.
 MAX_TRIALS = 10_000
 MAX_SECONDS = 86_400.0
+#: ... and below this one: a search round alone takes longer.
+MIN_SECONDS = 1.0
 MAX_NAME = 64
 
 
@@ -36,7 +39,8 @@ class BudgetIn(_Strict):
     """What a run may spend: measured trials and/or wall-clock seconds."""
 
     trials: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
-    seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    seconds: float | None = Field(default=None, ge=MIN_SECONDS, le=MAX_SECONDS,
+                                  allow_inf_nan=False)
 
 
 class TuneRequest(_Strict):
@@ -191,7 +195,7 @@ class RunPublic(BaseModel):
             peers=peers,
             speedups_vs_peers={name: x for name, x in speedups.items() if x is not None},
             stop_reason=run.stop_reason,
-            error=run.error,
+            error=redact_owner(run.error),
             cancel_requested=run.cancel_requested,
             attempts=run.attempts,
             key_id=run.key_id,

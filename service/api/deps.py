@@ -12,6 +12,7 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db.repositories import session_scope
+from service.runs.events import EventHub
 from service.runs.executors import ExecutorRegistry
 from service.runs.insights import Insights
 from service.runs.manager import RunManager
@@ -47,6 +48,10 @@ def get_insights(request: Request) -> Insights:
     return request.app.state.insights
 
 
+def get_event_hub(request: Request) -> EventHub:
+    return request.app.state.events
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_db)]
 SessionDep = Annotated[Session, Depends(get_session)]
@@ -54,3 +59,4 @@ RunManagerDep = Annotated[RunManager, Depends(get_run_manager)]
 ExecutorDep = Annotated[ExecutorRegistry, Depends(get_executors)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 InsightsDep = Annotated[Insights, Depends(get_insights)]
+EventHubDep = Annotated[EventHub, Depends(get_event_hub)]

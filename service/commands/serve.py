@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,7 +26,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument(
         "--database-url", default=None, help="SQLAlchemy URL (default: PIPETUNE_DATABASE_URL, "
-        "else a SQLite file in the user's data directory)"
+        "else a SQLite file in the user's data directory); a password here shows in ps"
+    )
+    parser.add_argument(
+        "--database-url-file", default=None, type=Path,
+        help="a file holding the SQLAlchemy URL (default: PIPETUNE_DATABASE_URL_FILE), so "
+        "that a password does not show in ps; PIPETUNE_DATABASE_URL works too"
     )
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     parser.add_argument("--workers", type=int, default=None,
@@ -39,10 +45,12 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     import uvicorn
 
+    from service.commands._uvicorn import uvicorn_options
     from service.core.config import get_settings
     from service.main import create_app
 
     settings = get_settings(database_url=args.database_url, run_workers=args.workers,
+                            database_url_file=args.database_url_file,
                             require_auth=True if not is_loopback(args.host) else None)
     log_to_stderr(args.log_level)
     print(f"pipetune: database {describe_database(settings.database_url)}", file=sys.stderr)
@@ -53,7 +61,7 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     workers = _start_workers(settings, args.log_level)
     try:
         uvicorn.run(create_app(settings, run_background=workers is None), host=args.host,
-                    port=args.port, log_level=args.log_level)
+                    port=args.port, log_level=args.log_level, **uvicorn_options())
     finally:
         if workers is not None:
             workers.close()

@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     Attributes:
         database_url: SQLAlchemy URL; default a SQLite file in ``data_dir``. PostgreSQL
             URLs are normalised to the psycopg 3 driver.
+        database_url_file: a file holding the URL (a password in a command line shows
+            in ``ps``; a file or the environment does not); used when ``database_url``
+            is not given.
         data_dir: where the default database and the compiled-kernel cache (``cubin/``)
             live.
         max_concurrent_runs: tuning runs executed at the same time by one process.
@@ -49,6 +52,9 @@ class Settings(BaseSettings):
             first (computed in another process while the search starts; 0: off).
         calibrate: fit the cost model to each GPU run's measurements and rank later runs
             on that device with it.
+        api_threads: threads that serve the API's blocking handlers; requests beyond
+            them wait their turn, and the database pools are sized from it.
+        max_event_streams: open ``/v1/runs/{id}/events`` streams (429 beyond).
         require_auth: every API request needs an API key (``pipetune keys create``);
             ``pipetune serve`` turns it on whenever it binds a non-loopback address.
         rate_limit: requests per API key, in the ``limits`` notation (``600/minute``);
@@ -66,6 +72,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PIPETUNE_", extra="ignore")
 
     database_url: str = ""
+    database_url_file: Path | None = None
     data_dir: Path = Field(default_factory=default_data_dir)
     max_concurrent_runs: int = Field(default=2, ge=1, le=64)
     simulated_capacity: int = Field(default=8, ge=1, le=256)
@@ -81,6 +88,8 @@ class Settings(BaseSettings):
     gpu_batch_size: int = Field(default=0, ge=0, le=256)
     cost_model_seeds: int = Field(default=16, ge=0, le=256)
     calibrate: bool = True
+    api_threads: int = Field(default=40, ge=1, le=1000)
+    max_event_streams: int = Field(default=1000, ge=1, le=100_000)
     require_auth: bool = False
     rate_limit: str = "600/minute"
     key_max_active_runs: int = Field(default=8, ge=1)
@@ -114,6 +123,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:
+        if not self.database_url and self.database_url_file is not None:
+            self.database_url = self._normalise_driver(self.database_url_file.read_text())
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'pipetune.db'}"
         return self

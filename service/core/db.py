@@ -10,6 +10,12 @@ otherwise issue its own BEGIN and break SAVEPOINTs (SQLAlchemy's pysqlite notes 
 this recipe).
 PostgreSQL needs nothing special. Tables come from Alembic (``migrations``), never from
 ``create_all``.
+
+Pools are sized by the caller (the API sizes them from its thread limit, so that a thread
+never waits for a connection); a checkout that still waits gives up after
+``POOL_TIMEOUT_S`` with a 503 instead of hanging. A SQLite file is remembered by its
+inode: :meth:`Database.problem` notices it deleted or replaced (a pooled connection would
+keep writing to the unlinked file, a new one would start an empty database).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ if TYPE_CHECKING:
     import optuna
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+POOL_TIMEOUT_S = 10.0
+PG_CONNECT_TIMEOUT_S = 5
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -52,23 +60,37 @@ def tune_sqlite(engine: Engine, *, immediate: bool = True) -> None:
     event.listen(engine, "begin", begin)
 
 
-def engine_options(url: str) -> dict[str, Any]:
-    """``create_engine`` keyword arguments for ``url`` (shared with Optuna's storage)."""
+def engine_options(url: str, pool_size: int | None = None) -> dict[str, Any]:
+    """``create_engine`` keyword arguments for ``url`` (shared with Optuna's storage);
+    ``pool_size`` connections kept (default 10), as many again on a burst."""
+    size = pool_size or 10
+    pool = {"pool_size": size, "max_overflow": size, "pool_timeout": POOL_TIMEOUT_S}
     if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}}
-    return {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20}
+        connect = {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+        return {"connect_args": connect, **pool}
+    return {"pool_pre_ping": True, "connect_args": {"connect_timeout": PG_CONNECT_TIMEOUT_S},
+            **pool}
 
 
-def make_engine(url: str, *, read_only: bool = False) -> Engine:
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL, or None (another backend, or in memory)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database).expanduser()
+
+
+def make_engine(url: str, *, read_only: bool = False, pool_size: int | None = None) -> Engine:
     """An engine for ``url``; creates the SQLite file's folder if needed.
 
     ``read_only`` engines of SQLite begin deferred transactions: a reader holds a WAL
     snapshot and never the write lock, however long it stays open (an event stream).
     """
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, **engine_options(url))
+    path = sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, **engine_options(url, pool_size))
     if parsed.get_backend_name() == "sqlite":
         tune_sqlite(engine, immediate=not read_only)
     return engine
@@ -83,15 +105,19 @@ class Database:
 
     Args:
         url: SQLAlchemy URL (``sqlite:///...`` or ``postgresql+psycopg://...``).
+        pool_size: connections each engine keeps (default 10; the API passes its thread
+            limit plus the run threads).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int | None = None) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, pool_size=pool_size)
         self.read_engine = (
-            make_engine(url, read_only=True) if self.engine.dialect.name == "sqlite"
-            else self.engine
+            make_engine(url, read_only=True, pool_size=pool_size)
+            if self.engine.dialect.name == "sqlite" else self.engine
         )
+        self._sqlite_file = sqlite_path(url)
+        self._sqlite_identity: tuple[int, int] | None = None
         self.sessions: sessionmaker[Session] = sessionmaker(self.engine, expire_on_commit=False)
         self.read_sessions: sessionmaker[Session] = sessionmaker(
             self.read_engine, expire_on_commit=False
@@ -102,6 +128,25 @@ class Database:
     @property
     def backend(self) -> str:
         return self.engine.dialect.name
+
+    def remember_file(self) -> None:
+        """Note the SQLite file's identity (after the migration created it)."""
+        if self._sqlite_file is not None:
+            stat = self._sqlite_file.stat()
+            self._sqlite_identity = (stat.st_dev, stat.st_ino)
+
+    def problem(self) -> str | None:
+        """Why the SQLite file can no longer be used (deleted, replaced), or None; a stat,
+        cheap enough for every write request. PostgreSQL: always None (a query tells)."""
+        if self._sqlite_file is None or self._sqlite_identity is None:
+            return None
+        try:
+            stat = self._sqlite_file.stat()
+        except OSError:
+            return "the database file was deleted"
+        if (stat.st_dev, stat.st_ino) != self._sqlite_identity:
+            return "the database file was replaced"
+        return None
 
     def optuna_storage(self) -> optuna.storages.BaseStorage:
         """Optuna's RDB storage in the same database (its own tables, created by Optuna)."""

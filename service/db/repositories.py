@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +33,22 @@ from service.db.models import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+#: The largest id, offset or number a query may carry: PostgreSQL's ``integer`` (larger
+#: values fail in the driver; an offset past SQLite's 64 bits overflows). Lookups beyond
+#: it find nothing.
+MAX_DB_INT = 2**31 - 1
+
+
+#: A run manager's identity, ``host:pid:token`` (with the parentheses around it): it
+#: stays in ``owner`` and the logs, never in a stored reason or an answer.
+_OWNER = re.compile(r"\s*\(?[^\s():]+:\d+:[0-9a-f]{8}\)?")
+
+
+def redact_owner(text: str | None) -> str | None:
+    """``text`` without the host name and process id of a run manager it names."""
+    return _OWNER.sub("", text) if text else text
 
 
 class StorageError(RuntimeError):
@@ -151,7 +168,7 @@ def create_run(
 
 
 def get_run(session: Session, *, run_id: int) -> RunModel | None:
-    return RunModel.find(session, run_id)
+    return RunModel.find(session, run_id) if 0 < run_id <= MAX_DB_INT else None
 
 
 def list_runs(
@@ -174,7 +191,8 @@ def list_runs(
             (DeviceModel.name == device) | (DeviceModel.key == device)
         )
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
-    rows = session.scalars(query.order_by(RunModel.id.desc()).limit(limit).offset(offset))
+    rows = session.scalars(query.order_by(RunModel.id.desc()).limit(limit)
+                           .offset(min(offset, MAX_DB_INT)))
     return list(rows.unique()), count
 
 
@@ -426,7 +444,7 @@ def interrupt_run(session: Session, *, run_id: int, reason: str) -> None:
             status=RunStatus.INTERRUPTED.value,
             phase="done",
             owner=None,
-            error=reason,
+            error=redact_owner(reason),
             finished_at=utcnow(),
         )
         .execution_options(synchronize_session=False)
@@ -487,7 +505,7 @@ def list_trials(
     keys.append(column.desc() if order.startswith("-") else column.asc())
     if order.lstrip("-") != "number":
         keys.append(TrialModel.number)
-    rows = session.scalars(query.order_by(*keys).limit(limit).offset(offset))
+    rows = session.scalars(query.order_by(*keys).limit(limit).offset(min(offset, MAX_DB_INT)))
     return list(rows), count
 
 
@@ -614,13 +632,13 @@ def list_schedules(
     rows = session.scalars(
         query.order_by(ScheduleModel.updated_at.desc(), ScheduleModel.id.desc())
         .limit(limit)
-        .offset(offset)
+        .offset(min(offset, MAX_DB_INT))
     )
     return list(rows.unique())
 
 
 def get_schedule(session: Session, *, schedule_id: int) -> ScheduleModel | None:
-    return session.get(ScheduleModel, schedule_id)
+    return session.get(ScheduleModel, schedule_id) if 0 < schedule_id <= MAX_DB_INT else None
 
 
 def schedule_of_run(

@@ -1,30 +1,46 @@
-"""Server-sent events of a run, read from the database.
+"""Server-sent events of a run, read from the database and fanned out.
 
-The stream polls the run's row and its new trials, so it works for a run executed by any
-process sharing the database, and across restarts. Events:
+Each watched run has one :class:`RunFeed`: one poller reads the run's row and its new
+trials every ``poll_s`` (so it works for a run executed by any process sharing the
+database, and across restarts), formats each event once, and wakes every watcher. A
+thousand watchers of a run cost the database what one does, and the run's own writes
+never wait for them. The poller stops when the run ends or its last watcher leaves.
+Events:
 
 - ``status``: the run's JSON whenever its status changes (the first event too);
 - ``progress``: ``{trials_done, invalid, phase, best_latency_us, elapsed_s}`` on change;
 - ``trial``: each stored trial, in order (``id:`` is its number, for ``Last-Event-ID``);
-- ``end``: the final run JSON; the stream then closes.
+- ``end``: the final run JSON; the stream then closes;
+- ``error``: the database failed; the stream then closes (reconnect later).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from service.core.db import Database
 from service.db import repositories as repo
 from service.db.models import RunStatus
+from service.errors import NotFound
 from service.schemas import RunPublic, TrialPublic
+
+logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
 KEEPALIVE_S = 15.0
 _TRIALS_PER_POLL = 500
+
+
+class StreamsFull(RuntimeError):
+    """The server already holds its most open event streams."""
 
 
 def format_event(event: str, data: Any, event_id: int | None = None) -> str:
@@ -42,52 +58,168 @@ def _snapshot(db: Database, run_id: int, after: int) -> tuple[RunPublic | None, 
         return RunPublic.of(run), [TrialPublic.of(t) for t in trials]
 
 
-async def run_events(
-    db: Database,
-    run_id: int,
-    is_disconnected: Callable[[], Awaitable[bool]],
-    poll_s: float = POLL_S,
-    after: int = -1,
-) -> AsyncIterator[str]:
-    """The event stream of run ``run_id`` (see the module docstring); ``trial`` events
-    start after trial number ``after``."""
-    status: str | None = None
-    progress: dict[str, Any] | None = None
-    last_trial = after
-    quiet_s = 0.0
-    yield ": pipetune run events\n\n"
-    while True:
-        run, trials = await anyio.to_thread.run_sync(_snapshot, db, run_id, last_trial)
+def _progress(run: RunPublic) -> dict[str, Any]:
+    return {
+        "trials_done": run.trials_done,
+        "invalid": run.invalid,
+        "phase": run.phase,
+        "best_latency_us": run.best.latency_us if run.best else None,
+        "elapsed_s": round(run.elapsed_s, 3),
+    }
+
+
+class RunFeed:
+    """What the watchers of one run are sent: the latest ``status`` and ``progress``
+    events, every ``trial`` event so far, and the closing ``end`` or ``error``."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.status: str | None = None
+        self.progress: str | None = None
+        self.numbers: list[int] = []
+        self.trials: list[str] = []
+        self.last: str | None = None  # the closing event, once there is one
+        self.failed = False  # the database failed
+        self.loaded = anyio.Event()  # set after the first poll
+        self.watchers = 0
+        self._status_value: str | None = None
+        self._progress_value: dict[str, Any] | None = None
+        self._changed = anyio.Event()
+
+    @property
+    def changed(self) -> anyio.Event:
+        """Set at the next update (take it before reading the feed)."""
+        return self._changed
+
+    def update(self, run: RunPublic | None, trials: list[TrialPublic]) -> None:
+        """Take one poll's snapshot and wake the watchers."""
         if run is None:
-            yield format_event("error", {"detail": f"run {run_id} not found"})
-            return
-        sent = False
-        if run.status != status:
-            status = run.status
-            yield format_event("status", run.model_dump(mode="json"))
-            sent = True
-        for trial in trials:
-            last_trial = trial.number
-            yield format_event("trial", trial.model_dump(mode="json"), trial.number)
-            sent = True
-        now = {
-            "trials_done": run.trials_done,
-            "invalid": run.invalid,
-            "phase": run.phase,
-            "best_latency_us": run.best.latency_us if run.best else None,
-            "elapsed_s": round(run.elapsed_s, 3),
-        }
-        if now != progress:
-            progress = now
-            yield format_event("progress", now)
-            sent = True
-        if RunStatus(run.status).is_finished() and len(trials) < _TRIALS_PER_POLL:
-            yield format_event("end", run.model_dump(mode="json"))
-            return
-        if await is_disconnected():
-            return
-        quiet_s = 0.0 if sent else quiet_s + poll_s
-        if quiet_s >= KEEPALIVE_S:
-            quiet_s = 0.0
-            yield ": keep-alive\n\n"
-        await anyio.sleep(poll_s)
+            self.last = format_event("error", {"detail": f"run {self.run_id} not found"})
+        else:
+            if run.status != self._status_value:
+                self._status_value = run.status
+                self.status = format_event("status", run.model_dump(mode="json"))
+            for trial in trials:
+                self.numbers.append(trial.number)
+                self.trials.append(format_event("trial", trial.model_dump(mode="json"),
+                                                trial.number))
+            progress = _progress(run)
+            if progress != self._progress_value:
+                self._progress_value = progress
+                self.progress = format_event("progress", progress)
+            if RunStatus(run.status).is_finished() and len(trials) < _TRIALS_PER_POLL:
+                self.last = format_event("end", run.model_dump(mode="json"))
+        self.loaded.set()
+        self._wake()
+
+    def fail(self, detail: str) -> None:
+        self.failed = True
+        self.last = format_event("error", {"detail": detail})
+        self.loaded.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def watch(self, after: int, keepalive_s: float = KEEPALIVE_S) -> AsyncIterator[str]:
+        """One watcher's stream: trial events after number ``after``."""
+        yield ": pipetune run events\n\n"
+        status = progress = None
+        index = bisect.bisect_right(self.numbers, after)
+        while True:
+            changed = self.changed
+            if self.status is not None and self.status is not status:
+                status = self.status
+                yield status
+            while index < len(self.trials):
+                index += 1
+                yield self.trials[index - 1]
+            if self.progress is not None and self.progress is not progress:
+                progress = self.progress
+                yield progress
+            if self.last is not None:
+                yield self.last
+                return
+            with anyio.move_on_after(keepalive_s) as timer:
+                await changed.wait()
+            if timer.cancelled_caught:
+                yield ": keep-alive\n\n"
+
+
+class EventHub:
+    """The feeds of the watched runs, and the cap on open streams.
+
+    Args:
+        db: where runs are read.
+        max_streams: open streams allowed (:class:`StreamsFull` beyond).
+        poll_s: how often a feed reads its run.
+    """
+
+    def __init__(self, db: Database, max_streams: int, poll_s: float = POLL_S) -> None:
+        self.db = db
+        self.max_streams = max_streams
+        self.poll_s = poll_s
+        self.open_streams = 0
+        self._feeds: dict[int, RunFeed] = {}
+        self._tasks: TaskGroup | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[EventHub]:
+        """Run the feeds' pollers while inside (the app's lifespan)."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield self
+            finally:
+                self._tasks = None
+                tasks.cancel_scope.cancel()
+
+    async def open(self, run_id: int) -> RunFeed:
+        """Count a new stream of run ``run_id`` and give its feed (the caller calls
+        :meth:`release` when the stream ends). Raises :class:`StreamsFull` or
+        :class:`NotFound`."""
+        if self.open_streams >= self.max_streams:
+            raise StreamsFull(f"{self.max_streams} event streams are open")
+        if self._tasks is None:
+            raise RuntimeError("the event hub is not running")
+        feed = self._feeds.get(run_id)
+        if feed is None:
+            feed = self._feeds[run_id] = RunFeed(run_id)
+            self._tasks.start_soon(self._poll, feed, name=f"pipetune-events-{run_id}")
+        feed.watchers += 1
+        self.open_streams += 1
+        try:
+            await feed.loaded.wait()
+        except BaseException:  # the client left first
+            self.release(feed)
+            raise
+        if feed.status is None:  # no such run, or the database failed at once
+            self.release(feed)
+            if feed.failed:
+                raise repo.StorageError(f"event stream of run {run_id}: database failed")
+            raise NotFound(f"run {run_id} not found")
+        return feed
+
+    def release(self, feed: RunFeed) -> None:
+        feed.watchers -= 1
+        self.open_streams -= 1
+
+    async def _poll(self, feed: RunFeed) -> None:
+        after = -1
+        try:
+            while feed.watchers > 0 and feed.last is None:
+                run, trials = await anyio.to_thread.run_sync(
+                    _snapshot, self.db, feed.run_id, after)
+                feed.update(run, trials)
+                after = trials[-1].number if trials else after
+                if len(trials) < _TRIALS_PER_POLL and feed.last is None:
+                    await anyio.sleep(self.poll_s)
+        except repo.StorageError as exc:
+            logger.warning("event stream of run %d: %s", feed.run_id, exc)
+            feed.fail("database unavailable; reconnect later")
+        finally:
+            # No await between the last check of the watchers and this: a new watcher
+            # either found this feed still polling or starts a new one.
+            if self._feeds.get(feed.run_id) is feed:
+                del self._feeds[feed.run_id]

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+import anyio
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 import migrations
 from service.api.deps import DatabaseDep, MetricsDep, RunManagerDep
+from service.core.db import Database
 from service.core.metrics import CONTENT_TYPE_LATEST
 from service.schemas import HealthPublic
 
 router = APIRouter(tags=["health"])
+
+#: The database probe's own threads: a server busy with requests still answers /healthz.
+_PROBES = anyio.CapacityLimiter(2)
 
 
 def _version() -> str:
@@ -22,14 +27,22 @@ def _version() -> str:
         return "unknown"
 
 
-@router.get("/healthz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
-def healthz(db: DatabaseDep, manager: RunManagerDep) -> JSONResponse:
-    """Liveness: the process answers and its database is reachable (503 if not)."""
+def _probe(db: Database) -> tuple[str | None, str]:
+    """The schema version and ``ok``, or None and why the database is unusable."""
+    problem = db.problem()
+    if problem is not None:
+        return None, f"unavailable: {problem}"
     try:
-        schema = migrations.current(db.url, engine=db.read_engine)
-        database = "ok"
+        return migrations.current(db.url, engine=db.read_engine), "ok"
     except Exception as exc:  # any driver error means "not healthy", not a 500
-        schema, database = None, f"unavailable: {type(exc).__name__}"
+        return None, f"unavailable: {type(exc).__name__}"
+
+
+@router.get("/healthz", response_model=HealthPublic, responses={503: {"model": HealthPublic}})
+async def healthz(db: DatabaseDep, manager: RunManagerDep) -> JSONResponse:
+    """Liveness: the process answers and its database is usable (503 if it is
+    unreachable, or its SQLite file was deleted or replaced)."""
+    schema, database = await anyio.to_thread.run_sync(_probe, db, limiter=_PROBES)
     body = HealthPublic(
         status="ok" if database == "ok" else "degraded",
         database=database,

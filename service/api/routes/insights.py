@@ -18,8 +18,8 @@ from service.schemas import ConvergencePublic, ErrorPublic, ImportancePublic, Ti
 
 router = APIRouter(tags=["insights"])
 
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run's id.")]
-ScheduleId = Annotated[int, Path(ge=1, le=2**62, description="The cache entry's id.")]
+RunId = Annotated[int, Path(ge=1, le=repo.MAX_DB_INT, description="The run's id.")]
+ScheduleId = Annotated[int, Path(ge=1, le=repo.MAX_DB_INT, description="The cache entry's id.")]
 _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such run or schedule, or none yet."}}
 _SOURCE = {200: {"content": {"text/plain": {}}}, **_NOT_FOUND}
 

@@ -17,7 +17,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from codegen.artifact import KernelArtifact
 from codegen.export import export_files
-from service.api.deps import SessionDep
+from service.api.deps import DatabaseDep
 from service.db import repositories as repo
 from service.db.models import KernelModel
 from service.errors import NotFound
@@ -29,8 +29,11 @@ KernelHash = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="sha256,
 _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such kernel."}}
 
 
-def _kernel(session: SessionDep, kernel_hash: str) -> KernelModel:
-    row = repo.get_kernel(session, kernel_hash=kernel_hash)
+def _kernel(db: DatabaseDep, kernel_hash: str) -> KernelModel:
+    """The kernel's row, read in a session of its own (the connection goes back to the
+    pool before the answer is built)."""
+    with repo.session_scope(db.read_sessions) as session:
+        row = repo.get_kernel(session, kernel_hash=kernel_hash)
     if row is None:
         raise NotFound(
             f"kernel {kernel_hash} not found (only runs on a GPU store their kernels)"
@@ -39,10 +42,10 @@ def _kernel(session: SessionDep, kernel_hash: str) -> KernelModel:
 
 
 @router.get("/{kernel_hash}", response_model=KernelArtifactPublic, responses=_NOT_FOUND)
-def get_kernel(session: SessionDep, kernel_hash: KernelHash) -> KernelArtifactPublic:
+def get_kernel(db: DatabaseDep, kernel_hash: KernelHash) -> KernelArtifactPublic:
     """The KernelArtifact: source, entry, grid, block, shared memory, arguments; enough to
     run it with ``workers.load``."""
-    return KernelArtifactPublic.of(_kernel(session, kernel_hash))
+    return KernelArtifactPublic.of(_kernel(db, kernel_hash))
 
 
 @router.get(
@@ -50,9 +53,9 @@ def get_kernel(session: SessionDep, kernel_hash: KernelHash) -> KernelArtifactPu
     response_class=PlainTextResponse,
     responses={200: {"content": {"text/plain": {}}}, **_NOT_FOUND},
 )
-def get_kernel_source(session: SessionDep, kernel_hash: KernelHash) -> PlainTextResponse:
+def get_kernel_source(db: DatabaseDep, kernel_hash: KernelHash) -> PlainTextResponse:
     """The kernel's ``.cu`` source text."""
-    return PlainTextResponse(_kernel(session, kernel_hash).source)
+    return PlainTextResponse(_kernel(db, kernel_hash).source)
 
 
 @router.get(
@@ -60,10 +63,10 @@ def get_kernel_source(session: SessionDep, kernel_hash: KernelHash) -> PlainText
     response_class=Response,
     responses={200: {"content": {"application/zip": {}}}, **_NOT_FOUND},
 )
-def get_kernel_export(session: SessionDep, kernel_hash: KernelHash) -> Response:
+def get_kernel_export(db: DatabaseDep, kernel_hash: KernelHash) -> Response:
     """The kernel as plain CUDA C++ (a zip): the kernel, a header with one host launch
     function, its implementation, an example and its nvcc line."""
-    artifact = KernelArtifact.from_dict(dict(_kernel(session, kernel_hash).artifact))
+    artifact = KernelArtifact.from_dict(dict(_kernel(db, kernel_hash).artifact))
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, text in export_files(artifact).items():

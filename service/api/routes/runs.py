@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Header, HTTPException, Path, Query, Request
+from fastapi import APIRouter, Body, Header, HTTPException, Path, Query
 from fastapi.responses import StreamingResponse
 
 from service.api.auth import TunerDep, check_can_manage
-from service.api.deps import DatabaseDep, RunManagerDep, SessionDep
+from service.api.deps import EventHubDep, RunManagerDep, SessionDep
+from service.api.sse import EventStreamResponse
 from service.db import repositories as repo
 from service.db.models import RunStatus
-from service.errors import NotFound
-from service.runs.events import run_events
+from service.errors import InvalidRequest, NotFound
+from service.runs.events import StreamsFull
 from service.schemas import (
     AUTH_RESPONSES,
     ErrorPublic,
@@ -25,10 +26,11 @@ from service.schemas import (
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run's id.")]
+MAX_DB_INT = repo.MAX_DB_INT
+RunId = Annotated[int, Path(ge=1, le=MAX_DB_INT, description="The run's id.")]
 TrialOrder = Literal["number", "-number", "latency_us", "-latency_us", "status", "-status"]
 Limit = Annotated[int, Query(ge=1, le=10_000)]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=MAX_DB_INT)]
 _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such run."}}
 
 
@@ -88,33 +90,46 @@ def list_trials(
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "Server-sent events."},
         **_NOT_FOUND,
+        429: {"model": ErrorPublic, "description": "Too many open event streams."},
     },
 )
-def run_events_stream(
-    request: Request,
-    db: DatabaseDep,
+async def run_events_stream(
+    hub: EventHubDep,
     run_id: RunId,
     after: Annotated[
-        int | None, Query(ge=-1, le=2**31, description="Send trials after this number only.")
+        int | None, Query(ge=-1, le=MAX_DB_INT, description="Send trials after this number "
+                          "only.")
     ] = None,
-    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=32, description="A trial's "
+                                                "number (an `EventSource` reconnecting).")
+                             ] = None,
 ) -> StreamingResponse:
     """Server-sent events while the run runs: ``status``, ``progress``, ``trial`` (each
     new trial), and ``end`` with the final run; the stream closes after ``end``.
 
     A client that already has the trials up to N passes ``after=N``; a reconnecting
-    ``EventSource`` sends ``Last-Event-ID`` (a trial's number), which counts the same."""
-    if after is None and last_event_id is not None and last_event_id.strip().isdigit():
-        after = int(last_event_id.strip())
-    # A session of its own, closed before streaming (a SessionDep stays open as long as
-    # the stream).
-    with repo.session_scope(db.read_sessions) as session:
-        _run_or_404(session, run_id)
-    return StreamingResponse(
-        run_events(db, run_id, request.is_disconnected, after=-1 if after is None else after),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    ``EventSource`` sends ``Last-Event-ID`` (a trial's number), which counts the same.
+    All watchers of a run share one reader of the database; past the server's limit of
+    open streams the answer is 429."""
+    if after is None and last_event_id is not None:
+        after = _event_id(last_event_id)
+    try:
+        feed = await hub.open(run_id)
+    except StreamsFull as exc:
+        raise HTTPException(429, f"{exc}; try again later",
+                            headers={"Retry-After": "5"}) from exc
+    return EventStreamResponse(feed.watch(-1 if after is None else after),
+                               release=lambda: hub.release(feed))
+
+
+def _event_id(text: str) -> int:
+    """A ``Last-Event-ID``: a trial number, else a 422 naming the header."""
+    value = text.strip()
+    if not value.isascii() or not value.isdigit() or int(value) > MAX_DB_INT:
+        raise InvalidRequest([{"loc": ("last-event-id",), "type": "int_parsing",
+                               "msg": f"must be a trial number from 0 to {MAX_DB_INT}"}],
+                             where="header")
+    return int(value)
 
 
 @router.delete(

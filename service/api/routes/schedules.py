@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import ValidationError
 
 from scheduler_search.ops import OPERATORS, parse_spec
-from service.api.deps import SessionDep
+from service.api.deps import DatabaseDep
 from service.db import repositories as repo
 from service.errors import InvalidRequest
 from service.runs.devices import device_filter_error
@@ -40,15 +40,15 @@ def _parse_params(text: str) -> dict[str, Any]:
 
 @router.get("", response_model=SchedulesPublic, responses={422: {"model": ErrorPublic}})
 def list_schedules(
-    session: SessionDep,
+    db: DatabaseDep,
     op: Annotated[str | None, Query(max_length=64)] = None,
     device: Annotated[str | None, Query(
         max_length=64, description="A device name (sim:h200, cuda:0) or key.")] = None,
     params: Annotated[str | None, Query(max_length=4096, description=_PARAMS_HELP)] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=repo.MAX_DB_INT)] = 0,
 ) -> SchedulesPublic:
-    """Cached best schedules, newest first."""
+    """Cached best schedules, newest first (a connection is held for the query only)."""
     if op is not None and op not in OPERATORS:
         raise _query_error("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
     problem = device_filter_error(device) if device is not None else None
@@ -61,10 +61,12 @@ def list_schedules(
             workload_key = parse_spec(op, wanted).workload_key()
         except ValidationError:
             workload_key = None  # a partial spec: compare the given params one by one
-    rows = repo.list_schedules(
-        session, op=op, device=device, workload_key=workload_key, limit=100_000
-    )
-    if wanted is not None and workload_key is None:
-        rows = [r for r in rows if all(r.workload.params.get(k) == v for k, v in wanted.items())]
-    page = rows[offset : offset + limit]
-    return SchedulesPublic(data=[SchedulePublic.of(r) for r in page], count=len(rows))
+    with repo.session_scope(db.read_sessions) as session:
+        rows = repo.list_schedules(
+            session, op=op, device=device, workload_key=workload_key, limit=100_000
+        )
+        if wanted is not None and workload_key is None:
+            rows = [r for r in rows
+                    if all(r.workload.params.get(k) == v for k, v in wanted.items())]
+        page = [SchedulePublic.of(r) for r in rows[offset : offset + limit]]
+    return SchedulesPublic(data=page, count=len(rows))
