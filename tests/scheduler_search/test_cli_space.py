@@ -1,8 +1,8 @@
 """``pipetune space OP --PARAM VALUE ...``: the schedule space of one workload from the
 command line.
 
-Run in-process through ``service.cli.main`` (as the console script calls it) for the
-four suite workloads, and once as the installed console script. Bad parameters exit
+Run in-process through ``service.cli.main`` (as the console script calls it) for one
+workload of each operator, and once as the installed console script. Bad parameters exit
 with status 2 and one ``pipetune space: FIELD: message`` line per problem on stderr,
 naming the field as the API does (docs/architecture.md, "API": errors name the bad field).
 """
@@ -21,42 +21,19 @@ import pytest
 
 from scheduler_search.hardware import H200
 from scheduler_search.ops import parse_spec
-from scheduler_search.ops.suites import REFERENCE_WORKLOADS
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram, check_valid, plan_sprogram
 from service.cli import main
 
 GEMM_ARGS = ["--m", "4096", "--n", "4096", "--k", "4096", "--dtype", "float16"]
-ATTENTION_ARGS = [
-    "--batch",
-    "1",
-    "--heads",
-    "32",
-    "--kv-heads",
-    "8",
-    "--seq",
-    "4096",
-    "--head-dim",
-    "128",
-    "--causal",
-]
-MAMBA2_ARGS = [
-    "--batch",
-    "8",
-    "--seqlen",
-    "4096",
-    "--nheads",
-    "80",
-    "--headdim",
-    "64",
-    "--dstate",
-    "128",
-    "--ngroups",
-    "1",
-    "--chunk-size",
-    "256",
-]
-MAMBA2 = REFERENCE_WORKLOADS["mamba2_chunk_scan"]
+#: Small workloads of each operator: the command ranks the whole space, and a small shape
+#: prunes more tiles early (the suite workloads' spaces are counted in test_space.py).
+ATTENTION_ARGS = ["--batch", "1", "--heads", "8", "--kv-heads", "8", "--seq", "256",
+                  "--head-dim", "128", "--causal"]
+MAMBA2_ARGS = ["--batch", "1", "--seqlen", "256", "--nheads", "8", "--headdim", "64",
+               "--dstate", "64", "--ngroups", "1", "--chunk-size", "64"]
+MAMBA2 = {"batch": 1, "seqlen": 256, "nheads": 8, "headdim": 64, "dstate": 64, "ngroups": 1,
+          "chunk_size": 64, "dtype": "float16"}
 #: (command-line arguments, the params they mean, --top).
 SUITE: dict[str, tuple[list[str], dict[str, Any], int]] = {
     "gemm": (
@@ -66,16 +43,8 @@ SUITE: dict[str, tuple[list[str], dict[str, Any], int]] = {
     ),
     "attention": (
         ATTENTION_ARGS,
-        {
-            "batch": 1,
-            "heads": 32,
-            "kv_heads": 8,
-            "seq_q": 4096,
-            "seq_kv": 4096,
-            "head_dim": 128,
-            "causal": True,
-            "dtype": "float16",
-        },
+        {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 256, "seq_kv": 256, "head_dim": 128,
+         "causal": True, "dtype": "float16"},
         3,
     ),
     "mamba2_chunk_scan": (MAMBA2_ARGS, MAMBA2, 1),
