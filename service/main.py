@@ -8,12 +8,11 @@ Example:
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 import migrations
@@ -21,6 +20,7 @@ from service.api import errors
 from service.api.docs import mount_api_docs
 from service.api.guards import RequestGuard
 from service.api.main import api_router, root_router
+from service.api.request_metrics import RequestMetrics
 from service.auth import RateLimiter
 from service.core.config import Settings
 from service.core.db import Database
@@ -117,34 +117,9 @@ def create_app(
     mount_dashboard(app)
     mount_api_docs(app)
 
-    @app.middleware("http")
-    async def measure(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        template = _route_template(request)
-        metrics: Metrics = request.app.state.metrics
-        metrics.http_requests.labels(request.method, template, str(response.status_code)).inc()
-        metrics.http_latency.labels(template).observe(time.perf_counter() - started)
-        return response
-
+    app.add_middleware(RequestMetrics)
     app.add_middleware(RequestGuard, max_body=MAX_BODY_BYTES, body_timeout_s=BODY_TIMEOUT_S)
     return app
-
-
-def _route_template(request: Request) -> str:
-    """The matched route's path template with its router prefixes (``/v1/runs/{run_id}``),
-    so that metrics are labelled by route, not by id."""
-    route = request.scope.get("route")
-    regex = getattr(route, "path_regex", None)
-    if route is None or regex is None:
-        return "unmatched"
-    path = request.scope.get("path", "")
-    for start in range(len(path) + 1):
-        if regex.match(path[start:]):
-            return path[:start] + route.path
-    return route.path
 
 
 def _redacted(url: str) -> str:

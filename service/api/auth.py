@@ -8,9 +8,10 @@ existed; a key given anyway is checked and owns the runs it makes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
+import anyio
 from fastapi import Depends, Request
 
 from service.auth import ANONYMOUS, Principal, RateLimiter
@@ -32,8 +33,9 @@ def _presented_token(request: Request) -> str | None:
     return request.cookies.get(KEY_COOKIE) or None
 
 
-def authenticate(request: Request) -> Principal:
-    """The request's principal (once per request), its key's rate limit counted.
+async def authenticate(request: Request) -> Principal:
+    """The request's principal (once per request), its key's rate limit counted. The key
+    is looked up in a worker thread; a request without one needs no thread at all.
 
     Raises:
         Unauthorized: no key where one is required, or a key that is not valid.
@@ -50,26 +52,30 @@ def authenticate(request: Request) -> Principal:
                                "<key>' (pipetune keys create makes one)")
         principal = ANONYMOUS
     else:
-        with session_scope(app.state.db.read_sessions) as session:
-            key = keys_repo.authenticate(session, token=token)
-            if key is None:
-                raise Unauthorized("the API key is not valid (unknown, malformed or revoked)")
-            principal = Principal(key.id, key.name, frozenset(key.scopes))
+        principal = await anyio.to_thread.run_sync(_principal_of, app, token)
         limiter: RateLimiter = app.state.rate_limiter
-        wait_s = limiter.hit(key.id)
+        wait_s = limiter.hit(principal.key_id)
         if wait_s is not None:
-            raise TooManyRequests(f"API key '{key.name}' made more than "
+            raise TooManyRequests(f"API key '{principal.name}' made more than "
                                   f"{app.state.settings.rate_limit} requests",
                                   retry_after_s=wait_s, field="rate_limit")
     request.state.principal = principal
     return principal
 
 
-def require(scope: str) -> Callable[[Request], Principal]:
+def _principal_of(app: Any, token: str) -> Principal:
+    with session_scope(app.state.db.read_sessions) as session:
+        key = keys_repo.authenticate(session, token=token)
+        if key is None:
+            raise Unauthorized("the API key is not valid (unknown, malformed or revoked)")
+        return Principal(key.id, key.name, frozenset(key.scopes))
+
+
+def require(scope: str) -> Callable[[Request], Awaitable[Principal]]:
     """A dependency: the principal, if it has ``scope`` (else 403)."""
 
-    def dependency(request: Request) -> Principal:
-        principal = authenticate(request)
+    async def dependency(request: Request) -> Principal:
+        principal = await authenticate(request)
         if not principal.allows(scope):
             raise Forbidden(f"API key '{principal.name}' lacks the '{scope}' scope "
                             f"(it has: {', '.join(sorted(principal.scopes)) or 'none'})")

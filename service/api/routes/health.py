@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 
 import anyio
@@ -20,6 +21,7 @@ router = APIRouter(tags=["health"])
 _PROBES = anyio.CapacityLimiter(2)
 
 
+@cache
 def _version() -> str:
     try:
         return version("pipetune")
