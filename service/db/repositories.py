@@ -561,6 +561,17 @@ def count_complete_trials(session: Session, *, run_id: int) -> int:
 
 
 # ----- schedules and kernels --------------------------------------------------------------------
+def find_cached(session: Session, *, workload_key: str, device_key: str) -> ScheduleModel | None:
+    """The cached best schedule of a workload and device by their keys, in one query (a
+    cache-hit tune is the API's most frequent answer)."""
+    return session.scalars(
+        select(ScheduleModel)
+        .join(WorkloadModel, ScheduleModel.workload_id == WorkloadModel.id)
+        .join(DeviceModel, ScheduleModel.device_id == DeviceModel.id)
+        .where(WorkloadModel.key == workload_key, DeviceModel.key == device_key)
+    ).one_or_none()
+
+
 def find_schedule(session: Session, *, workload_id: int, device_id: int) -> ScheduleModel | None:
     return ScheduleModel.find(session, workload_id, device_id)
 

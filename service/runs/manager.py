@@ -143,6 +143,8 @@ class RunManager:
             TooManyRequests: a new run would exceed the key's or the server's quota.
         """
         spec, device = tune.spec, tune.device
+        if not (tune.force or tune.extend) and (hit := self._cache_hit(tune)) is not None:
+            return hit
         with repo.session_scope(self.db.sessions) as session:
             workload_row = repo.get_or_create_workload(
                 session, key=spec.workload_key(), op=spec.op, params=spec.params()
@@ -175,6 +177,20 @@ class RunManager:
         if created:
             self._wake.set()
         return Submitted(run=self.get(run.id), created=created)
+
+    def _cache_hit(self, tune: TuneInput) -> Submitted | None:
+        """The cached schedule of ``tune``'s workload and device, read without a write
+        transaction (the common answer under load; on SQLite a write transaction waits
+        for the running searches' writes), or None."""
+        with repo.session_scope(self.db.read_sessions) as session:
+            cached = repo.find_cached(session, workload_key=tune.spec.workload_key(),
+                                      device_key=tune.device.key)
+            if cached is None:
+                return None
+            self._count_tune("cache_hit")
+            found_by = (repo.get_run(session, run_id=cached.run_id)
+                        if cached.run_id is not None else None)
+            return Submitted(schedule=cached, run=found_by)
 
     def _extend(
         self, session: Any, workload: WorkloadModel, device: DeviceModel, tune: TuneInput,
