@@ -29,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_database_option(parser)
     parser.add_argument("--runs", type=int, default=None,
                         help="runs executed at once (default PIPETUNE_MAX_CONCURRENT_RUNS)")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="lower this process's scheduling priority by N (default 0)")
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     parser.set_defaults(handler=run)
@@ -45,6 +47,8 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
 
+    if args.nice:
+        os.nice(args.nice)
     settings = get_settings(database_url=args.database_url, max_concurrent_runs=args.runs)
     log_to_stderr(args.log_level)
     quiet_optuna()

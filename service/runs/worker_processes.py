@@ -20,6 +20,9 @@ logger = logging.getLogger(__name__)
 RESTART_DELAY_S = 2.0
 #: How long ``close`` waits for a worker to stop its runs before killing it.
 STOP_TIMEOUT_S = 30.0
+#: Scheduling priority the workers drop to (``nice``): on a host they share with the API,
+#: a busy core goes to the API's requests first.
+WORKER_NICENESS = 10
 
 
 class WorkerProcesses:
@@ -32,17 +35,22 @@ class WorkerProcesses:
     """
 
     def __init__(self, count: int, database_url: str, log_level: str = "info") -> None:
-        self._command = [sys.executable, "-m", "service.cli", "worker", "--database-url",
-                         database_url, "--parent-pid", str(os.getpid()), "--log-level",
-                         log_level]
+        # The URL goes by the environment: a password on a command line shows in ``ps``.
+        self._env = {**os.environ, "PIPETUNE_DATABASE_URL": database_url}
+        self._command = [sys.executable, "-m", "service.cli", "worker", "--parent-pid",
+                         str(os.getpid()), "--log-level", log_level,
+                         "--nice", str(WORKER_NICENESS)]
         self._processes: list[subprocess.Popen[bytes]] = []
         self._count = count
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="pipetune-workers",
                                          daemon=True)
 
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self._command, env=self._env)
+
     def start(self) -> None:
-        self._processes = [subprocess.Popen(self._command) for _ in range(self._count)]
+        self._processes = [self._spawn() for _ in range(self._count)]
         self._watcher.start()
 
     def _watch(self) -> None:
@@ -51,7 +59,7 @@ class WorkerProcesses:
                 if process.poll() is not None and not self._stop.is_set():
                     logger.warning("worker %d exited (%s); starting another", process.pid,
                                    process.returncode)
-                    self._processes[index] = subprocess.Popen(self._command)
+                    self._processes[index] = self._spawn()
 
     def close(self) -> None:
         """Stop the workers: SIGTERM (runs stop at their next round), then a kill."""
