@@ -69,13 +69,13 @@ async def _load(base: str, requests: list[tuple[str, str, Any]], concurrency: in
     """``concurrency`` clients cycling through ``requests`` for ``seconds``."""
     latencies: list[float] = []
     statuses: dict[str, int] = {}
-    timeouts = 0
+    timeouts = dropped = 0
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=TIMEOUT_S) as http:
 
         async def client(index: int) -> None:
-            nonlocal timeouts
+            nonlocal timeouts, dropped
             while time.perf_counter() < deadline:
                 method, path, body = requests[index % len(requests)]
                 index += 1
@@ -84,6 +84,9 @@ async def _load(base: str, requests: list[tuple[str, str, Any]], concurrency: in
                     response = await http.request(method, path, json=body)
                 except httpx.TimeoutException:
                     timeouts += 1
+                    continue
+                except httpx.TransportError:  # a dropped connection: counted, not fatal
+                    dropped += 1
                     continue
                 latencies.append(time.perf_counter() - started)
                 key = str(response.status_code)
@@ -101,6 +104,7 @@ async def _load(base: str, requests: list[tuple[str, str, Any]], concurrency: in
         "statuses": statuses,
         "errors_5xx": sum(n for s, n in statuses.items() if s.startswith("5")),
         "timeouts": timeouts,
+        "connections_dropped": dropped,
     }
 
 
@@ -239,7 +243,7 @@ def main() -> None:
         for level in figures["mixed"]:
             print(f"{name} mixed c={level['concurrency']}: {level['req_per_s']} req/s, "
                   f"p99 {level['p99_ms']} ms, 5xx {level['errors_5xx']}, "
-                  f"timeouts {level['timeouts']}")
+                  f"timeouts {level['timeouts']}, dropped {level['connections_dropped']}")
         cached, health = figures["cached_c64"], figures["healthz_with_streams"]
         print(f"{name} cached c=64: {cached['req_per_s']} req/s, p99 {cached['p99_ms']} ms; "
               f"healthz with {health['streams_open']} streams: p99 {health['p99_ms']} ms")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from service_helpers import service_settings
 
 from service.core.config import Settings
 from service.main import create_app
@@ -80,19 +81,6 @@ def fresh_database(kind: str, directory: Path) -> Iterator[str]:
 def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     with fresh_database(request.param, tmp_path) as url:
         yield url
-
-
-def service_settings(database_url: str, directory: Path) -> Settings:
-    """What the service tests run with: small limits, fast heartbeats."""
-    return Settings(
-        database_url=database_url,
-        data_dir=directory,
-        max_concurrent_runs=2,
-        simulated_capacity=8,
-        heartbeat_s=0.5,
-        stale_after_s=5.0,
-        warm_start=4,
-    )
 
 
 @pytest.fixture

@@ -1,14 +1,30 @@
-"""Helpers of the service tests: request bodies, waiting for a run."""
+"""Helpers of the service tests: settings, request bodies, waiting for a run."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi.testclient import TestClient
 
+from service.core.config import Settings
+
 SMALL_GEMM = {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"}
+
+
+def service_settings(database_url: str, directory: Path) -> Settings:
+    """What the service tests run with: small limits, fast heartbeats."""
+    return Settings(
+        database_url=database_url,
+        data_dir=directory,
+        max_concurrent_runs=2,
+        simulated_capacity=8,
+        heartbeat_s=0.5,
+        stale_after_s=5.0,
+        warm_start=4,
+    )
 
 
 def tune_body(params: dict[str, Any] | None = None, trials: int = 16, **extra: Any) -> dict:

@@ -6,10 +6,10 @@ Bounded for CI: a few examples per operation (about 150 requests per backend).""
 from __future__ import annotations
 
 import schemathesis
-from conftest import service_settings
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.python import asgi
+from service_helpers import service_settings
 
 from service.main import create_app
 
