@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -30,8 +33,6 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import contextlib
-
 from common import ROOT, tree_state, write_json
 
 SEED = {"op": "gemm", "params": {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"},
@@ -108,6 +109,66 @@ async def _load(base: str, requests: list[tuple[str, str, Any]], concurrency: in
     }
 
 
+def _status_counts(base: str) -> dict[str, float]:
+    """The server's own request counts by status class (its Prometheus metrics)."""
+    text = httpx.get(f"{base}/metrics", timeout=30).text
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("pipetune_http_requests_total{") and 'status="' in line:
+            status = line.split('status="', 1)[1][0] + "xx"
+            counts[status] = counts.get(status, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _ab_load(base: str, requests: list[tuple[str, str, Any]], concurrency: int,
+             seconds: float, scratch: Path) -> dict[str, Any]:
+    """The same load from ApacheBench (C) processes, one per request kind sharing the
+    ``concurrency``: a Python client at concurrency 64 spends more of these 2 cores than
+    the server does. Latencies from ab's per-request log; statuses from the server's
+    metrics; ab's "length" failures (answers that differ in size) are not errors."""
+    before = _status_counts(base)
+    processes = []
+    for index, (method, path, body) in enumerate(requests):
+        share = concurrency // len(requests) + (index < concurrency % len(requests))
+        if share == 0:
+            continue
+        log = scratch / f"ab-{index}.tsv"
+        command = ["ab", "-q", "-k", "-s", str(int(TIMEOUT_S)), "-t", str(max(1, round(seconds))),
+                   "-n", "10000000", "-c", str(share), "-g", str(log)]
+        if method == "POST":
+            body_file = scratch / f"body-{index}.json"
+            body_file.write_text(json.dumps(body))
+            command += ["-p", str(body_file), "-T", "application/json"]
+        processes.append((log, subprocess.Popen([*command, base + path], text=True,
+                                                stdout=subprocess.PIPE)))
+    latencies, errors, wall = [], 0, seconds
+    for log, process in processes:
+        out = process.communicate()[0]
+        for line in out.splitlines():
+            if line.startswith("Failed requests:") and "(" in line:
+                kinds = line.split("(")[1].rstrip(")").split(",")
+                parts = dict(kind.strip().split(": ") for kind in kinds)
+                errors += sum(int(v) for k, v in parts.items() if k != "Length")
+            if line.startswith("Time taken for tests:"):
+                wall = max(wall, float(line.split(":")[1].split()[0]))
+        rows = log.read_text().splitlines()[1:] if log.exists() else []
+        latencies += [float(r.split("\t")[4]) / 1e3 for r in rows]
+    after = _status_counts(base)
+    statuses = {k: int(after.get(k, 0) - before.get(k, 0)) for k in after}
+    return {
+        "client": "ab",
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "req_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(_percentile(latencies, 0.50) * 1e3, 2),
+        "p99_ms": round(_percentile(latencies, 0.99) * 1e3, 2),
+        "statuses": statuses,
+        "errors_5xx": statuses.get("5xx", 0),
+        "timeouts": errors,
+        "connections_dropped": 0,
+    }
+
+
 async def _health_with_streams(base: str, run_id: int, streams: int,
                                samples: int) -> dict[str, Any]:
     """/healthz latency one at a time while ``streams`` event streams are open."""
@@ -145,20 +206,20 @@ async def _health_with_streams(base: str, run_id: int, streams: int,
             "non_200": sum(s != 200 for s in statuses)}
 
 
-def _prepare(http: httpx.Client) -> tuple[int, int, list[int]]:
-    """Seed the cache (the seed run's id and best schedule's id), start two long runs."""
+def _prepare(http: httpx.Client) -> tuple[int, str, list[int]]:
+    """Seed the cache (the seed run's id and its kernel's hash), start two long runs."""
     seed = http.post("/v1/tune", json=SEED).json()
     seed_id = seed["run"]["id"]
     while http.get(f"/v1/runs/{seed_id}").json()["status"] in ("queued", "running"):
         time.sleep(0.2)
-    schedule = http.get("/v1/schedules").json()["data"][0]["id"]
+    kernel = http.get("/v1/schedules").json()["data"][0]["kernel_hash"]
     long_ids = [http.post("/v1/tune", json=_long_run(m)).json()["run"]["id"]
                 for m in (8192, 16384)]
     time.sleep(1.0)
-    return seed_id, schedule, long_ids
+    return seed_id, kernel, long_ids
 
 
-def bench_backend(url: str, seconds: float, streams: int) -> dict[str, Any]:
+def bench_backend(url: str, seconds: float, streams: int, client: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         url_file = Path(tmp) / "url"
         url_file.write_text(url)
@@ -173,17 +234,22 @@ def bench_backend(url: str, seconds: float, streams: int) -> dict[str, Any]:
                             break
                     except httpx.TransportError:
                         time.sleep(0.1)
-                seed_id, _, long_ids = _prepare(http)
+                seed_id, kernel, long_ids = _prepare(http)
                 active = [http.get(f"/v1/runs/{i}").json()["status"] for i in long_ids]
-            kernel = "0" * 64  # simulated runs store no kernel: a 404 lookup
+
+            def load(requests: list[tuple[str, str, Any]], concurrency: int) -> dict[str, Any]:
+                if client == "ab" and concurrency >= len(requests):
+                    return _ab_load(base, requests, concurrency, seconds, Path(tmp))
+                return asyncio.run(_load(base, requests, concurrency, seconds))
+
             cached = [("POST", "/v1/tune", SEED), ("GET", "/v1/schedules", None),
                       ("GET", f"/v1/kernels/{kernel}", None)]
             mixed = [*cached, ("GET", "/v1/runs", None), ("GET", f"/v1/runs/{seed_id}", None),
                      ("GET", "/healthz", None)]
             out: dict[str, Any] = {"long_runs_status": active, "mixed": []}
             for concurrency in (1, 64, 256):
-                out["mixed"].append(asyncio.run(_load(base, mixed, concurrency, seconds)))
-            out["cached_c64"] = asyncio.run(_load(base, cached, 64, seconds))
+                out["mixed"].append(load(mixed, concurrency))
+            out["cached_c64"] = load(cached, 64)
             out["healthz_with_streams"] = asyncio.run(
                 _health_with_streams(base, long_ids[0], streams, 200))
             with httpx.Client(base_url=base, timeout=30) as http:
@@ -226,17 +292,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per load level")
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--client", choices=("httpx", "ab"), default="httpx",
+                        help="the load: Python's httpx in this process, or ApacheBench "
+                             "processes (apt install apache2-utils) for concurrency >= the "
+                             "request kinds (a C client leaves the CPU to the server)")
     args = parser.parse_args()
+    if args.client == "ab" and shutil.which("ab") is None:
+        parser.error("--client ab needs ApacheBench: apt install apache2-utils")
     results: dict[str, Any] = {"tree": tree_state(), "cpus": os.cpu_count(),
-                               "seconds_per_level": args.seconds, "backends": {}}
+                               "seconds_per_level": args.seconds, "client": args.client,
+                               "backends": {}}
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = f"sqlite:///{Path(tmp) / 'load.db'}"
-        results["backends"]["sqlite"] = bench_backend(sqlite, args.seconds, args.streams)
+        results["backends"]["sqlite"] = bench_backend(sqlite, args.seconds, args.streams,
+                                                     args.client)
     postgres = _postgres_schema()
     if postgres is not None:
         url, drop = postgres
         try:
-            results["backends"]["postgresql"] = bench_backend(url, args.seconds, args.streams)
+            results["backends"]["postgresql"] = bench_backend(url, args.seconds, args.streams,
+                                                         args.client)
         finally:
             drop()
     for name, figures in results["backends"].items():
