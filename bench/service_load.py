@@ -96,10 +96,17 @@ async def _load(base: str, requests: list[tuple[str, str, Any]], concurrency: in
         started = time.perf_counter()
         await asyncio.gather(*(client(i) for i in range(concurrency)))
         wall = time.perf_counter() - started
+    return _level("httpx", concurrency, latencies, wall, statuses, timeouts, dropped)
+
+
+def _level(client: str, concurrency: int, latencies: list[float], wall_s: float,
+           statuses: dict[str, int], timeouts: int, dropped: int) -> dict[str, Any]:
+    """One load level's figures."""
     return {
+        "client": client,
         "concurrency": concurrency,
         "requests": len(latencies),
-        "req_per_s": round(len(latencies) / wall, 1),
+        "req_per_s": round(len(latencies) / wall_s, 1),
         "p50_ms": round(_percentile(latencies, 0.50) * 1e3, 2),
         "p99_ms": round(_percentile(latencies, 0.99) * 1e3, 2),
         "statuses": statuses,
@@ -155,18 +162,7 @@ def _ab_load(base: str, requests: list[tuple[str, str, Any]], concurrency: int,
         latencies += [float(r.split("\t")[4]) / 1e3 for r in rows]
     after = _status_counts(base)
     statuses = {k: int(after.get(k, 0) - before.get(k, 0)) for k in after}
-    return {
-        "client": "ab",
-        "concurrency": concurrency,
-        "requests": len(latencies),
-        "req_per_s": round(len(latencies) / wall, 1),
-        "p50_ms": round(_percentile(latencies, 0.50) * 1e3, 2),
-        "p99_ms": round(_percentile(latencies, 0.99) * 1e3, 2),
-        "statuses": statuses,
-        "errors_5xx": statuses.get("5xx", 0),
-        "timeouts": errors,
-        "connections_dropped": 0,
-    }
+    return _level("ab", concurrency, latencies, wall, statuses, errors, 0)
 
 
 async def _health_with_streams(base: str, run_id: int, streams: int,
