@@ -1,15 +1,17 @@
 """Kernels by artifact hash: the KernelArtifact JSON and its CUDA source.
 
-A run on a GPU stores the kernel of its best schedule; its hash is the run's
-``best.kernel_hash`` and the cached schedule's ``kernel_hash``. The artifact is the whole
-launch contract: ``workers.load(body)`` runs it on CuPy arrays or torch tensors. Runs on a
-simulated device store no kernel (``pipetune render`` generates one from a schedule).
+Every run of an operator with a code generator stores the kernel of its best schedule
+(on a simulated device rendered, never run); its hash is the run's ``best.kernel_hash``
+and the cached schedule's ``kernel_hash``. The artifact is the whole launch contract:
+``workers.load(body)`` runs it on CuPy arrays or torch tensors. A kernel's content never
+changes under its hash, so its JSON is built once and kept (the most recent few hundred).
 """
 
 from __future__ import annotations
 
 import io
 import zipfile
+from functools import lru_cache
 from typing import Annotated
 
 from fastapi import APIRouter, Path
@@ -18,6 +20,7 @@ from fastapi.responses import PlainTextResponse, Response
 from codegen.artifact import KernelArtifact
 from codegen.export import export_files
 from service.api.deps import DatabaseDep
+from service.core.db import Database
 from service.db import repositories as repo
 from service.db.models import KernelModel
 from service.errors import NotFound
@@ -35,17 +38,21 @@ def _kernel(db: DatabaseDep, kernel_hash: str) -> KernelModel:
     with repo.session_scope(db.read_sessions) as session:
         row = repo.get_kernel(session, kernel_hash=kernel_hash)
     if row is None:
-        raise NotFound(
-            f"kernel {kernel_hash} not found (only runs on a GPU store their kernels)"
-        )
+        raise NotFound(f"kernel {kernel_hash} not found")
     return row
 
 
+@lru_cache(maxsize=256)
+def _artifact_json(db: Database, kernel_hash: str) -> bytes:
+    """The kernel's answer as JSON bytes (a miss raises NotFound and is not kept)."""
+    return KernelArtifactPublic.of(_kernel(db, kernel_hash)).model_dump_json().encode()
+
+
 @router.get("/{kernel_hash}", response_model=KernelArtifactPublic, responses=_NOT_FOUND)
-def get_kernel(db: DatabaseDep, kernel_hash: KernelHash) -> KernelArtifactPublic:
+def get_kernel(db: DatabaseDep, kernel_hash: KernelHash) -> Response:
     """The KernelArtifact: source, entry, grid, block, shared memory, arguments; enough to
     run it with ``workers.load``."""
-    return KernelArtifactPublic.of(_kernel(db, kernel_hash))
+    return Response(_artifact_json(db, kernel_hash), media_type="application/json")
 
 
 @router.get(
