@@ -25,9 +25,9 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from scheduler_search.ops import OPERATORS
+from scheduler_search.search import INVALID
 from service.api.deps import SessionDep, SettingsDep
 from service.dashboard.operators import operator_text
-from service.dashboard.trials import trials_page
 from service.dashboard.views import (
     ESTIMATE_NOTE,
     RunRow,
@@ -178,8 +178,9 @@ def run_trials(
 ) -> TrialsPublic:
     """The run page's trials table: ``GET /v1/runs/{id}/trials`` without the invalid
     points unless ``invalid=show`` (or ``status=invalid``)."""
-    rows, count = trials_page(
-        session, run_id=run_id, status=_clean(status), show_invalid=invalid == "show",
+    rows, count = repo.list_trials(
+        session, run_id=run_id, status=_clean(status),
+        exclude_status=None if invalid == "show" else INVALID,
         order=order, limit=limit, offset=offset,
     )
     return TrialsPublic(data=[TrialPublic.of(t) for t in rows], count=count)

@@ -483,18 +483,22 @@ def list_trials(
     *,
     run_id: int,
     status: str | None = None,
+    exclude_status: str | None = None,
     after: int | None = None,
     order: str = "number",
     limit: int = 1000,
     offset: int = 0,
 ) -> tuple[list[TrialModel], int]:
-    """A page of a run's trials in ``order`` (one of :data:`TRIAL_ORDERS`), and how many
-    match."""
+    """A page of a run's trials in ``order`` (one of :data:`TRIAL_ORDERS`; trials without
+    a latency last, ties in trial order), and how many match: of ``status`` only, or of
+    every status but ``exclude_status``."""
     if order not in TRIAL_ORDERS:
         raise ValueError(f"unknown trial order {order!r}; known: {', '.join(TRIAL_ORDERS)}")
     query = select(TrialModel).where(TrialModel.run_id == run_id)
     if status is not None:
         query = query.where(TrialModel.status == status)
+    elif exclude_status is not None:
+        query = query.where(TrialModel.status != exclude_status)
     if after is not None:
         query = query.where(TrialModel.number > after)
     count = session.scalar(select(func.count()).select_from(query.subquery())) or 0
