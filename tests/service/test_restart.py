@@ -69,7 +69,7 @@ def _server(
     process = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port),
          "--database-url", database_url, "--log-level", "warning"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
     client.log_path = tmp_path / f"server-{port}.log"  # type: ignore[attr-defined]
@@ -93,9 +93,21 @@ def _server(
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                _kill_9(process)
         log.close()
+
+
+def _kill_9(process: subprocess.Popen) -> None:
+    """SIGKILL the server and its search workers at once (its process group): nothing
+    of it shuts down, as when the machine loses it."""
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _long_gemm(m: int) -> dict:
+    """A tune that runs for minutes on the simulated device (a large space, many distinct
+    latencies), so that it is still running when its server is killed."""
+    return tune_body({**SMALL_GEMM, "m": m, "n": 4096, "k": 4096}, trials=5000)
 
 
 def _wait(client: httpx.Client, run_id: int, done: Callable[[dict], bool],
@@ -112,19 +124,18 @@ def _wait(client: httpx.Client, run_id: int, done: Callable[[dict], bool],
 def test_kill_9_during_a_run(database_url: str, tmp_path: Path) -> None:
     # 1. A killed server's run is marked interrupted by the next one; trials are kept.
     with _server(database_url, tmp_path, "interrupt") as (process, client):
-        run = client.post("/v1/tune", json=tune_body(trials=5000)).json()["run"]
+        run = client.post("/v1/tune", json=_long_gemm(8192)).json()["run"]
         _wait(client, run["id"], lambda r: r["trials_done"] >= 16)
-        process.kill()  # SIGKILL: no shutdown at all
-        process.wait()
+        _kill_9(process)
     with _server(database_url, tmp_path, "interrupt") as (_, client):
-        seen = client.get(f"/v1/runs/{run['id']}").json()
+        # Its worker process recovers it (marks it interrupted) soon after starting.
+        seen = _wait(client, run["id"], lambda r: r["status"] != "running", timeout_s=30)
         assert seen["status"] == "interrupted", seen
         hashes = _ok_hashes(client, run["id"])
         assert len(hashes) >= 16 and len(hashes) == len(set(hashes))
 
         # 2. ... or resumed: the run goes on from its trials, none measured twice.
-        other = client.post("/v1/tune", json=tune_body({**SMALL_GEMM, "m": 2048},
-                                                       trials=5000)).json()["run"]
+        other = client.post("/v1/tune", json=_long_gemm(16384)).json()["run"]
         assert other["status"] in ("queued", "running")
         _wait(client, other["id"], lambda r: r["trials_done"] >= 16)
     # (stopped with SIGTERM here: the next start resumes "running" runs either way)
@@ -138,8 +149,7 @@ def test_kill_9_during_a_run(database_url: str, tmp_path: Path) -> None:
         assert f"run {other['id']}: owner " in log and "resuming it" in log, log
         before = len(_ok_hashes(client, other["id"]))
         _wait(client, other["id"], lambda r: r["trials_done"] >= before + 8)
-        process.kill()
-        process.wait()
+        _kill_9(process)
     with _server(database_url, tmp_path, "resume") as (_, client):
         again = _wait(client, other["id"], lambda r: r["attempts"] >= 3)
         hashes = _ok_hashes(client, other["id"])
