@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_search.cost_model import shipped_calibration
+from scheduler_search.cost_model import Calibration, shipped_calibration
 from scheduler_search.ops import parse_spec
 from scheduler_search.search import (
     GPU,
@@ -110,13 +110,7 @@ class RunExecution:
                                                 context.settings.warm_start)]
         self.executor = context.executors.get(self.device)
         self.job_workload = {"op": self.spec.op, "params": self.spec.params()}
-        #: A GPU's stored calibration ranks its candidates; the simulated device ranks with
-        #: the calibration it measures with (shipped with pipetune, if it has one).
-        self.calibration = (
-            stored_calibration(context.db, row.id, self.spec.op)
-            if self.gpu and context.settings.calibrate
-            else None if self.gpu else shipped_calibration(self.model.name, self.spec.op)
-        )
+        self.calibration = self._calibration(context, row.id)
         self.preset = GPU if self.gpu else SIMULATED
         self.baseline = self.spec.baseline if self.gpu else None
         self.peers = self.spec.peers if self.gpu else ()
@@ -125,6 +119,15 @@ class RunExecution:
         self._baseline_reported = False
         self._cancel = cancel
         self._listener = on_progress
+
+    def _calibration(self, context: RunContext, device_id: int) -> Calibration | None:
+        """What ranks the candidates: a GPU's stored calibration (when calibrating), or on
+        the simulated device the calibration it measures with (shipped, if any)."""
+        if not self.gpu:
+            return shipped_calibration(self.model.name, self.spec.op)
+        if context.settings.calibrate:
+            return stored_calibration(context.db, device_id, self.spec.op)
+        return None
 
     @classmethod
     def load(

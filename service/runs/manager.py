@@ -154,10 +154,7 @@ class RunManager:
                 session, workload_id=workload_row.id, device_id=device_row.id
             )
             if cached is not None and not (tune.force or tune.extend):
-                self._count_tune("cache_hit")
-                found_by = (repo.get_run(session, run_id=cached.run_id)
-                            if cached.run_id is not None else None)
-                return Submitted(schedule=cached, run=found_by)
+                return self._hit(session, cached)  # stored since the read above
             if RunModel.find_active(session, workload_row.id, device_row.id) is None:
                 admit(session, self.settings, key_id=key_id)
             if tune.extend:
@@ -185,12 +182,14 @@ class RunManager:
         with repo.session_scope(self.db.read_sessions) as session:
             cached = repo.find_cached(session, workload_key=tune.spec.workload_key(),
                                       device_key=tune.device.key)
-            if cached is None:
-                return None
-            self._count_tune("cache_hit")
-            found_by = (repo.get_run(session, run_id=cached.run_id)
-                        if cached.run_id is not None else None)
-            return Submitted(schedule=cached, run=found_by)
+            return self._hit(session, cached) if cached is not None else None
+
+    def _hit(self, session: Any, cached: Any) -> Submitted:
+        """A cache hit's answer: the schedule and the run that found it (if any)."""
+        self._count_tune("cache_hit")
+        found_by = (repo.get_run(session, run_id=cached.run_id)
+                    if cached.run_id is not None else None)
+        return Submitted(schedule=cached, run=found_by)
 
     def _extend(
         self, session: Any, workload: WorkloadModel, device: DeviceModel, tune: TuneInput,
