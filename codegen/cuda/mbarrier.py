@@ -47,6 +47,20 @@ ARRIVE = Snippet(
     section='9.7.13.15.13 "mbarrier.arrive"',
 )
 
+ARRIVE_WARP = Snippet(
+    "mbarrier_arrive_warp",
+    "// One arrival for the whole warp (a consumer warp releasing a slot it read): the lanes\n"
+    "// converge first, so every lane's reads of the slot are ordered before lane 0's\n"
+    "// arrive. Without the __syncwarp a lane that lags (its warp diverged in the math)\n"
+    "// could still be reading when the producer's next TMA load lands in the slot.\n"
+    "__device__ __forceinline__ void mbarrier_arrive_warp(u32 bar, int lane) {\n"
+    "  __syncwarp();\n"
+    "  if (lane == 0) mbarrier_arrive(bar);\n"
+    "}\n",
+    requires=("mbarrier_arrive",),
+    section='9.7.13.15.13 "mbarrier.arrive"; CUDA C++ Programming Guide, "__syncwarp()"',
+)
+
 ARRIVE_EXPECT_TX = Snippet(
     "mbarrier_arrive_expect_tx",
     "// Arrive once and expect `bytes` more transaction bytes (the TMA loads of one stage).\n"
@@ -74,4 +88,4 @@ WAIT = Snippet(
     section='9.7.13.15.16 "mbarrier.test_wait/try_wait"',
 )
 
-register(INIT, INIT_FENCE, ARRIVE, ARRIVE_EXPECT_TX, WAIT)
+register(INIT, INIT_FENCE, ARRIVE, ARRIVE_WARP, ARRIVE_EXPECT_TX, WAIT)

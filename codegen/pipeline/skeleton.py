@@ -94,7 +94,7 @@ class PipelineSkeleton:
         for ring in self.structure.rings:
             if ring.last_reader == stask:
                 c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
-                c("if (lane == 0) " + c.call("mbarrier_arrive", ring.empty(ring.stage(x))) + ";")
+                c(c.call("mbarrier_arrive_warp", ring.empty(ring.stage(x)), "lane") + ";")
 
     def recorded(self, roles: tuple[str, ...], issue: Issue, stage: str) -> None:
         if not self.recording:
@@ -480,7 +480,7 @@ class PipelineSkeleton:
             if self.hooks.holds_tile_buffer(buffer.load) != held:
                 continue
             c.comment(f"{buffer.empty_name}: this warp is done with the tile's {buffer.load}")
-            c("if (lane == 0) " + c.call("mbarrier_arrive", buffer.empty()) + ";")
+            c(c.call("mbarrier_arrive_warp", buffer.empty(), "lane") + ";")
 
     def _pingpong_unit(self) -> None:
         c, trips = self.code, self.hooks.trips  # the same for every tile (layout checks)
@@ -576,7 +576,7 @@ class PipelineSkeleton:
             if ring.last_reader != stask:
                 continue
             c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
-            c("if (lane == 0) " + c.call("mbarrier_arrive", ring.empty(ring.stage(x))) + ";")
+            c(c.call("mbarrier_arrive_warp", ring.empty(ring.stage(x)), "lane") + ";")
             if not s.warp_specialized:
                 # A deferred refill is written outside the block that guards the release.
                 self._refills.append((ring, x, guard if self._pass_pending else ""))

@@ -67,7 +67,7 @@ def _parts(text: str) -> dict[str, list[str]]:
     prologue = text.index("// prologue: the lead sTasks of trip 0")
     steady = text.index("for (int trip = 0; trip < KV_TILES - 1; ++trip)")
     last = text.index("// the last trip: no lead sTasks")
-    end = text.index("load_q_empty(smem, 0));", last)
+    end = text.index("load_q_empty(smem, 0), lane);", last)
     pattern = r"wgmma_wait<\d>|wgmma_commit\(\)|[kv]_empty\(smem"
     return {name: re.findall(pattern, text[a:b]) for name, a, b in (
         ("prologue", prologue, steady), ("steady", steady, last), ("last", last, end))}

@@ -33,6 +33,7 @@ CALLS = {
     "mbarrier_init": "mbarrier_init(a, 1);",
     "mbarrier_init_fence": "mbarrier_init_fence();",
     "mbarrier_arrive": "mbarrier_arrive(a);",
+    "mbarrier_arrive_warp": "mbarrier_arrive_warp(a, threadIdx.x % 32);",
     "mbarrier_arrive_expect_tx": "mbarrier_arrive_expect_tx(a, 1024);",
     "mbarrier_wait": "mbarrier_wait(a, 0);",
     "setmaxnreg_inc": "setmaxnreg_inc<232>();",
