@@ -308,9 +308,19 @@ class PipelineSkeleton:
 
     @contextmanager
     def _units(self) -> Iterator[None]:
-        """The block's units of work: strided over the grid (persistent) or its own."""
+        """The block's units of work: strided over the grid (persistent; snaking over it when
+        tiles differ in trips) or its own."""
         c = self.code
-        if self.structure.persistent:
+        if self.structure.persistent and self.hooks.tile_trips() is not None:
+            c.comment("tiles of unequal trips: every other wave of units in reverse block "
+                      "order, so that a block's tiles alternate heavy and light (strided over "
+                      "an even grid, a causal raster's l-first pairs give a block one kind)")
+            with c.block("for (int wave = 0; wave * (int)gridDim.x < UNITS; ++wave)"):
+                c("const int unit = wave * gridDim.x "
+                  "+ (wave & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);")
+                c("if (unit >= UNITS) break;  // the last wave is partial")
+                yield
+        elif self.structure.persistent:
             with c.block("for (int unit = blockIdx.x; unit < UNITS; unit += gridDim.x)"):
                 yield
         else:

@@ -13,7 +13,13 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from scheduler_search.cost_model.grid import dram_bytes, grid_dims, makespan, tile_order
+from scheduler_search.cost_model.grid import (
+    dram_bytes,
+    grid_dims,
+    makespan,
+    persistent_block,
+    tile_order,
+)
 from scheduler_search.cost_model.simulate import (
     BlockSimulation,
     TimelineEntry,
@@ -170,7 +176,7 @@ def _global(
         if sprogram.persistent:
             per_sm = colds[:slots]
             for i in range(slots, blocks):
-                per_sm[i % slots] += tile_time.warm(groups[i])
+                per_sm[persistent_block(i, slots)] += tile_time.warm(groups[i])
             cycles = max(per_sm)
         else:
             cycles = makespan(colds, slots, persistent=False)

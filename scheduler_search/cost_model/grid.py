@@ -56,15 +56,23 @@ def tile_order(dims: dict[str, int], raster: Raster) -> Iterator[Coord]:
                     yield coord
 
 
+def persistent_block(unit: int, blocks: int) -> int:
+    """The block of a persistent grid that runs ``unit``: units go out in waves of
+    ``blocks``, every other wave in reverse block order (the kernels' snake, which gives a
+    block alternately heavy and light tiles where a causal raster interleaves them)."""
+    wave, index = divmod(unit, blocks)
+    return blocks - 1 - index if wave % 2 else index
+
+
 def makespan(durations: list[float], slots: int, persistent: bool) -> float:
     """Time until every tile is done: greedy dispatch to the first free SM, or (persistent)
-    static striding of tiles over SMs."""
+    static waves of tiles over SMs (:func:`persistent_block`)."""
     if not durations:
         return 0.0
     if persistent:
         per_sm = [0.0] * min(slots, len(durations))
         for i, d in enumerate(durations):
-            per_sm[i % len(per_sm)] += d
+            per_sm[persistent_block(i, len(per_sm))] += d
         return max(per_sm)
     heap = [0.0] * min(slots, len(durations))
     for d in durations:

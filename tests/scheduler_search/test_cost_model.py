@@ -26,7 +26,7 @@ from scheduler_search.cost_model import (
     lower_bound_us,
 )
 from scheduler_search.cost_model.estimate import tile_trips
-from scheduler_search.cost_model.grid import grid_dims, makespan, tile_order
+from scheduler_search.cost_model.grid import grid_dims, makespan, persistent_block, tile_order
 from scheduler_search.cost_model.simulate import instance_work
 from scheduler_search.hardware import H200, UnitKind
 from scheduler_search.ops import OperatorSpec, parse_spec
@@ -457,8 +457,17 @@ def test_makespan() -> None:
     assert makespan([], 4, persistent=False) == 0.0
     assert makespan([1.0] * 10, 4, persistent=False) == 3.0
     assert makespan([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2, persistent=False) == 5.0
-    # Static striding: SM 0 gets tiles 0, 2, 4.
+    # Static waves, every other one reversed: SM 0 gets tiles 0, 3, 4.
     assert makespan([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2, persistent=True) == 7.0
+
+
+def test_persistent_waves_snake_so_heavy_and_light_tiles_alternate() -> None:
+    """A causal raster interleaves heavy and light tiles (chunk scan's l-first pairs): over
+    an even grid, plain striding gives one block every heavy tile; the kernels' snake (odd
+    waves in reverse block order) gives each block both, as the cost model now assumes."""
+    assert [persistent_block(u, 4) for u in range(10)] == [0, 1, 2, 3, 3, 2, 1, 0, 0, 1]
+    pairs = [2.0, 1.0] * 4
+    assert makespan(pairs, 2, persistent=True) == 6.0  # striding would give 8
 
 
 def test_causal_tiles_stop_at_the_diagonal() -> None:
