@@ -288,6 +288,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="per load level")
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--backends", nargs="+", choices=("sqlite", "postgresql"),
+                        default=["sqlite", "postgresql"], help="databases to serve from")
     parser.add_argument("--client", choices=("httpx", "ab"), default="httpx",
                         help="the load: Python's httpx in this process, or ApacheBench "
                              "processes (apt install apache2-utils) for concurrency >= the "
@@ -298,11 +300,12 @@ def main() -> None:
     results: dict[str, Any] = {"tree": tree_state(), "cpus": os.cpu_count(),
                                "seconds_per_level": args.seconds, "client": args.client,
                                "backends": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        sqlite = f"sqlite:///{Path(tmp) / 'load.db'}"
-        results["backends"]["sqlite"] = bench_backend(sqlite, args.seconds, args.streams,
-                                                     args.client)
-    postgres = _postgres_schema()
+    if "sqlite" in args.backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            sqlite = f"sqlite:///{Path(tmp) / 'load.db'}"
+            results["backends"]["sqlite"] = bench_backend(sqlite, args.seconds, args.streams,
+                                                         args.client)
+    postgres = _postgres_schema() if "postgresql" in args.backends else None
     if postgres is not None:
         url, drop = postgres
         try:

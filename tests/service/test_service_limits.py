@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import anyio
 import httpx
@@ -207,28 +208,38 @@ def test_answers_name_no_host_or_process(client: TestClient, settings: Settings)
     assert repo.redact_owner(f"gone ({owner})") == "gone"
 
 
-def test_uvicorn_drops_a_client_that_never_finishes_its_headers() -> None:
+def _serve_with(protocol: type, app: Any) -> tuple[Any, threading.Thread, int]:
     import uvicorn
 
-    from service.commands._uvicorn import HeaderTimeoutH11Protocol
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, port=port, http=protocol, log_level="error",
+                                           lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    return server, thread, port
 
-    class Quick(HeaderTimeoutH11Protocol):
+
+def _protocols() -> list[type]:
+    from service.commands._uvicorn import HeaderTimeoutH11Protocol, HeaderTimeoutProtocol
+
+    return list(dict.fromkeys((HeaderTimeoutProtocol, HeaderTimeoutH11Protocol)))
+
+
+@pytest.mark.parametrize("protocol", _protocols(), ids=lambda p: p.__name__)
+def test_uvicorn_drops_a_client_that_never_finishes_its_headers(protocol: type) -> None:
+    class Quick(protocol):  # type: ignore[valid-type, misc]
         header_timeout_s = 0.2
 
     async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, port=port, http=Quick, log_level="error",
-                                           lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    server, thread, port = _serve_with(Quick, app)
     try:
-        while not server.started:
-            time.sleep(0.01)
         with socket.create_connection(("127.0.0.1", port), timeout=3) as slow:
             slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
             started = time.monotonic()
@@ -237,6 +248,40 @@ def test_uvicorn_drops_a_client_that_never_finishes_its_headers() -> None:
         with socket.create_connection(("127.0.0.1", port), timeout=3) as quick:
             quick.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             assert quick.recv(1024).startswith(b"HTTP/1.1 204")
+            time.sleep(0.4)  # idle between requests: the next headers' deadline expires
+            assert quick.recv(1024) == b""
+    finally:
+        server.should_exit = True
+        thread.join(5)
+
+
+def test_serve_answers_kept_alive_requests_whole_with_one_write_each() -> None:
+    """The protocol serve runs joins a response's header and body writes: two requests on
+    one connection get two complete answers (a 1 MB body too, through flow control)."""
+    from service.commands._uvicorn import HeaderTimeoutProtocol, uvicorn_options
+
+    assert uvicorn_options()["http"] is HeaderTimeoutProtocol
+    big = b"x" * (1 << 20)
+
+    async def app(scope, receive, send):
+        body = big if scope["path"] == "/big" else b"small"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    server, thread, port = _serve_with(HeaderTimeoutProtocol, app)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            for path, body in (("/", b"small"), ("/big", big), ("/", b"small")):
+                conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                received = b""
+                while b"\r\n\r\n" not in received:
+                    received += conn.recv(65536)
+                head, _, rest = received.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200")
+                while len(rest) < len(body):
+                    rest += conn.recv(1 << 20)
+                assert rest == body
     finally:
         server.should_exit = True
         thread.join(5)

@@ -35,6 +35,11 @@ def _probe(db: Database) -> tuple[str | None, str]:
     if problem is not None:
         return None, f"unavailable: {problem}"
     try:
+        with db.read_engine.connect() as connection:
+            return migrations.revision_of(connection), "ok"
+    except Exception:  # no version table yet, or the database is down
+        pass
+    try:  # Alembic's own answer: None before the first upgrade, or the driver's error
         return migrations.current(db.url, engine=db.read_engine), "ok"
     except Exception as exc:  # any driver error means "not healthy", not a 500
         return None, f"unavailable: {type(exc).__name__}"
