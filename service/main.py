@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 
 import migrations
 from service.api import errors
+from service.api.answers import AnswerMemo
 from service.api.docs import mount_api_docs
 from service.api.guards import RequestGuard
 from service.api.main import api_router, root_router
@@ -110,6 +111,7 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.insights = Insights()
+    app.state.answers = AnswerMemo()
     app.state.rate_limiter = RateLimiter(settings.rate_limit)
     errors.install(app)
     app.include_router(api_router)

@@ -14,6 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from service.api.answers import AnswerMemo
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
@@ -54,6 +55,10 @@ async def get_insights(request: Request) -> Insights:
     return request.app.state.insights
 
 
+async def get_answers(request: Request) -> AnswerMemo:
+    return request.app.state.answers
+
+
 async def get_event_hub(request: Request) -> EventHub:
     return request.app.state.events
 
@@ -66,3 +71,4 @@ ExecutorDep = Annotated[ExecutorRegistry, Depends(get_executors)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 InsightsDep = Annotated[Insights, Depends(get_insights)]
 EventHubDep = Annotated[EventHub, Depends(get_event_hub)]
+AnswersDep = Annotated[AnswerMemo, Depends(get_answers)]
