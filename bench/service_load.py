@@ -7,7 +7,8 @@ the cache with one finished run, start two long tuning runs on the simulated dev
   concurrency 1, 64 and 256: requests per second, p50/p99, 5xx and timeouts;
 - cached lookups alone (cache-hit ``POST /v1/tune``, ``GET /v1/schedules``,
   ``GET /v1/kernels/{hash}``) at concurrency 64;
-- ``/healthz`` latency, one request at a time, while 500 event streams are open.
+- ``/healthz`` latency, one request at a time from a client of its own, while another
+  process holds 500 event streams open.
 
 Example:
     python bench/service_load.py --seconds 8 --out bench/results/service_load-2026-12-01.json
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -165,37 +165,52 @@ def _ab_load(base: str, requests: list[tuple[str, str, Any]], concurrency: int,
     return _level("ab", concurrency, latencies, wall, statuses, errors, 0)
 
 
-async def _health_with_streams(base: str, run_id: int, streams: int,
-                               samples: int) -> dict[str, Any]:
-    """/healthz latency one at a time while ``streams`` event streams are open."""
+async def _hold_streams(base: str, run_id: int, streams: int, ready: Path) -> None:
+    """Open ``streams`` event streams of a run and read them until killed, writing how
+    many opened to ``ready`` once they all have (run in a process of its own)."""
     limits = httpx.Limits(max_connections=streams + 8)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30.0) as http:
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=None) as http:
         opened = 0
-        ready = asyncio.Event()
 
         async def watch() -> None:
             nonlocal opened
             async with http.stream("GET", f"/v1/runs/{run_id}/events") as response:
                 opened += response.status_code == 200
                 if opened >= streams:
-                    ready.set()
+                    ready.write_text(str(opened))
                 async for _ in response.aiter_bytes():
                     pass
 
-        watchers = [asyncio.create_task(watch()) for _ in range(streams)]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ready.wait(), 60)
+        await asyncio.gather(*(watch() for _ in range(streams)), return_exceptions=True)
+
+
+def _health_with_streams(base: str, run_id: int, streams: int, samples: int,
+                         scratch: Path) -> dict[str, Any]:
+    """/healthz latency one at a time, from a client of its own (as a health checker is),
+    while another process holds ``streams`` event streams open (their reading would
+    otherwise delay this client's own event loop and count as server latency)."""
+    ready = scratch / "streams-ready"
+    ready.unlink(missing_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, __file__, "--hold-streams", base, str(run_id), str(streams),
+         str(ready)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        opened = int(ready.read_text()) if ready.exists() else 0
         latencies, statuses = [], []
-        for _ in range(samples):
-            started = time.perf_counter()
-            response = await http.get("/healthz")
-            latencies.append(time.perf_counter() - started)
-            statuses.append(response.status_code)
-            await asyncio.sleep(0.01)
-        for task in watchers:
-            task.cancel()
-        await asyncio.gather(*watchers, return_exceptions=True)
-    return {"streams_open": opened, "samples": samples,
+        with httpx.Client(base_url=base, timeout=30.0) as http:
+            for _ in range(samples):
+                started = time.perf_counter()
+                response = http.get("/healthz")
+                latencies.append(time.perf_counter() - started)
+                statuses.append(response.status_code)
+                time.sleep(0.01)
+    finally:
+        holder.terminate()
+        holder.wait(30)
+    return {"streams_open": opened, "samples": samples, "client": "separate process",
             "p50_ms": round(_percentile(latencies, 0.5) * 1e3, 2),
             "p99_ms": round(_percentile(latencies, 0.99) * 1e3, 2),
             "max_ms": round(max(latencies) * 1e3, 2),
@@ -246,8 +261,8 @@ def bench_backend(url: str, seconds: float, streams: int, client: str) -> dict[s
             for concurrency in (1, 64, 256):
                 out["mixed"].append(load(mixed, concurrency))
             out["cached_c64"] = load(cached, 64)
-            out["healthz_with_streams"] = asyncio.run(
-                _health_with_streams(base, long_ids[0], streams, 200))
+            out["healthz_with_streams"] = _health_with_streams(
+                base, long_ids[0], streams, 200, Path(tmp))
             with httpx.Client(base_url=base, timeout=30) as http:
                 out["long_runs_trials"] = [http.get(f"/v1/runs/{i}").json()["trials_done"]
                                            for i in long_ids]
@@ -284,6 +299,10 @@ def _postgres_schema() -> tuple[str, Any] | None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--hold-streams"]:  # the stream holder of _health_with_streams
+        base, run_id, streams, ready = sys.argv[2:6]
+        asyncio.run(_hold_streams(base, int(run_id), int(streams), Path(ready)))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="per load level")
     parser.add_argument("--streams", type=int, default=500)

@@ -2,9 +2,11 @@
 
 Each watched run has one :class:`RunFeed`: one poller reads the run's row and its new
 trials every ``poll_s`` (so it works for a run executed by any process sharing the
-database, and across restarts), formats each event once, and wakes every watcher. A
-thousand watchers of a run cost the database what one does, and the run's own writes
-never wait for them. The poller stops when the run ends or its last watcher leaves.
+database, and across restarts), formats each event once, and wakes every watcher, in
+``WAKE_GROUPS`` groups one pass of the event loop apart (all at once, hundreds of
+streams' sends held every other request, a health probe too, behind them). A thousand
+watchers of a run cost the database what one does, and the run's own writes never wait
+for them. The poller stops when the run ends or its last watcher leaves.
 Events:
 
 - ``status``: the run's JSON whenever its status changes (the first event too);
@@ -24,6 +26,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from service.core.db import Database
@@ -35,6 +38,8 @@ from service.schemas import RunPublic, TrialPublic
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.5
+#: Watchers of a run are woken in this many groups, one per pass of the event loop.
+WAKE_GROUPS = 50
 KEEPALIVE_S = 15.0
 _TRIALS_PER_POLL = 500
 
@@ -56,6 +61,13 @@ def _snapshot(db: Database, run_id: int, after: int) -> tuple[RunPublic | None, 
             return None, []
         trials, _ = repo.list_trials(session, run_id=run_id, after=after, limit=_TRIALS_PER_POLL)
         return RunPublic.of(run), [TrialPublic.of(t) for t in trials]
+
+
+def _read_into(db: Database, feed: RunFeed, after: int) -> list[TrialPublic]:
+    """One poll, in a worker thread: the run's snapshot, formatted into ``feed``."""
+    run, trials = _snapshot(db, feed.run_id, after)
+    feed.update(run, trials)
+    return trials
 
 
 def _progress(run: RunPublic) -> dict[str, Any]:
@@ -84,15 +96,25 @@ class RunFeed:
         self.watchers = 0
         self._status_value: str | None = None
         self._progress_value: dict[str, Any] | None = None
-        self._changed = anyio.Event()
+        self._changed = [anyio.Event() for _ in range(WAKE_GROUPS)]
+        self._next_group = 0
 
-    @property
-    def changed(self) -> anyio.Event:
-        """Set at the next update (take it before reading the feed)."""
-        return self._changed
+    def changed(self, group: int) -> anyio.Event:
+        """Set when the watchers of ``group`` are woken after the next update (take it
+        before reading the feed)."""
+        return self._changed[group]
+
+    async def wake(self) -> None:
+        """Wake the watchers, a group per pass of the event loop."""
+        for group in range(WAKE_GROUPS):
+            changed, self._changed[group] = self._changed[group], anyio.Event()
+            changed.set()
+            await anyio.lowlevel.checkpoint()
 
     def update(self, run: RunPublic | None, trials: list[TrialPublic]) -> None:
-        """Take one poll's snapshot and wake the watchers."""
+        """Take one poll's snapshot, formatting its events (in the poller's thread: a
+        burst of trials formatted on the event loop stalled every stream and request);
+        the watchers see it once woken. ``loaded`` is the poller's to set, on the loop."""
         if run is None:
             self.last = format_event("error", {"detail": f"run {self.run_id} not found"})
         else:
@@ -109,18 +131,10 @@ class RunFeed:
                 self.progress = format_event("progress", progress)
             if RunStatus(run.status).is_finished() and len(trials) < _TRIALS_PER_POLL:
                 self.last = format_event("end", run.model_dump(mode="json"))
-        self.loaded.set()
-        self._wake()
 
     def fail(self, detail: str) -> None:
         self.failed = True
         self.last = format_event("error", {"detail": detail})
-        self.loaded.set()
-        self._wake()
-
-    def _wake(self) -> None:
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
 
     async def watch(self, after: int, keepalive_s: float = KEEPALIVE_S) -> AsyncIterator[str]:
         """One watcher's stream: trial events after number ``after``. What an update
@@ -129,14 +143,16 @@ class RunFeed:
         yield ": pipetune run events\n\n"
         status = progress = None
         index = bisect.bisect_right(self.numbers, after)
+        group, self._next_group = self._next_group, (self._next_group + 1) % WAKE_GROUPS
         while True:
-            changed = self.changed
+            changed = self.changed(group)
             chunk: list[str] = []
             if self.status is not None and self.status is not status:
                 status = self.status
                 chunk.append(status)
-            chunk += self.trials[index:]
-            index = len(self.trials)
+            new = self.trials[index:]  # the poller's thread may be appending: count these
+            chunk += new
+            index += len(new)
             if self.progress is not None and self.progress is not progress:
                 progress = self.progress
                 chunk.append(progress)
@@ -213,15 +229,17 @@ class EventHub:
         after = -1
         try:
             while feed.watchers > 0 and feed.last is None:
-                run, trials = await anyio.to_thread.run_sync(
-                    _snapshot, self.db, feed.run_id, after)
-                feed.update(run, trials)
+                trials = await anyio.to_thread.run_sync(_read_into, self.db, feed, after)
+                feed.loaded.set()
+                await feed.wake()
                 after = trials[-1].number if trials else after
                 if len(trials) < _TRIALS_PER_POLL and feed.last is None:
                     await anyio.sleep(self.poll_s)
         except repo.StorageError as exc:
             logger.warning("event stream of run %d: %s", feed.run_id, exc)
             feed.fail("database unavailable; reconnect later")
+            feed.loaded.set()
+            await feed.wake()
         finally:
             # No await between the last check of the watchers and this: a new watcher
             # either found this feed still polling or starts a new one.

