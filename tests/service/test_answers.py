@@ -64,3 +64,26 @@ def test_a_list_of_the_cache_is_reused_until_a_cached_schedule_changes(
     # Other filters are other answers, each checked against the same rows.
     assert client.get("/v1/schedules", params={"op": "attention"}).json()["count"] == 0
     assert client.get("/v1/schedules", params={"op": "gemm"}).json()["count"] == 1
+
+
+def test_a_stamp_that_cannot_be_read_is_a_storage_error(tmp_path) -> None:
+    """Stamps run on the driver's connection: its errors still become the API's 503
+    (StorageError), whether the server refuses the connection or the table is missing."""
+    import socket
+
+    import pytest
+    from sqlalchemy import create_engine
+
+    from service.db import stamps
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engines = [create_engine(f"postgresql+psycopg://postgres@127.0.0.1:{port}/test"),
+               create_engine(f"sqlite:///{tmp_path / 'empty.db'}")]
+    for engine in engines:
+        with pytest.raises(repo.StorageError, match="database unavailable"):
+            stamps.schedules_stamp(engine)
+        with pytest.raises(repo.StorageError):
+            stamps.cache_hit_stamp(engine, workload_key="w", device_key="d")
+        engine.dispose()

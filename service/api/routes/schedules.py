@@ -60,8 +60,7 @@ def list_schedules(
     wanted = _parse_params(params) if params is not None else None
     # The same list as last time, while no cached schedule has changed.
     key = ("schedules", op, device, params, limit, offset)
-    with db.read_connection() as connection:
-        stamp = stamps.schedules_stamp(connection)
+    stamp = stamps.schedules_stamp(db.read_engine)
     if (remembered := answers.get(key, stamp)) is not None:
         return Response(remembered, media_type="application/json")
     page = _page(db, op, device, wanted, limit, offset)

@@ -52,8 +52,7 @@ def tune(
     if not (tune_input.force or tune_input.extend):
         # The same cache hit as last time, while its schedule and run rows are unchanged.
         key = (tune_input.spec.workload_key(), tune_input.device.key)
-        with db.read_connection() as connection:
-            stamp = stamps.cache_hit_stamp(connection, workload_key=key[0], device_key=key[1])
+        stamp = stamps.cache_hit_stamp(db.read_engine, workload_key=key[0], device_key=key[1])
         if stamp is not None and (remembered := answers.get(key, stamp)) is not None:
             metrics.tune_requests.labels("cache_hit").inc()
             return Response(remembered, status_code=200, media_type="application/json")
