@@ -4,12 +4,16 @@ changes (no clock involved), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import socket
+
+import pytest
 from fastapi.testclient import TestClient
 from service_helpers import tune_body, wait_for
-from sqlalchemy import update
+from sqlalchemy import create_engine, update
 
 from service.api.answers import AnswerMemo
 from service.db import repositories as repo
+from service.db import stamps
 from service.db.models import RunModel, ScheduleModel
 
 
@@ -69,13 +73,6 @@ def test_a_list_of_the_cache_is_reused_until_a_cached_schedule_changes(
 def test_a_stamp_that_cannot_be_read_is_a_storage_error(tmp_path) -> None:
     """Stamps run on the driver's connection: its errors still become the API's 503
     (StorageError), whether the server refuses the connection or the table is missing."""
-    import socket
-
-    import pytest
-    from sqlalchemy import create_engine
-
-    from service.db import stamps
-
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
