@@ -7,6 +7,7 @@ in an envelope ``{"data": [...], "count": n}`` where ``count`` is the total matc
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -122,6 +123,15 @@ class BestPublic(BaseModel):
 
 
 # ----- runs ---------------------------------------------------------------------------------------
+def _waiting(run: RunModel, served: Collection[str] | None) -> str | None:
+    """What a queued run waits for when no live process serves its device."""
+    if served is None or run.status != "queued" or run.device.key in served:
+        return None
+    return (f"waiting for a device of this kind: no running pipetune process serves "
+            f"{run.device.name} (device key {run.device.key[:12]}...); start one where it is "
+            "(pipetune worker or pipetune serve on that machine)")
+
+
 class RunPublic(BaseModel):
     """A tuning run as the API shows it. On a GPU, ``baseline`` is the vendor peer timed
     by the same worker (``cublas`` for a GEMM, ``sdpa_cudnn`` for attention,
@@ -162,9 +172,13 @@ class RunPublic(BaseModel):
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    waiting: str | None = Field(default=None, description="Why a queued run has not "
+                                "started: no live pipetune process serves its device "
+                                "(null when one does, or the run is not queued).")
 
     @classmethod
-    def of(cls, run: RunModel) -> RunPublic:
+    def of(cls, run: RunModel, served: Collection[str] | None = None) -> RunPublic:
+        """``served``: the device keys live processes serve (None: not checked)."""
         best = None
         if run.best_latency_us is not None and run.best_schedule_hash is not None:
             best = BestPublic(
@@ -203,6 +217,7 @@ class RunPublic(BaseModel):
             created_at=as_utc(run.created_at),
             started_at=as_utc(run.started_at),
             finished_at=as_utc(run.finished_at),
+            waiting=_waiting(run, served),
         )
 
 

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0004"
+SCHEMA_VERSION = "0005"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -195,6 +195,18 @@ class RunModel(Base):
                 cls.status.in_(ACTIVE_STATUSES),
             )
         ).one_or_none()
+
+
+class ProcessModel(Base):
+    """A process that executes runs (``pipetune worker``, or ``serve`` keeping its
+    searches), with the keys of the devices it can measure; its heartbeat says it lives."""
+
+    __tablename__ = "pipetune_processes"
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    device_keys: Mapped[list[str]] = mapped_column(JSONType)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ApiKeyModel(Base):

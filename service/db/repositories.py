@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -217,14 +217,16 @@ def claim_run(session: Session, *, run_id: int, owner: str) -> RunModel | None:
     return session.get(RunModel, run_id, populate_existing=True)
 
 
-def claim_next_queued(session: Session, *, owner: str) -> RunModel | None:
-    """Take the oldest queued run for ``owner``."""
-    candidates = session.scalars(
-        select(RunModel.id)
-        .where(RunModel.status == RunStatus.QUEUED.value)
-        .order_by(RunModel.id)
-        .limit(5)
-    ).all()
+def claim_next_queued(
+    session: Session, *, owner: str, device_keys: Collection[str] | None = None
+) -> RunModel | None:
+    """Take the oldest queued run for ``owner`` among those of ``device_keys`` (the devices
+    ``owner`` can measure; None: any device)."""
+    query = select(RunModel.id).where(RunModel.status == RunStatus.QUEUED.value)
+    if device_keys is not None:
+        query = query.join(DeviceModel, RunModel.device_id == DeviceModel.id).where(
+            DeviceModel.key.in_(list(device_keys)))
+    candidates = session.scalars(query.order_by(RunModel.id).limit(5)).all()
     for run_id in candidates:
         run = claim_run(session, run_id=run_id, owner=owner)
         if run is not None:

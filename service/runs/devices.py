@@ -204,6 +204,12 @@ def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:
     return _cuda(int(match.group(1))).model
 
 
+def served_device_keys() -> frozenset[str]:
+    """The keys of every device this process can measure (the simulated catalog and its
+    GPUs): the runs it may claim."""
+    return frozenset(device.key for device in available_devices())
+
+
 def available_devices() -> list[ResolvedDevice]:
     """Every device a request may name on this host."""
     found = [simulated(f"sim:{short}") for short in sorted(CATALOG)]

@@ -40,6 +40,7 @@ from scheduler_search.search import Progress
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
+from service.db import processes
 from service.db import repositories as repo
 from service.db.models import (
     DeviceModel,
@@ -52,7 +53,7 @@ from service.db.models import (
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.runs.admission import admit
 from service.runs.context import RunContext
-from service.runs.devices import ResolvedDevice
+from service.runs.devices import ResolvedDevice, served_device_keys
 from service.runs.execution import RunExecution
 from service.runs.executors import ExecutorRegistry
 from service.runs.finish import record_end
@@ -84,6 +85,8 @@ class RunManager:
         settings: concurrency, recovery policy, heartbeat.
         executors: the executor of each device.
         metrics: counters to update (optional).
+        device_keys: the keys of the devices it measures (default: found at start, the
+            simulated catalog and this host's GPUs); it claims only their runs.
     """
 
     def __init__(
@@ -92,6 +95,7 @@ class RunManager:
         settings: Settings,
         executors: ExecutorRegistry,
         metrics: Metrics | None = None,
+        device_keys: frozenset[str] | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
@@ -103,13 +107,20 @@ class RunManager:
         self._threads: list[threading.Thread] = []
         self._active: dict[int, threading.Event] = {}  # run id -> its cancel request
         self._lock = threading.Lock()
+        #: The keys of the devices this process measures, once started (None: not started).
+        self.device_keys: frozenset[str] | None = None
+        self._given_keys = device_keys
         self._context = RunContext(db, settings, executors, metrics, self.owner,
                                    shutdown=self._stop)
 
     # ----- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Recover orphaned runs, then start the worker and heartbeat threads."""
+        """Recover orphaned runs, register the devices this process serves (it claims only
+        their runs), then start the worker and heartbeat threads."""
         self.recover()
+        self.device_keys = self._given_keys or served_device_keys()
+        with repo.session_scope(self.db.sessions) as session:
+            processes.register(session, owner=self.owner, device_keys=self.device_keys)
         for index in range(self.settings.max_concurrent_runs):
             thread = threading.Thread(
                 target=self._worker_loop, name=f"pipetune-run-{index}", daemon=True
@@ -127,6 +138,12 @@ class RunManager:
         for thread in self._threads:
             thread.join(timeout_s)
         self._threads.clear()
+        if self.device_keys is not None:
+            try:
+                with repo.session_scope(self.db.sessions) as session:
+                    processes.leave(session, owner=self.owner)
+            except repo.StorageError:
+                logger.warning("could not unregister %s; its heartbeat goes stale", self.owner)
 
     @property
     def active_runs(self) -> list[int]:
@@ -346,7 +363,8 @@ class RunManager:
         while not self._stop.is_set():
             try:
                 with repo.session_scope(self.db.sessions) as session:
-                    run = repo.claim_next_queued(session, owner=self.owner)
+                    run = repo.claim_next_queued(session, owner=self.owner,
+                                                 device_keys=self.device_keys)
             except repo.StorageError:
                 logger.exception("could not claim a queued run")
                 run = None
@@ -364,6 +382,7 @@ class RunManager:
             try:
                 with repo.session_scope(self.db.sessions) as session:
                     repo.heartbeat(session, run_ids=self.active_runs, owner=self.owner)
+                    processes.beat(session, owner=self.owner)
                 if beats % recover_every == 0:
                     self.recover()
             except repo.StorageError:

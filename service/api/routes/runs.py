@@ -8,8 +8,10 @@ from fastapi import APIRouter, Body, Header, HTTPException, Path, Query
 from fastapi.responses import StreamingResponse
 
 from service.api.auth import TunerDep, check_can_manage
-from service.api.deps import EventHubDep, RunManagerDep, SessionDep
+from service.api.deps import EventHubDep, RunManagerDep, SessionDep, SettingsDep
 from service.api.sse import EventStreamResponse
+from service.core.config import Settings
+from service.db import processes
 from service.db import repositories as repo
 from service.db.models import RunStatus
 from service.errors import InvalidRequest, NotFound
@@ -34,16 +36,24 @@ Offset = Annotated[int, Query(ge=0, le=MAX_DB_INT)]
 _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such run."}}
 
 
-def _run_or_404(session: SessionDep, run_id: int) -> RunPublic:
+def _served(session: SessionDep, settings: Settings) -> set[str]:
+    """The device keys live processes serve (a queued run of another device waits)."""
+    return processes.served_keys(session, alive_after=repo.stale_before(settings.stale_after_s))
+
+
+def _run_or_404(session: SessionDep, run_id: int, settings: Settings | None = None) -> RunPublic:
+    """The run; with ``settings``, a queued one says what it waits for."""
     run = repo.get_run(session, run_id=run_id)
     if run is None:
         raise NotFound(f"run {run_id} not found")
-    return RunPublic.of(run)
+    check = settings is not None and run.status == RunStatus.QUEUED.value
+    return RunPublic.of(run, _served(session, settings) if check else None)
 
 
 @router.get("", response_model=RunsPublic)
 def list_runs(
     session: SessionDep,
+    settings: SettingsDep,
     status: RunStatus | None = None,
     op: Annotated[str | None, Query(max_length=64)] = None,
     device: Annotated[str | None, Query(max_length=64, description="Name or key.")] = None,
@@ -55,13 +65,15 @@ def list_runs(
         session, status=status.value if status else None, op=op, device=device, limit=limit,
         offset=offset,
     )
-    return RunsPublic(data=[RunPublic.of(r) for r in rows], count=count)
+    queued = any(r.status == RunStatus.QUEUED.value for r in rows)
+    served = _served(session, settings) if queued else None
+    return RunsPublic(data=[RunPublic.of(r, served) for r in rows], count=count)
 
 
 @router.get("/{run_id}", response_model=RunPublic, responses=_NOT_FOUND)
-def get_run(session: SessionDep, run_id: RunId) -> RunPublic:
-    """One run: status, progress, best so far."""
-    return _run_or_404(session, run_id)
+def get_run(session: SessionDep, settings: SettingsDep, run_id: RunId) -> RunPublic:
+    """One run: status, progress, best so far (a queued one: what it waits for)."""
+    return _run_or_404(session, run_id, settings)
 
 
 @router.get("/{run_id}/trials", response_model=TrialsPublic, responses=_NOT_FOUND)
