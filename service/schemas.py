@@ -123,7 +123,7 @@ class BestPublic(BaseModel):
 
 
 # ----- runs ---------------------------------------------------------------------------------------
-def _waiting(run: RunModel, served: Collection[str] | None) -> str | None:
+def waiting_reason(run: RunModel, served: Collection[str] | None) -> str | None:
     """What a queued run waits for when no live process serves its device."""
     if served is None or run.status != "queued" or run.device.key in served:
         return None
@@ -217,7 +217,7 @@ class RunPublic(BaseModel):
             created_at=as_utc(run.created_at),
             started_at=as_utc(run.started_at),
             finished_at=as_utc(run.finished_at),
-            waiting=_waiting(run, served),
+            waiting=waiting_reason(run, served),
         )
 
 

@@ -40,10 +40,11 @@ from service.dashboard.views import (
     time_text,
     vendor_baseline_us,
 )
+from service.db import processes
 from service.db import repositories as repo
 from service.db.models import RunStatus, utcnow
 from service.runs.insights import MIN_TRIALS_FOR_IMPORTANCE
-from service.schemas import TrialPublic, TrialsPublic
+from service.schemas import TrialPublic, TrialsPublic, waiting_reason
 
 HERE = FilePath(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -159,8 +160,13 @@ def run_page(
             session, run_id=run.id, schedule_hash=run.best_schedule_hash
         )
         cached = entry.id if entry is not None else None
+    waiting = None
+    if run.status == RunStatus.QUEUED.value:
+        alive = repo.stale_before(settings.stale_after_s)
+        waiting = waiting_reason(run, processes.served_keys(session, alive_after=alive))
     context = {
         "run": RunRow.of(run, settings.max_trials),
+        "waiting": waiting,
         "text": operator_text(run.workload.op),
         "schedule_id": cached,
         "min_importance_trials": MIN_TRIALS_FOR_IMPORTANCE,

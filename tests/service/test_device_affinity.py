@@ -91,6 +91,8 @@ def test_a_queued_run_no_live_process_serves_says_what_it_waits_for(
     assert "cuda:0" in shown["waiting"]
     listed = {r["id"]: r for r in client.get("/v1/runs").json()["data"]}
     assert listed[waiting_run]["waiting"] == shown["waiting"]
+    page = client.get(f"/runs/{waiting_run}").text  # the dashboard's run page says it too
+    assert 'id="run-waiting"' in page and "waiting for a device of this kind" in page
     # The app's own manager serves the simulated devices: their runs run, never wait.
     sim_run = _queue(db, device_key=simulated("sim:h200").key, name="sim:h200",
                      kind="simulated", m=256)
@@ -100,6 +102,7 @@ def test_a_queued_run_no_live_process_serves_says_what_it_waits_for(
     with repo.session_scope(db.sessions) as session:
         processes.register(session, owner="gpu-host", device_keys=[GPU_KEY])
     assert client.get(f"/v1/runs/{waiting_run}").json()["waiting"] is None
+    assert 'id="run-waiting"' not in client.get(f"/runs/{waiting_run}").text
     with repo.session_scope(db.sessions) as session:
         run = repo.get_run(session, run_id=waiting_run)
         assert RunPublic.of(run).waiting is None  # not checked without the live keys
