@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import threading
 from collections.abc import Mapping
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler_search.hardware import CATALOG, Device, device_from_properties, get_device
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SIMULATED = "sim:h200"
 _CUDA = re.compile(r"^cuda:(\d{1,3})$")
@@ -206,8 +209,14 @@ def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:
 
 def served_device_keys() -> frozenset[str]:
     """The keys of every device this process can measure (the simulated catalog and its
-    GPUs): the runs it may claim."""
-    return frozenset(device.key for device in available_devices())
+    GPUs): the runs it may claim. A GPU that cannot be probed is left out (its runs wait
+    for a process that can measure it), not a reason to refuse to start."""
+    keys = {simulated(f"sim:{short}").key for short in CATALOG}
+    try:
+        keys.update(_cuda(i).key for i in range(local_gpu_count()))
+    except Exception as exc:  # a broken driver or GPU: serve the simulated devices
+        logger.warning("local GPUs not served: %s", exc)
+    return frozenset(keys)
 
 
 def available_devices() -> list[ResolvedDevice]:

@@ -21,6 +21,7 @@ from service.core.db import Database
 from service.db import processes
 from service.db import repositories as repo
 from service.db.models import RunStatus
+from service.runs import devices
 from service.runs.devices import served_device_keys, simulated
 from service.runs.executors import ExecutorRegistry
 from service.runs.manager import RunManager
@@ -78,6 +79,27 @@ def test_processes_register_their_devices_and_leave(db: Database, settings: Sett
     with repo.session_scope(db.sessions) as session:
         assert processes.served_keys(session, alive_after=alive) == set()
     assert simulated("sim:h200").key in served_device_keys()  # what a process finds itself
+
+
+def test_a_gpu_that_cannot_be_probed_is_not_served_and_the_process_still_starts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class BrokenProbe:
+        def count(self) -> int:
+            return 1
+
+        def fingerprint(self, index: int) -> dict:
+            raise RuntimeError("driver failure")
+
+        def properties(self, index: int) -> dict:
+            raise RuntimeError("driver failure")
+
+    previous = devices.set_gpu_probe(BrokenProbe())  # type: ignore[arg-type]
+    try:
+        keys = served_device_keys()
+    finally:
+        devices.set_gpu_probe(previous)
+    assert keys == {simulated(f"sim:{short}").key for short in devices.CATALOG}
 
 
 def test_a_queued_run_no_live_process_serves_says_what_it_waits_for(
