@@ -81,14 +81,131 @@ def _choice_pool(rng: random.Random) -> list[dict[str, Any]]:
     return pool[:2000]
 
 
+def _statuses(rng: random.Random, count: int) -> list[str]:
+    """Run statuses in the proportions a busy server shows; the last (the big run)
+    succeeded."""
+    statuses = []
+    for _ in range(count):
+        roll = rng.random()
+        statuses.append("succeeded" if roll < 0.85 else "failed" if roll < 0.90 else
+                        "cancelled" if roll < 0.95 else "interrupted" if roll < 0.98
+                        else "queued")
+    statuses[-1] = "succeeded"  # the big run, last (newest)
+    return statuses
+
+
+def _trial_rows(rng: random.Random, run_id: int, count: int, begun: Any, elapsed: float,
+                scale: float, pool: list[dict[str, Any]]) -> tuple[list[dict], int, float, Any]:
+    """A run's ``count`` trials (a third measured, most of the rest invalid points);
+    with how many were measured, the best latency and its schedule hash."""
+    rows, measured, best_latency, best_hash = [], 0, float("inf"), None
+    for number in range(count):
+        kind = rng.random()
+        row = {
+            "run_id": run_id, "number": number, "source": "search",
+            "choices": pool[rng.randrange(len(pool))], "predicted_us": None,
+            "simulated": True, "error": None, "measurement": None,
+            "schedule_hash": None, "latency_us": None,
+            "created_at": begun + datetime.timedelta(seconds=elapsed * number / count),
+        }
+        if kind < 0.33:
+            latency = scale * rng.uniform(4, 30)
+            digest = f"{rng.getrandbits(256):064x}"
+            row.update(status="ok", latency_us=latency, predicted_us=latency,
+                       schedule_hash=digest)
+            measured += 1
+            if latency < best_latency:
+                best_latency, best_hash = latency, digest
+        elif kind < 0.95:
+            row.update(status="invalid", error=rng.choice(ERRORS))
+        else:
+            row.update(status=rng.choice(("compile_error", "timeout", "wrong_result")),
+                       error="simulated failure for the benchmark")
+        rows.append(row)
+    return rows, measured, best_latency, best_hash
+
+
+def _run_row(run_id: int, workload_id: int, device_id: int, status: str, count: int,
+             measured: int, best: tuple[float, Any], times: tuple[Any, Any, float]
+             ) -> dict[str, Any]:
+    """The run's row; ``times`` is (created, begun, elapsed seconds)."""
+    (best_latency, best_hash), (created, begun, elapsed) = best, times
+    finished = status not in ("queued", "running")
+    has_best = best_hash is not None and status != "failed"
+    return {
+        "id": run_id, "workload_id": workload_id, "device_id": device_id, "status": status,
+        "budget_trials": count, "budget_seconds": None, "patience": None, "seed": 0,
+        "study_name": f"pipetune-run-{run_id}", "trials_done": measured,
+        "invalid": count - measured if status != "queued" else 0,
+        "best_latency_us": best_latency if has_best else None,
+        "best_schedule_hash": best_hash if has_best else None,
+        "best_kernel_hash": None, "best_simulated": True if has_best else None,
+        "phase": "done" if finished else "queued",
+        "stop_reason": "trials" if status == "succeeded" else None,
+        "error": "no candidate was measured successfully" if status == "failed" else None,
+        "cancel_requested": status == "cancelled", "owner": None, "heartbeat_at": None,
+        "attempts": 0 if status == "queued" else 1,
+        "elapsed_s": elapsed if status != "queued" else 0.0, "created_at": created,
+        "started_at": begun if status != "queued" else None,
+        "finished_at": begun + datetime.timedelta(seconds=elapsed) if finished else None,
+    }
+
+
+def _template(templates: dict[tuple[str, str], dict[str, Any]], workload: tuple[str, dict],
+              device: str) -> dict[str, Any]:
+    """The sProgram JSON a cache entry of ``workload`` on ``device`` stores (built once)."""
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.space import ScheduleSpace
+
+    key = (workload[0], device)
+    if key not in templates:
+        space = ScheduleSpace(parse_spec("gemm", workload[1]), get_device(device))
+        templates[key] = space.build(TEMPLATE_CHOICES)[0].to_dict()
+    return templates[key]
+
+
+def _rows(rng: random.Random, workloads: list[tuple[str, dict]], now: Any
+          ) -> tuple[list[dict], list[dict], list[dict], int]:
+    """Runs, trials and cache entries for every (workload, device); the big run's trials."""
+    pool = _choice_pool(rng)
+    templates: dict[tuple[str, str], dict[str, Any]] = {}
+    runs, schedules, trials = [], [], []
+    pairs = [(w, d) for w in range(len(workloads)) for d in range(len(DEVICES))]
+    statuses = _statuses(rng, len(pairs))
+    # A queued run has no trials yet: the big run takes the rest of the 100,000.
+    with_trials = sum(1 for s in statuses[:-1] if s != "queued")
+    big_trials = TOTAL_TRIALS - TRIALS_PER_RUN * with_trials
+    for run_index, (w, d) in enumerate(pairs):
+        run_id, status = run_index + 1, statuses[run_index]
+        count = big_trials if run_index == len(pairs) - 1 else TRIALS_PER_RUN
+        created = now - datetime.timedelta(minutes=10 * (len(pairs) - run_index))
+        begun = created + datetime.timedelta(seconds=rng.uniform(0.1, 5))
+        elapsed = count * rng.uniform(0.05, 0.3)
+        params = workloads[w][1]
+        scale = params["m"] * params["n"] * params["k"] / 1e9
+        rows, measured, best_latency, best_hash = _trial_rows(
+            rng, run_id, count if status != "queued" else 0, begun, elapsed, scale, pool)
+        trials += rows
+        runs.append(_run_row(run_id, w + 1, d + 1, status, count, measured,
+                             (best_latency, best_hash), (created, begun, elapsed)))
+        if status == "succeeded":
+            schedules.append({
+                "workload_id": w + 1, "device_id": d + 1, "schedule_hash": best_hash,
+                "schedule": _template(templates, workloads[w], DEVICES[d]),
+                "choices": TEMPLATE_CHOICES, "latency_us": best_latency,
+                "predicted_us": best_latency, "simulated": True, "run_id": run_id,
+                "kernel_hash": None, "created_at": begun,
+                "updated_at": begun + datetime.timedelta(seconds=elapsed),
+            })
+    return runs, trials, schedules, big_trials
+
+
 def fill(url: str, seed: int = 0) -> dict[str, Any]:
     """Migrate ``url`` and insert the benchmark's rows; what was inserted."""
     from sqlalchemy import insert
 
     import migrations
-    from scheduler_search.hardware import get_device
-    from scheduler_search.ops import parse_spec
-    from scheduler_search.space import ScheduleSpace
     from service.core.db import Database
     from service.db.models import (
         DeviceModel,
@@ -106,8 +223,6 @@ def fill(url: str, seed: int = 0) -> dict[str, Any]:
     now = utcnow()
     started = time.perf_counter()
     workloads = _workloads()
-    pool = _choice_pool(rng)
-    templates: dict[tuple[str, str], dict[str, Any]] = {}
     with db.engine.begin() as connection:
         devices = [simulated(name) for name in DEVICES]
         connection.execute(insert(DeviceModel), [
@@ -119,83 +234,7 @@ def fill(url: str, seed: int = 0) -> dict[str, Any]:
             {"id": i + 1, "key": key, "op": "gemm", "params": params, "created_at": now}
             for i, (key, params) in enumerate(workloads)
         ])
-        runs, schedules, trials = [], [], []
-        pairs = [(w, d) for w in range(len(workloads)) for d in range(len(devices))]
-        statuses = []
-        for _ in pairs:
-            roll = rng.random()
-            statuses.append("succeeded" if roll < 0.85 else "failed" if roll < 0.90 else
-                            "cancelled" if roll < 0.95 else "interrupted" if roll < 0.98
-                            else "queued")
-        statuses[-1] = "succeeded"  # the big run, last (newest)
-        # A queued run has no trials yet: the big run takes the rest of the 100,000.
-        with_trials = sum(1 for s in statuses[:-1] if s != "queued")
-        big_trials = TOTAL_TRIALS - TRIALS_PER_RUN * with_trials
-        for run_index, (w, d) in enumerate(pairs):
-            run_id = run_index + 1
-            status = statuses[run_index]
-            count = big_trials if run_index == len(pairs) - 1 else TRIALS_PER_RUN
-            created = now - datetime.timedelta(minutes=10 * (len(pairs) - run_index))
-            begun = created + datetime.timedelta(seconds=rng.uniform(0.1, 5))
-            elapsed = count * rng.uniform(0.05, 0.3)
-            best_latency, best_hash = float("inf"), None
-            scale = workloads[w][1]["m"] * workloads[w][1]["n"] * workloads[w][1]["k"] / 1e9
-            measured = 0
-            for number in range(count if status != "queued" else 0):
-                kind = rng.random()
-                row = {
-                    "run_id": run_id, "number": number, "source": "search",
-                    "choices": pool[rng.randrange(len(pool))], "predicted_us": None,
-                    "simulated": True, "error": None, "measurement": None,
-                    "schedule_hash": None, "latency_us": None,
-                    "created_at": begun + datetime.timedelta(seconds=elapsed * number / count),
-                }
-                if kind < 0.33:
-                    latency = scale * rng.uniform(4, 30)
-                    digest = f"{rng.getrandbits(256):064x}"
-                    row.update(status="ok", latency_us=latency, predicted_us=latency,
-                               schedule_hash=digest)
-                    measured += 1
-                    if latency < best_latency:
-                        best_latency, best_hash = latency, digest
-                elif kind < 0.95:
-                    row.update(status="invalid", error=rng.choice(ERRORS))
-                else:
-                    row.update(status=rng.choice(("compile_error", "timeout", "wrong_result")),
-                               error="simulated failure for the benchmark")
-                trials.append(row)
-            finished = status not in ("queued", "running")
-            has_best = best_hash is not None and status != "failed"
-            runs.append({
-                "id": run_id, "workload_id": w + 1, "device_id": d + 1, "status": status,
-                "budget_trials": count, "budget_seconds": None, "patience": None, "seed": 0,
-                "study_name": f"pipetune-run-{run_id}", "trials_done": measured,
-                "invalid": count - measured if status != "queued" else 0,
-                "best_latency_us": best_latency if has_best else None,
-                "best_schedule_hash": best_hash if has_best else None,
-                "best_kernel_hash": None, "best_simulated": True if has_best else None,
-                "phase": "done" if finished else "queued",
-                "stop_reason": "trials" if status == "succeeded" else None,
-                "error": "no candidate was measured successfully" if status == "failed" else None,
-                "cancel_requested": status == "cancelled", "owner": None, "heartbeat_at": None,
-                "attempts": 0 if status == "queued" else 1,
-                "elapsed_s": elapsed if status != "queued" else 0.0, "created_at": created,
-                "started_at": begun if status != "queued" else None,
-                "finished_at": begun + datetime.timedelta(seconds=elapsed) if finished else None,
-            })
-            if status == "succeeded":
-                key = (workloads[w][0], DEVICES[d])
-                if key not in templates:
-                    spec = parse_spec("gemm", workloads[w][1])
-                    space = ScheduleSpace(spec, get_device(DEVICES[d]))
-                    templates[key] = space.build(TEMPLATE_CHOICES)[0].to_dict()
-                schedules.append({
-                    "workload_id": w + 1, "device_id": d + 1, "schedule_hash": best_hash,
-                    "schedule": templates[key], "choices": TEMPLATE_CHOICES,
-                    "latency_us": best_latency, "predicted_us": best_latency,
-                    "simulated": True, "run_id": run_id, "kernel_hash": None,
-                    "created_at": begun, "updated_at": begun + datetime.timedelta(seconds=elapsed),
-                })
+        runs, trials, schedules, big_trials = _rows(rng, workloads, now)
         connection.execute(insert(RunModel), runs)
         for start in range(0, len(trials), 20_000):
             connection.execute(insert(TrialModel), trials[start : start + 20_000])
