@@ -84,24 +84,92 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
                      f"mamba2_chunk_scan|mamba2_chunk_state:BxSxHxPxNxC[gG]")
 
 
-def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
-    import migrations
+def _best_so_far(rows: list[tuple], wall0: datetime.datetime) -> tuple[list, list[dict]]:
+    """The search's best-so-far curve ``(t_s, latency_us)`` from the request, and its
+    steps (each new best with its schedule)."""
+    points, steps, best = [], [], None
+    for created, status, latency, digest, choices, source in rows:
+        if status != "ok" or latency is None:
+            continue
+        created = created if created.tzinfo else created.replace(tzinfo=datetime.UTC)
+        t = (created - wall0).total_seconds()
+        if best is None or latency < best:
+            best = latency
+            points.append((round(t, 3), latency))
+            steps.append({"t_s": round(t, 3), "search_latency_us": latency,
+                          "schedule_hash": digest, "choices": choices, "source": source})
+    return points, steps
+
+
+def _retime_steps(steps: list[dict], rows: list[tuple], winner: str, tune: Any, op: str,
+                  params: dict[str, Any], seed: int, executor: Any) -> float | None:
+    """Re-time every best-so-far kernel with the winner, interleaved, with the final
+    timing; each step gains ``retimed_us``; the winner's re-timed latency."""
     from scheduler_search.ops import parse_spec
     from scheduler_search.search import FINAL_TIMING
+    from service.runs.jobs import kernel_job
+    from service.runs.space import schedule_space
+
+    spec, model = parse_spec(op, params), tune.device.model
+    workload = {"op": op, "params": params}
+    space = schedule_space(spec, model)
+    jobs, hashes = [], []
+    for step in steps:
+        sprogram, validity = space.build(step["choices"])
+        if validity.ok and sprogram.hash == step["schedule_hash"]:
+            jobs.append(kernel_job(sprogram, spec, model, workload, seed, FINAL_TIMING))
+            hashes.append(sprogram.hash)
+    if winner not in hashes:
+        row = next(r for r in rows if r[3] == winner)
+        sprogram, _ = space.build(row[4])
+        jobs.append(kernel_job(sprogram, spec, model, workload, seed, FINAL_TIMING))
+        hashes.append(sprogram.hash)
+    retimed = executor.retime_interleaved(jobs, rounds=3) if jobs else []
+    by_hash = {h: r.latency_us for h, r in zip(hashes, retimed, strict=True)
+               if r.status.value == "ok"}
+    for step in steps:
+        step["retimed_us"] = by_hash.get(step["schedule_hash"])
+    return by_hash.get(winner)
+
+
+def _run_and_read(manager: Any, db: Any, tune: Any, rounds: list) -> tuple[Any, list, float,
+                                                                         datetime.datetime]:
+    """Submit ``tune``, run it in this thread (progress into ``rounds``), and read its
+    trials; the run, its trial rows, its wall time and the request's wall clock."""
+    from service.db import repositories as repo
+
+    t0 = time.monotonic()
+
+    def on_progress(progress: Any) -> None:
+        rounds.append((time.monotonic() - t0, progress.trials_done, progress.best_latency_us))
+
+    wall0 = datetime.datetime.now(datetime.UTC)
+    submitted = manager.submit(tune)
+    assert submitted.run is not None, "the database was not empty"
+    run = manager.run_inline(submitted.run.id, on_progress)
+    wall_s = time.monotonic() - t0
+    assert run is not None
+    with repo.session_scope(db.sessions) as session:
+        trials, _ = repo.list_trials(session, run_id=run.id, limit=1_000_000)
+        rows = [(t.created_at, t.status, t.latency_us, t.schedule_hash, t.choices, t.source)
+                for t in trials]
+    return run, rows, wall_s, wall0
+
+
+def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
+    """Tune ``case`` from an empty database for ``seconds`` on this GPU; the best-so-far
+    curve, its steps re-timed with the winner, and the run."""
+    import migrations
     from service.core.config import Settings
     from service.core.db import Database
-    from service.db import repositories as repo
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
-    from service.runs.jobs import kernel_job
     from service.runs.manager import RunManager
-    from service.runs.space import schedule_space
     from service.runs.tune import prepare
     from service.schemas import RunPublic, TuneRequest
 
     quiet_optuna()
     op, params = case_params(case, dtype, layout)
-    shape = case
     workdir = Path(tempfile.mkdtemp(prefix="pipetune-speed-"))
     settings = Settings(database_url=f"sqlite:///{workdir / 'pipetune.db'}", data_dir=workdir)
     db = Database(settings.database_url)
@@ -109,71 +177,22 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, An
     executors = ExecutorRegistry.from_settings(settings)
     manager = RunManager(db, settings, executors)
     rounds: list[tuple[float, int, float | None]] = []
-
-    def on_progress(progress: Any) -> None:
-        rounds.append((time.monotonic() - t0, progress.trials_done, progress.best_latency_us))
-
     try:
         request = TuneRequest(op=op, params=params, device="auto",
                               budget={"seconds": seconds})
         tune = prepare(request, settings)
-        t0 = time.monotonic()
-        wall0 = datetime.datetime.now(datetime.UTC)
-        submitted = manager.submit(tune)
-        assert submitted.run is not None, "the database was not empty"
-        run = manager.run_inline(submitted.run.id, on_progress)
-        wall_s = time.monotonic() - t0
-        assert run is not None
+        run, rows, wall_s, wall0 = _run_and_read(manager, db, tune, rounds)
         public = RunPublic.of(run).model_dump(mode="json")
-        with repo.session_scope(db.sessions) as session:
-            trials, _ = repo.list_trials(session, run_id=run.id, limit=1_000_000)
-            rows = [(t.created_at, t.status, t.latency_us, t.schedule_hash, t.choices, t.source)
-                    for t in trials]
         if public["status"] != "succeeded":
-            return {"shape": shape, "params": params, "error": public["error"], "run": public}
-        # Best-so-far over the search's timings; t from the request.
-        points, steps, best = [], [], None
-        for created, status, latency, digest, choices, source in rows:
-            if status != "ok" or latency is None:
-                continue
-            created = created if created.tzinfo else created.replace(tzinfo=datetime.UTC)
-            t = (created - wall0).total_seconds()
-            if best is None or latency < best:
-                best = latency
-                points.append((round(t, 3), latency))
-                steps.append({"t_s": round(t, 3), "search_latency_us": latency,
-                              "schedule_hash": digest, "choices": choices, "source": source})
-        measured = sum(1 for r in rows if r[1] not in ("invalid",))
-        ok = sum(1 for r in rows if r[1] == "ok")
-        # Re-time every best-so-far kernel with the winner, interleaved, final timing.
-        spec = parse_spec(op, params)
-        workload = {"op": op, "params": params}
-        executor = executors.get(tune.device)
-        model = tune.device.model
-        space = schedule_space(spec, model)
+            return {"shape": case, "params": params, "error": public["error"], "run": public}
+        points, steps = _best_so_far(rows, wall0)
         winner = public["best"]["schedule_hash"]
-        jobs, hashes = [], []
-        for step in steps:
-            sprogram, validity = space.build(step["choices"])
-            if validity.ok and sprogram.hash == step["schedule_hash"]:
-                jobs.append(kernel_job(sprogram, spec, model, workload, run.seed,
-                                       FINAL_TIMING))
-                hashes.append(sprogram.hash)
-        if winner not in hashes:
-            row = next(r for r in rows if r[3] == winner)
-            sprogram, _ = space.build(row[4])
-            jobs.append(kernel_job(sprogram, spec, model, workload, run.seed, FINAL_TIMING))
-            hashes.append(sprogram.hash)
-        retimed = executor.retime_interleaved(jobs, rounds=3) if jobs else []
-        by_hash = {h: r.latency_us for h, r in zip(hashes, retimed, strict=True)
-                   if r.status.value == "ok"}
-        for step in steps:
-            step["retimed_us"] = by_hash.get(step["schedule_hash"])
-        winner_retimed = by_hash.get(winner)
+        winner_retimed = _retime_steps(steps, rows, winner, tune, op, params, run.seed,
+                                       executors.get(tune.device))
         retimed_points = [(s["t_s"], s["retimed_us"]) for s in steps if s["retimed_us"]]
         search_best = points[-1][1]
         return {
-            "shape": shape,
+            "shape": case,
             "params": params,
             "seconds_budget": seconds,
             "wall_s": round(wall_s, 2),
@@ -188,8 +207,8 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, An
             "peer_us": public["baseline_latency_us"],
             "speedup_vs_peer": public["speedup_vs_baseline"],
             "winner_retimed_after_run_us": winner_retimed,
-            "trials_measured": measured,
-            "trials_ok": ok,
+            "trials_measured": sum(1 for r in rows if r[1] not in ("invalid",)),
+            "trials_ok": sum(1 for r in rows if r[1] == "ok"),
             "trials_invalid": public["invalid"],
             "stop_reason": public["stop_reason"],
             "kernel_hash": public["best"]["kernel_hash"],
