@@ -1,0 +1,130 @@
+"""RayGpuPool on a local Ray instance with stand-in GPU pools (no GPU): the executor
+contract, the stand-in workers' behaviours through an actor, placement by fingerprint key,
+and a chunk lost with its actor measured by another, once."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers import Executor, Job, LocalGpuPool, MeasurementStatus
+from workers.device import fingerprint_key
+from workers.executors.ray_pool import RayGpuPool, resource_name
+from workers.testing import StandinCompiler, standin_artifact, standin_worker_main
+
+ray = pytest.importorskip("ray")
+
+WORKLOAD = {"op": "gemm", "params": {"m": 256, "n": 256, "k": 128, "dtype": "float16"}}
+FINGERPRINT = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
+KEY = fingerprint_key(FINGERPRINT)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster() -> Iterator[None]:
+    # The actors' processes cannot import this test module: its pool factories travel
+    # by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.init(num_cpus=2, resources={resource_name(KEY): 2}, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def job(behaviour: str = "ok", name: str = "k", deadline_s: float = 30.0) -> Job:
+    return Job(workload=WORKLOAD, artifact=standin_artifact(behaviour, name=name),
+               deadline_s=deadline_s)
+
+
+def standin_pool() -> Executor:
+    return LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=StandinCompiler())
+
+
+class _Fingerprinted(Executor):
+    """A stand-in pool whose worker reports ``fingerprint``."""
+
+    def __init__(self, fingerprint: dict[str, Any]) -> None:
+        self.pool, self.fingerprint = standin_pool(), fingerprint
+
+    def fingerprints(self) -> list[dict[str, Any]]:
+        return [self.fingerprint]
+
+    def capacity(self) -> int:
+        return self.pool.capacity()
+
+    def measure(self, jobs: Any) -> Any:
+        return self.pool.measure(jobs)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class _NodeDiesOnce(_Fingerprinted):
+    """Its process exits (as a lost node's actor) at the first job named ``lose-node``."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__(FINGERPRINT)
+        self.flag = Path(flag)
+
+    def measure(self, jobs: Any) -> Any:
+        if any("lose-node" in j.artifact.source for j in jobs) and not self.flag.exists():
+            self.flag.write_text("lost")
+            os._exit(1)
+        return self.pool.measure(jobs)
+
+
+def test_the_executor_contract_through_actors() -> None:
+    with RayGpuPool(standin_pool, actors=2) as pool:
+        assert pool.capacity() == 2
+        assert pool.measure([]) == []
+        kinds = ["ok", "syntax", "ok", "ok", "syntax"]
+        results = pool.measure([job(k, name=f"j{i}") for i, k in enumerate(kinds)])
+        expected = {"ok": MeasurementStatus.OK, "syntax": MeasurementStatus.COMPILE_ERROR}
+        assert [r.status for r in results] == [expected[k] for k in kinds]
+        one = pool.measure_one(job())
+        assert one.status.is_ok() and one.latency_us and one.samples_us
+        retimed = pool.retime_interleaved([job(), job("syntax"), job()], rounds=2)
+        assert [r.status for r in retimed] == [MeasurementStatus.OK,
+                                               MeasurementStatus.COMPILE_ERROR,
+                                               MeasurementStatus.OK]
+        assert len(retimed[0].samples_us) >= 2
+
+
+def test_worker_failures_stay_statuses_inside_an_actor() -> None:
+    """hang, die, crash, wrong: what LocalGpuPool reports, now from a remote actor."""
+    with RayGpuPool(standin_pool, actors=1) as pool:
+        results = pool.measure([job("hang", deadline_s=1.0), job("die"), job("crash"),
+                                job("wrong"), job(name="after")])
+    assert [r.status for r in results] == [
+        MeasurementStatus.TIMEOUT, MeasurementStatus.CRASH, MeasurementStatus.CRASH,
+        MeasurementStatus.WRONG_RESULT, MeasurementStatus.OK]
+
+
+def test_actors_are_placed_by_key_and_check_their_gpu() -> None:
+    right = functools.partial(_Fingerprinted, FINGERPRINT)
+    with RayGpuPool(right, actors=2, device_key=KEY) as pool:
+        assert pool.capacity() == 2
+    wrong = functools.partial(_Fingerprinted, {**FINGERPRINT, "name": "NVIDIA A100"})
+    with pytest.raises(ValueError, match="placed for device"):
+        RayGpuPool(wrong, actors=1, device_key=KEY)
+
+
+def test_a_chunk_lost_with_its_node_is_measured_once_by_another_actor(tmp_path: Path) -> None:
+    factory = functools.partial(_NodeDiesOnce, str(tmp_path / "lost"))
+    with RayGpuPool(factory, actors=2, device_key=KEY) as pool:
+        jobs = [job(name="lose-node"), job(name="a"), job(name="b"), job(name="c")]
+        results = pool.measure(jobs)
+        assert (tmp_path / "lost").exists()  # the first actor's process did exit
+        assert [r.status for r in results] == [MeasurementStatus.OK] * 4
+        # The actor comes back (Ray restarts it) and measures again.
+        assert [r.status for r in pool.measure(jobs)] == [MeasurementStatus.OK] * 4
+    with RayGpuPool(factory, actors=1, device_key=KEY, redispatch=0) as lonely:
+        (tmp_path / "lost").unlink()
+        lost = lonely.measure([job(name="lose-node"), job(name="a")])
+    assert [r.status for r in lost] == [MeasurementStatus.CRASH] * 2
+    assert "lost with its GPU's node" in lost[0].error
