@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -128,3 +129,24 @@ def test_a_chunk_lost_with_its_node_is_measured_once_by_another_actor(tmp_path: 
         lost = lonely.measure([job(name="lose-node"), job(name="a")])
     assert [r.status for r in lost] == [MeasurementStatus.CRASH] * 2
     assert "lost with its GPU's node" in lost[0].error
+
+
+def test_the_api_and_the_executors_package_never_import_ray(tmp_path: Path) -> None:
+    """Ray is imported by a RayGpuPool only: an API server (and a worker process) that
+    does not use the fleet never loads it."""
+    script = (
+        "import sys\n"
+        "from fastapi.testclient import TestClient\n"
+        "from service.core.config import Settings\n"
+        "from service.main import create_app\n"
+        "import workers.executors\n"
+        f"settings = Settings(database_url='sqlite:///{tmp_path / 'api.db'}', "
+        f"data_dir='{tmp_path}', run_workers=0)\n"
+        "with TestClient(create_app(settings)) as client:\n"
+        "    assert client.get('/healthz').status_code == 200\n"
+        "print('ray' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
