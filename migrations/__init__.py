@@ -13,7 +13,7 @@ keeps its own Alembic history in ``alembic_version``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -93,19 +93,6 @@ def current(url: str, engine: Engine | None = None) -> str | None:
     finally:
         if own:
             engine.dispose()
-
-
-def revision_of(connection: Any) -> str | None:
-    """The revision recorded in the version table, read with one SELECT (what a liveness
-    probe asks on every call; :func:`current` builds an Alembic migration context).
-
-    Raises:
-        sqlalchemy.exc.DBAPIError: the table is missing (before the first upgrade) or
-            the database cannot answer.
-    """
-    from sqlalchemy import text
-
-    return connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
 def head() -> str:

@@ -21,12 +21,10 @@ keep writing to the unlinked file, a new one would start an empty database).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -136,20 +134,6 @@ class Database:
         if self._sqlite_file is not None:
             stat = self._sqlite_file.stat()
             self._sqlite_identity = (stat.st_dev, stat.st_ino)
-
-    @contextmanager
-    def read_connection(self) -> Iterator[Connection]:
-        """A connection for one plain read (a stamp, a health probe): on PostgreSQL in
-        autocommit, so that a lone SELECT costs no BEGIN and ROLLBACK round trips; on
-        SQLite in a deferred read transaction (``read_engine``), as the API's reads."""
-        if self.read_engine.dialect.name == "sqlite":
-            with self.read_engine.connect() as connection:
-                yield connection
-            return
-        with self.read_engine.connect().execution_options(
-            isolation_level="AUTOCOMMIT"
-        ) as connection:
-            yield connection
 
     def problem(self) -> str | None:
         """Why the SQLite file can no longer be used (deleted, replaced), or None; a stat,

@@ -162,8 +162,8 @@ def run_page(
         cached = entry.id if entry is not None else None
     waiting = None
     if run.status == RunStatus.QUEUED.value:
-        alive = repo.stale_before(settings.stale_after_s)
-        waiting = waiting_reason(run, processes.served_keys(session, alive_after=alive))
+        served = processes.served_keys(session, stale_after_s=settings.stale_after_s)
+        waiting = waiting_reason(run, served)
     context = {
         "run": RunRow.of(run, settings.max_trials),
         "waiting": waiting,

@@ -38,8 +38,10 @@ def leave(session: Session, *, owner: str) -> None:
     session.execute(delete(ProcessModel).where(ProcessModel.owner == owner))
 
 
-def served_keys(session: Session, *, alive_after: dt.datetime) -> set[str]:
-    """The device keys some live process serves."""
+def served_keys(session: Session, *, stale_after_s: float) -> set[str]:
+    """The device keys some live process (a heartbeat in the last ``stale_after_s``)
+    serves."""
+    alive_after = utcnow() - dt.timedelta(seconds=stale_after_s)
     rows = session.scalars(
         select(ProcessModel.device_keys).where(ProcessModel.heartbeat_at >= alive_after)
     )

@@ -208,15 +208,14 @@ def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:
 
 
 def served_device_keys() -> frozenset[str]:
-    """The keys of every device this process can measure (the simulated catalog and its
-    GPUs): the runs it may claim. A GPU that cannot be probed is left out (its runs wait
-    for a process that can measure it), not a reason to refuse to start."""
-    keys = {simulated(f"sim:{short}").key for short in CATALOG}
+    """The keys of every device this process can measure (:func:`available_devices`):
+    the runs it may claim. GPUs that cannot be probed are left out (their runs wait for
+    a process that can measure them), not a reason to refuse to start."""
     try:
-        keys.update(_cuda(i).key for i in range(local_gpu_count()))
+        return frozenset(device.key for device in available_devices())
     except Exception as exc:  # a broken driver or GPU: serve the simulated devices
         logger.warning("local GPUs not served: %s", exc)
-    return frozenset(keys)
+        return frozenset(simulated(f"sim:{short}").key for short in CATALOG)
 
 
 def available_devices() -> list[ResolvedDevice]:

@@ -68,16 +68,16 @@ def test_a_process_claims_only_the_runs_of_its_devices(db: Database) -> None:
 def test_processes_register_their_devices_and_leave(db: Database, settings: Settings) -> None:
     executors = ExecutorRegistry.from_settings(settings)
     manager = RunManager(db, settings, executors, device_keys=frozenset({GPU_KEY}))
-    alive = repo.stale_before(settings.stale_after_s)
+    stale_after_s = settings.stale_after_s
     manager.start()
     try:
         with repo.session_scope(db.sessions) as session:
-            assert processes.served_keys(session, alive_after=alive) == {GPU_KEY}
+            assert processes.served_keys(session, stale_after_s=stale_after_s) == {GPU_KEY}
     finally:
         manager.close()
         executors.close()
     with repo.session_scope(db.sessions) as session:
-        assert processes.served_keys(session, alive_after=alive) == set()
+        assert processes.served_keys(session, stale_after_s=stale_after_s) == set()
     assert simulated("sim:h200").key in served_device_keys()  # what a process finds itself
 
 

@@ -38,7 +38,7 @@ _NOT_FOUND = {404: {"model": ErrorPublic, "description": "No such run."}}
 
 def _served(session: SessionDep, settings: Settings) -> set[str]:
     """The device keys live processes serve (a queued run of another device waits)."""
-    return processes.served_keys(session, alive_after=repo.stale_before(settings.stale_after_s))
+    return processes.served_keys(session, stale_after_s=settings.stale_after_s)
 
 
 def _run_or_404(session: SessionDep, run_id: int, settings: Settings | None = None) -> RunPublic:
