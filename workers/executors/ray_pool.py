@@ -107,27 +107,28 @@ class RayGpuPool(Executor):
         results: list[Measurement | None] = [None] * len(jobs)
         lost: set[int] = set()
         pending: dict[Any, tuple[int, list[int], int]] = {}
-        for actor, indices in self._chunks(len(jobs)):
+
+        def send(actor: int, indices: list[int], attempt: int) -> None:
             ref = self._actors[actor].measure.remote([jobs[i] for i in indices])
-            pending[ref] = (actor, indices, 0)
+            pending[ref] = (actor, indices, attempt)
+
+        for actor, indices in self._chunks(len(jobs)):
+            send(actor, indices, 0)
         while pending:
             (ref,), _ = ray.wait(list(pending), num_returns=1)
             actor, indices, attempt = pending.pop(ref)
             try:
-                for i, result in zip(indices, ray.get(ref), strict=True):
-                    results[i] = result
-                continue
-            except RayActorError as exc:
+                measured = ray.get(ref)
+            except RayActorError as exc:  # the actor (its node) is gone mid-chunk
                 lost.add(actor)
                 others = [a for a in range(len(self._actors)) if a not in lost]
-                if attempt >= self._redispatch or not others:
-                    for i in indices:
-                        results[i] = Measurement(
-                            MeasurementStatus.CRASH,
-                            error=f"lost with its GPU's node: {type(exc).__name__}")
+                if attempt < self._redispatch and others:
+                    send(others[0], indices, attempt + 1)
                     continue
-            retry = self._actors[others[0]].measure.remote([jobs[i] for i in indices])
-            pending[retry] = (others[0], indices, attempt + 1)
+                error = f"lost with its GPU's node: {type(exc).__name__}"
+                measured = [Measurement(MeasurementStatus.CRASH, error=error)] * len(indices)
+            for i, result in zip(indices, measured, strict=True):
+                results[i] = result
         return [r for r in results if r is not None]
 
     def retime_interleaved(self, jobs: Sequence[Job], rounds: int = 3) -> list[Measurement]:
