@@ -68,13 +68,18 @@ DTYPES = ("float16", "bfloat16")
 STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "tile_g", "warp_specialized",
                   "consumer_warpgroups", "consumer_split", "wg_schedule", "order",
                   "persistent", "map_vector_loads")
-#: The hand-written design's neighbours worth measuring on every shape (``stages`` sets
-#: every stream's depth).
-NEIGHBOURS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "mamba2_chunk_state": {"tile_l": (64, 128), "stages": (2, 4), "persistent": (False,),
-                           "warp_specialized": (False, True), "pack": (1, 2),
-                           "order": ("serial", "overlap")},
-    "mamba2_chunk_scan": {"tile_s": (32, 64), "stages": (2, 3), "order": ("serial", "overlap")},
+#: Each hand-written design's neighbours worth measuring on every shape, by design name
+#: (``stages`` sets every stream's depth; ``pack``, heads of a B group per tile).
+NEIGHBOURS: dict[str, dict[str, dict[str, tuple[Any, ...]]]] = {
+    "mamba2_chunk_state": {
+        "streaming": {"tile_l": (64, 128), "stages": (2, 3), "persistent": (False,),
+                      "warp_specialized": (False,), "pack": (1, 2), "order": ("serial",),
+                      "map_store": ("cuda_core", "tma")},
+        "head_pairs": {"tile_l": (32, 64), "stages": (3, 4), "map_store": ("cuda_core", "tma")},
+    },
+    "mamba2_chunk_scan": {
+        design: {"tile_s": (32, 64), "stages": (2, 3), "order": ("serial", "overlap")}
+        for design in ("triton_tiling", "packed_heads")},
 }
 STREAMS = {"mamba2_chunk_state": ("stages_xb",), "mamba2_chunk_scan": ("stages_cb", "stages_x")}
 
@@ -129,9 +134,10 @@ def _design_neighbours(op: str, space: Any) -> list[Any]:
     from scheduler_search.space.designs import DESIGNS
 
     built = []
-    for base in DESIGNS[op].values():
-        for values in itertools.product(*NEIGHBOURS[op].values()):
-            choices = {**base, **dict(zip(NEIGHBOURS[op], values, strict=True))}
+    for name, base in DESIGNS[op].items():
+        around = NEIGHBOURS[op][name]
+        for values in itertools.product(*around.values()):
+            choices = {**base, **dict(zip(around, values, strict=True))}
             stages = choices.pop("stages")
             choices.update(dict.fromkeys(STREAMS[op], stages))
             pack = choices.pop("pack", 1)

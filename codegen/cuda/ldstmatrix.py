@@ -72,4 +72,16 @@ LD_SHARED_F32 = Snippet(
     section='9.7.9.8 "ld"',
 )
 
-register(STMATRIX_X4, LDMATRIX_X4, LDMATRIX_X4_TRANS, LD_SHARED_F32X2, LD_SHARED_F32)
+ST_SHARED_F32X2 = Snippet(
+    "st_shared_f32x2",
+    "// Two adjacent fp32 values to shared memory (8-byte aligned address).\n"
+    "__device__ __forceinline__ void st_shared_f32x2(u32 addr, float x, float y) {\n"
+    '  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" :: "r"(addr), "f"(x), "f"(y)\n'
+    '               : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.10 "st"',
+)
+
+register(STMATRIX_X4, LDMATRIX_X4, LDMATRIX_X4_TRANS, LD_SHARED_F32X2, LD_SHARED_F32,
+         ST_SHARED_F32X2)

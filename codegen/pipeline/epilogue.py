@@ -2,8 +2,9 @@
 
 Two emitters, one per sEU a store sTask can be mapped to:
 
-- TMA (:func:`emit_tma_store`): registers -> ``stmatrix`` into swizzled shared memory, one
-  swizzle-span-wide sub-tile at a time -> ``cp.async.bulk.tensor`` store. The staging
+- TMA (:func:`emit_tma_store`): registers -> swizzled shared memory (``stmatrix`` for 16-bit
+  outputs, 8-byte ``st.shared`` for fp32), one swizzle-span-wide sub-tile at a time ->
+  ``cp.async.bulk.tensor`` store. The staging
   buffer is the idle ring stages (``operands``) or slots of its own (``ring``), as
   :attr:`PipelineLayout.staging` decides.
 - CUDA cores (:func:`emit_direct_store`): two elements a thread with ``st.global``,
@@ -70,35 +71,25 @@ def _staging_buffer(code: Code, layout: PipelineLayout, bar: str) -> None:
 
 
 def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
-    """Registers -> stmatrix -> swizzled staging -> TMA store, sub-tile by sub-tile."""
+    """Registers -> swizzled staging (stmatrix, or st.shared for fp32) -> TMA store, sub-tile
+    by sub-tile."""
     c, out = code, layout.output
     swz = layout.store_swizzle
-    pack = convert.pack2(out.dtype)
-    c.comment(f"store: {out.fragment} -> shared memory (stmatrix, {swz.span_bytes}B swizzle) "
+    staging = "8-byte st.shared" if out.dtype == "float32" else "stmatrix"
+    c.comment(f"store: {out.fragment} -> shared memory ({staging}, {swz.span_bytes}B swizzle) "
               f"-> {out.tensor} via TMA, {layout.store_cols}-column sub-tiles")
     if layout.staging == "operands":
         c.comment("every consumer finished reading the operand stages, which now stage the tile")
         c(c.call("named_barrier_sync", BAR_CONSUMERS, "CONSUMERS * 128") + ";")
-    bar = f"{BAR_EPILOGUE0} + consumer"
+    # A literal id where one warpgroup stores: ptxas then reserves 3 barriers, not all 16.
+    bar = f"{BAR_EPILOGUE0} + consumer" if layout.structure.consumers > 1 else str(BAR_EPILOGUE0)
     c("#pragma unroll")
     with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
         _staging_buffer(c, layout, bar)
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int j = 0; j < STORE_COLS / 16; ++j)"):
-                c.comment("16x16 of the tile: lane/8 picks the 8x8 matrix (bit 0: +8 rows, "
-                          "bit 1: +8 columns)")
-                c("const int group = s * (STORE_COLS / 8) + 2 * j;  // 8-column group in tile")
-                c("const int row = mi * 64 + warp * 16 + (lane & 8) + (lane & 7);")
-                c("const u32 col_bytes = (2 * j + (lane >> 4)) * 16;")
-                regs = [
-                    c.call(pack, f"{out.fragment}[mi][4 * group + {2 * i}]",
-                           f"{out.fragment}[mi][4 * group + {2 * i + 1}]")
-                    for i in range(4)
-                ]
-                addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
-                c(c.call("stmatrix_x4", addr, *regs) + ";")
+        if out.dtype == "float32":
+            _stage_fp32_pairs(c, layout)
+        else:
+            _stage_stmatrix(c, layout)
         c(c.call("fence_proxy_async_smem") + ";")
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
         with c.block("if (thread_in_wg == 0)"):
@@ -107,6 +98,47 @@ def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
             c(c.call("tma_store_commit") + ";")
         if layout.staging == "ring" and not layout.structure.pingpong:
             c("++store_round;")
+
+
+def _stage_stmatrix(code: Code, layout: PipelineLayout) -> None:
+    """16-bit outputs: each 16x16 block of sub-tile ``s`` with one ``stmatrix``."""
+    c, out, swz = code, layout.output, layout.store_swizzle
+    pack = convert.pack2(out.dtype)
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int j = 0; j < STORE_COLS / 16; ++j)"):
+            c.comment("16x16 of the tile: lane/8 picks the 8x8 matrix (bit 0: +8 rows, "
+                      "bit 1: +8 columns)")
+            c("const int group = s * (STORE_COLS / 8) + 2 * j;  // 8-column group in tile")
+            c("const int row = mi * 64 + warp * 16 + (lane & 8) + (lane & 7);")
+            c("const u32 col_bytes = (2 * j + (lane >> 4)) * 16;")
+            regs = [
+                c.call(pack, f"{out.fragment}[mi][4 * group + {2 * i}]",
+                       f"{out.fragment}[mi][4 * group + {2 * i + 1}]")
+                for i in range(4)
+            ]
+            addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
+            c(c.call("stmatrix_x4", addr, *regs) + ";")
+
+
+def _stage_fp32_pairs(code: Code, layout: PipelineLayout) -> None:
+    """fp32 outputs (stmatrix moves 16-bit elements only): each thread's two adjacent
+    accumulators per row and 8-column group with one 8-byte ``st.shared``; the swizzle
+    spreads a warp's eight rows over distinct 16-byte chunks."""
+    c, out, swz = code, layout.output, layout.store_swizzle
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int h = 0; h < 2; ++h)"):
+            c("const int row = mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+            c("#pragma unroll")
+            with c.block("for (int j = 0; j < STORE_COLS / 8; ++j)"):
+                c("const int group = s * (STORE_COLS / 8) + j;  // 8-column group in tile")
+                c("const u32 col_bytes = (j * 8 + (lane & 3) * 2) * 4;")
+                addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
+                c(c.call("st_shared_f32x2", addr, f"{out.fragment}[mi][4 * group + 2 * h]",
+                         f"{out.fragment}[mi][4 * group + 2 * h + 1]") + ";")
 
 
 def emit_direct_store(code: Code, layout: PipelineLayout) -> None:

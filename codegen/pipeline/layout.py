@@ -102,8 +102,9 @@ class PipelineLayout:
 
     @property
     def store_cols(self) -> int:
-        """Columns of one stored sub-tile: one swizzle span."""
-        return 64 if self.output.cols % 64 == 0 else 32
+        """Columns of one stored sub-tile: one swizzle span (128 bytes, else 64)."""
+        widest = 128 // self.output.elem_bytes
+        return widest if self.output.cols % widest == 0 else widest // 2
 
     @property
     def store_swizzle(self) -> Swizzle:

@@ -99,3 +99,11 @@ def test_both_ways_of_loading_dt_and_da_are_checked() -> None:
     for op in OPS:
         maps = {p.choices.get("map_vector_loads") for _, s, p in CASES if s.op == op}
         assert {"tma", "cuda_core"} <= maps, (op, maps)
+
+
+def test_both_ways_of_storing_the_states_are_checked() -> None:
+    """Chunk state's fp32 states are written with st.global and through TMA."""
+    if not CASES:
+        pytest.skip("no GPU")
+    stores = {p.choices.get("map_store") for _, s, p in CASES if s.op == "mamba2_chunk_state"}
+    assert {"tma", "cuda_core"} <= stores, stores

@@ -137,9 +137,28 @@ def test_vector_loads_by_tma_read_the_ring_stage() -> None:
     assert [a.name for a in art.args if a.kind == "tensor" and a.role == "input"] == ["x", "D"]
 
 
+def test_chunk_state_states_by_tma_are_staged_in_the_idle_ring() -> None:
+    """fp32 states through TMA: 8-byte st.shared into 128B-swizzled 32-column sub-tiles of
+    the ring stages, one box per sub-tile of states seen as a (batch x chunk x head x p)
+    by dstate matrix."""
+    spec, sprogram, validity = _build("mamba2_chunk_state", SUITE,
+                                      {**MAMBA2_CHUNK_STATE, "map_store": "tma"})
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    p = SUITE
+    rows = p["batch"] * (p["seqlen"] // p["chunk_size"]) * p["nheads"] * p["headdim"]
+    assert maps["states_map"].global_dims == (p["dstate"], rows)
+    assert maps["states_map"].box_dims == (32, 64) and maps["states_map"].swizzle == "128B"
+    assert "states" not in [a.name for a in art.args if a.kind == "tensor"]
+    assert art.extra["staging"] == "operands" and art.extra["smem_layout"]["C"] == 0
+    assert "st_shared_f32x2(buf + swizzle_128b(row * C_ROW_BYTES + col_bytes)" in art.source
+    assert "stmatrix" not in art.source.split("__global__")[1]
+
+
 def test_what_is_not_lowered_is_out_of_the_space_with_a_reason() -> None:
     for op, design, change, reason in (
-        ("mamba2_chunk_state", MAMBA2_CHUNK_STATE, {"map_store": "tma"}, "st.global"),
+        ("mamba2_chunk_scan", MAMBA2_CHUNK_SCAN, {"map_store": "tma"}, "st.global"),
         ("mamba2_chunk_state", MAMBA2_CHUNK_STATE, {"tile_n": 32}, "64-column"),
         ("mamba2_chunk_scan", MAMBA2_CHUNK_SCAN, {"tile_p": 32}, "64-column"),
         ("mamba2_chunk_scan", MAMBA2_CHUNK_SCAN, {"warp_specialized": False}, "trip counts"),

@@ -28,6 +28,7 @@ CALLS = {
     "ldmatrix_x4_trans": "ldmatrix_x4_trans(a, r[0], r[1], r[2], r[3]);",
     "ld_shared_f32": "acc[0] = ld_shared_f32(a);",
     "ld_shared_f32x2": "{ const float2 v = ld_shared_f32x2(a); acc[0] = v.x + v.y; }",
+    "st_shared_f32x2": "st_shared_f32x2(a, acc[0], acc[1]);",
     "unpack_f16x2": "{ const float2 v = unpack_f16x2(a); acc[0] = v.x + v.y; }",
     "unpack_bf16x2": "{ const float2 v = unpack_bf16x2(a); acc[0] = v.x + v.y; }",
     "mbarrier_init": "mbarrier_init(a, 1);",

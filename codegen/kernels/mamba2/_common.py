@@ -96,9 +96,6 @@ class Mamba2Hooks(OperatorHooks):
             return f"dtype {self.dtype}"
         if self.chunk % self.k_tile:
             return f"a loop tile of {self.k_tile} positions must divide chunk_size={self.chunk}"
-        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
-            return ("Mamba2 outputs are rows of one head among all heads: written with "
-                    "st.global (store on cuda_core)")
         if any(self.structure.inflight.values()) and not self.a_double_buffered:
             return ("the loop's wgmma reads its A operand from registers that the next trip's "
                     "math rewrites while the group is in flight (order overlap)")

@@ -41,6 +41,7 @@ from codegen.pipeline import (
     TripAt,
     VectorTile,
 )
+from scheduler_search.hardware.model import UnitKind
 
 #: This thread's row of accumulator block ``mi``, half ``h``, within the tile.
 TILE_ROW = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
@@ -175,6 +176,9 @@ class ChunkScanHooks(Mamba2Hooks):
         problem = self.common_problem()
         if problem:
             return problem
+        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
+            return ("chunk scan's output rows are one head's among all heads (stride nheads x "
+                    "headdim): written with st.global (store on cuda_core)")
         if self.chunk % self.tile_l:
             return f"tile_l={self.tile_l} must divide chunk_size={self.chunk}"
         if self.pack > 1 and self.tile_p != self._p("headdim") * self.pack:

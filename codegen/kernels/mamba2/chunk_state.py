@@ -13,7 +13,8 @@ an fp32 (headdim x dstate) result. What is chunk state's own:
   costs no shared-memory pass;
 - ``mma``: ``acc += (x w)ᵀ B`` with A from registers and B (positions x dstate, dstate
   contiguous) MN-major in shared memory;
-- ``store``: the fp32 accumulators with st.global.
+- ``store``: the fp32 accumulators with st.global, or staged in the idle ring stages and
+  written by TMA (states seen as one (batch x chunk x head x p) by dstate matrix).
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ class ChunkStateHooks(Mamba2Hooks):
                 "load_dA": "dA_map"}[stask]
 
     def output(self) -> OutputTile:
+        # states as one (batch x chunk x head x p) by dstate matrix: a tile's packed heads
+        # lie one after another in it, so one row origin serves st.global and TMA alike.
+        p = self.params
         return OutputTile(
             tensor="states", dtype="float32", elem_bytes=4, rows=self.tile_p, cols=self.tile_n,
-            global_rows=self._p("headdim") * self.pack, global_cols=self._p("dstate"),
-            fragment="acc", row_origin="p0", col_origin="n0", extent_names=("OUT_ROWS", "DSTATE"),
-            row_pointer=("states + ((((unsigned long long)batch0 * NCHUNKS + chunks0) * NHEADS + "
-                         "heads0) * HEADDIM + {row}) * DSTATE"),
+            global_rows=p["batch"] * self.nchunks * p["nheads"] * p["headdim"],
+            global_cols=p["dstate"], fragment="acc",
+            row_origin="(((batch0 * NCHUNKS + chunks0) * NHEADS + heads0) * HEADDIM + p0)",
+            col_origin="n0", extent_names=("STATE_ROWS", "DSTATE"),
         )
 
     def pointer_inputs(self) -> tuple[str, ...]:
@@ -141,8 +145,10 @@ class ChunkStateHooks(Mamba2Hooks):
         c = code
         self.problem_constants(c)
         c(f"constexpr int TILE_P = {self.tile_p}, TILE_N = {self.tile_n}, TILE_L = {self.tile_l};")
-        c(f"constexpr int PACK = {self.pack}, HEAD_ROWS = {self.head_rows}, OUT_ROWS = HEADDIM * "
-          "PACK;  // heads of a group per tile (rows: head x p), B loaded once for them")
+        c(f"constexpr int PACK = {self.pack}, HEAD_ROWS = {self.head_rows};  // heads of a group "
+          "per tile (rows: head x p), B loaded once for them")
+        c("constexpr int STATE_ROWS = BATCH * NCHUNKS * NHEADS * HEADDIM;  // rows of states as "
+          "a matrix")
         c(f"constexpr int L_TILES = {self.trip_count};  // loop trips: tile_l positions each")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
           f"{self.tile_n // 2};")
@@ -280,4 +286,4 @@ def _with_head(code: Code, block: contextlib.AbstractContextManager[None]) -> It
 
 
 #: Bumped whenever chunk state's own text changes for the same schedule.
-CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-2"
+CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-3"
