@@ -13,7 +13,7 @@ import sys
 #: Subcommand modules, imported lazily so that ``pipetune space`` never loads the web
 #: stack or a GPU library.
 COMMANDS = ("space", "tune", "runs", "schedules", "cache", "serve", "worker", "keys", "db",
-            "render", "export")
+            "render", "export", "node")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -67,6 +67,11 @@ class Settings(BaseSettings):
             trials) until it has been started this many times; then it fails.
         run_workers: ``pipetune serve`` runs searches in this many ``pipetune worker``
             processes (0: in the API's own process, in threads).
+        executor: ``local`` (this host's GPUs and the simulated devices) or ``ray``: also
+            the fleet's GPUs, through the Ray cluster at ``ray_address`` (the optional
+            ``pipetune[fleet]`` extra; nothing imports Ray otherwise).
+        ray_address: the Ray cluster's head (``host:port``; empty: ``auto``, the cluster
+            this host's ``ray start`` joined).
     """
 
     model_config = SettingsConfigDict(env_prefix="PIPETUNE_", extra="ignore")
@@ -98,6 +103,8 @@ class Settings(BaseSettings):
     db_retry_max_wait_s: float = Field(default=8.0, ge=0)
     max_run_attempts: int = Field(default=3, ge=1, le=100)
     run_workers: int = Field(default=1, ge=0, le=64)
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str = ""
 
     @field_validator("database_url")
     @classmethod

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0005"
+SCHEMA_VERSION = "0006"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -207,6 +207,21 @@ class ProcessModel(Base):
     device_keys: Mapped[list[str]] = mapped_column(JSONType)
     started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     heartbeat_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class FleetDeviceModel(Base):
+    """GPUs of one kind (fingerprint ``key``) that Ray node ``node`` offers to the fleet, as
+    ``pipetune node start`` registered them; ``identity`` rebuilds the hardware model."""
+
+    __tablename__ = "pipetune_fleet_devices"
+
+    node: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(HASH_LENGTH), primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    identity: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    gpus: Mapped[int] = mapped_column(Integer)
+    registered_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ApiKeyModel(Base):

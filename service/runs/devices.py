@@ -201,6 +201,10 @@ def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:
     """The hardware model of a stored device row (for resuming its runs)."""
     if kind == "simulated":
         return get_device(name)
+    if kind == "fleet":
+        from service.runs.fleet import model_of  # fleet names devices of this module
+
+        return model_of(identity)
     match = _CUDA.match(name)
     if match is None:
         raise DeviceError(f"cannot rebuild device {name!r}")

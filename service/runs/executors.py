@@ -2,17 +2,23 @@
 
 A simulated device (``sim:*``) is measured by a :class:`~workers.SimulatedDevice` of its
 model; a local GPU (``cuda:N``) by a :class:`~workers.LocalGpuPool` with one worker pinned
-to that GPU, whose compiler keeps its cubins under the data directory. Executors are
-created on first use (a GPU pool starts its worker then) and closed together.
+to that GPU, whose compiler keeps its cubins under the data directory; a fleet device
+(``fleet:*``, only where ``PIPETUNE_EXECUTOR=ray``) by a
+:class:`~workers.executors.ray_pool.RayGpuPool` with one actor per GPU of its kind that the
+Ray cluster offers. Executors are created on first use (a GPU pool starts its worker then)
+and closed together.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from service.runs.devices import ResolvedDevice, cuda_index
+from service.db.fleet import FleetDevice
+from service.runs import fleet
+from service.runs.devices import DeviceError, ResolvedDevice, cuda_index
 from workers import Executor, SimulatedDevice
 
 #: Makes the executor of a local GPU (tests inject stand-ins).
@@ -37,6 +43,45 @@ def local_gpu_pool(
     )
 
 
+def actor_gpu_pool() -> Executor:
+    """What a fleet actor measures with, built in its process: a LocalGpuPool of the GPU
+    Ray gave the actor (its ``CUDA_VISIBLE_DEVICES``)."""
+    from codegen import CODEGEN_VERSION
+    from workers import LocalGpuPool, ParallelCompiler
+
+    return LocalGpuPool(compiler=ParallelCompiler(), codegen_version=CODEGEN_VERSION)
+
+
+def ray_fleet_pool(device: ResolvedDevice, ray_address: str,
+                   simulated_capacity: int = 8) -> Executor:
+    """A RayGpuPool over every GPU of ``device``'s kind the cluster offers: actors placed
+    by the kind's resource; a simulated kind's actors measure with the cost model.
+
+    Raises:
+        DeviceError: no live node of the cluster offers the kind.
+    """
+    from workers.executors.ray_pool import RayGpuPool, connect, offered
+
+    connect(ray_address)
+    placement = fleet.placement_key(device.identity)
+    actors = offered(placement)
+    if actors < 1:
+        raise DeviceError(f"no live node of the Ray cluster offers {device.name}")
+    if device.simulated:
+        factory: Callable[[], Executor] = functools.partial(
+            SimulatedDevice, device.model, capacity=simulated_capacity)
+        return RayGpuPool(factory, actors=actors, device_key=placement)
+    return RayGpuPool(actor_gpu_pool, actors=actors, device_key=placement, gpus_per_actor=1)
+
+
+def offered_fleet_keys(devices: Iterable[FleetDevice], ray_address: str) -> frozenset[str]:
+    """The registered fleet devices whose kind some live node of the cluster offers."""
+    from workers.executors.ray_pool import connect, offered
+
+    connect(ray_address)
+    return frozenset(d.key for d in devices if offered(fleet.placement_key(d.identity)) > 0)
+
+
 class ExecutorRegistry:
     """Executors by device key, created on first use and closed together.
 
@@ -46,6 +91,8 @@ class ExecutorRegistry:
             :func:`local_gpu_pool` with ``cubin_dir`` and ``gpu_batch_size``).
         cubin_dir: where GPU pools keep compiled kernels (default: the compiler's).
         gpu_batch_size: candidates per round on a GPU (default: one per CPU core).
+        ray_address: the Ray cluster whose fleet devices this process measures (None:
+            none; ``""``: ``auto``).
     """
 
     def __init__(
@@ -55,11 +102,13 @@ class ExecutorRegistry:
         gpu_pool_factory: GpuPoolFactory | None = None,
         cubin_dir: Path | None = None,
         gpu_batch_size: int | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.simulated_capacity = simulated_capacity
         self._gpu_pool_factory = gpu_pool_factory or (
             lambda device: local_gpu_pool(device, cubin_dir, gpu_batch_size)
         )
+        self.ray_address = ray_address
         self._executors: dict[str, Executor] = {}
         self._lock = threading.Lock()
 
@@ -74,7 +123,16 @@ class ExecutorRegistry:
             gpu_pool_factory=gpu_pool_factory,
             cubin_dir=Path(data_dir) / "cubin" if data_dir is not None else None,
             gpu_batch_size=getattr(settings, "gpu_batch_size", 0) or None,
+            ray_address=(getattr(settings, "ray_address", "")
+                         if getattr(settings, "executor", "local") == "ray" else None),
         )
+
+    def fleet_keys(self, devices: Iterable[FleetDevice]) -> frozenset[str]:
+        """Of the registered fleet ``devices``, the keys this process measures: those the
+        cluster offers, where it has one (none otherwise, and Ray is never imported)."""
+        if self.ray_address is None:
+            return frozenset()
+        return offered_fleet_keys(devices, self.ray_address)
 
     def get(self, device: ResolvedDevice) -> Executor:
         with self._lock:
@@ -82,6 +140,12 @@ class ExecutorRegistry:
             if executor is None:
                 if device.kind == "cuda":
                     executor = self._gpu_pool_factory(device)
+                elif device.kind == "fleet":
+                    if self.ray_address is None:
+                        raise DeviceError(f"{device.name}: this process measures no fleet "
+                                          "devices (PIPETUNE_EXECUTOR=ray)")
+                    executor = ray_fleet_pool(device, self.ray_address,
+                                              self.simulated_capacity)
                 else:
                     executor = SimulatedDevice(device.model, capacity=self.simulated_capacity)
                 self._executors[device.key] = executor

@@ -40,7 +40,7 @@ from scheduler_search.search import Progress
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
-from service.db import processes
+from service.db import fleet, processes
 from service.db import repositories as repo
 from service.db.models import (
     DeviceModel,
@@ -118,9 +118,7 @@ class RunManager:
         """Recover orphaned runs, register the devices this process serves (it claims only
         their runs), then start the worker and heartbeat threads."""
         self.recover()
-        self.device_keys = self._given_keys or served_device_keys()
-        with repo.session_scope(self.db.sessions) as session:
-            processes.register(session, owner=self.owner, device_keys=self.device_keys)
+        self._register_devices()
         for index in range(self.settings.max_concurrent_runs):
             thread = threading.Thread(
                 target=self._worker_loop, name=f"pipetune-run-{index}", daemon=True
@@ -130,6 +128,24 @@ class RunManager:
         beat = threading.Thread(target=self._heartbeat_loop, name="pipetune-heartbeat", daemon=True)
         beat.start()
         self._threads.append(beat)
+
+    def _register_devices(self) -> None:
+        """Record the keys this process measures: the given ones, else this host's devices
+        and the fleet's that its Ray cluster offers now (nodes come and go)."""
+        if self._given_keys:
+            keys = frozenset(self._given_keys)
+        else:
+            with repo.session_scope(self.db.sessions) as session:
+                registered = fleet.fleet_devices(session)
+            try:
+                offered = self._context.executors.fleet_keys(registered)
+            except Exception as exc:  # the cluster unreachable: the local devices meanwhile
+                logger.warning("fleet devices not served: %s", exc)
+                offered = frozenset()
+            keys = served_device_keys() | offered
+        self.device_keys = keys
+        with repo.session_scope(self.db.sessions) as session:
+            processes.register(session, owner=self.owner, device_keys=keys)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the threads; runs in progress stop at their next round, left to resume."""
@@ -385,6 +401,8 @@ class RunManager:
                     processes.beat(session, owner=self.owner)
                 if beats % recover_every == 0:
                     self.recover()
+                    if self._context.executors.ray_address is not None:
+                        self._register_devices()
             except repo.StorageError:
                 logger.exception("heartbeat failed")
 

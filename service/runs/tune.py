@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import ValidationError
 
 from scheduler_search.ops import OperatorSpec, SpecError, parse_spec
 from service.core.config import Settings
+from service.db.fleet import FleetDevice
 from service.errors import InvalidRequest
+from service.runs import fleet
 from service.runs.devices import (
     DEFAULT_SIMULATED,
     DeviceError,
@@ -55,8 +58,20 @@ def _budget_errors(budget: BudgetIn, settings: Settings) -> list[dict[str, objec
     return errors
 
 
-def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
-    """Validate ``request`` against the operator table, the device, the settings.
+def _device(name: str, fleet_devices: Callable[[], list[FleetDevice]] | None) -> ResolvedDevice:
+    """A local or simulated device, or a registered fleet device (``fleet:...``)."""
+    if not name.strip().lower().startswith(fleet.PREFIX):
+        return resolve_device(name)
+    if fleet_devices is None:
+        raise DeviceError(f"{name!r}: fleet devices are named through the service, whose "
+                          "database knows the fleet (pipetune serve, POST /v1/tune)")
+    return fleet.resolve(name, fleet_devices)
+
+
+def prepare(request: TuneRequest, settings: Settings,
+            fleet_devices: Callable[[], list[FleetDevice]] | None = None) -> TuneInput:
+    """Validate ``request`` against the operator table, the device, the settings;
+    ``fleet_devices`` lists the registered fleet (read only for a ``fleet:`` name).
 
     Raises:
         InvalidRequest: with one item per problem, each under its body path.
@@ -72,10 +87,10 @@ def prepare(request: TuneRequest, settings: Settings) -> TuneInput:
     except ValidationError as exc:
         errors.extend(_spec_errors(exc))
     try:
-        device = resolve_device(request.device)
+        device = _device(request.device, fleet_devices)
     except DeviceError as exc:
         errors.append({"loc": ("device",), "msg": str(exc), "type": "device_error"})
-    if spec is not None and device is not None and device.kind == "cuda":
+    if spec is not None and device is not None and not device.simulated:
         from codegen import has_renderer
 
         if not has_renderer(spec.op):

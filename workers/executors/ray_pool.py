@@ -33,6 +33,21 @@ def resource_name(device_key: str) -> str:
     return f"pipetune_gpu_{device_key[:16]}"
 
 
+def connect(address: str) -> None:
+    """Join the Ray cluster at ``address`` (``host:port``, or ``auto``), once per process."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address or "auto", log_to_driver=False, configure_logging=False)
+
+
+def offered(device_key: str) -> int:
+    """How many GPUs of ``device_key`` the connected cluster's live nodes offer."""
+    import ray
+
+    return int(ray.cluster_resources().get(resource_name(device_key), 0))
+
+
 class _GpuActor:
     """The body of one GPU's actor: its pool, and the key it must have."""
 
@@ -72,6 +87,8 @@ class RayGpuPool(Executor):
         device_key: the fingerprint key of the GPUs: actors are placed on nodes that
             offer its resource and check their GPU has it (None: anywhere, unchecked).
         redispatch: how many times a chunk lost with its actor is given to another.
+        gpus_per_actor: the GPUs Ray gives each actor (it sets the actor's
+            ``CUDA_VISIBLE_DEVICES`` to them); 0 for pools that need none (simulated).
 
     Raises:
         RuntimeError: Ray is not connected.
@@ -79,12 +96,14 @@ class RayGpuPool(Executor):
     """
 
     def __init__(self, pool_factory: PoolFactory, *, actors: int,
-                 device_key: str | None = None, redispatch: int = 1) -> None:
+                 device_key: str | None = None, redispatch: int = 1,
+                 gpus_per_actor: int = 0) -> None:
         import ray
 
         if not ray.is_initialized():
             raise RuntimeError("RayGpuPool needs a Ray connection: ray.init(address=...)")
-        options: dict[str, Any] = {"num_cpus": 0, "max_restarts": -1}
+        options: dict[str, Any] = {"num_cpus": 0, "num_gpus": gpus_per_actor,
+                                   "max_restarts": -1}
         if device_key is not None:
             options["resources"] = {resource_name(device_key): 1}
         remote = ray.remote(_GpuActor).options(**options)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import ExecutorDep, SessionDep
+from service.api.deps import ExecutorDep, SessionDep, SettingsDep
+from service.db import fleet, processes
 from service.db import repositories as repo
+from service.runs import fleet as fleet_devices
 from service.runs.devices import available_devices
 from service.schemas import DevicePublic, DevicesPublic
 
@@ -13,12 +15,22 @@ router = APIRouter(prefix="/devices", tags=["devices"])
 
 
 @router.get("", response_model=DevicesPublic)
-def list_devices(session: SessionDep, executors: ExecutorDep) -> DevicesPublic:
-    """Available devices (simulated catalog GPUs, local GPUs) and known ones (in the
-    database), with the executor measuring each where one is open."""
+def list_devices(session: SessionDep, executors: ExecutorDep,
+                 settings: SettingsDep) -> DevicesPublic:
+    """Available devices (simulated catalog GPUs, local GPUs), the fleet's registered GPUs
+    (available while a live process measures them) and known ones (in the database), with
+    the executor measuring each where one is open."""
     open_executors = executors.describe()
     known = {row.key: row for row in repo.list_devices(session)}
     data: list[DevicePublic] = []
+    served = processes.served_keys(session, stale_after_s=settings.stale_after_s)
+    for registered in fleet.fleet_devices(session):
+        device = fleet_devices.resolved(registered)
+        data.append(DevicePublic(
+            name=device.name, key=device.key, kind=device.kind, simulated=device.simulated,
+            available=device.key in served, known=device.key in known,
+            identity={**device.identity, "gpus": registered.gpus,
+                      "nodes": list(registered.nodes)}))
     for device in available_devices():
         data.append(
             DevicePublic(

@@ -8,7 +8,9 @@ from fastapi.responses import JSONResponse
 
 from service.api.auth import TunerDep
 from service.api.deps import AnswersDep, DatabaseDep, MetricsDep, RunManagerDep, SettingsDep
-from service.db import stamps
+from service.core.db import Database
+from service.db import fleet, stamps
+from service.db import repositories as repo
 from service.errors import InvalidRequest
 from service.runs.tune import prepare
 from service.schemas import (
@@ -44,7 +46,7 @@ def tune(
     """Tune an operator for a device: the cached best schedule, or a (shared) run;
     ``force`` runs despite the cache, ``extend`` continues the workload's newest run."""
     try:
-        tune_input = prepare(request, settings)
+        tune_input = prepare(request, settings, fleet_devices=lambda: _fleet(db))
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
@@ -73,3 +75,9 @@ def tune(
     body = TuneResponse(cached=False, run=run, schedule=None)
     return JSONResponse(body.model_dump(mode="json"), status_code=202,
                         headers={"Location": f"/v1/runs/{run.id}"})
+
+
+def _fleet(db: Database) -> list[fleet.FleetDevice]:
+    """The registered fleet, read only when a request names a fleet device."""
+    with repo.session_scope(db.sessions) as session:
+        return fleet.fleet_devices(session)
