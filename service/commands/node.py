@@ -75,6 +75,9 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         plans = plan_nodes(args.address, args.ips, _entries(args), ray_args)
     except ValueError as exc:
         parser.error(str(exc))
+    if "--block" in ray_args and len(plans) > 1:
+        parser.error("--block keeps one Ray node in the foreground: this host has "
+                     f"{len(plans)} kinds of GPU (start one node per kind)")
     for plan in plans:
         print(_describe(plan), flush=True)
     if args.dry_run:
@@ -84,14 +87,22 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         print("ray is not installed here: pip install 'pipetune[fleet]'", file=sys.stderr)
         return 1
     with open_database(args.database_url) as db:
-        for plan in plans:
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": plan.cuda_devices}
-            done = subprocess.run([ray, *plan.command[1:]], env=env, check=False)
-            if done.returncode != 0:
-                print(f"ray start failed for {plan.node} (exit {done.returncode})",
-                      file=sys.stderr)
-                return done.returncode
-            _register(db, plan.node, [p.entry for p in plans if p.node == plan.node])
+        return _start(db, ray, plans)
+
+
+def _start(db: object, ray: str, plans: list[NodePlan]) -> int:
+    """Register each node's GPUs, then ``ray start`` it (registered first, so a node kept
+    in the foreground by ``--block`` is listed while it runs); a node that fails to start,
+    or stops, is forgotten."""
+    for plan in plans:
+        _register(db, plan.node, [p.entry for p in plans if p.node == plan.node])
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": plan.cuda_devices}
+        done = subprocess.run([ray, *plan.command[1:]], env=env, check=False)
+        if done.returncode != 0 or "--block" in plan.command:
+            _forget(db, plan.node)
+        if done.returncode != 0:
+            print(f"ray start failed for {plan.node} (exit {done.returncode})", file=sys.stderr)
+            return done.returncode
     return 0
 
 
@@ -147,17 +158,21 @@ def _register(db: object, node: str, entries: list[FleetEntry]) -> None:
         fleet.register_node(session, node=node, entries=entries)
 
 
-def _stop(args: argparse.Namespace) -> int:
+def _forget(db: object, node: str) -> int:
     from service.db import fleet
     from service.db.repositories import session_scope
 
+    with session_scope(db.sessions) as session:  # type: ignore[attr-defined]
+        return fleet.remove_node(session, node=node)
+
+
+def _stop(args: argparse.Namespace) -> int:
     ray = shutil.which("ray")
     if ray is not None:
         subprocess.run([ray, "stop"], check=False)
-    with open_database(args.database_url) as db, session_scope(db.sessions) as session:
+    with open_database(args.database_url) as db:
         for node in args.ips or [_host_address()]:
-            kinds = fleet.remove_node(session, node=node)
-            print(f"{node}: {kinds} kind(s) of GPU left the fleet")
+            print(f"{node}: {_forget(db, node)} kind(s) of GPU left the fleet")
     return 0
 
 

@@ -70,7 +70,8 @@ def fake_ray(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     script.write_text("#!/usr/bin/env python3\nimport json, os, sys\n"
                       f"with open({str(calls)!r}, 'a') as f:\n"
                       "    f.write(json.dumps([sys.argv[1:], "
-                      "os.environ.get('CUDA_VISIBLE_DEVICES')]) + '\\n')\n")
+                      "os.environ.get('CUDA_VISIBLE_DEVICES')]) + '\\n')\n"
+                      "sys.exit(int(os.environ.get('FAKE_RAY_EXIT', '0')))\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
     return calls
@@ -109,6 +110,23 @@ def test_registered_fleet_is_listed_and_named(fake_ray: Path, settings: Settings
                 "--database-url", settings.database_url]) == 0
     with repo.session_scope(_sessions(settings)) as session:
         assert [d.identity["catalog"] for d in fleet_db.fleet_devices(session)] == ["a100"]
+
+
+def test_a_node_that_fails_to_start_or_stops_is_forgotten(
+        fake_ray: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    def registered() -> list[str]:
+        with repo.session_scope(_sessions(settings)) as session:
+            return [n for d in fleet_db.fleet_devices(session) for n in d.nodes]
+
+    start = ["node", "start", "--address", "127.0.0.1:6379", "--no-gpus", "--simulate", "h100",
+             "--node-ip-address", "127.0.0.5", "--database-url", settings.database_url]
+    monkeypatch.setenv("FAKE_RAY_EXIT", "3")
+    assert cli(start) == 3 and registered() == []
+    monkeypatch.setenv("FAKE_RAY_EXIT", "0")
+    assert cli([*start, "--", "--block"]) == 0 and registered() == []  # ran, then stopped
+    assert json.loads(fake_ray.read_text().splitlines()[-1])[0][-1] == "--block"
+    with pytest.raises(SystemExit):  # two kinds cannot both stay in the foreground
+        cli([*start, "--simulate", "a100", "--node-ip-address", "127.0.0.6", "--", "--block"])
 
 
 def _sessions(settings: Settings) -> Any:
