@@ -102,15 +102,15 @@ def compile_to_cache(
     compile_ms = (time.perf_counter() - start) * 1e3
     root.mkdir(parents=True, exist_ok=True)
     if ok:
-        _atomic_write(cubin_path, cubin)
+        atomic_write(cubin_path, cubin)
     meta = {"ok": ok, "log": log, "compile_ms": compile_ms, "options": list(options)}
-    _atomic_write(meta_path, json.dumps(meta).encode())
+    atomic_write(meta_path, json.dumps(meta).encode())
     return CompileResult(
         ok=ok, key=key, cubin_path=str(cubin_path) if ok else None, log=log, compile_ms=compile_ms
     )
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temporary file and rename, so concurrent compilers never see half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:

@@ -43,23 +43,28 @@ def local_gpu_pool(
     )
 
 
-def actor_gpu_pool() -> Executor:
+def actor_gpu_pool(compile_farm: bool = False) -> Executor:
     """What a fleet actor measures with, built in its process: a LocalGpuPool of the GPU
-    Ray gave the actor (its ``CUDA_VISIBLE_DEVICES``)."""
+    Ray gave the actor (its ``CUDA_VISIBLE_DEVICES``), compiling on the cluster's compile
+    farm where it has one, else on the node's own cores."""
     from codegen import CODEGEN_VERSION
     from workers import LocalGpuPool, ParallelCompiler
+    from workers.compile_farm import RayCompiler
 
-    return LocalGpuPool(compiler=ParallelCompiler(), codegen_version=CODEGEN_VERSION)
+    compiler = RayCompiler() if compile_farm else ParallelCompiler()
+    return LocalGpuPool(compiler=compiler, codegen_version=CODEGEN_VERSION)
 
 
 def ray_fleet_pool(device: ResolvedDevice, ray_address: str,
                    simulated_capacity: int = 8) -> Executor:
     """A RayGpuPool over every GPU of ``device``'s kind the cluster offers: actors placed
-    by the kind's resource; a simulated kind's actors measure with the cost model.
+    by the kind's resource, compiling on the compile farm where the cluster has one; a
+    simulated kind's actors measure with the cost model.
 
     Raises:
         DeviceError: no live node of the cluster offers the kind.
     """
+    from workers.compile_farm import farm_offered
     from workers.executors.ray_pool import RayGpuPool, connect, offered
 
     connect(ray_address)
@@ -71,7 +76,8 @@ def ray_fleet_pool(device: ResolvedDevice, ray_address: str,
         factory: Callable[[], Executor] = functools.partial(
             SimulatedDevice, device.model, capacity=simulated_capacity)
         return RayGpuPool(factory, actors=actors, device_key=placement)
-    return RayGpuPool(actor_gpu_pool, actors=actors, device_key=placement, gpus_per_actor=1)
+    factory = functools.partial(actor_gpu_pool, compile_farm=farm_offered() > 0)
+    return RayGpuPool(factory, actors=actors, device_key=placement, gpus_per_actor=1)
 
 
 def offered_fleet_keys(devices: Iterable[FleetDevice], ray_address: str) -> frozenset[str]:

@@ -1,6 +1,8 @@
 """RayGpuPool on a local Ray instance with stand-in GPU pools (no GPU): the executor
 contract, the stand-in workers' behaviours through an actor, placement by fingerprint key,
-and a chunk lost with its actor measured by another, once."""
+and a chunk lost with its actor measured by another, once; the compile farm (RayCompiler)
+with a stand-in compile task: cubins returned in order, compiled once, failures and hangs
+as failed compiles, and a pool measuring through it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from workers import Executor, Job, LocalGpuPool, MeasurementStatus
+from workers.compile_farm import COMPILE_RESOURCE, RayCompiler, farm_offered
 from workers.device import fingerprint_key
 from workers.executors.ray_pool import RayGpuPool, resource_name
 from workers.testing import StandinCompiler, standin_artifact, standin_worker_main
@@ -31,7 +34,8 @@ def cluster() -> Iterator[None]:
     # The actors' processes cannot import this test module: its pool factories travel
     # by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, resources={resource_name(KEY): 2}, include_dashboard=False,
+    ray.init(num_cpus=2, resources={resource_name(KEY): 2, COMPILE_RESOURCE: 2},
+             include_dashboard=False,
              log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
@@ -150,3 +154,58 @@ def test_the_api_and_the_executors_package_never_import_ray(tmp_path: Path) -> N
                          timeout=120, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def _farm_compile(source: str, options: tuple[str, ...], arch: str) -> tuple[dict, bytes | None]:
+    """A stand-in compile task: 'syntax' fails, 'hang' sleeps, 'broken' raises; each call
+    leaves a mark in the folder its ``-DMARKS=`` option names (a task's process does not
+    share the test's environment), so a test can count the compiles."""
+    import hashlib
+    import time
+
+    marks = Path(next(o for o in options if o.startswith("-DMARKS=")).split("=", 1)[1])
+    (marks / f"{source}.{time.time_ns()}").write_text(source)
+    if "broken" in source:
+        raise RuntimeError("NVRTC is missing")
+    if "hang" in source:
+        time.sleep(30)
+    ok = "syntax" not in source
+    key = hashlib.sha256(f"{source}{options}{arch}".encode()).hexdigest()
+    result = {"ok": ok, "key": key, "cubin_path": "/node/cache/x.cubin" if ok else None,
+              "log": "" if ok else "error: expected a ';'", "compile_ms": 2.0}
+    return result, (f"cubin of {source}".encode() if ok else None)
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> tuple[str, ...]:
+    """Compile options that carry the folder the stand-in compiles mark."""
+    (tmp_path / "marks").mkdir()
+    return (f"-DMARKS={tmp_path / 'marks'}",)
+
+
+def test_the_compile_farm_returns_cubins_in_order_and_compiles_once(
+        tmp_path: Path, marks: tuple[str, ...]) -> None:
+    assert farm_offered() == 2
+    farm = RayCompiler(tmp_path / "cubin", remote_compile=_farm_compile)
+    requests = [("a", marks), ("syntax", marks), ("a", marks), ("b", marks)]
+    results = farm.compile_many(requests, "90a")
+    assert [r.ok for r in results] == [True, False, True, True]
+    assert results[0] == results[2] and "expected a ';'" in results[1].log
+    for result, source in ((results[0], "a"), (results[3], "b")):
+        assert Path(result.cubin_path).parent == tmp_path / "cubin"
+        assert Path(result.cubin_path).read_bytes() == f"cubin of {source}".encode()
+    compiled = tmp_path / "marks"
+    assert sorted(m.name.split(".")[0] for m in compiled.iterdir()) == ["a", "b", "syntax"]
+    again = farm.compile_many([("b", marks), ("a", marks)], "90a")
+    assert [r.cubin_path for r in again] == [results[3].cubin_path, results[0].cubin_path]
+    assert len(list(compiled.iterdir())) == 3  # answered from memory
+
+
+def test_a_broken_or_hung_compile_is_a_failed_compile(tmp_path: Path,
+                                                      marks: tuple[str, ...]) -> None:
+    farm = RayCompiler(tmp_path / "cubin", remote_compile=_farm_compile, timeout_s=3.0)
+    broken, hung, fine = farm.compile_many([("broken", marks), ("hang", marks),
+                                            ("c", marks)], "90a")
+    assert not broken.ok and "NVRTC is missing" in broken.log
+    assert not hung.ok and hung.timed_out and "did not finish" in hung.log
+    assert fine.ok
