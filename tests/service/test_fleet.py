@@ -141,8 +141,8 @@ def ray_cluster() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
     resources = {resource_name(fleet.placement_key(fleet.simulated_entry(name, 1).identity)):
                  count for name, count in (("h100", 2), ("a100", 1))}
-    ray.init(num_cpus=2, resources=resources, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+    ray.init(address="local", num_cpus=2, resources=resources, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

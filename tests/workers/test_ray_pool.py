@@ -34,9 +34,9 @@ def cluster() -> Iterator[None]:
     # The actors' processes cannot import this test module: its pool factories travel
     # by value.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, resources={resource_name(KEY): 2, COMPILE_RESOURCE: 2},
-             include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2,
+             resources={resource_name(KEY): 2, COMPILE_RESOURCE: 2},
+             include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

@@ -7,9 +7,12 @@ custom resource named from the device's fingerprint key (:func:`resource_name`),
 GPU node offers once per GPU of that kind, and each checks on start that the fingerprints
 its workers report have the key it was placed for.
 
-A batch is split over the actors; a chunk lost with its actor (its node gone) is given
-to another actor of the same key, at most ``redispatch`` times, else each of its jobs is
-a ``crash``: a job is recorded once, never twice. The final interleaved re-timing runs on
+A batch is split over the actors that answer a ping: an actor whose node is gone waits,
+unplaced, for a node of its key to come back (Ray restarts it there), and meanwhile gets
+no work. A chunk lost with its actor (its node gone), or not answered within its jobs'
+deadlines, is given to another live actor of the same key, at most ``redispatch`` times,
+else each of its jobs is a ``crash``: a job is recorded once, never twice (a late answer
+from an actor given up on is dropped). The final interleaved re-timing runs on
 one actor, so that a speed ratio never mixes two physical GPUs. Ray is imported only
 here (the optional ``fleet`` extra); the caller connects (``ray.init``) first.
 """
@@ -17,6 +20,8 @@ here (the optional ``fleet`` extra); the caller connects (``ray.init``) first.
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +31,10 @@ from workers.protocol import Job, Measurement, MeasurementStatus
 
 #: Makes the pool an actor owns, in the actor's process (picklable: Ray ships it).
 PoolFactory = Callable[[], Executor]
+#: How long a live actor may take to answer a ping (it answers between two jobs' chunks).
+PING_TIMEOUT_S = 5.0
+#: What a chunk may take beyond the sum of its jobs' deadlines (compiling, queueing).
+CHUNK_MARGIN_S = 120.0
 
 
 def resource_name(device_key: str) -> str:
@@ -109,6 +118,7 @@ class RayGpuPool(Executor):
         remote = ray.remote(_GpuActor).options(**options)
         self._actors = [remote.remote(pool_factory, device_key) for _ in range(actors)]
         self._redispatch = redispatch
+        self._lock = threading.Lock()
         problems = [p for p in ray.get([a.mismatch.remote() for a in self._actors]) if p]
         if problems:
             self.close()
@@ -118,33 +128,58 @@ class RayGpuPool(Executor):
     def capacity(self) -> int:
         return sum(self._capacities)
 
+    def live_actors(self, timeout_s: float = PING_TIMEOUT_S) -> list[int]:
+        """The actors that answer a ping within ``timeout_s`` (an actor waiting for its
+        node to come back does not)."""
+        import ray
+
+        pings = {self._actors[a].capacity.remote(): a for a in range(len(self._actors))}
+        answered, _ = ray.wait(list(pings), num_returns=len(pings), timeout=timeout_s)
+        live = []
+        for ref in answered:
+            with contextlib.suppress(Exception):  # an actor that died answers with an error
+                ray.get(ref)
+                live.append(pings[ref])
+        return sorted(live)
+
     def measure(self, jobs: Sequence[Job]) -> list[Measurement]:
-        """The jobs split over the actors, in order; see the module docstring for loss."""
+        """The jobs split over the live actors, in order; see the module docstring. Calls
+        are serialised (runs of one device share the pool; an actor runs one at a time)."""
+        with self._lock:
+            return self._measure(jobs)
+
+    def _measure(self, jobs: Sequence[Job]) -> list[Measurement]:
         import ray
         from ray.exceptions import RayActorError
 
+        live = self.live_actors() if jobs else []
+        if jobs and not live:
+            error = "no GPU actor of this key is live (every node of its kind is gone)"
+            return [Measurement(MeasurementStatus.CRASH, error=error) for _ in jobs]
         results: list[Measurement | None] = [None] * len(jobs)
-        lost: set[int] = set()
-        pending: dict[Any, tuple[int, list[int], int]] = {}
+        pending: dict[Any, tuple[int, list[int], int, float]] = {}
 
         def send(actor: int, indices: list[int], attempt: int) -> None:
             ref = self._actors[actor].measure.remote([jobs[i] for i in indices])
-            pending[ref] = (actor, indices, attempt)
+            wait_s = sum(jobs[i].deadline_s for i in indices) + CHUNK_MARGIN_S
+            pending[ref] = (actor, indices, attempt, time.monotonic() + wait_s)
 
-        for actor, indices in self._chunks(len(jobs)):
+        for actor, indices in self._chunks(len(jobs), live):
             send(actor, indices, 0)
         while pending:
-            (ref,), _ = ray.wait(list(pending), num_returns=1)
-            actor, indices, attempt = pending.pop(ref)
+            ref, late = _next_done(pending)
+            actor, indices, attempt, _ = pending.pop(ref)
             try:
+                if late:
+                    raise TimeoutError("no answer within the jobs' deadlines "
+                                       f"(+{CHUNK_MARGIN_S:.0f} s)")
                 measured = ray.get(ref)
-            except RayActorError as exc:  # the actor (its node) is gone mid-chunk
-                lost.add(actor)
-                others = [a for a in range(len(self._actors)) if a not in lost]
-                if attempt < self._redispatch and others:
-                    send(others[0], indices, attempt + 1)
+            except (RayActorError, TimeoutError) as exc:  # the actor (its node) is gone
+                live = [a for a in live if a != actor]
+                if attempt < self._redispatch and live:
+                    send(live[0], indices, attempt + 1)
                     continue
-                error = f"lost with its GPU's node: {type(exc).__name__}"
+                error = f"lost with its GPU's node: {type(exc).__name__}: {exc}"[:300]
                 measured = [Measurement(MeasurementStatus.CRASH, error=error)] * len(indices)
             for i, result in zip(indices, measured, strict=True):
                 results[i] = result
@@ -155,11 +190,12 @@ class RayGpuPool(Executor):
         import ray
         from ray.exceptions import RayActorError
 
-        for actor in self._actors:
-            try:
-                return ray.get(actor.retime.remote(list(jobs), rounds))
-            except RayActorError:
-                continue
+        with self._lock:
+            for actor in self.live_actors():
+                try:
+                    return ray.get(self._actors[actor].retime.remote(list(jobs), rounds))
+                except RayActorError:
+                    continue
         return [Measurement(MeasurementStatus.CRASH, error="no GPU actor is left")
                 for _ in jobs]
 
@@ -172,13 +208,26 @@ class RayGpuPool(Executor):
             ray.kill(actor)
         self._actors = []
 
-    def _chunks(self, count: int) -> list[tuple[int, list[int]]]:
-        """Contiguous chunks of ``count`` jobs, one per actor, sized by its capacity."""
-        total = max(1, self.capacity())
+    def _chunks(self, count: int, actors: list[int]) -> list[tuple[int, list[int]]]:
+        """Contiguous chunks of ``count`` jobs, one per actor of ``actors``, sized by its
+        capacity."""
+        total = max(1, sum(self._capacities[a] for a in actors))
         chunks, start = [], 0
-        for actor, capacity in enumerate(self._capacities):
-            size = -(-count * capacity // total)
+        for actor in actors:
+            size = -(-count * self._capacities[actor] // total)
             if start < count:
                 chunks.append((actor, list(range(start, min(count, start + size)))))
             start += size
         return chunks
+
+
+def _next_done(pending: dict[Any, tuple[int, list[int], int, float]]) -> tuple[Any, bool]:
+    """The next chunk that answered, or whose deadline passed first (then ``late``)."""
+    import ray
+
+    soonest = min(deadline for *_, deadline in pending.values())
+    done, _ = ray.wait(list(pending), num_returns=1,
+                       timeout=max(0.0, soonest - time.monotonic()))
+    if done:
+        return done[0], False
+    return next(ref for ref, (*_, deadline) in pending.items() if deadline == soonest), True
