@@ -30,15 +30,10 @@ class FleetEntry:
 
 
 @dataclass(frozen=True)
-class FleetDevice:
-    """One kind of GPU over the whole fleet: the nodes that offer it and their GPUs."""
+class FleetDevice(FleetEntry):
+    """One kind of GPU over the whole fleet: ``gpus`` summed over the ``nodes`` offering it."""
 
-    key: str
-    name: str
-    simulated: bool
-    identity: dict[str, Any]
-    gpus: int
-    nodes: tuple[str, ...]
+    nodes: tuple[str, ...] = ()
 
 
 def register_node(session: Session, *, node: str, entries: Iterable[FleetEntry]) -> None:

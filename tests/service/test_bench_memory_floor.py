@@ -3,25 +3,14 @@ compulsory bytes, and the ceiling is the peer's time over the floor's."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-
-@pytest.fixture(scope="module")
-def bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "memory_floor.py"
-    module_spec = importlib.util.spec_from_file_location("bench_memory_floor", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+from bench import memory_floor as bench
 
 
-def test_cases_are_the_suite_with_x_b_dt_da_and_fp32_states(bench: ModuleType) -> None:
+def test_cases_are_the_suite_with_x_b_dt_da_and_fp32_states() -> None:
     from scheduler_search.ops.suites import mamba2_suite
 
     cases = bench.cases()
@@ -36,7 +25,7 @@ def test_cases_are_the_suite_with_x_b_dt_da_and_fp32_states(bench: ModuleType) -
     assert cases[2]["min_bytes"] == x + b + dt_da + states
 
 
-def test_the_ceiling_is_the_peer_over_the_floor(bench: ModuleType) -> None:
+def test_the_ceiling_is_the_peer_over_the_floor() -> None:
     rows = [{"min_bytes": 4_000_000, "floor_us": 1.0, "peer_us": 2.0},
             {"min_bytes": 8_000_000, "floor_us": 2.0, "peer_us": 16.0},
             {"min_bytes": 1_000_000, "floor_us": 1.0, "peer_us": None}]
