@@ -77,6 +77,12 @@ class _GpuActor:
     def capacity(self) -> int:
         return self.pool.capacity()
 
+    def node(self) -> str:
+        """The address of the Ray node this actor lives on."""
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+
     def measure(self, jobs: list[Job]) -> list[Measurement]:
         return self.pool.measure(jobs)
 
@@ -141,6 +147,13 @@ class RayGpuPool(Executor):
                 ray.get(ref)
                 live.append(pings[ref])
         return sorted(live)
+
+    def actor_nodes(self) -> list[str]:
+        """The nodes the live actors are on, one entry per actor (where the work goes)."""
+        import ray
+
+        with self._lock:
+            return ray.get([self._actors[a].node.remote() for a in self.live_actors()])
 
     def measure(self, jobs: Sequence[Job]) -> list[Measurement]:
         """The jobs split over the live actors, in order; see the module docstring. Calls
