@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from gpu import cuda_device_visible
+
+# The tests' Ray instances are throwaway and local. Ray 2.60 gives a local ray.init() a
+# token (saved in ~/.ray) but leaves `ray start` without one; a process that held the one
+# then could not join a cluster of the other. Every test process uses none.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -5,22 +5,19 @@ actors live on nodes of its kind; a node killed mid-run does not stop the run (i
 goes to the other H100 node), no trial is recorded twice and the winner equals that of the
 same run without the loss; the node started again, its actor returns.
 
-The head runs with short health checks (a lost node is seen in about 1.5 s, not 15 s).
-Skipped without Ray's command line; takes about a minute.
+The cluster is ``workers.ray_cluster.LoopbackCluster`` (short health checks: a lost node
+is seen in about 1.5 s); a second test kills a run manager (another Ray driver, a
+``pipetune worker``) mid-run and another resumes its run. Skipped without Ray's command
+line; takes about 40 s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,25 +32,14 @@ from service.db import fleet as fleet_db
 from service.db import repositories as repo
 from service.main import create_app
 from service.runs import fleet
+from workers.ray_cluster import LoopbackCluster, ray_command
 
 ray = pytest.importorskip("ray")
-#: Ray's command line: on PATH, or beside this interpreter (a venv used without activating).
-RAY = shutil.which("ray") or shutil.which("ray", path=str(Path(sys.executable).parent))
-pytestmark = pytest.mark.skipif(RAY is None, reason="Ray's command line is not installed")
+pytestmark = pytest.mark.skipif(ray_command() is None,
+                                reason="Ray's command line is not installed")
 
-#: Every Ray process of the test cluster: no token, no telemetry, fast health checks.
-RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_DISABLE_USAGE_STATS": "1",
-           "RAY_health_check_initial_delay_ms": "0", "RAY_health_check_period_ms": "500",
-           "RAY_health_check_timeout_ms": "500", "RAY_health_check_failure_threshold": "3"}
 NODES = (("h100", "127.0.0.2"), ("h100", "127.0.0.3"), ("a100", "127.0.0.4"))
 TRIALS = 48
-
-
-def _ray(*args: str) -> str:
-    done = subprocess.run([RAY, *args], env={**os.environ, **RAY_ENV}, capture_output=True,
-                          text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout + done.stderr
 
 
 def _node_plans(address: str) -> list[NodePlan]:
@@ -65,60 +51,18 @@ def _node_plans(address: str) -> list[NodePlan]:
     return plans
 
 
-def _kill_node(ip: str) -> None:
-    """SIGKILL the raylet of the Ray node at ``ip`` and every process under it (its
-    workers, the actors among them), as when the node's machine goes away."""
-    killed = _kill_trees(lambda argv: _raylet_of(argv, {ip}))
-    assert killed, f"no raylet of {ip}"
-
-
-def _raylet_of(argv: list[str], ips: set[str]) -> bool:
-    """Whether ``argv`` is the raylet of a node at one of ``ips``."""
-    return "raylet" in argv[0] and any(a.split("=", 1)[-1] in ips for a in argv[1:]
-                                       if a.startswith("--node_ip_address="))
-
-
-def _kill_trees(roots: Callable[[list[str]], bool]) -> int:
-    """SIGKILL each process whose argv ``roots`` picks, and its descendants; how many.
-    (``ray stop`` would stop every Ray instance of the machine, other tests' too.)"""
-    parents: dict[int, int] = {}
-    picked = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        parents[int(pid)] = int(stat.rsplit(")", 1)[1].split()[1])
-        if argv[0] and roots(argv):
-            picked.add(int(pid))
-    doomed = set(picked)
-    while grown := {p for p, parent in parents.items() if parent in doomed} - doomed:
-        doomed |= grown
-    for pid in doomed:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return len(picked)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, Any]]:
-    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
-    os.environ.update(RAY_ENV)
-    out = _ray("start", "--head", "--port=0", "--num-cpus=1", "--include-dashboard=false",
-               f"--temp-dir={temp}")
-    address = re.search(r"--address='([^']+)'", out).group(1)
-    plans = _node_plans(address)
+    loopback = LoopbackCluster()
+    plans = _node_plans(loopback.address)
     try:
         for plan in plans:
-            _ray(*plan.command[1:])
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-        yield {"address": address, "plans": plans}
+            loopback.add_node(plan.command)
+        ray.init(address=loopback.address, log_to_driver=False, configure_logging=False)
+        yield {"address": loopback.address, "plans": plans, "cluster": loopback}
     finally:
         ray.shutdown()
-        ips = {ip for _, ip in NODES}
-        _kill_trees(lambda argv: any(temp in a for a in argv) or _raylet_of(argv, ips))
-        shutil.rmtree(temp, ignore_errors=True)
+        loopback.close()
 
 
 @pytest.fixture
@@ -176,7 +120,7 @@ def test_runs_live_on_their_nodes_and_survive_a_lost_node(settings: Any,
         while not client.get(f"/v1/runs/{again}/trials").json()["data"]:
             assert time.monotonic() < deadline, "the forced run measured nothing"
             time.sleep(0.05)
-        _kill_node("127.0.0.2")
+        cluster["cluster"].kill_node("127.0.0.2")
         at_loss = len(client.get(f"/v1/runs/{again}/trials", params={"limit": 1000}).json()[
             "data"])
         assert 0 < at_loss < TRIALS  # the node was lost mid-run
@@ -185,7 +129,7 @@ def test_runs_live_on_their_nodes_and_survive_a_lost_node(settings: Any,
         assert pools["h100"].actor_nodes() == ["127.0.0.3"]
 
         lost = next(p for p in cluster["plans"] if p.node == "127.0.0.2")
-        _ray(*lost.command[1:])
+        cluster["cluster"].add_node(lost.command)
         deadline = time.monotonic() + 60
         while sorted(pools["h100"].actor_nodes()) != ["127.0.0.2", "127.0.0.3"]:
             assert time.monotonic() < deadline, "the actor did not return with its node"
@@ -199,3 +143,34 @@ def _registered(settings: Any) -> list[fleet_db.FleetDevice]:
             return fleet_db.fleet_devices(session)
     finally:
         db.dispose()
+
+
+def _run_manager(settings: Any, directory: Path) -> subprocess.Popen:
+    """A ``pipetune worker`` driving the fleet (another Ray driver on the same cluster)."""
+    env = {**os.environ, "PIPETUNE_DATA_DIR": str(directory),
+           "PIPETUNE_EXECUTOR": "ray", "PIPETUNE_RAY_ADDRESS": settings.ray_address,
+           "PIPETUNE_HEARTBEAT_S": "0.5", "PIPETUNE_STALE_AFTER_S": "3", "PIPETUNE_SEED": "7"}
+    return subprocess.Popen([sys.executable, "-m", "service.cli", "worker", "--database-url",
+                             settings.database_url, "--log-level", "warning"], env=env)
+
+
+def test_a_killed_run_managers_run_is_resumed_by_another(settings: Any, tmp_path: Path) -> None:
+    with TestClient(create_app(settings, run_background=False)) as api:  # no searches here
+        managers = [_run_manager(settings, tmp_path / "first")]
+        try:
+            run_id = _tune(api, _fleet(api)["a100"]["name"])
+            deadline = time.monotonic() + 120
+            while not api.get(f"/v1/runs/{run_id}/trials").json()["data"]:
+                assert time.monotonic() < deadline, "the first run manager measured nothing"
+                time.sleep(0.05)
+            managers[0].kill()
+            managers[0].wait(30)
+            at_loss = len(api.get(f"/v1/runs/{run_id}/trials",
+                                  params={"limit": 1000}).json()["data"])
+            assert 0 < at_loss < TRIALS  # killed mid-run
+            managers.append(_run_manager(settings, tmp_path / "second"))
+            _finished(api, run_id)  # resumed: every trial once
+        finally:
+            for manager in managers:
+                manager.kill()
+                manager.wait(30)

@@ -56,7 +56,8 @@ class _Fingerprinted(Executor):
     def __init__(self, fingerprint: dict[str, Any]) -> None:
         self.pool, self.fingerprint = standin_pool(), fingerprint
 
-    def fingerprints(self) -> list[dict[str, Any]]:
+    @property
+    def fingerprints(self) -> list[dict[str, Any]]:  # as LocalGpuPool has it
         return [self.fingerprint]
 
     def capacity(self) -> int:
@@ -117,6 +118,9 @@ def test_actors_are_placed_by_key_and_check_their_gpu() -> None:
     wrong = functools.partial(_Fingerprinted, {**FINGERPRINT, "name": "NVIDIA A100"})
     with pytest.raises(ValueError, match="placed for device"):
         RayGpuPool(wrong, actors=1, device_key=KEY)
+    # A LocalGpuPool itself (its workers' fingerprints: the stand-in's, not KEY's).
+    with pytest.raises(ValueError, match="placed for device"):
+        RayGpuPool(standin_pool, actors=1, device_key=KEY)
 
 
 def test_a_chunk_lost_with_its_node_is_measured_once_by_another_actor(tmp_path: Path) -> None:

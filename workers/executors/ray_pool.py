@@ -66,10 +66,10 @@ class _GpuActor:
 
     def mismatch(self) -> str | None:
         """Why this actor's GPU is not of the key it was placed for, or None."""
-        fingerprints = getattr(self.pool, "fingerprints", None)
+        fingerprints = getattr(self.pool, "fingerprints", None)  # LocalGpuPool's property
         if self.device_key is None or fingerprints is None:
             return None
-        keys = {fingerprint_key(f) for f in fingerprints() if f is not None}
+        keys = {fingerprint_key(f) for f in fingerprints if f is not None}
         if keys == {self.device_key}:
             return None
         return f"placed for device {self.device_key[:12]}, found {sorted(k[:12] for k in keys)}"
