@@ -160,6 +160,40 @@ def test_the_api_and_the_executors_package_never_import_ray(tmp_path: Path) -> N
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
+def test_an_api_server_of_a_fleet_never_imports_ray(tmp_path: Path) -> None:
+    """An API server of a fleet deployment (PIPETUNE_EXECUTOR=ray, its searches in worker
+    processes, as pipetune serve runs it) lists the fleet and queues its runs from the
+    database alone."""
+    script = (
+        "import sys\n"
+        "from fastapi.testclient import TestClient\n"
+        "from service.core.config import Settings\n"
+        "from service.core.db import Database\n"
+        "from service.db import fleet as fleet_db\n"
+        "from service.db.repositories import session_scope\n"
+        "from service.main import create_app\n"
+        "from service.runs import fleet\n"
+        "import migrations\n"
+        f"url = 'sqlite:///{tmp_path / 'fleet.db'}'\n"
+        "db = Database(url); migrations.upgrade(db.url, engine=db.engine)\n"
+        "with session_scope(db.sessions) as session:\n"
+        "    fleet_db.register_node(session, node='10.0.0.9', "
+        "entries=[fleet.simulated_entry('h100', 2)])\n"
+        f"settings = Settings(database_url=url, data_dir='{tmp_path}', executor='ray')\n"
+        "with TestClient(create_app(settings, run_background=False)) as client:\n"
+        "    listed = [d for d in client.get('/v1/devices').json()['data'] "
+        "if d['kind'] == 'fleet']\n"
+        "    body = {'op': 'gemm', 'params': {'m': 256, 'n': 256, 'k': 256, "
+        "'dtype': 'float16'}, 'device': listed[0]['name']}\n"
+        "    assert client.post('/v1/tune', json=body).status_code == 202\n"
+        "print('ray' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
 def _farm_compile(source: str, options: tuple[str, ...], arch: str) -> tuple[dict, bytes | None]:
     """A stand-in compile task: 'syntax' fails, 'hang' sleeps, 'broken' raises; each call
     leaves a mark in the folder its ``-DMARKS=`` option names (a task's process does not
