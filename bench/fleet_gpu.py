@@ -1,0 +1,167 @@
+"""The fleet on one GPU machine: the same GEMM tuned through RayGpuPool and through
+LocalGpuPool, and the GPU node killed mid-run.
+
+A Ray head (``workers.ray_cluster.LoopbackCluster``) and this machine's GPUs as a Ray node
+(``pipetune node start --node-ip-address 127.0.0.2``, which registers them in a fresh
+database) back a service process with ``PIPETUNE_EXECUTOR=ray``. Three runs of one GEMM,
+each with the same time budget, from an empty cache:
+
+1. on the fleet device (``fleet:<key>``): measured by the RayGpuPool's actor on the node;
+2. on ``cuda:0``: measured by a LocalGpuPool in this process;
+3. on the fleet device again (``force``): the node is killed once the run has measured,
+   started again two seconds later, and the run must finish.
+
+Reported per run: the best kernel's speed against cuBLAS (the run's own baseline), the
+candidates measured per second, the trials by status; and the ratios of 1 to 2 (the
+issue's bar: speeds within 2%, candidates per second within 10%). ``--simulate`` runs the
+same walk on simulated GPUs (no GPU needed; a rehearsal). Writes ``--out``.
+
+    PYTHONPATH=. python3 bench/fleet_gpu.py --out $OUT/fleet_gpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import tree_state, write_json  # noqa: E402
+
+NODE_IP = "127.0.0.2"
+GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
+
+
+def _start_node(address: str, url: str, simulate: bool) -> None:
+    """This machine's GPUs (or one simulated H100) as a Ray node, through the launcher."""
+    from service.cli import main as cli
+
+    offer = ["--no-gpus", "--simulate", "h100"] if simulate else []
+    assert cli(["node", "start", "--address", address, "--node-ip-address", NODE_IP,
+                "--database-url", url, *offer]) == 0
+
+
+def _run(client: Any, device: str, seconds: float, **extra: Any) -> int:
+    body = {"op": "gemm", "params": GEMM, "device": device, "budget": {"seconds": seconds},
+            **extra}
+    answer = client.post("/v1/tune", json=body)
+    assert answer.status_code == 202, answer.text
+    return answer.json()["run"]["id"]
+
+
+def _wait(client: Any, run_id: int, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = client.get(f"/v1/runs/{run_id}").json()
+        if run["status"] not in ("queued", "running"):
+            return run
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} still {run['status']}")
+        time.sleep(0.2)
+
+
+def _summary(client: Any, run: dict[str, Any]) -> dict[str, Any]:
+    trials = client.get(f"/v1/runs/{run['id']}/trials", params={"limit": 10000}).json()["data"]
+    statuses = collections.Counter(t["status"] for t in trials)
+    elapsed = max(run["elapsed_s"], 1e-9)
+    return {"run": run["id"], "device": run["device"], "status": run["status"],
+            "best_us": run["best"]["latency_us"] if run["best"] else None,
+            "baseline_us": run["baseline_latency_us"],
+            "speedup_vs_cublas": run["speedup_vs_baseline"], "trials": len(trials),
+            "statuses": dict(statuses), "elapsed_s": elapsed,
+            "candidates_per_s": statuses.get("ok", 0) / elapsed,
+            "stop_reason": run["stop_reason"], "error": run["error"]}
+
+
+def _lose_node_mid_run(client: Any, cluster: Any, device: str, args: argparse.Namespace,
+                       url: str) -> dict[str, Any]:
+    run_id = _run(client, device, args.seconds, force=True)
+    deadline = time.monotonic() + 120
+    while not client.get(f"/v1/runs/{run_id}/trials").json()["data"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the third run measured nothing")
+        time.sleep(0.1)
+    killed = time.perf_counter()
+    cluster.kill_node(NODE_IP)
+    time.sleep(2.0)
+    _start_node(cluster.address, url, args.simulate)
+    restarted_s = time.perf_counter() - killed
+    run = _wait(client, run_id, args.seconds + 300)
+    return {**_summary(client, run), "node_back_after_s": restarted_s}
+
+
+def run(args: argparse.Namespace) -> None:
+    import ray
+    from fastapi.testclient import TestClient
+
+    from service.core.config import Settings
+    from service.main import create_app
+    from workers.ray_cluster import LoopbackCluster
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    work = Path(tempfile.mkdtemp(prefix="pipetune-fleet-"))
+    url = f"sqlite:///{work / 'pipetune.db'}"
+    cluster = LoopbackCluster()
+    cluster.node_ips.add(NODE_IP)
+    result: dict[str, Any] = {"date": datetime.datetime.now(datetime.UTC).isoformat(
+        timespec="seconds"), "suite": "fleet on one GPU", **tree_state(),
+        "simulated": args.simulate, "seconds_per_run": args.seconds, "gemm": GEMM}
+    try:
+        _start_node(cluster.address, url, args.simulate)
+        settings = Settings(database_url=url, data_dir=work, executor="ray",
+                            ray_address=cluster.address, seed=11, heartbeat_s=1.0)
+        with TestClient(create_app(settings)) as client:
+            fleet = next(d for d in client.get("/v1/devices").json()["data"]
+                         if d["kind"] == "fleet")
+            result["fleet_device"] = {k: fleet[k] for k in ("name", "key", "available")}
+            local = "sim:h100" if args.simulate else "cuda:0"
+            runs = {}
+            for name, device in (("ray", fleet["name"]), ("local", local)):
+                runs[name] = _summary(client, _wait(client, _run(client, device,
+                                                                 args.seconds), 600))
+                print(json.dumps(runs[name]), flush=True)
+            runs["ray_node_lost"] = _lose_node_mid_run(client, cluster, fleet["name"], args,
+                                                       url)
+            print(json.dumps(runs["ray_node_lost"]), flush=True)
+        result["runs"] = runs
+        result["ratios"] = _ratios(runs["ray"], runs["local"])
+        print(json.dumps(result["ratios"]), flush=True)
+    finally:
+        ray.shutdown()
+        cluster.close()
+        write_json(args.out, result)
+
+
+def _ratios(ray_run: dict[str, Any], local: dict[str, Any]) -> dict[str, Any]:
+    """The fleet's figures over the local pool's (1.0: the same)."""
+    def ratio(key: str) -> float | None:
+        a, b = ray_run.get(key), local.get(key)
+        return a / b if a and b else None
+
+    return {"speedup_vs_cublas": ratio("speedup_vs_cublas"), "best_us": ratio("best_us"),
+            "candidates_per_s": ratio("candidates_per_s")}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=25.0, help="each run's budget")
+    parser.add_argument("--simulate", action="store_true",
+                        help="simulated GPUs: the same walk without a GPU")
+    today = datetime.date.today().isoformat()
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
+                                             f"fleet_gpu-{today}.json"))
+    run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
