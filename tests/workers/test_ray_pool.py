@@ -85,9 +85,14 @@ class _NodeDiesOnce(_Fingerprinted):
 
 
 def test_the_executor_contract_through_actors() -> None:
-    with RayGpuPool(standin_pool, actors=2) as pool:
+    with RayGpuPool(standin_pool, actors=2) as pool, standin_pool() as alone:
         assert pool.capacity() == 2
+        # As wide as the actors' pools together, so each compiles whole batches.
+        assert pool.batch_size() == 2 * alone.batch_size() > pool.capacity()
         assert pool.measure([]) == []
+        ahead = [job(name=f"p{i}") for i in range(4)]
+        pool.prepare(ahead)  # compiled ahead on the actors, then measured as usual
+        assert all(r.status.is_ok() for r in pool.measure(ahead))
         kinds = ["ok", "syntax", "ok", "ok", "syntax"]
         results = pool.measure([job(k, name=f"j{i}") for i, k in enumerate(kinds)])
         expected = {"ok": MeasurementStatus.OK, "syntax": MeasurementStatus.COMPILE_ERROR}

@@ -31,8 +31,10 @@ from workers.protocol import Job, Measurement, MeasurementStatus
 
 #: Makes the pool an actor owns, in the actor's process (picklable: Ray ships it).
 PoolFactory = Callable[[], Executor]
-#: How long a live actor may take to answer a ping (it answers between two jobs' chunks).
+#: How long a live actor may take to answer a ping (its own thread: even mid-measure).
 PING_TIMEOUT_S = 5.0
+#: Threads of an actor: a measure, a prepare and pings at once.
+ACTOR_THREADS = 4
 #: What a chunk may take beyond the sum of its jobs' deadlines (compiling, queueing).
 CHUNK_MARGIN_S = 120.0
 
@@ -77,6 +79,12 @@ class _GpuActor:
     def capacity(self) -> int:
         return self.pool.capacity()
 
+    def batch_size(self) -> int:
+        return self.pool.batch_size()
+
+    def prepare(self, jobs: list[Job]) -> None:
+        self.pool.prepare(jobs)
+
     def node(self) -> str:
         """The address of the Ray node this actor lives on."""
         import ray
@@ -117,8 +125,10 @@ class RayGpuPool(Executor):
 
         if not ray.is_initialized():
             raise RuntimeError("RayGpuPool needs a Ray connection: ray.init(address=...)")
+        # Threaded actors: a ping or a prepare (compiling the next batch) runs while a
+        # measure does; the pool serialises its own measures.
         options: dict[str, Any] = {"num_cpus": 0, "num_gpus": gpus_per_actor,
-                                   "max_restarts": -1}
+                                   "max_restarts": -1, "max_concurrency": ACTOR_THREADS}
         if device_key is not None:
             options["resources"] = {resource_name(device_key): 1}
         remote = ray.remote(_GpuActor).options(**options)
@@ -130,9 +140,22 @@ class RayGpuPool(Executor):
             self.close()
             raise ValueError(problems[0])
         self._capacities = ray.get([a.capacity.remote() for a in self._actors])
+        self._batch_sizes = ray.get([a.batch_size.remote() for a in self._actors])
 
     def capacity(self) -> int:
         return sum(self._capacities)
+
+    def batch_size(self) -> int:
+        """The actors' pools' batch widths together (a GPU's pool compiles a batch as wide
+        as its node's cores while it measures)."""
+        return sum(self._batch_sizes)
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        """Each live actor starts compiling the chunk of ``jobs`` it will measure (the same
+        split as :meth:`measure`'s while no actor is lost); nothing is waited for."""
+        live = self.live_actors()
+        for actor, indices in self._chunks(len(jobs), live):
+            self._actors[actor].prepare.remote([jobs[i] for i in indices])
 
     def live_actors(self, timeout_s: float = PING_TIMEOUT_S) -> list[int]:
         """The actors that answer a ping within ``timeout_s`` (an actor waiting for its
@@ -223,11 +246,12 @@ class RayGpuPool(Executor):
 
     def _chunks(self, count: int, actors: list[int]) -> list[tuple[int, list[int]]]:
         """Contiguous chunks of ``count`` jobs, one per actor of ``actors``, sized by its
-        capacity."""
-        total = max(1, sum(self._capacities[a] for a in actors))
+        batch width."""
+        weights = self._batch_sizes
+        total = max(1, sum(weights[a] for a in actors))
         chunks, start = [], 0
         for actor in actors:
-            size = -(-count * self._capacities[actor] // total)
+            size = -(-count * weights[actor] // total)
             if start < count:
                 chunks.append((actor, list(range(start, min(count, start + size)))))
             start += size
