@@ -17,6 +17,15 @@ issue's bar: speeds within 2%, candidates per second within 10%). ``--simulate``
 same walk on simulated GPUs (no GPU needed; a rehearsal). Writes ``--out``.
 
     PYTHONPATH=. python3 bench/fleet_gpu.py --out $OUT/fleet_gpu.json
+
+On a GPU machine without Ray or internet: bring Ray's cp312 wheel unpacked and slimmed
+(``ray/jars``, ``ray/dashboard/client`` and the libraries ``rllib``, ``data``, ``serve``,
+``train``, ``tune``, ``llm`` removed: about 28 MB as tar.xz) with the wheels of its
+dependencies (click, filelock, jsonschema and its referencing stack, msgpack, protobuf,
+pyyaml, requests and its stack) and pipetune's; unpack the tar into the same target
+folder as the wheels, put a ``ray`` script on PATH that calls
+``ray.scripts.scripts.main``, and the folder on PYTHONPATH (2026-12-01 on the lent H200:
+Ray 2.60.0, 41 MB of carry in all).
 """
 
 from __future__ import annotations
