@@ -178,3 +178,7 @@ def test_a_ray_process_measures_the_fleet_it_is_offered(
         assert executors["a100"]["capacity"] == ray_settings.simulated_capacity
         waiting = client.get(f"/v1/runs/{runs['h200']}").json()
         assert waiting["status"] == "queued" and waiting["waiting"]
+        # The dashboard shows fleet runs as any other: their page, the list, the cache.
+        for page in (f"/runs/{runs['h100']}", f"/runs/{runs['h200']}", "/", "/schedules"):
+            shown = client.get(page)
+            assert shown.status_code == 200 and "fleet:" in shown.text, page
