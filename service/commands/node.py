@@ -66,10 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
-    ray_args = extra[1:] if extra[:1] == ["--"] else extra
+    if extra and (extra[0] != "--" or args.action == "stop"):
+        parser.error(f"unrecognized arguments: {' '.join(extra)} (arguments for ray start "
+                     "go after --)")
+    ray_args = extra[1:]
     if args.action == "stop":
-        if ray_args:
-            parser.error(f"unrecognized arguments: {' '.join(ray_args)}")
         return _stop(args)
     try:
         plans = plan_nodes(args.address, args.ips, _entries(args), ray_args)

@@ -127,6 +127,8 @@ def test_a_node_that_fails_to_start_or_stops_is_forgotten(
     assert json.loads(fake_ray.read_text().splitlines()[-1])[0][-1] == "--block"
     with pytest.raises(SystemExit):  # two kinds cannot both stay in the foreground
         cli([*start, "--simulate", "a100", "--node-ip-address", "127.0.0.6", "--", "--block"])
+    with pytest.raises(SystemExit):  # a misspelt option is refused, not passed to ray start
+        cli([*start, "--simluate", "a100"])
 
 
 def _sessions(settings: Settings) -> Any:
