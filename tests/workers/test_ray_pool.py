@@ -144,6 +144,16 @@ def test_a_chunk_lost_with_its_node_is_measured_once_by_another_actor(tmp_path: 
     assert "lost with its GPU's node" in lost[0].error
 
 
+def _imports_ray(script: str) -> bool:
+    """Whether ``script``, run in a fresh interpreter from the checkout, loads Ray (the
+    script must succeed)."""
+    out = subprocess.run([sys.executable, "-c", f"{script}\nimport sys\n"
+                          "print('ray' in sys.modules)\n"], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1] == "True"
+
+
 def test_the_api_and_the_executors_package_never_import_ray(tmp_path: Path) -> None:
     """Ray is imported by a RayGpuPool only: an API server (and a worker process) that
     does not use the fleet never loads it."""
@@ -157,12 +167,8 @@ def test_the_api_and_the_executors_package_never_import_ray(tmp_path: Path) -> N
         f"data_dir='{tmp_path}', run_workers=0)\n"
         "with TestClient(create_app(settings)) as client:\n"
         "    assert client.get('/healthz').status_code == 200\n"
-        "print('ray' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd=Path(__file__).resolve().parents[2])
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert not _imports_ray(script)
 
 
 def test_an_api_server_of_a_fleet_never_imports_ray(tmp_path: Path) -> None:
@@ -191,12 +197,8 @@ def test_an_api_server_of_a_fleet_never_imports_ray(tmp_path: Path) -> None:
         "    body = {'op': 'gemm', 'params': {'m': 256, 'n': 256, 'k': 256, "
         "'dtype': 'float16'}, 'device': listed[0]['name']}\n"
         "    assert client.post('/v1/tune', json=body).status_code == 202\n"
-        "print('ray' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd=Path(__file__).resolve().parents[2])
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "False"
+    assert not _imports_ray(script)
 
 
 def _farm_compile(source: str, options: tuple[str, ...], arch: str) -> tuple[dict, bytes | None]:
