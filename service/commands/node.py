@@ -23,9 +23,13 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from service.commands._database import add_database_option, open_database
 from service.db.fleet import FleetEntry
+
+if TYPE_CHECKING:
+    from service.core.db import Database
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         return _start(db, ray, plans)
 
 
-def _start(db: object, ray: str, plans: list[NodePlan]) -> int:
+def _start(db: Database, ray: str, plans: list[NodePlan]) -> int:
     """Register each node's GPUs, then ``ray start`` it (registered first, so a node kept
     in the foreground by ``--block`` is listed while it runs); a node that fails to start,
     or stops, is forgotten."""
@@ -151,19 +155,19 @@ def _entries(args: argparse.Namespace) -> list[tuple[FleetEntry, list[int]]]:
     return found
 
 
-def _register(db: object, node: str, entries: list[FleetEntry]) -> None:
+def _register(db: Database, node: str, entries: list[FleetEntry]) -> None:
     from service.db import fleet
     from service.db.repositories import session_scope
 
-    with session_scope(db.sessions) as session:  # type: ignore[attr-defined]
+    with session_scope(db.sessions) as session:
         fleet.register_node(session, node=node, entries=entries)
 
 
-def _forget(db: object, node: str) -> int:
+def _forget(db: Database, node: str) -> int:
     from service.db import fleet
     from service.db.repositories import session_scope
 
-    with session_scope(db.sessions) as session:  # type: ignore[attr-defined]
+    with session_scope(db.sessions) as session:
         return fleet.remove_node(session, node=node)
 
 

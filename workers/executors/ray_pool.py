@@ -180,7 +180,8 @@ class RayGpuPool(Executor):
 
     def measure(self, jobs: Sequence[Job]) -> list[Measurement]:
         """The jobs split over the live actors, in order; see the module docstring. Calls
-        are serialised (runs of one device share the pool; an actor runs one at a time)."""
+        are serialised (runs of one device share the pool; each actor's pool measures one
+        batch at a time, while its other threads answer pings and prepares)."""
         with self._lock:
             return self._measure(jobs)
 
