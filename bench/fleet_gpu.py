@@ -89,7 +89,23 @@ def _summary(client: Any, run: dict[str, Any]) -> dict[str, Any]:
             "speedup_vs_cublas": run["speedup_vs_baseline"], "trials": len(trials),
             "statuses": dict(statuses), "elapsed_s": elapsed,
             "candidates_per_s": statuses.get("ok", 0) / elapsed,
+            **_timeline(run, trials),
             "stop_reason": run["stop_reason"], "error": run["error"]}
+
+
+def _timeline(run: dict[str, Any], trials: list[dict[str, Any]]) -> dict[str, Any]:
+    """When the first trial was recorded (seconds after the run started: the executor's
+    start-up, the baseline, the first batch's compiles) and the rate from then on."""
+    def at(stamp: str) -> float:
+        return datetime.datetime.fromisoformat(stamp).timestamp()
+
+    if not trials or not run.get("started_at"):
+        return {"first_trial_s": None, "steady_candidates_per_s": None}
+    stamps = sorted(at(t["created_at"]) for t in trials if t["status"] == "ok")
+    if len(stamps) < 2:
+        return {"first_trial_s": None, "steady_candidates_per_s": None}
+    return {"first_trial_s": stamps[0] - at(run["started_at"]),
+            "steady_candidates_per_s": (len(stamps) - 1) / max(stamps[-1] - stamps[0], 1e-9)}
 
 
 def _lose_node_mid_run(client: Any, cluster: Any, device: str, args: argparse.Namespace,
@@ -135,15 +151,21 @@ def run(args: argparse.Namespace) -> None:
             result["fleet_device"] = {k: fleet[k] for k in ("name", "key", "available")}
             local = "sim:h100" if args.simulate else "cuda:0"
             runs = {}
-            for name, device in (("ray", fleet["name"]), ("local", local)):
-                runs[name] = _summary(client, _wait(client, _run(client, device,
-                                                                 args.seconds), 600))
+            # First from cold (each executor starts at its first run), then again with
+            # the executors warm, as a long-lived service has them.
+            for name, device, force in (("ray", fleet["name"], False),
+                                        ("local", local, False),
+                                        ("ray_warm", fleet["name"], True),
+                                        ("local_warm", local, True)):
+                runs[name] = _summary(client, _wait(client, _run(
+                    client, device, args.seconds, force=force), 600))
                 print(json.dumps(runs[name]), flush=True)
             runs["ray_node_lost"] = _lose_node_mid_run(client, cluster, fleet["name"], args,
                                                        url)
             print(json.dumps(runs["ray_node_lost"]), flush=True)
         result["runs"] = runs
         result["ratios"] = _ratios(runs["ray"], runs["local"])
+        result["ratios_warm"] = _ratios(runs["ray_warm"], runs["local_warm"])
         print(json.dumps(result["ratios"]), flush=True)
     finally:
         ray.shutdown()
@@ -158,7 +180,8 @@ def _ratios(ray_run: dict[str, Any], local: dict[str, Any]) -> dict[str, Any]:
         return a / b if a and b else None
 
     return {"speedup_vs_cublas": ratio("speedup_vs_cublas"), "best_us": ratio("best_us"),
-            "candidates_per_s": ratio("candidates_per_s")}
+            "candidates_per_s": ratio("candidates_per_s"),
+            "steady_candidates_per_s": ratio("steady_candidates_per_s")}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,7 +5,10 @@ kernels (``_chunk_state_fwd`` / ``_chunk_scan_fwd``).
 
 Cases: fp16, 80 heads, headdim 64, dstate 128, chunk 256, ngroups 1 at (batch, seqlen) =
 (1, 1024), (1, 16384), (8, 4096), (64, 4096) (the suite), plus ngroups 8 and bf16 at
-(8, 4096) (the further cases), each for both operators. ``list`` prints them.
+(8, 4096) (the further cases), each for three variants: chunk scan, chunk state with fp32
+states (``states_in_fp32=True``, mamba_ssm's default) and chunk state with states in the
+inputs' dtype (``states_in_fp32=False``: half the bytes written, the memory floor
+docs/benchmarks.md counts). ``list`` prints them.
 
 Two steps, so the GPU machine spends its time on GPU work only:
 
@@ -50,7 +53,12 @@ if str(ROOT) not in sys.path:
 from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
 
 OPS = ("mamba2_chunk_state", "mamba2_chunk_scan")
-SHORT = {"mamba2_chunk_state": "state", "mamba2_chunk_scan": "scan"}
+#: Variant (the case names' prefix) -> its operator and the params it sets.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "state": ("mamba2_chunk_state", {}),
+    "state16": ("mamba2_chunk_state", {"states_in_fp32": False}),
+    "scan": ("mamba2_chunk_scan", {}),
+}
 PEERS = {"mamba2_chunk_state": "mamba_ssm_chunk_state",
          "mamba2_chunk_scan": "mamba_ssm_chunk_scan"}
 BASE = {"nheads": 80, "headdim": 64, "dstate": 128, "chunk_size": 256}
@@ -84,22 +92,31 @@ NEIGHBOURS: dict[str, dict[str, dict[str, tuple[Any, ...]]]] = {
 STREAMS = {"mamba2_chunk_state": ("stages_xb",), "mamba2_chunk_scan": ("stages_cb", "stages_x")}
 
 
-def case_params(op: str, batch: int, seqlen: int, ngroups: int, dtype: str) -> dict[str, Any]:
-    return {**BASE, "batch": batch, "seqlen": seqlen, "ngroups": ngroups, "dtype": dtype}
+def case_params(variant: str, batch: int, seqlen: int, ngroups: int,
+                dtype: str) -> dict[str, Any]:
+    return {**BASE, **VARIANTS[variant][1], "batch": batch, "seqlen": seqlen,
+            "ngroups": ngroups, "dtype": dtype}
+
+
+def variant_of(op: str, params: dict[str, Any]) -> str:
+    if op == "mamba2_chunk_scan":
+        return "scan"
+    return "state" if params.get("states_in_fp32", True) else "state16"
 
 
 def case_name(op: str, params: dict[str, Any]) -> str:
-    """``scan-8x4096-g1-fp16``: operator, batch x seqlen, ngroups, dtype (``--only`` takes
+    """``scan-8x4096-g1-fp16``: variant, batch x seqlen, ngroups, dtype (``--only`` takes
     prefixes of it)."""
     dtype = {"float16": "fp16", "bfloat16": "bf16"}[params["dtype"]]
-    return f"{SHORT[op]}-{params['batch']}x{params['seqlen']}-g{params['ngroups']}-{dtype}"
+    return (f"{variant_of(op, params)}-{params['batch']}x{params['seqlen']}"
+            f"-g{params['ngroups']}-{dtype}")
 
 
 def suite() -> list[dict[str, Any]]:
     """Every case: op, fp16 params (searched), the dtypes timed, whether it is in the suite."""
-    return [{"op": op, "params": case_params(op, b, s, g, "float16"), "dtypes": list(dtypes),
-             "in_suite": in_suite}
-            for op in OPS for b, s, g, dtypes, in_suite in CASES]
+    return [{"op": op, "params": case_params(variant, b, s, g, "float16"),
+             "dtypes": list(dtypes), "in_suite": in_suite}
+            for variant, (op, _) in VARIANTS.items() for b, s, g, dtypes, in_suite in CASES]
 
 
 def _in_suite(case: dict[str, Any], dtype: str) -> bool:
@@ -346,13 +363,14 @@ def _print_case(r: dict[str, Any], started: float) -> None:
 
 
 def _geomeans(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per operator: the geometric mean of the ratios over the suite (fp16, ngroups 1, the
+    """Per variant: the geometric mean of the ratios over the suite (fp16, ngroups 1, the
     figure docs/benchmarks.md's targets read) and over every case measured."""
     means = {}
-    for op in OPS:
-        ratios = [r for r in results if r["op"] == op and "ratio" in r]
+    for variant, (op, _) in VARIANTS.items():
+        ratios = [r for r in results
+                  if r["op"] == op and variant_of(op, r["params"]) == variant and "ratio" in r]
         in_suite = [r["ratio"] for r in ratios if r["in_suite"]]
-        means[op] = {"suite": geomean(in_suite), "suite_cases": len(in_suite),
+        means[variant] = {"op": op, "suite": geomean(in_suite), "suite_cases": len(in_suite),
                      "all": geomean([r["ratio"] for r in ratios]), "all_cases": len(ratios)}
     return means
 
@@ -398,8 +416,10 @@ def print_table(summary: dict[str, Any]) -> None:
                 else f"{'—':>10} {'—':>7}")
         print(f"{r['case']:<24} {r['pipetune_us']:>12.1f} {peer} {r['pipetune_tbps']:>6.2f}  "
               f"{shape}")
-    for op, means in summary["geomean_ratio"].items():
-        print(f"{op}: geomean vs {PEERS[op]} {means['suite']:.3f} over the suite "
+    for variant, means in summary["geomean_ratio"].items():
+        if not means["all_cases"]:
+            continue
+        print(f"{variant}: geomean vs {PEERS[means['op']]} {means['suite']:.3f} over the suite "
               f"({means['suite_cases']} cases), {means['all']:.3f} over all "
               f"({means['all_cases']})")
 

@@ -1,13 +1,14 @@
 """The memory floor of the Mamba2 chunk state, and the speedup over the peer it allows.
 
 The chunk state is memory-bound (``docs/mamba2.md``): its compulsory traffic (x, B, dt and
-dA read once, the fp32 states written once) over the device's copy bandwidth is the fastest
-any kernel can run. This script measures that floor with the workers' own timing method
-(the L2 flushed before each launch, the host lead, CUDA events, median): a device-to-device
-copy that reads and writes half of the case's compulsory bytes each, and, in the same
-process, ``mamba_ssm``'s Triton ``_chunk_state_fwd`` on the case's inputs. ``peer_us /
-floor_us`` is the largest speedup a kernel could show on the case; their geometric mean
-over the suite bounds the suite's figure in ``bench/mamba2.py``.
+dA read once, the states written once, in fp32 or, with ``states_in_fp32=False``, in the
+inputs' dtype) over the device's copy bandwidth is the fastest any kernel can run. This
+script measures that floor with the workers' own timing method (the L2 flushed before each
+launch, the host lead, CUDA events, median): a device-to-device copy that reads and writes
+half of the case's compulsory bytes each, and, in the same process, ``mamba_ssm``'s Triton
+``_chunk_state_fwd`` on the case's inputs. ``peer_us / floor_us`` is the largest speedup a
+kernel could show on the case; their geometric mean over the suite bounds the suite's figure
+in ``bench/mamba2.py``; one per states format.
 
     PYTHONPATH=.:.peers python3 bench/memory_floor.py --out bench/results/memory_floor-DATE.json
 """
@@ -31,22 +32,35 @@ OP = "mamba2_chunk_state"
 PEER = "mamba_ssm_chunk_state"
 
 
+#: Case-name prefix -> ``states_in_fp32`` (as bench/mamba2.py's variants).
+STATES = {"state": True, "state16": False}
+
+
 def cases() -> list[dict[str, Any]]:
-    """The suite's chunk-state cases with their compulsory bytes."""
+    """The suite's chunk-state cases, in both states formats, with their compulsory bytes."""
     from scheduler_search.ops import parse_spec
     from scheduler_search.ops.suites import mamba2_suite
 
-    return [{"params": p, "min_bytes": parse_spec(OP, p).min_bytes()} for p in mamba2_suite()]
+    found = []
+    for variant, in_fp32 in STATES.items():
+        for base in mamba2_suite():
+            p = {**base, "states_in_fp32": in_fp32}
+            found.append({"case": f"{variant}-{p['batch']}x{p['seqlen']}", "variant": variant,
+                          "params": p, "min_bytes": parse_spec(OP, p).min_bytes()})
+    return found
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per case the copy bandwidth and the ceiling ``peer_us / floor_us``; their geomean."""
+    """Per case the copy bandwidth and the ceiling ``peer_us / floor_us``; their geomean
+    per states format."""
     for row in rows:
         row["copy_tbps"] = row["min_bytes"] / row["floor_us"] / 1e6
         if row.get("peer_us"):
             row["ceiling_ratio"] = row["peer_us"] / row["floor_us"]
-    ceilings = [r["ceiling_ratio"] for r in rows if "ceiling_ratio" in r]
-    return {"cases": rows, "ceiling_geomean": geomean(ceilings), "ceiling_cases": len(ceilings)}
+    ceilings = {v: [r["ceiling_ratio"] for r in rows if r["variant"] == v and "ceiling_ratio" in r]
+                for v in STATES}
+    return {"cases": rows, "ceiling_geomean": {v: geomean(c) for v, c in ceilings.items() if c},
+            "ceiling_cases": {v: len(c) for v, c in ceilings.items()}}
 
 
 def _median_us(launch: Any, timing: Any, flush: Any) -> float:
@@ -77,7 +91,8 @@ def _peer_us(params: dict[str, Any], timing: Any, flush: Any) -> float | None:
     dtypes = {name: t.dtype for name, t in tensors_spec.items()}
     tensors = build_inputs(cupy, OP, params, dtypes, seed=0)
     states = tensors_spec["states"]
-    tensors["states"] = cupy.empty(states.shape, dtype=cupy.float32)
+    tensors["states"] = cupy.empty(states.shape, dtype=cupy.float32 if params[
+        "states_in_fp32"] else cupy.float16)  # the peer writes its own; a same-sized stand-in
     try:
         launch, _ = prepare_baseline(PEER, OP, params, tensors, dtypes)
     except BaselineUnavailable as exc:
@@ -97,7 +112,7 @@ def run(args: argparse.Namespace) -> None:
     rows = []
     for case in cases():
         p = case["params"]
-        row = {"case": f"state-{p['batch']}x{p['seqlen']}", **case,
+        row = {**case,
                "floor_us": _copy_floor_us(case["min_bytes"], final, flush),
                "peer_us": _peer_us(p, final, flush)}
         rows.append(row)
@@ -112,8 +127,9 @@ def run(args: argparse.Namespace) -> None:
                      "the workers' final timing with the L2 flushed before each launch",
            "timing": final.to_dict(), **summary}
     write_json(args.out, doc)
-    print(f"ceiling over the suite (peer / floor, geomean of {summary['ceiling_cases']}): "
-          f"{summary['ceiling_geomean']:.3f}")
+    for variant, ceiling in summary["ceiling_geomean"].items():
+        print(f"{variant}: ceiling over the suite (peer / floor, geomean of "
+              f"{summary['ceiling_cases'][variant]}): {ceiling:.3f}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,8 @@ workload's output tensor (so the same reference check applies). Peers:
     on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
   - ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` (Mamba2): the official Triton
     kernels of ``state-spaces/mamba``, ``_chunk_state_fwd(B, x, dt, dA_cumsum,
-    states_in_fp32=True)`` and ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D)``,
+    states_in_fp32=...)`` (the spec's choice) and
+    ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D)``,
     called on zero-copy views of the workload's arrays; each allocates its result, which
     ``finish()`` copies into ``states`` / ``out``. They are found on ``PYTHONPATH``
     (docs/benchmarks.md: the ``mamba_ssm/ops/triton`` and ``mamba_ssm/utils`` folders with empty
@@ -148,8 +149,10 @@ def _mamba_ssm(
     result: list[Any] = [None]
 
     if name == "mamba_ssm_chunk_state":
+        in_fp32 = bool(params.get("states_in_fp32", True))
+
         def launch() -> None:
-            result[0] = peer._chunk_state_fwd(*args, states_in_fp32=True)
+            result[0] = peer._chunk_state_fwd(*args, states_in_fp32=in_fp32)
     else:
         *operands, d_skip = args
 

@@ -124,10 +124,18 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
         "xb": ("load_x", "load_b", "load_dt", "load_dA")
     }
 
+    #: As ``_chunk_state_fwd``'s argument: fp32 states (its default, what the model's
+    #: state passing reads), or states in the inputs' dtype (half the bytes written).
+    states_in_fp32: bool = True
+
+    @property
+    def states_dtype(self) -> str:
+        return "float32" if self.states_in_fp32 else self.dtype
+
     def tensors(self) -> list[TensorSpec]:
         b_shape = (self.batch, self.seqlen, self.ngroups, self.dstate)
         b = TensorSpec("b", b_shape, self.dtype, "input", init=replace(_OPERAND, draw=2))
-        states = TensorSpec("states", self._states_shape(), "float32", "output")
+        states = TensorSpec("states", self._states_shape(), self.states_dtype, "output")
         return [b, self._x(), *self._scalar_tensors(), states]
 
     def flops(self) -> float:
@@ -187,7 +195,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 b=(dt, "global"),
                 dt=("float32", "global"),
                 dA_cumsum=("float32", "global"),
-                states=("float32", "global"),
+                states=(self.states_dtype, "global"),
                 x_s=(dt, "shared"),
                 b_s=(dt, "shared"),
                 dt_s=("float32", "shared"),

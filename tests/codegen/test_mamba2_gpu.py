@@ -2,7 +2,8 @@
 workers' fp32 reference (poisoned outputs, seeded random inputs) on every shape of the
 benchmark suite, on heads sharing B and C (ngroups 8), fp16 and bf16, an odd number of chunks,
 chunk sizes other than the suite's, with each way of loading dt and dA, and with the loop's
-wgmma waited for each trip or kept in flight.
+wgmma waited for each trip or kept in flight; chunk state's states in fp32 and, as
+``states_in_fp32=False`` asks, in the inputs' dtype, each stored both ways.
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU. Every
 kernel of the module is compiled and checked in one batch; each test reads its own result.
@@ -44,33 +45,42 @@ SHAPES: tuple[tuple[int, int, int, int, int, int, int, str], ...] = (
     # Chunks of 64: the loop tiles no larger than a chunk.
     (1, 320, 8, 64, 128, 4, 64, "float16"),
 )
+#: Shapes whose chunk state is also checked with 16-bit states (``states_in_fp32: false``).
+STATES_16_BIT = (SHAPES[2], SHAPES[5], SHAPES[6])
 
 
-def _designed(spec: OperatorSpec) -> list[SProgram]:
+def _designed(spec: OperatorSpec, stores: tuple[str | None, ...] = (None,)) -> list[SProgram]:
     """The operator's hand-written designs, where they fit the shape, each also with its
-    loop's wgmma kept in flight (order overlap: the register A operand per trip parity)."""
+    loop's wgmma kept in flight (order overlap: the register A operand per trip parity),
+    and with each of ``stores`` (None: the design's own)."""
     space = ScheduleSpace(spec, DEVICE, feasibility(spec.op, DEVICE))
     built = []
     for choices in DESIGNS.get(spec.op, {}).values():
         for order in ("serial", "overlap"):
-            sprogram, validity = space.build({**choices, "order": order})
-            if validity.ok:
-                built.append(sprogram)
+            for store in stores:
+                change = {"order": order} | ({"map_store": store} if store else {})
+                sprogram, validity = space.build({**choices, **change})
+                if validity.ok:
+                    built.append(sprogram)
     return built
 
 
 def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
+    variants = [(op, shape, {}) for shape in SHAPES for op in OPS]
+    variants += [("mamba2_chunk_state", shape, {"states_in_fp32": False})
+                 for shape in STATES_16_BIT]
     cases = []
-    for batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype in SHAPES:
-        for op in OPS:
-            spec = parse_spec(op, {
-                "batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
-                "dstate": dstate, "ngroups": ngroups, "chunk_size": chunk, "dtype": dtype})
-            name = (f"{op}-{batch}x{seqlen}x{nheads}(g{ngroups})xp{headdim}xn{dstate}c{chunk}"
-                    f"-{dtype}")
-            programs = {p.hash: p for p in (*sample_schedules(spec, DEVICE, SAMPLES_PER_CASE,
-                                                              seed=7), *_designed(spec))}
-            cases += [(name, spec, p) for p in programs.values()]
+    for op, shape, extra in variants:
+        batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype = shape
+        spec = parse_spec(op, {
+            "batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
+            "dstate": dstate, "ngroups": ngroups, "chunk_size": chunk, "dtype": dtype, **extra})
+        name = (f"{op}-{batch}x{seqlen}x{nheads}(g{ngroups})xp{headdim}xn{dstate}c{chunk}"
+                f"-{dtype}{'-16bit-states' if extra else ''}")
+        stores = ("cuda_core", "tma") if extra else (None,)
+        programs = {p.hash: p for p in (*sample_schedules(spec, DEVICE, SAMPLES_PER_CASE,
+                                                          seed=7), *_designed(spec, stores))}
+        cases += [(name, spec, p) for p in programs.values()]
     return cases
 
 
@@ -101,9 +111,11 @@ def test_both_ways_of_loading_dt_and_da_are_checked() -> None:
         assert {"tma", "cuda_core"} <= maps, (op, maps)
 
 
-def test_both_ways_of_storing_the_states_are_checked() -> None:
-    """Chunk state's fp32 states are written with st.global and through TMA."""
+@pytest.mark.parametrize("in_fp32", [True, False])
+def test_both_ways_of_storing_the_states_are_checked(in_fp32: bool) -> None:
+    """Chunk state's states, fp32 and 16-bit, are written with st.global and through TMA."""
     if not CASES:
         pytest.skip("no GPU")
-    stores = {p.choices.get("map_store") for _, s, p in CASES if s.op == "mamba2_chunk_state"}
+    stores = {p.choices.get("map_store") for _, s, p in CASES
+              if s.op == "mamba2_chunk_state" and s.states_in_fp32 == in_fp32}
     assert {"tma", "cuda_core"} <= stores, stores

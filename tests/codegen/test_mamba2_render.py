@@ -156,6 +156,29 @@ def test_chunk_state_states_by_tma_are_staged_in_the_idle_ring() -> None:
     assert "stmatrix" not in art.source.split("__global__")[1]
 
 
+@pytest.mark.parametrize("store", ["cuda_core", "tma"])
+def test_chunk_state_writes_states_in_the_inputs_dtype_when_asked(store: str) -> None:
+    """``states_in_fp32: false`` (as ``_chunk_state_fwd``'s): 16-bit states, half the bytes;
+    by TMA through stmatrix-staged 64-column sub-tiles; compiled without spills."""
+    params = {**SUITE, "dtype": "bfloat16", "states_in_fp32": False}
+    spec, sprogram, validity = _build("mamba2_chunk_state", params,
+                                      {**MAMBA2_CHUNK_STATE, "map_store": store})
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    tensors = {a.name: a.dtype for a in art.args if a.kind == "tensor"}
+    if store == "tma":
+        assert maps["states_map"].dtype == "bfloat16"
+        assert maps["states_map"].box_dims == (64, 64)  # 128-byte rows of 16-bit states
+        assert "stmatrix" in art.source.split("__global__")[1]
+    else:
+        assert tensors["states"] == "bfloat16"
+    assert "st_shared_f32x2" not in art.source.split("__global__")[1]
+    if nvcc_path() is not None:
+        report = compile_report(art.source)
+        assert report.ok and not report.spills, report.log[-400:]
+
+
 def test_what_is_not_lowered_is_out_of_the_space_with_a_reason() -> None:
     for op, design, change, reason in (
         ("mamba2_chunk_scan", MAMBA2_CHUNK_SCAN, {"map_store": "tma"}, "st.global"),

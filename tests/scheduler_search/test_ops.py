@@ -189,6 +189,25 @@ def test_causal_of_wrong_type_is_named(bad: Any) -> None:
     assert "boolean" in error["msg"]
 
 
+@pytest.mark.parametrize("bad", ["false", 0, None], ids=repr)
+def test_states_in_fp32_of_wrong_type_is_named(bad: Any) -> None:
+    error = only_error("mamba2_chunk_state", with_("mamba2_chunk_state", states_in_fp32=bad))
+    assert error["loc"] == ("states_in_fp32",)
+    assert "boolean" in error["msg"]
+
+
+def test_chunk_state_writes_states_in_fp32_or_in_the_inputs_dtype() -> None:
+    params = {**MAMBA2, "dtype": "bfloat16"}
+    default = parse_spec("mamba2_chunk_state", params)
+    half = parse_spec("mamba2_chunk_state", {**params, "states_in_fp32": False})
+    states = {s.name: s for s in default.tensors()}["states"]
+    assert states.dtype == "float32" and default.states_dtype == "float32"
+    assert {s.name: s for s in half.tensors()}["states"].dtype == "bfloat16"
+    assert default.min_bytes() - half.min_bytes() == states.size_bytes // 2
+    assert default.workload_key() != half.workload_key()
+    assert half.build_graph({"p": 64, "n": 128, "l": 64}).tensors["states"].dtype == "bfloat16"
+
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize(
     "bad", ["float32", "fp16", "bf16", "FLOAT16", "half", "float8_e4m3", "", 16, None], ids=repr
@@ -462,8 +481,12 @@ def test_key_is_sha256_hex_of_canonical_json(op: str) -> None:
 def test_op_name_is_part_of_the_key() -> None:
     scan = parse_spec("mamba2_chunk_scan", MAMBA2)
     state = parse_spec("mamba2_chunk_state", MAMBA2)
-    assert scan.params() == state.params()
+    assert scan.params() == {k: v for k, v in state.params().items() if k != "states_in_fp32"}
     assert scan.workload_key() != state.workload_key()
+    # The same params under the other operator's name hash differently.
+    renamed = json.dumps({"op": scan.op, "params": state.params()}, sort_keys=True,
+                         separators=(",", ":"))
+    assert hashlib.sha256(renamed.encode()).hexdigest() != state.workload_key()
 
 
 def _assert_sorted_everywhere(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -27,15 +27,17 @@ def test_cases_are_the_suite_and_its_further_cases(bench: ModuleType) -> None:
     from scheduler_search.ops.suites import mamba2_suite
 
     cases = bench.suite()
-    for op in ("mamba2_chunk_state", "mamba2_chunk_scan"):
-        in_suite = [c["params"] for c in cases if c["op"] == op and c["in_suite"]]
-        assert in_suite == mamba2_suite()  # fp16, 80 heads, p64, n128, g1, c256
+    for variant, (op, extra) in bench.VARIANTS.items():
+        mine = [c for c in cases if bench.variant_of(c["op"], c["params"]) == variant]
+        assert {c["op"] for c in mine} == {op}
+        in_suite = [c["params"] for c in mine if c["in_suite"]]
+        assert in_suite == [{**p, **extra} for p in mamba2_suite()]  # fp16, 80 heads, ...
         names = [bench.case_name(op, {**c["params"], "dtype": d})
-                 for c in cases if c["op"] == op for d in c["dtypes"]]
-        short = op.removeprefix("mamba2_chunk_")
-        assert names == [f"{short}-1x1024-g1-fp16", f"{short}-1x16384-g1-fp16",
-                         f"{short}-8x4096-g1-fp16", f"{short}-8x4096-g1-bf16",
-                         f"{short}-64x4096-g1-fp16", f"{short}-8x4096-g8-fp16"]
+                 for c in mine for d in c["dtypes"]]
+        assert names == [f"{variant}-1x1024-g1-fp16", f"{variant}-1x16384-g1-fp16",
+                         f"{variant}-8x4096-g1-fp16", f"{variant}-8x4096-g1-bf16",
+                         f"{variant}-64x4096-g1-fp16", f"{variant}-8x4096-g8-fp16"]
+    assert bench.VARIANTS["state16"][1] == {"states_in_fp32": False}
 
 
 def test_list_prints_the_selected_cases(bench: ModuleType,
@@ -66,7 +68,7 @@ class _Pool:
 @pytest.mark.parametrize("peer_us", [300.0, None])
 def test_retime_interleaves_kernel_and_peer(bench: ModuleType, peer_us: float | None) -> None:
     op = "mamba2_chunk_scan"
-    params = bench.case_params(op, 8, 4096, 1, "float16")
+    params = bench.case_params("scan", 8, 4096, 1, "float16")
     pool = _Pool(kernel_us=150.0, peer_us=peer_us)
     args = SimpleNamespace(rounds=3, deadline=30.0)
     record = bench._retime(pool, op, params, artifact="kernel", final=None, args=args)
@@ -78,5 +80,6 @@ def test_retime_interleaves_kernel_and_peer(bench: ModuleType, peer_us: float | 
         assert "ratio" not in record and "not importable" in record["peer_error"]
     else:
         assert record["ratio"] == pytest.approx(2.0) and "peer_error" not in record
-    means = bench._geomeans([{**record, "op": op, "in_suite": True}])
-    assert means[op]["suite_cases"] == (0 if peer_us is None else 1)
+    means = bench._geomeans([{**record, "op": op, "params": params, "in_suite": True}])
+    assert means["scan"]["suite_cases"] == (0 if peer_us is None else 1)
+    assert means["state"]["suite_cases"] == means["state16"]["suite_cases"] == 0

@@ -81,8 +81,9 @@ def _fake_mamba_ssm(calls: list[tuple[str, tuple, dict]]) -> dict[str, types.Mod
         calls.append(("state", (b_in, x, dt, da), {"states_in_fp32": states_in_fp32}))
         assert dt.dtype == da.dtype == "float32" and x.dtype == b_in.dtype
         ref = chunk_state_reference(np, b_in.float32(), x.float32(), dt.float32(), da.float32())
-        assert states_in_fp32
-        return _Tensor(ref, "float32")
+        if states_in_fp32:
+            return _Tensor(ref, "float32")
+        return _Tensor(_dtypes.from_float32(np, ref, x.dtype), x.dtype)
 
     def _chunk_scan_fwd(cb: _Tensor, x: _Tensor, dt: _Tensor, da: _Tensor, c_in: _Tensor,
                         states: _Tensor, D: Any = None, z: Any = None,
@@ -160,6 +161,24 @@ def test_chunk_state_peer_writes_fp32_states_into_the_workload(
                                  inputs32["dA_cumsum"])
     assert tensors["states"].dtype == np.float32
     np.testing.assert_allclose(tensors["states"], want, rtol=1e-6)
+
+
+def test_chunk_state_peer_writes_16_bit_states_when_the_spec_asks(
+    fake_peers: list[tuple[str, tuple, dict]],
+) -> None:
+    op, params = "mamba2_chunk_state", {**PARAMS, "states_in_fp32": False}
+    tensors, dtypes = _workload(op, params)
+    assert dtypes["states"] == "bfloat16"
+    launch, finish = prepare_baseline(PEERS[op], op, params, tensors, dtypes)
+    launch()
+    finish()
+    ((kind, _, kwargs),) = fake_peers
+    assert kind == "state" and kwargs == {"states_in_fp32": False}
+    inputs32 = {n: _dtypes.to_float32(np, t, dtypes[n]) for n, t in tensors.items()}
+    want = chunk_state_reference(np, inputs32["b"], inputs32["x"], inputs32["dt"],
+                                 inputs32["dA_cumsum"])
+    got = _dtypes.to_float32(np, tensors["states"], "bfloat16")
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
 
 
 def test_chunk_scan_peer_passes_d_and_writes_out_in_the_spec_dtype(

@@ -144,6 +144,28 @@ def test_a_chunk_lost_with_its_node_is_measured_once_by_another_actor(tmp_path: 
     assert "lost with its GPU's node" in lost[0].error
 
 
+def test_a_batch_with_no_live_actor_waits_for_its_node_then_gives_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a key's only node restarts, a batch waits for its actor instead of spending
+    its candidates as crashes; past ``node_wait_s`` its jobs are crashes."""
+    with RayGpuPool(standin_pool, actors=1, node_wait_s=30.0) as pool:
+        pings: list[float] = []
+
+        def gone_twice(timeout_s: float = 5.0) -> list[int]:
+            pings.append(timeout_s)
+            return [] if len(pings) <= 2 else [0]
+
+        monkeypatch.setattr(pool, "live_actors", gone_twice)
+        assert [r.status for r in pool.measure([job(), job(name="b")])] == [
+            MeasurementStatus.OK] * 2
+        assert len(pings) == 3
+    with RayGpuPool(standin_pool, actors=1, node_wait_s=0.3) as pool:
+        monkeypatch.setattr(pool, "live_actors", lambda timeout_s=5.0: [])
+        given_up = pool.measure([job()])
+    assert given_up[0].status == MeasurementStatus.CRASH
+    assert "none back within" in given_up[0].error
+
+
 def _imports_ray(script: str) -> bool:
     """Whether ``script``, run in a fresh interpreter from the checkout, loads Ray (the
     script must succeed)."""

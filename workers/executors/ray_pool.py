@@ -9,12 +9,14 @@ its workers report have the key it was placed for.
 
 A batch is split over the actors that answer a ping: an actor whose node is gone waits,
 unplaced, for a node of its key to come back (Ray restarts it there), and meanwhile gets
-no work. A chunk lost with its actor (its node gone), or not answered within its jobs'
-deadlines, is given to another live actor of the same key, at most ``redispatch`` times,
-else each of its jobs is a ``crash``: a job is recorded once, never twice (a late answer
-from an actor given up on is dropped). The final interleaved re-timing runs on
-one actor, so that a speed ratio never mixes two physical GPUs. Ray is imported only
-here (the optional ``fleet`` extra); the caller connects (``ray.init``) first.
+no work; a batch that finds no actor live waits for one (``node_wait_s``) rather than
+spending its candidates as crashes while a node restarts. A chunk lost with its actor
+(its node gone), or not answered within its jobs' deadlines, is given to another live
+actor of the same key, at most ``redispatch`` times, else each of its jobs is a
+``crash``: a job is recorded once, never twice (a late answer from an actor given up on
+is dropped). The final interleaved re-timing runs on one actor, so that a speed ratio
+never mixes two physical GPUs. Ray is imported only here (the optional ``fleet`` extra);
+the caller connects (``ray.init``) first.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ PING_TIMEOUT_S = 5.0
 ACTOR_THREADS = 4
 #: What a chunk may take beyond the sum of its jobs' deadlines (compiling, queueing).
 CHUNK_MARGIN_S = 120.0
+#: How long a batch that finds no actor live waits for one to come back by default.
+NODE_WAIT_S = 60.0
 
 
 def resource_name(device_key: str) -> str:
@@ -110,6 +114,8 @@ class RayGpuPool(Executor):
         device_key: the fingerprint key of the GPUs: actors are placed on nodes that
             offer its resource and check their GPU has it (None: anywhere, unchecked).
         redispatch: how many times a chunk lost with its actor is given to another.
+        node_wait_s: how long a batch that finds no actor live waits for one (a node of
+            the key coming back) before its jobs are crashes.
         gpus_per_actor: the GPUs Ray gives each actor (it sets the actor's
             ``CUDA_VISIBLE_DEVICES`` to them); 0 for pools that need none (simulated).
 
@@ -120,7 +126,7 @@ class RayGpuPool(Executor):
 
     def __init__(self, pool_factory: PoolFactory, *, actors: int,
                  device_key: str | None = None, redispatch: int = 1,
-                 gpus_per_actor: int = 0) -> None:
+                 gpus_per_actor: int = 0, node_wait_s: float = NODE_WAIT_S) -> None:
         import ray
 
         if not ray.is_initialized():
@@ -134,6 +140,7 @@ class RayGpuPool(Executor):
         remote = ray.remote(_GpuActor).options(**options)
         self._actors = [remote.remote(pool_factory, device_key) for _ in range(actors)]
         self._redispatch = redispatch
+        self._node_wait_s = node_wait_s
         self._lock = threading.Lock()
         problems = [p for p in ray.get([a.mismatch.remote() for a in self._actors]) if p]
         if problems:
@@ -189,9 +196,10 @@ class RayGpuPool(Executor):
         import ray
         from ray.exceptions import RayActorError
 
-        live = self.live_actors() if jobs else []
+        live = self._await_live() if jobs else []
         if jobs and not live:
-            error = "no GPU actor of this key is live (every node of its kind is gone)"
+            error = (f"no GPU actor of this key is live (every node of its kind is gone, "
+                     f"none back within {self._node_wait_s:.0f} s)")
             return [Measurement(MeasurementStatus.CRASH, error=error) for _ in jobs]
         results: list[Measurement | None] = [None] * len(jobs)
         pending: dict[Any, tuple[int, list[int], int, float]] = {}
@@ -221,6 +229,16 @@ class RayGpuPool(Executor):
             for i, result in zip(indices, measured, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]
+
+    def _await_live(self) -> list[int]:
+        """The live actors; while there are none, pings again until ``node_wait_s`` has
+        passed (an actor of a restarted node answers once Ray has placed it again)."""
+        deadline = time.monotonic() + self._node_wait_s
+        live = self.live_actors()
+        while not live and time.monotonic() < deadline:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            live = self.live_actors(min(PING_TIMEOUT_S, max(0.1, deadline - time.monotonic())))
+        return live
 
     def retime_interleaved(self, jobs: Sequence[Job], rounds: int = 3) -> list[Measurement]:
         """The base class's interleaved rounds, all on one actor (one physical GPU)."""

@@ -2,7 +2,8 @@
 
 Per (batch, chunk c, head h) with g = h / (nheads / ngroups) and L = chunk_size:
 ``states[p, n] = Σ_l x[l, p] · w[l] · B[l, g, n]``, ``w[l] = exp(dA[L-1] - dA[l]) · dt[l]``,
-an fp32 (headdim x dstate) result. What is chunk state's own:
+a (headdim x dstate) result in fp32 (``states_in_fp32``, the default) or in the inputs'
+dtype. What is chunk state's own:
 
 - tiles: an output tile is ``tile_p x tile_n`` of one (batch, chunk, head); one loop trip per
   ``tile_l`` positions of the chunk;
@@ -13,8 +14,9 @@ an fp32 (headdim x dstate) result. What is chunk state's own:
   costs no shared-memory pass;
 - ``mma``: ``acc += (x w)ᵀ B`` with A from registers and B (positions x dstate, dstate
   contiguous) MN-major in shared memory;
-- ``store``: the fp32 accumulators with st.global, or staged in the idle ring stages and
-  written by TMA (states seen as one (batch x chunk x head x p) by dstate matrix).
+- ``store``: the fp32 accumulators (or their 16-bit roundings) with st.global, or staged in
+  the idle ring stages and written by TMA (states seen as one (batch x chunk x head x p) by
+  dstate matrix).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from codegen.pipeline import (
     TripAt,
     VectorTile,
 )
+from scheduler_search.ops import DTYPE_BYTES
 
 
 class ChunkStateHooks(Mamba2Hooks):
@@ -102,8 +105,10 @@ class ChunkStateHooks(Mamba2Hooks):
         # states as one (batch x chunk x head x p) by dstate matrix: a tile's packed heads
         # lie one after another in it, so one row origin serves st.global and TMA alike.
         p = self.params
+        dtype = "float32" if p.get("states_in_fp32", True) else self.dtype
         return OutputTile(
-            tensor="states", dtype="float32", elem_bytes=4, rows=self.tile_p, cols=self.tile_n,
+            tensor="states", dtype=dtype, elem_bytes=DTYPE_BYTES[dtype], rows=self.tile_p,
+            cols=self.tile_n,
             global_rows=p["batch"] * self.nchunks * p["nheads"] * p["headdim"],
             global_cols=p["dstate"], fragment="acc",
             row_origin="(((batch0 * NCHUNKS + chunks0) * NHEADS + heads0) * HEADDIM + p0)",
@@ -286,4 +291,4 @@ def _with_head(code: Code, block: contextlib.AbstractContextManager[None]) -> It
 
 
 #: Bumped whenever chunk state's own text changes for the same schedule.
-CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-3"
+CHUNK_STATE_HOOKS_VERSION = "mamba2-chunk-state-4"
