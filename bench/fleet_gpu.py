@@ -125,6 +125,15 @@ def _lose_node_mid_run(client: Any, cluster: Any, device: str, args: argparse.Na
     return {**_summary(client, run), "node_back_after_s": restarted_s}
 
 
+def _empty_caches(work: Path, name: str) -> None:
+    """An empty CuPy kernel cache for the processes started from now on: CuPy compiles
+    its own kernels (the inputs, the reference check) on first use, and the second cold
+    run would otherwise find the first's (about 10 s on the H200). The pools' cubins are
+    apart already: the local pool's under the service's ``data_dir``, an actor's in its
+    compiler's default folder."""
+    os.environ["CUPY_CACHE_DIR"] = str(work / f"cupy-{name}")
+
+
 def run(args: argparse.Namespace) -> None:
     import ray
     from fastapi.testclient import TestClient
@@ -142,6 +151,7 @@ def run(args: argparse.Namespace) -> None:
         timespec="seconds"), "suite": "fleet on one GPU", **tree_state(),
         "simulated": args.simulate, "seconds_per_run": args.seconds, "gemm": GEMM}
     try:
+        _empty_caches(work, "fleet")  # the node's processes inherit it at ray start
         _start_node(cluster.address, url, args.simulate)
         settings = Settings(database_url=url, data_dir=work, executor="ray",
                             ray_address=cluster.address, seed=11, heartbeat_s=1.0)
@@ -157,6 +167,8 @@ def run(args: argparse.Namespace) -> None:
                                         ("local", local, False),
                                         ("ray_warm", fleet["name"], True),
                                         ("local_warm", local, True)):
+                if name == "local":  # the local pool's worker starts now: its own caches
+                    _empty_caches(work, "local")
                 runs[name] = _summary(client, _wait(client, _run(
                     client, device, args.seconds, force=force), 600))
                 print(json.dumps(runs[name]), flush=True)
