@@ -6,6 +6,9 @@ workload's output tensor (so the same reference check applies). Peers:
 
   - ``cublas`` (gemm): ``cupy.matmul`` into the preallocated ``c``; bfloat16, which CuPy
     cannot multiply, goes through ``torch.matmul(out=c)`` (also cuBLAS).
+  - ``torch_epilogue`` / ``cublaslt_epilogue`` (gemm with a fused epilogue): the matmul
+    then PyTorch's ops for the epilogue, one kernel each, as a user writes it; and
+    cuBLASLt's own fused bias (+ ReLU or tanh GELU) through ``torch._addmm_activation``.
   - ``sdpa_cudnn`` / ``sdpa_flash`` (attention): PyTorch's
     ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
     on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
@@ -29,6 +32,8 @@ from typing import Any
 
 BASELINE_OPS = {
     "cublas": "gemm",
+    "torch_epilogue": "gemm",
+    "cublaslt_epilogue": "gemm",
     "sdpa_cudnn": "attention",
     "sdpa_flash": "attention",
     "mamba_ssm_chunk_state": "mamba2_chunk_state",
@@ -50,6 +55,8 @@ def prepare_baseline(
         raise BaselineUnavailable(f"no baseline {name!r} for operator {op!r}")
     if name == "cublas":
         return _cublas(params, tensors, dtypes)
+    if name in ("torch_epilogue", "cublaslt_epilogue"):
+        return _torch_epilogue(name, params, tensors, dtypes)
     if name in _MAMBA_SSM:
         return _mamba_ssm(name, params, tensors, dtypes)
     return _sdpa(name, params, tensors, dtypes)
@@ -69,6 +76,50 @@ def _cublas(
     a_t, b_t, c_t = (_as_torch(torch, x, "bfloat16") for x in (a, b, c))
     b_op_t = b_t.t() if transpose_b else b_t
     return (lambda: torch.matmul(a_t, b_op_t, out=c_t)), _nothing
+
+
+def _torch_epilogue(
+    name: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    """A GEMM with its epilogue in PyTorch: ``torch_epilogue`` as a user writes it (the
+    matmul, then one op per step, each a kernel), ``cublaslt_epilogue`` through
+    ``torch._addmm_activation`` / ``torch.addmm`` (cuBLASLt's fused bias, ReLU and tanh
+    GELU). Each launch allocates its result; ``finish`` copies it into ``c``."""
+    epilogue = params.get("epilogue") or {}
+    scale, act = float(epilogue.get("scale", 1.0)), epilogue.get("act", "none")
+    if name == "cublaslt_epilogue" and not (
+            epilogue.get("bias") and not epilogue.get("residual") and scale == 1.0
+            and act in ("none", "relu", "gelu_tanh")):
+        raise BaselineUnavailable(f"{name}: cuBLASLt fuses a bias with ReLU or tanh GELU only")
+    torch = _import_torch()
+    import torch.nn.functional as F
+
+    dtype = dtypes["c"]
+    a, b, c = (_as_torch(torch, tensors[n], dtype) for n in ("a", "b", "c"))
+    b_op = b.t() if params.get("b_layout", "kn") == "nk" else b
+    bias = _as_torch(torch, tensors["bias"], dtype) if epilogue.get("bias") else None
+    residual = (_as_torch(torch, tensors["residual"], dtype) if epilogue.get("residual")
+                else None)
+    activations = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+                   "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+    result: list[Any] = [None]
+
+    def unfused() -> None:
+        y = torch.matmul(a, b_op)
+        if scale != 1.0:
+            y = y * scale
+        if bias is not None:
+            y = y + bias
+        y = activations[act](y)
+        result[0] = y + residual if residual is not None else y
+
+    def fused() -> None:
+        if act == "none":
+            result[0] = torch.addmm(bias, a, b_op)
+        else:
+            result[0] = torch._addmm_activation(bias, a, b_op, use_gelu=act == "gelu_tanh")
+
+    return (fused if name == "cublaslt_epilogue" else unfused), (lambda: c.copy_(result[0]))
 
 
 def _sdpa(

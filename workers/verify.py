@@ -7,7 +7,8 @@ attention, a few heads) at a time to bound the temporary memory.
 
 Semantics:
   - gemm: ``c = a · b`` (``b`` given as (n, k) for ``b_layout="nk"``); on the GPU this is
-    cuBLAS through ``cupy.matmul``.
+    cuBLAS through ``cupy.matmul``; with an epilogue ``c = act(scale · a·b + bias) +
+    residual``, ``gelu`` the exact one (erf), ``gelu_tanh`` its tanh form, ``silu`` x·σ(x).
   - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head, and per query row
     ``lse = log Σ_j exp(q·k_j / sqrt(d))`` over its unmasked keys; query head ``h`` reads
     kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned).
@@ -40,7 +41,7 @@ def reference(
     """The fp32 outputs of ``op`` (by contract name) for float32 ``inputs32``."""
     if op == "gemm":
         c = gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
-        return {"c": c}
+        return {"c": epilogue_reference(xp, c, params.get("epilogue") or {}, inputs32)}
     if op == "attention":
         # The reference works on (batch, seq, heads, head_dim); bhsd tensors are views of it.
         heads_second = params.get("layout", "bshd") == "bhsd"
@@ -68,6 +69,36 @@ def reference(
 
 def gemm_reference(xp: Any, a: Any, b: Any, b_layout: str) -> Any:
     return xp.matmul(a, b if b_layout == "kn" else b.T)
+
+
+def epilogue_reference(xp: Any, acc: Any, epilogue: dict[str, Any],
+                       inputs32: dict[str, Any]) -> Any:
+    """A GEMM's fused epilogue on its fp32 product ``acc`` (see the module docstring)."""
+    out = acc * xp.float32(epilogue.get("scale", 1.0))
+    if epilogue.get("bias"):
+        out = out + inputs32["bias"][None, :]
+    act = epilogue.get("act", "none")
+    if act == "relu":
+        out = xp.maximum(out, xp.float32(0.0))
+    elif act == "gelu":
+        out = out * xp.float32(0.5) * (xp.float32(1.0) + _erf(xp, out / xp.float32(math.sqrt(2))))
+    elif act == "gelu_tanh":
+        inner = xp.float32(math.sqrt(2 / math.pi)) * (out + xp.float32(0.044715) * out ** 3)
+        out = xp.float32(0.5) * out * (xp.float32(1.0) + xp.tanh(inner))
+    elif act == "silu":
+        out = out / (xp.float32(1.0) + xp.exp(-out))
+    if epilogue.get("residual"):
+        out = out + inputs32["residual"]
+    return out.astype(xp.float32)
+
+
+def _erf(xp: Any, x: Any) -> Any:
+    """The error function elementwise: CuPy's, or ``math.erf`` over a NumPy array."""
+    if xp.__name__ == "cupy":
+        from cupyx.scipy.special import erf
+
+        return erf(x)
+    return xp.vectorize(math.erf, otypes=[xp.float32])(x)
 
 
 def attention_reference(xp: Any, q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:

@@ -7,6 +7,7 @@ ones a kernel uses. wgmma instruction wrappers are generated per shape by
 """
 
 from codegen.cuda import (
+    activations,
     base,
     convert,
     fences,
@@ -27,6 +28,7 @@ __all__ = [
     "SmemMatrix",
     "Snippet",
     "Swizzle",
+    "activations",
     "base",
     "convert",
     "fences",

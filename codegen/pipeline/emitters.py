@@ -16,6 +16,7 @@ from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskKind
 
 if TYPE_CHECKING:
+    from codegen.pipeline.code import Code
     from codegen.pipeline.skeleton import PipelineSkeleton
 
 Emitter = Callable[["PipelineSkeleton", tuple[str, ...], Issue], None]
@@ -46,7 +47,15 @@ def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> Non
 
 def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """An elementwise or reduction sTask on the CUDA cores or the SFU: the operator's math
-    on the consumers' register tiles (after the wgmma results it reads are waited for)."""
+    on the consumers' register tiles (after the wgmma results it reads are waited for).
+    Epilogue math the operator writes element by element is handed to the store, which
+    applies it to each pair of accumulators as it writes them."""
+    if issue.phase == "epilogue" and issue.stask in k.hooks.element_stasks:
+        k.code.comment(f"{issue.stask}  on {issue.unit.value}: applied by the store, pair by "
+                       "pair")
+        k.element_math.append(issue.stask)
+        k.recorded(roles, issue, "registers")
+        return
     k.code.comment(f"{issue.stask}  on {issue.unit.value}")
     k.hooks.math(k.code, issue, k.at)
     k.recorded(roles, issue, "registers")
@@ -62,14 +71,27 @@ def emit_thread_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) 
 
 def emit_tma_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """A store sTask on TMA: the epilogue through swizzled shared memory."""
-    epilogue.emit_tma_store(k.code, k.layout)
+    epilogue.emit_tma_store(k.code, k.layout, _pending_element_math(k))
     k.recorded(roles, issue, k.layout.staging)
 
 
 def emit_direct_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """A store sTask on the CUDA cores: st.global from the accumulators."""
-    epilogue.emit_direct_store(k.code, k.layout)
+    epilogue.emit_direct_store(k.code, k.layout, _pending_element_math(k))
     k.recorded(roles, issue, "")
+
+
+def _pending_element_math(k: PipelineSkeleton) -> epilogue.ElementMath | None:
+    """The element math handed to this store (in sTask order), and none to the next."""
+    stasks, k.element_math = list(k.element_math), []
+    if not stasks:
+        return None
+
+    def apply(code: Code, row: str, col: str) -> None:
+        for stask in stasks:
+            k.hooks.element_math(code, stask, row, col)
+
+    return apply
 
 
 #: sTask kinds written by the operator's register math.

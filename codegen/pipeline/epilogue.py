@@ -12,11 +12,13 @@ Two emitters, one per sEU a store sTask can be mapped to:
 
 Both read wgmma's accumulator layout (PTX ISA 9.7.15.5.1.1, "Register Fragments"): thread
 ``lane`` of warp ``w`` holds rows ``16 w + lane / 4`` and ``+ 8`` of each 64-row block, two
-adjacent columns per 8-column group.
+adjacent columns per 8-column group. Both apply the operator's element math (a fused
+epilogue: :class:`ElementMath`) to each pair just before it is written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from codegen.artifact import TensorMapArg
@@ -25,7 +27,28 @@ from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
+    from codegen.pipeline.hooks import OutputTile
     from codegen.pipeline.layout import PipelineLayout
+
+#: Writes math on ``v0, v1`` (fp32 lvalues in scope) given their output row and first
+#: column (C++ expressions, global coordinates).
+ElementMath = Callable[["Code", str, str], None]
+
+
+def _pair(code: Code, element: ElementMath | None, lo: str, hi: str, row: str,
+          col: str, name: str = "v") -> tuple[str, str]:
+    """The pair ``lo, hi`` as it is written: itself, or fp32 temporaries ``name0, name1``
+    after the element math."""
+    if element is None:
+        return lo, hi
+    code(f"float {name}0 = {lo}, {name}1 = {hi};")
+    if name == "v":
+        element(code, row, col)
+    else:
+        with code.block(""):
+            code(f"float& v0 = {name}0; float& v1 = {name}1;")
+            element(code, row, col)
+    return f"{name}0", f"{name}1"
 
 
 def store_constants(code: Code, layout: PipelineLayout) -> None:
@@ -70,9 +93,10 @@ def _staging_buffer(code: Code, layout: PipelineLayout, bar: str) -> None:
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
 
 
-def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
+def emit_tma_store(code: Code, layout: PipelineLayout,
+                   element: ElementMath | None = None) -> None:
     """Registers -> swizzled staging (stmatrix, or st.shared for fp32) -> TMA store, sub-tile
-    by sub-tile."""
+    by sub-tile; ``element`` applied to each pair on its way."""
     c, out = code, layout.output
     swz = layout.store_swizzle
     staging = "8-byte st.shared" if out.dtype == "float32" else "stmatrix"
@@ -87,9 +111,9 @@ def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
     with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
         _staging_buffer(c, layout, bar)
         if out.dtype == "float32":
-            _stage_fp32_pairs(c, layout)
+            _stage_fp32_pairs(c, layout, element)
         else:
-            _stage_stmatrix(c, layout)
+            _stage_stmatrix(c, layout, element)
         c(c.call("fence_proxy_async_smem") + ";")
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
         with c.block("if (thread_in_wg == 0)"):
@@ -100,8 +124,9 @@ def emit_tma_store(code: Code, layout: PipelineLayout) -> None:
             c("++store_round;")
 
 
-def _stage_stmatrix(code: Code, layout: PipelineLayout) -> None:
-    """16-bit outputs: each 16x16 block of sub-tile ``s`` with one ``stmatrix``."""
+def _stage_stmatrix(code: Code, layout: PipelineLayout, element: ElementMath | None) -> None:
+    """16-bit outputs: each 16x16 block of sub-tile ``s`` with one ``stmatrix`` (its four
+    pairs: rows +0 and +8 of 8-column groups ``group`` and ``group + 1``)."""
     c, out, swz = code, layout.output, layout.store_swizzle
     pack = convert.pack2(out.dtype)
     c("#pragma unroll")
@@ -113,16 +138,18 @@ def _stage_stmatrix(code: Code, layout: PipelineLayout) -> None:
             c("const int group = s * (STORE_COLS / 8) + 2 * j;  // 8-column group in tile")
             c("const int row = mi * 64 + warp * 16 + (lane & 8) + (lane & 7);")
             c("const u32 col_bytes = (2 * j + (lane >> 4)) * 16;")
-            regs = [
-                c.call(pack, f"{out.fragment}[mi][4 * group + {2 * i}]",
-                       f"{out.fragment}[mi][4 * group + {2 * i + 1}]")
-                for i in range(4)
-            ]
+            regs = []
+            for i in range(4):
+                lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * group + {2 * i}]",
+                               f"{out.fragment}[mi][4 * group + {2 * i + 1}]",
+                               _tile_row(out, str(i % 2)), _tile_col(out, f"group + {i // 2}"),
+                               name=f"p{i}_")
+                regs.append(c.call(pack, lo, hi))
             addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
             c(c.call("stmatrix_x4", addr, *regs) + ";")
 
 
-def _stage_fp32_pairs(code: Code, layout: PipelineLayout) -> None:
+def _stage_fp32_pairs(code: Code, layout: PipelineLayout, element: ElementMath | None) -> None:
     """fp32 outputs (stmatrix moves 16-bit elements only): each thread's two adjacent
     accumulators per row and 8-column group with one 8-byte ``st.shared``; the swizzle
     spreads a warp's eight rows over distinct 16-byte chunks."""
@@ -137,12 +164,26 @@ def _stage_fp32_pairs(code: Code, layout: PipelineLayout) -> None:
                 c("const int group = s * (STORE_COLS / 8) + j;  // 8-column group in tile")
                 c("const u32 col_bytes = (j * 8 + (lane & 3) * 2) * 4;")
                 addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
-                c(c.call("st_shared_f32x2", addr, f"{out.fragment}[mi][4 * group + 2 * h]",
-                         f"{out.fragment}[mi][4 * group + 2 * h + 1]") + ";")
+                lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * group + 2 * h]",
+                               f"{out.fragment}[mi][4 * group + 2 * h + 1]",
+                               f"({out.row_origin} + row0 + row)", _tile_col(out, "group"))
+                c(c.call("st_shared_f32x2", addr, lo, hi) + ";")
 
 
-def emit_direct_store(code: Code, layout: PipelineLayout) -> None:
-    """st.global from registers, two elements a thread per 8-column group."""
+def _tile_row(out: OutputTile, h: str) -> str:
+    """The global row of a thread's pair in half ``h`` (0: rows +0, 1: +8) of block ``mi``."""
+    return f"({out.row_origin} + row0 + mi * 64 + warp * 16 + {h} * 8 + (lane >> 2))"
+
+
+def _tile_col(out: OutputTile, group: str) -> str:
+    """The global first column of a thread's pair in 8-column group ``group`` of the tile."""
+    return f"({out.col_origin} + ({group}) * 8 + (lane & 3) * 2)"
+
+
+def emit_direct_store(code: Code, layout: PipelineLayout,
+                      element: ElementMath | None = None) -> None:
+    """st.global from registers, two elements a thread per 8-column group; ``element``
+    applied to each pair first."""
     c, out = code, layout.output
     pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
     rows, cols = out.extent_names
@@ -163,8 +204,8 @@ def emit_direct_store(code: Code, layout: PipelineLayout) -> None:
             c("#pragma unroll")
             with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
                 c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
-                lo = f"{out.fragment}[mi][4 * j + 2 * h]"
-                hi = f"{out.fragment}[mi][4 * j + 2 * h + 1]"
+                lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
+                               f"{out.fragment}[mi][4 * j + 2 * h + 1]", "row", "col")
                 if out.dtype == "float32" and out.global_cols % 2 == 0:
                     store = f"*reinterpret_cast<float2*>(out_row + col) = make_float2({lo}, {hi});"
                     c(store if full_cols else f"if (col < {cols}) {store}")

@@ -160,6 +160,19 @@ class OperatorHooks(ABC):
         """The register-math sTasks (CUDA cores, SFU) the operator writes in :meth:`math`."""
         return frozenset()
 
+    @property
+    def element_stasks(self) -> frozenset[str]:
+        """Epilogue math sTasks written by :meth:`element_math`: applied by the store to
+        each pair of accumulators as it writes them, so that their temporaries (a bias,
+        a residual) live one pair at a time, not a whole tile at once."""
+        return frozenset()
+
+    def element_math(self, code: Code, stask: str, row: str, col: str) -> None:
+        """Write ``stask`` on ``v0, v1`` (fp32 lvalues in scope): the outputs at row
+        ``row`` and columns ``col``, ``col + 1`` (C++ expressions, global coordinates;
+        rows and columns past the output are computed, never stored)."""
+        raise KeyError(f"{self.sprogram.op} writes no element math for {stask}")
+
     @abstractmethod
     def operand(self, stask: str) -> OperandTile | VectorTile:
         """The shared tile a TMA load sTask fills (one per ring stage)."""

@@ -25,7 +25,7 @@ from codegen.pipeline.limits import (
 )
 from codegen.pipeline.pipelined import lead_problem
 from codegen.pipeline.smem import BARRIER_ALIGN, SmemPlan
-from codegen.pipeline.structure import PipelineStructure, Ring
+from codegen.pipeline.structure import Issue, PipelineStructure, Ring
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskKind
 from scheduler_search.ops import parse_spec
@@ -195,6 +195,10 @@ class PipelineLayout:
         """Shapes of sProgram the skeleton has no lowering for."""
         return self._stream_problem() or self._barrier_problem() or lead_problem(self.structure)
 
+    def _element_math(self, issue: Issue) -> bool:
+        """Whether ``issue`` is epilogue math the store applies pair by pair."""
+        return issue.phase == "epilogue" and issue.stask in self.hooks.element_stasks
+
     def _stream_problem(self) -> str | None:
         s = self.structure
         tile_loads = {t.load for t in s.tile_buffers}
@@ -202,7 +206,8 @@ class PipelineLayout:
             for issue in s.stream(role):
                 if (issue.kind, issue.unit) not in EMITTERS:
                     return f"{issue.stask}: no emitter for {issue.kind.value} on {issue.unit.value}"
-                if issue.kind in MATH_KINDS and issue.stask not in self.hooks.math_stasks:
+                if (issue.kind in MATH_KINDS and issue.stask not in self.hooks.math_stasks
+                        and not self._element_math(issue)):
                     return f"{issue.stask}: {s.sprogram.op} writes no register math for it"
                 if (issue.kind is STaskKind.LOAD and issue.unit is UnitKind.CUDA_CORE
                         and issue.stask not in self.hooks.thread_loads):

@@ -65,6 +65,8 @@ class PipelineSkeleton:
         #: Off while a pipelined loop writes its prologue and last trip: the record holds
         #: each role's stream once, as the loop's steady trips issue it.
         self.recording = True
+        #: Epilogue math sTasks waiting for the store that applies them pair by pair.
+        self.element_math: list[str] = []
 
     # ----- lookups -------------------------------------------------------------------
     def ring_of(self, stask: str) -> Ring | None:

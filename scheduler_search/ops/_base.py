@@ -68,6 +68,9 @@ class OperatorSpec(BaseModel):
     baseline: ClassVar[str | None] = None
     #: Further peers, timed with the finalists only and stored with the run.
     peers: ClassVar[tuple[str, ...]] = ()
+    #: Fields left out of :meth:`params` (so of the workload key) while at their default:
+    #: fields added after specs of the operator were cached, whose keys stay as they were.
+    keyed_when_set: ClassVar[tuple[str, ...]] = ()
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         """Yield ``(field, message)`` for each constraint between fields that fails."""
@@ -140,8 +143,21 @@ class OperatorSpec(BaseModel):
         return self.min_bytes()
 
     def params(self) -> dict[str, Any]:
-        """The spec's fields as a plain dict (the API's ``params``)."""
-        return self.model_dump()
+        """The spec's fields as a plain dict (the API's ``params``), without the
+        :attr:`keyed_when_set` fields that hold their default."""
+        values = self.model_dump()
+        for name in self.keyed_when_set:
+            if getattr(self, name) == type(self).model_fields[name].default:
+                del values[name]
+        return values
+
+    def run_baseline(self) -> str | None:
+        """The peer a GPU run of this spec compares with (default: :attr:`baseline`)."""
+        return self.baseline
+
+    def run_peers(self) -> tuple[str, ...]:
+        """The further peers a GPU run of this spec times (default: :attr:`peers`)."""
+        return self.peers
 
     def canonical_json(self) -> str:
         """Canonical JSON of op and params: sorted keys, no whitespace."""

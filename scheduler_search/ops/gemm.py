@@ -1,19 +1,56 @@
-"""GEMM: c[m,n] = a[m,k] @ b[k,n] with fp32 accumulation (b stored kn or nk)."""
+"""GEMM: c[m,n] = a[m,k] @ b[k,n] with fp32 accumulation (b stored kn or nk), and an
+optional fused epilogue on the accumulator: ``c = act(scale · (a @ b) + bias) + residual``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
 from scheduler_search.ops._contract import InputInit
-from scheduler_search.ops._graph_helpers import TMA_OR_CORES, TMA_OR_LSU, stask, tensors
+from scheduler_search.ops._graph_helpers import CORES, TMA_OR_CORES, TMA_OR_LSU, stask, tensors
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
+
+#: Activations an epilogue may apply: ``gelu`` is the exact (erf) GELU, PyTorch's default;
+#: ``gelu_tanh`` its tanh approximation (``approximate="tanh"``, cuBLASLt's GELU).
+Activation = Literal["none", "relu", "gelu", "gelu_tanh", "silu"]
+
+#: CUDA-core operations per output element of each activation (for the cost model).
+ACTIVATION_OPS = {"none": 0.0, "relu": 1.0, "gelu": 12.0, "gelu_tanh": 10.0, "silu": 6.0}
+
+
+class GemmEpilogue(BaseModel):
+    """What a GEMM applies to each fp32 accumulator before the store, in this order:
+    ``c = act(scale · acc + bias[n]) + residual[m, n]`` (bias and residual in the GEMM's
+    dtype, read once)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    scale: Annotated[float, Field(allow_inf_nan=False, ge=-1e30, le=1e30)] = 1.0
+    bias: bool = False
+    act: Activation = "none"
+    residual: bool = False
+
+    @property
+    def fused(self) -> bool:
+        """Whether there is anything to apply (the default epilogue is a plain store)."""
+        return self != GemmEpilogue()
+
+    def describe(self) -> str:
+        """``scale·acc + bias, gelu, + residual``: the epilogue in words."""
+        steps = ["acc" if self.scale == 1.0 else f"{self.scale:g}·acc"]
+        if self.bias:
+            steps[0] += " + bias"
+        if self.act != "none":
+            steps.append(self.act)
+        if self.residual:
+            steps.append("+ residual")
+        return ", ".join(steps)
 
 
 class GemmSpec(OperatorSpec):
@@ -23,11 +60,22 @@ class GemmSpec(OperatorSpec):
     op: ClassVar[str] = "gemm"
     baseline: ClassVar[str | None] = "cublas"
 
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("epilogue",)
+
     m: Dim
     n: Dim
     k: Dim
     dtype: DType = "float16"
     b_layout: Literal["kn", "nk"] = "kn"
+    epilogue: GemmEpilogue = GemmEpilogue()
+
+    def run_baseline(self) -> str | None:
+        # With an epilogue: cuBLAS's matmul followed by PyTorch's ops for it, unfused.
+        return "torch_epilogue" if self.epilogue.fused else self.baseline
+
+    def run_peers(self) -> tuple[str, ...]:
+        # cuBLASLt's own fused bias (+ ReLU / tanh GELU), where PyTorch exposes it.
+        return ("cublaslt_epilogue",) if _cublaslt_fuses(self.epilogue) else ()
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         # Rows that TMA loads: a's rows hold k elements; b's rows hold n (kn) or k (nk).
@@ -40,11 +88,16 @@ class GemmSpec(OperatorSpec):
     def tensors(self) -> list[TensorSpec]:
         b_shape = (self.k, self.n) if self.b_layout == "kn" else (self.n, self.k)
         operand = InputInit("normal", scale=0.5)
-        return [
+        found = [
             TensorSpec("a", (self.m, self.k), self.dtype, "input", init=operand),
             TensorSpec("b", b_shape, self.dtype, "input", init=operand),
-            TensorSpec("c", (self.m, self.n), self.dtype, "output"),
         ]
+        if self.epilogue.bias:
+            found.append(TensorSpec("bias", (self.n,), self.dtype, "input", init=operand))
+        if self.epilogue.residual:
+            found.append(TensorSpec("residual", (self.m, self.n), self.dtype, "input",
+                                    init=operand))
+        return [*found, TensorSpec("c", (self.m, self.n), self.dtype, "output")]
 
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
@@ -63,10 +116,10 @@ class GemmSpec(OperatorSpec):
                 (UnitKind.TENSOR_CORE,),
                 expr="acc[m,n] += a[m,k] * b[k,n]",
             ),
-            stask(
-                "store", STaskKind.STORE, "c[m,n]", ("acc[m,n]",), TMA_OR_CORES, phase="epilogue"
-            ),
+            *self._epilogue_stasks(),
         )
+        extra = {name: (self.dtype, "global") for name in ("bias", "residual")
+                 if getattr(self.epilogue, name)}
         return STaskGraph(
             op=self.op,
             stasks=stasks,
@@ -77,9 +130,34 @@ class GemmSpec(OperatorSpec):
                 a_s=(self.dtype, "shared"),
                 b_s=(self.dtype, "shared"),
                 acc=("float32", "register"),
+                **extra,
+                **({"out": ("float32", "register")} if self.epilogue.fused else {}),
             ),
             extents={"m": self.m, "n": self.n, "k": self.k},
             tile=dict(tile),
             spatial_axes=("m", "n"),
             reduction_axes=("k",),
         )
+
+    def _epilogue_stasks(self) -> tuple[Any, ...]:
+        """The store, after the fused epilogue's math on the CUDA cores when there is one."""
+        e = self.epilogue
+        if not e.fused:
+            return (stask("store", STaskKind.STORE, "c[m,n]", ("acc[m,n]",), TMA_OR_CORES,
+                          phase="epilogue"),)
+        reads = ("acc[m,n]", *(["bias[n]"] if e.bias else []),
+                 *(["residual[m,n]"] if e.residual else []))
+        ops = 2.0 + ACTIVATION_OPS[e.act] + (1.0 if e.residual else 0.0)
+        return (
+            stask("epilogue", STaskKind.ELEMENTWISE, "out[m,n]", reads, CORES,
+                  phase="epilogue", ops_per_point=ops, expr=f"out[m,n] = {e.describe()}"),
+            stask("store", STaskKind.STORE, "c[m,n]", ("out[m,n]",), TMA_OR_CORES,
+                  phase="epilogue"),
+        )
+
+
+def _cublaslt_fuses(epilogue: GemmEpilogue) -> bool:
+    """Whether ``torch._addmm_activation`` computes this epilogue in cuBLASLt: a bias with
+    ReLU or tanh GELU (or none), no scale, no residual."""
+    return (epilogue.bias and epilogue.scale == 1.0 and not epilogue.residual
+            and epilogue.act in ("none", "relu", "gelu_tanh"))

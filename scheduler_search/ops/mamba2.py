@@ -124,6 +124,8 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
         "xb": ("load_x", "load_b", "load_dt", "load_dA")
     }
 
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("states_in_fp32",)
+
     #: As ``_chunk_state_fwd``'s argument: fp32 states (its default, what the model's
     #: state passing reads), or states in the inputs' dtype (half the bytes written).
     states_in_fp32: bool = True

@@ -20,11 +20,12 @@ the hand-written designs and the cost model's best distinct structures go first 
 latter computed in another process meanwhile, ``service.runs.seeds``), then each batch
 mixes the sampler's asks, neighbours of the best measured kernels and the cost model's
 picks; candidates are ranked with the device's calibrated cost model when one is stored.
-The operator's vendor baseline (``spec.baseline``) is measured with the first batch and
-re-timed interleaved with the finalists, and so are its further peers (``spec.peers``), in
-the final re-timing only. Without a GPU the preset is ``SIMULATED``: the cost model
-measures. The outcome is stored by :class:`~service.runs.finish.RunFinish`; a GPU run's
-measurements then refine the device's calibration (``service.runs.calibration``).
+The operator's vendor baseline (``spec.run_baseline()``) is measured with the first batch
+and re-timed interleaved with the finalists, and so are its further peers
+(``spec.run_peers()``), in the final re-timing only. Without a GPU the preset is
+``SIMULATED``: the cost model measures. The outcome is stored by
+:class:`~service.runs.finish.RunFinish`; a GPU run's measurements then refine the device's
+calibration (``service.runs.calibration``).
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ class RunExecution:
         self.job_workload = {"op": self.spec.op, "params": self.spec.params()}
         self.calibration = self._calibration(context, row.id)
         self.preset = GPU if self.gpu else SIMULATED
-        self.baseline = self.spec.baseline if self.gpu else None
-        self.peers = self.spec.peers if self.gpu else ()
+        self.baseline = self.spec.run_baseline() if self.gpu else None
+        self.peers = self.spec.run_peers() if self.gpu else ()
         #: The run's good measurements with their sProgram: what the calibration refits on.
         self.measured: list[TrialRecord] = []
         self._baseline_reported = False
