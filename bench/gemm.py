@@ -1,4 +1,9 @@
-"""The GEMM suite of docs/benchmarks.md: pipetune's searched kernels against cuBLAS on one GPU.
+"""The GEMM suites of docs/benchmarks.md: pipetune's searched kernels against cuBLAS, and
+GEMMs with a fused epilogue against the unfused PyTorch sequence, on one GPU.
+
+``--epilogue`` picks the suite: ``plain`` (peer cuBLAS), ``bias_gelu`` or ``bias_residual``
+(the spec's epilogue fused into the kernel; peer ``torch.matmul`` then PyTorch's ops, and
+cuBLASLt's own fused bias where it can compute the epilogue).
 
 Two steps, so the GPU machine spends its time on GPU work only:
 
@@ -12,16 +17,17 @@ and bf16; all go to one gzip JSON file.
 ``run`` (an H200): measure every fp16 candidate with the workers' ``LocalGpuPool``
 (NVRTC compiles in parallel on the CPU cores; each kernel is checked against the fp32
 reference before it is timed; quick timing) and keep the fastest correct one; the bf16
-case of the same shape and layout uses that schedule. Then time the kept kernel and
-cuBLAS (the workers' ``cublas`` baseline: ``cupy.matmul`` / ``torch.matmul``) in the same
-worker process by the same method (warm-up, L2 flush, CUDA events, median), interleaved
-over ``--rounds`` rounds. Writes ``--out`` (device fingerprint, commit, every
-case: latencies, ratio = cuBLAS latency / pipetune latency, the schedule) and prints the
-table with the geometric mean.
+case of the same shape and layout uses that schedule. Then time the kept kernel and the
+peers (the spec's run baseline, e.g. the workers' ``cublas``: ``cupy.matmul`` /
+``torch.matmul``) in the same worker process by the same method (warm-up, L2 flush, CUDA
+events, median), interleaved over ``--rounds`` rounds. Writes ``--out`` (device
+fingerprint, commit, every case: latencies, ratio = peer latency / pipetune latency, the
+schedule) and prints the table with the geometric mean.
 
     .venv/bin/python bench/gemm.py prepare --top 24 --out .bench/gemm-candidates.json.gz
     PYTHONPATH=. python3 bench/gemm.py run --candidates .bench/gemm-candidates.json.gz \\
         --out bench/results/gemm-2026-11-29.json
+    .venv/bin/python bench/gemm.py prepare --epilogue bias_gelu --out .bench/gemm-gelu.json.gz
 """
 
 from __future__ import annotations
@@ -55,10 +61,24 @@ STRUCTURE_KEYS = (
 )
 
 
+#: Suite -> the epilogue fused into every case's kernel (docs/benchmarks.md).
+EPILOGUES: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "bias_gelu": {"bias": True, "act": "gelu"},
+    "bias_residual": {"bias": True, "residual": True},
+}
+
+
 def _case_name(params: dict[str, Any]) -> str:
     return (
         f"{params['m']}x{params['n']}x{params['k']}-{params['dtype'][0:4]}-{params['b_layout']}"
     )
+
+
+def _spec(m: int, n: int, k: int, dtype: str, layout: str, epilogue: str) -> Any:
+    from scheduler_search.ops.gemm import GemmSpec
+
+    return GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout, epilogue=EPILOGUES[epilogue])
 
 
 def _structure(choices: dict[str, Any]) -> tuple:
@@ -69,7 +89,6 @@ def _structure(choices: dict[str, Any]) -> tuple:
 def prepare(args: argparse.Namespace) -> None:
     from codegen import feasibility, render
     from scheduler_search.hardware import get_device
-    from scheduler_search.ops.gemm import GemmSpec
     from scheduler_search.ops.suites import GEMM_SHAPES
     from scheduler_search.space import ScheduleSpace, rank_top
     from scheduler_search.sprogram import plan_sprogram
@@ -85,7 +104,7 @@ def prepare(args: argparse.Namespace) -> None:
     shapes = [s for s in GEMM_SHAPES if not args.shapes or "x".join(map(str, s)) in args.shapes]
     for m, n, k in shapes:
         for layout in args.layouts:
-            ranked_spec = GemmSpec(m=m, n=n, k=k, dtype="float16", b_layout=layout)
+            ranked_spec = _spec(m, n, k, "float16", layout, args.epilogue)
             space = ScheduleSpace(ranked_spec, device, feasibility("gemm", device))
             candidates, _ = space.enumerate()
             ranked = rank_top(space, candidates, args.pool)
@@ -105,7 +124,7 @@ def prepare(args: argparse.Namespace) -> None:
                     choices = {**item.sprogram.choices, **order}
                     if choices != item.sprogram.choices:
                         tried.append((rank, choices, None))
-            specs = {dtype: GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
+            specs = {dtype: _spec(m, n, k, dtype, layout, args.epilogue)
                      for dtype in ("float16", "bfloat16")}
             entries = []
             for rank, choices, estimate_us in tried:
@@ -127,6 +146,7 @@ def prepare(args: argparse.Namespace) -> None:
     doc = {
         **tree_state(),
         "device": args.device,
+        "epilogue": args.epilogue,
         "top": args.top,
         "raster_top": args.raster_top,
         "pool": args.pool,
@@ -197,64 +217,67 @@ def run(args: argparse.Namespace) -> None:
             winner = next(e for e in entries if e["float16"]["hash"] == best["hash"])
             for dtype in dtypes:
                 params = {**searched, "dtype": dtype}
-                workload = {"op": "gemm", "params": params}
-                artifact = KernelArtifact.from_dict(winner[dtype]["artifact"])
-                rounds = []
-                for _ in range(args.rounds):
-                    mine, peer = pool.measure(
-                        [
-                            Job(workload, artifact=artifact, timing=final,
-                                deadline_s=args.deadline),
-                            Job(workload, baseline="cublas", timing=final,
-                                deadline_s=args.deadline),
-                        ]
-                    )
-                    rounds.append(
-                        (mine.latency_us, peer.latency_us, mine.rel_error, peer.rel_error,
-                         mine.status.value)
-                    )
-                name = _case_name(params)
-                record: dict[str, Any] = {"case": name, "params": params}
-                if dtype == "float16":
-                    record["searched"] = tried
-                else:
-                    record["searched_as"] = _case_name(searched)
-                if any(r[4] != "ok" or r[0] is None or r[1] is None for r in rounds):
-                    record["error"] = f"re-timing failed: {[r[4] for r in rounds]}"
-                    results.append(record)
-                    print(f"{name}: {record['error']}", flush=True)
-                    continue
-                mine_us = statistics.median(r[0] for r in rounds)
-                peer_us = statistics.median(r[1] for r in rounds)
-                flops = 2.0 * params["m"] * params["n"] * params["k"]
-                record.update(
-                    {
-                        "pipetune_us": mine_us,
-                        "cublas_us": peer_us,
-                        "ratio": peer_us / mine_us,
-                        "pipetune_tflops": flops / mine_us / 1e6,
-                        "cublas_tflops": flops / peer_us / 1e6,
-                        "rel_error": max(r[2] for r in rounds),
-                        "cublas_rel_error": max(r[3] for r in rounds),
-                        "rounds": [r[:4] for r in rounds],
-                        "schedule_hash": winner[dtype]["hash"],
-                        "choices": winner[dtype]["choices"],
-                        "cost_model_rank": best["rank"],
-                        "candidates_ok": f"{len(ok)}/{len(tried)}",
-                    }
-                )
+                record = {"case": _case_name(params), "params": params,
+                          **({"searched": tried} if dtype == "float16"
+                             else {"searched_as": _case_name(searched)}),
+                          **_retime(pool, params, winner[dtype], final, args),
+                          "cost_model_rank": best["rank"],
+                          "candidates_ok": f"{len(ok)}/{len(tried)}"}
                 results.append(record)
-                print(
-                    f"{name:<28} pipetune {mine_us:9.1f} us {record['pipetune_tflops']:6.1f} TF  "
-                    f"cublas {peer_us:9.1f} us {record['cublas_tflops']:6.1f} TF  "
-                    f"ratio {record['ratio']:.3f}  ({len(ok)}/{len(tried)} ok, "
-                    f"{time.perf_counter() - started:.0f} s)",
-                    flush=True,
-                )
+                _print_case(record, started)
             write_json(args.out, _summary(args, doc, quick, final, fingerprint, results, started))
     summary = _summary(args, doc, quick, final, fingerprint, results, started)
     write_json(args.out, summary)
     print_table(summary)
+
+
+def _retime(pool: Any, params: dict[str, Any], winner: dict[str, Any], final: Any,
+            args: argparse.Namespace) -> dict[str, Any]:
+    """The kept kernel and the spec's peers in the same worker, interleaved over the
+    rounds: medians, ``ratio`` against the run baseline (``peer``), and each peer's."""
+    from codegen.artifact import KernelArtifact
+    from scheduler_search.ops import parse_spec
+    from workers import Job
+
+    spec = parse_spec("gemm", params)
+    peers = [spec.run_baseline(), *spec.run_peers()]
+    workload = {"op": "gemm", "params": params}
+    artifact = KernelArtifact.from_dict(winner["artifact"])
+    rounds = [pool.measure([Job(workload, artifact=artifact, timing=final,
+                                deadline_s=args.deadline),
+                            *(Job(workload, baseline=peer, timing=final, deadline_s=args.deadline)
+                              for peer in peers)])
+              for _ in range(args.rounds)]
+    if any(r[0].status.value != "ok" for r in rounds):
+        return {"error": f"re-timing failed: {[r[0].status.value for r in rounds]}"}
+    mine_us = statistics.median(r[0].latency_us for r in rounds)
+    peer_us = {name: statistics.median(r[1 + i].latency_us for r in rounds)
+               for i, name in enumerate(peers)
+               if all(r[1 + i].status.value == "ok" for r in rounds)}
+    flops = spec.flops()
+    record: dict[str, Any] = {
+        "pipetune_us": mine_us, "pipetune_tflops": flops / mine_us / 1e6, "peer": peers[0],
+        "peers_us": peer_us, "ratios_vs_peers": {n: us / mine_us for n, us in peer_us.items()},
+        "rel_error": max(r[0].rel_error for r in rounds),
+        "peer_errors": {name: r[1 + i].error[:200] for r in rounds
+                        for i, name in enumerate(peers) if r[1 + i].status.value != "ok"},
+        "rounds_us": [[m.latency_us for m in r] for r in rounds],
+        "schedule_hash": winner["hash"], "choices": winner["choices"]}
+    if peers[0] in peer_us:
+        record.update(peer_us=peer_us[peers[0]], ratio=peer_us[peers[0]] / mine_us,
+                      peer_tflops=flops / peer_us[peers[0]] / 1e6)
+    return record
+
+
+def _print_case(r: dict[str, Any], started: float) -> None:
+    if "pipetune_us" not in r:
+        print(f"{r['case']}: {r['error']}", flush=True)
+        return
+    peers = "  ".join(f"{n} {us:9.1f} us" for n, us in r["peers_us"].items())
+    ratio = f"ratio {r['ratio']:.3f}" if "ratio" in r else f"no {r['peer']}"
+    print(f"{r['case']:<28} pipetune {r['pipetune_us']:9.1f} us {r['pipetune_tflops']:6.1f} TF  "
+          f"{peers}  {ratio}  ({r['candidates_ok']} ok, {time.perf_counter() - started:.0f} s)",
+          flush=True)
 
 
 def _summary(
@@ -267,10 +290,12 @@ def _summary(
     started: float,
 ) -> dict[str, Any]:
     ratios = [r["ratio"] for r in results if "ratio" in r]
+    epilogue = doc.get("epilogue", "plain")
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "suite": "gemm",
-        "peer": "cublas",
+        "suite": "gemm" if epilogue == "plain" else f"gemm+{epilogue}",
+        "epilogue": EPILOGUES[epilogue],
+        "peers": sorted({r["peer"] for r in results if "peer" in r}),
         "fingerprint": fingerprint,
         "commit": doc.get("commit"),
         "tree_dirty_at_prepare": doc.get("dirty"),
@@ -294,7 +319,7 @@ def _summary(
 
 
 def print_table(summary: dict[str, Any]) -> None:
-    print(f"\n{'case':<28} {'pipetune us':>12} {'cuBLAS us':>10} {'ratio':>7}  schedule")
+    print(f"\n{'case':<28} {'pipetune us':>12} {'peer us':>10} {'ratio':>7}  schedule")
     for r in summary["cases"]:
         if "ratio" not in r:
             print(f"{r['case']:<28} {'-':>12} {'-':>10} {'-':>7}  {r.get('error', '')}")
@@ -308,10 +333,10 @@ def print_table(summary: dict[str, Any]) -> None:
             f"r{c['raster_major']}{c['raster_swizzle']}"
         )
         print(
-            f"{r['case']:<28} {r['pipetune_us']:>12.1f} {r['cublas_us']:>10.1f} "
+            f"{r['case']:<28} {r['pipetune_us']:>12.1f} {r['peer_us']:>10.1f} "
             f"{r['ratio']:>7.3f}  {shape}"
         )
-    print(f"geomean ratio (cuBLAS latency / pipetune latency): {summary['geomean_ratio']:.3f} "
+    print(f"geomean ratio (peer latency / pipetune latency): {summary['geomean_ratio']:.3f} "
           f"over {summary['cases_measured']} cases")
 
 
@@ -320,6 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="step", required=True)
     p = sub.add_parser("prepare", help="rank and render candidates (CPU)")
     p.add_argument("--device", default="h200")
+    p.add_argument("--epilogue", choices=sorted(EPILOGUES), default="plain",
+                   help="the suite: plain GEMMs, or with this epilogue fused")
     p.add_argument("--top", type=int, default=24)
     p.add_argument("--pool", type=int, default=400, help="cost-model top N to pick from")
     p.add_argument("--raster-top", type=int, default=4, help="structures whose rasters vary")

@@ -69,6 +69,14 @@ class GemmSpec(OperatorSpec):
     b_layout: Literal["kn", "nk"] = "kn"
     epilogue: GemmEpilogue = GemmEpilogue()
 
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> GemmSpec:
+        """As pydantic's (no validation: workloads already validated, tiny test shapes),
+        with the epilogue still made a :class:`GemmEpilogue` from its plain dict."""
+        if isinstance(values.get("epilogue"), dict):
+            values["epilogue"] = GemmEpilogue.model_validate(values["epilogue"])
+        return super().model_construct(_fields_set, **values)
+
     def run_baseline(self) -> str | None:
         # With an epilogue: cuBLAS's matmul followed by PyTorch's ops for it, unfused.
         return "torch_epilogue" if self.epilogue.fused else self.baseline

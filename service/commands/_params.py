@@ -1,16 +1,19 @@
 """Operator parameters from the command line: ``--m 4096 --dtype float16``.
 
-Flags are the spec's field names (``--kv-heads`` and ``--kv_heads`` both work); values
-are converted by the field's type, then validated by the spec itself, so the CLI and
-the API report the same errors.
+Flags are the spec's field names (``--kv-heads`` and ``--kv_heads`` both work); a field
+that is itself a model (GEMM's ``epilogue``) takes JSON (``--epilogue '{"act": "gelu"}'``)
+or one flag per sub-field (``--epilogue.bias --epilogue.act gelu``). Values are converted
+by the field's type, then validated by the spec itself, so the CLI and the API report the
+same errors.
 """
 
 from __future__ import annotations
 
+import json
 import typing
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
 
@@ -35,6 +38,16 @@ def _convert(annotation: Any, raw: str, flag: str) -> Any:
             return int(raw)
         except ValueError:
             raise SpecError(flag, f"expected an integer, got {raw!r}") from None
+    if annotation is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise SpecError(flag, f"expected a number, got {raw!r}") from None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SpecError(flag, f"expected a JSON object, got {raw!r} ({exc.msg})") from None
     if typing.get_origin(annotation) is typing.Literal or annotation is str:
         if flag == "dtype":
             return DTYPE_ALIASES.get(raw.lower(), raw)
@@ -59,11 +72,14 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
         if not token.startswith("--"):
             raise SpecError(token, "expected --PARAM VALUE")
         name = token[2:].replace("-", "_")
+        name, _, sub = name.partition(".")
         targets = aliases.get(name, (name,))
         if any(t not in fields for t in targets):
             known = ", ".join(f"--{f}" for f in [*fields, *aliases])
             raise SpecError(name, f"unknown parameter for {op}; known: {known}")
         annotation = fields[targets[0]].annotation
+        if sub:
+            annotation = _sub_field(annotation, name, sub)
         has_value = i + 1 < len(extra) and not extra[i + 1].startswith("--")
         if annotation is bool and not has_value:
             value: Any = True
@@ -74,8 +90,21 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
             value = _convert(annotation, extra[i + 1], name)
             i += 2
         for target in targets:
-            params[target] = value
+            if sub:
+                params.setdefault(target, {})[sub] = value
+            else:
+                params[target] = value
     return params
+
+
+def _sub_field(annotation: Any, name: str, sub: str) -> Any:
+    """The type of ``--name.sub``: a field of the model that field ``name`` holds."""
+    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        raise SpecError(f"{name}.{sub}", f"--{name} has no sub-fields")
+    if sub not in annotation.model_fields:
+        known = ", ".join(f"--{name}.{f}" for f in annotation.model_fields)
+        raise SpecError(f"{name}.{sub}", f"unknown sub-field; known: {known}")
+    return annotation.model_fields[sub].annotation
 
 
 def spec_from_cli(op: str, extra: list[str]) -> OperatorSpec:

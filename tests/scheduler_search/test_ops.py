@@ -189,6 +189,41 @@ def test_causal_of_wrong_type_is_named(bad: Any) -> None:
     assert "boolean" in error["msg"]
 
 
+@pytest.mark.parametrize(
+    ("epilogue", "loc", "kind"),
+    [({"act": "tanh"}, ("epilogue", "act"), "literal_error"),
+     ({"bias": "yes"}, ("epilogue", "bias"), "bool_type"),
+     ({"scale": float("inf")}, ("epilogue", "scale"), "finite_number"),
+     ({"scale": "2"}, ("epilogue", "scale"), "float_type"),
+     ({"clamp": 6}, ("epilogue", "clamp"), "extra_forbidden"),
+     ("gelu", ("epilogue",), "model_type")],
+    ids=["act", "bias", "scale-inf", "scale-str", "extra", "not-an-object"])
+def test_a_bad_epilogue_names_its_field(epilogue: Any, loc: tuple[str, ...], kind: str) -> None:
+    error = only_error("gemm", with_("gemm", epilogue=epilogue))
+    assert error["loc"] == loc and error["type"] == kind, error
+
+
+def test_a_gemm_epilogue_adds_its_tensors_and_changes_the_peers() -> None:
+    plain = parse_spec("gemm", GEMM)
+    fused = parse_spec("gemm", with_("gemm", epilogue={"bias": True, "act": "gelu",
+                                                       "residual": True, "scale": 2}))
+    assert [t.name for t in plain.tensors()] == ["a", "b", "c"]
+    shapes = {t.name: (t.shape, t.dtype, t.role) for t in fused.tensors()}
+    m, n = GEMM["m"], GEMM["n"]
+    assert shapes["bias"] == ((n,), "float16", "input")
+    assert shapes["residual"] == ((m, n), "float16", "input")
+    assert fused.params()["epilogue"] == {"scale": 2.0, "bias": True, "act": "gelu",
+                                          "residual": True}
+    assert "epilogue" not in plain.params()
+    assert (plain.run_baseline(), plain.run_peers()) == ("cublas", ())
+    assert (fused.run_baseline(), fused.run_peers()) == ("torch_epilogue", ())
+    lt = parse_spec("gemm", with_("gemm", epilogue={"bias": True, "act": "gelu_tanh"}))
+    assert lt.run_peers() == ("cublaslt_epilogue",)
+    graph = fused.build_graph({"m": 128, "n": 128, "k": 64})
+    assert [t.name for t in graph.stasks][-2:] == ["epilogue", "store"]
+    assert fused.epilogue.describe() == "2·acc + bias, gelu, + residual"
+
+
 @pytest.mark.parametrize("bad", ["false", 0, None], ids=repr)
 def test_states_in_fp32_of_wrong_type_is_named(bad: Any) -> None:
     error = only_error("mamba2_chunk_state", with_("mamba2_chunk_state", states_in_fp32=bad))

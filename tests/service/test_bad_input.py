@@ -28,6 +28,8 @@ RAW_BODIES: list[tuple[str, bytes, dict[str, str], int, str]] = [
     ("inf seconds",
      b'{"op":"gemm","params":{"m":1024,"n":1024,"k":1024},"budget":{"seconds":Infinity}}',
      JSON, 422, "budget.seconds"),
+    ("infinite epilogue scale", b'{"op":"gemm","params":{"m":1024,"n":1024,"k":1024,'
+     b'"epilogue":{"scale":-Infinity}}}', JSON, 422, "params.epilogue.scale"),
 ]
 
 JSON_BODIES: list[tuple[str, Any, int, str]] = [
@@ -53,6 +55,10 @@ JSON_BODIES: list[tuple[str, Any, int, str]] = [
      {**tune_body({"m": 131072, "n": 131072, "k": 131072}), "device": "sim:a100"}, 422,
      "params"),
     ("bad dtype", {"op": "gemm", "params": {**G, "dtype": "int8"}}, 422, "params.dtype"),
+    ("bad activation", {"op": "gemm", "params": {**G, "epilogue": {"act": "tanh"}}}, 422,
+     "params.epilogue.act"),
+    ("epilogue not an object", {"op": "gemm", "params": {**G, "epilogue": "gelu"}}, 422,
+     "params.epilogue"),
     ("attention partial", {"op": "attention", "params": {"batch": 1}}, 422, "params.heads"),
     ("unknown device", {**tune_body(), "device": "tpu:0"}, 422, "device"),
     ("absent gpu", {**tune_body(), "device": "cuda:7"}, 422, "device"),

@@ -110,3 +110,23 @@ def test_kernel_out_fails_loudly_when_there_is_no_kernel(
                         "--kernel-out", str(out_file))
     assert code == 1 and not out_file.exists()
     assert "--kernel-out: nothing to write" in err, err
+
+
+def test_a_fused_epilogue_is_tuned_from_sub_field_flags(
+    capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    out_file = tmp_path / "kernel.json"
+    code, out, err = _run(capsys, "tune", "gemm", *TUNED, "--epilogue.bias", "--epilogue.act",
+                          "gelu", "--device", "sim:h200", "--trials", "4", "--database-url",
+                          f"sqlite:///{tmp_path / 'cli.db'}", "--kernel-out", str(out_file))
+    assert code == 0, err
+    artifact = json.loads(out_file.read_text())
+    assert artifact["params"]["epilogue"] == {"scale": 1.0, "bias": True, "act": "gelu",
+                                              "residual": False}
+    assert "act_gelu" in artifact["source"]
+    assert [a["name"] for a in artifact["args"] if a["kind"] == "tensor" and
+            a["role"] == "input"] == ["bias"]
+    code, _, err = _run(capsys, "tune", "gemm", *TUNED, "--epilogue.act", "tanh",
+                        "--device", "sim:h200", "--database-url",
+                        f"sqlite:///{tmp_path / 'cli.db'}")
+    assert code != 0 and "epilogue.act" in err

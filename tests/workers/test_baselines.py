@@ -224,3 +224,14 @@ def test_every_operator_declares_peers_the_worker_runs_for_it() -> None:
         assert spec_class.baseline is not None, op
         for name in (spec_class.baseline, *spec_class.peers):
             assert BASELINE_OPS[name] == op, (op, name)
+
+
+@pytest.mark.parametrize("epilogue", [{"bias": True, "act": "gelu"},
+                                      {"bias": True, "residual": True},
+                                      {"act": "relu"},
+                                      {"bias": True, "act": "relu", "scale": 2.0}])
+def test_cublaslt_fuses_only_a_bias_with_relu_or_tanh_gelu(epilogue: dict[str, Any]) -> None:
+    params = {"m": 64, "n": 64, "k": 64, "dtype": "float16", "epilogue": epilogue}
+    tensors, dtypes = _workload("gemm", params)
+    with pytest.raises(BaselineUnavailable, match="fuses a bias with ReLU or tanh GELU only"):
+        prepare_baseline("cublaslt_epilogue", "gemm", params, tensors, dtypes)

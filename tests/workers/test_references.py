@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import naive_refs
 import numpy as np
 import pytest
@@ -36,6 +38,37 @@ def test_gemm_reference_matches_naive_loop(b_layout: str) -> None:
     inputs, _ = _inputs32("gemm", params)
     (got,) = reference(np, "gemm", params, inputs).values()
     want = naive_refs.gemm(inputs["a"].astype(np.float64), inputs["b"].astype(np.float64), b_layout)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _naive_epilogue(x: float, bias: float, residual: float, epilogue: dict) -> float:
+    """One output element's epilogue, in float64, from the formulas."""
+    y = x * epilogue.get("scale", 1.0) + bias
+    act = epilogue.get("act", "none")
+    if act == "relu":
+        y = max(y, 0.0)
+    elif act == "gelu":
+        y = 0.5 * y * (1.0 + math.erf(y / math.sqrt(2.0)))
+    elif act == "gelu_tanh":
+        y = 0.5 * y * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y ** 3)))
+    elif act == "silu":
+        y = y / (1.0 + math.exp(-y))
+    return y + residual
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+def test_gemm_epilogue_reference_matches_the_formulas(act: str) -> None:
+    epilogue = {"bias": True, "act": act, "residual": True, "scale": -0.75}
+    params = {"m": 5, "n": 8, "k": 9, "dtype": "float16", "epilogue": epilogue}
+    inputs, _ = _inputs32("gemm", params)
+    assert set(inputs) == {"a", "b", "bias", "residual"}
+    (got,) = reference(np, "gemm", params, inputs).values()
+    product = naive_refs.gemm(inputs["a"].astype(np.float64), inputs["b"].astype(np.float64),
+                              "kn")
+    want = np.array([[_naive_epilogue(product[i, j], float(inputs["bias"][j]),
+                                      float(inputs["residual"][i, j]), epilogue)
+                      for j in range(8)] for i in range(5)])
+    assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
