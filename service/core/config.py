@@ -48,6 +48,9 @@ class Settings(BaseSettings):
         warm_start: how many nearest cached schedules seed a new run.
         gpu_batch_size: candidates per search round on a GPU (0: one per CPU core, so a
             round's kernels compile together).
+        warm_executors: start the executors of the GPUs (and fleet kinds) a run manager
+            serves when it starts (worker processes, CUDA contexts, compile pools), so the
+            first run after a restart does not wait for them.
         cost_model_seeds: on a GPU, the cost model's best distinct structures measured
             first (computed in another process while the search starts; 0: off).
         calibrate: fit the cost model to each GPU run's measurements and rank later runs
@@ -91,6 +94,7 @@ class Settings(BaseSettings):
     seed: int = 0
     warm_start: int = Field(default=4, ge=0, le=64)
     gpu_batch_size: int = Field(default=0, ge=0, le=256)
+    warm_executors: bool = True
     cost_model_seeds: int = Field(default=16, ge=0, le=256)
     calibrate: bool = True
     api_threads: int = Field(default=40, ge=1, le=1000)

@@ -51,9 +51,10 @@ from service.db.models import (
     as_utc,
 )
 from service.errors import Conflict, InvalidRequest, NotFound
+from service.runs import fleet as fleet_runs
 from service.runs.admission import admit
 from service.runs.context import RunContext
-from service.runs.devices import ResolvedDevice, served_device_keys
+from service.runs.devices import ResolvedDevice, available_devices, served_device_keys
 from service.runs.execution import RunExecution
 from service.runs.executors import ExecutorRegistry
 from service.runs.finish import record_end
@@ -128,6 +129,20 @@ class RunManager:
         beat = threading.Thread(target=self._heartbeat_loop, name="pipetune-heartbeat", daemon=True)
         beat.start()
         self._threads.append(beat)
+        if self.settings.warm_executors:
+            threading.Thread(target=self._warm_executors, name="pipetune-warm",
+                             daemon=True).start()
+
+    def _warm_executors(self) -> None:
+        """Start the executors of the GPUs and fleet kinds this process serves now, not at
+        their first run (a run that comes meanwhile waits for the same start)."""
+        for device in self._served_gpus():
+            if self._stop.is_set():
+                return
+            try:
+                self.executors.get(device).warm()
+            except Exception as exc:  # a GPU that cannot start fails its runs later, loudly
+                logger.warning("executor of %s not warmed: %s", device.name, exc)
 
     def _register_devices(self) -> None:
         """Record the keys this process measures: the given ones, else this host's devices
@@ -146,6 +161,14 @@ class RunManager:
         self.device_keys = keys
         with repo.session_scope(self.db.sessions) as session:
             processes.register(session, owner=self.owner, device_keys=keys)
+
+    def _served_gpus(self) -> list[ResolvedDevice]:
+        """The GPU devices (local and fleet) among the keys this process claims runs for."""
+        keys = self.device_keys or frozenset()
+        found = [d for d in available_devices() if d.kind == "cuda" and d.key in keys]
+        with repo.session_scope(self.db.sessions) as session:
+            registered = fleet.fleet_devices(session)
+        return found + [fleet_runs.resolved(d) for d in registered if d.key in keys]
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop the threads; runs in progress stop at their next round, left to resume."""

@@ -113,6 +113,44 @@ def gpu_settings(database_url: str, tmp_path) -> Settings:
     )
 
 
+class _Warmed(ModelGpu):
+    """A pretend GPU that records when it was warmed."""
+
+    def __init__(self) -> None:
+        super().__init__(batch=4)
+        self.warmed_at: float | None = None
+
+    def warm(self) -> None:
+        self.warmed_at = time.monotonic()
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_run_manager_warms_its_gpus_executor_before_any_run(
+    fake_gpu: FakeProbe, gpu_settings: Settings, warm: bool
+) -> None:
+    """A warm serve: the GPU's pool starts when the service does (worker, CUDA, compile
+    pool), so the first request finds it running; off, it starts at the first run."""
+    made: list[_Warmed] = []
+
+    def factory(device: object) -> _Warmed:
+        made.append(_Warmed())
+        return made[-1]
+
+    settings = gpu_settings.model_copy(update={"warm_executors": warm})
+    with TestClient(create_app(settings, gpu_pool_factory=factory)) as client:
+        deadline = time.monotonic() + 10
+        while warm and not (made and made[0].warmed_at):
+            assert time.monotonic() < deadline, "the GPU's executor was not warmed"
+            time.sleep(0.02)
+        if not warm:
+            time.sleep(0.3)
+            assert made == []
+        response = client.post("/v1/tune", json={"op": "gemm", "params": GEMM,
+                                                 "budget": {"trials": 4}})
+        assert wait_for(client, response.json()["run"]["id"])["status"] == "succeeded"
+    assert len(made) == 1  # the run measured on the executor started for it (or warmed)
+
+
 def test_gpu_run_stores_kernel_baseline_and_calibration(
     fake_gpu: FakeProbe, gpu_settings: Settings
 ) -> None:

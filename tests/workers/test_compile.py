@@ -88,3 +88,17 @@ def test_batch_compiles_in_parallel_with_errors_in_place(tmp_path: Path) -> None
     assert [r.ok for r in results] == [True, False, True]
     assert results[0] == results[2]  # one compile for a repeated source
     assert "error" in results[1].log and results[1].cubin_path is None
+
+
+def test_warm_starts_every_pool_process_before_any_source(tmp_path: Path) -> None:
+    compiler = ParallelCompiler(cache_dir=tmp_path, max_workers=2)
+    try:
+        assert compiler._pool is None
+        compiler.warm()
+        pool = compiler._pool
+        assert pool is not None and len(pool._pool) == 2  # both processes spawned
+        compiler.warm()  # again: the same pool
+        assert compiler._pool is pool
+    finally:
+        compiler.close()
+    assert compiler._pool is None

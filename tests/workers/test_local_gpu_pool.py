@@ -54,6 +54,21 @@ def test_hang_times_out_and_the_worker_is_replaced(pool: LocalGpuPool) -> None:
     assert {r.device_index for r in again} == {0, 1}
 
 
+def test_warm_waits_for_the_workers_and_warms_the_compiler() -> None:
+    class Compiler(StandinCompiler):
+        warmed = 0
+
+        def warm(self) -> None:
+            self.warmed += 1
+
+    compiler = Compiler()
+    with LocalGpuPool(["0", "1"], worker_entry=standin_worker_main, compiler=compiler) as two:
+        two.warm()
+        assert compiler.warmed == 1
+        assert not two._startup.is_alive()  # both workers have started
+        assert [r.status for r in two.measure([job(), job(name="b")])] == [OK, OK]
+
+
 def test_dead_worker_is_a_crash_and_is_replaced() -> None:
     with LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=StandinCompiler()) as one:
         results = one.measure([job("die"), job(name="after")])

@@ -55,6 +55,11 @@ class Executor(ABC):
         the default does nothing. Never raises for a bad kernel."""
         return None
 
+    def warm(self) -> None:
+        """Start now what the first ``measure`` would otherwise start (worker processes,
+        their CUDA contexts, compile pools) and wait for it; the default has nothing."""
+        return None
+
     def close(self) -> None:
         """Release workers and devices; the default holds nothing."""
         return None

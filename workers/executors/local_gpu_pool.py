@@ -126,6 +126,14 @@ class LocalGpuPool(Executor):
     def batch_size(self) -> int:
         return self._batch_size
 
+    def warm(self) -> None:
+        """Wait for the workers' start (CUDA initialised, fingerprints read) and start the
+        compiler's processes."""
+        self._startup.join()
+        warm_compiler = getattr(self._compiler, "warm", None)
+        if warm_compiler is not None:
+            warm_compiler()
+
     @property
     def fingerprints(self) -> list[dict[str, Any] | None]:
         """Each worker's device fingerprint, as reported at its last start."""

@@ -89,6 +89,9 @@ class _GpuActor:
     def prepare(self, jobs: list[Job]) -> None:
         self.pool.prepare(jobs)
 
+    def warm(self) -> None:
+        self.pool.warm()
+
     def node(self) -> str:
         """The address of the Ray node this actor lives on."""
         import ray
@@ -163,6 +166,12 @@ class RayGpuPool(Executor):
         live = self.live_actors()
         for actor, indices in self._chunks(len(jobs), live):
             self._actors[actor].prepare.remote([jobs[i] for i in indices])
+
+    def warm(self) -> None:
+        """Each live actor's pool started (its GPU worker, its compile pool)."""
+        import ray
+
+        ray.get([self._actors[a].warm.remote() for a in self.live_actors()])
 
     def live_actors(self, timeout_s: float = PING_TIMEOUT_S) -> list[int]:
         """The actors that answer a ping within ``timeout_s`` (an actor waiting for its
