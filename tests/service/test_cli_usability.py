@@ -116,7 +116,7 @@ def test_a_fused_epilogue_is_tuned_from_sub_field_flags(
     capsys: pytest.CaptureFixture[str], tmp_path
 ) -> None:
     out_file = tmp_path / "kernel.json"
-    code, out, err = _run(capsys, "tune", "gemm", *TUNED, "--epilogue.bias", "--epilogue.act",
+    code, _, err = _run(capsys, "tune", "gemm", *TUNED, "--epilogue.bias", "--epilogue.act",
                           "gelu", "--device", "sim:h200", "--trials", "4", "--database-url",
                           f"sqlite:///{tmp_path / 'cli.db'}", "--kernel-out", str(out_file))
     assert code == 0, err
