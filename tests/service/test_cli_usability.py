@@ -117,8 +117,8 @@ def test_a_fused_epilogue_is_tuned_from_sub_field_flags(
 ) -> None:
     out_file = tmp_path / "kernel.json"
     code, _, err = _run(capsys, "tune", "gemm", *TUNED, "--epilogue.bias", "--epilogue.act",
-                          "gelu", "--device", "sim:h200", "--trials", "4", "--database-url",
-                          f"sqlite:///{tmp_path / 'cli.db'}", "--kernel-out", str(out_file))
+                        "gelu", "--device", "sim:h200", "--trials", "4", "--database-url",
+                        f"sqlite:///{tmp_path / 'cli.db'}", "--kernel-out", str(out_file))
     assert code == 0, err
     artifact = json.loads(out_file.read_text())
     assert artifact["params"]["epilogue"] == {"scale": 1.0, "bias": True, "act": "gelu",
