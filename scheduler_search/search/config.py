@@ -21,6 +21,9 @@ class SearchConfig:
         n_startup_trials: trials the TPE sampler draws at random before modelling.
         retime_top_k: finalists re-timed at the end (1: no re-timing beyond one round).
         retime_rounds: interleaved rounds of the final re-timing.
+        retime_leaders: each schedule that enters this many fastest is timed once more by
+            the final method as the search goes; the fastest by that method join the
+            final re-timing (0: off; see :mod:`~scheduler_search.search.retiming`).
         max_asks_per_candidate: with ``pool_factor``: asks allowed per pool slot before
             a round gives up.
         exhausted_after: rounds in a row without a new candidate that end the search.
@@ -47,6 +50,7 @@ class SearchConfig:
     n_startup_trials: int = 16
     retime_top_k: int = 3
     retime_rounds: int = 3
+    retime_leaders: int = 0
     max_asks_per_candidate: int = 12
     exhausted_after: int = 3
     mirror_pruned: bool = False

@@ -22,8 +22,9 @@ propose invalid or known points (exhausted), when rounds in a row measure only l
 already seen (``SearchConfig.stop_when_tied``: a deterministic device that cannot tell the
 rest apart), or when ``should_stop`` says so; a batch in
 flight is finished first (a cancel also drops the batch just proposed and skips the
-re-timing, so the caller gets the best measured at once). Then the top few are re-timed
-interleaved with the baselines
+re-timing, so the caller gets the best measured at once). Each schedule that enters the
+few fastest is timed once more by the final method (``SearchConfig.retime_leaders``); at
+the end the top few and the fastest of those are re-timed interleaved with the baselines
 (:mod:`~scheduler_search.search.retiming`), and the fastest wins. The working study is
 mirrored to a persistent one each round (:mod:`~scheduler_search.search.studies`).
 
@@ -47,7 +48,7 @@ from scheduler_search.search.executor import ExecutorLike, MeasurementLike, ok_l
 from scheduler_search.search.ledger import Ledger
 from scheduler_search.search.proposals import SeedSource, SeedsSource, build_sources
 from scheduler_search.search.records import Progress, SearchResult, TrialRecord
-from scheduler_search.search.retiming import Baselines, FinalRetiming
+from scheduler_search.search.retiming import Baselines, FinalRetiming, LeaderRetiming
 from scheduler_search.search.rounds import Batch, Rounds
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
 from scheduler_search.search.studies import Studies
@@ -142,6 +143,8 @@ class SearchDriver:
             executor, self.make_final_job, self._baselines,
             top_k=self.config.retime_top_k, rounds=self.config.retime_rounds,
         )
+        self._leaders = LeaderRetiming(executor, self.make_final_job,
+                                       top=self.config.retime_leaders)
 
     def run(self) -> SearchResult:
         """Search until a stop reason, re-time the finalists; the outcome."""
@@ -155,7 +158,9 @@ class SearchDriver:
         if reason is StopReason.CANCELLED:  # the caller is waiting: no re-timing
             finalists = self._retiming.without_retiming(self._ledger)
         else:
-            finalists = self._retiming.run(self._ledger, lambda: self._progress("retime"))
+            finalists = self._retiming.run(
+                self._ledger, lambda: self._progress("retime"),
+                leaders=self._leaders.fastest(self.config.retime_top_k))
         best = finalists[0] if finalists else None
         self._progress("done", best)
         ledger = self._ledger
@@ -216,6 +221,7 @@ class SearchDriver:
         if records:
             self._ledger.note_round(records)
             self._on_trials(records)
+            self._leaders.after_round(self._ledger)
         self._studies.sync(study)
         self._progress("search")
 

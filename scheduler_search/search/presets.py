@@ -78,11 +78,12 @@ SIMULATED = SearchPreset(
 #: A GPU: overlapped rounds as wide as the compiler pool; the slots dealt in turns to the
 #: neighbours of the best, the sampler (one ask per slot: asking it for every candidate of
 #: a pool costs seconds per round on a GEMM space) and the cost model's picks; more
-#: finalists re-timed (the quick timing's selection noise is a few percent).
+#: finalists re-timed (the quick timing's selection noise is a few percent), and the
+#: leaders re-timed as the search goes.
 GPU = SearchPreset(
     "gpu",
     sources=(SOURCE_LOCAL, SOURCE_SEARCH, SOURCE_MODEL),
-    knobs={"overlap": True, "retime_top_k": 5, "pool_factor": None,
+    knobs={"overlap": True, "retime_top_k": 5, "retime_leaders": 3, "pool_factor": None,
            "sampler_asks_per_slot": 1, "random_per_slot": 2},
     search_timing=SEARCH_TIMING,
     final_timing=FINAL_TIMING,

@@ -1,7 +1,8 @@
 """The driver's GPU-run features with stand-ins: overlapped rounds (the next batch is asked
 and prepared while the current one is measured), priority seeds that wait for room, the
 cost model's seeds arriving late, a reference job measured first and re-timed with the
-finalists, a job that cannot be made, and the best-so-far curve."""
+finalists, the leaders re-timed as the search goes, a job that cannot be made, and the
+best-so-far curve."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
+import pytest
 from search_fakes import FakeMeasurement, FakeStatus, RecordingExecutor, TinySpace, latency_of
 
 from scheduler_search.search import (
@@ -236,3 +238,41 @@ def test_neighbours_change_one_knob_and_walk_the_rest() -> None:
     assert "consumer_split" not in one_warpgroup and "wg_schedule" not in one_warpgroup
     assert all(sum(c.get(k) != v for k, v in base.items()) >= 1 for c in found)
     assert {c["raster_swizzle"] for c in found} == {1, 2, 4, 8, 16}
+
+
+@dataclass
+class QuickReadsFast(PipelineExecutor):
+    """Quick timing (``measure``) reads some schedules fast: the true best (a = b = 2,
+    10.0) reads 10.9, its neighbours 5% under their true latency (11 -> 10.45); the final
+    method (``retime_interleaved``) reads true latencies."""
+
+    def _one(self, job: Any) -> FakeMeasurement:
+        true = latency_of(job)
+        quick = 10.9 if true == 10.0 else true * 0.95
+        return FakeMeasurement(FakeStatus("ok"), quick, simulated=False)
+
+    def retime_interleaved(self, jobs: Sequence[Any], rounds: int = 3) -> list[FakeMeasurement]:
+        self.retimed.append(list(jobs))
+        return [FakeMeasurement(FakeStatus("ok"), latency_of(job), simulated=False)
+                for job in jobs]
+
+
+@pytest.mark.parametrize("leaders", [0, 5])
+def test_leaders_retimed_as_the_search_goes_keep_the_fastest_by_the_final_method(
+        leaders: int) -> None:
+    """The quick timing ranks the true best fifth, below its four neighbours, so the final
+    re-timing of its top 2 alone misses it; re-timing each schedule that enters the top 5
+    as the search goes finds it."""
+    executor = QuickReadsFast(measure_s=0.0)
+    config = SearchConfig(overlap=True, retime_top_k=2, retime_leaders=leaders, seed=3)
+    result = _driver(executor, TinySpace(size=4), budget=Budget(trials=16),
+                     config=config).run()
+    best = result.best.schedule
+    measured = {tuple(sorted(dict(p.choices).items())) for p in executor.measured}
+    assert (("a", 2), ("b", 2)) in measured  # the search did measure the true best
+    if leaders:
+        assert (best["a"], best["b"]) == (2, 2) and result.best.latency_us == 10.0
+        assert len(executor.retimed) > 1  # leaders during the search, finalists at the end
+    else:
+        assert (best["a"], best["b"]) != (2, 2)  # the defect the leaders' re-timing fixes
+        assert len(executor.retimed) == 1
