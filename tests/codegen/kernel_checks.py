@@ -1,16 +1,20 @@
-"""Check a batch of generated kernels on the GPU in one go (NVRTC compiles in parallel),
-for the GPU test modules: every case rendered, checked against the fp32 reference with
-poisoned outputs on seeded random inputs, its result kept by schedule hash and written to
-``<basetemp>/<op>_gpu_results.txt``."""
+"""Check a batch of generated kernels in one go, for the test modules: on the GPU, every
+case rendered, checked against the fp32 reference with poisoned outputs on seeded random
+inputs, its result kept by schedule hash and written to ``<basetemp>/<op>_gpu_results.txt``
+(NVRTC compiles in parallel); on the CPU, sources compiled by nvcc for sm_90a, in
+parallel, none failing, spilling or serialising its wgmma."""
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from codegen import render
+from codegen.nvcc import PtxasReport, compile_report
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.sprogram import SProgram
@@ -46,3 +50,16 @@ def assert_correct(result: Any, name: str, sprogram: SProgram) -> None:
     """The kernel ran and matched the reference (relative L2 error under 1e-2)."""
     assert result.status.value == "ok", (name, sprogram.choices, result.error, result.log[-500:])
     assert result.rel_error is not None and result.rel_error < 1e-2
+
+
+def assert_compile_clean(sources: list[str]) -> list[PtxasReport]:
+    """Compile ``sources`` with nvcc; none fails, spills, uses a stack or has ptxas
+    serialise its wgmma. The reports, in order."""
+    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+        reports = list(pool.map(compile_report, sources))
+    failures = [r.log[-400:] if not r.ok else f"spills {r.spills}" for r in reports
+                if not r.ok or r.spills or r.stack_bytes]
+    assert not failures, failures[:3]
+    serialised = [r.log for r in reports if "serialized" in r.log]
+    assert not serialised, serialised[:1]
+    return reports

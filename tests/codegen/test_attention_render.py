@@ -5,10 +5,10 @@ the skeleton cannot lower yet is kept out of the space with its reason."""
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kernel_checks import assert_compile_clean
 from schedule_samples import sample_schedules
 
 from codegen import feasibility, lowering, render, unsupported
@@ -127,14 +127,8 @@ def test_sampled_attention_schedules_compile_without_spills() -> None:
         spec = _spec({**params, "dtype": dtype})
         sources += [render(sp, spec, DEVICE).source
                     for sp in sample_schedules(spec, DEVICE, 4, seed=2026)]
-    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
-        reports = list(pool.map(compile_report, sources))
-    failures = [r.log[-400:] if not r.ok else f"spills {r.spills}" for r in reports
-                if not r.ok or r.spills or r.stack_bytes]
-    assert not failures, failures[:3]
+    reports = assert_compile_clean(sources)
     assert all(0 < r.registers <= 255 for r in reports)
-    serialised = [r.log for r in reports if "serialized" in r.log]
-    assert not serialised, serialised[:1]
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")

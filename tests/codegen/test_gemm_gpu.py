@@ -1,6 +1,7 @@
 """Generated GEMM kernels on a real GPU: correct on every suite shape and on odd shapes,
-both B layouts, fp16 and bf16 (checked by the workers against the fp32 reference, with
-poisoned outputs, on seeded random inputs).
+both B layouts, fp16 and bf16, and with fused epilogues (every activation, bias, residual
+and scale; rows and columns past the output, an odd n; both stores) (checked by the
+workers against the fp32 reference, with poisoned outputs, on seeded random inputs).
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU.
 Every kernel of the module is compiled and checked in one batch (NVRTC in parallel);
@@ -16,9 +17,11 @@ from gpu import cuda_device_visible
 from kernel_checks import assert_correct, check_kernels
 from schedule_samples import sample_schedules
 
+from codegen import feasibility
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.suites import GEMM_SHAPES
+from scheduler_search.space import ScheduleSpace
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import SProgram, plan_sprogram
 
@@ -39,6 +42,21 @@ ODD_SHAPES: tuple[tuple[int, int, int, tuple[str, ...]], ...] = (
 )
 #: The classic Hopper design, with a grouped raster.
 REFERENCE_DESIGN = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzle": 8}
+EPILOGUES: tuple[dict[str, Any], ...] = (
+    {"bias": True, "act": "gelu"},
+    {"bias": True, "residual": True},
+    {"act": "gelu_tanh", "scale": 0.5},
+    {"bias": True, "act": "relu", "residual": True},
+    {"act": "silu", "residual": True, "scale": -2.0},
+)
+#: (m, n, k, b_layout, dtype) of the epilogue cases: a suite shape, shapes past every
+#: tile, an odd n (B n x k).
+EPILOGUE_SHAPES = (
+    (4096, 4096, 4096, "kn", "float16"),
+    (4000, 6000, 2000, "nk", "bfloat16"),
+    (777, 1000, 520, "kn", "float16"),
+    (513, 1001, 776, "nk", "float16"),
+)
 
 
 def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
@@ -57,6 +75,23 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_ODD_CASE, seed=11)
                 cases += [(f"odd-{m}x{n}x{k}-{dtype}-{layout}", spec, p) for p in programs]
+    return cases + _epilogue_cases()
+
+
+def _epilogue_cases() -> list[tuple[str, GemmSpec, SProgram]]:
+    """Each epilogue on each shape: two sampled schedules and the design with each store."""
+    cases = []
+    for index, epilogue in enumerate(EPILOGUES):
+        for m, n, k, layout, dtype in EPILOGUE_SHAPES:
+            spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout, epilogue=epilogue)
+            programs = list(sample_schedules(spec, DEVICE, 2, seed=index))
+            space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+            for store in ("tma", "cuda_core"):
+                design, validity = space.build({**GEMM_WARP_SPECIALIZED, "map_store": store})
+                if validity.ok:
+                    programs.append(design)
+            name = f"epilogue-{m}x{n}x{k}-{dtype}-{layout}-{spec.epilogue.describe()}"
+            cases += [(name, spec, p) for p in {p.hash: p for p in programs}.values()]
     return cases
 
 

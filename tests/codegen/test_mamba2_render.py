@@ -6,11 +6,10 @@ its buffers before the loop; what is not lowered is out of the space with its re
 
 from __future__ import annotations
 
-import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from kernel_checks import assert_compile_clean
 from schedule_samples import sample_schedules
 
 from codegen import feasibility, lowering, render, unsupported
@@ -200,13 +199,7 @@ def test_sampled_mamba2_schedules_compile_without_spills() -> None:
             spec = parse_spec(op, params)
             sources += [render(sp, spec, DEVICE).source
                         for sp in sample_schedules(spec, DEVICE, 3, seed=2026)]
-    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
-        reports = list(pool.map(compile_report, sources))
-    failures = [r.log[-400:] if not r.ok else f"spills {r.spills}" for r in reports
-                if not r.ok or r.spills or r.stack_bytes]
-    assert not failures, failures[:3]
-    serialised = [r.log for r in reports if "serialized" in r.log]
-    assert not serialised, serialised[:1]
+    assert_compile_clean(sources)
 
 
 @pytest.mark.parametrize("op", ["mamba2_chunk_state", "mamba2_chunk_scan"])
