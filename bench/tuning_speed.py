@@ -12,8 +12,9 @@ fresh data directory (no cached schedule, no compiled kernel, no calibration) an
 ``LocalGpuPool``: the run goes through the
 service's own path (``RunManager.run_inline``, as ``pipetune tune`` does) with a time
 budget (``--seconds``, the search loop; the final re-timing comes after). t = 0 is the
-request (the pool's start counts). Each stored trial's time is when its batch's results
-came back.
+request: the pool's start counts, unless ``--warm`` (a warm ``serve``: the pool started and
+warmed before the request, as a run manager does when it starts; ``warm_up_s`` says how
+long that took). Each stored trial's time is when its batch's results came back.
 
 Two readings of "within 2% of the final best":
 
@@ -156,9 +157,11 @@ def _run_and_read(manager: Any, db: Any, tune: Any, rounds: list) -> tuple[Any, 
     return run, rows, wall_s, wall0
 
 
-def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, Any]:
-    """Tune ``case`` from an empty database for ``seconds`` on this GPU; the best-so-far
-    curve, its steps re-timed with the winner, and the run."""
+def tune_one(case: str, seconds: float, dtype: str, layout: str,
+             warm: bool = False) -> dict[str, Any]:
+    """Tune ``case`` from an empty database for ``seconds`` on this GPU (its pool warmed
+    first with ``warm``); the best-so-far curve, its steps re-timed with the winner, and
+    the run."""
     import migrations
     from service.core.config import Settings
     from service.core.db import Database
@@ -181,6 +184,11 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, An
         request = TuneRequest(op=op, params=params, device="auto",
                               budget={"seconds": seconds})
         tune = prepare(request, settings)
+        warm_up_s = None
+        if warm:
+            started = time.monotonic()
+            executors.get(tune.device).warm()
+            warm_up_s = round(time.monotonic() - started, 2)
         run, rows, wall_s, wall0 = _run_and_read(manager, db, tune, rounds)
         public = RunPublic.of(run).model_dump(mode="json")
         if public["status"] != "succeeded":
@@ -195,6 +203,8 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str) -> dict[str, An
             "shape": case,
             "params": params,
             "seconds_budget": seconds,
+            "serve": "warm" if warm else "cold",
+            "warm_up_s": warm_up_s,
             "wall_s": round(wall_s, 2),
             "first_result_s": points[0][0] if points else None,
             "time_to_2pct_curve_s": _first_within(points, search_best),
@@ -230,6 +240,8 @@ def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = Non
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--layout", default="kn")
+    parser.add_argument("--warm", action="store_true",
+                        help="start and warm the GPU pool before the request (a warm serve)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "tuning_speed.json"))
     args = parser.parse_args(argv)
     if fingerprint is None:
@@ -254,7 +266,7 @@ def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = Non
     for name in args.cases:
         started = time.monotonic()
         try:
-            case = tune_one(name, args.seconds, args.dtype, args.layout)
+            case = tune_one(name, args.seconds, args.dtype, args.layout, args.warm)
         except Exception as exc:  # one case's failure must not lose the others
             import traceback
 

@@ -10,6 +10,7 @@ import json
 import time
 import zipfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -426,18 +427,42 @@ def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     assert all(space.build(c)[1].ok for c in found)
 
 
-def test_tuning_speed_bench_on_a_pretend_gpu(
-    fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch, tmp_path
-) -> None:
+def _tuning_speed_bench() -> Any:
     import importlib.util
     from pathlib import Path
-
-    from service.runs import executors
 
     path = Path(__file__).resolve().parents[2] / "bench" / "tuning_speed.py"
     module_spec = importlib.util.spec_from_file_location("tuning_speed", path)
     bench = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(bench)
+    return bench
+
+
+def test_tuning_speed_bench_on_a_warm_pretend_gpu(
+    fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """``--warm``: the pool is warmed before the request, and the clock starts after."""
+    from service.runs import executors
+
+    pools: list[_Warmed] = []
+    monkeypatch.setattr(executors, "local_gpu_pool",
+                        lambda *args, **kwargs: pools.append(_Warmed()) or pools[-1])
+    monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
+    out = tmp_path / "speed.json"
+    _tuning_speed_bench().main(["--cases", "gemm:1024x1024x1024", "--seconds", "1", "--warm",
+                                "--out", str(out)], fingerprint=dict(FINGERPRINT))
+    (case,) = json.loads(out.read_text())["cases"]
+    assert "error" not in case, case
+    assert case["serve"] == "warm" and case["warm_up_s"] is not None
+    assert len(pools) == 1 and pools[0].warmed_at is not None
+
+
+def test_tuning_speed_bench_on_a_pretend_gpu(
+    fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from service.runs import executors
+
+    bench = _tuning_speed_bench()
     monkeypatch.setattr(executors, "local_gpu_pool",
                         lambda *args, **kwargs: ModelGpu(measure_s=0.05))
     monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
@@ -447,7 +472,7 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
     (case,) = json.loads(out.read_text())["cases"]
     assert "error" not in case, case
     assert case["peer"] == "cublas" and case["peer_us"] == CUBLAS_US
-    assert case["speedup_vs_peer"] > 0
+    assert case["speedup_vs_peer"] > 0 and case["serve"] == "cold"
     # The best-so-far curve from the request, its steps re-timed with the winner.
     assert case["best_so_far_curve"] and case["time_to_2pct_curve_s"] is not None
     assert case["winner_retimed_after_run_us"] > 0
