@@ -69,6 +69,18 @@ def test_warm_waits_for_the_workers_and_warms_the_compiler() -> None:
         assert [r.status for r in two.measure([job(), job(name="b")])] == [OK, OK]
 
 
+def test_a_kernel_timed_again_is_not_compiled_again() -> None:
+    """Re-timings (the search's leaders, the finalists) reuse the pool's compile; a
+    failed compile is tried again."""
+    compiler = StandinCompiler()
+    with LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=compiler) as one:
+        assert [r.status for r in one.measure([job(name="a"), job(name="b")])] == [OK, OK]
+        assert [r.status for r in one.retime_interleaved([job(name="a")], rounds=2)] == [OK]
+        one.measure([job("syntax")])
+        one.measure([job("syntax")])
+    assert compiler.batches == [2, 1, 1]
+
+
 def test_dead_worker_is_a_crash_and_is_replaced() -> None:
     with LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=StandinCompiler()) as one:
         results = one.measure([job("die"), job(name="after")])

@@ -21,6 +21,7 @@ worker is replaced, lazily, before its next job.
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import threading
@@ -41,6 +42,8 @@ CompileRequest = tuple[str, tuple[str, ...]]
 DEFAULT_STARTUP_TIMEOUT_S = 180.0
 #: Batch width when the compiler does not say how many processes it runs.
 DEFAULT_BATCH_SIZE = 8
+#: Successful compiles a pool remembers (a few runs' worth of kernels).
+COMPILED_KEPT = 4096
 _STOP_GRACE_S = 5.0
 
 
@@ -114,6 +117,10 @@ class LocalGpuPool(Executor):
         self._prefetch_lock = threading.Lock()
         # Compiles started by ``prepare``: request -> (its batch's future, index in it).
         self._prefetched: dict[CompileRequest, tuple[Future[list[CompileResult]], int]] = {}
+        # Successful compiles by request, most recent last: a kernel timed again (the
+        # search's leaders, the finalists) does not go back to the compiler.
+        self._compiled: collections.OrderedDict[CompileRequest, CompileResult] = (
+            collections.OrderedDict())
         self._background = ThreadPoolExecutor(1, thread_name_prefix="pipetune-compile")
         self._startup = threading.Thread(
             target=self._start_all, name="pipetune-gpu-startup", daemon=True
@@ -206,6 +213,15 @@ class LocalGpuPool(Executor):
         with self._compile_lock:
             return self._compiler.compile_many(requests, self._arch())
 
+    def _remember_compiles(self, outcomes: dict[CompileRequest, CompileResult]) -> None:
+        with self._prefetch_lock:
+            for request, outcome in outcomes.items():
+                if outcome.ok:
+                    self._compiled[request] = outcome
+                    self._compiled.move_to_end(request)
+            while len(self._compiled) > COMPILED_KEPT:
+                self._compiled.popitem(last=False)
+
     def _compile(
         self, jobs: Sequence[Job], results: list[Measurement | None]
     ) -> dict[int, CompileResult]:
@@ -224,9 +240,15 @@ class LocalGpuPool(Executor):
                 outcomes[request] = future.result()[index]
             except Exception as exc:  # the background compile itself broke
                 outcomes[request] = _compiler_failed(exc)
+        with self._prefetch_lock:
+            for request in set(requests.values()) - set(outcomes):
+                if request in self._compiled:
+                    outcomes[request] = self._compiled[request]
+                    self._compiled.move_to_end(request)
         missing = [r for r in dict.fromkeys(requests.values()) if r not in outcomes]
         if missing:
             outcomes.update(zip(missing, self._compile_requests(missing), strict=True))
+        self._remember_compiles(outcomes)
         compiled: dict[int, CompileResult] = {}
         for index in indices:
             outcome = outcomes[requests[index]]
