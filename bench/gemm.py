@@ -3,7 +3,9 @@ GEMMs with a fused epilogue against the unfused PyTorch sequence, on one GPU.
 
 ``--epilogue`` picks the suite: ``plain`` (peer cuBLAS), ``bias_gelu`` or ``bias_residual``
 (the spec's epilogue fused into the kernel; peer ``torch.matmul`` then PyTorch's ops, and
-cuBLASLt's own fused bias where it can compute the epilogue).
+cuBLASLt's own fused bias where it can compute the epilogue). ``prepare --dtypes
+float8_e4m3 --layouts nk`` is the FP8 suite (per-tensor scales, bf16 out; peer
+``torch._scaled_mm``).
 
 Two steps, so the GPU machine spends its time on GPU work only:
 
@@ -104,7 +106,7 @@ def prepare(args: argparse.Namespace) -> None:
     shapes = [s for s in GEMM_SHAPES if not args.shapes or "x".join(map(str, s)) in args.shapes]
     for m, n, k in shapes:
         for layout in args.layouts:
-            ranked_spec = _spec(m, n, k, "float16", layout, args.epilogue)
+            ranked_spec = _spec(m, n, k, args.dtypes[0], layout, args.epilogue)
             space = ScheduleSpace(ranked_spec, device, feasibility("gemm", device))
             candidates, _ = space.enumerate()
             ranked = rank_top(space, candidates, args.pool)
@@ -125,7 +127,7 @@ def prepare(args: argparse.Namespace) -> None:
                     if choices != item.sprogram.choices:
                         tried.append((rank, choices, None))
             specs = {dtype: _spec(m, n, k, dtype, layout, args.epilogue)
-                     for dtype in ("float16", "bfloat16")}
+                     for dtype in args.dtypes}
             entries = []
             for rank, choices, estimate_us in tried:
                 entry: dict[str, Any] = {"rank": rank, "estimate_us": estimate_us}
@@ -137,7 +139,7 @@ def prepare(args: argparse.Namespace) -> None:
                         "artifact": render(sprogram, spec, device).to_dict(),
                     }
                 entries.append(entry)
-            cases.append({"params": specs["float16"].params(), "candidates": entries})
+            cases.append({"params": specs[args.dtypes[0]].params(), "candidates": entries})
             print(
                 f"{m}x{n}x{k} {layout}: {len(candidates)} structural candidates, "
                 f"{len(chosen)} kept ({time.perf_counter() - started:.0f} s)",
@@ -170,7 +172,6 @@ def run(args: argparse.Namespace) -> None:
     cases = doc["cases"]
     if args.only:
         cases = [c for c in cases if any(s in _case_name(c["params"]) for s in args.only)]
-    dtypes = args.dtypes
     quick, final = timing_configs()
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -179,12 +180,13 @@ def run(args: argparse.Namespace) -> None:
         fingerprint = pool.fingerprints[0]
         for case in cases:
             searched = case["params"]
+            searched_dtype = searched["dtype"]
             workload = {"op": "gemm", "params": searched}
             entries = case["candidates"][: args.top]
             jobs = [
                 Job(
                     workload,
-                    artifact=KernelArtifact.from_dict(e["float16"]["artifact"]),
+                    artifact=KernelArtifact.from_dict(e[searched_dtype]["artifact"]),
                     timing=quick,
                     deadline_s=args.deadline,
                 )
@@ -196,7 +198,7 @@ def run(args: argparse.Namespace) -> None:
                 tried.append(
                     {
                         "rank": entry["rank"],
-                        "hash": entry["float16"]["hash"],
+                        "hash": entry[searched_dtype]["hash"],
                         "status": result.status.value,
                         "latency_us": result.latency_us,
                         "rel_error": result.rel_error,
@@ -204,7 +206,7 @@ def run(args: argparse.Namespace) -> None:
                         "spill_bytes": result.spill_bytes,
                         "error": result.error[:300],
                         "estimate_us": entry["estimate_us"],
-                        "choices": entry["float16"]["choices"],
+                        "choices": entry[searched_dtype]["choices"],
                     }
                 )
             ok = [t for t in tried if t["status"] == "ok"]
@@ -214,11 +216,11 @@ def run(args: argparse.Namespace) -> None:
                 print(f"{_case_name(searched)}: no correct candidate", flush=True)
                 continue
             best = min(ok, key=lambda t: t["latency_us"])
-            winner = next(e for e in entries if e["float16"]["hash"] == best["hash"])
-            for dtype in dtypes:
+            winner = next(e for e in entries if e[searched_dtype]["hash"] == best["hash"])
+            for dtype in args.dtypes or [d for d in winner if d not in ("rank", "estimate_us")]:
                 params = {**searched, "dtype": dtype}
                 record = {"case": _case_name(params), "params": params,
-                          **({"searched": tried} if dtype == "float16"
+                          **({"searched": tried} if dtype == searched_dtype
                              else {"searched_as": _case_name(searched)}),
                           **_retime(pool, params, winner[dtype], final, args),
                           "cost_model_rank": best["rank"],
@@ -351,6 +353,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", type=int, default=400, help="cost-model top N to pick from")
     p.add_argument("--raster-top", type=int, default=4, help="structures whose rasters vary")
     p.add_argument("--layouts", nargs="+", default=["kn", "nk"])
+    p.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
+                   help="input types rendered; the first is searched (the FP8 suite: "
+                        "--dtypes float8_e4m3 --layouts nk)")
     p.add_argument("--shapes", nargs="*", default=[], help="MxNxK suite shapes (default all)")
     p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r = sub.add_parser("run", help="search and benchmark on the GPU")
@@ -359,7 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--rounds", type=int, default=5)
     r.add_argument("--deadline", type=float, default=20.0)
     r.add_argument("--only", nargs="*", default=[])
-    r.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    r.add_argument("--dtypes", nargs="+", default=None,
+                   help="input types timed (default: every one prepared)")
     r.add_argument("--cache", default="/tmp/pipetune-cubins")
     r.add_argument("--out", default=str(ROOT / "bench" / "results" / "gemm.json"))
     args = parser.parse_args(argv)

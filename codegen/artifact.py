@@ -75,6 +75,9 @@ TENSOR_MAP_DATA_TYPES = {
     "float16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16",
     "bfloat16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
     "float32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32",
+    # TMA moves bytes: 8-bit floats as unsigned bytes.
+    "float8_e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+    "float8_e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
 }
 TENSOR_MAP_SWIZZLES = {
     "none": "CU_TENSOR_MAP_SWIZZLE_NONE",

@@ -26,7 +26,8 @@ from codegen.artifact import (
 from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
-_C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float"}
+_C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
+            "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char"}
 BUILD_LINE = ("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -o example example.cu "
               "launch.cu -lcuda")
 
@@ -121,7 +122,9 @@ def _launch(artifact: KernelArtifact) -> str:
 
 #: Host conversion of a float in [-1, 1) to each element type, for the example's inputs.
 _HOST_FILL = {"float16": "__half_as_ushort(__float2half(v))",
-              "bfloat16": "__bfloat16_as_ushort(__float2bfloat16(v))", "float32": "v"}
+              "bfloat16": "__bfloat16_as_ushort(__float2bfloat16(v))", "float32": "v",
+              "float8_e4m3": "__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)",
+              "float8_e5m2": "__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2)"}
 
 
 def _example(artifact: KernelArtifact) -> str:
@@ -130,7 +133,7 @@ def _example(artifact: KernelArtifact) -> str:
     and prints a checksum of the outputs."""
     tensors = _tensors(artifact)
     lines = ["#include <cstdio>", "#include <cstdlib>", "#include <string>", "#include <vector>",
-             "#include <cuda_fp16.h>", "#include <cuda_bf16.h>",
+             "#include <cuda_fp16.h>", "#include <cuda_bf16.h>", "#include <cuda_fp8.h>",
              f'#include "{launch_name(artifact)}.h"', "",
              "static bool read_file(const std::string& path, std::vector<unsigned char>& host) {",
              '  FILE* f = std::fopen(path.c_str(), "rb");',

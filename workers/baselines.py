@@ -6,6 +6,8 @@ workload's output tensor (so the same reference check applies). Peers:
 
   - ``cublas`` (gemm): ``cupy.matmul`` into the preallocated ``c``; bfloat16, which CuPy
     cannot multiply, goes through ``torch.matmul(out=c)`` (also cuBLAS).
+  - ``scaled_mm`` (gemm of 8-bit floats): ``torch._scaled_mm`` (cuBLASLt) with the
+    workload's per-tensor scales, into ``c``'s dtype.
   - ``torch_epilogue`` / ``cublaslt_epilogue`` (gemm with a fused epilogue): the matmul
     then PyTorch's ops for the epilogue, one kernel each, as a user writes it; and
     cuBLASLt's own fused bias (+ ReLU or tanh GELU) through ``torch._addmm_activation``.
@@ -32,6 +34,7 @@ from typing import Any
 
 BASELINE_OPS = {
     "cublas": "gemm",
+    "scaled_mm": "gemm",
     "torch_epilogue": "gemm",
     "cublaslt_epilogue": "gemm",
     "sdpa_cudnn": "attention",
@@ -57,6 +60,8 @@ def prepare_baseline(
         return _cublas(params, tensors, dtypes)
     if name in ("torch_epilogue", "cublaslt_epilogue"):
         return _torch_epilogue(name, params, tensors, dtypes)
+    if name == "scaled_mm":
+        return _scaled_mm(params, tensors, dtypes)
     if name in _MAMBA_SSM:
         return _mamba_ssm(name, params, tensors, dtypes)
     return _sdpa(name, params, tensors, dtypes)
@@ -95,8 +100,8 @@ def _torch_epilogue(
     import torch.nn.functional as F
 
     dtype = dtypes["c"]
-    a, b, c = (_as_torch(torch, tensors[n], dtype) for n in ("a", "b", "c"))
-    b_op = b.t() if params.get("b_layout", "kn") == "nk" else b
+    c = _as_torch(torch, tensors["c"], dtype)
+    product = _torch_product(torch, params, tensors, dtypes)
     bias = _as_torch(torch, tensors["bias"], dtype) if epilogue.get("bias") else None
     residual = (_as_torch(torch, tensors["residual"], dtype) if epilogue.get("residual")
                 else None)
@@ -105,7 +110,7 @@ def _torch_epilogue(
     result: list[Any] = [None]
 
     def unfused() -> None:
-        y = torch.matmul(a, b_op)
+        y = product()
         if scale != 1.0:
             y = y * scale
         if bias is not None:
@@ -114,12 +119,57 @@ def _torch_epilogue(
         result[0] = y + residual if residual is not None else y
 
     def fused() -> None:
+        a, b = (_as_torch(torch, tensors[n], dtype) for n in ("a", "b"))
+        b_op = b.t() if params.get("b_layout", "kn") == "nk" else b
         if act == "none":
             result[0] = torch.addmm(bias, a, b_op)
         else:
             result[0] = torch._addmm_activation(bias, a, b_op, use_gelu=act == "gelu_tanh")
 
     return (fused if name == "cublaslt_epilogue" else unfused), (lambda: c.copy_(result[0]))
+
+
+#: PyTorch's names of the 8-bit float types.
+_TORCH_FP8 = {"float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
+
+
+def _torch_product(torch: Any, params: dict[str, Any], tensors: dict[str, Any],
+                   dtypes: dict[str, str]) -> Callable[[], Any]:
+    """``a @ b`` in PyTorch, in ``c``'s dtype: ``torch.matmul`` (cuBLAS), or for 8-bit
+    floats ``torch._scaled_mm`` (cuBLASLt: B column-major, i.e. the n x k matrix's
+    transpose, with the workload's per-tensor scales)."""
+    nk = params.get("b_layout", "kn") == "nk"
+    if dtypes["a"] not in _TORCH_FP8:
+        a, b = (_as_torch(torch, tensors[n], dtypes["c"]) for n in ("a", "b"))
+        b_op = b.t() if nk else b
+        return lambda: torch.matmul(a, b_op)
+    if not nk:
+        raise BaselineUnavailable("torch._scaled_mm takes 8-bit B stored n x k only")
+    kind = getattr(torch, _TORCH_FP8[dtypes["a"]])
+    a, b = (_as_torch(torch, tensors[n], "uint8").view(kind) for n in ("a", "b"))
+    scale_a, scale_b = (_as_torch(torch, tensors[n], "float32") for n in ("scale_a", "scale_b"))
+    out_dtype = getattr(torch, dtypes["c"])
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b,
+                                    out_dtype=out_dtype)
+
+
+def _scaled_mm(
+    params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    """An 8-bit GEMM through ``torch._scaled_mm`` (cuBLASLt), into ``c``'s dtype."""
+    torch = _import_torch()
+    product = _torch_product(torch, params, tensors, dtypes)
+    c = _as_torch(torch, tensors["c"], dtypes["c"])
+    result: list[Any] = [None]
+
+    def launch() -> None:
+        result[0] = product()
+
+    try:
+        launch()
+    except RuntimeError as exc:
+        raise BaselineUnavailable(f"scaled_mm: {exc}") from exc
+    return launch, (lambda: c.copy_(result[0]))
 
 
 def _sdpa(

@@ -47,6 +47,12 @@ def _normal(xp: Any, rng: Any, spec: TensorSpec, drawn: dict[str, Any],
     return rng.standard_normal(spec.shape, dtype=xp.float32) * xp.float32(spec.init.scale)
 
 
+def _uniform_init(xp: Any, rng: Any, spec: TensorSpec, drawn: dict[str, Any],
+                  dtypes: dict[str, str]) -> Any:
+    """Uniform in [low, high)."""
+    return _uniform(xp, rng, spec.shape, spec.init.low, spec.init.high)
+
+
 def _time_step(xp: Any, rng: Any, spec: TensorSpec, drawn: dict[str, Any],
                dtypes: dict[str, str]) -> Any:
     """Δt ~ U(low, high) per (chunk, position) on the last two axes, zero past ``length``."""
@@ -88,6 +94,7 @@ def _uniform(xp: Any, rng: Any, shape: tuple[int, ...], low: float, high: float)
 #: How each kind of ``InputInit`` is drawn.
 _DRAWS: dict[str, Draw] = {
     "normal": _normal,
+    "uniform": _uniform_init,
     "time_step": _time_step,
     "decay_cumsum": _decay_cumsum,
     "chunk_gram": _chunk_gram,

@@ -52,11 +52,14 @@ TENSOR_ALIGN_BYTES = 16
 #: Dynamic shared memory above this needs the kernel's opt-in attribute (CUDA guide,
 #: "Shared Memory": 48 KB is the default per-block limit).
 _DEFAULT_DYNAMIC_SMEM_BYTES = 48 * 1024
-#: Storage dtypes accepted for an element type (bfloat16 travels as its 16-bit pattern).
+#: Storage dtypes accepted for an element type (bfloat16 travels as its 16-bit pattern,
+#: the 8-bit floats as PyTorch's float8 types or their bytes).
 _ACCEPTED_DTYPES = {
     "float16": ("float16",),
     "bfloat16": ("bfloat16", "uint16", "int16"),
     "float32": ("float32",),
+    "float8_e4m3": ("float8_e4m3fn", "uint8"),
+    "float8_e5m2": ("float8_e5m2", "uint8"),
 }
 
 

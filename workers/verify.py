@@ -8,7 +8,8 @@ attention, a few heads) at a time to bound the temporary memory.
 Semantics:
   - gemm: ``c = a · b`` (``b`` given as (n, k) for ``b_layout="nk"``); on the GPU this is
     cuBLAS through ``cupy.matmul``; with an epilogue ``c = act(scale · a·b + bias) +
-    residual``, ``gelu`` the exact one (erf), ``gelu_tanh`` its tanh form, ``silu`` x·σ(x).
+    residual``, ``gelu`` the exact one (erf), ``gelu_tanh`` its tanh form, ``silu`` x·σ(x);
+    8-bit inputs (widened exactly) have their product times ``scale_a · scale_b`` first.
   - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head, and per query row
     ``lse = log Σ_j exp(q·k_j / sqrt(d))`` over its unmasked keys; query head ``h`` reads
     kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned).
@@ -41,6 +42,8 @@ def reference(
     """The fp32 outputs of ``op`` (by contract name) for float32 ``inputs32``."""
     if op == "gemm":
         c = gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
+        if "scale_a" in inputs32:  # 8-bit inputs: per-tensor scales, then the epilogue
+            c = c * (inputs32["scale_a"][0] * inputs32["scale_b"][0])
         return {"c": epilogue_reference(xp, c, params.get("epilogue") or {}, inputs32)}
     if op == "attention":
         # The reference works on (batch, seq, heads, head_dim); bhsd tensors are views of it.

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from codegen.cuda._snippet import Snippet, register
 
-#: PTX type names of the element types the renderers support.
+#: PTX type names of the 16-bit element types the renderers support (inputs and outputs).
 PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
+#: PTX type names of the 8-bit float inputs wgmma multiplies (never an output here).
+PTX_FP8_TYPE = {"float8_e4m3": "e4m3", "float8_e5m2": "e5m2"}
 
 
 def _pack(ptx: str) -> Snippet:

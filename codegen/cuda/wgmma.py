@@ -2,7 +2,9 @@
 
 One ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}`` multiplies a 64 x 16
 tile of A by a 16 x N tile of B into 64 x N fp32 accumulators spread over the warpgroup's
-128 threads (N / 2 registers each). A and B are read from shared memory through 64-bit
+128 threads (N / 2 registers each); for 8-bit floats (``.e4m3`` / ``.e5m2``) the step is
+k32, the same 32 bytes of K, and both operands must be K-major in shared memory (no
+transpose operands). A and B are read from shared memory through 64-bit
 matrix descriptors. The instruction variants are generated here from (N, dtype, B major-
 ness), never written out per N (PTX ISA 9.7.15, "Asynchronous Warpgroup Level Matrix
 Multiply-Accumulate Instructions").
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from codegen.cuda._snippet import Snippet, register
-from codegen.cuda.convert import PTX_TYPE
+from codegen.cuda.convert import PTX_FP8_TYPE, PTX_TYPE
 from codegen.cuda.swizzle import Swizzle
 
 WGMMA_M, WGMMA_K = 64, 16
@@ -129,8 +131,21 @@ class SmemMatrix:
         )
 
 
+def k_step(dtype: str) -> int:
+    """Elements of K one wgmma reduces over: 16 for 16-bit inputs, 32 for 8-bit floats."""
+    return 32 if dtype in PTX_FP8_TYPE else WGMMA_K
+
+
+def _ptx_type(dtype: str) -> str:
+    if dtype in PTX_TYPE:
+        return PTX_TYPE[dtype]
+    if dtype in PTX_FP8_TYPE:
+        return PTX_FP8_TYPE[dtype]
+    raise ValueError(f"wgmma: unsupported dtype {dtype}")
+
+
 def mma_name(n: int, dtype: str, b_major: str) -> str:
-    return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_b{b_major}"
+    return f"wgmma_m64n{n}k{k_step(dtype)}_{_ptx_type(dtype)}_b{b_major}"
 
 
 def mma_rs_name(n: int, dtype: str, b_major: str) -> str:
@@ -163,10 +178,11 @@ def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool) -> S
     A (a descriptor, or four registers), B's descriptor and ``scale_d``."""
     if n % WGMMA_N_STEP or not WGMMA_N_STEP <= n <= WGMMA_N_MAX:
         raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
-    if dtype not in PTX_TYPE:
-        raise ValueError(f"wgmma: unsupported dtype {dtype}")
+    ptx, k = _ptx_type(dtype), k_step(dtype)
+    fp8 = dtype in PTX_FP8_TYPE
+    if fp8 and (a_in_registers or b_major != "k"):
+        raise ValueError("wgmma: 8-bit floats are read K-major from shared memory only")
     regs = n // 2
-    ptx = PTX_TYPE[dtype]
     trans_b = 1 if b_major == "mn" else 0
     per_line = 16
     asm_regs = "".join(
@@ -191,12 +207,12 @@ def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool) -> S
         inputs = '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)'
     else:
         name = mma_name(n, dtype, b_major)
-        head = (f"// D(64x{n}, fp32) += A(64x16, smem, K-major) * B(16x{n}, smem, "
+        head = (f"// D(64x{n}, fp32) += A(64x{k}, smem, K-major) * B({k}x{n}, smem, "
                 f"{b_major.upper()}-major), {ptx} inputs.\n")
         params = "u64 desc_a, u64 desc_b, int scale_d"
         scale = regs + 2
         a_b = f"%{regs}, %{regs + 1}"
-        modes = f"p, 1, 1, 0, {trans_b}"
+        modes = "p, 1, 1" if fp8 else f"p, 1, 1, 0, {trans_b}"
         inputs = '"l"(desc_a), "l"(desc_b), "r"(scale_d)'
     code = (
         head
@@ -205,7 +221,7 @@ def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool) -> S
         '  asm volatile("{\\n"\n'
         '               ".reg .pred p;\\n"\n'
         f'               "setp.ne.b32 p, %{scale}, 0;\\n"\n'
-        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{"\n'
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} {{"\n'
         + asm_regs
         + f'               "}}, {a_b}, {modes};\\n"\n'
         '               "}\\n"\n'

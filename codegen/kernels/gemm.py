@@ -35,9 +35,9 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
-from scheduler_search.ops.gemm import GemmEpilogue
+from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
 #: Registers a consumer thread needs for a fused epilogue, beyond a plain store's: the
 #: pair and what it loads, the bias, the residual's row pointer, each activation's
 #: temporaries. Counted only above ``EPILOGUE_FREE_ACC_REGS`` accumulators a thread:
@@ -79,11 +79,22 @@ class GemmHooks(OperatorHooks):
         return GemmEpilogue.model_validate(self.params.get("epilogue") or {})
 
     @property
+    def fp8(self) -> bool:
+        return self.dtype in FP8_DTYPES
+
+    @property
+    def c_dtype(self) -> str:
+        """The output's element type (bf16 by default for 8-bit inputs)."""
+        out = self.params.get("out_dtype")
+        return str(out) if out else ("bfloat16" if self.fp8 else self.dtype)
+
+    @property
     def element_stasks(self) -> frozenset[str]:
-        return frozenset({"epilogue"}) if self.epilogue.fused else frozenset()
+        return frozenset({"epilogue"}) if self.fp8 or self.epilogue.fused else frozenset()
 
     def pointer_inputs(self) -> tuple[str, ...]:
-        return tuple(name for name in ("bias", "residual") if getattr(self.epilogue, name))
+        scales = ("scale_a", "scale_b") if self.fp8 else ()
+        return scales + tuple(n for n in ("bias", "residual") if getattr(self.epilogue, n))
 
     @property
     def elem(self) -> int:
@@ -107,7 +118,7 @@ class GemmHooks(OperatorHooks):
 
     @property
     def k_steps(self) -> int:
-        return self.tile_k // wgmma.WGMMA_K
+        return self.tile_k // wgmma.k_step(self.dtype)
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
@@ -117,13 +128,15 @@ class GemmHooks(OperatorHooks):
     @cached_property
     def a(self) -> OperandTile:
         return OperandTile("a", "k", self.tile_m, self.tile_k,
-                           swizzle.widest(self.tile_k * self.elem), self.elem)
+                           swizzle.widest(self.tile_k * self.elem), self.elem,
+                           wgmma.k_step(self.dtype))
 
     @cached_property
     def b(self) -> OperandTile:
         if self.b_layout == "nk":
             return OperandTile("b", "k", self.tile_n, self.tile_k,
-                               swizzle.widest(self.tile_k * self.elem), self.elem)
+                               swizzle.widest(self.tile_k * self.elem), self.elem,
+                               wgmma.k_step(self.dtype))
         return OperandTile("b", "mn", self.tile_n, self.tile_k, swizzle.SWIZZLES[128], self.elem)
 
     def operand(self, stask: str) -> OperandTile:
@@ -134,7 +147,8 @@ class GemmHooks(OperatorHooks):
 
     def output(self) -> OutputTile:
         return OutputTile(
-            tensor="c", dtype=self.dtype, elem_bytes=self.elem, rows=self.tile_m,
+            tensor="c", dtype=self.c_dtype, elem_bytes=ELEMENT_BYTES[self.c_dtype],
+            rows=self.tile_m,
             cols=self.tile_n, global_rows=self.m, global_cols=self.n, fragment="acc",
             row_origin="m0", col_origin="n0", extent_names=("M", "N"),
         )
@@ -152,6 +166,9 @@ class GemmHooks(OperatorHooks):
             return f"dtype {self.dtype}"
         if self.tile_k % 32:
             return f"tile_k={self.tile_k}: K boxes are 32 or 64 elements wide"
+        if self.fp8 and (self.b_layout != "nk" or self.tile_k * self.elem < 64):
+            return (f"{self.dtype}: B K-major (b_layout nk) and K tiles of at least 64 bytes "
+                    f"(tile_k={self.tile_k})")
         if self.b_layout == "kn" and self.tile_n % 64:
             # MN-major B: a 128B-swizzle atom spans 64 columns of N.
             return f"b_layout=kn needs tile_n % 64 == 0 (tile_n={self.tile_n})"
@@ -173,7 +190,8 @@ class GemmHooks(OperatorHooks):
           f"TILE_K = {self.tile_k};")
         c(f"constexpr int K_ITERS = {self.trip_count};  // loop trips: tile_k slices of K per "
           "tile (the last one zero-filled past K)")
-        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k16 steps per trip")
+        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k{wgmma.k_step(self.dtype)} "
+          "steps per trip")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
           "per consumer")
         c(f"constexpr int ACC_REGS = {self.tile_n // 2};  // fp32 accumulators per thread per "
@@ -245,6 +263,8 @@ class GemmHooks(OperatorHooks):
         if stask != "epilogue":
             return super().element_math(code, stask, row, col)
         c, e = code, self.epilogue
+        if self.fp8:
+            c("v0 *= scale_a[0] * scale_b[0]; v1 *= scale_a[0] * scale_b[0];  // dequantise")
         if e.scale != 1.0:
             c(f"v0 *= {float(e.scale)!r}f; v1 *= {float(e.scale)!r}f;")
         if e.bias:
@@ -260,7 +280,7 @@ class GemmHooks(OperatorHooks):
     def _add_pair(self, code: Code, pointer: str, col: str) -> None:
         """``v0, v1 += pointer[col], pointer[col + 1]``: one 4-byte load where N is even
         (the pair is then aligned), else two guarded 2-byte loads; columns past N add 0."""
-        c, unpack = code, convert.unpack2(self.dtype)
+        c, unpack = code, convert.unpack2(self.c_dtype)
         if self.n % 2 == 0:
             load = c.call(unpack, f"*reinterpret_cast<const u32*>({pointer} + {col})")
             if self.n % self.tile_n:

@@ -26,6 +26,7 @@ class OperandTile:
         cols: its K extent.
         swizzle: the swizzle TMA writes it with and wgmma reads it with.
         elem_bytes: bytes of one element.
+        k_step: elements of K one wgmma reduces over (16; 32 for 8-bit floats).
 
     A K-major tile is cut along K into boxes one swizzle span wide; an MN-major tile
     (e.g. B stored K x N) along M / N.
@@ -37,6 +38,7 @@ class OperandTile:
     cols: int
     swizzle: Swizzle
     elem_bytes: int
+    k_step: int = wgmma.WGMMA_K
 
     @property
     def const(self) -> str:
@@ -77,12 +79,14 @@ class OperandTile:
         return SmemMatrix("mn", self.swizzle, lbo_bytes=self.box_bytes, sbo_bytes=8 * span)
 
     def kstep_expr(self) -> str:
-        """Offset of K-step ``kk`` (16 elements of K) inside a stage, as a C++ expression
-        of ``kk``: K-major tiles step through their boxes, MN-major ones by 16 rows."""
+        """Offset of K-step ``kk`` (``k_step`` elements of K) inside a stage, as a C++
+        expression of ``kk``: K-major tiles step through their boxes, MN-major ones by
+        ``k_step`` rows."""
+        k = self.k_step
         if self.major == "k":
-            return (f"(kk * 16 / {self.box_inner}) * {self.const}_BOX_BYTES + "
-                    f"(kk * 16 % {self.box_inner}) * {self.elem_bytes}")
-        return f"kk * 16 * {self.swizzle.span_bytes}"
+            return (f"(kk * {k} / {self.box_inner}) * {self.const}_BOX_BYTES + "
+                    f"(kk * {k} % {self.box_inner}) * {self.elem_bytes}")
+        return f"kk * {k} * {self.swizzle.span_bytes}"
 
     @property
     def row_block_bytes(self) -> int:

@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 #: Bytes per element of every dtype a workload tensor may have.
-DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4,
+                               "float8_e4m3": 1, "float8_e5m2": 1}
 
 Role = Literal["input", "output"]
-InitKind = Literal["normal", "time_step", "decay_cumsum", "chunk_gram"]
+InitKind = Literal["normal", "uniform", "time_step", "decay_cumsum", "chunk_gram"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class InputInit:
     The spec says which law, as data; ``workers.inputs`` draws it. Kinds:
 
     - ``normal``: a standard normal times ``scale``, rounded to the tensor's dtype.
+    - ``uniform``: uniform in [``low``, ``high``) (FP8 GEMMs' per-tensor scales).
     - ``time_step``: Mamba2's Δt per (chunk, position), uniform in [``low``, ``high``),
       zero past ``length`` positions (a ragged last chunk adds nothing).
     - ``decay_cumsum``: the cumulative sum over each chunk of Δt·A, Δt the input named

@@ -1,9 +1,14 @@
 """GEMM: c[m,n] = a[m,k] @ b[k,n] with fp32 accumulation (b stored kn or nk), and an
-optional fused epilogue on the accumulator: ``c = act(scale · (a @ b) + bias) + residual``."""
+optional fused epilogue on the accumulator: ``c = act(scale · (a @ b) + bias) + residual``.
+
+Inputs are fp16, bf16, or 8-bit floats (``float8_e4m3`` / ``float8_e5m2``) with per-tensor
+scales as ``torch._scaled_mm`` takes them: ``c = (scale_a · scale_b) · (a @ b)``, then the
+epilogue, written in ``out_dtype`` (bf16 by default)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +20,12 @@ from scheduler_search.ops._contract import InputInit
 from scheduler_search.ops._graph_helpers import CORES, TMA_OR_CORES, TMA_OR_LSU, stask, tensors
 
 Dim = Annotated[int, Field(ge=1, le=MAX_DIM)]
+
+#: Element types of a and b; the 8-bit floats need per-tensor scales and B stored n x k.
+GemmDType = Literal["float16", "bfloat16", "float8_e4m3", "float8_e5m2"]
+FP8_DTYPES = ("float8_e4m3", "float8_e5m2")
+#: One per-tensor scale: a positive fp32 scalar on the device, as ``torch._scaled_mm``'s.
+_SCALE = InputInit("uniform", low=0.5, high=2.0)
 
 #: Activations an epilogue may apply: ``gelu`` is the exact (erf) GELU, PyTorch's default;
 #: ``gelu_tanh`` its tanh approximation (``approximate="tanh"``, cuBLASLt's GELU).
@@ -60,14 +71,33 @@ class GemmSpec(OperatorSpec):
     op: ClassVar[str] = "gemm"
     baseline: ClassVar[str | None] = "cublas"
 
-    keyed_when_set: ClassVar[tuple[str, ...]] = ("epilogue",)
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("epilogue", "out_dtype")
 
     m: Dim
     n: Dim
     k: Dim
-    dtype: DType = "float16"
+    dtype: GemmDType = "float16"
     b_layout: Literal["kn", "nk"] = "kn"
     epilogue: GemmEpilogue = GemmEpilogue()
+    #: The output's element type (default: ``dtype`` for 16-bit inputs, bf16 for 8-bit).
+    out_dtype: DType | None = None
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype in FP8_DTYPES
+
+    @property
+    def c_dtype(self) -> str:
+        """The element type ``c`` is written in."""
+        if self.out_dtype is not None:
+            return self.out_dtype
+        return "bfloat16" if self.fp8 else self.dtype
+
+    @property
+    def scaled(self) -> bool:
+        """Whether the product has per-tensor scales to apply (8-bit inputs) or an
+        epilogue: the store then applies the ``epilogue`` sTask."""
+        return self.fp8 or self.epilogue.fused
 
     @classmethod
     def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> GemmSpec:
@@ -78,11 +108,16 @@ class GemmSpec(OperatorSpec):
         return super().model_construct(_fields_set, **values)
 
     def run_baseline(self) -> str | None:
-        # With an epilogue: cuBLAS's matmul followed by PyTorch's ops for it, unfused.
-        return "torch_epilogue" if self.epilogue.fused else self.baseline
+        # With an epilogue: cuBLAS's matmul followed by PyTorch's ops for it, unfused; 8-bit
+        # inputs: cuBLASLt's scaled matmul.
+        if self.epilogue.fused:
+            return "torch_epilogue"
+        return "scaled_mm" if self.fp8 else self.baseline
 
     def run_peers(self) -> tuple[str, ...]:
         # cuBLASLt's own fused bias (+ ReLU / tanh GELU), where PyTorch exposes it.
+        if self.fp8:
+            return ()
         return ("cublaslt_epilogue",) if _cublaslt_fuses(self.epilogue) else ()
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
@@ -92,6 +127,9 @@ class GemmSpec(OperatorSpec):
             message = row_alignment_error(field, elements, self.dtype)
             if message:
                 yield field, message
+        if self.fp8 and self.b_layout != "nk":
+            yield ("b_layout", f"{self.dtype} inputs need B stored n x k (b_layout \"nk\"): "
+                   "wgmma reads 8-bit floats K-major only, as torch._scaled_mm takes them")
 
     def tensors(self) -> list[TensorSpec]:
         b_shape = (self.k, self.n) if self.b_layout == "kn" else (self.n, self.k)
@@ -100,12 +138,15 @@ class GemmSpec(OperatorSpec):
             TensorSpec("a", (self.m, self.k), self.dtype, "input", init=operand),
             TensorSpec("b", b_shape, self.dtype, "input", init=operand),
         ]
+        if self.fp8:  # drawn after the others: their values are a 16-bit GEMM's
+            found += [TensorSpec(name, (1,), "float32", "input", init=replace(_SCALE, draw=1))
+                      for name in ("scale_a", "scale_b")]
+        out = self.c_dtype
         if self.epilogue.bias:
-            found.append(TensorSpec("bias", (self.n,), self.dtype, "input", init=operand))
+            found.append(TensorSpec("bias", (self.n,), out, "input", init=operand))
         if self.epilogue.residual:
-            found.append(TensorSpec("residual", (self.m, self.n), self.dtype, "input",
-                                    init=operand))
-        return [*found, TensorSpec("c", (self.m, self.n), self.dtype, "output")]
+            found.append(TensorSpec("residual", (self.m, self.n), out, "input", init=operand))
+        return [*found, TensorSpec("c", (self.m, self.n), out, "output")]
 
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
@@ -126,20 +167,22 @@ class GemmSpec(OperatorSpec):
             ),
             *self._epilogue_stasks(),
         )
-        extra = {name: (self.dtype, "global") for name in ("bias", "residual")
+        extra = {name: (self.c_dtype, "global") for name in ("bias", "residual")
                  if getattr(self.epilogue, name)}
+        if self.fp8:
+            extra.update(scale_a=("float32", "global"), scale_b=("float32", "global"))
         return STaskGraph(
             op=self.op,
             stasks=stasks,
             tensors=tensors(
                 a=(self.dtype, "global"),
                 b=(self.dtype, "global"),
-                c=(self.dtype, "global"),
+                c=(self.c_dtype, "global"),
                 a_s=(self.dtype, "shared"),
                 b_s=(self.dtype, "shared"),
                 acc=("float32", "register"),
                 **extra,
-                **({"out": ("float32", "register")} if self.epilogue.fused else {}),
+                **({"out": ("float32", "register")} if self.scaled else {}),
             ),
             extents={"m": self.m, "n": self.n, "k": self.k},
             tile=dict(tile),
@@ -150,15 +193,16 @@ class GemmSpec(OperatorSpec):
     def _epilogue_stasks(self) -> tuple[Any, ...]:
         """The store, after the fused epilogue's math on the CUDA cores when there is one."""
         e = self.epilogue
-        if not e.fused:
+        if not self.scaled:
             return (stask("store", STaskKind.STORE, "c[m,n]", ("acc[m,n]",), TMA_OR_CORES,
                           phase="epilogue"),)
-        reads = ("acc[m,n]", *(["bias[n]"] if e.bias else []),
-                 *(["residual[m,n]"] if e.residual else []))
-        ops = 2.0 + ACTIVATION_OPS[e.act] + (1.0 if e.residual else 0.0)
+        reads = ("acc[m,n]", *(["scale_a[]", "scale_b[]"] if self.fp8 else []),
+                 *(["bias[n]"] if e.bias else []), *(["residual[m,n]"] if e.residual else []))
+        ops = 2.0 + ACTIVATION_OPS[e.act] + (1.0 if e.residual else 0.0) + float(self.fp8)
+        what = f"scale_a·scale_b·({e.describe()})" if self.fp8 else e.describe()
         return (
             stask("epilogue", STaskKind.ELEMENTWISE, "out[m,n]", reads, CORES,
-                  phase="epilogue", ops_per_point=ops, expr=f"out[m,n] = {e.describe()}"),
+                  phase="epilogue", ops_per_point=ops, expr=f"out[m,n] = {what}"),
             stask("store", STaskKind.STORE, "c[m,n]", ("out[m,n]",), TMA_OR_CORES,
                   phase="epilogue"),
         )

@@ -21,12 +21,17 @@ from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
 ALIASES: dict[str, dict[str, tuple[str, ...]]] = {"attention": {"seq": ("seq_q", "seq_kv")}}
 
 #: Short dtype names users type (``--dtype fp16``), and what they mean.
-DTYPE_ALIASES: dict[str, str] = {"fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+DTYPE_ALIASES: dict[str, str] = {"fp16": "float16", "half": "float16", "bf16": "bfloat16",
+                                 "fp8": "float8_e4m3", "e4m3": "float8_e4m3",
+                                 "e5m2": "float8_e5m2"}
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
 
 def _convert(annotation: Any, raw: str, flag: str) -> Any:
+    optional = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if type(None) in typing.get_args(annotation) and len(optional) == 1:
+        annotation = optional[0]  # an optional field (``out_dtype``): its type
     if annotation is bool:
         if raw.lower() in _TRUE:
             return True
@@ -49,7 +54,7 @@ def _convert(annotation: Any, raw: str, flag: str) -> Any:
         except json.JSONDecodeError as exc:
             raise SpecError(flag, f"expected a JSON object, got {raw!r} ({exc.msg})") from None
     if typing.get_origin(annotation) is typing.Literal or annotation is str:
-        if flag == "dtype":
+        if flag in ("dtype", "out_dtype"):
             return DTYPE_ALIASES.get(raw.lower(), raw)
         return raw
     raise SpecError(flag, f"cannot read a value of type {annotation} from the command line")

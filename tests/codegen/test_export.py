@@ -25,18 +25,25 @@ from scheduler_search.sprogram.plan import plan_sprogram
 DEVICE = get_device("h200")
 MAMBA2_PARAMS = {"batch": 2, "seqlen": 512, "nheads": 8, "headdim": 64, "dstate": 128,
                  "ngroups": 2, "chunk_size": 256, "dtype": "float16"}
+#: Case name -> (operator, params, schedule choices).
 CASES = {
-    "gemm": ({"m": 1000, "n": 2048, "k": 512, "dtype": "float16"}, GEMM_WARP_SPECIALIZED),
-    "attention": ({"batch": 1, "heads": 8, "kv_heads": 2, "seq_q": 300, "seq_kv": 300,
-                   "head_dim": 64, "causal": True, "dtype": "bfloat16"},
+    "gemm": ("gemm", {"m": 1000, "n": 2048, "k": 512, "dtype": "float16"},
+             GEMM_WARP_SPECIALIZED),
+    # 8-bit inputs (byte tensor maps), fp32 scales through pointers, a bf16 output.
+    "gemm_fp8": ("gemm", {"m": 1000, "n": 2048, "k": 512, "dtype": "float8_e4m3",
+                          "b_layout": "nk"}, GEMM_WARP_SPECIALIZED),
+    "attention": ("attention", {"batch": 1, "heads": 8, "kv_heads": 2, "seq_q": 300,
+                                "seq_kv": 300, "head_dim": 64, "causal": True,
+                                "dtype": "bfloat16"},
                   {**FLASH_ATTENTION_3, "map_store": "cuda_core", "map_softmax_exp2": "sfu"}),
     # Tensor maps and plain pointers (x, D, dt, dA_cumsum), the output after them.
-    "mamba2_chunk_scan": (MAMBA2_PARAMS, {**MAMBA2_CHUNK_SCAN, "map_vector_loads": "cuda_core"}),
+    "mamba2_chunk_scan": ("mamba2_chunk_scan", MAMBA2_PARAMS,
+                          {**MAMBA2_CHUNK_SCAN, "map_vector_loads": "cuda_core"}),
 }
 
 
-def _artifact(op: str):
-    params, choices = CASES[op]
+def _artifact(case: str):
+    op, params, choices = CASES[case]
     spec = parse_spec(op, params)
     return render(plan_sprogram(spec, DEVICE, choices), spec, DEVICE)
 
@@ -66,9 +73,9 @@ def test_pointer_inputs_take_their_contract_place() -> None:
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("op", sorted(CASES))
-def test_the_export_builds_with_nvcc(op: str, tmp_path: Path) -> None:
-    for name, text in export_files(_artifact(op)).items():
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_export_builds_with_nvcc(case: str, tmp_path: Path) -> None:
+    for name, text in export_files(_artifact(case)).items():
         (tmp_path / name).write_text(text)
     for source in ("launch.cu", "example.cu"):
         done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-c", source],
@@ -82,9 +89,10 @@ def test_the_export_builds_with_nvcc(op: str, tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
 
 
-def _build(op: str, directory: Path, link: list[str]):
-    """The export of ``op``'s artifact in ``directory``, compiled and linked as BUILD.txt says."""
-    artifact = _artifact(op)
+def _build(case: str, directory: Path, link: list[str]):
+    """The export of ``case``'s artifact in ``directory``, compiled and linked as BUILD.txt
+    says."""
+    artifact = _artifact(case)
     for name, text in export_files(artifact).items():
         (directory / name).write_text(text)
     done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-o", "example",
@@ -95,8 +103,8 @@ def _build(op: str, directory: Path, link: list[str]):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", sorted(CASES))
-def test_the_exported_example_matches_the_reference(op: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_exported_example_matches_the_reference(case: str, tmp_path: Path) -> None:
     import cupy
     import numpy as np
 
@@ -107,8 +115,8 @@ def test_the_exported_example_matches_the_reference(op: str, tmp_path: Path) -> 
 
     if nvcc_path() is None:
         pytest.skip("nvcc is not on PATH")
-    artifact = _build(op, tmp_path, ["-lcuda"])
-    params = artifact.params
+    artifact = _build(case, tmp_path, ["-lcuda"])
+    op, params = artifact.op, artifact.params
     dtypes = check_tensor_args(op, params, [a for a in artifact.args if isinstance(a, TensorArg)])
     specs = contract(op, params)
     inputs = build_inputs(cupy, op, params, dtypes, seed=11)

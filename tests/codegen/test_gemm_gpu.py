@@ -1,7 +1,8 @@
 """Generated GEMM kernels on a real GPU: correct on every suite shape and on odd shapes,
-both B layouts, fp16 and bf16, and with fused epilogues (every activation, bias, residual
-and scale; rows and columns past the output, an odd n; both stores) (checked by the
-workers against the fp32 reference, with poisoned outputs, on seeded random inputs).
+both B layouts, fp16 and bf16, with fused epilogues (every activation, bias, residual
+and scale; rows and columns past the output, an odd n; both stores), and of 8-bit floats
+(e4m3 and e5m2, per-tensor scales, bf16 or fp16 out) (checked by the workers against the
+fp32 reference, with poisoned outputs, on seeded random inputs).
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU.
 Every kernel of the module is compiled and checked in one batch (NVRTC in parallel);
@@ -75,7 +76,31 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_ODD_CASE, seed=11)
                 cases += [(f"odd-{m}x{n}x{k}-{dtype}-{layout}", spec, p) for p in programs]
-    return cases + _epilogue_cases()
+    return cases + _epilogue_cases() + _fp8_cases()
+
+
+#: (m, n, k, dtype, out_dtype, epilogue) of the 8-bit cases (B n x k; k a multiple of 16).
+FP8_CASES: tuple[tuple[int, int, int, str, str | None, dict[str, Any]], ...] = (
+    (4096, 4096, 4096, "float8_e4m3", None, {}),
+    (4000, 6000, 2000, "float8_e5m2", "float16", {}),
+    (777, 1000, 528, "float8_e4m3", None, {"bias": True, "act": "gelu"}),
+    (8192, 1024, 1024, "float8_e4m3", "bfloat16", {"residual": True}),
+)
+
+
+def _fp8_cases() -> list[tuple[str, GemmSpec, SProgram]]:
+    cases = []
+    for m, n, k, dtype, out, epilogue in FP8_CASES:
+        spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout="nk", out_dtype=out,
+                        epilogue=epilogue)
+        programs = list(sample_schedules(spec, DEVICE, 3, seed=5))
+        design, validity = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE)).build(
+            GEMM_WARP_SPECIALIZED)
+        if validity.ok:
+            programs.append(design)
+        name = f"fp8-{m}x{n}x{k}-{dtype}-{spec.c_dtype}-{spec.epilogue.describe()}"
+        cases += [(name, spec, p) for p in {p.hash: p for p in programs}.values()]
+    return cases
 
 
 def _epilogue_cases() -> list[tuple[str, GemmSpec, SProgram]]:

@@ -246,12 +246,18 @@ def test_chunk_state_writes_states_in_fp32_or_in_the_inputs_dtype() -> None:
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize(
-    "bad", ["float32", "fp16", "bf16", "FLOAT16", "half", "float8_e4m3", "", 16, None], ids=repr
+    "bad", ["float32", "fp16", "bf16", "FLOAT16", "half", "float8", "", 16, None], ids=repr
 )
 def test_dtype_outside_fp16_bf16_is_named(op: str, bad: Any) -> None:
     error = only_error(op, with_(op, dtype=bad))
     assert error["loc"] == ("dtype",)
     assert "float16" in error["msg"] and "bfloat16" in error["msg"]
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op != "gemm"])
+def test_only_gemm_takes_8_bit_floats(op: str) -> None:
+    error = only_error(op, with_(op, dtype="float8_e4m3"))
+    assert error["loc"] == ("dtype",)
 
 
 @pytest.mark.parametrize("bad", ["tn", "KN", "mk", "", 0, None], ids=repr)

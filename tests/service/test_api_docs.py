@@ -34,7 +34,10 @@ def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
     assert gemm["required"] == ["m", "n", "k"] and gemm["baseline"] == "cublas"
     props = gemm["parameters"]["properties"]
     assert props["m"]["minimum"] == 1 and props["b_layout"]["default"] == "kn"
-    assert set(props["dtype"]["enum"]) == {"float16", "bfloat16"}
+    assert set(props["dtype"]["enum"]) == {"float16", "bfloat16", "float8_e4m3", "float8_e5m2"}
+    assert "epilogue" in props and "out_dtype" in props
+    attention = ops["attention"]["parameters"]["properties"]
+    assert set(attention["dtype"]["enum"]) == {"float16", "bfloat16"}
     assert ops["attention"]["peers"] == ["sdpa_flash"]
     assert "kv_heads" in ops["attention"]["parameters"]["properties"]
     assert all(entry["generates_cuda"] for entry in ops.values())

@@ -46,9 +46,11 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(("typed", "meant"),
                          [("fp16", "float16"), ("half", "float16"), ("bf16", "bfloat16"),
-                          ("BF16", "bfloat16"), ("bfloat16", "bfloat16")])
+                          ("BF16", "bfloat16"), ("bfloat16", "bfloat16"),
+                          ("fp8", "float8_e4m3"), ("e5m2", "float8_e5m2")])
 def test_dtype_shorthands(typed: str, meant: str) -> None:
     assert parse_params("gemm", [*SMALL, "--dtype", typed])["dtype"] == meant
+    assert parse_params("gemm", [*SMALL, "--out-dtype", typed])["out_dtype"] == meant
 
 
 def test_space_takes_the_api_device_names_and_shows_progress_on_a_terminal(

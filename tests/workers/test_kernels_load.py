@@ -121,6 +121,22 @@ def test_bfloat16_kernels_take_uint16_bits_from_cupy() -> None:
     assert info.dtype == "uint16" and info.on_device and info.kind == "cupy"
 
 
+def test_fp8_kernels_take_scales_and_bytes_and_write_bfloat16() -> None:
+    kernel = load(_artifact(layout="nk", dtype="float8_e4m3"))
+    assert [(t.name, t.shape, t.dtype, t.role) for t in kernel.expected] == [
+        ("a", (256, 128), "float8_e4m3", "input"),
+        ("b", (512, 128), "float8_e4m3", "input"),
+        ("scale_a", (1,), "float32", "input"),
+        ("scale_b", (1,), "float32", "input"),
+        ("c", (256, 512), "bfloat16", "output"),
+    ]
+    scales = (FakeCupyArray((1,), "float32"), FakeCupyArray((1,), "float32"))
+    with pytest.raises(KernelArgumentError, match="dtype float16, the kernel was tuned for "
+                                                  "float8_e4m3"):
+        kernel(FakeCupyArray((256, 128), dtype="float16"), FakeCupyArray((512, 128), "uint8"),
+               *scales)
+
+
 def test_torch_like_tensors_are_described_from_their_attributes() -> None:
     class Tensor:  # what describe_tensor reads of a torch tensor
         __module__ = "torch"

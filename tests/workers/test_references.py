@@ -210,6 +210,43 @@ def test_bfloat16_round_trip_and_nan_poison() -> None:
     assert np.isnan(_dtypes.to_float32(np, stored, "bfloat16")).all()
 
 
+@pytest.mark.parametrize(("dtype", "largest", "smallest"),
+                         [("float8_e4m3", 448.0, 2.0 ** -9), ("float8_e5m2", 57344.0, 2.0 ** -16)])
+def test_8_bit_floats_round_to_the_nearest_code_and_back(dtype: str, largest: float,
+                                                         smallest: float) -> None:
+    codes = np.arange(256, dtype=np.uint8)
+    values = _dtypes.to_float32(np, codes, dtype)
+    finite = np.isfinite(values)
+    assert values[finite].max() == largest and values[finite & (values > 0)].min() == smallest
+    assert values[0x38 if dtype == "float8_e4m3" else 0x3C] == 1.0
+    # Every finite value is its own nearest code (+0 and -0 both read back as 0).
+    again = _dtypes.to_float32(np, _dtypes.from_float32(np, values[finite], dtype), dtype)
+    np.testing.assert_array_equal(again, values[finite])
+    # Nearest (1 + step / 3: down), ties to the even code (1 + step / 2: down to 1.0;
+    # 1 + 3 step / 2: up to 1 + 2 step), out of range saturates.
+    step = 2.0 ** -3 if dtype == "float8_e4m3" else 2.0 ** -2
+    cases = np.array([1 + step / 3, 1 + step / 2, 1 + 3 * step / 2, 1e6, -1e6],
+                     dtype=np.float32)
+    got = _dtypes.to_float32(np, _dtypes.from_float32(np, cases, dtype), dtype)
+    np.testing.assert_array_equal(got, [1.0, 1.0, 1 + 2 * step, largest, -largest])
+    stored = np.zeros(4, dtype=np.uint8)
+    _dtypes.fill_nan(stored, dtype)
+    assert np.isnan(_dtypes.to_float32(np, stored, dtype)).all()
+
+
+def test_fp8_gemm_reference_scales_the_exact_product() -> None:
+    params = {"m": 5, "n": 8, "k": 16, "dtype": "float8_e4m3", "b_layout": "nk",
+              "epilogue": {"bias": True, "act": "relu"}}
+    inputs, dtypes = _inputs32("gemm", params)
+    assert dtypes["c"] == dtypes["bias"] == "bfloat16" and dtypes["scale_a"] == "float32"
+    assert 0.5 <= inputs["scale_a"][0] < 2.0 and 0.5 <= inputs["scale_b"][0] < 2.0
+    (got,) = reference(np, "gemm", params, inputs).values()
+    product = naive_refs.gemm(inputs["a"].astype(np.float64), inputs["b"].astype(np.float64),
+                              "nk") * float(inputs["scale_a"][0]) * float(inputs["scale_b"][0])
+    want = np.maximum(product + inputs["bias"][None, :], 0.0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_rel_error_and_bounds() -> None:
     ref = np.ones((4, 4), dtype=np.float32)
     assert rel_l2_error(np, ref, ref) == 0.0
