@@ -136,7 +136,12 @@ class RunManager:
     def _warm_executors(self) -> None:
         """Start the executors of the GPUs and fleet kinds this process serves now, not at
         their first run (a run that comes meanwhile waits for the same start)."""
-        for device in self._served_gpus():
+        try:
+            devices = self._served_gpus()
+        except Exception as exc:  # a GPU that cannot be probed, the database away
+            logger.warning("executors not warmed: %s", exc)
+            return
+        for device in devices:
             if self._stop.is_set():
                 return
             try:
