@@ -117,6 +117,9 @@ class ExecutorRegistry:
         self.ray_address = ray_address
         self._executors: dict[str, Executor] = {}
         self._lock = threading.Lock()
+        #: One lock per device key while its executor is made (a GPU pool or a fleet's
+        #: actors take seconds to start; other devices' executors are not held up).
+        self._making: dict[str, threading.Lock] = {}
 
     @classmethod
     def from_settings(
@@ -141,21 +144,30 @@ class ExecutorRegistry:
         return offered_fleet_keys(devices, self.ray_address)
 
     def get(self, device: ResolvedDevice) -> Executor:
+        """``device``'s executor, made on first use (once, whoever asks meanwhile)."""
         with self._lock:
             executor = self._executors.get(device.key)
+            if executor is not None:
+                return executor
+            making = self._making.setdefault(device.key, threading.Lock())
+        with making:
+            with self._lock:
+                executor = self._executors.get(device.key)
             if executor is None:
-                if device.kind == "cuda":
-                    executor = self._gpu_pool_factory(device)
-                elif device.kind == "fleet":
-                    if self.ray_address is None:
-                        raise DeviceError(f"{device.name}: this process measures no fleet "
-                                          "devices (PIPETUNE_EXECUTOR=ray)")
-                    executor = ray_fleet_pool(device, self.ray_address,
-                                              self.simulated_capacity)
-                else:
-                    executor = SimulatedDevice(device.model, capacity=self.simulated_capacity)
-                self._executors[device.key] = executor
+                executor = self._make(device)
+                with self._lock:
+                    self._executors[device.key] = executor
             return executor
+
+    def _make(self, device: ResolvedDevice) -> Executor:
+        if device.kind == "cuda":
+            return self._gpu_pool_factory(device)
+        if device.kind == "fleet":
+            if self.ray_address is None:
+                raise DeviceError(f"{device.name}: this process measures no fleet devices "
+                                  "(PIPETUNE_EXECUTOR=ray)")
+            return ray_fleet_pool(device, self.ray_address, self.simulated_capacity)
+        return SimulatedDevice(device.model, capacity=self.simulated_capacity)
 
     def describe(self) -> dict[str, dict[str, object]]:
         """Executors in use, by device key: kind and capacity."""

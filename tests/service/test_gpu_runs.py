@@ -102,6 +102,37 @@ def test_registry_gives_cuda_devices_a_gpu_pool(fake_gpu: FakeProbe) -> None:
     assert gpu.closed
 
 
+def test_a_slow_gpu_pool_start_holds_up_no_other_device(fake_gpu: FakeProbe) -> None:
+    """While a GPU's pool starts (seconds), a simulated device's executor comes at once,
+    and a second asker of the GPU gets the same pool, made once."""
+    import threading
+
+    release, made = threading.Event(), []
+
+    def slow_factory(device):
+        made.append(device.name)
+        release.wait(10)
+        return ModelGpu()
+
+    registry = ExecutorRegistry(gpu_pool_factory=slow_factory)
+    got: list[object] = []
+    askers = [threading.Thread(target=lambda: got.append(registry.get(resolve_device("cuda:0"))))
+              for _ in range(2)]
+    for asker in askers:
+        asker.start()
+    deadline = time.monotonic() + 5
+    while not made:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert isinstance(registry.get(resolve_device("sim:h200")), SimulatedDevice)
+    assert got == []  # the GPU's pool is still starting
+    release.set()
+    for asker in askers:
+        asker.join(10)
+    assert len(got) == 2 and got[0] is got[1] and made == ["cuda:0"]
+    registry.close()
+
+
 @pytest.fixture
 def gpu_settings(database_url: str, tmp_path) -> Settings:
     return Settings(
