@@ -49,7 +49,8 @@ H100_SXM = Device(
     mem_bandwidth_gbps=3350.0,
     # Estimate: 64 B/cycle/SM x 132 SMs x 1830 MHz.
     l2_bandwidth_gbps=15460.0,
-    tensor_flops_per_cycle_per_sm={"float16": 4096.0, "bfloat16": 4096.0},
+    tensor_flops_per_cycle_per_sm={"float16": 4096.0, "bfloat16": 4096.0,
+                                   "float8_e4m3": 8192.0, "float8_e5m2": 8192.0},
     units=_HOPPER_UNITS,
 )
 

@@ -288,6 +288,17 @@ def test_the_warp_specialised_gemm_is_compute_bound_below_peak() -> None:
     assert 0.5 * H200.tensor_tflops("float16") < tflops < H200.tensor_tflops("float16")
 
 
+def test_8_bit_inputs_run_the_tensor_cores_at_twice_the_rate() -> None:
+    shape = {"m": 4096, "n": 4096, "k": 4096, "b_layout": "nk"}
+    half, fp8 = (parse_spec("gemm", {**shape, "dtype": dtype})
+                 for dtype in ("float16", "float8_e4m3"))
+    times = [estimate(plan_sprogram(spec, H200, GEMM_WS), spec, H200) for spec in (half, fp8)]
+    assert times[1].bound == "compute"
+    assert 0.45 < times[1].compute_us / times[0].compute_us < 0.55
+    assert H200.tensor_tflops("float8_e4m3") == pytest.approx(2 * H200.tensor_tflops("float16"))
+    assert fp8.flops() / times[1].latency_us / 1e6 < H200.tensor_tflops("float8_e4m3")
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_lower_bound_never_exceeds_the_estimate(op: str) -> None:
     spec = suite_spec(op)
