@@ -1,10 +1,13 @@
-"""Helpers of the service tests: settings, request bodies, waiting for a run."""
+"""Helpers of the service tests: settings, request bodies, waiting for a run, the bench
+scripts as modules and a pool that answers with fixed latencies."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -51,3 +54,32 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"run {run_id} still {run['status']} after {timeout_s} s")
         time.sleep(0.2)
+
+
+def bench_module(name: str) -> ModuleType:
+    """``bench/<name>.py`` loaded as a module (the scripts are not a package)."""
+    path = Path(__file__).resolve().parents[2] / "bench" / f"{name}.py"
+    module_spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+class FixedLatencyPool:
+    """Answers each round of jobs with ``latencies`` in order (None: that job fails with
+    ``error``, as an unavailable peer does); keeps the rounds."""
+
+    def __init__(self, *latencies: float | None, error: str = "peer unavailable") -> None:
+        self.latencies = latencies
+        self.error = error
+        self.rounds: list[list[Any]] = []
+
+    def measure(self, jobs: list[Any]) -> list[Any]:
+        from workers import Measurement, MeasurementStatus
+
+        self.rounds.append(jobs)
+        return [Measurement(MeasurementStatus.LAUNCH_ERROR, error=self.error)
+                if us is None else Measurement.from_samples([us], rel_error=1e-3,
+                                                            error_bound=1e-2)
+                for us in self.latencies[: len(jobs)]]

@@ -5,40 +5,18 @@ figures when a peer fails."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
-
-from workers import Measurement, MeasurementStatus
+from service_helpers import FixedLatencyPool, bench_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "gemm.py"
-    module_spec = importlib.util.spec_from_file_location("bench_gemm", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
-class _Pool:
-    """Answers each [kernel, peers...] round with fixed latencies (None: that job fails)."""
-
-    def __init__(self, *latencies: float | None) -> None:
-        self.latencies = latencies
-        self.rounds: list[list[Any]] = []
-
-    def measure(self, jobs: list[Any]) -> list[Measurement]:
-        self.rounds.append(jobs)
-        return [Measurement(MeasurementStatus.LAUNCH_ERROR, error="peer unavailable")
-                if us is None else Measurement.from_samples([us], rel_error=1e-3,
-                                                            error_bound=1e-2)
-                for us in self.latencies[: len(jobs)]]
+    return bench_module("gemm")
 
 
 def _winner(bench: ModuleType, params: dict[str, Any]) -> dict[str, Any]:
@@ -63,7 +41,7 @@ def _winner(bench: ModuleType, params: dict[str, Any]) -> dict[str, Any]:
 ])
 def test_retime_times_the_kernel_with_the_specs_peers(bench: ModuleType, params: dict[str, Any],
                                                       peers: list[str]) -> None:
-    pool = _Pool(100.0, 150.0, None)
+    pool = FixedLatencyPool(100.0, 150.0, None)
     args = SimpleNamespace(rounds=3, deadline=20.0)
     record = bench._retime(pool, params, _winner(bench, params), final=None, args=args)
     assert len(pool.rounds) == 3

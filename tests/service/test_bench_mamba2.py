@@ -3,24 +3,15 @@ re-timing of a kernel against the peer keeps the kernel's figures when the peer 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
-from typing import Any
 
 import pytest
-
-from workers import Measurement, MeasurementStatus
+from service_helpers import FixedLatencyPool, bench_module
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "mamba2.py"
-    module_spec = importlib.util.spec_from_file_location("bench_mamba2", path)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    return bench_module("mamba2")
 
 
 def test_cases_are_the_suite_and_its_further_cases(bench: ModuleType) -> None:
@@ -50,26 +41,11 @@ def test_list_prints_the_selected_cases(bench: ModuleType,
     assert lines[0].split()[2:4] == ["86.4", "901.8"]  # GFLOP, MB moved
 
 
-class _Pool:
-    """Answers each [kernel, peer] round with fixed latencies (None: that job fails)."""
-
-    def __init__(self, kernel_us: float | None, peer_us: float | None) -> None:
-        self.latencies = (kernel_us, peer_us)
-        self.rounds: list[list[Any]] = []
-
-    def measure(self, jobs: list[Any]) -> list[Measurement]:
-        self.rounds.append(jobs)
-        return [Measurement(MeasurementStatus.LAUNCH_ERROR, error="mamba_ssm: not importable")
-                if us is None else Measurement.from_samples([us], rel_error=1e-3,
-                                                            error_bound=1e-2)
-                for us in self.latencies]
-
-
 @pytest.mark.parametrize("peer_us", [300.0, None])
 def test_retime_interleaves_kernel_and_peer(bench: ModuleType, peer_us: float | None) -> None:
     op = "mamba2_chunk_scan"
     params = bench.case_params("scan", 8, 4096, 1, "float16")
-    pool = _Pool(kernel_us=150.0, peer_us=peer_us)
+    pool = FixedLatencyPool(150.0, peer_us, error="mamba_ssm: not importable")
     args = SimpleNamespace(rounds=3, deadline=30.0)
     record = bench._retime(pool, op, params, artifact="kernel", final=None, args=args)
     assert len(pool.rounds) == 3

@@ -10,7 +10,6 @@ import json
 import time
 import zipfile
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -24,7 +23,7 @@ from gpu_fakes import (
     FakeProbe,
     ModelGpu,
 )
-from service_helpers import wait_for
+from service_helpers import bench_module, wait_for
 
 from codegen import KernelArtifact
 from scheduler_search.cost_model import Calibration
@@ -462,17 +461,6 @@ def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     assert all(space.build(c)[1].ok for c in found)
 
 
-def _tuning_speed_bench() -> Any:
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "tuning_speed.py"
-    module_spec = importlib.util.spec_from_file_location("tuning_speed", path)
-    bench = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(bench)
-    return bench
-
-
 def test_tuning_speed_bench_on_a_warm_pretend_gpu(
     fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
@@ -484,7 +472,7 @@ def test_tuning_speed_bench_on_a_warm_pretend_gpu(
                         lambda *args, **kwargs: pools.append(_Warmed()) or pools[-1])
     monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
     out = tmp_path / "speed.json"
-    _tuning_speed_bench().main(["--cases", "gemm:1024x1024x1024", "--seconds", "1", "--warm",
+    bench_module("tuning_speed").main(["--cases", "gemm:1024x1024x1024", "--seconds", "1", "--warm",
                                 "--out", str(out)], fingerprint=dict(FINGERPRINT))
     (case,) = json.loads(out.read_text())["cases"]
     assert "error" not in case, case
@@ -497,7 +485,7 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
 ) -> None:
     from service.runs import executors
 
-    bench = _tuning_speed_bench()
+    bench = bench_module("tuning_speed")
     monkeypatch.setattr(executors, "local_gpu_pool",
                         lambda *args, **kwargs: ModelGpu(measure_s=0.05))
     monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
