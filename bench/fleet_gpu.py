@@ -16,7 +16,8 @@ with the same time budget:
 
 Reported per run: the best kernel's speed against cuBLAS (the run's own baseline), the
 candidates measured per second (and from the first trial on, the steady rate; the first
-trial's delay is the executor's start-up), the trials by status; and the fleet's figures
+trial's delay is the executor's start-up), the trials by status, for fleet runs what each
+chunk cost beyond the GPU's own measuring (``dispatch``); and the fleet's figures
 over the local pool's, cold and warm (the issue's bar: speeds within 2%, candidates per
 second within 10%). ``--simulate`` runs the same walk on simulated GPUs (no GPU needed; a
 rehearsal). Writes ``--out``.
@@ -131,6 +132,20 @@ def _lose_node_mid_run(client: Any, cluster: Any, device: str, args: argparse.Na
     return {**_summary(client, run), "node_back_after_s": restarted_s}
 
 
+def _dispatch(client: Any, key: str) -> dict[str, float]:
+    """The fleet executor's dispatch cost so far (``GET /v1/devices``)."""
+    device = next(d for d in client.get("/v1/devices").json()["data"] if d["key"] == key)
+    return device.get("dispatch") or {"chunks": 0, "round_trip_s": 0.0, "actor_s": 0.0}
+
+
+def _dispatch_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """One run's chunks through the actors and what each cost beyond measuring."""
+    delta = {k: after[k] - before[k] for k in ("chunks", "round_trip_s", "actor_s")}
+    delta["overhead_per_chunk_s"] = ((delta["round_trip_s"] - delta["actor_s"])
+                                     / delta["chunks"] if delta["chunks"] else 0.0)
+    return delta
+
+
 def _empty_caches(work: Path, name: str) -> None:
     """An empty CuPy kernel cache for the processes started from now on: CuPy compiles
     its own kernels (the inputs, the reference check) on first use, and the second cold
@@ -178,8 +193,12 @@ def run(args: argparse.Namespace) -> None:
                                         ("ray_warm_2", fleet["name"], True)):
                 if name == "local":  # the local pool's worker starts now: its own caches
                     _empty_caches(work, "local")
+                before = _dispatch(client, fleet["key"])
                 runs[name] = _summary(client, _wait(client, _run(
                     client, device, args.seconds, force=force), 600))
+                if device == fleet["name"]:
+                    runs[name]["dispatch"] = _dispatch_delta(before,
+                                                             _dispatch(client, fleet["key"]))
                 print(json.dumps(runs[name]), flush=True)
             runs["ray_node_lost"] = _lose_node_mid_run(client, cluster, fleet["name"], args,
                                                        url)

@@ -353,6 +353,9 @@ class DevicePublic(BaseModel):
     known: bool
     executor: str | None = None
     capacity: int | None = None
+    #: A fleet device's executor: what measuring through Ray has cost beyond the GPUs'
+    #: own measuring (chunks, seconds of round trip and of measuring, overhead per chunk).
+    dispatch: dict[str, float] | None = None
     identity: dict[str, Any]
 
     @classmethod

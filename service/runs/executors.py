@@ -170,12 +170,16 @@ class ExecutorRegistry:
         return SimulatedDevice(device.model, capacity=self.simulated_capacity)
 
     def describe(self) -> dict[str, dict[str, object]]:
-        """Executors in use, by device key: kind and capacity."""
+        """Executors in use, by device key: kind, capacity, and a fleet's dispatch cost."""
         with self._lock:
-            return {
-                key: {"executor": type(e).__name__, "capacity": e.capacity()}
-                for key, e in self._executors.items()
-            }
+            executors = dict(self._executors)
+        described: dict[str, dict[str, object]] = {}
+        for key, e in executors.items():
+            described[key] = {"executor": type(e).__name__, "capacity": e.capacity()}
+            dispatch = getattr(e, "dispatch_overhead", None)
+            if dispatch is not None:
+                described[key]["dispatch"] = dispatch()
+        return described
 
     def close(self) -> None:
         with self._lock:

@@ -109,6 +109,8 @@ def test_runs_live_on_their_nodes_and_survive_a_lost_node(settings: Any,
         h100, a100 = devices["h100"], devices["a100"]
         reference, _ = _finished(client, _tune(client, h100["name"]))
         _finished(client, _tune(client, a100["name"]))
+        dispatch = _fleet(client)["h100"]["dispatch"]  # what the actors' round trips cost
+        assert dispatch["chunks"] > 0 and dispatch["round_trip_s"] >= dispatch["actor_s"]
         registry = client.app.state.executors
         pools = {c: registry.get(fleet.resolve(d["name"], lambda: _registered(settings)))
                  for c, d in devices.items()}

@@ -106,6 +106,18 @@ def test_the_executor_contract_through_actors() -> None:
         assert len(retimed[0].samples_us) >= 2
 
 
+def test_the_dispatch_cost_beyond_measuring_is_counted() -> None:
+    with RayGpuPool(standin_pool, actors=1) as pool:
+        assert pool.dispatch_overhead()["chunks"] == 0
+        pool.measure([job(), job(name="b")])
+        pool.measure([job(name="c")])
+        cost = pool.dispatch_overhead()
+    assert cost["chunks"] == 2
+    assert cost["round_trip_s"] >= cost["actor_s"] > 0
+    assert cost["overhead_per_chunk_s"] == pytest.approx(
+        (cost["round_trip_s"] - cost["actor_s"]) / 2)
+
+
 def test_worker_failures_stay_statuses_inside_an_actor() -> None:
     """hang, die, crash, wrong: what LocalGpuPool reports, now from a remote actor."""
     with RayGpuPool(standin_pool, actors=1) as pool:

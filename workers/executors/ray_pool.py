@@ -98,8 +98,12 @@ class _GpuActor:
 
         return str(ray.util.get_node_ip_address())
 
-    def measure(self, jobs: list[Job]) -> list[Measurement]:
-        return self.pool.measure(jobs)
+    def measure(self, jobs: list[Job]) -> tuple[list[Measurement], float]:
+        """The measurements, and the seconds the pool took (the rest of a chunk's round
+        trip is the fleet's own cost)."""
+        started = time.perf_counter()
+        measured = self.pool.measure(jobs)
+        return measured, time.perf_counter() - started
 
     def retime(self, jobs: list[Job], rounds: int) -> list[Measurement]:
         return self.pool.retime_interleaved(jobs, rounds)
@@ -144,6 +148,8 @@ class RayGpuPool(Executor):
         self._actors = [remote.remote(pool_factory, device_key) for _ in range(actors)]
         self._redispatch = redispatch
         self._node_wait_s = node_wait_s
+        #: chunks answered, their round trips and their actors' own measuring, in seconds.
+        self._dispatch = {"chunks": 0, "round_trip_s": 0.0, "actor_s": 0.0}
         self._lock = threading.Lock()
         problems = [p for p in ray.get([a.mismatch.remote() for a in self._actors]) if p]
         if problems:
@@ -213,10 +219,13 @@ class RayGpuPool(Executor):
         results: list[Measurement | None] = [None] * len(jobs)
         pending: dict[Any, tuple[int, list[int], int, float]] = {}
 
+        sent: dict[Any, float] = {}
+
         def send(actor: int, indices: list[int], attempt: int) -> None:
             ref = self._actors[actor].measure.remote([jobs[i] for i in indices])
             wait_s = sum(jobs[i].deadline_s for i in indices) + CHUNK_MARGIN_S
             pending[ref] = (actor, indices, attempt, time.monotonic() + wait_s)
+            sent[ref] = time.perf_counter()
 
         for actor, indices in self._chunks(len(jobs), live):
             send(actor, indices, 0)
@@ -227,7 +236,8 @@ class RayGpuPool(Executor):
                 if late:
                     raise TimeoutError("no answer within the jobs' deadlines "
                                        f"(+{CHUNK_MARGIN_S:.0f} s)")
-                measured = ray.get(ref)
+                measured, actor_s = ray.get(ref)
+                self._count_dispatch(time.perf_counter() - sent[ref], actor_s)
             except (RayActorError, TimeoutError) as exc:  # the actor (its node) is gone
                 live = [a for a in live if a != actor]
                 if attempt < self._redispatch and live:
@@ -238,6 +248,20 @@ class RayGpuPool(Executor):
             for i, result in zip(indices, measured, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]
+
+    def _count_dispatch(self, round_trip_s: float, actor_s: float) -> None:
+        self._dispatch["chunks"] += 1
+        self._dispatch["round_trip_s"] += round_trip_s
+        self._dispatch["actor_s"] += actor_s
+
+    def dispatch_overhead(self) -> dict[str, float]:
+        """What measuring through the actors has cost beyond the pools' own measuring:
+        chunks answered, seconds of round trip and of the actors' measuring, and the
+        mean overhead per chunk (serialising jobs and results, Ray's scheduling)."""
+        d = dict(self._dispatch)
+        d["overhead_per_chunk_s"] = ((d["round_trip_s"] - d["actor_s"]) / d["chunks"]
+                                     if d["chunks"] else 0.0)
+        return d
 
     def _await_live(self) -> list[int]:
         """The live actors; while there are none, pings again until ``node_wait_s`` has

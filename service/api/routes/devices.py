@@ -51,4 +51,5 @@ def list_devices(session: SessionDep, executors: ExecutorDep,
         if executor is not None:
             entry.executor = str(executor["executor"])
             entry.capacity = int(executor["capacity"])  # type: ignore[call-overload]
+            entry.dispatch = executor.get("dispatch")  # type: ignore[assignment]
     return DevicesPublic(data=data, count=len(data))
