@@ -3,6 +3,7 @@ result files, and the two timing methods (quick for the search, final for the ra
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import statistics
@@ -25,6 +26,11 @@ def tree_state() -> dict[str, Any]:
 
 def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
+
+
+def dated_result(suite: str) -> str:
+    """The default results file of ``suite`` run today: ``bench/results/<suite>-<date>.json``."""
+    return str(ROOT / "bench" / "results" / f"{suite}-{datetime.date.today().isoformat()}.json")
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import tree_state, write_json  # noqa: E402
+from bench.common import dated_result, tree_state, write_json  # noqa: E402
 
 NODE_IP = "127.0.0.2"
 GEMM = {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}
@@ -244,9 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=25.0, help="each run's budget")
     parser.add_argument("--simulate", action="store_true",
                         help="simulated GPUs: the same walk without a GPU")
-    today = datetime.date.today().isoformat()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
-                                             f"fleet_gpu-{today}.json"))
+    parser.add_argument("--out", default=dated_result("fleet_gpu"))
     run(parser.parse_args(argv))
 
 

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import tree_state, write_json  # noqa: E402
+from bench.common import dated_result, tree_state, write_json  # noqa: E402
 
 BATCHES = (1, 8, 32)
 NODE_IPS = ("127.0.0.2", "127.0.0.3")
@@ -187,9 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15, help="dispatch rounds")
     parser.add_argument("--loss-rounds", type=int, default=3, help="node-loss rounds")
-    today = datetime.date.today().isoformat()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
-                                             f"fleet_local-{today}.json"))
+    parser.add_argument("--out", default=dated_result("fleet_local"))
     run(parser.parse_args(argv))
 
 

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import geomean, tree_state, write_json  # noqa: E402
+from bench.common import dated_result, geomean, tree_state, write_json  # noqa: E402
 
 #: name -> (op, params): docs/benchmarks.md's launch-cost cases.
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -226,8 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="idle GPU time before each timed figure")
     parser.add_argument("--only", nargs="*", default=[], help="case name prefixes")
     parser.add_argument("--database-url", default=None)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
-                                             f"launch_overhead-{today}.json"))
+    parser.add_argument("--out", default=dated_result("launch_overhead"))
     args = parser.parse_args(argv)
     names = [n for n in CASES if not args.only or any(n.startswith(o) for o in args.only)]
     rows = []

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
+from bench.common import dated_result, geomean, timing_configs, tree_state, write_json  # noqa: E402
 
 OPS = ("mamba2_chunk_state", "mamba2_chunk_scan")
 #: Variant (the case names' prefix) -> its operator and the params it sets.
@@ -445,8 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--cache", default="/tmp/pipetune-cubins")
     r.add_argument("--rerender", action="store_true",
                    help="render the candidates' choices with this tree's code generation")
-    today = datetime.date.today().isoformat()
-    r.add_argument("--out", default=str(ROOT / "bench" / "results" / f"mamba2-{today}.json"))
+    r.add_argument("--out", default=dated_result("mamba2"))
     args = parser.parse_args(argv)
     {"list": list_cases, "prepare": prepare, "run": run}[args.step](args)
 

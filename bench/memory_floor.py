@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
+from bench.common import dated_result, geomean, timing_configs, tree_state, write_json  # noqa: E402
 
 OP = "mamba2_chunk_state"
 PEER = "mamba_ssm_chunk_state"
@@ -134,9 +134,7 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    today = datetime.date.today().isoformat()
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
-                                             f"memory_floor-{today}.json"))
+    parser.add_argument("--out", default=dated_result("memory_floor"))
     run(parser.parse_args(argv))
 
 
