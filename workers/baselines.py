@@ -90,11 +90,11 @@ def _torch_epilogue(
     matmul, then one op per step, each a kernel), ``cublaslt_epilogue`` through
     ``torch._addmm_activation`` / ``torch.addmm`` (cuBLASLt's fused bias, ReLU and tanh
     GELU). Each launch allocates its result; ``finish`` copies it into ``c``."""
+    from scheduler_search.ops.gemm import GemmEpilogue, cublaslt_fuses
+
     epilogue = params.get("epilogue") or {}
     scale, act = float(epilogue.get("scale", 1.0)), epilogue.get("act", "none")
-    if name == "cublaslt_epilogue" and not (
-            epilogue.get("bias") and not epilogue.get("residual") and scale == 1.0
-            and act in ("none", "relu", "gelu_tanh")):
+    if name == "cublaslt_epilogue" and not cublaslt_fuses(GemmEpilogue.model_validate(epilogue)):
         raise BaselineUnavailable(f"{name}: cuBLASLt fuses a bias with ReLU or tanh GELU only")
     torch = _import_torch()
     import torch.nn.functional as F
@@ -118,15 +118,18 @@ def _torch_epilogue(
         y = activations[act](y)
         result[0] = y + residual if residual is not None else y
 
+    if name != "cublaslt_epilogue":
+        return unfused, (lambda: c.copy_(result[0]))
+    a, b = (_as_torch(torch, tensors[n], dtype) for n in ("a", "b"))
+    b_op = b.t() if params.get("b_layout", "kn") == "nk" else b
+
     def fused() -> None:
-        a, b = (_as_torch(torch, tensors[n], dtype) for n in ("a", "b"))
-        b_op = b.t() if params.get("b_layout", "kn") == "nk" else b
         if act == "none":
             result[0] = torch.addmm(bias, a, b_op)
         else:
             result[0] = torch._addmm_activation(bias, a, b_op, use_gelu=act == "gelu_tanh")
 
-    return (fused if name == "cublaslt_epilogue" else unfused), (lambda: c.copy_(result[0]))
+    return fused, (lambda: c.copy_(result[0]))
 
 
 #: PyTorch's names of the 8-bit float types.

@@ -118,7 +118,7 @@ class GemmSpec(OperatorSpec):
         # cuBLASLt's own fused bias (+ ReLU / tanh GELU), where PyTorch exposes it.
         if self.fp8:
             return ()
-        return ("cublaslt_epilogue",) if _cublaslt_fuses(self.epilogue) else ()
+        return ("cublaslt_epilogue",) if cublaslt_fuses(self.epilogue) else ()
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         # Rows that TMA loads: a's rows hold k elements; b's rows hold n (kn) or k (nk).
@@ -208,7 +208,7 @@ class GemmSpec(OperatorSpec):
         )
 
 
-def _cublaslt_fuses(epilogue: GemmEpilogue) -> bool:
+def cublaslt_fuses(epilogue: GemmEpilogue) -> bool:
     """Whether ``torch._addmm_activation`` computes this epilogue in cuBLASLt: a bias with
     ReLU or tanh GELU (or none), no scale, no residual."""
     return (epilogue.bias and epilogue.scale == 1.0 and not epilogue.residual
