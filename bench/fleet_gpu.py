@@ -10,7 +10,7 @@ with the same time budget:
    RayGpuPool's actor on the node), then on ``cuda:0`` (a LocalGpuPool in this process);
    each executor starts at its run, each with an empty CuPy kernel cache;
 2. warm (``force``, the executors running, as in a long-lived service): fleet, local,
-   local, fleet, pooled per executor;
+   local, fleet, fleet, local, pooled per executor;
 3. on the fleet device again: the node is killed once the run has measured, started
    again two seconds later, and the run must finish.
 
@@ -174,8 +174,11 @@ def run(args: argparse.Namespace) -> None:
     try:
         _empty_caches(work, "fleet")  # the node's processes inherit it at ray start
         _start_node(cluster.address, url, args.simulate)
+        # No executor warmed at the service's start: each starts at its first (cold) run,
+        # with its own CuPy cache, so the cold pair compares the two executors' start-up.
         settings = Settings(database_url=url, data_dir=work, executor="ray",
-                            ray_address=cluster.address, seed=11, heartbeat_s=1.0)
+                            ray_address=cluster.address, seed=11, heartbeat_s=1.0,
+                            warm_executors=False)
         with TestClient(create_app(settings)) as client:
             fleet = next(d for d in client.get("/v1/devices").json()["data"]
                          if d["kind"] == "fleet")
@@ -184,13 +187,16 @@ def run(args: argparse.Namespace) -> None:
             runs = {}
             # First from cold (each executor starts at its first run), then again with
             # the executors warm, as a long-lived service has them.
-            # Warm runs alternate, twice, so that drift of the machine falls on both.
+            # Warm runs alternate, three pairs, so that drift of the machine (and the
+            # search's own path, which the timings steer) falls on both.
             for name, device, force in (("ray", fleet["name"], False),
                                         ("local", local, False),
                                         ("ray_warm", fleet["name"], True),
                                         ("local_warm", local, True),
                                         ("local_warm_2", local, True),
-                                        ("ray_warm_2", fleet["name"], True)):
+                                        ("ray_warm_2", fleet["name"], True),
+                                        ("ray_warm_3", fleet["name"], True),
+                                        ("local_warm_3", local, True)):
                 if name == "local":  # the local pool's worker starts now: its own caches
                     _empty_caches(work, "local")
                 before = _dispatch(client, fleet["key"])

@@ -13,18 +13,21 @@ Two steps, so the GPU machine spends its time on GPU work only:
 schedule space with the cost model and keep the ``--top`` best that differ in structure
 (tile shape, warp roles, split, grid, epilogue: the cost model scores many near-copies
 alike); for the ``--raster-top`` best of those, add the tile orders the cost model cannot
-tell apart (raster major m / n x swizzle 4, 8, 16). Each candidate is rendered for fp16
-and bf16; all go to one gzip JSON file.
+tell apart (raster major m / n x swizzle 4, 8, 16); then the ``--cross`` best structures
+of every other shape of the same layout that are valid here (the service's warm start
+from its cached neighbours does the same). Each candidate is rendered for every
+``--dtypes``; all go to one gzip JSON file.
 
-``run`` (an H200): measure every fp16 candidate with the workers' ``LocalGpuPool``
-(NVRTC compiles in parallel on the CPU cores; each kernel is checked against the fp32
-reference before it is timed; quick timing) and keep the fastest correct one; the bf16
-case of the same shape and layout uses that schedule. Then time the kept kernel and the
+``run`` (an H200): measure every candidate of the first input type with the workers'
+``LocalGpuPool`` (NVRTC compiles in parallel on the CPU cores; each kernel is checked
+against the fp32 reference before it is timed; quick timing). The ``--leaders`` fastest
+are then re-timed by the final method (warm-up, L2 flush, CUDA events, median) with the
 peers (the spec's run baseline, e.g. the workers' ``cublas``: ``cupy.matmul`` /
-``torch.matmul``) in the same worker process by the same method (warm-up, L2 flush, CUDA
-events, median), interleaved over ``--rounds`` rounds. Writes ``--out`` (device
-fingerprint, commit, every case: latencies, ratio = peer latency / pipetune latency, the
-schedule) and prints the table with the geometric mean.
+``torch.matmul``) in the same worker process, interleaved over ``--rounds`` rounds, for
+each input type (bf16 re-times the fp16 leaders), and the fastest leader is the case's
+kernel, as the service re-times its leaders. Writes ``--out`` (device fingerprint,
+commit, every case: latencies, ratio = peer latency / pipetune latency, the schedule) and
+prints the table with the geometric mean.
 
     .venv/bin/python bench/gemm.py prepare --top 24 --out .bench/gemm-candidates.json.gz
     PYTHONPATH=. python3 bench/gemm.py run --candidates .bench/gemm-candidates.json.gz \\
@@ -88,6 +91,45 @@ def _structure(choices: dict[str, Any]) -> tuple:
 
 
 # ----- prepare (CPU) ------------------------------------------------------------------
+def _distinct_top(ranked: list[Any], top: int) -> list[Any]:
+    """The first ``top`` of ``ranked`` that differ in structure."""
+    chosen, seen = [], set()
+    for item in ranked:
+        key = _structure(item.sprogram.choices)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(item)
+        if len(chosen) == top:
+            break
+    return chosen
+
+
+def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
+           raster_top: int) -> list[tuple[int | None, dict[str, Any], float | None]]:
+    """(cost-model rank or None, choices, estimate) of every candidate of one case: its own
+    distinct structures, the raster orders of the best few, then the structures borrowed
+    from the other shapes that are valid here (as the service's warm start from cached
+    neighbours): the cost model scores each shape alone and can miss a structure that a
+    neighbouring shape's ranking finds."""
+    rasters = [{"raster_major": major, "raster_swizzle": swizzle}
+               for major in ("m", "n") for swizzle in (4, 8, 16)]
+    tried = [(rank, item.sprogram.choices, item.estimate.latency_us)
+             for rank, item in enumerate(chosen)]
+    for rank, item in enumerate(chosen[:raster_top]):
+        for order in rasters:
+            choices = {**item.sprogram.choices, **order}
+            if choices != item.sprogram.choices:
+                tried.append((rank, choices, None))
+    seen = {_structure(c) for _, c, _ in tried}
+    for choices in borrowed:
+        if _structure(choices) in seen:
+            continue
+        seen.add(_structure(choices))
+        if space.build(choices)[1].ok:
+            tried.append((None, choices, None))
+    return tried
+
+
 def prepare(args: argparse.Namespace) -> None:
     from codegen import feasibility, render
     from scheduler_search.hardware import get_device
@@ -96,70 +138,43 @@ def prepare(args: argparse.Namespace) -> None:
     from scheduler_search.sprogram import plan_sprogram
 
     device = get_device(args.device)
-    rasters = [
-        {"raster_major": major, "raster_swizzle": swizzle}
-        for major in ("m", "n")
-        for swizzle in (4, 8, 16)
-    ]
-    cases = []
     started = time.perf_counter()
     shapes = [s for s in GEMM_SHAPES if not args.shapes or "x".join(map(str, s)) in args.shapes]
+    ranked_cases = []
     for m, n, k in shapes:
         for layout in args.layouts:
-            ranked_spec = _spec(m, n, k, args.dtypes[0], layout, args.epilogue)
-            space = ScheduleSpace(ranked_spec, device, feasibility("gemm", device))
+            spec = _spec(m, n, k, args.dtypes[0], layout, args.epilogue)
+            space = ScheduleSpace(spec, device, feasibility("gemm", device))
             candidates, _ = space.enumerate()
-            ranked = rank_top(space, candidates, args.pool)
-            chosen, seen = [], set()
-            for item in ranked:
-                key = _structure(item.sprogram.choices)
-                if key in seen:
-                    continue
-                seen.add(key)
-                chosen.append(item)
-                if len(chosen) == args.top:
-                    break
-            tried = [(rank, item.sprogram.choices, item.estimate.latency_us)
-                     for rank, item in enumerate(chosen)]
-            for rank, item in enumerate(chosen[: args.raster_top]):
-                for order in rasters:
-                    choices = {**item.sprogram.choices, **order}
-                    if choices != item.sprogram.choices:
-                        tried.append((rank, choices, None))
-            specs = {dtype: _spec(m, n, k, dtype, layout, args.epilogue)
-                     for dtype in args.dtypes}
-            entries = []
-            for rank, choices, estimate_us in tried:
-                entry: dict[str, Any] = {"rank": rank, "estimate_us": estimate_us}
-                for dtype, spec in specs.items():
-                    sprogram = plan_sprogram(spec, device, choices)
-                    entry[dtype] = {
-                        "hash": sprogram.hash,
-                        "choices": sprogram.choices,
-                        "artifact": render(sprogram, spec, device).to_dict(),
-                    }
-                entries.append(entry)
-            cases.append({"params": specs[args.dtypes[0]].params(), "candidates": entries})
-            print(
-                f"{m}x{n}x{k} {layout}: {len(candidates)} structural candidates, "
-                f"{len(chosen)} kept ({time.perf_counter() - started:.0f} s)",
-                flush=True,
-            )
-    doc = {
-        **tree_state(),
-        "device": args.device,
-        "epilogue": args.epilogue,
-        "top": args.top,
-        "raster_top": args.raster_top,
-        "pool": args.pool,
-        "cases": cases,
-    }
+            chosen = _distinct_top(rank_top(space, candidates, args.pool), args.top)
+            ranked_cases.append(((m, n, k), layout, space, chosen))
+            print(f"{m}x{n}x{k} {layout}: {len(candidates)} structural candidates, "
+                  f"{len(chosen)} kept ({time.perf_counter() - started:.0f} s)", flush=True)
+    cases = []
+    for shape, layout, space, chosen in ranked_cases:
+        borrowed = [item.sprogram.choices for other, other_layout, _, other_chosen in ranked_cases
+                    if other != shape and other_layout == layout
+                    for item in other_chosen[: args.cross]]
+        specs = {dtype: _spec(*shape, dtype, layout, args.epilogue) for dtype in args.dtypes}
+        entries = []
+        for rank, choices, estimate_us in _tried(space, chosen, borrowed, args.raster_top):
+            entry: dict[str, Any] = {"rank": rank, "estimate_us": estimate_us}
+            for dtype, spec in specs.items():
+                sprogram = plan_sprogram(spec, device, choices)
+                entry[dtype] = {"hash": sprogram.hash, "choices": sprogram.choices,
+                                "artifact": render(sprogram, spec, device).to_dict()}
+            entries.append(entry)
+        cases.append({"params": specs[args.dtypes[0]].params(), "candidates": entries})
+    doc = {**tree_state(), "device": args.device, "epilogue": args.epilogue, "top": args.top,
+           "raster_top": args.raster_top, "cross": args.cross, "pool": args.pool,
+           "cases": cases}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(out, "wt") as f:
         json.dump(doc, f)
     total = sum(len(c["candidates"]) for c in cases)
-    print(f"wrote {len(cases)} cases, {total} candidates to {out}")
+    print(f"wrote {len(cases)} cases, {total} candidates to {out} "
+          f"({time.perf_counter() - started:.0f} s)")
 
 
 # ----- run (GPU) ----------------------------------------------------------------------
@@ -215,14 +230,17 @@ def run(args: argparse.Namespace) -> None:
                                 "searched": tried, "error": "no candidate was correct"})
                 print(f"{_case_name(searched)}: no correct candidate", flush=True)
                 continue
-            best = min(ok, key=lambda t: t["latency_us"])
-            winner = next(e for e in entries if e[searched_dtype]["hash"] == best["hash"])
-            for dtype in args.dtypes or [d for d in winner if d not in ("rank", "estimate_us")]:
+            leaders = sorted(ok, key=lambda t: t["latency_us"])[: args.leaders]
+            by_hash = {e[searched_dtype]["hash"]: e for e in entries}
+            for dtype in args.dtypes or [d for d in entries[0] if d not in ("rank", "estimate_us")]:
                 params = {**searched, "dtype": dtype}
+                kept = [by_hash[t["hash"]][dtype] for t in leaders]
+                retimed = _retime(pool, params, kept, final, args)
+                best = leaders[retimed.get("leader_kept", 0)]
                 record = {"case": _case_name(params), "params": params,
                           **({"searched": tried} if dtype == searched_dtype
                              else {"searched_as": _case_name(searched)}),
-                          **_retime(pool, params, winner[dtype], final, args),
+                          **retimed,
                           "cost_model_rank": best["rank"],
                           "candidates_ok": f"{len(ok)}/{len(tried)}"}
                 results.append(record)
@@ -233,10 +251,11 @@ def run(args: argparse.Namespace) -> None:
     print_table(summary)
 
 
-def _retime(pool: Any, params: dict[str, Any], winner: dict[str, Any], final: Any,
+def _retime(pool: Any, params: dict[str, Any], leaders: list[dict[str, Any]], final: Any,
             args: argparse.Namespace) -> dict[str, Any]:
-    """The kept kernel and the spec's peers in the same worker, interleaved over the
-    rounds: medians, ``ratio`` against the run baseline (``peer``), and each peer's."""
+    """The leaders of the quick timing and the spec's peers in the same worker, interleaved
+    over the rounds (the final method, as the service re-times its leaders): the fastest
+    leader's median is pipetune's, ``ratio`` is against the run baseline (``peer``)."""
     from codegen.artifact import KernelArtifact
     from scheduler_search.ops import parse_spec
     from workers import Job
@@ -244,25 +263,30 @@ def _retime(pool: Any, params: dict[str, Any], winner: dict[str, Any], final: An
     spec = parse_spec("gemm", params)
     peers = [spec.run_baseline(), *spec.run_peers()]
     workload = {"op": "gemm", "params": params}
-    artifact = KernelArtifact.from_dict(winner["artifact"])
-    rounds = [pool.measure([Job(workload, artifact=artifact, timing=final,
-                                deadline_s=args.deadline),
-                            *(Job(workload, baseline=peer, timing=final, deadline_s=args.deadline)
-                              for peer in peers)])
-              for _ in range(args.rounds)]
-    if any(r[0].status.value != "ok" for r in rounds):
+    kernels = [Job(workload, artifact=KernelArtifact.from_dict(leader["artifact"]),
+                   timing=final, deadline_s=args.deadline) for leader in leaders]
+    baselines = [Job(workload, baseline=peer, timing=final, deadline_s=args.deadline)
+                 for peer in peers]
+    rounds = [pool.measure([*kernels, *baselines]) for _ in range(args.rounds)]
+    medians = {i: statistics.median(r[i].latency_us for r in rounds)
+               for i in range(len(leaders)) if all(r[i].status.value == "ok" for r in rounds)}
+    if not medians:
         return {"error": f"re-timing failed: {[r[0].status.value for r in rounds]}"}
-    mine_us = statistics.median(r[0].latency_us for r in rounds)
-    peer_us = {name: statistics.median(r[1 + i].latency_us for r in rounds)
+    fastest = min(medians, key=medians.get)
+    winner, mine_us = leaders[fastest], medians[fastest]
+    base = len(leaders)
+    peer_us = {name: statistics.median(r[base + i].latency_us for r in rounds)
                for i, name in enumerate(peers)
-               if all(r[1 + i].status.value == "ok" for r in rounds)}
+               if all(r[base + i].status.value == "ok" for r in rounds)}
     flops = spec.flops()
     record: dict[str, Any] = {
         "pipetune_us": mine_us, "pipetune_tflops": flops / mine_us / 1e6, "peer": peers[0],
         "peers_us": peer_us, "ratios_vs_peers": {n: us / mine_us for n, us in peer_us.items()},
-        "rel_error": max(r[0].rel_error for r in rounds),
-        "peer_errors": {name: r[1 + i].error[:200] for r in rounds
-                        for i, name in enumerate(peers) if r[1 + i].status.value != "ok"},
+        "rel_error": max(r[fastest].rel_error for r in rounds),
+        "peer_errors": {name: r[base + i].error[:200] for r in rounds
+                        for i, name in enumerate(peers) if r[base + i].status.value != "ok"},
+        "leaders_us": [medians.get(i) for i in range(len(leaders))],
+        "leader_kept": fastest,
         "rounds_us": [[m.latency_us for m in r] for r in rounds],
         "schedule_hash": winner["hash"], "choices": winner["choices"]}
     if peers[0] in peer_us:
@@ -303,12 +327,16 @@ def _summary(
         "tree_dirty_at_prepare": doc.get("dirty"),
         "search": {
             "method": (
-                "fp16: cost-model ranking, top-K distinct structures plus the raster orders "
-                "of the best few, each checked and timed on the GPU; bf16 reuses the fp16 "
-                "winner of the same shape and layout"
+                "fp16: cost-model ranking, top-K distinct structures, the raster orders of "
+                "the best few and the best structures of the other shapes (same layout), "
+                "each checked and timed on the GPU (quick timing); the fastest few are "
+                "re-timed by the final method, interleaved with the peers, per input type "
+                "(bf16 re-times the fp16 leaders)"
             ),
             "top": args.top,
             "pool": doc.get("pool"),
+            "cross": doc.get("cross"),
+            "leaders": args.leaders,
             "quick_timing": quick.to_dict(),
         },
         "final_timing": final.to_dict(),
@@ -352,6 +380,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top", type=int, default=24)
     p.add_argument("--pool", type=int, default=400, help="cost-model top N to pick from")
     p.add_argument("--raster-top", type=int, default=4, help="structures whose rasters vary")
+    p.add_argument("--cross", type=int, default=4,
+                   help="best structures of every other shape (same layout) tried too")
     p.add_argument("--layouts", nargs="+", default=["kn", "nk"])
     p.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
                    help="input types rendered; the first is searched (the FP8 suite: "
@@ -362,6 +392,8 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--candidates", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r.add_argument("--top", type=int, default=1000, help="candidates measured per case")
     r.add_argument("--rounds", type=int, default=5)
+    r.add_argument("--leaders", type=int, default=3,
+                   help="fastest of the quick timing re-timed by the final method")
     r.add_argument("--deadline", type=float, default=20.0)
     r.add_argument("--only", nargs="*", default=[])
     r.add_argument("--dtypes", nargs="+", default=None,

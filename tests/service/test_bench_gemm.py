@@ -1,6 +1,7 @@
 """bench/gemm.py without a GPU: its suites (plain, fused epilogues, FP8) prepare the spec
-each names, and the re-timing of a kernel against the spec's peers keeps the kernel's
-figures when a peer fails."""
+each names (with the other shapes' best structures), the quick timing's leaders are
+re-timed with the spec's peers and the fastest by that timing is kept, and a failing peer
+leaves the kernel's figures."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def bench() -> ModuleType:
     return bench_module("gemm")
 
 
-def _winner(bench: ModuleType, params: dict[str, Any]) -> dict[str, Any]:
+def _winner(bench: ModuleType, params: dict[str, Any],
+            choices: dict[str, Any] | None = None) -> dict[str, Any]:
     from codegen import render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
@@ -27,7 +29,7 @@ def _winner(bench: ModuleType, params: dict[str, Any]) -> dict[str, Any]:
     from scheduler_search.sprogram import plan_sprogram
 
     spec = parse_spec("gemm", params)
-    sprogram = plan_sprogram(spec, get_device("h200"), GEMM_WARP_SPECIALIZED)
+    sprogram = plan_sprogram(spec, get_device("h200"), choices or GEMM_WARP_SPECIALIZED)
     return {"hash": sprogram.hash, "choices": sprogram.choices,
             "artifact": render(sprogram, spec, get_device("h200")).to_dict()}
 
@@ -43,13 +45,30 @@ def test_retime_times_the_kernel_with_the_specs_peers(bench: ModuleType, params:
                                                       peers: list[str]) -> None:
     pool = FixedLatencyPool(100.0, 150.0, None)
     args = SimpleNamespace(rounds=3, deadline=20.0)
-    record = bench._retime(pool, params, _winner(bench, params), final=None, args=args)
+    record = bench._retime(pool, params, [_winner(bench, params)], final=None, args=args)
     assert len(pool.rounds) == 3
     assert all([j.baseline for j in r] == [None, *peers] for r in pool.rounds)
     assert record["peer"] == peers[0] and record["pipetune_us"] == 100.0
     assert record["ratio"] == pytest.approx(1.5) and record["peers_us"] == {peers[0]: 150.0}
     if len(peers) > 1:  # the second peer failed: reported, no ratio for it
         assert "peer unavailable" in record["peer_errors"][peers[1]]
+
+
+def test_the_leader_fastest_by_the_final_timing_is_kept(bench: ModuleType) -> None:
+    """The quick timing's first is not always the fastest re-timed: the leaders and the
+    peer share each round, and the case's kernel is the fastest leader."""
+    from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+
+    params = {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"}
+    leaders = [_winner(bench, params),
+               _winner(bench, params, {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 4})]
+    pool = FixedLatencyPool(120.0, 100.0, 110.0)
+    record = bench._retime(pool, params, leaders, final=None,
+                           args=SimpleNamespace(rounds=2, deadline=20.0))
+    assert all([j.baseline for j in r] == [None, None, "cublas"] for r in pool.rounds)
+    assert record["leader_kept"] == 1 and record["leaders_us"] == [120.0, 100.0]
+    assert record["schedule_hash"] == leaders[1]["hash"]
+    assert record["ratio"] == pytest.approx(1.1)
 
 
 def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: Path) -> None:
@@ -65,3 +84,23 @@ def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: P
     assert case["params"]["epilogue"] == {"scale": 1.0, "bias": True, "act": "gelu",
                                           "residual": False}
     assert {k for k in case["candidates"][0] if k.startswith("float")} == {"float8_e4m3"}
+
+
+def test_prepare_tries_the_best_structures_of_the_other_shapes(bench: ModuleType,
+                                                                tmp_path: Path) -> None:
+    out = tmp_path / "two.json.gz"
+    bench.main(["prepare", "--layouts", "kn", "--shapes", "4096x4096x4096", "128x8192x8192",
+                "--top", "2", "--raster-top", "0", "--pool", "10", "--cross", "2",
+                "--dtypes", "float16", "--out", str(out)])
+    with gzip.open(out, "rt") as f:
+        big, small = json.load(f)["cases"]
+
+    def structures(case: dict[str, Any], ranked: bool) -> set[tuple]:
+        return {bench._structure(e["float16"]["choices"]) for e in case["candidates"]
+                if (e["rank"] is not None) == ranked}
+
+    # What the small shape borrowed is the big one's own ranking (where valid here), and
+    # nothing it had already.
+    borrowed = structures(small, ranked=False)
+    assert borrowed and borrowed <= structures(big, ranked=True)
+    assert not borrowed & structures(small, ranked=True)

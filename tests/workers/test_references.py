@@ -247,6 +247,19 @@ def test_fp8_gemm_reference_scales_the_exact_product() -> None:
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("out_dtype", "bound"), [("bfloat16", 2e-2), ("float16", 1e-2)])
+def test_fp8_gemm_outputs_are_held_to_their_output_types_bound(out_dtype: str,
+                                                               bound: float) -> None:
+    """The 8-bit inputs are exact in the reference, so the bound is the 16-bit output's
+    (the worker checks every FP8 kernel with these bounds)."""
+    params = {"m": 4, "n": 16, "k": 32, "dtype": "float8_e5m2", "b_layout": "nk",
+              "out_dtype": out_dtype, "epilogue": {"residual": True}}
+    specs = contract("gemm", params)
+    dtypes = {name: spec.default_dtype for name, spec in specs.items()}
+    assert dtypes["a"] == "float8_e5m2" and dtypes["c"] == out_dtype
+    assert error_bounds(specs, dtypes) == {"c": bound}
+
+
 def test_rel_error_and_bounds() -> None:
     ref = np.ones((4, 4), dtype=np.float32)
     assert rel_l2_error(np, ref, ref) == 0.0
