@@ -187,7 +187,7 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
         warm_up_s = None
         if warm:
             started = time.monotonic()
-            executors.get(tune.device).warm()
+            executors.warm(tune.device)
             warm_up_s = round(time.monotonic() - started, 2)
         run, rows, wall_s, wall0 = _run_and_read(manager, db, tune, rounds)
         public = RunPublic.of(run).model_dump(mode="json")

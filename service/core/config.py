@@ -49,7 +49,8 @@ class Settings(BaseSettings):
         gpu_batch_size: candidates per search round on a GPU (0: one per CPU core, so a
             round's kernels compile together).
         warm_executors: start the executors of the GPUs (and fleet kinds) a run manager
-            serves when it starts (worker processes, CUDA contexts, compile pools), so the
+            serves when it starts (worker processes, CUDA contexts, compile pools) and
+            warm them with a small GEMM kernel and its baseline per 16-bit type, so the
             first run after a restart does not wait for them.
         cost_model_seeds: on a GPU, the cost model's best distinct structures measured
             first (computed in another process while the search starts; 0: off).

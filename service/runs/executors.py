@@ -159,6 +159,14 @@ class ExecutorRegistry:
                     self._executors[device.key] = executor
             return executor
 
+    def warm(self, device: ResolvedDevice) -> None:
+        """``device``'s executor made and warmed (started, then the warm-up jobs of
+        :func:`service.runs.jobs.warm_up_jobs` measured once), before any run needs it."""
+        from service.runs.jobs import warm_up_jobs
+
+        executor = self.get(device)
+        executor.warm([] if device.simulated else warm_up_jobs(device.model))
+
     def _make(self, device: ResolvedDevice) -> Executor:
         if device.kind == "cuda":
             return self._gpu_pool_factory(device)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler_search.ops import OperatorSpec, workload_tensors
-from scheduler_search.search import FINAL_TIMING, TimingPolicy
+from scheduler_search.search import FINAL_TIMING, SEARCH_TIMING, TimingPolicy
 from scheduler_search.sprogram import SProgram
 from workers import Job, TimingConfig
 
@@ -45,3 +45,28 @@ def baseline_job(name: str, workload: dict[str, Any], seed: int) -> Job:
     tensors = tuple(workload_tensors(workload["op"], workload["params"]))
     return Job(workload, baseline=name, timing=timing_config(FINAL_TIMING), seed=seed,
                deadline_s=FINAL_TIMING.deadline_s, tensors=tensors)
+
+
+#: The warm-up GEMM: small, so warming costs a fraction of a second once started.
+WARM_UP_GEMM = {"m": 512, "n": 512, "k": 512, "b_layout": "kn"}
+WARM_UP_DTYPES = ("float16", "bfloat16")
+
+
+def warm_up_jobs(model: Any, seed: int = 0) -> list[Job]:
+    """What a GPU executor measures when it is warmed (``Executor.warm``): per 16-bit
+    input type, the hand-written GEMM design's kernel and the run baseline, on a small
+    GEMM. A worker's first measurement of a type compiles CuPy's own kernels (inputs,
+    poison, the reference check), creates the cuBLAS handle and, for bf16, imports
+    PyTorch: seconds that the first request of a warm serve would otherwise wait for."""
+    from scheduler_search.ops.gemm import GemmSpec
+    from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+    from scheduler_search.sprogram import plan_sprogram
+
+    jobs = []
+    for dtype in WARM_UP_DTYPES:
+        spec = GemmSpec(**WARM_UP_GEMM, dtype=dtype)
+        workload = {"op": "gemm", "params": spec.params()}
+        sprogram = plan_sprogram(spec, model, GEMM_WARP_SPECIALIZED)
+        jobs += [kernel_job(sprogram, spec, model, workload, seed, SEARCH_TIMING),
+                 baseline_job(spec.run_baseline(), workload, seed)]
+    return jobs

@@ -145,7 +145,7 @@ class RunManager:
             if self._stop.is_set():
                 return
             try:
-                self.executors.get(device).warm()
+                self.executors.warm(device)
             except Exception as exc:  # a GPU that cannot start fails its runs later, loudly
                 logger.warning("executor of %s not warmed: %s", device.name, exc)
 

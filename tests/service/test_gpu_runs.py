@@ -9,7 +9,7 @@ import io
 import json
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from fastapi.testclient import TestClient
@@ -35,7 +35,7 @@ from service.main import create_app
 from service.runs import devices as devices_module
 from service.runs.devices import DeviceError, resolve_device
 from service.runs.executors import ExecutorRegistry
-from workers import SimulatedDevice, fingerprint_key
+from workers import Job, SimulatedDevice, fingerprint_key
 
 GEMM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}
 OTHER_GEMM = {"m": 4096, "n": 2048, "k": 2048, "dtype": "float16"}
@@ -150,8 +150,10 @@ class _Warmed(ModelGpu):
     def __init__(self) -> None:
         super().__init__(batch=4)
         self.warmed_at: float | None = None
+        self.warm_jobs: list = []
 
-    def warm(self) -> None:
+    def warm(self, jobs: Sequence[Job] = ()) -> None:
+        self.warm_jobs = list(jobs)
         self.warmed_at = time.monotonic()
 
 
@@ -173,6 +175,12 @@ def test_a_run_manager_warms_its_gpus_executor_before_any_run(
         while warm and not (made and made[0].warmed_at):
             assert time.monotonic() < deadline, "the GPU's executor was not warmed"
             time.sleep(0.02)
+        if warm:  # the warm-up: per 16-bit type, a generated GEMM kernel and the baseline
+            warmed = made[0].warm_jobs
+            assert [(j.workload["params"]["dtype"], j.baseline) for j in warmed] == [
+                ("float16", None), ("float16", "cublas"),
+                ("bfloat16", None), ("bfloat16", "cublas")]
+            assert all(j.artifact.source for j in warmed[::2])
         if not warm:
             time.sleep(0.3)
             assert made == []

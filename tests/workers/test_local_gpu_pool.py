@@ -64,9 +64,19 @@ def test_warm_waits_for_the_workers_and_warms_the_compiler() -> None:
     compiler = Compiler()
     with LocalGpuPool(["0", "1"], worker_entry=standin_worker_main, compiler=compiler) as two:
         two.warm()
-        assert compiler.warmed == 1
+        assert compiler.warmed == 1 and compiler.batches == []  # no jobs: nothing measured
         assert not two._startup.is_alive()  # both workers have started
         assert [r.status for r in two.measure([job(), job(name="b")])] == [OK, OK]
+
+
+def test_warm_measures_its_jobs_once_and_a_broken_one_is_no_error() -> None:
+    """The warm-up jobs go through the whole path (compile, worker); their results are
+    dropped, a failing one included, and the pool serves runs as before."""
+    compiler = StandinCompiler()
+    with LocalGpuPool(["0"], worker_entry=standin_worker_main, compiler=compiler) as one:
+        one.warm([job(name="warm-a"), job("wrong", name="warm-b")])
+        assert compiler.batches == [2]
+        assert [r.status for r in one.measure([job(name="run")])] == [OK]
 
 
 def test_a_kernel_timed_again_is_not_compiled_again() -> None:

@@ -118,6 +118,29 @@ def test_the_dispatch_cost_beyond_measuring_is_counted() -> None:
         (cost["round_trip_s"] - cost["actor_s"]) / 2)
 
 
+class _RecordsWarmUp(_Fingerprinted):
+    """Writes the names of the jobs it was warmed with to ``record`` (it lives in the
+    actor's process)."""
+
+    def __init__(self, record: str) -> None:
+        super().__init__(FINGERPRINT)
+        self.record = Path(record)
+
+    def warm(self, jobs: Any = ()) -> None:
+        self.pool.warm(jobs)
+        self.record.write_text(" ".join(j.artifact.entry for j in jobs))
+
+
+def test_warm_hands_the_warm_up_jobs_to_the_actors(tmp_path: Path) -> None:
+    record = tmp_path / "warmed"
+    with RayGpuPool(functools.partial(_RecordsWarmUp, str(record)), actors=1,
+                    device_key=KEY) as pool:
+        pool.warm([job(name="warm-a"), job(name="warm-b")])
+        assert [r.status for r in pool.measure([job(name="run")])] == [MeasurementStatus.OK]
+    assert record.read_text().split() == [standin_artifact("ok", name=n).entry
+                                          for n in ("warm-a", "warm-b")]
+
+
 def test_worker_failures_stay_statuses_inside_an_actor() -> None:
     """hang, die, crash, wrong: what LocalGpuPool reports, now from a remote actor."""
     with RayGpuPool(standin_pool, actors=1) as pool:

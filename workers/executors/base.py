@@ -55,9 +55,12 @@ class Executor(ABC):
         the default does nothing. Never raises for a bad kernel."""
         return None
 
-    def warm(self) -> None:
+    def warm(self, jobs: Sequence[Job] = ()) -> None:
         """Start now what the first ``measure`` would otherwise start (worker processes,
-        their CUDA contexts, compile pools) and wait for it; the default has nothing."""
+        their CUDA contexts, compile pools) and wait for it, then measure ``jobs`` once,
+        dropping the results: a GPU worker's first measurement also pays for CuPy's own
+        kernels (inputs, the reference check), the vendor library's handle and a peer's
+        PyTorch import. The default has nothing to start or warm."""
         return None
 
     def close(self) -> None:

@@ -133,13 +133,16 @@ class LocalGpuPool(Executor):
     def batch_size(self) -> int:
         return self._batch_size
 
-    def warm(self) -> None:
-        """Wait for the workers' start (CUDA initialised, fingerprints read) and start the
-        compiler's processes."""
+    def warm(self, jobs: Sequence[Job] = ()) -> None:
+        """Wait for the workers' start (CUDA initialised, fingerprints read), start the
+        compiler's processes, and measure ``jobs`` once (results dropped; see
+        :meth:`Executor.warm`; the service's pools have one worker, which sees them all)."""
         self._startup.join()
         warm_compiler = getattr(self._compiler, "warm", None)
         if warm_compiler is not None:
             warm_compiler()
+        if jobs:
+            self.measure(jobs)
 
     @property
     def fingerprints(self) -> list[dict[str, Any] | None]:

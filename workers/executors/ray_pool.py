@@ -89,8 +89,8 @@ class _GpuActor:
     def prepare(self, jobs: list[Job]) -> None:
         self.pool.prepare(jobs)
 
-    def warm(self) -> None:
-        self.pool.warm()
+    def warm(self, jobs: list[Job]) -> None:
+        self.pool.warm(jobs)
 
     def node(self) -> str:
         """The address of the Ray node this actor lives on."""
@@ -173,11 +173,12 @@ class RayGpuPool(Executor):
         for actor, indices in self._chunks(len(jobs), live):
             self._actors[actor].prepare.remote([jobs[i] for i in indices])
 
-    def warm(self) -> None:
-        """Each live actor's pool started (its GPU worker, its compile pool)."""
+    def warm(self, jobs: Sequence[Job] = ()) -> None:
+        """Each live actor's pool started (its GPU worker, its compile pool) and warmed
+        with ``jobs`` (see :meth:`Executor.warm`)."""
         import ray
 
-        ray.get([self._actors[a].warm.remote() for a in self.live_actors()])
+        ray.get([self._actors[a].warm.remote(list(jobs)) for a in self.live_actors()])
 
     def live_actors(self, timeout_s: float = PING_TIMEOUT_S) -> list[int]:
         """The actors that answer a ping within ``timeout_s`` (an actor waiting for its
