@@ -11,7 +11,10 @@ with the same time budget:
    each executor starts at its run, each with an empty CuPy kernel cache;
 2. warm (``force``, the executors running, as in a long-lived service): fleet, local,
    local, fleet, fleet, local, pooled per executor;
-3. on the fleet device again: the node is killed once the run has measured, started
+3. the same fixed lists of candidates (drawn from the GEMM's space) through both warm
+   executors, alternating which goes first: candidates per second without the searches'
+   paths, which differ between two runs as their timings steer them;
+4. on the fleet device again: the node is killed once the run has measured, started
    again two seconds later, and the run must finish.
 
 Reported per run: the best kernel's speed against cuBLAS (the run's own baseline), the
@@ -146,6 +149,63 @@ def _dispatch_delta(before: dict[str, float], after: dict[str, float]) -> dict[s
     return delta
 
 
+def _candidate_lists(model: Any, simulated: bool, lists: int, size: int) -> list[list[Any]]:
+    """``lists`` disjoint lists of ``size`` jobs of the GEMM's schedule space, drawn with a
+    fixed seed: generated kernels timed as a search times them (schedules where the
+    executors are simulated)."""
+    import random
+
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.search import SEARCH_TIMING
+    from service.runs.jobs import kernel_job
+    from service.runs.space import schedule_space
+    from workers import Job
+
+    spec = parse_spec("gemm", GEMM)
+    workload = {"op": "gemm", "params": spec.params()}
+    candidates, _ = schedule_space(spec, model).enumerate()
+    drawn = random.Random(11).sample(candidates, lists * size)
+
+    def job(candidate: Any) -> Any:
+        if simulated:
+            return Job(workload=workload, schedule=candidate.sprogram.to_dict())
+        return kernel_job(candidate.sprogram, spec, model, workload, 11, SEARCH_TIMING)
+
+    return [[job(c) for c in drawn[i * size:(i + 1) * size]] for i in range(lists)]
+
+
+def _measure_list(executor: Any, jobs: list[Any]) -> dict[str, float]:
+    """``jobs`` through ``executor`` batch by batch as a run goes (the next batch handed to
+    ``prepare`` before this one is measured): seconds and correct candidates a second."""
+    width = max(1, executor.batch_size())
+    batches = [jobs[i:i + width] for i in range(0, len(jobs), width)]
+    started = time.perf_counter()
+    executor.prepare(batches[0])
+    ok = 0
+    for index, batch in enumerate(batches):
+        if index + 1 < len(batches):
+            executor.prepare(batches[index + 1])
+        ok += sum(1 for m in executor.measure(batch) if m.status.value == "ok")
+    seconds = time.perf_counter() - started
+    return {"ok": ok, "seconds": seconds, "candidates_per_s": ok / seconds}
+
+
+def _same_candidates(registry: Any, keys: dict[str, str], model: Any, simulated: bool,
+                     lists: int = 3, size: int = 48) -> dict[str, Any]:
+    """The same fixed candidates through the fleet's executor and the local pool (the
+    service's own, warm), list by list, the first executor alternating: their rates
+    without the searches' own paths (two tuning runs measure different kernels)."""
+    executors = {name: registry.running(key) for name, key in keys.items()}
+    rounds = []
+    for index, jobs in enumerate(_candidate_lists(model, simulated, lists, size)):
+        order = ("ray", "local") if index % 2 == 0 else ("local", "ray")
+        rounds.append({name: _measure_list(executors[name], jobs) for name in order})
+    rate = {name: sum(r[name]["ok"] for r in rounds) / sum(r[name]["seconds"] for r in rounds)
+            for name in keys}
+    return {"lists": rounds, "candidates_per_s": rate,
+            "fleet_over_local": rate["ray"] / rate["local"]}
+
+
 def _empty_caches(work: Path, name: str) -> None:
     """An empty CuPy kernel cache for the processes started from now on: CuPy compiles
     its own kernels (the inputs, the reference check) on first use, and the second cold
@@ -161,6 +221,7 @@ def run(args: argparse.Namespace) -> None:
 
     from service.core.config import Settings
     from service.main import create_app
+    from service.runs.devices import resolve_device
     from workers.ray_cluster import LoopbackCluster
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -206,6 +267,12 @@ def run(args: argparse.Namespace) -> None:
                     runs[name]["dispatch"] = _dispatch_delta(before,
                                                              _dispatch(client, fleet["key"]))
                 print(json.dumps(runs[name]), flush=True)
+            local_key = next(d["key"] for d in client.get("/v1/devices").json()["data"]
+                             if d["name"] == local)
+            result["same_candidates"] = _same_candidates(
+                client.app.state.executors, {"ray": fleet["key"], "local": local_key},
+                resolve_device(local).model, args.simulate)
+            print(json.dumps(result["same_candidates"]), flush=True)
             runs["ray_node_lost"] = _lose_node_mid_run(client, cluster, fleet["name"], args,
                                                        url)
             print(json.dumps(runs["ray_node_lost"]), flush=True)

@@ -177,6 +177,11 @@ class ExecutorRegistry:
             return ray_fleet_pool(device, self.ray_address, self.simulated_capacity)
         return SimulatedDevice(device.model, capacity=self.simulated_capacity)
 
+    def running(self, key: str) -> Executor | None:
+        """The executor made for device ``key``, if one has been (none is made here)."""
+        with self._lock:
+            return self._executors.get(key)
+
     def describe(self) -> dict[str, dict[str, object]]:
         """Executors in use, by device key: kind, capacity, and a fleet's dispatch cost."""
         with self._lock:
