@@ -1,9 +1,9 @@
 """A fleet of several Ray nodes on this machine, each on its own loopback address, through
 the service on PostgreSQL: nodes started as ``pipetune node start`` plans them, offering two
-simulated kinds of GPU (H100 on 127.0.0.2 and 127.0.0.3, A100 on 127.0.0.4); every run's
-actors live on nodes of its kind; a node killed mid-run does not stop the run (its chunk
-goes to the other H100 node), no trial is recorded twice and the winner equals that of the
-same run without the loss; the node started again, its actor returns.
+simulated kinds of GPU (H100 on 127.0.W.2 and 127.0.W.3, A100 on 127.0.W.4, W the xdist
+worker); every run's actors live on nodes of its kind; a node killed mid-run does not stop
+the run (its chunk goes to the other H100 node), no trial is recorded twice and the winner
+equals that of the same run without the loss; the node started again, its actor returns.
 
 The cluster is ``workers.ray_cluster.LoopbackCluster`` (short health checks: a lost node
 is seen in about 1.5 s); a second test kills a run manager (another Ray driver, a
@@ -38,7 +38,11 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.skipif(ray_command() is None,
                                 reason="Ray's command line is not installed")
 
-NODES = (("h100", "127.0.0.2"), ("h100", "127.0.0.3"), ("a100", "127.0.0.4"))
+#: Each pytest-xdist worker's cluster on loopback addresses of its own (127.0.W.N): a
+#: node is killed by its address, and two workers' clusters must not share one.
+_SUBNET = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+H100_A, H100_B, A100 = (f"127.0.{_SUBNET}.{host}" for host in (2, 3, 4))
+NODES = (("h100", H100_A), ("h100", H100_B), ("a100", A100))
 TRIALS = 48
 
 
@@ -94,8 +98,8 @@ def _tune(client: TestClient, device: str, **extra: Any) -> int:
 
 def _finished(client: TestClient, run_id: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     run = wait_for(client, run_id, timeout_s=240)
-    assert run["status"] == "succeeded", run
     trials = client.get(f"/v1/runs/{run_id}/trials", params={"limit": 1000}).json()["data"]
+    assert run["status"] == "succeeded", (run["error"], run["stop_reason"])
     numbers = [t["number"] for t in trials]
     assert len(numbers) == len(set(numbers)) == TRIALS  # nothing recorded twice
     return run, trials
@@ -114,26 +118,26 @@ def test_runs_live_on_their_nodes_and_survive_a_lost_node(settings: Any,
         registry = client.app.state.executors
         pools = {c: registry.get(fleet.resolve(d["name"], lambda: _registered(settings)))
                  for c, d in devices.items()}
-        assert sorted(pools["h100"].actor_nodes()) == ["127.0.0.2", "127.0.0.3"]
-        assert pools["a100"].actor_nodes() == ["127.0.0.4"]
+        assert sorted(pools["h100"].actor_nodes()) == [H100_A, H100_B]
+        assert pools["a100"].actor_nodes() == [A100]
 
         again = _tune(client, h100["name"], force=True)
         deadline = time.monotonic() + 120
         while not client.get(f"/v1/runs/{again}/trials").json()["data"]:
             assert time.monotonic() < deadline, "the forced run measured nothing"
             time.sleep(0.05)
-        cluster["cluster"].kill_node("127.0.0.2")
+        cluster["cluster"].kill_node(H100_A)
         at_loss = len(client.get(f"/v1/runs/{again}/trials", params={"limit": 1000}).json()[
             "data"])
         assert 0 < at_loss < TRIALS  # the node was lost mid-run
         run, _ = _finished(client, again)
         assert run["best"]["schedule_hash"] == reference["best"]["schedule_hash"]
-        assert pools["h100"].actor_nodes() == ["127.0.0.3"]
+        assert pools["h100"].actor_nodes() == [H100_B]
 
-        lost = next(p for p in cluster["plans"] if p.node == "127.0.0.2")
+        lost = next(p for p in cluster["plans"] if p.node == H100_A)
         cluster["cluster"].add_node(lost.command)
         deadline = time.monotonic() + 60
-        while sorted(pools["h100"].actor_nodes()) != ["127.0.0.2", "127.0.0.3"]:
+        while sorted(pools["h100"].actor_nodes()) != [H100_A, H100_B]:
             assert time.monotonic() < deadline, "the actor did not return with its node"
             time.sleep(0.5)
 
