@@ -9,6 +9,7 @@ ones a kernel uses. wgmma instruction wrappers are generated per shape by
 from codegen.cuda import (
     activations,
     base,
+    cluster,
     convert,
     fences,
     ldstmatrix,
@@ -30,6 +31,7 @@ __all__ = [
     "Swizzle",
     "activations",
     "base",
+    "cluster",
     "convert",
     "fences",
     "ldstmatrix",

@@ -44,9 +44,13 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1
 #: fitted to ptxas 13.0 on sm_90a over sampled 4096^3 schedules with bias + GELU +
 #: residual (2026-12-01), where every tile of at most 128 accumulators a thread compiled
 #: without spills and tiles of 192 spilled 144-248 bytes within 24-31 registers of cap.
+#: Those kernels had at most ``EPILOGUE_FREE_THREADS`` threads (a cap of 168 registers); a
+#: 512-thread kernel (cap 128) with 96 accumulators and bias + GELU spilled 8 bytes
+#: (2026-12-02), so there the epilogue's registers always count.
 EPILOGUE_REGS = {"pair": 8, "bias": 4, "residual": 16,
                  "none": 0, "relu": 0, "gelu": 24, "gelu_tanh": 12, "silu": 8}
 EPILOGUE_FREE_ACC_REGS = 128
+EPILOGUE_FREE_THREADS = 384
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -56,6 +60,13 @@ class GemmHooks(OperatorHooks):
     """GEMM's tiles, loads, wgmma and output on the skeleton."""
 
     trips = "K_ITERS"
+    cluster_axes = ("m", "n")
+
+    @property
+    def producer_min_regs(self) -> int:  # type: ignore[override]
+        """Multicast loads (the block's rank, its slice offsets, the cluster mask) spill
+        8-36 bytes at 24 producer registers (ptxas 13.0, sm_90a, 2026-12-02)."""
+        return 40 if self.structure.multicast else 24
 
     # ----- problem and tile ----------------------------------------------------------
     @property
@@ -129,15 +140,16 @@ class GemmHooks(OperatorHooks):
     def a(self) -> OperandTile:
         return OperandTile("a", "k", self.tile_m, self.tile_k,
                            swizzle.widest(self.tile_k * self.elem), self.elem,
-                           wgmma.k_step(self.dtype))
+                           wgmma.k_step(self.dtype), self.multicast_slices("load_a"))
 
     @cached_property
     def b(self) -> OperandTile:
         if self.b_layout == "nk":
             return OperandTile("b", "k", self.tile_n, self.tile_k,
                                swizzle.widest(self.tile_k * self.elem), self.elem,
-                               wgmma.k_step(self.dtype))
-        return OperandTile("b", "mn", self.tile_n, self.tile_k, swizzle.SWIZZLES[128], self.elem)
+                               wgmma.k_step(self.dtype), self.multicast_slices("load_b"))
+        return OperandTile("b", "mn", self.tile_n, self.tile_k, swizzle.SWIZZLES[128], self.elem,
+                           slices=self.multicast_slices("load_b"))
 
     def operand(self, stask: str) -> OperandTile:
         return {"load_a": self.a, "load_b": self.b}[stask]
@@ -156,7 +168,8 @@ class GemmHooks(OperatorHooks):
     def accumulator_regs(self, consumer_rows: int) -> int:
         acc = self.row_blocks(consumer_rows) * self.tile_n // 2
         e = self.epilogue
-        if not e.fused or acc <= EPILOGUE_FREE_ACC_REGS:
+        free = acc <= EPILOGUE_FREE_ACC_REGS and self.structure.threads <= EPILOGUE_FREE_THREADS
+        if not e.fused or free:
             return acc
         return (acc + EPILOGUE_REGS["pair"] + EPILOGUE_REGS[e.act]
                 + sum(EPILOGUE_REGS[name] for name in ("bias", "residual") if getattr(e, name)))
@@ -219,12 +232,10 @@ class GemmHooks(OperatorHooks):
         c("")
 
     def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
-        c, t = code, self.operand(stask)
+        t = self.operand(stask)
         row0 = "m0" if t is self.a else "n0"
-        for box in range(t.box_count):
-            coords = t.box_coords(box, row0, f"{trip} * TILE_K")
-            c(c.call("tma_load_2d", f"{stage_addr} + {box * t.box_bytes}",
-                     self.tensor_map(stask), *coords, full_bar) + ";")
+        t.emit_loads(code, self.tensor_map(stask), row0, f"{trip} * TILE_K", stage_addr,
+                     full_bar)
 
     def consumer_state(self, code: Code) -> None:
         code("float acc[ROW_BLOCKS][ACC_REGS] = {};")
@@ -299,11 +310,11 @@ class GemmHooks(OperatorHooks):
         return (
             TensorMapArg(name="a_map", tensor="a", dtype=self.dtype,
                          global_dims=(self.k, self.m), global_strides_bytes=(self.k * self.elem,),
-                         box_dims=(a.box_inner, a.box_outer),
+                         box_dims=(a.box_inner, a.slice_outer),
                          swizzle=a.swizzle.tma),  # type: ignore[arg-type]
             TensorMapArg(name="b_map", tensor="b", dtype=self.dtype, global_dims=b_dims,
                          global_strides_bytes=(b_dims[0] * self.elem,),
-                         box_dims=(b.box_inner, b.box_outer),
+                         box_dims=(b.box_inner, b.slice_outer),
                          swizzle=b.swizzle.tma),  # type: ignore[arg-type]
         )
 

@@ -114,6 +114,9 @@ class OperatorHooks(ABC):
     overhead_regs: int = CONSUMER_OVERHEAD_REGS
     #: Registers the producer warpgroup's loads need (its setmaxnreg floor is 24).
     producer_min_regs: int = 24
+    #: Grid axes along which the operator's loads and tiles are lowered for thread-block
+    #: clusters (its 2-D operand tiles cut into multicast slices).
+    cluster_axes: tuple[str, ...] = ()
 
     def __init__(self, structure: PipelineStructure) -> None:
         self.structure = structure
@@ -124,6 +127,11 @@ class OperatorHooks(ABC):
     def dtype(self) -> str:
         """The workload's element type (``float16`` / ``bfloat16``)."""
         return str(self.params["dtype"])
+
+    def multicast_slices(self, stask: str) -> int:
+        """Slices a load's boxes are fetched in: the cluster's size for a load its blocks
+        share, else 1."""
+        return self.structure.cluster_size if stask in self.structure.multicast else 1
 
     def row_blocks(self, consumer_rows: int) -> int:
         """wgmma m64 blocks of the rows one consumer warpgroup owns."""

@@ -56,7 +56,9 @@ class PipelineLayout:
 
     @property
     def tiles(self) -> int:
-        return math.prod(axis.tiles for axis in self.hooks.grid_axes)
+        """Tiles of the order the units walk: a cluster's blocks take one together."""
+        tiles = math.prod(axis.tiles for axis in self.hooks.grid_axes)
+        return tiles // self.structure.cluster_size
 
     @property
     def units(self) -> int:
@@ -64,9 +66,11 @@ class PipelineLayout:
 
     @property
     def grid(self) -> int:
+        """Blocks launched: a whole number of clusters, one wave of them when persistent."""
+        size = self.structure.cluster_size
         if self.structure.persistent:
-            return min(self.device.sm_count, self.units)
-        return self.units
+            return min(self.device.sm_count // size, self.units) * size
+        return self.units * size
 
     # ----- tensors -------------------------------------------------------------------
     @cached_property
@@ -189,7 +193,27 @@ class PipelineLayout:
     # ----- what the skeleton cannot lower --------------------------------------------
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
-        return self.hooks.problem() or self.structure_problem() or self.resource_problem()
+        return (self.hooks.problem() or self.structure_problem() or self.cluster_problem()
+                or self.resource_problem())
+
+    def cluster_problem(self) -> str | None:
+        """Clusters are lowered with a producer warp (a consumer that waited on a peer
+        block's release could stall its own warpgroup's math) for operators that cut
+        their shared tiles into multicast slices."""
+        cluster = self.structure.sprogram.cluster
+        if cluster is None:
+            return None
+        if cluster.axis not in self.hooks.cluster_axes:
+            return f"{self.structure.sprogram.op} lowers no cluster along {cluster.axis}"
+        if not self.structure.warp_specialized:
+            return "thread-block clusters need a producer warp"
+        if set(cluster.multicast) & {t.load for t in self.structure.tile_buffers}:
+            return "tiles loaded once per output tile are not multicast"
+        for load in cluster.multicast:
+            problem = self.hooks.operand(load).slice_problem()
+            if problem:
+                return problem
+        return None
 
     def structure_problem(self) -> str | None:
         """Shapes of sProgram the skeleton has no lowering for."""

@@ -65,6 +65,7 @@ class Lowered:
             entry=self.entry,
             grid=(lay.grid, 1, 1),
             block=(lay.structure.threads, 1, 1),
+            cluster=(lay.structure.cluster_size, 1, 1),
             dynamic_smem_bytes=lay.smem.dynamic_bytes,
             args=tuple(args),
             compile_options=COMPILE_OPTIONS,

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from codegen.cuda import SmemMatrix, Swizzle, wgmma
+from codegen.pipeline.code import Code
+
+#: Rows of one swizzle atom: a multicast slice starts on an atom, so the slices of a box
+#: land exactly where the whole box would.
+SWIZZLE_ATOM_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,9 @@ class OperandTile:
         swizzle: the swizzle TMA writes it with and wgmma reads it with.
         elem_bytes: bytes of one element.
         k_step: elements of K one wgmma reduces over (16; 32 for 8-bit floats).
+        slices: the blocks of a cluster that share the tile (a multicast load): each box
+            is fetched as that many slices along its outer dimension, block r fetching
+            slice r for all of them.
 
     A K-major tile is cut along K into boxes one swizzle span wide; an MN-major tile
     (e.g. B stored K x N) along M / N.
@@ -39,6 +47,7 @@ class OperandTile:
     swizzle: Swizzle
     elem_bytes: int
     k_step: int = wgmma.WGMMA_K
+    slices: int = 1
 
     @property
     def const(self) -> str:
@@ -53,6 +62,19 @@ class OperandTile:
     @property
     def box_outer(self) -> int:
         return self.rows if self.major == "k" else self.cols
+
+    @property
+    def slice_outer(self) -> int:
+        """Outer extent of what one TMA copy fetches (the tensor map's box)."""
+        return self.box_outer // self.slices
+
+    def slice_problem(self) -> str | None:
+        """Why the boxes cannot be cut into their multicast slices, or None."""
+        if self.slices > 1 and (self.box_outer % self.slices
+                                or self.slice_outer % SWIZZLE_ATOM_ROWS):
+            return (f"{self.name}: {self.box_outer}-row boxes do not cut into {self.slices} "
+                    f"slices of whole {SWIZZLE_ATOM_ROWS}-row swizzle atoms")
+        return None
 
     @property
     def box_count(self) -> int:
@@ -99,6 +121,23 @@ class OperandTile:
         if self.major == "k":
             return (f"{k0} + {box * self.box_inner}", row0)
         return (f"{row0} + {box * self.box_inner}", k0)
+
+    def emit_loads(self, code: Code, tensor_map: str, row0: str, k0: str, stage_addr: str,
+                   full_bar: str) -> None:
+        """The TMA copies of the tile at (``row0``, ``k0``) into the stage at
+        ``stage_addr``, completing on ``full_bar``: one per box, or this block's slice of
+        each box multicast to the cluster's ``slices`` blocks."""
+        c = code
+        for box in range(self.box_count):
+            inner, outer = self.box_coords(box, row0, k0)
+            dst = f"{stage_addr} + {box * self.box_bytes}"
+            if self.slices == 1:
+                c(c.call("tma_load_2d", dst, tensor_map, inner, outer, full_bar) + ";")
+                continue
+            slice_bytes = self.box_bytes // self.slices
+            c(c.call("tma_load_2d_multicast", f"{dst} + cta_rank * {slice_bytes}", tensor_map,
+                     inner, f"{outer} + (int)cta_rank * {self.slice_outer}", full_bar,
+                     f"(unsigned short){(1 << self.slices) - 1}") + ";")
 
 
 @dataclass(frozen=True)

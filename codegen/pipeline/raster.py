@@ -10,18 +10,32 @@ from __future__ import annotations
 
 from codegen.pipeline.code import Code
 from codegen.pipeline.hooks import GridAxis
-from scheduler_search.sprogram import Raster
+from scheduler_search.sprogram import Cluster, Raster
 
 
-def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster) -> None:
+def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
+                     cluster: Cluster | None = None) -> None:
     """``tile_origin(tile, <a>0, <b>0, ...)``: the origin of the ``tile``-th tile of the
     order. The raster walks the first two axes; further axes (attention's heads) are outer:
-    one whole raster plane after another."""
+    one whole raster plane after another. With a cluster, the order is over the clusters'
+    tiles (``cluster.size`` neighbours along its axis), and a block takes the one of its
+    rank."""
     c = code
     plane = axes[:2]
     by_name = {a.name: a for a in plane}
     major = by_name[raster.major]
     minor = next(a for a in plane if a is not major)
+
+    def count(axis: GridAxis) -> str:
+        """The axis's tiles in the order (clusters' tiles along the cluster axis)."""
+        clustered = cluster is not None and axis.name == cluster.axis
+        return f"(TILES_{axis.const} / CLUSTER)" if clustered else f"TILES_{axis.const}"
+
+    def origin(axis: GridAxis, t: str) -> str:
+        if cluster is None or axis.name != cluster.axis:
+            return f"{t} * {axis.tile}"
+        return f"({t} * CLUSTER + (int){c.call('cluster_ctarank')}) * {axis.tile}"
+
     c.comment(f"Raster: tiles along {major.name} first, in bands of {raster.swizzle} "
               f"tile(s) along the other axis (L2 reuse between concurrent tiles).")
     origins = ", ".join(f"int& {a.origin}" for a in axes)
@@ -36,14 +50,14 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster) -> 
                 c(f"{axis.origin} = {t} * {axis.tile};")
                 c(f"outer /= TILES_{axis.const};")
         c(f"constexpr int BAND = {raster.swizzle};")
-        c(f"const int band = tile / (BAND * TILES_{major.const});")
-        c(f"const int in_band = tile % (BAND * TILES_{major.const});")
-        c(f"const int width = TILES_{minor.const} - band * BAND < BAND ? "
-          f"TILES_{minor.const} - band * BAND : BAND;")
+        c(f"const int band = tile / (BAND * {count(major)});")
+        c(f"const int in_band = tile % (BAND * {count(major)});")
+        c(f"const int width = {count(minor)} - band * BAND < BAND ? "
+          f"{count(minor)} - band * BAND : BAND;")
         c(f"const int t_{major.name} = in_band / width;")
         c(f"const int t_{minor.name} = band * BAND + in_band % width;")
         for axis in plane:
-            t = (f"(TILES_{axis.const} - 1 - t_{axis.name})" if axis.heaviest_last
+            t = (f"({count(axis)} - 1 - t_{axis.name})" if axis.heaviest_last
                  else f"t_{axis.name}")
-            c(f"{axis.origin} = {t} * {axis.tile};")
+            c(f"{axis.origin} = {origin(axis, t)};")
     c("")

@@ -92,11 +92,20 @@ class PipelineSkeleton:
     def release_load(self, stask: str, x: str) -> None:
         """``empty`` arrivals, for load ``x``, of the rings whose last reader is ``stask``
         (with a producer warp: nothing to reissue)."""
-        c = self.code
         for ring in self.structure.rings:
             if ring.last_reader == stask:
-                c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
-                c(c.call("mbarrier_arrive_warp", ring.empty(ring.stage(x)), "lane") + ";")
+                self.release_stage(ring, x)
+
+    def release_stage(self, ring: Ring, x: str) -> None:
+        """This warp's ``empty`` arrival for the stage of load ``x``: on its own block's
+        barrier, or on every block's of the cluster where they all multicast into it."""
+        c = self.code
+        c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
+        empty = ring.empty(ring.stage(x))
+        if ring.cluster_blocks > 1:
+            c(c.call("mbarrier_arrive_cluster_warp", empty, "lane", "CLUSTER") + ";")
+        else:
+            c(c.call("mbarrier_arrive_warp", empty, "lane") + ";")
 
     def recorded(self, roles: tuple[str, ...], issue: Issue, stage: str) -> None:
         if not self.recording:
@@ -108,7 +117,8 @@ class PipelineSkeleton:
     def source(self) -> str:
         self._constants()
         self._ring_helpers()
-        emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster)
+        emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster,
+                         self.structure.sprogram.cluster)
         for buffer in self.structure.tile_buffers:
             self._tile_load_function(buffer)
         for ring in self.structure.rings:
@@ -153,6 +163,9 @@ class PipelineSkeleton:
         c(f"constexpr int OWNERS = {s.owners};  // tiles per unit (pingpong: one per consumer)")
         c(f"constexpr int UNITS = {lay.units};")
         c(f"constexpr int CONSUMER_ROWS = {lay.consumer_rows};  // tile rows one consumer owns")
+        if s.cluster_size > 1:
+            c(f"constexpr int CLUSTER = {s.cluster_size};  // blocks per cluster, neighbours "
+              f"along {s.sprogram.cluster.axis}; units count clusters")
         c("")
         self.hooks.constants(c, lay.consumer_rows)
         for ring in s.rings:
@@ -214,6 +227,8 @@ class PipelineSkeleton:
         head = (f"__device__ __forceinline__ void load_{ring.stream}(int stage, u32 empty_parity, "
                 f"{origins}, int trip, u32 smem, {', '.join(self._load_params(ring))})")
         with c.block(head):
+            if ring.cluster_blocks > 1:
+                c("const u32 cta_rank = " + c.call("cluster_ctarank") + ";  // its slices")
             c(f"const u32 full = {ring.full('stage')};")
             c.comment(f"{ring.empty_name}[stage]: the consumers released the slot "
                       f"({ring.last_reader}, {ring.const}_STAGES trips ago)")
@@ -264,12 +279,15 @@ class PipelineSkeleton:
         params += [f"float* __restrict__ {name}" for name in self.hooks.side_outputs()]
         params += [f"const {lay.pointer_type(name)}* __restrict__ {name}"
                    for name in self.hooks.pointer_inputs()]
-        c(f'extern "C" __global__ void __launch_bounds__({s.threads}, 1)')
+        cluster = f"__cluster_dims__({s.cluster_size}, 1, 1) " if s.cluster_size > 1 else ""
+        c(f'extern "C" __global__ void {cluster}__launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
             c("extern __shared__ __align__(1024) unsigned char smem_raw[];")
             c(f"const u32 smem = ({c.call('smem_u32', 'smem_raw')} + 1023u) & ~1023u;")
             c(f"const int warpgroup = threadIdx.x / {WARPGROUP};")
             c(f"const int warp = (threadIdx.x / {WARP}) % 4, lane = threadIdx.x % {WARP};")
+            if s.cluster_size > 1:
+                c("const int cluster_id = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;")
             c("")
             self._init_rings()
             if s.warp_specialized:
@@ -284,14 +302,19 @@ class PipelineSkeleton:
             else:
                 c("const int consumer = warpgroup;")
                 self._consumer()
+            if s.cluster_size > 1:
+                c.comment("no block exits while a peer may still arrive on its barriers")
+                c(c.call("cluster_sync") + ";")
         c("")
 
     def _init_rings(self) -> None:
         c = self.code
         with c.block("if (threadIdx.x == 0)"):
             for ring in self.structure.rings:
+                whose = " of each block of the cluster" if ring.cluster_blocks > 1 else ""
                 c.comment(f"{ring.full_name}[s]: 1 arrival (+ TMA bytes); {ring.empty_name}[s]: "
-                          f"{ring.empty_arrivals} arrivals (one per reading consumer warp).")
+                          f"{ring.empty_arrivals} arrivals (one per reading consumer warp"
+                          f"{whose}).")
                 with c.block(f"for (int s = 0; s < {ring.const}_STAGES; ++s)"):
                     c(c.call("mbarrier_init", ring.full("s"), 1) + ";")
                     c(c.call("mbarrier_init", ring.empty("s"), ring.empty_arrivals) + ";")
@@ -305,7 +328,11 @@ class PipelineSkeleton:
                 c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
                 self.record.tile_buffers[buffer.load] = (buffer.full_name, buffer.empty_name)
             c(c.call("mbarrier_init_fence") + ";")
-        c("__syncthreads();")
+        if self.structure.cluster_size > 1:
+            c.comment("every block's barriers are initialised before any block multicasts")
+            c(c.call("cluster_sync") + ";")
+        else:
+            c("__syncthreads();")
         c("")
 
     @contextmanager
@@ -313,22 +340,26 @@ class PipelineSkeleton:
         """The block's units of work: strided over the grid (persistent; snaking over it when
         tiles differ in trips) or its own."""
         c = self.code
+        # A cluster's blocks work on one unit together.
+        block, blocks = (("cluster_id", "clusters") if self.structure.cluster_size > 1
+                         else ("blockIdx.x", "gridDim.x"))
         if self.structure.persistent and self.hooks.tile_trips() is not None:
             c.comment("tiles of unequal trips: every other wave of units in reverse block "
                       "order, so that a block's tiles alternate heavy and light (strided over "
                       "an even grid, a causal raster's l-first pairs give a block one kind)")
-            with c.block("for (int wave = 0; wave * (int)gridDim.x < UNITS; ++wave)"):
-                c("const int unit = wave * gridDim.x "
-                  "+ (wave & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);")
+            with c.block(f"for (int wave = 0; wave * (int){blocks} < UNITS; ++wave)"):
+                c(f"const int unit = wave * {blocks} "
+                  f"+ (wave & 1 ? {blocks} - 1 - {block} : {block});")
                 c("if (unit >= UNITS) break;  // the last wave is partial")
                 yield
         elif self.structure.persistent:
-            with c.block("for (int unit = blockIdx.x; unit < UNITS; unit += gridDim.x)"):
+            with c.block(f"for (int unit = {block}; unit < UNITS; unit += {blocks})"):
                 yield
         else:
-            c.comment("one unit per block")
+            c.comment("one unit per block" if block == "blockIdx.x"
+                      else "one unit per cluster")
             with c.block(""):
-                c("const int unit = blockIdx.x;")
+                c(f"const int unit = {block};")
                 yield
 
     def _trips(self) -> str:
@@ -583,12 +614,11 @@ class PipelineSkeleton:
         producer, the load that reuses the slot (deferred past the trip's last turn pass:
         it waits for every consumer's release, and a later consumer cannot release before
         it has had its turn)."""
-        c, s = self.code, self.structure
+        s = self.structure
         for ring in s.rings:
             if ring.last_reader != stask:
                 continue
-            c.comment(f"{ring.empty_name}: this warp is done with the stage of load {x}")
-            c(c.call("mbarrier_arrive_warp", ring.empty(ring.stage(x)), "lane") + ";")
+            self.release_stage(ring, x)
             if not s.warp_specialized:
                 # A deferred refill is written outside the block that guards the release.
                 self._refills.append((ring, x, guard if self._pass_pending else ""))

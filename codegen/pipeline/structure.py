@@ -56,6 +56,8 @@ class Ring:
     ``full[s]`` completes when the stage's loads have landed (one arrival with the
     transaction bytes, then the bytes); ``empty[s]`` when every warp that reads the stage
     has released it. The n-th use of a slot waits for parity ``(n / depth) & 1``.
+    A ring that holds a multicast load is filled by every block of the cluster, so its
+    ``empty[s]`` counts the reading warps of all ``cluster_blocks`` blocks.
     """
 
     stream: str
@@ -67,6 +69,7 @@ class Ring:
     last_reader: str
     loader: str
     empty_arrivals: int
+    cluster_blocks: int = 1
 
     @property
     def const(self) -> str:
@@ -234,18 +237,33 @@ class PipelineStructure:
             if not full or not empty:
                 continue
             readers = 1 if self.pingpong else self.consumers
+            loads = tuple(d for d, _ in full[0].deps)
+            blocks = self.cluster_size if set(loads) & set(self.multicast) else 1
             rings.append(Ring(
                 stream=stream,
                 depth=sp.stages[stream],
-                loads=tuple(d for d, _ in full[0].deps),
+                loads=loads,
                 full_name=full[0].name,
                 empty_name=empty[0].name,
                 first_reader=full[0].waiter,
                 last_reader=empty[0].deps[0][0],
                 loader=empty[0].role,
-                empty_arrivals=readers * WARPS_PER_WARPGROUP,
+                empty_arrivals=readers * WARPS_PER_WARPGROUP * blocks,
+                cluster_blocks=blocks,
             ))
         return tuple(rings)
+
+    @property
+    def cluster_size(self) -> int:
+        """Blocks per thread-block cluster (1: no cluster)."""
+        cluster = self.sprogram.cluster
+        return cluster.size if cluster else 1
+
+    @property
+    def multicast(self) -> tuple[str, ...]:
+        """The loads the blocks of a cluster share (each fetches a slice for all)."""
+        cluster = self.sprogram.cluster
+        return cluster.multicast if cluster else ()
 
     @cached_property
     def tile_buffers(self) -> tuple[TileBuffer, ...]:

@@ -83,6 +83,12 @@ def _row_share(sprogram: SProgram, graph: STaskGraph, stask: str) -> float:
 MMA_WORK_PER_FLOP = {"float8_e4m3": 0.5, "float8_e5m2": 0.5}
 
 
+def _multicast_share(sprogram: SProgram, stask: str) -> float:
+    """The part of a load's tile one block's TMA fetches: a slice of a multicast one."""
+    cluster = sprogram.cluster
+    return 1.0 / cluster.size if cluster and stask in cluster.multicast else 1.0
+
+
 def instance_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitKind) -> Work:
     """The work of one instance of ``stask`` issued by one role."""
     task = graph.stask(stask)
@@ -93,7 +99,8 @@ def instance_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitK
         elements = plan.tile_elements(staged)
         if unit in (UnitKind.TMA, UnitKind.LSU):
             dtype = graph.tensors[task.output.tensor].dtype
-            share = 1.0 if task.kind is STaskKind.LOAD else _row_share(sprogram, graph, stask)
+            share = (_multicast_share(sprogram, stask) if task.kind is STaskKind.LOAD
+                     else _row_share(sprogram, graph, stask))
             return Work(elements * DTYPE_BYTES[dtype] * share)
         return Work(elements * _row_share(sprogram, graph, stask))
     share = _row_share(sprogram, graph, stask)

@@ -69,7 +69,7 @@ def fit_to_space(space: ScheduleSpace, choices: Choices) -> Choices:
     for knob in space.knobs:
         if not knob.applies(walked):
             continue
-        value = choices.get(knob.name)
+        value = choices.get(knob.name, knob.default)
         if value in knob.options:
             fitted[knob.name] = value
             walked[knob.name] = value

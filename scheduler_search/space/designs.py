@@ -22,6 +22,7 @@ GEMM_WARP_SPECIALIZED: Choices = {
     "stages_ab": 4,
     "order": "overlap",
     "map_store": "tma",
+    "cluster_size": 1,
     "persistent": True,
 }
 

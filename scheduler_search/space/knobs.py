@@ -25,12 +25,16 @@ class Knob:
         options: values in a stable order; JSON scalars only.
         when: condition on earlier choices; the knob is absent from the choices otherwise.
         structural: False when the knob never changes validity or the per-SM simulation.
+        default: the option a schedule has when its choices leave the knob out (choices
+            written before the knob existed: a cached schedule, a hand-written design), so
+            that a seed keeps its schedule instead of having the knob sampled.
     """
 
     name: str
     options: tuple[Any, ...]
     when: Callable[[Choices], bool] | None = None
     structural: bool = True
+    default: Any = None
 
     def applies(self, choices: Choices) -> bool:
         return self.when is None or self.when(choices)

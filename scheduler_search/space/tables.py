@@ -72,8 +72,16 @@ _ORDERS = {
     "mamba2_chunk_scan": ("serial", "overlap"),
 }
 
+#: Thread-block clusters (TMA multicast of the operand neighbouring tiles share) for
+#: the operators whose code generation lowers them.
+_CLUSTER_SIZES = {"gemm": (1, 2)}
+
 _PRODUCER_REGS = (24, 40)
 _SWIZZLES = (1, 2, 4, 8, 16)
+
+
+def _clustered(choices: dict) -> bool:
+    return choices.get("cluster_size", 1) > 1
 
 
 def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
@@ -126,6 +134,10 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
         options = tuple(u for u in _VECTOR_LOAD_OPTIONS[op] if UnitKind(u) in have)
         if len(options) > 1:
             knobs.append(Knob("map_vector_loads", options))
+    if hopper and op in _CLUSTER_SIZES:
+        knobs.append(Knob("cluster_size", _CLUSTER_SIZES[op], when=is_warp_specialized,
+                          default=1))
+        knobs.append(Knob("cluster_axis", graph.spatial_axes[:2], when=_clustered))
     knobs.append(Knob("persistent", (False, True)))
     order_axes = graph.spatial_axes + tuple(graph.grid_axes)
     knobs.append(Knob("raster_major", order_axes[:2], structural=False))

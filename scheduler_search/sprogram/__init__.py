@@ -7,7 +7,14 @@ from scheduler_search.sprogram.plan import (
     resolve_choices,
 )
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
-from scheduler_search.sprogram.schedule import BarrierTask, Raster, SProgram, UnitOp, WarpRoles
+from scheduler_search.sprogram.schedule import (
+    BarrierTask,
+    Cluster,
+    Raster,
+    SProgram,
+    UnitOp,
+    WarpRoles,
+)
 from scheduler_search.sprogram.validate import (
     Rejection,
     RejectReason,
@@ -18,6 +25,7 @@ from scheduler_search.sprogram.validate import (
 
 __all__ = [
     "BarrierTask",
+    "Cluster",
     "Decisions",
     "Raster",
     "RejectReason",

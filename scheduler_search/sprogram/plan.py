@@ -25,6 +25,8 @@ Choice keys:
         ``map_vector_loads`` maps every load of a 1-D tile (dt, dA) at once.
     ``raster_major``, ``raster_swizzle``: tile order over the grid.
     ``persistent``: one block per SM looping over tiles, or one block per tile.
+    ``cluster_size``, ``cluster_axis``: blocks of neighbouring tiles along the axis run as
+        one thread-block cluster, and the loads whose tile they share are multicast.
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
-from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Raster, SProgram, WarpRoles
+from scheduler_search.sprogram.schedule import (
+    WARPGROUP_THREADS,
+    Cluster,
+    Raster,
+    SProgram,
+    WarpRoles,
+)
 
 ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
 
@@ -120,6 +128,7 @@ class Decisions:
     raster: Raster
     persistent: bool
     choices: dict[str, Any]
+    cluster: Cluster | None = None
 
     def stream_of(self, stask: str) -> str | None:
         for name, members in self.streams.items():
@@ -204,7 +213,29 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         raster=raster,
         persistent=bool(choices.get("persistent", False)),
         choices=dict(sorted(choices.items())),
+        cluster=_resolve_cluster(graph, mapping, choices),
     )
+
+
+def _resolve_cluster(
+    graph: STaskGraph, mapping: dict[str, UnitKind], choices: dict[str, Any]
+) -> Cluster | None:
+    """The cluster ``cluster_size`` / ``cluster_axis`` ask for: the loop's TMA loads whose
+    tile has no coordinate along the axis are the ones its blocks share."""
+    size = int(choices.get("cluster_size", 1))
+    if size < 1:
+        raise ScheduleError(f"cluster_size: {size} is not >= 1")
+    if size == 1:
+        return None
+    axis = str(choices.get("cluster_axis", graph.spatial_axes[0]))
+    if axis not in graph.spatial_axes:
+        raise ScheduleError(f"cluster_axis: {axis!r} is not a spatial axis of the grid")
+    shared = tuple(
+        t.name for t in graph.stasks
+        if t.kind is STaskKind.LOAD and t.phase == "loop" and mapping[t.name] is UnitKind.TMA
+        and axis not in t.output.axes
+    )
+    return Cluster(axis=axis, size=size, multicast=shared)
 
 
 def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> SProgram:
@@ -314,4 +345,5 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         raster=decided.raster,
         persistent=decided.persistent,
         choices=decided.choices,
+        cluster=decided.cluster,
     )

@@ -12,7 +12,14 @@ from typing import Any, Literal
 
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph
-from scheduler_search.sprogram.schedule import BarrierTask, Raster, SProgram, UnitOp, WarpRoles
+from scheduler_search.sprogram.schedule import (
+    BarrierTask,
+    Cluster,
+    Raster,
+    SProgram,
+    UnitOp,
+    WarpRoles,
+)
 
 
 class ScheduleError(ValueError):
@@ -90,6 +97,7 @@ class SProgramBuilder:
         raster: Raster,
         persistent: bool,
         choices: dict[str, Any],
+        cluster: Cluster | None = None,
     ) -> SProgram:
         return SProgram(
             op=self.graph.op,
@@ -107,4 +115,5 @@ class SProgramBuilder:
             raster=raster,
             persistent=persistent,
             choices=dict(choices),
+            cluster=cluster,
         )

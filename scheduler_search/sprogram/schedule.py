@@ -101,6 +101,19 @@ class Raster:
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """A thread-block cluster: ``size`` blocks whose tiles are neighbours along grid axis
+    ``axis`` run together. The loads in ``multicast`` read the same tile for every block
+    of the cluster (their tile has no ``axis`` coordinate): each block loads one
+    ``1/size`` slice of it and the TMA delivers the slice to every block (multicast), so
+    L2 serves the tile once per cluster, not once per block."""
+
+    axis: str
+    size: int
+    multicast: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SProgram:
     """A complete schedule of one operator workload on one architecture."""
 
@@ -120,6 +133,9 @@ class SProgram:
     persistent: bool
     choices: dict[str, Any] = field(default_factory=dict)
     version: int = SCHEDULE_VERSION
+    #: One block per tile when None. Serialised only when set, so a schedule without a
+    #: cluster keeps the identity it had before clusters existed.
+    cluster: Cluster | None = None
 
     # ----- views -------------------------------------------------------------------------
     def role_stream(self, role: str) -> list[tuple[UnitKind, UnitOp]]:
@@ -138,6 +154,8 @@ class SProgram:
         data = asdict(self)
         data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
         data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
+        if self.cluster is None:
+            del data["cluster"]
         return json.loads(json.dumps(data))
 
     def to_json(self) -> str:
@@ -189,8 +207,15 @@ class SProgram:
             persistent=data["persistent"],
             choices=dict(data["choices"]),
             version=data["version"],
+            cluster=_cluster(data.get("cluster")),
         )
 
     @classmethod
     def from_json(cls, text: str) -> SProgram:
         return cls.from_dict(json.loads(text))
+
+
+def _cluster(data: dict[str, Any] | None) -> Cluster | None:
+    if data is None:
+        return None
+    return Cluster(axis=data["axis"], size=int(data["size"]), multicast=tuple(data["multicast"]))

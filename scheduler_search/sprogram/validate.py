@@ -25,7 +25,7 @@ from typing import Protocol, TypeVar
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
 from scheduler_search.ops import DTYPE_BYTES, OperatorSpec
-from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Raster, WarpRoles
+from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Cluster, Raster, WarpRoles
 
 #: 128B-swizzled TMA tiles must start on 1024-byte boundaries (8 rows x 128 bytes).
 SWIZZLE_ALIGN_BYTES = 1024
@@ -35,6 +35,8 @@ TMA_BOX_DIM_MAX = 256
 TMA_MIN_INNER_BYTES = 16
 #: Above this many TMA boxes per tile a load costs more in issue than it saves.
 TMA_BOXES_PER_TILE_MAX = 32
+#: The portable cluster sizes (a cluster of up to 8 blocks runs on every Hopper part).
+CLUSTER_SIZES = (2, 4, 8)
 WGMMA_M, WGMMA_N_STEP, WGMMA_N_MAX, WGMMA_K = 64, 8, 256, 16
 #: Registers every consumer thread needs besides its tiles: addresses, loop state,
 #: barrier phases, descriptors (estimate; ptxas reports the truth at compile time).
@@ -53,6 +55,7 @@ class ScheduleLike(Protocol):
     consumer_split: str
     raster: Raster
     persistent: bool
+    cluster: Cluster | None
 
     def stream_of(self, stask: str) -> str | None: ...
 
@@ -359,6 +362,31 @@ def _tile_problems(tile: dict[str, int], graph: STaskGraph, spec: OperatorSpec) 
     return problems
 
 
+def _cluster_problems(
+    cluster: Cluster | None, graph: STaskGraph, device: Device
+) -> list[Rejection]:
+    """A cluster needs TMA multicast, a portable size, a tile grid it divides and a load
+    its blocks share."""
+    if cluster is None:
+        return []
+    problems = []
+    if not device.has_tma:
+        problems.append(Rejection(RejectReason.UNSUPPORTED,
+                                  f"thread-block clusters need TMA multicast ({device.arch})"))
+    if cluster.size not in CLUSTER_SIZES:
+        problems.append(Rejection(RejectReason.TILE_SHAPE,
+                                  f"cluster_size={cluster.size} is not one of {CLUSTER_SIZES}"))
+    tiles = -(-graph.extents[cluster.axis] // graph.step(cluster.axis))
+    if tiles % cluster.size:
+        problems.append(Rejection(
+            RejectReason.TILE_SHAPE,
+            f"{tiles} tiles along {cluster.axis} do not split into clusters of {cluster.size}"))
+    if not cluster.multicast:
+        problems.append(Rejection(RejectReason.UNSUPPORTED,
+                                  f"no TMA load is shared along {cluster.axis}"))
+    return problems
+
+
 def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Validity:
     """Check ``sprogram`` against ``device``; every failing rule gives a Rejection."""
     graph = spec.graph(sprogram.tile)
@@ -407,6 +435,7 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
 
     problems += _check_mma_shapes(sprogram, graph, plan)
     problems += _check_tma(sprogram, graph, plan, spec)
+    problems += _cluster_problems(sprogram.cluster, graph, device)
 
     smem = smem_bytes(sprogram, graph, plan)
     if smem > device.smem_per_block_bytes:

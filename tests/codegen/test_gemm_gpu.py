@@ -76,7 +76,39 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_ODD_CASE, seed=11)
                 cases += [(f"odd-{m}x{n}x{k}-{dtype}-{layout}", spec, p) for p in programs]
-    return cases + _epilogue_cases() + _fp8_cases()
+    return cases + _epilogue_cases() + _fp8_cases() + _cluster_cases()
+
+
+#: (m, n, k) of the cluster cases: a square suite shape, one past every tile, a single row
+#: of tiles (only n can pair), an odd shape whose tiles pair along m only.
+CLUSTER_SHAPES = ((4096, 4096, 4096), (4000, 6000, 2000), (128, 8192, 8192), (1531, 2072, 1000))
+#: The variants each clustered design is tried in, besides the design itself.
+CLUSTER_VARIANTS: tuple[dict[str, Any], ...] = (
+    {},
+    {"persistent": False},
+    {"map_store": "cuda_core", "tile_k": 32, "stages_ab": 6},
+    {"consumer_split": "pingpong", "wg_schedule": "alternate", "tile_m": 64, "stages_ab": 3},
+)
+
+
+def _cluster_cases() -> list[tuple[str, GemmSpec, SProgram]]:
+    """Pairs of blocks sharing B (along m) or A (along n) by multicast, in each variant
+    the space can build, both layouts and both 16-bit types, and with an epilogue."""
+    cases = []
+    for m, n, k in CLUSTER_SHAPES:
+        for layout in ("kn", "nk"):
+            for dtype in ("float16", "bfloat16"):
+                spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout,
+                                epilogue={"bias": True, "act": "gelu"} if m == 1531 else {})
+                space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+                for axis in ("m", "n"):
+                    for variant in CLUSTER_VARIANTS:
+                        sp, validity = space.build({**GEMM_WARP_SPECIALIZED, "cluster_size": 2,
+                                                    "cluster_axis": axis, **variant})
+                        if validity.ok:
+                            cases.append((f"cluster-{axis}-{m}x{n}x{k}-{dtype}-{layout}",
+                                          spec, sp))
+    return cases
 
 
 #: (m, n, k, dtype, out_dtype, epilogue) of the 8-bit cases (B n x k; k a multiple of 16).

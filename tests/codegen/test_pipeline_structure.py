@@ -63,9 +63,13 @@ def _expected_rings(sp: SProgram) -> dict[str, tuple[int, int, str, str]]:
         empty = next(b for b in sp.barriers if b.kind == "mbarrier" and b.waiter in loads
                      and sp.stream_of(b.waiter) == stream)
         readers = 1 if sp.consumer_split == "pingpong" else sp.roles.consumer_warpgroups
+        # A stage the cluster's blocks multicast into is released by all their readers.
+        shared = sp.cluster is not None and bool(set(sp.cluster.multicast) & set(
+            d for d, _ in full.deps))
+        blocks = sp.cluster.size if shared else 1
         assert full.slots == empty.slots == sp.stages[stream]
         assert empty.deps[0][1] == sp.stages[stream]  # released `depth` trips later
-        rings[stream] = (full.slots, 4 * readers, full.name, empty.name)
+        rings[stream] = (full.slots, 4 * readers * blocks, full.name, empty.name)
     return rings
 
 

@@ -268,7 +268,9 @@ def expected_questions(knobs: list[Knob], choices: dict[str, Any]) -> list[str]:
     if consumers < 2:
         skipped.add("wg_schedule")
     if not ws:
-        skipped.add("producer_regs")
+        skipped.update({"producer_regs", "cluster_size"})
+    if choices.get("cluster_size", 1) < 2:
+        skipped.add("cluster_axis")
     return [k.name for k in knobs if k.name not in skipped]
 
 
