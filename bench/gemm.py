@@ -63,6 +63,8 @@ STRUCTURE_KEYS = (
     "consumer_split",
     "persistent",
     "map_store",
+    "cluster_size",
+    "cluster_axis",
 )
 
 
@@ -121,6 +123,13 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
             if choices != item.sprogram.choices:
                 tried.append((rank, choices, None))
     seen = {_structure(c) for _, c, _ in tried}
+    # The best structures alone and in each cluster: the cost model's credit for a
+    # multicast tile is an estimate, the GPU decides.
+    for rank, item in enumerate(chosen[:raster_top]):
+        for twin in _cluster_twins(item.sprogram.choices):
+            if _structure(twin) not in seen and space.build(twin)[1].ok:
+                seen.add(_structure(twin))
+                tried.append((rank, twin, None))
     for choices in borrowed:
         if _structure(choices) in seen:
             continue
@@ -128,6 +137,14 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
         if space.build(choices)[1].ok:
             tried.append((None, choices, None))
     return tried
+
+
+def _cluster_twins(choices: dict[str, Any]) -> list[dict[str, Any]]:
+    """``choices`` without a cluster and in a pair of blocks along m and along n."""
+    if not choices.get("warp_specialized"):
+        return []
+    alone = {k: v for k, v in choices.items() if k != "cluster_axis"} | {"cluster_size": 1}
+    return [alone] + [alone | {"cluster_size": 2, "cluster_axis": axis} for axis in ("m", "n")]
 
 
 def prepare(args: argparse.Namespace) -> None:

@@ -44,13 +44,17 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1
 #: fitted to ptxas 13.0 on sm_90a over sampled 4096^3 schedules with bias + GELU +
 #: residual (2026-12-01), where every tile of at most 128 accumulators a thread compiled
 #: without spills and tiles of 192 spilled 144-248 bytes within 24-31 registers of cap.
-#: Those kernels had at most ``EPILOGUE_FREE_THREADS`` threads (a cap of 168 registers); a
-#: 512-thread kernel (cap 128) with 96 accumulators and bias + GELU spilled 8 bytes
-#: (2026-12-02), so there the epilogue's registers always count.
+#: Those kernels had at most ``EPILOGUE_FREE_THREADS`` threads (a cap of 168 registers) and
+#: fewer than ``EPILOGUE_FREE_ROW_BLOCKS`` wgmma row blocks a thread; a 512-thread kernel
+#: (cap 128) with 96 accumulators and one of four row blocks (256 x 64, 128 accumulators, at
+#: 255 registers) spilled 8 and 16-24 bytes with bias + GELU (2026-12-02), so there the
+#: epilogue's registers always count, once per row block a thread holds (ptxas keeps a
+#: row block's loads and row pointers live across the pairs).
 EPILOGUE_REGS = {"pair": 8, "bias": 4, "residual": 16,
                  "none": 0, "relu": 0, "gelu": 24, "gelu_tanh": 12, "silu": 8}
 EPILOGUE_FREE_ACC_REGS = 128
 EPILOGUE_FREE_THREADS = 384
+EPILOGUE_FREE_ROW_BLOCKS = 4
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -168,11 +172,14 @@ class GemmHooks(OperatorHooks):
     def accumulator_regs(self, consumer_rows: int) -> int:
         acc = self.row_blocks(consumer_rows) * self.tile_n // 2
         e = self.epilogue
-        free = acc <= EPILOGUE_FREE_ACC_REGS and self.structure.threads <= EPILOGUE_FREE_THREADS
+        free = (acc <= EPILOGUE_FREE_ACC_REGS and self.structure.threads <= EPILOGUE_FREE_THREADS
+                and self.row_blocks(consumer_rows) < EPILOGUE_FREE_ROW_BLOCKS)
         if not e.fused or free:
             return acc
-        return (acc + EPILOGUE_REGS["pair"] + EPILOGUE_REGS[e.act]
-                + sum(EPILOGUE_REGS[name] for name in ("bias", "residual") if getattr(e, name)))
+        per_row_block = (EPILOGUE_REGS["pair"] + EPILOGUE_REGS[e.act]
+                         + sum(EPILOGUE_REGS[name] for name in ("bias", "residual")
+                               if getattr(e, name)))
+        return acc + per_row_block * self.row_blocks(consumer_rows)
 
     def problem(self) -> str | None:
         if self.dtype not in ELEMENT_BYTES:
@@ -320,6 +327,6 @@ class GemmHooks(OperatorHooks):
 
 
 #: Bumped whenever GEMM's own text changes for the same schedule.
-GEMM_HOOKS_VERSION = "gemm-2"
+GEMM_HOOKS_VERSION = "gemm-3"
 
 __all__ = ["ELEMENT_BYTES", "GEMM_HOOKS_VERSION", "GemmHooks"]

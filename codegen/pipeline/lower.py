@@ -17,7 +17,7 @@ from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import SProgram
 
 #: Bumped whenever the skeleton's text changes for the same schedule.
-PIPELINE_VERSION = "pipeline-4"
+PIPELINE_VERSION = "pipeline-5"
 
 COMPILE_OPTIONS = ("-std=c++17", "-arch=sm_90a")
 
