@@ -1,0 +1,45 @@
+"""The cost model's seeds: its best distinct structures, the best few alone and in
+thread-block clusters (the model's credit for a multicast tile is an estimate the GPU
+settles), and their tile orders."""
+
+from __future__ import annotations
+
+from codegen import feasibility
+from scheduler_search.hardware import get_device
+from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.search.seeding import cluster_twins, cost_model_seeds
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+
+H200 = get_device("h200")
+
+
+def test_a_structure_has_twins_alone_and_paired_along_each_axis_that_are_valid() -> None:
+    spec = GemmSpec(m=4096, n=4096, k=4096, dtype="float16")
+    space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+    twins = cluster_twins(space, GEMM_WARP_SPECIALIZED)
+    assert [(t["cluster_size"], t.get("cluster_axis")) for t in twins] == [(2, "m"), (2, "n")]
+    paired = {**GEMM_WARP_SPECIALIZED, "cluster_size": 2, "cluster_axis": "n"}
+    assert [(t["cluster_size"], t.get("cluster_axis")) for t in cluster_twins(space, paired)] \
+        == [(1, None), (2, "m")]
+    # One row of tiles along m: pairs only along n.
+    thin = GemmSpec(m=128, n=8192, k=8192, dtype="float16", b_layout="nk")
+    thin_space = ScheduleSpace(thin, H200, feasibility("gemm", H200))
+    assert [t.get("cluster_axis") for t in cluster_twins(thin_space, GEMM_WARP_SPECIALIZED)] \
+        == ["n"]
+    assert cluster_twins(space, {**GEMM_WARP_SPECIALIZED, "warp_specialized": False}) == []
+
+
+def test_the_best_structures_are_seeded_alone_and_in_clusters() -> None:
+    spec = GemmSpec(m=8192, n=8192, k=8192, dtype="float16")
+    feasible = feasibility("gemm", H200)
+    seeds = cost_model_seeds(spec, H200, structures=6, raster_structures=2, feasible=feasible)
+    space = ScheduleSpace(spec, H200, feasible)
+    assert all(space.build(s)[1].ok for s in seeds)
+    keys = [tuple(sorted(s.items())) for s in seeds]
+    assert len(set(keys)) == len(keys)
+    for best in seeds[:2]:
+        for twin in cluster_twins(space, best):
+            assert twin in seeds
+    sizes = {s.get("cluster_size") for s in seeds}
+    assert {1, 2} <= sizes
