@@ -25,6 +25,10 @@ Two readings of "within 2% of the final best":
   latency is within 2% of the winner's. Quick timings can be off by a few percent, so
   this is the stricter, fairer one.
 
+``winner_found_s`` is when the kernel the run ends with was first measured: the quick
+timing may rank it below another until the leaders' re-timing (by the final method, as
+the search goes) puts it first, so it can come before the re-timed reading's step.
+
 The final best against the peer is the run's own comparison: the finalists and the peer
 re-timed interleaved in the same worker (warm-up, L2 flush, CUDA events, median).
 
@@ -100,6 +104,14 @@ def _best_so_far(rows: list[tuple], wall0: datetime.datetime) -> tuple[list, lis
             steps.append({"t_s": round(t, 3), "search_latency_us": latency,
                           "schedule_hash": digest, "choices": choices, "source": source})
     return points, steps
+
+
+def _first_measured(rows: list[tuple], digest: str, wall0: datetime.datetime) -> float | None:
+    """Seconds from the request until the kernel ``digest`` was first measured correct."""
+    times = [(created if created.tzinfo else created.replace(tzinfo=datetime.UTC)) - wall0
+             for created, status, latency, row_digest, _, _ in rows
+             if row_digest == digest and status == "ok" and latency is not None]
+    return round(min(times).total_seconds(), 3) if times else None
 
 
 def _retime_steps(steps: list[dict], rows: list[tuple], winner: str, tune: Any, op: str,
@@ -195,6 +207,7 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
             return {"shape": case, "params": params, "error": public["error"], "run": public}
         points, steps = _best_so_far(rows, wall0)
         winner = public["best"]["schedule_hash"]
+        winner_found_s = _first_measured(rows, winner, wall0)
         winner_retimed = _retime_steps(steps, rows, winner, tune, op, params, run.seed,
                                        executors.get(tune.device))
         retimed_points = [(s["t_s"], s["retimed_us"]) for s in steps if s["retimed_us"]]
@@ -211,6 +224,7 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
             "time_to_2pct_retimed_s": (
                 _first_within(retimed_points, winner_retimed) if winner_retimed else None
             ),
+            "winner_found_s": winner_found_s,
             "search_best_us": search_best,
             "final_best_us": public["best"]["latency_us"],
             "peer": public["baseline"],

@@ -514,6 +514,7 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
     # The best-so-far curve from the request, its steps re-timed with the winner.
     assert case["best_so_far_curve"] and case["time_to_2pct_curve_s"] is not None
     assert case["winner_retimed_after_run_us"] > 0
+    assert case["first_result_s"] <= case["winner_found_s"] <= case["wall_s"]
     assert any(step["retimed_us"] for step in case["best_so_far_steps"])
     assert bench.case_params("attention:2x16x4x1000x64c", "bfloat16", "kn") == ("attention", {
         "batch": 2, "heads": 16, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000, "head_dim": 64,
