@@ -539,8 +539,10 @@ def test_gpu_run_through_a_real_local_gpu_pool_with_stand_in_workers(
     from workers import LocalGpuPool
     from workers.testing import StandinCompiler, standin_worker_main
 
+    # No warm-up at the start: its two kernels would be a compile batch of their own,
+    # before or after the run's first, as the threads go.
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", data_dir=tmp_path,
-                        max_concurrent_runs=1, cost_model_seeds=0)
+                        max_concurrent_runs=1, cost_model_seeds=0, warm_executors=False)
     pools = []
 
     def factory(device):
