@@ -113,6 +113,8 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
     from the other shapes that are valid here (as the service's warm start from cached
     neighbours): the cost model scores each shape alone and can miss a structure that a
     neighbouring shape's ranking finds."""
+    from scheduler_search.search.seeding import cluster_twins
+
     rasters = [{"raster_major": major, "raster_swizzle": swizzle}
                for major in ("m", "n") for swizzle in (4, 8, 16)]
     tried = [(rank, item.sprogram.choices, item.estimate.latency_us)
@@ -123,11 +125,11 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
             if choices != item.sprogram.choices:
                 tried.append((rank, choices, None))
     seen = {_structure(c) for _, c, _ in tried}
-    # The best structures alone and in each cluster: the cost model's credit for a
-    # multicast tile is an estimate, the GPU decides.
+    # The best structures alone and in each cluster, as the service seeds them: the cost
+    # model's credit for a multicast tile is an estimate, the GPU decides.
     for rank, item in enumerate(chosen[:raster_top]):
-        for twin in _cluster_twins(item.sprogram.choices):
-            if _structure(twin) not in seen and space.build(twin)[1].ok:
+        for twin in cluster_twins(space, item.sprogram.choices):
+            if _structure(twin) not in seen:
                 seen.add(_structure(twin))
                 tried.append((rank, twin, None))
     for choices in borrowed:
@@ -137,14 +139,6 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
         if space.build(choices)[1].ok:
             tried.append((None, choices, None))
     return tried
-
-
-def _cluster_twins(choices: dict[str, Any]) -> list[dict[str, Any]]:
-    """``choices`` without a cluster and in a pair of blocks along m and along n."""
-    if not choices.get("warp_specialized"):
-        return []
-    alone = {k: v for k, v in choices.items() if k != "cluster_axis"} | {"cluster_size": 1}
-    return [alone] + [alone | {"cluster_size": 2, "cluster_axis": axis} for axis in ("m", "n")]
 
 
 def prepare(args: argparse.Namespace) -> None:

@@ -170,16 +170,17 @@ class GemmHooks(OperatorHooks):
         )
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        acc = self.row_blocks(consumer_rows) * self.tile_n // 2
+        blocks = self.row_blocks(consumer_rows)
+        acc = blocks * self.tile_n // 2
         e = self.epilogue
         free = (acc <= EPILOGUE_FREE_ACC_REGS and self.structure.threads <= EPILOGUE_FREE_THREADS
-                and self.row_blocks(consumer_rows) < EPILOGUE_FREE_ROW_BLOCKS)
+                and blocks < EPILOGUE_FREE_ROW_BLOCKS)
         if not e.fused or free:
             return acc
         per_row_block = (EPILOGUE_REGS["pair"] + EPILOGUE_REGS[e.act]
                          + sum(EPILOGUE_REGS[name] for name in ("bias", "residual")
                                if getattr(e, name)))
-        return acc + per_row_block * self.row_blocks(consumer_rows)
+        return acc + per_row_block * blocks
 
     def problem(self) -> str | None:
         if self.dtype not in ELEMENT_BYTES:

@@ -126,7 +126,8 @@ class OperandTile:
                    full_bar: str) -> None:
         """The TMA copies of the tile at (``row0``, ``k0``) into the stage at
         ``stage_addr``, completing on ``full_bar``: one per box, or this block's slice of
-        each box multicast to the cluster's ``slices`` blocks."""
+        each box multicast to the cluster's ``slices`` blocks (by the block's
+        ``cta_rank``, which the skeleton declares in the load function of such a ring)."""
         c = code
         for box in range(self.box_count):
             inner, outer = self.box_coords(box, row0, k0)
