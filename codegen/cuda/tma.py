@@ -76,6 +76,22 @@ LOAD_3D = Snippet(
     section='9.7.9.25.5.2 "cp.async.bulk.tensor"',
 )
 
+LOAD_3D_MULTICAST = Snippet(
+    "tma_load_3d_multicast",
+    "// Copy the box at (c0, c1, c2) of a rank-3 `map` to shared offset `dst` of every block\n"
+    "// in `cta_mask`; its bytes complete a transaction on the mbarrier at offset `bar` of each.\n"
+    "__device__ __forceinline__ void tma_load_3d_multicast(u32 dst, const TensorMap* map,\n"
+    "                                                      int c0, int c1, int c2, u32 bar,\n"
+    "                                                      unsigned short cta_mask) {\n"
+    '  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"\n'
+    '               ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;"\n'
+    '               :: "r"(dst), "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar),\n'
+    '                  "h"(cta_mask) : "memory");\n'
+    "}\n",
+    requires=("TensorMap",),
+    section='9.7.9.25.5.2 "cp.async.bulk.tensor" (.multicast::cluster)',
+)
+
 LOAD_4D = Snippet(
     "tma_load_4d",
     "// Copy the box at coordinates (c0 innermost, c1, c2, c3) of a rank-4 `map` into shared\n"
@@ -132,8 +148,8 @@ STORE_WAIT = Snippet(
 )
 
 register(
-    TENSOR_MAP, PREFETCH, LOAD_2D, LOAD_2D_MULTICAST, LOAD_3D, LOAD_4D, STORE_2D, STORE_COMMIT,
-    STORE_WAIT_READS, STORE_WAIT,
+    TENSOR_MAP, PREFETCH, LOAD_2D, LOAD_2D_MULTICAST, LOAD_3D, LOAD_3D_MULTICAST, LOAD_4D,
+    STORE_2D, STORE_COMMIT, STORE_WAIT_READS, STORE_WAIT,
 )
 
 #: Largest box extent per dimension (cuTensorMapEncodeTiled).

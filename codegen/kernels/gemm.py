@@ -66,12 +66,6 @@ class GemmHooks(OperatorHooks):
     trips = "K_ITERS"
     cluster_axes = ("m", "n")
 
-    @property
-    def producer_min_regs(self) -> int:  # type: ignore[override]
-        """Multicast loads (the block's rank, its slice offsets, the cluster mask) spill
-        8-36 bytes at 24 producer registers (ptxas 13.0, sm_90a, 2026-12-02)."""
-        return 40 if self.structure.multicast else 24
-
     # ----- problem and tile ----------------------------------------------------------
     @property
     def m(self) -> int:

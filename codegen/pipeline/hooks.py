@@ -37,6 +37,9 @@ from codegen.pipeline.operand import OperandTile, VectorTile
 from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.structure import Issue, PipelineStructure
 
+#: Producer registers with multicast loads (see :attr:`OperatorHooks.producer_min_regs`).
+MULTICAST_PRODUCER_REGS = 40
+
 
 @dataclass(frozen=True)
 class GridAxis:
@@ -112,10 +115,11 @@ class OperatorHooks(ABC):
     #: Registers a consumer thread needs besides :meth:`accumulator_regs` (addresses,
     #: loop state), as measured with ptxas for the operator's kernels.
     overhead_regs: int = CONSUMER_OVERHEAD_REGS
-    #: Registers the producer warpgroup's loads need (its setmaxnreg floor is 24).
-    producer_min_regs: int = 24
+    #: Registers the producer warpgroup's loads need without a cluster (its setmaxnreg
+    #: floor is 24).
+    producer_loads_regs: int = 24
     #: Grid axes along which the operator's loads and tiles are lowered for thread-block
-    #: clusters (its 2-D operand tiles cut into multicast slices).
+    #: clusters (its operand tiles cut into multicast slices).
     cluster_axes: tuple[str, ...] = ()
 
     def __init__(self, structure: PipelineStructure) -> None:
@@ -127,6 +131,15 @@ class OperatorHooks(ABC):
     def dtype(self) -> str:
         """The workload's element type (``float16`` / ``bfloat16``)."""
         return str(self.params["dtype"])
+
+    @property
+    def producer_min_regs(self) -> int:
+        """Registers the producer needs: multicast loads (the block's rank, its slice
+        offsets, the cluster mask, the exit's cluster barrier) spilled 8-36 bytes at 24
+        (ptxas 13.0, sm_90a, 2026-12-02: GEMM and the chunk state)."""
+        if self.structure.multicast:
+            return max(self.producer_loads_regs, MULTICAST_PRODUCER_REGS)
+        return self.producer_loads_regs
 
     def multicast_slices(self, stask: str) -> int:
         """Slices a load's boxes are fetched in: the cluster's size for a load its blocks

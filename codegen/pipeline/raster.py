@@ -18,8 +18,8 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
     """``tile_origin(tile, <a>0, <b>0, ...)``: the origin of the ``tile``-th tile of the
     order. The raster walks the first two axes; further axes (attention's heads) are outer:
     one whole raster plane after another. With a cluster, the order is over the clusters'
-    tiles (``cluster.size`` neighbours along its axis), and a block takes the one of its
-    rank."""
+    tiles (``cluster.size`` neighbours along its axis, in the plane or outer, as the chunk
+    state's heads), and a block takes the one of its rank."""
     c = code
     plane = axes[:2]
     by_name = {a.name: a for a in plane}
@@ -44,11 +44,11 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
             c(f"int outer = tile / (TILES_{plane[0].const} * TILES_{plane[1].const});")
             c(f"tile %= TILES_{plane[0].const} * TILES_{plane[1].const};")
             for axis in axes[2:]:
-                t = f"(outer % TILES_{axis.const})"
+                t = f"(outer % {count(axis)})"
                 if axis.heaviest_last:
-                    t = f"(TILES_{axis.const} - 1 - {t})"
-                c(f"{axis.origin} = {t} * {axis.tile};")
-                c(f"outer /= TILES_{axis.const};")
+                    t = f"({count(axis)} - 1 - {t})"
+                c(f"{axis.origin} = {origin(axis, t)};")
+                c(f"outer /= {count(axis)};")
         c(f"constexpr int BAND = {raster.swizzle};")
         c(f"const int band = tile / (BAND * {count(major)});")
         c(f"const int in_band = tile % (BAND * {count(major)});")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from scheduler_search.hardware.model import Device, UnitKind
-from scheduler_search.ir import STaskGraph, STaskKind
+from scheduler_search.ir import STask, STaskGraph, STaskKind
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
 from scheduler_search.sprogram.schedule import (
@@ -213,29 +213,39 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         raster=raster,
         persistent=bool(choices.get("persistent", False)),
         choices=dict(sorted(choices.items())),
-        cluster=_resolve_cluster(graph, mapping, choices),
+        cluster=_resolve_cluster(spec, graph, mapping, choices),
     )
 
 
 def _resolve_cluster(
-    graph: STaskGraph, mapping: dict[str, UnitKind], choices: dict[str, Any]
+    spec: OperatorSpec, graph: STaskGraph, mapping: dict[str, UnitKind], choices: dict[str, Any]
 ) -> Cluster | None:
-    """The cluster ``cluster_size`` / ``cluster_axis`` ask for: the loop's TMA loads whose
-    tile has no coordinate along the axis are the ones its blocks share."""
+    """The cluster ``cluster_size`` / ``cluster_axis`` ask for: the loop's TMA loads its
+    blocks share are multicast. Along a spatial axis they are the loads whose tile has no
+    coordinate along it (GEMM's B along m); along a grid axis, the loads of a tensor that
+    neighbouring instances read the same slice of (``spec.grid_sharing``: Mamba2's B,
+    shared by the heads of a group)."""
     size = int(choices.get("cluster_size", 1))
     if size < 1:
         raise ScheduleError(f"cluster_size: {size} is not >= 1")
     if size == 1:
         return None
     axis = str(choices.get("cluster_axis", graph.spatial_axes[0]))
-    if axis not in graph.spatial_axes:
-        raise ScheduleError(f"cluster_axis: {axis!r} is not a spatial axis of the grid")
-    shared = tuple(
+    if axis not in graph.spatial_axes + tuple(graph.grid_axes):
+        raise ScheduleError(f"cluster_axis: {axis!r} is not an axis of the grid")
+    sharing = spec.grid_sharing(graph.tile)
+
+    def shared(task: STask) -> bool:
+        if axis in graph.spatial_axes:
+            return axis not in task.output.axes
+        return any(axis in sharing.get(source.tensor, {}) for source in task.inputs)
+
+    multicast = tuple(
         t.name for t in graph.stasks
         if t.kind is STaskKind.LOAD and t.phase == "loop" and mapping[t.name] is UnitKind.TMA
-        and axis not in t.output.axes
+        and shared(t)
     )
-    return Cluster(axis=axis, size=size, multicast=shared)
+    return Cluster(axis=axis, size=size, multicast=multicast)
 
 
 def plan_sprogram(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> SProgram:

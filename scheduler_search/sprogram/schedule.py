@@ -104,7 +104,8 @@ class Raster:
 class Cluster:
     """A thread-block cluster: ``size`` blocks whose tiles are neighbours along grid axis
     ``axis`` run together. The loads in ``multicast`` read the same tile for every block
-    of the cluster (their tile has no ``axis`` coordinate): each block loads one
+    of the cluster (their tile has no ``axis`` coordinate, or, along a grid axis such as
+    Mamba2's heads, neighbouring instances share their tensor): each block loads one
     ``1/size`` slice of it and the TMA delivers the slice to every block (multicast), so
     L2 serves the tile once per cluster, not once per block."""
 

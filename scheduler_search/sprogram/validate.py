@@ -363,10 +363,11 @@ def _tile_problems(tile: dict[str, int], graph: STaskGraph, spec: OperatorSpec) 
 
 
 def _cluster_problems(
-    cluster: Cluster | None, graph: STaskGraph, device: Device
+    cluster: Cluster | None, graph: STaskGraph, spec: OperatorSpec, device: Device
 ) -> list[Rejection]:
     """A cluster needs TMA multicast, a portable size, a tile grid it divides and a load
-    its blocks share."""
+    its blocks share; along a grid axis, its blocks must fall in one sharing group (the
+    heads of one B group), or they would multicast each other the wrong tile."""
     if cluster is None:
         return []
     problems = []
@@ -376,11 +377,22 @@ def _cluster_problems(
     if cluster.size not in CLUSTER_SIZES:
         problems.append(Rejection(RejectReason.TILE_SHAPE,
                                   f"cluster_size={cluster.size} is not one of {CLUSTER_SIZES}"))
-    tiles = -(-graph.extents[cluster.axis] // graph.step(cluster.axis))
+    if cluster.axis in graph.grid_axes:
+        tiles = graph.grid_axes[cluster.axis]
+    else:
+        tiles = -(-graph.extents[cluster.axis] // graph.step(cluster.axis))
     if tiles % cluster.size:
         problems.append(Rejection(
             RejectReason.TILE_SHAPE,
             f"{tiles} tiles along {cluster.axis} do not split into clusters of {cluster.size}"))
+    sharing = spec.grid_sharing(graph.tile)
+    for tensor, groups in sharing.items():
+        group = groups.get(cluster.axis)
+        if group and group % cluster.size:
+            problems.append(Rejection(
+                RejectReason.TILE_SHAPE,
+                f"{group} tiles along {cluster.axis} share a slice of {tensor}: clusters of "
+                f"{cluster.size} would span two of them"))
     if not cluster.multicast:
         problems.append(Rejection(RejectReason.UNSUPPORTED,
                                   f"no TMA load is shared along {cluster.axis}"))
@@ -435,7 +447,7 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
 
     problems += _check_mma_shapes(sprogram, graph, plan)
     problems += _check_tma(sprogram, graph, plan, spec)
-    problems += _cluster_problems(sprogram.cluster, graph, device)
+    problems += _cluster_problems(sprogram.cluster, graph, spec, device)
 
     smem = smem_bytes(sprogram, graph, plan)
     if smem > device.smem_per_block_bytes:

@@ -211,7 +211,9 @@ def test_every_ring_stage_is_released_by_its_last_reader(op: str) -> None:
     for sprogram in sample_schedules(spec, DEVICE, 6, seed=11):
         lowered = lowering(sprogram, DEVICE)
         for ring in lowered.layout.structure.rings:
-            arrival = f"mbarrier_arrive_warp({ring.empty_name}(smem"
+            release = "mbarrier_arrive_cluster_warp" if ring.cluster_blocks > 1 else (
+                "mbarrier_arrive_warp")
+            arrival = f"{release}({ring.empty_name}(smem"
             assert arrival in lowered.source, (ring.stream, ring.last_reader, sprogram.choices)
 
 
@@ -226,9 +228,13 @@ def test_a_warp_releases_a_slot_only_after_all_its_lanes_have_read_it(op: str) -
         source = lowering(sprogram, DEVICE).source
         bare = re.findall(r"if \(lane == 0\) mbarrier_arrive\((?!bar\))", source)
         assert not bare, sprogram.choices
-        assert "mbarrier_arrive_warp(" in source
-        body = source[source.index("void mbarrier_arrive_warp("):]
-        assert body.index("__syncwarp();") < body.index("mbarrier_arrive(bar)")
+        # In a cluster, lane i arrives on block i's barrier, after the same __syncwarp.
+        clustered = sprogram.cluster is not None
+        release, arrive = (("mbarrier_arrive_cluster_warp", "mbarrier_arrive_cluster(bar")
+                           if clustered else ("mbarrier_arrive_warp", "mbarrier_arrive(bar)"))
+        assert f"{release}(" in source
+        body = source[source.index(f"void {release}("):]
+        assert body.index("__syncwarp();") < body.index(arrive)
 
 
 def test_chunk_state_packs_heads_of_a_group_into_its_rows() -> None:

@@ -7,9 +7,10 @@ import pytest
 
 from scheduler_search.cost_model import estimate
 from scheduler_search.hardware import get_device
+from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED, MAMBA2_CHUNK_STATE_PAIRS
 from scheduler_search.sprogram import (
     Cluster,
     RejectReason,
@@ -49,7 +50,7 @@ def test_bad_cluster_choices_are_refused_naming_the_choice() -> None:
         plan_sprogram(SPEC, H200, {**PAIR, "cluster_size": 0})
 
 
-def _reasons(spec: GemmSpec, choices: dict, device=H200) -> list[tuple[RejectReason, str]]:
+def _reasons(spec: OperatorSpec, choices: dict, device=H200) -> list[tuple[RejectReason, str]]:
     sp = plan_sprogram(spec, device, choices)
     return [(r.reason, r.detail) for r in check_valid(sp, spec, device).rejections]
 
@@ -77,3 +78,33 @@ def test_the_cost_model_counts_a_multicast_tile_once_per_cluster() -> None:
     paired = estimate(plan_sprogram(SPEC, H200, {**choices, "cluster_size": 2}), SPEC, H200)
     assert paired.unit_utilisation["tma"] < alone.unit_utilisation["tma"]
     assert paired.latency_us <= alone.latency_us
+
+
+STATE = parse_spec("mamba2_chunk_state", {
+    "batch": 8, "seqlen": 4096, "nheads": 80, "headdim": 64, "dstate": 128, "ngroups": 8,
+    "chunk_size": 256, "dtype": "float16"})
+HEAD_PAIRS = {**MAMBA2_CHUNK_STATE_PAIRS, "producer_regs": 40, "cluster_axis": "heads"}
+
+
+def test_along_a_grid_axis_the_blocks_share_the_tensor_its_instances_share() -> None:
+    """The chunk state's heads of one group read the same B: a cluster along heads
+    multicasts B and nothing else (x, dt and dA are per head)."""
+    sp = plan_sprogram(STATE, H200, {**HEAD_PAIRS, "tile_g": 1, "tile_p": 64,
+                                     "consumer_warpgroups": 1, "cluster_size": 2})
+    assert sp.cluster == Cluster(axis="heads", size=2, multicast=("load_b",))
+    assert check_valid(sp, STATE, H200).ok
+    with pytest.raises(ScheduleError, match="cluster_axis"):
+        plan_sprogram(STATE, H200, {**HEAD_PAIRS, "cluster_size": 2, "cluster_axis": "l"})
+
+
+def test_a_cluster_along_a_grid_axis_stays_inside_one_sharing_group() -> None:
+    # 10 heads a group, packed in pairs: 5 tiles share a B, so a cluster of 2 spans groups.
+    reasons = _reasons(STATE, {**HEAD_PAIRS, "cluster_size": 2})
+    assert (RejectReason.TILE_SHAPE, "5 tiles along heads share a slice of b: clusters of 2 "
+            "would span two of them") in reasons
+
+
+def test_the_chunk_state_space_leaves_clusters_to_explicit_choices() -> None:
+    """Measured slower on every suite shape (tables.py): the search does not offer them."""
+    names = {k.name for k in ScheduleSpace(STATE, H200).knobs}
+    assert not {"cluster_size", "cluster_axis"} & names

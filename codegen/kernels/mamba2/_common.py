@@ -130,9 +130,12 @@ class Mamba2Hooks(OperatorHooks):
         c("")
 
     # ----- tiles ---------------------------------------------------------------------
-    def tile16(self, name: str, rows: int, cols: int, major: str = "k") -> OperandTile:
-        """A 16-bit tile cut into 128-byte swizzle boxes along its contiguous dimension."""
-        return OperandTile(name, major, rows, cols, swizzle.SWIZZLES[128], self.elem)  # type: ignore[arg-type]
+    def tile16(self, name: str, rows: int, cols: int, major: str = "k",
+               slices: int = 1) -> OperandTile:
+        """A 16-bit tile cut into 128-byte swizzle boxes along its contiguous dimension
+        (each fetched as ``slices`` multicast slices when a cluster shares it)."""
+        return OperandTile(name, major, rows, cols, swizzle.SWIZZLES[128], self.elem,  # type: ignore[arg-type]
+                           slices=slices)
 
     @cached_property
     def dt(self) -> VectorTile:

@@ -149,7 +149,7 @@ class ChunkScanHooks(Mamba2Hooks):
     overhead_regs = 8
     #: Seven TMA streams with 3-D coordinates: at 24 registers the producer spilled 228
     #: to 308 bytes (nvcc 13.0; headdim 128, chunk 128, one consumer warpgroup).
-    producer_min_regs = 40
+    producer_loads_regs = 40
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         """Per row block: acc and x for D x, one head's e at a time (ptxas interleaves a

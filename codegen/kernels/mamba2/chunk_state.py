@@ -45,6 +45,8 @@ class ChunkStateHooks(Mamba2Hooks):
 
     trips = "L_TILES"
     k_tile_const = "TILE_L"
+    #: A cluster's blocks take neighbouring heads of one group: B is multicast.
+    cluster_axes = ("heads",)
     loop_mma = "mma"
     a_operand = "xa"
 
@@ -92,7 +94,8 @@ class ChunkStateHooks(Mamba2Hooks):
     @cached_property
     def b(self) -> OperandTile:
         # wgmma's B: K = positions, N = dstate contiguous (MN-major).
-        return self.tile16("b", self.tile_n, self.tile_l, major="mn")
+        return self.tile16("b", self.tile_n, self.tile_l, major="mn",
+                           slices=self.multicast_slices("load_b"))
 
     def operand(self, stask: str) -> OperandTile | VectorTile:
         return {"load_x": self.x, "load_b": self.b, "load_dt": self.dt, "load_dA": self.da}[stask]
@@ -169,8 +172,16 @@ class ChunkStateHooks(Mamba2Hooks):
         row = f"batch0 * SEQLEN + chunks0 * CHUNK + {trip} * TILE_L"
         col0, head = ("p0", "heads0") if stask == "load_x" else ("n0", "heads0 / GROUP_HEADS")
         for box in range(tile.box_count):
-            c(c.call("tma_load_3d", f"{stage_addr} + {box} * {tile.const}_BOX_BYTES", tmap,
-                     f"{col0} + {box * tile.box_inner}", head, row, full_bar) + ";")
+            dst = f"{stage_addr} + {box} * {tile.const}_BOX_BYTES"
+            col = f"{col0} + {box * tile.box_inner}"
+            if tile.slices == 1:
+                c(c.call("tma_load_3d", dst, tmap, col, head, row, full_bar) + ";")
+                continue
+            # This block's slice of the box's positions, multicast to the cluster's blocks.
+            slice_bytes = tile.box_bytes // tile.slices
+            c(c.call("tma_load_3d_multicast", f"{dst} + cta_rank * {slice_bytes}", tmap, col,
+                     head, f"{row} + (int)cta_rank * {tile.slice_outer}", full_bar,
+                     f"(unsigned short){(1 << tile.slices) - 1}") + ";")
 
     def consumer_state(self, code: Code) -> None:
         c = code
@@ -276,7 +287,8 @@ class ChunkStateHooks(Mamba2Hooks):
         p = self.params
         maps = [self.rows_map("x_map", "x", p["nheads"], p["headdim"], self.x, self.tile_l,
                               box_heads=self.pack),
-                self.rows_map("b_map", "b", p["ngroups"], p["dstate"], self.b, self.tile_l)]
+                self.rows_map("b_map", "b", p["ngroups"], p["dstate"], self.b,
+                              self.b.slice_outer)]
         if self.vectors_by_tma:
             maps += [self.vector_map("dt_map", self.dt), self.vector_map("dA_map", self.da)]
         return tuple(maps)
