@@ -80,10 +80,11 @@ STRUCTURE_KEYS = ("tile_p", "tile_n", "tile_l", "tile_s", "tile_g", "warp_specia
 #: (``stages`` sets every stream's depth; ``pack``, heads of a B group per tile).
 NEIGHBOURS: dict[str, dict[str, dict[str, tuple[Any, ...]]]] = {
     "mamba2_chunk_state": {
-        "streaming": {"tile_l": (64, 128), "stages": (2, 3, 4), "persistent": (False,),
+        "streaming": {"tile_l": (64, 128), "tile_n": (64, 128), "stages": (2, 3, 4),
+                      "persistent": (False,),
                       "warp_specialized": (False,), "pack": (1, 2), "order": ("serial",),
                       "map_store": ("cuda_core", "tma")},
-        "head_pairs": {"tile_l": (32, 64), "stages": (3, 4, 5, 6),
+        "head_pairs": {"tile_l": (32, 64, 128), "stages": (2, 3, 4, 5, 6),
                        "map_store": ("cuda_core", "tma")},
     },
     "mamba2_chunk_scan": {

@@ -66,10 +66,11 @@ class PipelineLayout:
 
     @property
     def grid(self) -> int:
-        """Blocks launched: a whole number of clusters, one wave of them when persistent."""
+        """Blocks launched: a whole number of clusters, one wave of them when persistent
+        (as many as the device runs at once: a second wave would run after the first)."""
         size = self.structure.cluster_size
         if self.structure.persistent:
-            return min(self.device.sm_count // size, self.units) * size
+            return min(self.device.clusters_at_once(size), self.units) * size
         return self.units * size
 
     # ----- tensors -------------------------------------------------------------------

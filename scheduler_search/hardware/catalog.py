@@ -56,12 +56,17 @@ H100_SXM = Device(
 
 # Same die as H100 SXM with 141 GB of HBM3e at 4.8 TB/s (datasheet). L2: 60 MiB as
 # reported by cudaDeviceProp.l2CacheSize on the lent H200 (measured here, 2026-10-28).
+# Clusters of 4 one-SM blocks: 30 at once (2026-12-02: a persistent clustered chunk state
+# ran in 168 us with 120 blocks, 269-285 us with 124-132, a second wave of clusters); 66
+# pairs fit. How SMs group into GPCs can differ from board to board: a figure of the lent
+# board, not of every H200.
 H200 = replace(
     H100_SXM,
     name="NVIDIA H200",
     l2_bytes=60 * _MIB,
     memory_bytes=143771 * _MIB,
     mem_bandwidth_gbps=4800.0,
+    resident_clusters={4: 30},
 )
 
 A100_SXM = Device(

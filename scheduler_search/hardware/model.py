@@ -77,6 +77,13 @@ class Device:
     units: tuple[SEU, ...]
     source: str = "datasheet"
     software: dict[str, str] = field(default_factory=dict)
+    #: Clusters of each size (blocks of one SM each) that run at once, where fewer than
+    #: ``sm_count // size``: a cluster's blocks share a GPC, so SMs a GPC cannot group idle.
+    resident_clusters: dict[int, int] = field(default_factory=dict)
+
+    def clusters_at_once(self, size: int) -> int:
+        """How many clusters of ``size`` one-SM blocks run at the same time."""
+        return self.resident_clusters.get(size, self.sm_count // size)
 
     @property
     def has_wgmma(self) -> bool:

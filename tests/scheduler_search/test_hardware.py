@@ -53,13 +53,17 @@ def test_catalog_figures_are_sane(device: Device) -> None:
         assert unit.rate_per_cycle > 0 and unit.latency_cycles > 0 and unit.instruction
 
 
-def test_h200_differs_from_h100_only_in_memory_bandwidth_l2_and_name() -> None:
+def test_h200_differs_from_h100_in_memory_bandwidth_l2_name_and_what_was_measured() -> None:
     differing = {
         f.name
         for f in dataclasses.fields(Device)
         if getattr(H100_SXM, f.name) != getattr(H200, f.name)
     }
-    assert differing == {"name", "memory_bytes", "mem_bandwidth_gbps", "l2_bytes"}
+    assert differing == {"name", "memory_bytes", "mem_bandwidth_gbps", "l2_bytes",
+                         "resident_clusters"}
+    # Clusters of 4 measured on the lent H200; pairs (and the unmeasured H100) fill the SMs.
+    assert H200.clusters_at_once(4) == 30 and H100_SXM.clusters_at_once(4) == 33
+    assert H200.clusters_at_once(2) == 66 and H200.clusters_at_once(1) == 132
     assert H200.memory_bytes > H100_SXM.memory_bytes
     assert H200.mem_bandwidth_gbps > H100_SXM.mem_bandwidth_gbps
     assert H200.l2_bytes == 60 << 20 and H100_SXM.l2_bytes == 50 << 20
