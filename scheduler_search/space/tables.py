@@ -60,7 +60,8 @@ _VECTOR_LOAD_OPTIONS = {
 _STAGES = {
     "gemm": (1, 2, 3, 4, 5, 6),
     "attention": (1, 2, 3),
-    "mamba2_chunk_state": (1, 2, 3, 4),
+    # Persistent chunk states keep loading across tiles: rings deeper than a tile's trips.
+    "mamba2_chunk_state": (1, 2, 3, 4, 5, 6),
     "mamba2_chunk_scan": (1, 2, 3),
 }
 

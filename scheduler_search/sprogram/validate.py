@@ -31,6 +31,8 @@ from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Cluster, Raste
 SWIZZLE_ALIGN_BYTES = 1024
 SWIZZLE_SPAN_BYTES = 128
 MBARRIER_BYTES = 8
+#: Deepest ring a persistent block may ask for (its tiles' trips do not bound it).
+STAGES_MAX = 8
 TMA_BOX_DIM_MAX = 256
 TMA_MIN_INNER_BYTES = 16
 #: Above this many TMA boxes per tile a load costs more in issue than it saves.
@@ -168,7 +170,8 @@ def _store_staging_bytes(
 
     One tile per block at a time: the output tile is staged in the operand buffers, which
     are idle once the loop has ended. Persistent or pingpong blocks keep loading while
-    they store, so they stage in sub-tiles of 64 columns, double-buffered, of their own.
+    they store, so they stage in sub-tiles one swizzle span wide (64 columns of 16-bit,
+    32 of fp32 outputs), double-buffered, of their own.
     """
     task = graph.stask(store)
     elem = DTYPE_BYTES[graph.tensors[task.output.tensor].dtype]
@@ -180,7 +183,8 @@ def _store_staging_bytes(
     ):
         return 0
     rows = plan.tensor_tiles[task.inputs[0].tensor][0]
-    subtile = rows * min(64, plan.tensor_tiles[task.inputs[0].tensor][-1]) * elem
+    span_cols = SWIZZLE_SPAN_BYTES // elem
+    subtile = rows * min(span_cols, plan.tensor_tiles[task.inputs[0].tensor][-1]) * elem
     return 2 * _align(subtile, SWIZZLE_ALIGN_BYTES)
 
 
@@ -409,8 +413,11 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
         return Validity(smem_bytes=0, consumer_regs_needed=0, rejections=tuple(problems))
 
     trips = graph.loop_trips()
+    # A persistent block's ring runs on across its tiles (the next tile's loads fill the
+    # slots its last trips free): there only shared memory bounds the depth.
+    deepest = STAGES_MAX if sprogram.persistent else max(trips, 1)
     for stream, depth in sprogram.stages.items():
-        if depth < 1 or depth > max(trips, 1):
+        if depth < 1 or depth > deepest:
             problems.append(
                 Rejection(
                     RejectReason.STAGES, f"stages_{stream}={depth} with {trips} loop iterations"

@@ -4,7 +4,8 @@ benchmark suite, on heads sharing B and C (ngroups 8), fp16 and bf16, an odd num
 chunk sizes other than the suite's, with each way of loading dt and dA, and with the loop's
 wgmma waited for each trip or kept in flight; chunk state's states in fp32 and, as
 ``states_in_fp32=False`` asks, in the inputs' dtype, each stored both ways; the chunk state
-in thread-block clusters of 2 and 4 blocks multicasting B.
+in thread-block clusters of 2 and 4 blocks multicasting B, and with rings deeper than a
+tile's trips.
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU. Every
 kernel of the module is compiled and checked in one batch; each test reads its own result.
@@ -50,26 +51,29 @@ SHAPES: tuple[tuple[int, int, int, int, int, int, int, str], ...] = (
 STATES_16_BIT = (SHAPES[2], SHAPES[5], SHAPES[6])
 
 
-#: Thread-block clusters each design is also checked in, where the space lowers them
-#: (the chunk state's blocks of neighbouring heads multicast B; 40 producer registers),
-#: and one of single heads, which fits groups of an even number of heads (ngroups 8).
+#: Variants each design is also checked in, where the space lowers them: thread-block
+#: clusters (the chunk state's blocks of neighbouring heads multicast B; 40 producer
+#: registers), one of single heads, which fits groups of an even number of heads
+#: (ngroups 8), and persistent rings deeper than a tile's trips (the next tile's loads
+#: fill the slots its last trips free).
 _CLUSTER = {"cluster_axis": "heads", "producer_regs": 40}
-CLUSTERS: dict[str, tuple[dict[str, Any], ...]] = {"mamba2_chunk_state": (
+VARIANTS: dict[str, tuple[dict[str, Any], ...]] = {"mamba2_chunk_state": (
     {**_CLUSTER, "cluster_size": 2}, {**_CLUSTER, "cluster_size": 4},
-    {**_CLUSTER, "cluster_size": 2, "tile_g": 1, "tile_p": 64, "consumer_warpgroups": 1})}
+    {**_CLUSTER, "cluster_size": 2, "tile_g": 1, "tile_p": 64, "consumer_warpgroups": 1},
+    {"stages_xb": 5}, {"stages_xb": 6, "tile_l": 32})}
 
 
 def _designed(spec: OperatorSpec, stores: tuple[str | None, ...] = (None,)) -> list[SProgram]:
     """The operator's hand-written designs, where they fit the shape, each also with its
     loop's wgmma kept in flight (order overlap: the register A operand per trip parity),
-    with each of ``stores`` (None: the design's own) and in each of its ``CLUSTERS``."""
+    with each of ``stores`` (None: the design's own) and in each of its ``VARIANTS``."""
     space = ScheduleSpace(spec, DEVICE, feasibility(spec.op, DEVICE))
     built = []
     for choices in DESIGNS.get(spec.op, {}).values():
         for order in ("serial", "overlap"):
             for store in stores:
-                for cluster in ({}, *CLUSTERS.get(spec.op, ())):
-                    change = {"order": order, **cluster} | ({"map_store": store} if store else {})
+                for variant in ({}, *VARIANTS.get(spec.op, ())):
+                    change = {"order": order, **variant} | ({"map_store": store} if store else {})
                     sprogram, validity = space.build({**choices, **change})
                     if validity.ok:
                         built.append(sprogram)
@@ -140,3 +144,11 @@ def test_clusters_of_two_and_four_are_checked_on_the_suite_and_with_16_bit_state
     for size in (2, 4):
         assert (8, 4096, True, size) in clustered and (8, 4096, False, size) in clustered
     assert any(s.ngroups == 8 for _, s, p in CASES if p.cluster is not None)
+
+
+def test_rings_deeper_than_a_tiles_trips_are_checked() -> None:
+    if not CASES:
+        pytest.skip("no GPU")
+    deep = [p for _, s, p in CASES if s.op == "mamba2_chunk_state" and p.persistent
+            and p.stages["xb"] > s.chunk_size // p.tile["l"]]
+    assert len(deep) >= 4

@@ -51,6 +51,7 @@ CALLS = {
     "mbarrier_arrive_cluster": "mbarrier_arrive_cluster(a, 1u);",
     "mbarrier_arrive_cluster_warp": "mbarrier_arrive_cluster_warp(a, threadIdx.x % 32, 2);",
     "tma_load_3d": "tma_load_3d(a, &map, 0, 1, 64, a + 8);",
+    "tma_load_3d_multicast": "tma_load_3d_multicast(a, &map, 0, 1, 64, a + 8, (unsigned short)3);",
     "tma_load_4d": "tma_load_4d(a, &map, 0, 1, 64, 2, a + 8);",
     "act_relu": "acc[2] = act_relu(f);",
     "act_gelu": "acc[3] = act_gelu(f);",

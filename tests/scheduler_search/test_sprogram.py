@@ -169,13 +169,29 @@ def test_tma_box_of_a_1d_tile_under_16_bytes_is_rejected() -> None:
     assert not rejections(by_threads, RejectReason.TMA_BOX)
 
 
-def test_stages_deeper_than_the_loop_are_rejected() -> None:
+def test_stages_deeper_than_the_loop_are_rejected_unless_the_block_is_persistent() -> None:
+    """A persistent block's ring runs on into its next tile: deeper rings keep more loads
+    in flight (the chunk state's 4 trips a tile)."""
     spec = parse_spec("gemm", {**GEMM, "k": 128})
-    choices = {"tile_m": 128, "tile_n": 128, "tile_k": 64, **WS2}
+    choices = {"tile_m": 128, "tile_n": 128, "tile_k": 64, **WS2, "persistent": False}
     validity = validity_of(spec, {**choices, "stages_ab": 3})
     assert validity.reason is RejectReason.STAGES
     assert "2 loop iterations" in rejections(validity, RejectReason.STAGES)[0]
     assert validity_of(spec, {**choices, "stages_ab": 2}).ok
+    assert validity_of(spec, {**choices, "stages_ab": 3, "persistent": True}).ok
+
+
+def test_a_persistent_tma_store_stages_sub_tiles_one_swizzle_span_wide() -> None:
+    """As the code generator does: 64 columns of 16-bit or 32 of fp32 states, two slots."""
+    pairs = {"tile_p": 128, "tile_n": 128, "tile_l": 64, "tile_g": 2, "warp_specialized": True,
+             "consumer_warpgroups": 2, "persistent": True, "map_store": "tma",
+             "map_vector_loads": "tma", "stages_xb": 4}
+    sizes = {}
+    for in_fp32 in (True, False):
+        spec = parse_spec("mamba2_chunk_state", {**suite_spec("mamba2_chunk_state").params(),
+                                                 "states_in_fp32": in_fp32})
+        sizes[in_fp32] = validity_of(spec, pairs).smem_bytes
+    assert sizes[True] == sizes[False]  # 128 rows x 128 bytes x 2 either way
 
 
 def test_pingpong_needs_two_consumer_warpgroups() -> None:
