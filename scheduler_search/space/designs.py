@@ -67,11 +67,13 @@ MAMBA2_CHUNK_STATE: Choices = {
 
 #: Mamba2 chunk state on head pairs: a tile holds two heads of a B group stacked in its
 #: rows (B read from L2 once for both), one consumer warpgroup per head, a producer warp
-#: streaming x and B four stages ahead across the persistent loop's tiles, and the fp32
-#: states staged in shared memory and written by TMA while the next tile's loads land.
-#: On an H200 (2026-12-01): 182 µs at (8, 4096, 80 heads) and 97 µs at (1, 16384), against
-#: 193 µs and 102 µs for the streaming design and 298 µs and 151 µs for mamba_ssm's Triton
-#: kernel; at (1, 1024) (320 tiles) the streaming design's many small blocks win.
+#: streaming x and B five stages ahead across the persistent loop's tiles (a ring deeper
+#: than a tile's four trips: 165 KB of loads in flight), and the states staged in shared
+#: memory and written by TMA while the next tile's loads land. On an H200 (2026-12-02),
+#: 16-bit states: 142 µs at (8, 4096, 80 heads) and 77 µs at (1, 16384) against 152 µs and
+#: 82 µs with four stages and 254 µs and 126 µs for mamba_ssm's Triton kernel; fp32 states
+#: 183 µs and 97 µs (four stages: the same within 1-2%); at (1, 1024) (320 tiles) the
+#: streaming design's many small blocks win.
 MAMBA2_CHUNK_STATE_PAIRS: Choices = {
     **MAMBA2_CHUNK_STATE,
     "tile_g": 2,
@@ -82,7 +84,7 @@ MAMBA2_CHUNK_STATE_PAIRS: Choices = {
     "consumer_warpgroups": 2,
     "consumer_split": "cooperative",
     "wg_schedule": "free",
-    "stages_xb": 4,
+    "stages_xb": 5,
     "map_store": "tma",
     "persistent": True,
 }

@@ -77,8 +77,8 @@ _ORDERS = {
 #: the operators whose code generation lowers them and where they can win. The chunk
 #: state's clusters along heads (B multicast, asked for by choices) are lowered and
 #: correct but not offered: on an H200 (2026-12-02) pairs ran 3-6% slower than single
-#: blocks on every suite shape and clusters of 4 1.7-1.8x slower, so the cost model's
-#: multicast credit would only spend measurements on them.
+#: blocks on every suite shape and clusters of 4 11-16% slower (on a grid of the 30 that
+#: run at once), so the cost model's multicast credit would only spend measurements on them.
 _CLUSTER_SIZES = {"gemm": (1, 2)}
 
 _PRODUCER_REGS = (24, 40)
