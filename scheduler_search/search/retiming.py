@@ -164,6 +164,10 @@ class LeaderRetiming:
             if status_of(result) == "ok" and result.latency_us is not None:
                 self.confirmed[record.schedule_hash] = (float(result.latency_us), record)
 
+    def best(self) -> tuple[float, TrialRecord] | None:
+        """The leader fastest by the final method and that latency (None before any)."""
+        return min(self.confirmed.values(), key=lambda item: item[0], default=None)
+
     def fastest(self, count: int) -> list[TrialRecord]:
         """The ``count`` leaders fastest by the final method."""
         ranked = sorted(self.confirmed.values(), key=lambda item: item[0])

@@ -276,3 +276,25 @@ def test_leaders_retimed_as_the_search_goes_keep_the_fastest_by_the_final_method
     else:
         assert (best["a"], best["b"]) != (2, 2)  # the defect the leaders' re-timing fixes
         assert len(executor.retimed) == 1
+
+
+@pytest.mark.parametrize("leaders", [0, 5])
+def test_progress_reports_the_best_so_far_by_the_final_method(leaders: int) -> None:
+    """With leaders re-timed, the best so far a run shows is the one the winner will be
+    chosen by: the true best at its true latency (the quick timing read 10.45 for a
+    neighbour of true latency 11); without them, the quick timing's best."""
+    executor = QuickReadsFast(measure_s=0.0)
+    config = SearchConfig(overlap=True, retime_top_k=2, retime_leaders=leaders, seed=3)
+    progress = []
+    result = _driver(executor, TinySpace(size=4), budget=Budget(trials=16), config=config,
+                     on_progress=progress.append).run()
+    searching = [p for p in progress if p.phase == "search" and p.best_latency_us is not None]
+    last = searching[-1]
+    if leaders:
+        assert last.best_latency_us == 10.0 == result.best.latency_us
+        assert last.best_schedule_hash == result.best.schedule_hash
+        assert min(p.best_latency_us for p in searching) >= 10.0  # never a quick reading
+    else:
+        assert last.best_latency_us == pytest.approx(10.45)
+    assert progress[-1].phase == "done"
+    assert progress[-1].best_latency_us == result.best.latency_us
