@@ -122,12 +122,21 @@ class OperandTile:
             return (f"{k0} + {box * self.box_inner}", row0)
         return (f"{row0} + {box * self.box_inner}", k0)
 
+    def multicast_slice(self, dst: str, outer: str) -> tuple[str, str, str]:
+        """This block's slice of a box whose shared address is ``dst`` and whose outer
+        coordinate is ``outer``: the slice's address and outer coordinate (by the block's
+        ``cta_rank``, which the skeleton declares in the load function of such a ring),
+        and the mask of the cluster's blocks it is multicast to."""
+        slice_bytes = self.box_bytes // self.slices
+        return (f"{dst} + cta_rank * {slice_bytes}",
+                f"{outer} + (int)cta_rank * {self.slice_outer}",
+                f"(unsigned short){(1 << self.slices) - 1}")
+
     def emit_loads(self, code: Code, tensor_map: str, row0: str, k0: str, stage_addr: str,
                    full_bar: str) -> None:
         """The TMA copies of the tile at (``row0``, ``k0``) into the stage at
         ``stage_addr``, completing on ``full_bar``: one per box, or this block's slice of
-        each box multicast to the cluster's ``slices`` blocks (by the block's
-        ``cta_rank``, which the skeleton declares in the load function of such a ring)."""
+        each box multicast to the cluster's ``slices`` blocks (:meth:`multicast_slice`)."""
         c = code
         for box in range(self.box_count):
             inner, outer = self.box_coords(box, row0, k0)
@@ -135,10 +144,9 @@ class OperandTile:
             if self.slices == 1:
                 c(c.call("tma_load_2d", dst, tensor_map, inner, outer, full_bar) + ";")
                 continue
-            slice_bytes = self.box_bytes // self.slices
-            c(c.call("tma_load_2d_multicast", f"{dst} + cta_rank * {slice_bytes}", tensor_map,
-                     inner, f"{outer} + (int)cta_rank * {self.slice_outer}", full_bar,
-                     f"(unsigned short){(1 << self.slices) - 1}") + ";")
+            slice_dst, slice_outer, mask = self.multicast_slice(dst, outer)
+            c(c.call("tma_load_2d_multicast", slice_dst, tensor_map, inner, slice_outer,
+                     full_bar, mask) + ";")
 
 
 @dataclass(frozen=True)

@@ -178,10 +178,9 @@ class ChunkStateHooks(Mamba2Hooks):
                 c(c.call("tma_load_3d", dst, tmap, col, head, row, full_bar) + ";")
                 continue
             # This block's slice of the box's positions, multicast to the cluster's blocks.
-            slice_bytes = tile.box_bytes // tile.slices
-            c(c.call("tma_load_3d_multicast", f"{dst} + cta_rank * {slice_bytes}", tmap, col,
-                     head, f"{row} + (int)cta_rank * {tile.slice_outer}", full_bar,
-                     f"(unsigned short){(1 << tile.slices) - 1}") + ";")
+            slice_dst, slice_row, mask = tile.multicast_slice(dst, row)
+            c(c.call("tma_load_3d_multicast", slice_dst, tmap, col, head, slice_row, full_bar,
+                     mask) + ";")
 
     def consumer_state(self, code: Code) -> None:
         c = code
