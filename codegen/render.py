@@ -9,6 +9,7 @@ schedule cannot be generated; the schedule space is given it as its feasibility 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from codegen.artifact import KernelArtifact
@@ -24,7 +25,7 @@ from codegen.pipeline import OperatorHooks
 from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
 from scheduler_search.hardware.catalog import CATALOG
 from scheduler_search.hardware.model import Device
-from scheduler_search.ops import parse_spec
+from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.sprogram import SProgram
 
 #: op -> its hooks on the pipeline skeleton.
@@ -102,18 +103,34 @@ def unsupported(sprogram: SProgram, device: Device) -> str | None:
     return plan(sprogram, HOOKS[sprogram.op], device).problem()
 
 
+@dataclass(frozen=True)
+class CodegenCheck:
+    """The code generator's check for one device, as a schedule space asks it: of a whole
+    tile first (:meth:`tile_problem`, no sProgram planned), then of each sProgram."""
+
+    device: Device
+
+    def __call__(self, sprogram: SProgram) -> str | None:
+        return unsupported(sprogram, self.device)
+
+    def tile_problem(self, spec: OperatorSpec, tile: dict[str, int]) -> str | None:
+        hooks = HOOKS.get(spec.op)
+        return hooks.tile_problem(spec.params(), tile) if hooks else None
+
+
 def feasibility(op: str, device: Device) -> Feasibility | None:
     """The check a schedule space of ``op`` on ``device`` is restricted by, or None where
     code generation does not apply: operators without hooks and architectures without
     wgmma (sm_80) are tuned on the simulated device, over the cost model's whole space."""
     if op not in HOOKS or not device.has_wgmma:
         return None
-    return lambda sprogram: unsupported(sprogram, device)
+    return CodegenCheck(device)
 
 
 __all__ = [
     "CODEGEN_VERSION",
     "HOOKS",
+    "CodegenCheck",
     "Feasibility",
     "Unsupported",
     "default_device",

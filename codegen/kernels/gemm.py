@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cached_property
+from typing import Any
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import activations, convert, swizzle, wgmma
@@ -177,17 +178,23 @@ class GemmHooks(OperatorHooks):
         return acc + per_row_block * blocks
 
     def problem(self) -> str | None:
-        if self.dtype not in ELEMENT_BYTES:
-            return f"dtype {self.dtype}"
-        if self.tile_k % 32:
-            return f"tile_k={self.tile_k}: K boxes are 32 or 64 elements wide"
-        if self.fp8 and (self.b_layout != "nk" or self.tile_k * self.elem < 64):
-            return (f"{self.dtype}: B K-major (b_layout nk) and K tiles of at least 64 bytes "
-                    f"(tile_k={self.tile_k})")
-        if self.b_layout == "kn" and self.tile_n % 64:
+        return self.tile_problem(self.params, self.sprogram.tile)
+
+    @classmethod
+    def tile_problem(cls, params: dict[str, Any], tile: dict[str, int]) -> str | None:
+        dtype, b_layout = str(params["dtype"]), str(params.get("b_layout", "kn"))
+        tile_n, tile_k = tile["n"], tile["k"]
+        if dtype not in ELEMENT_BYTES:
+            return f"dtype {dtype}"
+        if tile_k % 32:
+            return f"tile_k={tile_k}: K boxes are 32 or 64 elements wide"
+        if dtype in FP8_DTYPES and (b_layout != "nk" or tile_k * ELEMENT_BYTES[dtype] < 64):
+            return (f"{dtype}: B K-major (b_layout nk) and K tiles of at least 64 bytes "
+                    f"(tile_k={tile_k})")
+        if b_layout == "kn" and tile_n % 64:
             # MN-major B: a 128B-swizzle atom spans 64 columns of N.
-            return f"b_layout=kn needs tile_n % 64 == 0 (tile_n={self.tile_n})"
-        if self.tile_n % 16 or self.tile_n > wgmma.WGMMA_N_MAX:
+            return f"b_layout=kn needs tile_n % 64 == 0 (tile_n={tile_n})"
+        if tile_n % 16 or tile_n > wgmma.WGMMA_N_MAX:
             return "wgmma shape"
         return None
 

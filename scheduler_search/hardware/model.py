@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 
@@ -89,9 +90,9 @@ class Device:
     def has_wgmma(self) -> bool:
         return self.compute_capability >= (9, 0)
 
-    @property
+    @cached_property
     def has_tma(self) -> bool:
-        return any(u.kind is UnitKind.TMA for u in self.units)
+        return UnitKind.TMA in self.unit_kinds()
 
     def unit(self, kind: UnitKind) -> SEU:
         """The sEU of ``kind``; ``KeyError`` when this SM has none."""
@@ -101,6 +102,11 @@ class Device:
         raise KeyError(f"{self.name} has no {kind.value} unit")
 
     def unit_kinds(self) -> tuple[UnitKind, ...]:
+        return self._unit_kinds
+
+    @cached_property
+    def _unit_kinds(self) -> tuple[UnitKind, ...]:
+        # Memoised (as has_tma): the schedule space asks for every point it checks.
         return tuple(u.kind for u in self.units)
 
     def tensor_tflops(self, dtype: str) -> float:

@@ -36,7 +36,8 @@ from scheduler_search.sprogram import (
 CODEGEN_REJECTION = "unsupported_by_codegen"
 
 #: Why a valid sProgram cannot be generated, or None: the code generator's check, given
-#: to the space by whoever composes the two (the search half never imports codegen).
+#: to the space by whoever composes the two (the search half never imports codegen). It
+#: may also have ``tile_problem(spec, tile)``: why no schedule of a tile can be generated.
 Feasibility = Callable[[SProgram], "str | None"]
 
 
@@ -99,6 +100,13 @@ class ScheduleSpace:
 
     def _problem(self, sprogram: SProgram) -> str | None:
         return self.feasible(sprogram) if self.feasible is not None else None
+
+    def _tile_problem(self, tile: dict[str, int]) -> str | None:
+        """Why no schedule of ``tile`` can be generated, where the feasibility check can
+        tell from the tile alone (its ``tile_problem``): the tile's completions are then
+        counted as such without an sProgram each."""
+        screen = getattr(self.feasible, "tile_problem", None)
+        return screen(self.spec, tile) if screen is not None else None
 
     @property
     def structural_knobs(self) -> list[Knob]:
@@ -168,6 +176,7 @@ class ScheduleSpace:
             if tile_problems:
                 count.rejected[tile_problems[0].reason.value] += completions * multiplier
                 continue
+            ungenerable = self._tile_problem(tile) is not None
             for choices in self._walk(rest, 0, dict(tile_choice)):
                 decisions = resolve_choices(self.spec, self.device, choices)
                 validity = check_valid(decisions, self.spec, self.device)
@@ -175,7 +184,8 @@ class ScheduleSpace:
                     count.rejected[validity.reason.value] += multiplier
                     continue
                 candidate = Candidate(self.spec, self.device, decisions, validity)
-                if self.feasible is not None and self._problem(candidate.sprogram):
+                if ungenerable or (self.feasible is not None
+                                   and self._problem(candidate.sprogram)):
                     count.rejected[CODEGEN_REJECTION] += multiplier
                 else:
                     valid.append(candidate)

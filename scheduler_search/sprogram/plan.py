@@ -144,28 +144,35 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         ScheduleError: a choice names an unknown axis, stream or sTask, or maps an sTask
             to an sEU that cannot run it.
     """
-    tile = {
-        key.removeprefix("tile_"): int(v) for key, v in choices.items() if key.startswith("tile_")
-    }
+    tile: dict[str, int] = {}
+    maps: dict[str, Any] = {}
+    stage_keys: list[str] = []
+    for key, value in choices.items():  # one pass: the space resolves millions of points
+        if key.startswith("tile_"):
+            tile[key[5:]] = int(value)
+        elif key.startswith("map_"):
+            maps[key] = value
+        elif key.startswith("stages_"):
+            stage_keys.append(key)
     graph = spec.graph(tile)
     unknown = set(tile) - set(graph.extents)
     if unknown:
         raise ScheduleError(f"tile names unknown axes {sorted(unknown)}")
 
-    mapping = dict(default_mapping(graph, device))
-    vector_loads = _vector_loads(graph)
-    for key, value in choices.items():
+    mapping = default_mapping(graph, device)
+    for key, value in maps.items():
         if key == "map_vector_loads":
-            for name in vector_loads:
+            for name in _vector_loads(graph):
                 mapping[name] = UnitKind(value)
-        elif key.startswith("map_"):
-            name = key.removeprefix("map_")
-            if name not in mapping:
-                raise ScheduleError(f"{key}: {spec.op} has no sTask {name!r}")
-            mapping[name] = UnitKind(value)
-    for name, unit in mapping.items():
-        if unit not in graph.stask(name).units:
-            raise ScheduleError(f"map_{name}: {name} cannot run on {unit.value}")
+            continue
+        name = key[4:]
+        if name not in mapping:
+            raise ScheduleError(f"{key}: {spec.op} has no sTask {name!r}")
+        mapping[name] = UnitKind(value)
+    if maps:
+        for name, unit in mapping.items():
+            if unit not in graph.stask(name).units:
+                raise ScheduleError(f"map_{name}: {name} cannot run on {unit.value}")
 
     ws = bool(choices.get("warp_specialized", device.has_tma))
     consumers = int(choices.get("consumer_warpgroups", 2 if ws else 1))
@@ -188,11 +195,9 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
 
     streams = dict(type(spec).streams)
     stages = {name: int(choices.get(f"stages_{name}", 2)) for name in streams}
-    for key in choices:
-        if key.startswith("stages_") and key.removeprefix("stages_") not in streams:
-            raise ScheduleError(
-                f"{key}: {spec.op} has no operand stream {key.removeprefix('stages_')!r}"
-            )
+    for key in stage_keys:
+        if key[7:] not in streams:
+            raise ScheduleError(f"{key}: {spec.op} has no operand stream {key[7:]!r}")
 
     raster = Raster(
         major=str(choices.get("raster_major", graph.spatial_axes[0])),
