@@ -131,6 +131,14 @@ class GemmHooks(OperatorHooks):
         return self.tile_k // wgmma.k_step(self.dtype)
 
     @property
+    def tail_k_steps(self) -> int:
+        """wgmma k-steps the last trip needs: where K is not a multiple of tile_k, the
+        steps wholly past K (zero-filled by TMA) are not issued (K = 2000 in 64-wide
+        tiles: 1 of the last trip's 4)."""
+        left = self.k - (self.trip_count - 1) * self.tile_k
+        return _ceil_div(left, wgmma.k_step(self.dtype))
+
+    @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
         return (GridAxis("m", self.m, self.tile_m), GridAxis("n", self.n, self.tile_n))
 
@@ -214,6 +222,8 @@ class GemmHooks(OperatorHooks):
           "tile (the last one zero-filled past K)")
         c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k{wgmma.k_step(self.dtype)} "
           "steps per trip")
+        c(f"constexpr int TAIL_K_STEPS = {self.tail_k_steps};  // steps of the last trip "
+          "(the rest lie past K)")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
           "per consumer")
         c(f"constexpr int ACC_REGS = {self.tile_n // 2};  // fp32 accumulators per thread per "
@@ -267,6 +277,8 @@ class GemmHooks(OperatorHooks):
         c(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;")
         c("#pragma unroll")
         with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            if self.tail_k_steps < self.k_steps:
+                c(f"if (kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1) break;  // past K")
             c("const u64 desc_b = "
               + c.call("wgmma_descriptor", "b_stage + b_kstep_bytes(kk)", "B_DESC_LAYOUT") + ";")
             c("#pragma unroll")
@@ -329,6 +341,6 @@ class GemmHooks(OperatorHooks):
 
 
 #: Bumped whenever GEMM's own text changes for the same schedule.
-GEMM_HOOKS_VERSION = "gemm-3"
+GEMM_HOOKS_VERSION = "gemm-4"
 
 __all__ = ["ELEMENT_BYTES", "GEMM_HOOKS_VERSION", "GemmHooks"]

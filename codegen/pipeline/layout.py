@@ -107,9 +107,11 @@ class PipelineLayout:
 
     @property
     def store_cols(self) -> int:
-        """Columns of one stored sub-tile: one swizzle span (128 bytes, else 64)."""
+        """Columns of one stored sub-tile: the widest swizzle span (128, 64 or 32 bytes)
+        whose columns divide the tile's (a 240-column tile: 16-column sub-tiles)."""
         widest = 128 // self.output.elem_bytes
-        return widest if self.output.cols % widest == 0 else widest // 2
+        return next((cols for cols in (widest, widest // 2) if self.output.cols % cols == 0),
+                    widest // 4)
 
     @property
     def store_swizzle(self) -> Swizzle:
@@ -290,6 +292,8 @@ class PipelineLayout:
                  for load in loads + [t.load for t in s.tile_buffers]]
         if max([*boxes, self.consumer_rows]) > BOX_DIM_MAX:
             return "TMA box over 256 rows"
+        if self.tma_store and self.output.cols % self.store_cols:
+            return f"a TMA store of {self.output.cols} columns in 32-byte sub-tiles"
         limit = self.device.smem_per_block_bytes
         if self.smem.dynamic_bytes > limit:
             return f"{self.smem.dynamic_bytes} B of shared memory (with alignment) > {limit} B"

@@ -89,11 +89,31 @@ def _clustered(choices: dict) -> bool:
     return choices.get("cluster_size", 1) > 1
 
 
+#: GEMM's N tiles fitted to the shape: multiples of wgmma's N step in this range.
+_FITTED_N_RANGE, _FITTED_N_STEP = (160, 256), 16
+
+
+def fitted_tile(extent: int, options: tuple[int, ...]) -> int | None:
+    """A wide tile (``_FITTED_N_RANGE``) that pads ``extent`` less than every option does
+    (N = 6000: 240, which divides it, where 128 pads 16 columns and 256 pads 144), or
+    None when an option pads as little."""
+    low, high = _FITTED_N_RANGE
+    best = min(range(low, high + 1, _FITTED_N_STEP), key=lambda t: (-extent % t, -t))
+    if -extent % best < min(-extent % t for t in options):
+        return best
+    return None
+
+
 def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
-    """The tile sizes worth asking for ``spec``: attention packs query heads of a kv group
+    """The tile sizes worth asking for ``spec``: GEMM also offers an N tile fitted to its
+    shape (:func:`fitted_tile`); attention packs query heads of a kv group
     into a tile (``g``) only in divisors of the group, and only where they lie next to
     each other in memory (layout bshd); with nothing to choose, the axis is no knob."""
     options = dict(_TILE_OPTIONS[spec.op])
+    if spec.op == "gemm":
+        fitted = fitted_tile(spec.params()["n"], options["n"])
+        if fitted is not None:
+            options["n"] = tuple(sorted((*options["n"], fitted)))
     if "g" not in options:
         return options
     params = spec.params()

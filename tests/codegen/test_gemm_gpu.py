@@ -76,7 +76,39 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_ODD_CASE, seed=11)
                 cases += [(f"odd-{m}x{n}x{k}-{dtype}-{layout}", spec, p) for p in programs]
-    return cases + _epilogue_cases() + _fp8_cases() + _cluster_cases()
+    return cases + _epilogue_cases() + _fp8_cases() + _cluster_cases() + _fitted_cases()
+
+
+#: (m, n, k, epilogue) of the fitted-tile cases: N tiles of 240 (the space's fitted tile for
+#: n = 6000; 16-column store sub-tiles) and K tails (k = 2000 and 1000: the last trip
+#: issues only the k-steps inside K), B n x k.
+FITTED_SHAPES: tuple[tuple[int, int, int, dict[str, Any]], ...] = (
+    (4000, 6000, 2000, {}),
+    (1000, 1200, 1000, {"bias": True, "act": "gelu", "residual": True}),
+)
+#: The designs each fitted shape is tried in.
+FITTED_VARIANTS: tuple[dict[str, Any], ...] = (
+    {"tile_m": 192, "tile_n": 240, "consumer_warpgroups": 3, "stages_ab": 3,
+     "warp_specialized": False, "order": "serial"},
+    {"tile_m": 128, "tile_n": 240, "stages_ab": 4, "persistent": False},
+    {"tile_m": 128, "tile_n": 240, "map_store": "cuda_core", "tile_k": 128, "stages_ab": 2},
+    {"tile_m": 128, "tile_n": 240, "cluster_size": 2, "cluster_axis": "m"},
+    {"tile_k": 128, "stages_ab": 2},
+)
+
+
+def _fitted_cases() -> list[tuple[str, GemmSpec, SProgram]]:
+    cases = []
+    for m, n, k, epilogue in FITTED_SHAPES:
+        for dtype in ("float16", "bfloat16"):
+            spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout="nk", epilogue=epilogue)
+            space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+            for variant in FITTED_VARIANTS:
+                sp, validity = space.build({**GEMM_WARP_SPECIALIZED, **variant})
+                if validity.ok:  # every variant on the plain shape; some with the epilogue
+                    cases.append((f"fitted-{m}x{n}x{k}-{dtype}-{spec.epilogue.describe()}",
+                                  spec, sp))
+    return cases
 
 
 #: (m, n, k) of the cluster cases: a square suite shape, one past every tile, a single row

@@ -89,6 +89,26 @@ def test_nk_layout_uses_k_major_b_and_tile_k_32_a_64_byte_swizzle() -> None:
     assert "wgmma_m64n256k16_f16_bk" in art.source
 
 
+def test_the_last_trip_issues_only_the_k_steps_inside_k() -> None:
+    spec = _spec(m=4000, n=6000, k=2000, b_layout="nk")  # 2000 = 31 x 64 + 16
+    for tile_k, tail in ((64, 1), (128, 5), (32, 1)):
+        src = _render(spec, tile_k=tile_k, stages_ab=2).source
+        assert f"constexpr int TAIL_K_STEPS = {tail};" in src
+        assert "if (kk >= TAIL_K_STEPS && trip == K_ITERS - 1) break;" in src
+    whole = _render(_spec(b_layout="nk"), tile_k=64).source  # k = 4096: no tail
+    assert "constexpr int TAIL_K_STEPS = 4;" in whole and "kk >= TAIL_K_STEPS" not in whole
+
+
+def test_a_240_column_tile_stores_in_16_column_sub_tiles() -> None:
+    spec = _spec(m=4000, n=6000, k=2000, b_layout="nk")
+    art = _render(spec, tile_n=240)
+    maps = {a.name: a for a in art.args}
+    assert maps["b_map"].box_dims == (64, 240)
+    assert maps["c_map"].box_dims == (16, 64) and maps["c_map"].swizzle == "32B"
+    assert "STORE_COLS = 16, STORE_SUBTILES = 15;" in art.source
+    assert "wgmma_m64n240k16_f16_bk" in art.source
+
+
 def test_odd_shapes_render_with_clipped_stores() -> None:
     spec = GemmSpec(m=100, n=37, k=48, dtype="bfloat16", b_layout="nk")
     choices = {

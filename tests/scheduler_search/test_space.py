@@ -25,6 +25,7 @@ from scheduler_search.ops.suites import REFERENCE_WORKLOADS
 from scheduler_search.space import Candidate, Knob, ScheduleSpace, SpaceCount, knob_table, rank_top
 from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
+from scheduler_search.space.tables import fitted_tile
 from scheduler_search.sprogram import RejectReason, check_valid, plan_sprogram
 
 SUITE: dict[str, dict[str, Any]] = REFERENCE_WORKLOADS
@@ -155,6 +156,17 @@ def test_knob_conditions() -> None:
             assert schedule.applies(choices) == (consumers >= 2)
             assert regs.applies(choices) == ws
     assert knobs["tile_m"].applies({}) and knobs["persistent"].applies({})
+
+
+def test_gemm_offers_an_n_tile_fitted_to_the_shape() -> None:
+    options = {"gemm": (64, 128, 256)}
+    assert fitted_tile(6000, options["gemm"]) == 240  # 25 tiles, no column padded
+    assert fitted_tile(4096, options["gemm"]) is None  # 256 divides it already
+    assert fitted_tile(3000, options["gemm"]) is None  # every wide tile pads 8 columns
+    tiles = {k.name: k.options for k in knob_table(parse_spec("gemm", {**GEMM, "n": 6000}),
+                                                   H200)}["tile_n"]
+    assert 240 in tiles and tiles == tuple(sorted(tiles))
+    assert 240 not in {k.name: k.options for k in knob_table(suite_spec("gemm"), H200)}["tile_n"]
 
 
 # ----- enumeration ----------------------------------------------------------------------
