@@ -155,7 +155,7 @@ def prepare(args: argparse.Namespace) -> None:
     for m, n, k in shapes:
         for layout in args.layouts:
             spec = _spec(m, n, k, args.dtypes[0], layout, args.epilogue)
-            space = ScheduleSpace(spec, device, feasibility("gemm", device))
+            space = ScheduleSpace(spec, device, feasibility("gemm", device), fixed=args.fix)
             candidates, _ = space.enumerate()
             chosen = _distinct_top(rank_top(space, candidates, args.pool), args.top)
             ranked_cases.append(((m, n, k), layout, space, chosen))
@@ -381,6 +381,25 @@ def print_table(summary: dict[str, Any]) -> None:
           f"over {summary['cases_measured']} cases")
 
 
+def _knob_value(text: str) -> tuple[str, Any]:
+    """``tile_k=64`` -> ("tile_k", 64): a knob's value as JSON (bare words as strings)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KNOB=VALUE")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+class _MergeChoices(argparse.Action):
+    """Collects ``KNOB=VALUE`` pairs into one choices dict."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, dict(values))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
@@ -398,6 +417,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="input types rendered; the first is searched (the FP8 suite: "
                         "--dtypes float8_e4m3 --layouts nk)")
     p.add_argument("--shapes", nargs="*", default=[], help="MxNxK suite shapes (default all)")
+    p.add_argument("--fix", nargs="*", default={}, type=_knob_value, metavar="KNOB=VALUE",
+                   action=_MergeChoices,
+                   help="rank only the slice of the space where these knobs take these values")
     p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r = sub.add_parser("run", help="search and benchmark on the GPU")
     r.add_argument("--candidates", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))

@@ -80,6 +80,18 @@ class SpaceCount:
         return self.valid + sum(self.rejected.values())
 
 
+def _fix(knobs: list[Knob], fixed: Choices) -> list[Knob]:
+    """``knobs`` with each one ``fixed`` names reduced to the option it is held at."""
+    by_name = {k.name: k for k in knobs}
+    for name, value in fixed.items():
+        if name not in by_name:
+            raise ValueError(f"fixed: the space has no knob {name!r}")
+        if value not in by_name[name].options:
+            raise ValueError(f"fixed: {name}={value!r} is not one of "
+                             f"{list(by_name[name].options)}")
+    return [replace(k, options=(fixed[k.name],)) if k.name in fixed else k for k in knobs]
+
+
 class ScheduleSpace:
     """The space of sPrograms for ``spec`` on ``device``.
 
@@ -88,15 +100,21 @@ class ScheduleSpace:
             schedule that passes ``check_valid`` and answers why it cannot be generated,
             or None. Without it the space is the cost model's whole space (simulated
             devices, operators without code generation).
+        fixed: knobs held at one of their options: the space is the slice of the whole
+            one where they take it (a benchmark exploring part of a space).
+
+    Raises:
+        ValueError: ``fixed`` names a knob the space does not have, or an option it lacks.
     """
 
     def __init__(
-        self, spec: OperatorSpec, device: Device, feasible: Feasibility | None = None
+        self, spec: OperatorSpec, device: Device, feasible: Feasibility | None = None,
+        fixed: Choices | None = None,
     ) -> None:
         self.spec = spec
         self.device = device
         self.feasible = feasible
-        self.knobs: list[Knob] = knob_table(spec, device)
+        self.knobs: list[Knob] = _fix(knob_table(spec, device), fixed or {})
 
     def _problem(self, sprogram: SProgram) -> str | None:
         return self.feasible(sprogram) if self.feasible is not None else None

@@ -169,6 +169,19 @@ def test_gemm_offers_an_n_tile_fitted_to_the_shape() -> None:
     assert 240 not in {k.name: k.options for k in knob_table(suite_spec("gemm"), H200)}["tile_n"]
 
 
+def test_a_fixed_knob_leaves_the_slice_of_the_space_where_it_holds() -> None:
+    spec = suite_spec("gemm")
+    whole = ScheduleSpace(spec, H200)
+    part = ScheduleSpace(spec, H200, fixed={"tile_m": 128, "persistent": True})
+    options = {k.name: k.options for k in part.knobs}
+    assert options["tile_m"] == (128,) and options["persistent"] == (True,)
+    assert [k.name for k in part.knobs] == [k.name for k in whole.knobs]
+    with pytest.raises(ValueError, match="no knob 'tile_q'"):
+        ScheduleSpace(spec, H200, fixed={"tile_q": 64})
+    with pytest.raises(ValueError, match="tile_m=100 is not one of"):
+        ScheduleSpace(spec, H200, fixed={"tile_m": 100})
+
+
 # ----- enumeration ----------------------------------------------------------------------
 
 

@@ -75,7 +75,8 @@ def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: P
     out = tmp_path / "fp8.json.gz"
     bench.main(["prepare", "--dtypes", "float8_e4m3", "--layouts", "nk", "--shapes",
                 "4096x4096x4096", "--top", "2", "--raster-top", "0", "--pool", "10",
-                "--epilogue", "bias_gelu", "--out", str(out)])
+                "--epilogue", "bias_gelu", "--fix", "warp_specialized=true",
+                "consumer_warpgroups=2", "persistent=true", "--out", str(out)])
     with gzip.open(out, "rt") as f:
         doc = json.load(f)
     (case,) = doc["cases"]
@@ -84,6 +85,8 @@ def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: P
     assert case["params"]["epilogue"] == {"scale": 1.0, "bias": True, "act": "gelu",
                                           "residual": False}
     assert {k for k in case["candidates"][0] if k.startswith("float")} == {"float8_e4m3"}
+    # --fix ranked only its slice of the space.
+    assert all(e["float8_e4m3"]["choices"]["consumer_warpgroups"] == 2 for e in case["candidates"])
 
 
 def test_prepare_tries_the_best_structures_of_the_other_shapes(bench: ModuleType,
@@ -91,7 +94,8 @@ def test_prepare_tries_the_best_structures_of_the_other_shapes(bench: ModuleType
     out = tmp_path / "two.json.gz"
     bench.main(["prepare", "--layouts", "kn", "--shapes", "4096x4096x4096", "128x8192x8192",
                 "--top", "2", "--raster-top", "0", "--pool", "10", "--cross", "2",
-                "--dtypes", "float16", "--out", str(out)])
+                "--dtypes", "float16", "--fix", "warp_specialized=true", "persistent=true",
+                "--out", str(out)])
     with gzip.open(out, "rt") as f:
         big, small = json.load(f)["cases"]
 
