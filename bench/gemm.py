@@ -15,7 +15,8 @@ schedule space with the cost model and keep the ``--top`` best that differ in st
 alike); for the ``--raster-top`` best of those, add the tile orders the cost model cannot
 tell apart (raster major m / n x swizzle 4, 8, 16); then the ``--cross`` best structures
 of every other shape of the same layout that are valid here (the service's warm start
-from its cached neighbours does the same). Each candidate is rendered for every
+from its cached neighbours does the same), and the hand-written designs in every tile
+order (the service's first batch). Each candidate is rendered for every
 ``--dtypes``; all go to one gzip JSON file.
 
 ``run`` (an H200): measure every candidate of the first input type with the workers'
@@ -107,37 +108,49 @@ def _distinct_top(ranked: list[Any], top: int) -> list[Any]:
 
 
 def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
-           raster_top: int) -> list[tuple[int | None, dict[str, Any], float | None]]:
-    """(cost-model rank or None, choices, estimate) of every candidate of one case: its own
-    distinct structures, the raster orders of the best few, then the structures borrowed
-    from the other shapes that are valid here (as the service's warm start from cached
-    neighbours): the cost model scores each shape alone and can miss a structure that a
-    neighbouring shape's ranking finds."""
+           raster_top: int) -> list[tuple[int | None, dict[str, Any], float | None, str]]:
+    """(cost-model rank or None, choices, estimate, source) of every candidate of one case:
+    its own distinct structures (``ranked``), the raster orders (``raster``) and clusters
+    (``cluster``) of the best few, the hand-written designs (``design``), then the
+    structures borrowed from the other shapes that are valid here (``borrowed``, as the
+    service's warm start from cached neighbours): the cost model scores each shape alone
+    and can miss a structure that a neighbouring shape's ranking finds."""
     from scheduler_search.search.seeding import cluster_twins
+    from scheduler_search.space.designs import DESIGNS
 
     rasters = [{"raster_major": major, "raster_swizzle": swizzle}
                for major in ("m", "n") for swizzle in (4, 8, 16)]
-    tried = [(rank, item.sprogram.choices, item.estimate.latency_us)
+    tried = [(rank, item.sprogram.choices, item.estimate.latency_us, "ranked")
              for rank, item in enumerate(chosen)]
     for rank, item in enumerate(chosen[:raster_top]):
         for order in rasters:
             choices = {**item.sprogram.choices, **order}
             if choices != item.sprogram.choices:
-                tried.append((rank, choices, None))
-    seen = {_structure(c) for _, c, _ in tried}
+                tried.append((rank, choices, None, "raster"))
+    seen = {_structure(c) for _, c, _, _ in tried}
     # The best structures alone and in each cluster, as the service seeds them: the cost
     # model's credit for a multicast tile is an estimate, the GPU decides.
     for rank, item in enumerate(chosen[:raster_top]):
         for twin in cluster_twins(space, item.sprogram.choices):
             if _structure(twin) not in seen:
                 seen.add(_structure(twin))
-                tried.append((rank, twin, None))
+                tried.append((rank, twin, None, "cluster"))
+    # The hand-written designs in every tile order, as the service measures them in its
+    # first batch: the cost model may rank them low, and on large shapes the raster is
+    # worth 10% (8192x14336x4096 kn, 2026-12-02: the design at raster n / 8, 1324 us; the
+    # bench's best, all in raster m / 1, 1514 us).
+    for design in DESIGNS["gemm"].values():
+        for order in ({}, *rasters):
+            choices = {**design, **order}
+            if all(choices != c for _, c, _, _ in tried) and space.build(choices)[1].ok:
+                tried.append((None, choices, None, "design"))
+                seen.add(_structure(choices))
     for choices in borrowed:
         if _structure(choices) in seen:
             continue
         seen.add(_structure(choices))
         if space.build(choices)[1].ok:
-            tried.append((None, choices, None))
+            tried.append((None, choices, None, "borrowed"))
     return tried
 
 
@@ -168,8 +181,10 @@ def prepare(args: argparse.Namespace) -> None:
                     for item in other_chosen[: args.cross]]
         specs = {dtype: _spec(*shape, dtype, layout, args.epilogue) for dtype in args.dtypes}
         entries = []
-        for rank, choices, estimate_us in _tried(space, chosen, borrowed, args.raster_top):
-            entry: dict[str, Any] = {"rank": rank, "estimate_us": estimate_us}
+        for rank, choices, estimate_us, source in _tried(space, chosen, borrowed,
+                                                         args.raster_top):
+            entry: dict[str, Any] = {"rank": rank, "estimate_us": estimate_us,
+                                     "source": source}
             for dtype, spec in specs.items():
                 sprogram = plan_sprogram(spec, device, choices)
                 entry[dtype] = {"hash": sprogram.hash, "choices": sprogram.choices,
@@ -243,7 +258,7 @@ def run(args: argparse.Namespace) -> None:
                 continue
             leaders = sorted(ok, key=lambda t: t["latency_us"])[: args.leaders]
             by_hash = {e[searched_dtype]["hash"]: e for e in entries}
-            for dtype in args.dtypes or [d for d in entries[0] if d not in ("rank", "estimate_us")]:
+            for dtype in args.dtypes or [d for d in entries[0] if d.startswith("float")]:
                 params = {**searched, "dtype": dtype}
                 kept = [by_hash[t["hash"]][dtype] for t in leaders]
                 retimed = _retime(pool, params, kept, final, args)

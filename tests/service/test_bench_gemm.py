@@ -99,12 +99,16 @@ def test_prepare_tries_the_best_structures_of_the_other_shapes(bench: ModuleType
     with gzip.open(out, "rt") as f:
         big, small = json.load(f)["cases"]
 
-    def structures(case: dict[str, Any], ranked: bool) -> set[tuple]:
+    def structures(case: dict[str, Any], *sources: str) -> set[tuple]:
         return {bench._structure(e["float16"]["choices"]) for e in case["candidates"]
-                if (e["rank"] is not None) == ranked}
+                if e["source"] in sources}
 
     # What the small shape borrowed is the big one's own ranking (where valid here), and
     # nothing it had already.
-    borrowed = structures(small, ranked=False)
-    assert borrowed and borrowed <= structures(big, ranked=True)
-    assert not borrowed & structures(small, ranked=True)
+    borrowed = structures(small, "borrowed")
+    assert borrowed and borrowed <= structures(big, "ranked")
+    assert not borrowed & structures(small, "ranked", "raster", "cluster", "design")
+    # The hand-written design is tried in its tile orders, as the service's first batch.
+    designs = [e["float16"]["choices"] for e in big["candidates"] if e["source"] == "design"]
+    orders = {(c.get("raster_major"), c.get("raster_swizzle")) for c in designs}
+    assert {(None, None), ("n", 8), ("m", 16)} <= orders
