@@ -258,7 +258,8 @@ def run(args: argparse.Namespace) -> None:
                 continue
             leaders = sorted(ok, key=lambda t: t["latency_us"])[: args.leaders]
             by_hash = {e[searched_dtype]["hash"]: e for e in entries}
-            for dtype in args.dtypes or [d for d in entries[0] if d.startswith("float")]:
+            rendered = [d for d in entries[0] if d not in ("rank", "estimate_us", "source")]
+            for dtype in args.dtypes or rendered:
                 params = {**searched, "dtype": dtype}
                 kept = [by_hash[t["hash"]][dtype] for t in leaders]
                 retimed = _retime(pool, params, kept, final, args)

@@ -155,7 +155,10 @@ class GemmHooks(OperatorHooks):
             return OperandTile("b", "k", self.tile_n, self.tile_k,
                                swizzle.widest(self.tile_k * self.elem), self.elem,
                                wgmma.k_step(self.dtype), self.multicast_slices("load_b"))
-        return OperandTile("b", "mn", self.tile_n, self.tile_k, swizzle.SWIZZLES[128], self.elem,
+        # MN-major B: boxes of the widest swizzle span that divides the tile's N (64
+        # columns of 16-bit values; a 240-column tile: fifteen 16-column boxes).
+        return OperandTile("b", "mn", self.tile_n, self.tile_k,
+                           swizzle.widest(self.tile_n * self.elem), self.elem,
                            slices=self.multicast_slices("load_b"))
 
     def operand(self, stask: str) -> OperandTile:
@@ -199,9 +202,6 @@ class GemmHooks(OperatorHooks):
         if dtype in FP8_DTYPES and (b_layout != "nk" or tile_k * ELEMENT_BYTES[dtype] < 64):
             return (f"{dtype}: B K-major (b_layout nk) and K tiles of at least 64 bytes "
                     f"(tile_k={tile_k})")
-        if b_layout == "kn" and tile_n % 64:
-            # MN-major B: a 128B-swizzle atom spans 64 columns of N.
-            return f"b_layout=kn needs tile_n % 64 == 0 (tile_n={tile_n})"
         if tile_n % 16 or tile_n > wgmma.WGMMA_N_MAX:
             return "wgmma shape"
         return None

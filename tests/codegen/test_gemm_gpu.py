@@ -11,6 +11,7 @@ each test then reads its own result.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -79,9 +80,10 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
     return cases + _epilogue_cases() + _fp8_cases() + _cluster_cases() + _fitted_cases()
 
 
-#: (m, n, k, epilogue) of the fitted-tile cases: N tiles of 240 (the space's fitted tile for
-#: n = 6000; 16-column store sub-tiles) and K tails (k = 2000 and 1000: the last trip
-#: issues only the k-steps inside K), B n x k.
+#: (m, n, k, epilogue) of the fitted-tile cases, both B layouts: N tiles of 240 (the space's
+#: fitted tile for n = 6000; 16-column store sub-tiles, and B k x n in 16-column 32-byte
+#: swizzled boxes) and K tails (k = 2000 and 1000: the last trip issues only the k-steps
+#: inside K).
 FITTED_SHAPES: tuple[tuple[int, int, int, dict[str, Any]], ...] = (
     (4000, 6000, 2000, {}),
     (1000, 1200, 1000, {"bias": True, "act": "gelu", "residual": True}),
@@ -94,20 +96,22 @@ FITTED_VARIANTS: tuple[dict[str, Any], ...] = (
     {"tile_m": 128, "tile_n": 240, "map_store": "cuda_core", "tile_k": 128, "stages_ab": 2},
     {"tile_m": 128, "tile_n": 240, "cluster_size": 2, "cluster_axis": "m"},
     {"tile_k": 128, "stages_ab": 2},
+    {"tile_n": 224, "stages_ab": 3},
+    {"tile_n": 160, "tile_k": 32, "stages_ab": 5, "map_store": "cuda_core"},
 )
 
 
 def _fitted_cases() -> list[tuple[str, GemmSpec, SProgram]]:
     cases = []
     for m, n, k, epilogue in FITTED_SHAPES:
-        for dtype in ("float16", "bfloat16"):
-            spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout="nk", epilogue=epilogue)
+        for dtype, layout in itertools.product(("float16", "bfloat16"), ("kn", "nk")):
+            spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout, epilogue=epilogue)
             space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
             for variant in FITTED_VARIANTS:
                 sp, validity = space.build({**GEMM_WARP_SPECIALIZED, **variant})
                 if validity.ok:  # every variant on the plain shape; some with the epilogue
-                    cases.append((f"fitted-{m}x{n}x{k}-{dtype}-{spec.epilogue.describe()}",
-                                  spec, sp))
+                    cases.append((f"fitted-{m}x{n}x{k}-{dtype}-{layout}-"
+                                  f"{spec.epilogue.describe()}", spec, sp))
     return cases
 
 
