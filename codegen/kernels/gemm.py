@@ -156,7 +156,7 @@ class GemmHooks(OperatorHooks):
                                swizzle.widest(self.tile_k * self.elem), self.elem,
                                wgmma.k_step(self.dtype), self.multicast_slices("load_b"))
         # MN-major B: boxes of the widest swizzle span that divides the tile's N (64
-        # columns of 16-bit values; a 240-column tile: fifteen 16-column boxes).
+        # columns of 16-bit values; the space keeps to those, see tile_problem).
         return OperandTile("b", "mn", self.tile_n, self.tile_k,
                            swizzle.widest(self.tile_n * self.elem), self.elem,
                            slices=self.multicast_slices("load_b"))
@@ -202,6 +202,11 @@ class GemmHooks(OperatorHooks):
         if dtype in FP8_DTYPES and (b_layout != "nk" or tile_k * ELEMENT_BYTES[dtype] < 64):
             return (f"{dtype}: B K-major (b_layout nk) and K tiles of at least 64 bytes "
                     f"(tile_k={tile_k})")
+        if b_layout == "kn" and tile_n % 64:
+            # MN-major B in 32- or 16-column boxes is correct but slow: on an H200
+            # (2026-12-02) 4000x6000x2000 kn at 192x240 took 184 us, 146 us with B n x k.
+            return (f"b_layout=kn needs tile_n % 64 == 0 (tile_n={tile_n}): B k x n in "
+                    "narrower swizzle spans loses to 128-byte boxes")
         if tile_n % 16 or tile_n > wgmma.WGMMA_N_MAX:
             return "wgmma shape"
         return None

@@ -80,10 +80,10 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
     return cases + _epilogue_cases() + _fp8_cases() + _cluster_cases() + _fitted_cases()
 
 
-#: (m, n, k, epilogue) of the fitted-tile cases, both B layouts: N tiles of 240 (the space's
-#: fitted tile for n = 6000; 16-column store sub-tiles, and B k x n in 16-column 32-byte
-#: swizzled boxes) and K tails (k = 2000 and 1000: the last trip issues only the k-steps
-#: inside K).
+#: (m, n, k, epilogue) of the fitted-tile cases: N tiles of 240 (the space's fitted tile for
+#: n = 6000; 16-column store sub-tiles; B n x k only, B k x n keeps to 64-column boxes) and
+#: K tails (k = 2000 and 1000: the last trip issues only the k-steps inside K), both B
+#: layouts.
 FITTED_SHAPES: tuple[tuple[int, int, int, dict[str, Any]], ...] = (
     (4000, 6000, 2000, {}),
     (1000, 1200, 1000, {"bias": True, "act": "gelu", "residual": True}),
