@@ -139,6 +139,16 @@ class GemmHooks(OperatorHooks):
         return _ceil_div(left, wgmma.k_step(self.dtype))
 
     @property
+    def trims_tail(self) -> bool:
+        """Whether the last trip skips its k-steps past K. Not for pingpong consumers, nor
+        for overlapped loops without a producer warp: there ptxas 13.0 serialises every
+        wgmma of the kernel over the early exit (C7520, "WG.AR in divergent path"), which
+        costs more than the skipped steps save."""
+        s = self.structure
+        return (self.tail_k_steps < self.k_steps and not s.pingpong
+                and (s.warp_specialized or self.sprogram.order == "serial"))
+
+    @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
         return (GridAxis("m", self.m, self.tile_m), GridAxis("n", self.n, self.tile_n))
 
@@ -282,7 +292,7 @@ class GemmHooks(OperatorHooks):
         c(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;")
         c("#pragma unroll")
         with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
-            if self.tail_k_steps < self.k_steps:
+            if self.trims_tail:
                 c(f"if (kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1) break;  // past K")
             c("const u64 desc_b = "
               + c.call("wgmma_descriptor", "b_stage + b_kstep_bytes(kk)", "B_DESC_LAYOUT") + ";")

@@ -97,6 +97,12 @@ def test_the_last_trip_issues_only_the_k_steps_inside_k() -> None:
         assert "if (kk >= TAIL_K_STEPS && trip == K_ITERS - 1) break;" in src
     whole = _render(_spec(b_layout="nk"), tile_k=64).source  # k = 4096: no tail
     assert "constexpr int TAIL_K_STEPS = 4;" in whole and "kk >= TAIL_K_STEPS" not in whole
+    # Where ptxas would serialise the wgmma over the early exit, every step is issued.
+    pingpong = _render(spec, consumer_split="pingpong", wg_schedule="alternate", tile_m=64,
+                       tile_n=128, stages_ab=3).source
+    overlapped = _render(spec, warp_specialized=False, consumer_warpgroups=1, tile_n=128,
+                         stages_ab=3).source
+    assert "kk >= TAIL_K_STEPS" not in pingpong and "kk >= TAIL_K_STEPS" not in overlapped
 
 
 def test_a_240_column_tile_stores_in_16_column_sub_tiles() -> None:
