@@ -168,7 +168,7 @@ def prepare(args: argparse.Namespace) -> None:
     for m, n, k in shapes:
         for layout in args.layouts:
             spec = _spec(m, n, k, args.dtypes[0], layout, args.epilogue)
-            space = ScheduleSpace(spec, device, feasibility("gemm", device), fixed=args.fix)
+            space = ScheduleSpace(spec, device, feasibility("gemm", device), fixed=dict(args.fix))
             candidates, _ = space.enumerate()
             chosen = _distinct_top(rank_top(space, candidates, args.pool), args.top)
             ranked_cases.append(((m, n, k), layout, space, chosen))
@@ -408,14 +408,6 @@ def _knob_value(text: str) -> tuple[str, Any]:
         return name, value
 
 
-class _MergeChoices(argparse.Action):
-    """Collects ``KNOB=VALUE`` pairs into one choices dict."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, dict(values))
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
@@ -433,8 +425,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="input types rendered; the first is searched (the FP8 suite: "
                         "--dtypes float8_e4m3 --layouts nk)")
     p.add_argument("--shapes", nargs="*", default=[], help="MxNxK suite shapes (default all)")
-    p.add_argument("--fix", nargs="*", default={}, type=_knob_value, metavar="KNOB=VALUE",
-                   action=_MergeChoices,
+    p.add_argument("--fix", nargs="*", default=[], type=_knob_value, metavar="KNOB=VALUE",
                    help="rank only the slice of the space where these knobs take these values")
     p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r = sub.add_parser("run", help="search and benchmark on the GPU")
