@@ -66,6 +66,7 @@ STRUCTURE_KEYS = (
     "map_store",
     "cluster_size",
     "cluster_axis",
+    "stream_k",
 )
 
 
@@ -110,12 +111,13 @@ def _distinct_top(ranked: list[Any], top: int) -> list[Any]:
 def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
            raster_top: int) -> list[tuple[int | None, dict[str, Any], float | None, str]]:
     """(cost-model rank or None, choices, estimate, source) of every candidate of one case:
-    its own distinct structures (``ranked``), the raster orders (``raster``) and clusters
-    (``cluster``) of the best few, the hand-written designs (``design``), then the
+    its own distinct structures (``ranked``), the raster orders (``raster``), clusters
+    (``cluster``) and stream-K shares (``stream-k``) of the best few, the hand-written
+    designs (``design``) in each raster and stream-K share, then the
     structures borrowed from the other shapes that are valid here (``borrowed``, as the
     service's warm start from cached neighbours): the cost model scores each shape alone
     and can miss a structure that a neighbouring shape's ranking finds."""
-    from scheduler_search.search.seeding import cluster_twins
+    from scheduler_search.search.seeding import cluster_twins, stream_k_twins
     from scheduler_search.space.designs import DESIGNS
 
     rasters = [{"raster_major": major, "raster_swizzle": swizzle}
@@ -135,16 +137,20 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
             if _structure(twin) not in seen:
                 seen.add(_structure(twin))
                 tried.append((rank, twin, None, "cluster"))
+        for twin in stream_k_twins(space, item.sprogram.choices):
+            if _structure(twin) not in seen:
+                seen.add(_structure(twin))
+                tried.append((rank, twin, None, "stream-k"))
     # The hand-written designs in every tile order, as the service measures them in its
     # first batch: the cost model may rank them low, and on large shapes the raster is
     # worth 10% (8192x14336x4096 kn, 2026-12-02: the design at raster n / 8, 1324 us; the
     # bench's best, all in raster m / 1, 1514 us).
     for design in DESIGNS["gemm"].values():
         for order in ({}, *rasters):
-            choices = {**design, **order}
-            if all(choices != c for _, c, _, _ in tried) and space.build(choices)[1].ok:
-                tried.append((None, choices, None, "design"))
-                seen.add(_structure(choices))
+            for choices in ({**design, **order}, *stream_k_twins(space, {**design, **order})):
+                if all(choices != c for _, c, _, _ in tried) and space.build(choices)[1].ok:
+                    tried.append((None, choices, None, "design"))
+                    seen.add(_structure(choices))
     for choices in borrowed:
         if _structure(choices) in seen:
             continue

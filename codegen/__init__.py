@@ -5,7 +5,7 @@
 primitives live in ``codegen.cuda``. Importing ``codegen`` needs no GPU.
 """
 
-from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg, WorkspaceArg
 from codegen.render import (
     CODEGEN_VERSION,
     HOOKS,
@@ -25,6 +25,7 @@ __all__ = [
     "TensorArg",
     "TensorMapArg",
     "Unsupported",
+    "WorkspaceArg",
     "feasibility",
     "has_renderer",
     "lowering",

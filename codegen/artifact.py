@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 ARTIFACT_VERSION = 1
 
-ArgKind = Literal["tensor", "scalar", "tensor_map"]
+ArgKind = Literal["tensor", "scalar", "tensor_map", "workspace"]
 TensorRole = Literal["input", "output"]
 Swizzle = Literal["none", "32B", "64B", "128B"]
 
@@ -67,7 +67,20 @@ class TensorMapArg:
     kind: ArgKind = "tensor_map"
 
 
-KernelArg = TensorArg | ScalarArg | TensorMapArg
+@dataclass(frozen=True)
+class WorkspaceArg:
+    """Scratch global memory the kernel keeps across launches, passed as a pointer in
+    launch order: ``bytes`` bytes, zero-filled once when allocated. The kernel leaves it
+    as it found it where that matters (stream-K's tile counters are back at zero when it
+    exits), so one allocation serves every later launch on one stream; two launches that
+    may overlap (two streams) need one each, as a cuBLAS workspace does."""
+
+    name: str
+    bytes: int
+    kind: ArgKind = "workspace"
+
+
+KernelArg = TensorArg | ScalarArg | TensorMapArg | WorkspaceArg
 
 #: The CUDA driver's names of a TensorMapArg's values (``cuTensorMapEncodeTiled``'s enums),
 #: for the workers' encoder and the standalone export.
@@ -158,6 +171,8 @@ def _arg_from_dict(data: dict[str, Any]) -> KernelArg:
         )
     if kind == "scalar":
         return ScalarArg(name=data["name"], dtype=data["dtype"], value=data["value"])
+    if kind == "workspace":
+        return WorkspaceArg(name=data["name"], bytes=int(data["bytes"]))
     if kind == "tensor_map":
         strides = data.get("element_strides")
         return TensorMapArg(

@@ -6,8 +6,9 @@
 - ``<name>.h``: one host function, ``cudaError_t <name>(<tensors>, cudaStream_t)``, taking
   the operator's tensors as device pointers in contract order;
 - ``launch.cu``: that function: the TMA descriptors encoded with the driver API's
-  ``cuTensorMapEncodeTiled`` over the given pointers, the dynamic shared memory raised,
-  the launch on the stream;
+  ``cuTensorMapEncodeTiled`` over the given pointers, the kernel's workspaces allocated
+  and zeroed by the first call on each device (kept for the process), the dynamic shared
+  memory raised, the launch on the stream;
 - ``example.cu`` and ``BUILD.txt``: a caller (inputs from raw files, outputs written back)
   and the nvcc line that builds it.
 """
@@ -22,12 +23,15 @@ from codegen.artifact import (
     ScalarArg,
     TensorArg,
     TensorMapArg,
+    WorkspaceArg,
 )
 from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
 _C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
             "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char"}
+#: Devices a process's workspaces are kept for (CUDA device ordinals below this).
+MAX_DEVICES = 16
 BUILD_LINE = ("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -o example example.cu "
               "launch.cu -lcuda")
 
@@ -62,6 +66,10 @@ def _header(artifact: KernelArtifact) -> str:
              " 16-byte aligned):"]
     for name, (dtype, shape, _) in _tensors(artifact).items():
         lines.append(f"//   {name}: {dtype} {'x'.join(map(str, shape))}")
+    for arg in _workspaces(artifact):
+        lines += [f"// workspace {arg.name}: {arg.bytes} bytes, allocated and zeroed by the first "
+                  "call on each device,", "//   kept for the process; calls that may overlap "
+                  "(two streams) share it"]
     lines += [f"{_signature(artifact)};", ""]
     return "\n".join(lines)
 
@@ -89,18 +97,76 @@ def _encode(arg: TensorMapArg) -> list[str]:
     ]
 
 
+def _workspaces(artifact: KernelArtifact) -> list[WorkspaceArg]:
+    return [a for a in artifact.args if isinstance(a, WorkspaceArg)]
+
+
+#: launch.cu's helpers for a kernel with workspaces (written only then).
+_WORKSPACE_HELPERS = """
+// A workspace's address, passed as whatever pointer type the kernel declares it as.
+struct PipetuneWorkspace {
+  void* address;
+  template <typename T> operator T*() const { return static_cast<T*>(address); }
+};
+
+// The workspace in `slot`, allocated and zeroed (on `stream`, so before the launch) unless
+// it is already: one per process and device, never freed (the kernel leaves it reusable).
+static cudaError_t pipetune_workspace(void*& slot, size_t bytes, cudaStream_t stream) {
+  if (slot != nullptr) return cudaSuccess;
+  void* fresh = nullptr;
+  cudaError_t status = cudaMalloc(&fresh, bytes);
+  if (status != cudaSuccess) return status;
+  status = cudaMemsetAsync(fresh, 0, bytes, stream);
+  if (status != cudaSuccess) {
+    cudaFree(fresh);
+    return status;
+  }
+  slot = fresh;
+  return cudaSuccess;
+}
+
+// Guards the workspaces' first allocation: calls may come from several threads.
+static std::mutex pipetune_workspace_mutex;
+"""
+
+
+def _take_workspaces(workspaces: list[WorkspaceArg]) -> list[str]:
+    """``PipetuneWorkspace <name>`` for each workspace, the current device's (kept by
+    device ordinal, so a call on device ``MAX_DEVICES`` or above fails)."""
+    lines = ["  // Workspaces: per process and device, allocated by the first call there.",
+             "  int device = 0;",
+             "  const cudaError_t got_device = cudaGetDevice(&device);",
+             "  if (got_device != cudaSuccess) return got_device;",
+             f"  if (device < 0 || device >= {MAX_DEVICES}) return cudaErrorInvalidDevice;"]
+    lines += [f"  static void* {w.name}_by_device[{MAX_DEVICES}] = {{}};" for w in workspaces]
+    lines += [f"  PipetuneWorkspace {w.name};" for w in workspaces]
+    lines += ["  {", "    const std::lock_guard<std::mutex> lock(pipetune_workspace_mutex);"]
+    for w in workspaces:
+        lines += [f"    const cudaError_t {w.name}_status = pipetune_workspace("
+                  f"{w.name}_by_device[device], {w.bytes}ull, stream);",
+                  f"    if ({w.name}_status != cudaSuccess) return {w.name}_status;",
+                  f"    {w.name}.address = {w.name}_by_device[device];"]
+    lines += ["  }"]
+    return lines
+
+
 def _launch(artifact: KernelArtifact) -> str:
     maps = [a for a in artifact.args if isinstance(a, TensorMapArg)]
-    lines = ['#include <cstring>', '#include <cuda.h>', '#include "kernel.cu"',
-             f'#include "{launch_name(artifact)}.h"', "",
+    workspaces = _workspaces(artifact)
+    lines = ['#include <cstring>', *(['#include <mutex>'] if workspaces else []),
+             '#include <cuda.h>', '#include "kernel.cu"',
+             f'#include "{launch_name(artifact)}.h"',
+             *([_WORKSPACE_HELPERS] if workspaces else [""]),
              f"{_signature(artifact)} {{",
              "  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap), \"descriptor size\");"]
     lines += [f"  TensorMap {m.name};" for m in maps]
     for m in maps:
         lines += _encode(m)
+    if workspaces:
+        lines += _take_workspaces(workspaces)
     values = []
     for arg in artifact.args:
-        if isinstance(arg, TensorMapArg):
+        if isinstance(arg, TensorMapArg | WorkspaceArg):
             values.append(arg.name)
         elif isinstance(arg, TensorArg):
             values.append(f"static_cast<{_C_TYPES[arg.dtype]}*>(const_cast<void*>("

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from codegen.artifact import KernelArg, TensorArg, TensorMapArg
+from codegen.artifact import KernelArg, TensorArg, TensorMapArg, WorkspaceArg
 from scheduler_search.ops import TensorSpec, workload_tensors
 
 #: A workload's tensors by name, in argument order (inputs, then outputs).
@@ -40,7 +40,9 @@ def check_tensor_args(
     A pointer (TensorArg) must have its tensor's shape and role and one of its dtypes; a
     tensor map (TensorMapArg) must name a tensor of the contract, in the dtype the tensor
     has in this kernel. A tensor takes its pointer's dtype, else its first map's, else the
-    contract's default (a kernel may ignore an input); scalars are not tensors.
+    contract's default (a kernel may ignore an input). Scalars and workspaces (the
+    kernel's own scratch memory, allocated by whoever launches it) are not tensors; a
+    workspace needs a positive size and a name no tensor has, as it is passed by name too.
 
     Raises:
         ValueError: naming the first disagreement.
@@ -55,6 +57,8 @@ def check_tensor_args(
         elif isinstance(arg, TensorMapArg):
             _spec_of(op, specs, arg.tensor).in_dtype(arg.dtype)
             maps.append(arg)
+        elif isinstance(arg, WorkspaceArg):
+            _check_workspace(op, specs, arg)
     for arg in maps:
         dtype = picked.setdefault(arg.tensor, arg.dtype)
         if arg.dtype != dtype:
@@ -79,3 +83,12 @@ def _check_pointer(op: str, specs: Contract, arg: TensorArg) -> None:
     spec.in_dtype(arg.dtype)
     if arg.role != spec.role:
         raise ValueError(f"tensor {arg.name!r} has role {arg.role}, expected {spec.role}")
+
+
+def _check_workspace(op: str, specs: Contract, arg: WorkspaceArg) -> None:
+    if arg.bytes <= 0:
+        raise ValueError(f"workspace {arg.name!r} has {arg.bytes} bytes, expected a positive "
+                         "size")
+    if arg.name in specs:
+        raise ValueError(f"workspace {arg.name!r} has the name of a tensor of the {op} "
+                         "contract")

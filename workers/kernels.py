@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from codegen.artifact import KernelArtifact, TensorMapArg
+from codegen.artifact import KernelArtifact, TensorMapArg, WorkspaceArg
 from scheduler_search.ops import TensorSpec
 from workers.contract import check_tensor_args, contract
 from workers.launch import DriverLaunch, DriverLaunchError, error_name, pack_arguments
@@ -236,7 +236,11 @@ class LoadedKernel:
     """A tuned kernel, ready to launch (see the module docstring); made by :func:`load`.
 
     The CUDA module is compiled on the first call (NVRTC through CuPy, cached by CuPy on
-    disk), so making one is cheap and needs no GPU.
+    disk), so making one is cheap and needs no GPU. A kernel's workspaces (scratch memory
+    it keeps across launches, ``WorkspaceArg``) are allocated zeroed by its first call on
+    each device, in that call's framework and on its current stream, and kept while the
+    callable lives. Two overlapping launches of one callable on different streams would
+    share its workspace on that device, as they would a cuBLAS handle's workspace.
     """
 
     def __init__(self, artifact: KernelArtifact) -> None:
@@ -256,6 +260,9 @@ class LoadedKernel:
         self._checked: dict[tuple[Any, ...], bool] = {}
         self._packed: dict[tuple[Any, ...], _PackedLaunch] = {}
         self._allocators: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
+        self._workspace_args = tuple(a for a in artifact.args if isinstance(a, WorkspaceArg))
+        #: Device -> each workspace's buffer there, by name (held for the kernel's life).
+        self._workspaces: dict[int, dict[str, Any]] = {}
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -352,12 +359,24 @@ class LoadedKernel:
             raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
         device = devices.pop()
         pointers = {name: info.data_ptr for name, info in infos.items()}
+        pointers.update(self._workspace_pointers(device, first))
         params = pack_arguments(self.artifact.args, pointers, self._tensor_map)
         function = self._functions.get(device) or self._load(device)
         a = self.artifact
         launch = DriverLaunch(function, tuple(a.grid), tuple(a.block), a.dynamic_smem_bytes,
                               params)
         return _PackedLaunch(launch, device, _framework(first))
+
+    def _workspace_pointers(self, device: int, like: Any) -> dict[str, int]:
+        """Each workspace's pointer on ``device``, allocated by the first call there and
+        zeroed in ``like``'s framework on its current stream, so before that call's launch.
+        (A first call inside a graph capture would capture the zero-fill rather than run it:
+        warm up outside the capture, as for the compile.)"""
+        buffers = self._workspaces.get(device)
+        if buffers is None:
+            buffers = self._workspaces[device] = {
+                arg.name: _zeroed_bytes(arg.bytes, like) for arg in self._workspace_args}
+        return {name: describe_tensor(buffer).data_ptr for name, buffer in buffers.items()}
 
     def _launch(self, packed: _PackedLaunch) -> None:
         """One ``cuLaunchKernel`` on the caller's current stream; made again inside the
@@ -436,6 +455,18 @@ def _output_allocator(outputs: list[TensorSpec], like: Any) -> Callable[[Any], t
                          for t in outputs)
 
     return cupy_outputs
+
+
+def _zeroed_bytes(size: int, like: Any) -> Any:
+    """``size`` zero bytes of device memory on ``like``'s device, in its framework."""
+    if _framework(like) == "torch":
+        import torch
+
+        return torch.zeros(size, dtype=torch.uint8, device=like.device)
+    import cupy
+
+    with cupy.cuda.Device(like.device.id):
+        return cupy.zeros(size, dtype=cupy.uint8)
 
 
 def _current_stream(framework: str, device: int) -> int:

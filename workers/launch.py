@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from codegen.artifact import KernelArg, ScalarArg, TensorArg, TensorMapArg
+from codegen.artifact import KernelArg, ScalarArg, TensorArg, TensorMapArg, WorkspaceArg
 
 #: ``CUresult`` of a call that succeeded (CUDA driver API, "Error Handling").
 _CUDA_SUCCESS = 0
@@ -89,17 +89,24 @@ def pack_arguments(
     pointers: Mapping[str, int],
     tensor_map: Callable[[TensorMapArg, int], np.ndarray],
 ) -> PackedArguments:
-    """A kernel's parameters in the artifact's argument order: each tensor as its device
-    pointer (``np.uint64``, from ``pointers`` by name), each scalar in its dtype, each TMA
-    descriptor encoded by ``tensor_map`` over its tensor's pointer."""
+    """A kernel's parameters in the artifact's argument order: each tensor and each
+    workspace as its device pointer (``np.uint64``, from ``pointers`` by name: the caller
+    allocates workspaces), each scalar in its dtype, each TMA descriptor encoded by
+    ``tensor_map`` over its tensor's pointer.
+
+    Raises:
+        TypeError: an argument of no known kind (rather than a misread parameter).
+    """
     values: list[Any] = []
     for arg in args:
-        if isinstance(arg, TensorArg):
+        if isinstance(arg, TensorArg | WorkspaceArg):
             values.append(np.uint64(pointers[arg.name]))
         elif isinstance(arg, ScalarArg):
             values.append(np.dtype(arg.dtype).type(arg.value))
-        else:
+        elif isinstance(arg, TensorMapArg):
             values.append(tensor_map(arg, pointers[arg.tensor]))
+        else:
+            raise TypeError(f"no kernel parameter for argument {arg!r}")
     return PackedArguments(values)
 
 

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from codegen.artifact import KernelArtifact, TensorMapArg
+from codegen.artifact import KernelArtifact, TensorMapArg, WorkspaceArg
 from workers import _dtypes
 from workers.baselines import BaselineUnavailable, prepare_baseline
 from workers.compile import CompileResult
@@ -164,6 +164,8 @@ class GpuWorker:
         if artifact.dynamic_smem_bytes > _MAX_STATIC_SMEM_BYTES:
             kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
         pointers = {name: tensor.data.ptr for name, tensor in workload.tensors.items()}
+        workspaces = _workspaces(artifact)  # held by this frame through every launch below
+        pointers.update((name, buffer.data.ptr) for name, buffer in workspaces.items())
         args = pack_arguments(artifact.args, pointers, encode_tensor_map).values
         grid, block = tuple(artifact.grid), tuple(artifact.block)
 
@@ -275,6 +277,15 @@ def _check_launch(artifact: KernelArtifact) -> None:
         raise ValueError("a cluster launch needs __cluster_dims__ in the kernel source")
     if any(d < 1 for d in (*artifact.grid, *artifact.block)):
         raise ValueError(f"grid {artifact.grid} / block {artifact.block} must be positive")
+
+
+def _workspaces(artifact: KernelArtifact) -> dict[str, Any]:
+    """A zeroed device buffer per workspace of the kernel, for this job's launches: the
+    kernel leaves it reusable, so the check, the warm-up and the timed launches share one."""
+    import cupy
+
+    return {arg.name: cupy.zeros(arg.bytes, dtype=cupy.uint8)
+            for arg in artifact.args if isinstance(arg, WorkspaceArg)}
 
 
 def _check_tensor_map_bounds(artifact: KernelArtifact, workload: _Workload) -> None:

@@ -45,4 +45,19 @@ NAMED_ARRIVE = Snippet(
     section='9.7.13.1 "bar/barrier"',
 )
 
-register(PROXY_ASYNC, NAMED_SYNC, NAMED_ARRIVE)
+NAMED_OR = Snippet(
+    "named_barrier_or",
+    "// Wait at named barrier `id` for `threads` threads; true in each of them if `pred` was\n"
+    "// true in any (one thread's finding told to all, with no shared-memory round trip).\n"
+    "__device__ __forceinline__ bool named_barrier_or(u32 id, u32 threads, bool pred) {\n"
+    "  u32 any;\n"
+    '  asm volatile("{\\n .reg .pred p, q;\\n setp.ne.u32 p, %1, 0;\\n"\n'
+    '               " bar.red.or.pred q, %2, %3, p;\\n selp.u32 %0, 1, 0, q;\\n}"\n'
+    '               : "=r"(any) : "r"((u32)pred), "r"(id), "r"(threads) : "memory");\n'
+    "  return any != 0;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.13.1 "bar/barrier"',
+)
+
+register(PROXY_ASYNC, NAMED_SYNC, NAMED_ARRIVE, NAMED_OR)

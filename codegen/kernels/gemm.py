@@ -66,6 +66,7 @@ class GemmHooks(OperatorHooks):
 
     trips = "K_ITERS"
     cluster_axes = ("m", "n")
+    shares_reduction = True
 
     # ----- problem and tile ----------------------------------------------------------
     @property
@@ -141,12 +142,14 @@ class GemmHooks(OperatorHooks):
     @property
     def trims_tail(self) -> bool:
         """Whether the last trip skips its k-steps past K. Not for pingpong consumers, nor
-        for overlapped loops without a producer warp: there ptxas 13.0 serialises every
-        wgmma of the kernel over the early exit (C7520, "WG.AR in divergent path"), which
-        costs more than the skipped steps save."""
+        for overlapped loops without a producer warp, nor with stream-K (whose last trip
+        of a tile is a run-time one): there ptxas 13.0 serialises every wgmma of the
+        kernel over the early exit (C7520, "WG.AR in divergent path"), which costs more
+        than the skipped steps save."""
         s = self.structure
         return (self.tail_k_steps < self.k_steps and not s.pingpong
-                and (s.warp_specialized or self.sprogram.order == "serial"))
+                and (s.warp_specialized or self.sprogram.order == "serial")
+                and self.sprogram.stream_k is None)
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:

@@ -121,6 +121,10 @@ class OperatorHooks(ABC):
     #: Grid axes along which the operator's loads and tiles are lowered for thread-block
     #: clusters (its operand tiles cut into multicast slices).
     cluster_axes: tuple[str, ...] = ()
+    #: Whether one tile's loop trips may be split among blocks (stream-K): the skeleton
+    #: then passes loads a trip's index in the whole loop (``trip0``, the first trip of
+    #: the block's part, plus the loop's), and sums the parts of the output's fragment.
+    shares_reduction: bool = False
 
     def __init__(self, structure: PipelineStructure) -> None:
         self.structure = structure

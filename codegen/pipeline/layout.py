@@ -29,6 +29,16 @@ from codegen.pipeline.structure import Issue, PipelineStructure, Ring
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskKind
 from scheduler_search.ops import parse_spec
+from scheduler_search.sprogram import StreamKShare
+
+#: Stream-K's workspace: one counter a shared tile, padded so the parts start aligned.
+STREAM_K_COUNT_ALIGN = 256
+#: Accumulators a consumer thread may sum a tile's parts into: ptxas 13.0 (sm_90a,
+#: 2026-12-02) spilled 36 and 304 bytes at 160 and 192 (8192^3 GEMMs, fp16 and e4m3, one
+#: consumer), none at 128 or fewer, where the same tiles without stream-K spilled none;
+#: with a fused epilogue (bias + GELU + residual, 4096^3 fp16), 128 in two row blocks
+#: spilled 12 bytes (4 without stream-K), 128 in one row block none.
+STREAM_K_ACC_REGS_MAX = 128
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -69,9 +79,57 @@ class PipelineLayout:
         """Blocks launched: a whole number of clusters, one wave of them when persistent
         (as many as the device runs at once: a second wave would run after the first)."""
         size = self.structure.cluster_size
+        if self.structure.sprogram.stream_k is not None:
+            return self.device.clusters_at_once(1)  # every SM: fewer tiles are split more
         if self.structure.persistent:
             return min(self.device.clusters_at_once(size), self.units) * size
         return self.units * size
+
+    # ----- stream-K ------------------------------------------------------------------
+    @cached_property
+    def stream_k(self) -> StreamKShare | None:
+        """Which block runs which trips of the last tiles (over this grid), or None."""
+        sk = self.structure.sprogram.stream_k
+        if sk is None:
+            return None
+        return StreamKShare(tiles=self.tiles, trips=self.hooks.trip_count, blocks=self.grid,
+                            waves=sk.waves)
+
+    @property
+    def stream_k_count_bytes(self) -> int:
+        """The workspace's head: a counter of finished parts for each shared tile."""
+        assert self.stream_k is not None
+        return _ceil_div(4 * self.stream_k.sk_tiles, STREAM_K_COUNT_ALIGN) * STREAM_K_COUNT_ALIGN
+
+    @property
+    def stream_k_part_floats(self) -> int:
+        """fp32 sums of one consumer's rows of a tile: what a part holds a consumer."""
+        return self.consumer_rows * self.output.cols
+
+    @property
+    def stream_k_workspace_bytes(self) -> int:
+        """Counters, then two parts (slots) a block, each every consumer's rows."""
+        parts = 2 * self.grid * self.structure.consumers * self.stream_k_part_floats
+        return self.stream_k_count_bytes + 4 * parts
+
+    def stream_k_problem(self) -> str | None:
+        """Stream-K is lowered for operators whose loop trips may be split among blocks, on
+        a persistent grid of cooperative consumers fed by a producer warp, one block a
+        tile; and where it evens out a wave."""
+        s, share = self.structure, self.stream_k
+        if share is None:
+            return None
+        if not self.hooks.shares_reduction:
+            return f"{s.sprogram.op} lowers no stream-K"
+        if not (s.persistent and s.warp_specialized) or s.pingpong or s.cluster_size > 1:
+            return "stream-K needs a persistent grid, a producer warp, cooperative consumers"
+        if self.hooks.tile_trips() is not None:
+            return "stream-K over tiles of different trip counts"
+        acc = self.stream_k_part_floats // WARPGROUP
+        fused = bool(self.hooks.element_stasks) and self.hooks.row_blocks(self.consumer_rows) > 1
+        if acc > STREAM_K_ACC_REGS_MAX or (fused and acc == STREAM_K_ACC_REGS_MAX):
+            return f"stream-K's sums of {acc} accumulators a thread spill"
+        return share.problem()
 
     # ----- tensors -------------------------------------------------------------------
     @cached_property
@@ -197,7 +255,7 @@ class PipelineLayout:
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
         return (self.hooks.problem() or self.structure_problem() or self.cluster_problem()
-                or self.resource_problem())
+                or self.stream_k_problem() or self.resource_problem())
 
     def cluster_problem(self) -> str | None:
         """Clusters are lowered with a producer warp (a consumer that waited on a peer

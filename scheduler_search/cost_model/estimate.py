@@ -31,6 +31,8 @@ from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.sprogram.schedule import Raster, SProgram
+from scheduler_search.sprogram.stream_k import StreamKShare
+from scheduler_search.sprogram.validate import stream_k_share
 
 #: Loop iterations simulated per block before extrapolating.
 SIM_ITERATIONS = 8
@@ -40,6 +42,9 @@ _EXACT_DISPATCH_MAX_WAVES = 16
 LAUNCH_OVERHEAD_US = 2.0
 #: Block launch, barrier initialisation, descriptor prefetch (estimate).
 BLOCK_OVERHEAD_CYCLES = 800.0
+#: L2 bytes a cycle one SM writes or reads stream-K's parts at (estimate: about a 132nd
+#: of the H200's L2 bandwidth at its clock).
+STREAM_K_PART_BYTES_PER_CYCLE = 48.0
 
 
 @dataclass
@@ -148,10 +153,13 @@ def _global(
     slots = device.sm_count
     stats = _blocks(spec, tile, sprogram.raster, owners)
     groups, blocks, tiles = stats.trips, len(stats.trips), stats.tiles
+    share = stream_k_share(sprogram, graph, device)
     if not graph.causal_pairs:
         cold = tile_time.cold(groups[0]) + BLOCK_OVERHEAD_CYCLES
         waves = -(-blocks // slots)
-        if sprogram.persistent:
+        if share is not None and share.problem() is None:
+            cycles = _stream_k_cycles(share, tile_time, graph)
+        elif sprogram.persistent:
             cycles = cold + (waves - 1) * tile_time.warm(groups[0])
         else:
             cycles = waves * cold
@@ -184,6 +192,25 @@ def _global(
     moved = dram_bytes(spec, graph, sprogram.raster, slots, device.l2_bytes)
     dram_us = moved / (device.mem_bandwidth_gbps * 1e3)
     return cycles / cycles_per_us, dram_us, tiles, mean_cold / cycles_per_us
+
+
+def _stream_k_cycles(share: StreamKShare, tile_time: _TileTime, graph: STaskGraph) -> float:
+    """A stream-K block: its whole tiles, then an equal share of the last tiles' trips,
+    one pipeline fill in all; its shared tiles' parts go to L2 and one is read back and
+    stored (two epilogues' worth), each part the tile's fp32 sums."""
+    whole = share.dp_tiles // share.blocks
+    trips = whole * share.trips + share.sk_trips / share.blocks
+    part_bytes = 4 * _tile_elements(graph)
+    parts = 2 * part_bytes / STREAM_K_PART_BYTES_PER_CYCLE
+    return (BLOCK_OVERHEAD_CYCLES + tile_time.first - tile_time.slope + trips * tile_time.slope
+            + (whole + 2) * tile_time.epilogue + parts)
+
+
+def _tile_elements(graph: STaskGraph) -> int:
+    elements = 1
+    for axis in graph.spatial_axes:
+        elements *= graph.step(axis)
+    return elements
 
 
 #: Block simulations by (workload, device, structural choices, timings): the tile order

@@ -52,6 +52,20 @@ def cluster_twins(space: ScheduleSpace, choices: Choices) -> list[Choices]:
     return [t for t in twins if t != choices and space.build(t)[1].ok]
 
 
+def stream_k_twins(space: ScheduleSpace, choices: Choices) -> list[Choices]:
+    """``choices`` on a persistent grid with each stream-K share the space offers, those
+    that are valid: the cost model's credit for an evened-out last wave, against the
+    parts' round trip through L2, is an estimate the GPU settles."""
+    knobs = {k.name: k for k in space.structural_knobs}
+    if "stream_k" not in knobs:
+        return []
+    base = {**choices, "persistent": True}
+    if not knobs["stream_k"].applies(base):
+        return []
+    twins = [base | {"stream_k": waves} for waves in knobs["stream_k"].options if waves]
+    return [t for t in twins if t != choices and space.build(t)[1].ok]
+
+
 def cost_model_seeds(
     spec: OperatorSpec,
     device: Device,
@@ -89,7 +103,7 @@ def cost_model_seeds(
             break
     seeds = [dict(c) for c in chosen]
     for choices in chosen[:raster_structures]:
-        for twin in cluster_twins(space, choices):
+        for twin in cluster_twins(space, choices) + stream_k_twins(space, choices):
             if twin not in seeds:
                 seeds.append(twin)
     knobs = {k.name: k for k in space.order_knobs}
@@ -105,4 +119,5 @@ def cost_model_seeds(
     return seeds
 
 
-__all__ = ["RASTER_SWIZZLES", "cluster_twins", "cost_model_seeds", "structure_of"]
+__all__ = ["RASTER_SWIZZLES", "cluster_twins", "cost_model_seeds", "stream_k_twins",
+           "structure_of"]

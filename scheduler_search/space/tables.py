@@ -7,6 +7,9 @@ sm_80) are removed here, so the enumerator never builds what cannot exist.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.space.knobs import Knob, is_warp_specialized, needs_two_consumers
@@ -81,12 +84,35 @@ _ORDERS = {
 #: run at once), so the cost model's multicast credit would only spend measurements on them.
 _CLUSTER_SIZES = {"gemm": (1, 2)}
 
+#: Stream-K (waves of the last tiles shared out by trips; 0: whole tiles) for the
+#: operators whose code generation lowers it.
+_STREAM_K_WAVES = {"gemm": (0, 1, 2)}
+
 _PRODUCER_REGS = (24, 40)
 _SWIZZLES = (1, 2, 4, 8, 16)
 
 
 def _clustered(choices: dict) -> bool:
     return choices.get("cluster_size", 1) > 1
+
+
+def _stream_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bool]:
+    """Stream-K is asked for where it is lowered (a persistent grid of cooperative
+    consumers fed by a producer warp, no cluster) and can even out a wave: the tile
+    grid leaves the last (or only) wave of one block an SM part-empty."""
+    graph = spec.graph({})
+    blocks = device.clusters_at_once(1)
+
+    def applies(c: dict) -> bool:
+        if not (c.get("persistent") and c.get("warp_specialized")
+                and c.get("consumer_split", "cooperative") == "cooperative"
+                and not _clustered(c)):
+            return False
+        tiles = math.prod(-(-graph.extents[a] // c.get(f"tile_{a}", graph.extents[a]))
+                          for a in graph.spatial_axes)
+        return tiles % blocks != 0
+
+    return applies
 
 
 #: GEMM's N tiles fitted to the shape: multiples of wgmma's N step in this range.
@@ -164,6 +190,9 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
                           default=1))
         knobs.append(Knob("cluster_axis", graph.spatial_axes[:2], when=_clustered))
     knobs.append(Knob("persistent", (False, True)))
+    if hopper and op in _STREAM_K_WAVES:
+        knobs.append(Knob("stream_k", _STREAM_K_WAVES[op], when=_stream_k_applies(spec, device),
+                          default=0))
     order_axes = graph.spatial_axes + tuple(graph.grid_axes)
     knobs.append(Knob("raster_major", order_axes[:2], structural=False))
     knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))

@@ -12,15 +12,18 @@ from scheduler_search.sprogram.schedule import (
     Cluster,
     Raster,
     SProgram,
+    StreamK,
     UnitOp,
     WarpRoles,
 )
+from scheduler_search.sprogram.stream_k import StreamKShare
 from scheduler_search.sprogram.validate import (
     Rejection,
     RejectReason,
     Validity,
     check_tiles,
     check_valid,
+    stream_k_share,
 )
 
 __all__ = [
@@ -33,6 +36,8 @@ __all__ = [
     "SProgram",
     "SProgramBuilder",
     "ScheduleError",
+    "StreamK",
+    "StreamKShare",
     "UnitOp",
     "Validity",
     "WarpRoles",
@@ -41,4 +46,5 @@ __all__ = [
     "emit_sprogram",
     "plan_sprogram",
     "resolve_choices",
+    "stream_k_share",
 ]

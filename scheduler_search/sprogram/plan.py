@@ -27,6 +27,8 @@ Choice keys:
     ``persistent``: one block per SM looping over tiles, or one block per tile.
     ``cluster_size``, ``cluster_axis``: blocks of neighbouring tiles along the axis run as
         one thread-block cluster, and the loads whose tile they share are multicast.
+    ``stream_k``: waves of a persistent grid's last tiles shared out by loop trips
+        (0: every tile whole; see :class:`StreamK`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from scheduler_search.sprogram.schedule import (
     Cluster,
     Raster,
     SProgram,
+    StreamK,
     WarpRoles,
 )
 
@@ -129,6 +132,7 @@ class Decisions:
     persistent: bool
     choices: dict[str, Any]
     cluster: Cluster | None = None
+    stream_k: StreamK | None = None
 
     def stream_of(self, stask: str) -> str | None:
         for name, members in self.streams.items():
@@ -219,7 +223,15 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         persistent=bool(choices.get("persistent", False)),
         choices=dict(sorted(choices.items())),
         cluster=_resolve_cluster(spec, graph, mapping, choices),
+        stream_k=_resolve_stream_k(choices),
     )
+
+
+def _resolve_stream_k(choices: dict[str, Any]) -> StreamK | None:
+    waves = int(choices.get("stream_k", 0))
+    if waves < 0:
+        raise ScheduleError(f"stream_k: {waves} is not >= 0")
+    return StreamK(waves) if waves else None
 
 
 def _resolve_cluster(
@@ -361,4 +373,5 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         persistent=decided.persistent,
         choices=decided.choices,
         cluster=decided.cluster,
+        stream_k=decided.stream_k,
     )

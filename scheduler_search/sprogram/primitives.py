@@ -17,6 +17,7 @@ from scheduler_search.sprogram.schedule import (
     Cluster,
     Raster,
     SProgram,
+    StreamK,
     UnitOp,
     WarpRoles,
 )
@@ -98,6 +99,7 @@ class SProgramBuilder:
         persistent: bool,
         choices: dict[str, Any],
         cluster: Cluster | None = None,
+        stream_k: StreamK | None = None,
     ) -> SProgram:
         return SProgram(
             op=self.graph.op,
@@ -116,4 +118,5 @@ class SProgramBuilder:
             persistent=persistent,
             choices=dict(choices),
             cluster=cluster,
+            stream_k=stream_k,
         )

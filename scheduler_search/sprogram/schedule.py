@@ -115,6 +115,17 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class StreamK:
+    """Stream-K over a persistent grid: the tiles of the last ``waves`` waves (the partial
+    wave, and ``waves - 1`` whole ones before it) are not given out whole but by
+    reduction-loop trips, an equal share to every block, so no block idles while the
+    last tiles finish. A tile whose trips fall to several blocks is summed, in block
+    order (deterministic), by the block that finishes its part last; it stores it."""
+
+    waves: int
+
+
+@dataclass(frozen=True)
 class SProgram:
     """A complete schedule of one operator workload on one architecture."""
 
@@ -137,6 +148,8 @@ class SProgram:
     #: One block per tile when None. Serialised only when set, so a schedule without a
     #: cluster keeps the identity it had before clusters existed.
     cluster: Cluster | None = None
+    #: Whole tiles only when None; serialised only when set, as ``cluster``.
+    stream_k: StreamK | None = None
 
     # ----- views -------------------------------------------------------------------------
     def role_stream(self, role: str) -> list[tuple[UnitKind, UnitOp]]:
@@ -155,8 +168,9 @@ class SProgram:
         data = asdict(self)
         data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
         data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
-        if self.cluster is None:
-            del data["cluster"]
+        for optional in ("cluster", "stream_k"):
+            if data[optional] is None:
+                del data[optional]
         return json.loads(json.dumps(data))
 
     def to_json(self) -> str:
@@ -209,6 +223,7 @@ class SProgram:
             choices=dict(data["choices"]),
             version=data["version"],
             cluster=_cluster(data.get("cluster")),
+            stream_k=StreamK(**data["stream_k"]) if data.get("stream_k") else None,
         )
 
     @classmethod

@@ -12,7 +12,8 @@ Checks, each with the hardware rule it enforces:
 - TMA boxes: inner extent a multiple of 16 bytes, at most 256 elements per box
   dimension (CUDA driver API, cuTensorMapEncodeTiled); stored rows 16-byte aligned;
 - structure: threads per block, tiles no larger than the problem, stages no deeper than
-  the loop, roles the architecture has.
+  the loop, roles the architecture has; stream-K only where its lowering exists and it
+  evens out a wave.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from typing import Protocol, TypeVar
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
 from scheduler_search.ops import DTYPE_BYTES, OperatorSpec
-from scheduler_search.sprogram.schedule import WARPGROUP_THREADS, Cluster, Raster, WarpRoles
+from scheduler_search.sprogram.schedule import (
+    WARPGROUP_THREADS,
+    Cluster,
+    Raster,
+    StreamK,
+    WarpRoles,
+)
+from scheduler_search.sprogram.stream_k import StreamKShare
 
 #: 128B-swizzled TMA tiles must start on 1024-byte boundaries (8 rows x 128 bytes).
 SWIZZLE_ALIGN_BYTES = 1024
@@ -58,6 +66,7 @@ class ScheduleLike(Protocol):
     raster: Raster
     persistent: bool
     cluster: Cluster | None
+    stream_k: StreamK | None
 
     def stream_of(self, stask: str) -> str | None: ...
 
@@ -403,6 +412,35 @@ def _cluster_problems(
     return problems
 
 
+def stream_k_share(sprogram: SProgram, graph: STaskGraph, device: Device) -> StreamKShare | None:
+    """The stream-K share of ``sprogram``'s persistent grid (one block an SM, every SM:
+    fewer tiles than SMs are split among them all), or None."""
+    if sprogram.stream_k is None:
+        return None
+    return StreamKShare(tiles=graph.tile_count(), trips=graph.loop_trips(),
+                        blocks=device.clusters_at_once(1), waves=sprogram.stream_k.waves)
+
+
+def _stream_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) -> list[Rejection]:
+    """Stream-K is lowered for persistent grids of cooperative consumers fed by a producer
+    warp, one block an SM, over a reduction loop; and only where it evens out a wave."""
+    share = stream_k_share(sprogram, graph, device)
+    if share is None:
+        return []
+    needs = [
+        (not sprogram.persistent, "stream-K needs a persistent grid"),
+        (not sprogram.roles.warp_specialized, "stream-K needs a producer warp"),
+        (sprogram.consumer_split == "pingpong", "stream-K is lowered for cooperative consumers"),
+        (sprogram.cluster is not None, "stream-K is not lowered with clusters"),
+        (not graph.reduction_axes, "stream-K needs a reduction loop to share"),
+    ]
+    problems = [Rejection(RejectReason.UNSUPPORTED, why) for failed, why in needs if failed]
+    problem = share.problem()
+    if problem:
+        problems.append(Rejection(RejectReason.UNSUPPORTED, f"stream_k: {problem}"))
+    return problems
+
+
 def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Validity:
     """Check ``sprogram`` against ``device``; every failing rule gives a Rejection."""
     graph = spec.graph(sprogram.tile)
@@ -455,6 +493,7 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
     problems += _check_mma_shapes(sprogram, graph, plan)
     problems += _check_tma(sprogram, graph, plan, spec)
     problems += _cluster_problems(sprogram.cluster, graph, spec, device)
+    problems += _stream_k_problems(sprogram, graph, device)
 
     smem = smem_bytes(sprogram, graph, plan)
     if smem > device.smem_per_block_bytes:

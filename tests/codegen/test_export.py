@@ -1,6 +1,7 @@
 """A kernel exported as plain CUDA C++: the kernel, a header with one launch function over
 the operator's tensors in contract order, its implementation (TMA descriptors from the
-artifact's tensor maps), an example; launch.cu and example.cu compile and link with nvcc."""
+artifact's tensor maps, workspaces allocated by the first call), an example; launch.cu and
+example.cu compile and link with nvcc."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from codegen import render
-from codegen.artifact import TensorArg
+from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, WorkspaceArg
 from codegen.export import export_files, launch_name
 from codegen.nvcc import NVCC_ARCH, nvcc_path
 from scheduler_search.hardware import get_device
@@ -40,6 +41,26 @@ CASES = {
     "mamba2_chunk_scan": ("mamba2_chunk_scan", MAMBA2_PARAMS,
                           {**MAMBA2_CHUNK_SCAN, "map_vector_loads": "cuda_core"}),
 }
+
+#: A kernel with a workspace between its tensors; it counts its launches there, in c[0].
+COUNTER_SOURCE = r"""
+struct alignas(64) TensorMap { unsigned long long opaque[16]; };
+extern "C" __global__ void count_launches(const unsigned short* a, unsigned int* counters,
+                                          unsigned short* c, int n) {
+  if (threadIdx.x == 0 && n > 0) c[0] = (unsigned short)atomicAdd(counters, 1u);
+}
+"""
+COUNTER_BYTES = 32 << 20
+
+
+def _counter_artifact() -> KernelArtifact:
+    params = {"m": 16, "n": 16, "k": 16, "dtype": "float16"}
+    a, _, c = (TensorArg(t.name, t.dtype, t.shape, t.role)
+               for t in parse_spec("gemm", params).tensors())
+    return KernelArtifact(
+        op="gemm", params=params, schedule_hash="c0ffee" * 10, source=COUNTER_SOURCE,
+        entry="count_launches", grid=(1, 1, 1), block=(32, 1, 1), dynamic_smem_bytes=0,
+        args=(a, WorkspaceArg("counters", COUNTER_BYTES), c, ScalarArg("n", "int32", 16)))
 
 
 def _artifact(case: str):
@@ -72,21 +93,53 @@ def test_pointer_inputs_take_their_contract_place() -> None:
             "void* out, cudaStream_t stream);") in header
 
 
-@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_the_export_builds_with_nvcc(case: str, tmp_path: Path) -> None:
-    for name, text in export_files(_artifact(case)).items():
-        (tmp_path / name).write_text(text)
+def test_a_workspace_is_allocated_by_the_first_call_and_passed_in_its_place() -> None:
+    """The header takes only the tensors; launch.cu allocates and zeroes the workspace once
+    per process and device and passes it where the kernel's parameters have it."""
+    artifact = _counter_artifact()
+    files = export_files(artifact)
+    name = launch_name(artifact)
+    assert f"cudaError_t {name}(const void* a, void* c, cudaStream_t stream);" in files[
+        f"{name}.h"]
+    launch = files["launch.cu"]
+    assert "cudaMalloc(&fresh, bytes)" in launch
+    assert "cudaMemsetAsync(fresh, 0, bytes, stream)" in launch
+    assert "static void* counters_by_device[16] = {};" in launch
+    assert (f"pipetune_workspace(counters_by_device[device], {COUNTER_BYTES}ull, stream)"
+            in launch)
+    pointer = "static_cast<unsigned short*>(const_cast<void*>(static_cast<const void*>({})))"
+    assert (f"0, stream>>>({pointer.format('a')}, counters, {pointer.format('c')}, 16);"
+            in launch)
+    assert "#include <mutex>" in launch and "#include <mutex>" not in export_files(
+        _artifact("gemm"))["launch.cu"]
+
+
+def _compile_and_link(artifact: KernelArtifact, directory: Path) -> None:
+    """The export's launch.cu and example.cu compiled, and linked where the driver stubs
+    are found."""
+    for name, text in export_files(artifact).items():
+        (directory / name).write_text(text)
     for source in ("launch.cu", "example.cu"):
         done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-c", source],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                              cwd=directory, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     stubs = Path(str(nvcc_path())).resolve().parent.parent / "lib64" / "stubs"
     if stubs.is_dir():  # libcuda without a driver: the link resolves the driver API
         done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-o", "example", "example.o",
-                               "launch.o", f"-L{stubs}", "-lcuda"], cwd=tmp_path,
+                               "launch.o", f"-L{stubs}", "-lcuda"], cwd=directory,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_export_builds_with_nvcc(case: str, tmp_path: Path) -> None:
+    _compile_and_link(_artifact(case), tmp_path)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_the_export_of_a_kernel_with_a_workspace_builds_with_nvcc(tmp_path: Path) -> None:
+    _compile_and_link(_counter_artifact(), tmp_path)
 
 
 def _build(case: str, directory: Path, link: list[str]):
@@ -131,3 +184,41 @@ def test_the_exported_example_matches_the_reference(case: str, tmp_path: Path) -
         raw = np.fromfile(tmp_path / f"{name}.bin", dtype=storage_dtype(np, dtypes[name]))
         out32 = to_float32(cupy, cupy.asarray(raw).reshape(specs[name].shape), dtypes[name])
         assert rel_l2_error(cupy, out32, expected[name].astype(cupy.float32)) <= bound, name
+
+
+#: Calls the counter kernel's launch function twice, printing what c[0] held after each.
+CALL_TWICE = r"""
+#include <cstdio>
+#include "{header}"
+int main() {{
+  void* a = nullptr;
+  void* c = nullptr;
+  if (cudaMalloc(&a, 512) != cudaSuccess || cudaMalloc(&c, 512) != cudaSuccess) return 2;
+  unsigned short seen[2];
+  for (int i = 0; i < 2; ++i) {{
+    if ({name}(a, c, 0) != cudaSuccess) return 3;
+    if (cudaMemcpy(&seen[i], c, 2, cudaMemcpyDeviceToHost) != cudaSuccess) return 4;
+  }}
+  std::printf("%u %u\n", seen[0], seen[1]);
+  return 0;
+}}
+"""
+
+
+@pytest.mark.gpu
+def test_the_exported_workspace_starts_zeroed_and_persists_across_calls(
+        tmp_path: Path) -> None:
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not on PATH")
+    artifact = _counter_artifact()
+    name = launch_name(artifact)
+    for file, text in export_files(artifact).items():
+        (tmp_path / file).write_text(text)
+    (tmp_path / "twice.cu").write_text(CALL_TWICE.format(header=f"{name}.h", name=name))
+    done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-o", "twice",
+                           "twice.cu", "launch.cu", "-lcuda"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    done = subprocess.run(["./twice"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "0 1"), done.stdout + done.stderr

@@ -1,8 +1,8 @@
 """Generated GEMM kernels on a real GPU: correct on every suite shape and on odd shapes,
 both B layouts, fp16 and bf16, with fused epilogues (every activation, bias, residual
-and scale; rows and columns past the output, an odd n; both stores), and of 8-bit floats
-(e4m3 and e5m2, per-tensor scales, bf16 or fp16 out) (checked by the workers against the
-fp32 reference, with poisoned outputs, on seeded random inputs).
+and scale; rows and columns past the output, an odd n; both stores), of 8-bit floats
+(e4m3 and e5m2, per-tensor scales, bf16 or fp16 out), and with stream-K (checked by the
+workers against the fp32 reference, with poisoned outputs, on seeded random inputs).
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU.
 Every kernel of the module is compiled and checked in one batch (NVRTC in parallel);
@@ -77,7 +77,8 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
                 spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_ODD_CASE, seed=11)
                 cases += [(f"odd-{m}x{n}x{k}-{dtype}-{layout}", spec, p) for p in programs]
-    return cases + _epilogue_cases() + _fp8_cases() + _cluster_cases() + _fitted_cases()
+    return (cases + _epilogue_cases() + _fp8_cases() + _cluster_cases() + _fitted_cases()
+            + _stream_k_cases())
 
 
 #: (m, n, k, epilogue) of the fitted-tile cases: N tiles of 240 (the space's fitted tile for
@@ -144,6 +145,40 @@ def _cluster_cases() -> list[tuple[str, GemmSpec, SProgram]]:
                         if validity.ok:
                             cases.append((f"cluster-{axis}-{m}x{n}x{k}-{dtype}-{layout}",
                                           spec, sp))
+    return cases
+
+
+#: (m, n, k, epilogue) of the stream-K cases: a suite shape (116 tiles of the last wave
+#: shared out), one past every tile with a K tail, fewer tiles than SMs (every tile split
+#: among several blocks), an odd shape with a fused epilogue.
+STREAM_K_SHAPES: tuple[tuple[int, int, int, dict[str, Any]], ...] = (
+    (4096, 4096, 4096, {}),
+    (4000, 6000, 2000, {}),
+    (128, 8192, 8192, {}),
+    (1531, 2072, 1000, {"bias": True, "act": "gelu", "residual": True}),
+)
+#: The variants each stream-K share is tried in (over the persistent design).
+STREAM_K_VARIANTS: tuple[dict[str, Any], ...] = (
+    {},
+    {"tile_n": 128, "stages_ab": 5},
+    {"map_store": "cuda_core", "order": "serial"},
+    {"tile_m": 64, "consumer_warpgroups": 1, "tile_n": 192, "tile_k": 32, "stages_ab": 6},
+)
+
+
+def _stream_k_cases() -> list[tuple[str, GemmSpec, SProgram]]:
+    """One and two waves of stream-K in each variant the space can build, both layouts
+    and both 16-bit types."""
+    cases = []
+    for m, n, k, epilogue in STREAM_K_SHAPES:
+        for dtype, layout in itertools.product(("float16", "bfloat16"), ("kn", "nk")):
+            spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout, epilogue=epilogue)
+            space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+            for waves, variant in itertools.product((1, 2), STREAM_K_VARIANTS):
+                sp, validity = space.build({**GEMM_WARP_SPECIALIZED, "persistent": True,
+                                            "stream_k": waves, **variant})
+                if validity.ok:
+                    cases.append((f"stream-k{waves}-{m}x{n}x{k}-{dtype}-{layout}", spec, sp))
     return cases
 
 

@@ -242,7 +242,9 @@ def test_warp_specialised_gemm_is_a_candidate(
     persistent: bool, wg_schedule: str, enumerated: Callable[..., Enumerated]
 ) -> None:
     _, candidates, _ = enumerated("gemm")
-    design = {**GEMM_WS, "persistent": persistent, "wg_schedule": wg_schedule}
+    # 512 tiles of 128 x 256 leave 116 blocks of the last wave: stream-K is asked for.
+    stream_k = {"stream_k": 0} if persistent else {}
+    design = {**GEMM_WS, "persistent": persistent, "wg_schedule": wg_schedule, **stream_k}
     assert key(design) in {key(c.choices) for c in candidates}
 
 
@@ -283,11 +285,24 @@ class RecordingTrial:
         return self.pick(choices)
 
 
-def expected_questions(knobs: list[Knob], choices: dict[str, Any]) -> list[str]:
+def _partial_last_wave(space: ScheduleSpace, choices: dict[str, Any]) -> bool:
+    """Whether the tiles of ``choices`` leave a persistent grid's last wave part-empty."""
+    graph = space.spec.graph({})
+    tiles = math.prod(-(-graph.extents[a] // choices.get(f"tile_{a}", graph.extents[a]))
+                      for a in graph.spatial_axes)
+    blocks = space.device.clusters_at_once(1)
+    return tiles % blocks != 0
+
+
+def expected_questions(space: ScheduleSpace, choices: dict[str, Any]) -> list[str]:
     """The knobs whose conditions hold for ``choices``, from the table's documented rules."""
     consumers = choices.get("consumer_warpgroups", 1)
     ws = choices.get("warp_specialized", False)
     skipped = set()
+    if not (choices.get("persistent") and ws and choices.get("cluster_size", 1) == 1
+            and choices.get("consumer_split", "cooperative") == "cooperative"
+            and _partial_last_wave(space, choices)):
+        skipped.add("stream_k")
     if not (consumers >= 2 and ws):
         skipped.add("consumer_split")
     if consumers < 2:
@@ -296,7 +311,7 @@ def expected_questions(knobs: list[Knob], choices: dict[str, Any]) -> list[str]:
         skipped.update({"producer_regs", "cluster_size"})
     if choices.get("cluster_size", 1) < 2:
         skipped.add("cluster_axis")
-    return [k.name for k in knobs if k.name not in skipped]
+    return [k.name for k in space.knobs if k.name not in skipped]
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -308,7 +323,7 @@ def test_suggest_with_the_first_option_skips_the_split_of_one_consumer(op: str) 
     assert choices["warp_specialized"] is True and choices["consumer_warpgroups"] == 1
     assert "consumer_split" not in asked and "wg_schedule" not in asked
     assert "producer_regs" in asked
-    assert asked == list(choices) == expected_questions(space.knobs, choices)
+    assert asked == list(choices) == expected_questions(space, choices)
     sprogram = plan_sprogram(space.spec, H200, choices)
     assert sprogram.choices == choices
     assert sprogram.roles.consumer_warpgroups == 1
@@ -338,7 +353,7 @@ def test_seeded_suggestions_ask_only_applicable_knobs_and_plan(op: str, device_n
     for _ in range(120):
         trial = RecordingTrial(rng.choice)
         choices = space.suggest(trial)
-        assert [name for name, _ in trial.asked] == expected_questions(space.knobs, choices)
+        assert [name for name, _ in trial.asked] == expected_questions(space, choices)
         assert all(offered == options[name] for name, offered in trial.asked)
         sprogram, validity = space.build(choices)
         assert sprogram.choices == choices

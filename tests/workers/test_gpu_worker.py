@@ -16,7 +16,7 @@ import naive_refs
 import numpy as np
 import pytest
 
-from codegen.artifact import KernelArtifact
+from codegen.artifact import KernelArtifact, WorkspaceArg
 from workers import (
     Job,
     LocalGpuPool,
@@ -49,6 +49,35 @@ HANG_BODY = (
 OOB_BODY = (
     'extern "C" __global__ void gemm_oob' + SIGNATURE + " {\n  c[(long long)1 << 40] = 1;\n}\n"
 )
+
+# The tiled GEMM behind a stream-K-style ticket counter in a workspace: a ticket past the
+# grid means the counter did not start at zero, and that block leaves its tile unwritten
+# (NaN-poisoned: a wrong result); the block that takes the last ticket resets it.
+COUNTED_BODY = r"""
+extern "C" __global__ void __launch_bounds__(256)
+gemm_counted(const unsigned short* __restrict__ a, const unsigned short* __restrict__ b,
+             unsigned short* __restrict__ c, unsigned int* tickets, int m, int n, int k) {
+  __shared__ unsigned int ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(tickets, 1u);
+  __syncthreads();
+  const unsigned int blocks = gridDim.x * gridDim.y;
+  if (ticket >= blocks) return;
+  gemm_tile(a, b, c, m, n, k);
+  if (threadIdx.x == 0 && ticket == blocks - 1) atomicExch(tickets, 0u);
+}
+"""
+
+
+def _counted_artifact() -> KernelArtifact:
+    """The tiled GEMM as a device function called by ``gemm_counted``, with a workspace
+    between its tensors and its scalars."""
+    tiled = gemm_tiled_artifact(GEMM)
+    tile = tiled.source.replace('extern "C" __global__ void __launch_bounds__(256)\ngemm_tiled(',
+                                "__device__ __forceinline__ void gemm_tile(")
+    assert tile != tiled.source
+    a, b, c, *scalars = tiled.args
+    return dataclasses.replace(tiled, entry="gemm_counted", source=tile + COUNTED_BODY,
+                               args=(a, b, c, WorkspaceArg("tickets", 4 << 20), *scalars))
 
 
 def _variant(entry: str, body: str, params: dict[str, Any] = GEMM) -> KernelArtifact:
@@ -125,6 +154,15 @@ def test_tiled_gemm_is_ok_and_matches_direct_event_timing(pool: LocalGpuPool) ->
     assert direct_rel < 1e-2  # the artifact runs as is through cupy.RawModule(code=...)
     print(f"worker {result.latency_us:.1f} us, direct {direct_us:.1f} us")
     assert abs(result.latency_us - direct_us) / direct_us < 0.10
+
+
+def test_a_kernel_with_a_workspace_is_verified_and_timed(pool: LocalGpuPool) -> None:
+    """The worker allocates the workspace zeroed and passes it in its place; the check and
+    the timed launches share it, each leaving it as it found it."""
+    result = pool.measure_one(_job(_counted_artifact()))
+    assert result.status is S.OK, result.error
+    assert result.rel_error is not None and result.rel_error < 1e-2
+    assert len(result.samples_us) >= 20
 
 
 def test_two_measurements_of_one_kernel_agree_within_3_percent(pool: LocalGpuPool) -> None:

@@ -1,6 +1,7 @@
 """``workers.load`` on a real GPU: a generated kernel run by a user on torch tensors and on
 CuPy arrays, checked against ``torch.matmul`` / ``cupy.matmul`` (relative L2 error within
-the fp16 / bf16 bound), on fresh seeded random inputs, both B layouts.
+the fp16 / bf16 bound), on fresh seeded random inputs, both B layouts; a kernel's workspace
+allocated zeroed once and kept across calls and graph replays.
 
 Run on an H200 with ``pytest tests/workers/test_load_gpu.py -m gpu``.
 """
@@ -10,16 +11,38 @@ from __future__ import annotations
 import pytest
 
 from codegen import render
+from codegen.artifact import KernelArtifact, TensorArg, WorkspaceArg
 from scheduler_search.hardware import get_device
+from scheduler_search.ops import workload_tensors
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.sprogram import plan_sprogram
 from workers import KernelArgumentError, load
+from workers.testing import gemm_source
 
 pytestmark = pytest.mark.gpu
 
 DEVICE = get_device("h200")
 BOUND = {"float16": 1e-2, "bfloat16": 2e-2}
+
+#: Counts its launches in its workspace: c[0] is the count before the launch.
+COUNTER_BODY = r"""
+extern "C" __global__ void count_launches(unsigned short* c, unsigned int* counters) {
+  if (threadIdx.x == 0) c[0] = float_to_elem((float)atomicAdd(counters, 1u));
+}
+"""
+COUNTER_GEMM = {"m": 16, "n": 16, "k": 16, "dtype": "float16", "b_layout": "kn"}
+
+
+def _counter_artifact() -> KernelArtifact:
+    """A kernel taking the GEMM's output and a workspace (its inputs unread)."""
+    c = next(TensorArg(t.name, t.dtype, t.shape, t.role)
+             for t in workload_tensors("gemm", COUNTER_GEMM) if t.role == "output")
+    return KernelArtifact(
+        op="gemm", params=COUNTER_GEMM, schedule_hash="handwritten-counter",
+        source=gemm_source(COUNTER_BODY, COUNTER_GEMM), entry="count_launches",
+        grid=(1, 1, 1), block=(32, 1, 1), dynamic_smem_bytes=0,
+        args=(c, WorkspaceArg("counters", 32 << 20)))
 
 
 def _artifact(m: int, n: int, k: int, dtype: str, layout: str):
@@ -136,3 +159,34 @@ def test_the_registered_op_compiles_with_fullgraph() -> None:
     compiled = torch.compile(model, fullgraph=True)
     assert torch.equal(compiled(a, b), model(a, b))
     assert _rel_l2(model(a, b), torch.relu(a @ b.t()) * 2.0) <= BOUND["bfloat16"]
+
+
+def test_a_workspace_starts_zeroed_and_persists_across_calls_on_cupy_arrays() -> None:
+    import cupy
+
+    kernel = load(_counter_artifact())
+    a = cupy.zeros((16, 16), dtype=cupy.float16)
+    b = cupy.zeros((16, 16), dtype=cupy.float16)
+    assert [float(kernel(a, b)[0, 0]) for _ in range(2)] == [0.0, 1.0]
+
+
+def test_torch_calls_and_graph_replays_share_one_workspace() -> None:
+    """The workspace's pointer is packed once: a captured launch counts on the same one."""
+    import torch
+
+    kernel = load(_counter_artifact())
+    a = torch.zeros(16, 16, device="cuda", dtype=torch.float16)
+    b = torch.zeros(16, 16, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        assert [float(kernel(a, b)[0, 0]) for _ in range(2)] == [0.0, 1.0]
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel(a, b)
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert float(captured[0, 0]) == 3.0
+    assert float(kernel(a, b)[0, 0]) == 4.0

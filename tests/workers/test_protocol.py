@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 
+from codegen.artifact import KernelArtifact, WorkspaceArg
 from workers import PROTOCOL_VERSION, Job, Measurement, MeasurementStatus, TimingConfig
 from workers.protocol import summarize_samples
 from workers.testing import gemm_tma_artifact
@@ -43,6 +45,17 @@ def test_job_round_trips_through_json() -> None:
     assert baseline.label == "baseline:cublas"
     scheduled = Job(workload=GEMM, schedule={"op": "gemm", "tile": {"m": 128}}, seed=1)
     assert Job.from_dict(json.loads(json.dumps(scheduled.to_dict()))) == scheduled
+
+
+def test_an_artifact_with_a_workspace_round_trips_through_json() -> None:
+    tma = gemm_tma_artifact(GEMM["params"])
+    artifact = dataclasses.replace(
+        tma, args=(*tma.args[:3], WorkspaceArg("tile_counters", 32 << 20), *tma.args[3:]))
+    assert KernelArtifact.from_dict(artifact.to_dict()) == artifact
+    assert KernelArtifact.from_json(artifact.to_json()).args[3] == WorkspaceArg(
+        "tile_counters", 32 << 20)
+    job = Job(workload=GEMM, artifact=artifact)
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
 
 
 def test_job_needs_exactly_one_kernel_and_a_plain_workload() -> None:

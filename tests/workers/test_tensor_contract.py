@@ -1,10 +1,12 @@
 """One tensor contract: for every operator, the tensors a worker builds its inputs from (the
 job's, filled from the spec by the service), the tensors ``load`` checks a caller's
 arguments against, and the argument list of kernels rendered for the H200 agree: the same
-names, shapes, dtypes and roles. Launch arguments are packed by one function for both."""
+names, shapes, dtypes and roles. Launch arguments are packed by one function for both. A
+workspace argument is the kernel's own memory, not a tensor of the contract."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 from schedule_samples import sample_schedules
 
-from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg
+from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg, WorkspaceArg
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import OPERATORS, TensorSpec, parse_spec, workload_tensors
 from scheduler_search.search import FINAL_TIMING
@@ -146,3 +148,32 @@ def test_one_packer_lays_out_pointers_scalars_and_tensor_maps_in_order() -> None
         else:
             assert (arg.name, pointers[arg.tensor]) in encoded
     assert len(encoded) == sum(isinstance(a, TensorMapArg) for a in args)
+
+
+def _with_workspace(workspace: WorkspaceArg) -> KernelArtifact:
+    artifact = _jobs("gemm", CASES[0][1])[0].artifact
+    assert artifact is not None
+    return dataclasses.replace(artifact, args=(*artifact.args, workspace))
+
+
+def test_a_workspace_is_not_a_tensor_of_the_contract() -> None:
+    artifact = _with_workspace(WorkspaceArg("tile_counters", 32 << 20))
+    op, params = artifact.op, artifact.params
+    plain = tuple(a for a in artifact.args if not isinstance(a, WorkspaceArg))
+    assert check_tensor_args(op, params, artifact.args) == check_tensor_args(op, params, plain)
+    assert [_row(t) for t in load(artifact).expected] == [
+        _row(t) for t in load(dataclasses.replace(artifact, args=plain)).expected]
+
+
+@pytest.mark.parametrize(("workspace", "message"), [
+    (WorkspaceArg("tile_counters", 0), "workspace 'tile_counters' has 0 bytes"),
+    (WorkspaceArg("tile_counters", -8), "workspace 'tile_counters' has -8 bytes"),
+    (WorkspaceArg("c", 64), "workspace 'c' has the name of a tensor of the gemm contract"),
+])
+def test_a_workspace_needs_a_size_and_a_name_of_its_own(workspace: WorkspaceArg,
+                                                         message: str) -> None:
+    artifact = _with_workspace(workspace)
+    with pytest.raises(ValueError, match=message):
+        check_tensor_args(artifact.op, artifact.params, artifact.args)
+    with pytest.raises(ValueError, match=message):
+        load(artifact)
