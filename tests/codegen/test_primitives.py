@@ -23,6 +23,7 @@ CALLS = {
     "fence_proxy_async_smem": "fence_proxy_async_smem();",
     "named_barrier_sync": "named_barrier_sync(1, 128);",
     "named_barrier_arrive": "named_barrier_arrive(2, 256);",
+    "named_barrier_or": "r[0] = named_barrier_or(1, 128, f > 0.0f) ? 1u : 0u;",
     "stmatrix_x4": "stmatrix_x4(a, r[0], r[1], r[2], r[3]);",
     "ldmatrix_x4": "ldmatrix_x4(a, r[0], r[1], r[2], r[3]);",
     "ldmatrix_x4_trans": "ldmatrix_x4_trans(a, r[0], r[1], r[2], r[3]);",
