@@ -30,6 +30,10 @@ class SearchConfig:
         mirror_pruned: also copy pruned trials to the persistent study (slow on an RDB).
         batch_size: candidates measured per round (default: the executor's
             ``batch_size()``).
+        first_batch_size: the first round's width where narrower than ``batch_size``
+            (``None``: as wide): its results are the first a user sees, and on a large
+            shape checking and timing one candidate takes a fifth of a second (an
+            8192x28672x8192 GEMM launch takes 6 ms on an H200).
         overlap: pipeline the rounds (see :mod:`scheduler_search.search.driver`).
         sources: the proposal sources after the seeds, by name, in the order a batch's
             free slots are dealt to them in turns: ``search`` (the sampler; required,
@@ -55,6 +59,7 @@ class SearchConfig:
     exhausted_after: int = 3
     mirror_pruned: bool = False
     batch_size: int | None = None
+    first_batch_size: int | None = None
     overlap: bool = False
     sources: tuple[str, ...] = (SOURCE_SEARCH,)
     sampler_asks_per_slot: int = 2

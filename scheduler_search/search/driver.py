@@ -178,12 +178,13 @@ class SearchDriver:
 
     def _search(self, study: optuna.Study) -> StopReason:
         """The rounds, until a stop reason (a batch in flight is finished first)."""
-        empty_rounds = 0
+        empty_rounds = rounds = 0
         measurer = ThreadPoolExecutor(1, thread_name_prefix="pipetune-measure")
         inflight: _InFlight | None = None
         try:
             while (reason := self._stop_reason(empty_rounds)) is None:
-                batch = self._rounds.next_batch(study, self._free_slots())
+                batch = self._rounds.next_batch(study, self._free_slots(first=rounds == 0))
+                rounds += 1
                 if self._should_stop():  # cancelled while proposing: measure nothing new
                     self._rounds.drop(study, batch)
                     continue
@@ -238,9 +239,12 @@ class SearchDriver:
             reason = StopReason.INDISTINGUISHABLE
         return reason
 
-    def _free_slots(self) -> int:
-        """This round's width: the batch size, never more than the budget has left."""
+    def _free_slots(self, first: bool = False) -> int:
+        """This round's width: the batch size (the first round's, for the ``first``),
+        never more than the budget has left."""
         width = self.config.batch_size or self.executor.batch_size()
+        if first and self.config.first_batch_size:
+            width = min(width, self.config.first_batch_size)
         return min(width, self._stopper.remaining_trials(self._ledger.trials_committed))
 
     def _progress(self, phase: str, best: TrialRecord | None = None) -> None:

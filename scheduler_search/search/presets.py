@@ -79,12 +79,15 @@ SIMULATED = SearchPreset(
 #: neighbours of the best, the sampler (one ask per slot: asking it for every candidate of
 #: a pool costs seconds per round on a GEMM space) and the cost model's picks; more
 #: finalists re-timed (the quick timing's selection noise is a few percent), and the
-#: leaders re-timed as the search goes.
+#: leaders re-timed as the search goes; a first round of two (the first seeds: a cached
+#: neighbour's winner or the hand-written design), so the first result does not wait for
+#: a whole round of a large shape (8192x28672x8192: the first result 5.6-6.3 s after the
+#: request with rounds of 16, 1.4-2.4 s on the suite's smaller shapes; 2026-12-02).
 GPU = SearchPreset(
     "gpu",
     sources=(SOURCE_LOCAL, SOURCE_SEARCH, SOURCE_MODEL),
     knobs={"overlap": True, "retime_top_k": 5, "retime_leaders": 3, "pool_factor": None,
-           "sampler_asks_per_slot": 1, "random_per_slot": 2},
+           "sampler_asks_per_slot": 1, "random_per_slot": 2, "first_batch_size": 2},
     search_timing=SEARCH_TIMING,
     final_timing=FINAL_TIMING,
 )

@@ -106,6 +106,16 @@ def test_overlap_prepares_the_next_batch_before_the_current_one_is_measured() ->
     assert [len(p) for p in executor.prepared] == [4, 4, 4, 4]
 
 
+def test_a_narrow_first_round_brings_the_first_seeds_back_alone() -> None:
+    """The first round measures the first two seeds; the next ones are as wide as ever."""
+    executor = PipelineExecutor(batch=4, measure_s=0.0)
+    designs = [{"a": 1, "b": 2}, {"a": 1, "b": 3}, {"a": 2, "b": 2}]
+    _driver(executor, designs=designs, budget=Budget(trials=10),
+            config=SearchConfig(overlap=True, first_batch_size=2)).run()
+    assert [len(b) for b in executor.batches] == [2, 4, 4]
+    assert [dict(p.choices) for p in executor.batches[0]] == designs[:2]
+
+
 def test_overlap_is_seeded_and_reproducible() -> None:
     def hashes() -> list[str]:
         executor = PipelineExecutor(batch=3, measure_s=0.0)
