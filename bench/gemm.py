@@ -113,7 +113,7 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
     """(cost-model rank or None, choices, estimate, source) of every candidate of one case:
     its own distinct structures (``ranked``), the raster orders (``raster``), clusters
     (``cluster``) and stream-K shares (``stream-k``) of the best few, the hand-written
-    designs (``design``) in each raster and stream-K share, then the
+    designs (``design``) in each loop order, raster and stream-K share, then the
     structures borrowed from the other shapes that are valid here (``borrowed``, as the
     service's warm start from cached neighbours): the cost model scores each shape alone
     and can miss a structure that a neighbouring shape's ranking finds."""
@@ -145,7 +145,11 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
     # first batch: the cost model may rank them low, and on large shapes the raster is
     # worth 10% (8192x14336x4096 kn, 2026-12-02: the design at raster n / 8, 1324 us; the
     # bench's best, all in raster m / 1, 1514 us).
-    for design in DESIGNS["gemm"].values():
+    # Each in both loop orders: on 4000x6000x2000 fp16 kn the service's tune found the
+    # design serial at 0.959 of cuBLAS, the bench's best (overlapped) ran at 0.943.
+    designs = [{**design, "order": loop} for design in DESIGNS["gemm"].values()
+               for loop in ("overlap", "serial")]
+    for design in designs:
         for order in ({}, *rasters):
             for choices in ({**design, **order}, *stream_k_twins(space, {**design, **order})):
                 if all(choices != c for _, c, _, _ in tried) and space.build(choices)[1].ok:
