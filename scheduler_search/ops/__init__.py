@@ -11,6 +11,13 @@ from scheduler_search.ops._contract import DTYPE_BYTES, InputInit, TensorSpec
 from scheduler_search.ops.attention import AttentionSpec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
+from scheduler_search.ops.ranges import (
+    RANGE_DIMS,
+    RangeSpec,
+    SizeRange,
+    is_range_params,
+    parse_range_spec,
+)
 
 #: Operator name -> spec class (the table the API, CLI and space dispatch on).
 OPERATORS: dict[str, type[OperatorSpec]] = {
@@ -49,15 +56,20 @@ def workload_tensors(op: str, params: dict[str, Any]) -> list[TensorSpec]:
 __all__ = [
     "DTYPE_BYTES",
     "OPERATORS",
+    "RANGE_DIMS",
     "AttentionSpec",
     "GemmSpec",
     "InputInit",
     "Mamba2ChunkScanSpec",
     "Mamba2ChunkStateSpec",
     "OperatorSpec",
+    "RangeSpec",
+    "SizeRange",
     "SpecError",
     "TensorSpec",
     "ValidationError",
+    "is_range_params",
+    "parse_range_spec",
     "parse_spec",
     "workload_tensors",
 ]

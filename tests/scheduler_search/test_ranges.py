@@ -1,0 +1,107 @@
+"""Specs over ranges of sizes: validated like exact specs, errors naming the field; an
+exact size inside a range is one of its workloads; sizes sampled log-uniformly."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from scheduler_search.ops import (
+    RANGE_DIMS,
+    SpecError,
+    is_range_params,
+    parse_range_spec,
+    parse_spec,
+)
+
+GEMM = {"n": 4096, "k": 4096, "dtype": "float16"}
+ATTENTION = {"batch": 1, "heads": 32, "kv_heads": 8, "head_dim": 128, "causal": True,
+             "dtype": "bfloat16"}
+
+
+def test_a_gemm_over_a_range_of_m_holds_every_size_between() -> None:
+    spec = parse_range_spec("gemm", {"m": {"min": 1, "max": 16384}, **GEMM})
+    assert spec.ranges["m"].low == 1 and spec.ranges["m"].high == 16384
+    assert spec.contains({"m": 300, **GEMM})
+    assert not spec.contains({"m": 16385, **GEMM})
+    assert not spec.contains({"m": 300, **GEMM, "n": 1024})  # another fixed parameter
+    assert spec.exact({"m": 17}) == parse_spec("gemm", {"m": 17, **GEMM})
+    assert spec.params() == {**GEMM, "m": {"min": 1, "max": 16384}}
+
+
+def test_a_list_of_sizes_holds_only_those() -> None:
+    spec = parse_range_spec("gemm", {"m": [300, 1, 64, 7], **GEMM})
+    assert spec.ranges["m"].listed == (1, 7, 64, 300)
+    assert spec.contains({"m": 64, **GEMM}) and not spec.contains({"m": 65, **GEMM})
+    assert spec.sample(8) == [{"m": 1}, {"m": 7}, {"m": 64}, {"m": 300}]
+    with pytest.raises(SpecError) as error:
+        spec.exact({"m": 65})
+    assert error.value.field == "m"
+
+
+def test_attention_takes_both_sequence_lengths_as_ranges() -> None:
+    spec = parse_range_spec("attention", {**ATTENTION, "seq_q": {"min": 128, "max": 16384},
+                                          "seq_kv": [128, 4096, 16384]})
+    corners = list(spec.corners())
+    assert len(corners) == 4 and {"seq_q": 16384, "seq_kv": 128} in corners
+    sizes = spec.sample(5, seed=2)
+    assert all(s["seq_q"] in spec.ranges["seq_q"] and s["seq_kv"] in spec.ranges["seq_kv"]
+               for s in sizes)
+
+
+@pytest.mark.parametrize(("params", "field", "words"), [
+    ({"m": {"min": 64, "max": 8}, **GEMM}, "m.min", "greater than max"),
+    ({"m": {"min": 0, "max": 8}, **GEMM}, "m.min", "not an integer"),
+    ({"m": {"min": 1, "max": "8"}, **GEMM}, "m.max", "not an integer"),
+    ({"m": {"min": 1, "max": True}, **GEMM}, "m.max", "not an integer"),
+    ({"m": {"low": 1, "high": 8}, **GEMM}, "m", '{"min"'),
+    ({"m": [], **GEMM}, "m", "at least one"),
+    ({"m": [4, 4], **GEMM}, "m", "more than once"),
+    ({"m": [4, -1], **GEMM}, "m.1", "not an integer"),
+    ({"m": list(range(1, 300)), **GEMM}, "m", "at most"),
+    ({"m": 128, "n": {"min": 1, "max": 8}, "k": 64}, "n", "dimensions that can: m"),
+    ({"m": {"min": 1, "max": 64}, "n": 4096, "k": 4099}, "k", "(at m=1)"),
+    ({"m": 64, **GEMM}, "m", "no dimension"),
+])
+def test_a_bad_range_is_refused_naming_its_field(params: dict, field: str, words: str) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_range_spec("gemm", params)
+    assert error.value.field == field and words in str(error.value), str(error.value)
+
+
+def test_the_largest_corner_is_checked_like_an_exact_spec() -> None:
+    """A range whose largest size needs more memory than any device is refused there."""
+    with pytest.raises(SpecError) as error:
+        parse_range_spec("gemm", {"m": {"min": 1, "max": 1_000_000}, "n": 65536,
+                                  "k": 65536, "dtype": "float16"})
+    assert error.value.field == "m" and "device memory" in str(error.value)
+    assert "m=1000000" in str(error.value)
+
+
+def test_operators_without_run_time_sizes_take_no_range() -> None:
+    assert "mamba2_chunk_scan" not in RANGE_DIMS
+    params = {"batch": 8, "seqlen": {"min": 256, "max": 4096}, "nheads": 80, "headdim": 64,
+              "dstate": 128, "chunk_size": 256}
+    with pytest.raises(SpecError) as error:
+        parse_range_spec("mamba2_chunk_scan", params)
+    assert error.value.field == "seqlen" and "none" in str(error.value)
+    assert is_range_params(params) and not is_range_params({"m": 1})
+
+
+def test_sizes_are_drawn_log_uniformly_with_both_ends() -> None:
+    spec = parse_range_spec("gemm", {"m": {"min": 1, "max": 16384}, **GEMM})
+    sizes = [s["m"] for s in spec.sample(64, seed=5)]
+    assert sizes[0] == 1 and sizes[-1] == 16384 and sizes == sorted(set(sizes))
+    # Half of them below the range's geometric middle (128), not below its linear one.
+    middle = math.sqrt(16384)
+    assert 0.3 < sum(s < middle for s in sizes) / len(sizes) < 0.7
+    assert statistics.median(sizes) < 16384 / 8
+    assert spec.sample(64, seed=5) == spec.sample(64, seed=5)
+    assert spec.sample(64, seed=5) != spec.sample(64, seed=6)
+
+
+def test_a_small_range_is_sampled_whole() -> None:
+    spec = parse_range_spec("gemm", {"m": {"min": 3, "max": 6}, **GEMM})
+    assert [s["m"] for s in spec.sample(8)] == [3, 4, 5, 6]
