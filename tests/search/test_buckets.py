@@ -1,0 +1,53 @@
+"""A size range cut into buckets: each bucket's schedule the best there, as few buckets as
+keep the loss within the tolerance, every size of the range in exactly one bucket."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduler_search.search.buckets import partition
+
+SIZES = [1, 8, 64, 512, 4096, 16384]
+#: A narrow tile (fast small), a wide one (fast large), one never best.
+NARROW = [10.0, 10.0, 11.0, 30.0, 200.0, 800.0]
+WIDE = [20.0, 20.0, 20.0, 25.0, 100.0, 400.0]
+NEVER = [30.0, 30.0, 30.0, 40.0, 300.0, 900.0]
+
+
+def test_each_bucket_gets_the_candidate_best_for_its_sizes() -> None:
+    table = partition(SIZES, [NEVER, NARROW, WIDE], low=1, high=16384)
+    assert [(b.low, b.high, b.choice) for b in table.buckets] == [(1, 181, 1), (182, 16384, 2)]
+    assert table.buckets[0].loss == pytest.approx(1.0)
+    assert table.bucket_of(181).choice == 1 and table.bucket_of(182).choice == 2
+    assert table.bucket_of(1).choice == 1 and table.bucket_of(16384).choice == 2
+    assert table.loss == pytest.approx(1.0)
+
+
+def test_every_size_of_the_range_lies_in_one_bucket() -> None:
+    table = partition(SIZES, [NARROW, WIDE, [15.0, 9.0, 30.0, 20.0, 120.0, 390.0]], low=1,
+                      high=20000, max_buckets=6, tolerance=0.0)
+    ends = [(b.low, b.high) for b in table.buckets]
+    assert ends[0][0] == 1 and ends[-1][1] == 20000
+    assert all(a[1] + 1 == b[0] for a, b in zip(ends, ends[1:], strict=False))
+    with pytest.raises(KeyError):
+        table.bucket_of(20001)
+
+
+def test_a_bucket_is_merged_away_when_it_buys_less_than_the_tolerance() -> None:
+    # 0.3% behind NARROW at the three small sizes, the best at the large ones.
+    close = [10.03, 10.03, 11.03, 25.0, 100.0, 400.0]
+    loose = partition(SIZES, [NARROW, close], low=1, high=16384, tolerance=0.01)
+    assert [b.choice for b in loose.buckets] == [1]
+    assert loose.loss == pytest.approx(math.exp(3 * math.log(1.003) / 6), rel=1e-3)
+    strict = partition(SIZES, [NARROW, close], low=1, high=16384, tolerance=0.0)
+    assert [b.choice for b in strict.buckets] == [0, 1]
+
+
+def test_a_candidate_that_could_not_run_is_never_chosen_there() -> None:
+    broken = [5.0, 5.0, 5.0, None, 5.0, 5.0]
+    table = partition(SIZES, [broken, WIDE], low=1, high=16384, tolerance=0.0)
+    assert table.bucket_of(512).choice == 1
+    with pytest.raises(ValueError, match="no candidate ran"):
+        partition(SIZES, [[None] * 6], low=1, high=16384)
