@@ -3,6 +3,7 @@ keep the loss within the tolerance, every size of the range in exactly one bucke
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -30,7 +31,7 @@ def test_every_size_of_the_range_lies_in_one_bucket() -> None:
                       high=20000, max_buckets=6, tolerance=0.0)
     ends = [(b.low, b.high) for b in table.buckets]
     assert ends[0][0] == 1 and ends[-1][1] == 20000
-    assert all(a[1] + 1 == b[0] for a, b in zip(ends, ends[1:], strict=False))
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ends))
     with pytest.raises(KeyError):
         table.bucket_of(20001)
 
