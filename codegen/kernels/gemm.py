@@ -50,7 +50,10 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1
 #: (cap 128) with 96 accumulators and one of four row blocks (256 x 64, 128 accumulators, at
 #: 255 registers) spilled 8 and 16-24 bytes with bias + GELU (2026-12-02), so there the
 #: epilogue's registers always count, once per row block a thread holds (ptxas keeps a
-#: row block's loads and row pointers live across the pairs).
+#: row block's loads and row pointers live across the pairs). At exactly 128 accumulators
+#: in two row blocks they count too: with bias + GELU + residual, 256 x 128 over two
+#: consumers (384 threads) spilled 8 bytes and 128 x 128 on one consumer 0-4 bytes
+#: (4096^3, 2026-12-02), where 128 in one row block (the 128 x 256 design) spilled none.
 EPILOGUE_REGS = {"pair": 8, "bias": 4, "residual": 16,
                  "none": 0, "relu": 0, "gelu": 24, "gelu_tanh": 12, "silu": 8}
 EPILOGUE_FREE_ACC_REGS = 128
@@ -192,7 +195,8 @@ class GemmHooks(OperatorHooks):
         blocks = self.row_blocks(consumer_rows)
         acc = blocks * self.tile_n // 2
         e = self.epilogue
-        free = (acc <= EPILOGUE_FREE_ACC_REGS and self.structure.threads <= EPILOGUE_FREE_THREADS
+        free = ((acc < EPILOGUE_FREE_ACC_REGS or (acc == EPILOGUE_FREE_ACC_REGS and blocks == 1))
+                and self.structure.threads <= EPILOGUE_FREE_THREADS
                 and blocks < EPILOGUE_FREE_ROW_BLOCKS)
         if not e.fused or free:
             return acc
