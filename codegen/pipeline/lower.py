@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.artifact import KernelArg, KernelArtifact, TensorArg, WorkspaceArg
-from codegen.pipeline import epilogue
+from codegen.pipeline import epilogue, stream_k
 from codegen.pipeline.hooks import OperatorHooks
 from codegen.pipeline.layout import PipelineLayout
 from codegen.pipeline.record import EmissionRecord
-from codegen.pipeline.skeleton import STREAM_K_WORKSPACE, PipelineSkeleton
+from codegen.pipeline.skeleton import PipelineSkeleton
 from codegen.pipeline.structure import PipelineStructure
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import parse_spec
@@ -58,7 +58,7 @@ class Lowered:
         for name in lay.hooks.pointer_inputs():
             args.append(TensorArg(name, lay.tensor_dtypes[name], tuple(shapes[name]), "input"))
         if lay.stream_k is not None:
-            args.append(WorkspaceArg(STREAM_K_WORKSPACE, lay.stream_k_workspace_bytes))
+            args.append(WorkspaceArg(stream_k.WORKSPACE, lay.stream_k_workspace_bytes))
         return KernelArtifact(
             op=sp.op,
             params=dict(sp.params),

@@ -26,21 +26,18 @@ from contextlib import contextmanager
 
 from codegen.cuda import prelude
 from codegen.cuda.mbarrier import MBARRIER_BYTES
-from codegen.pipeline import epilogue
+from codegen.pipeline import epilogue, stream_k
 from codegen.pipeline.code import Code
 from codegen.pipeline.emitters import EMITTERS
 from codegen.pipeline.hooks import OperatorHooks
 from codegen.pipeline.layout import PipelineLayout
-from codegen.pipeline.limits import BAR_CONSUMERS, REGISTER_FILE, WARP, WARPGROUP
+from codegen.pipeline.limits import REGISTER_FILE, WARP, WARPGROUP
 from codegen.pipeline.pipelined import PipelinedLoop, TripAt, is_pipelined
 from codegen.pipeline.raster import emit_tile_origin
 from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing, EmittedTurn
 from codegen.pipeline.smem import SMEM_ALIGN
 from codegen.pipeline.structure import Issue, Ring, TileBuffer
 from scheduler_search.ir import STaskKind
-
-#: The kernel parameter of stream-K's workspace (counts and parts of shared tiles).
-STREAM_K_WORKSPACE = "sk_workspace"
 
 
 class PipelineSkeleton:
@@ -123,7 +120,7 @@ class PipelineSkeleton:
         emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster,
                          self.structure.sprogram.cluster)
         if self.layout.stream_k is not None:
-            self._stream_k_helpers()
+            stream_k.emit_helpers(self.code, self.hooks.trips)
         for buffer in self.structure.tile_buffers:
             self._tile_load_function(buffer)
         for ring in self.structure.rings:
@@ -174,7 +171,7 @@ class PipelineSkeleton:
         c("")
         self.hooks.constants(c, lay.consumer_rows)
         if lay.stream_k is not None:
-            self._stream_k_constants()
+            stream_k.emit_constants(c, lay)
         for ring in s.rings:
             c(f"constexpr int {ring.const}_STAGES = {ring.depth};  // {ring.stream} ring depth")
             c(f"constexpr u32 {ring.const}_TX_BYTES = {lay.stage_bytes(ring)};  // "
@@ -287,7 +284,7 @@ class PipelineSkeleton:
         params += [f"const {lay.pointer_type(name)}* __restrict__ {name}"
                    for name in self.hooks.pointer_inputs()]
         if lay.stream_k is not None:
-            params.append(f"unsigned char* __restrict__ {STREAM_K_WORKSPACE}")
+            params.append(f"unsigned char* __restrict__ {stream_k.WORKSPACE}")
         cluster = f"__cluster_dims__({s.cluster_size}, 1, 1) " if s.cluster_size > 1 else ""
         c(f'extern "C" __global__ void {cluster}__launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
@@ -353,7 +350,8 @@ class PipelineSkeleton:
         block, blocks = (("cluster_id", "clusters") if self.structure.cluster_size > 1
                          else ("blockIdx.x", "gridDim.x"))
         if self.layout.stream_k is not None:
-            yield from self._stream_k_units()
+            with stream_k.units(c, self.hooks.trips):
+                yield
         elif self.structure.persistent and self.hooks.tile_trips() is not None:
             c.comment("tiles of unequal trips: every other wave of units in reverse block "
                       "order, so that a block's tiles alternate heavy and light (strided over "
@@ -423,7 +421,8 @@ class PipelineSkeleton:
                 with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
                     for ring in s.rings:
                         st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
-                        c(self._load_call(ring, st, f"{ph} ^ 1", self._loop_trip("trip")))
+                        trip = "trip0 + trip" if self.layout.stream_k is not None else "trip"
+                        c(self._load_call(ring, st, f"{ph} ^ 1", trip))
                         c(f"if (++{st} == {ring.const}_STAGES) {{ {st} = 0; {ph} ^= 1; }}")
 
     # ----- consumers -----------------------------------------------------------------
@@ -502,7 +501,7 @@ class PipelineSkeleton:
         if self.layout.stream_k is None:
             self._epilogue()
             return
-        self._stream_k_fixup()
+        stream_k.emit_fixup(c, self.hooks.trips, self.layout.output.fragment)
         with c.block("if (store_tile)"):
             self._epilogue()
 
@@ -685,106 +684,3 @@ class PipelineSkeleton:
         for issue in s.compute_stream(s.consumer_roles[0]):
             if issue.phase == "epilogue":
                 self._emit(s.consumer_roles, issue)
-
-    # ----- stream-K ------------------------------------------------------------------
-    def _loop_trip(self, trip: str) -> str:
-        """Loop trip ``trip`` of the current unit as a trip of the tile's whole loop."""
-        return f"trip0 + {trip}" if self.layout.stream_k is not None else trip
-
-    def _stream_k_constants(self) -> None:
-        c, lay, share = self.code, self.layout, self.layout.stream_k
-        assert share is not None
-        c.comment(f"Stream-K: the last SK_TILES tiles ({share.waves} wave(s)' worth) are "
-                  "shared out by loop trips, an equal range to each of the GRID blocks.")
-        c(f"constexpr int GRID = {lay.grid};  // persistent blocks (the launch's grid)")
-        c(f"constexpr int SK_TILES = {share.sk_tiles}, DP_TILES = TILES - SK_TILES;")
-        c(f"constexpr int SK_TRIPS = SK_TILES * {self.hooks.trips};")
-        c(f"constexpr u32 SK_COUNT_BYTES = {lay.stream_k_count_bytes};  // workspace: a count "
-          "a shared tile, then two parts a block")
-        c(f"constexpr int SK_PART_FLOATS = {lay.stream_k_part_floats};  // one consumer's rows "
-          "of a tile")
-        c(f'static_assert(SK_TRIPS >= GRID && {lay.grid} * SK_TILES > 0, "every block has '
-          'stream-K trips");')
-
-    def _stream_k_helpers(self) -> None:
-        c, trips = self.code, self.hooks.trips
-        c.comment("Stream-K: the first trip of block b's share (sk_begin(GRID) ends the last), "
-                  "and the block whose share holds trip q.")
-        c("__device__ __forceinline__ int sk_begin(int b) { return (int)((long long)b * "
-          "SK_TRIPS / GRID); }")
-        c("__device__ __forceinline__ int sk_block_of(int q) { return (int)(((long long)(q + 1) "
-          "* GRID - 1) / SK_TRIPS); }")
-        c.comment("Block b's part of shared tile t, consumer's rows: slot 0 holds the part of "
-                  "the block's first tile, slot 1 of its last (the tiles between are its own).")
-        head = ("__device__ __forceinline__ float* sk_part(unsigned char* workspace, int b, "
-                "int t, int consumer)")
-        with c.block(head):
-            c(f"const int slot = sk_begin(b) / {trips} == t ? 0 : 1;")
-            c("return reinterpret_cast<float*>(workspace + SK_COUNT_BYTES) + "
-              "((unsigned long long)(b * 2 + slot) * CONSUMERS + consumer) * SK_PART_FLOATS;")
-        c("")
-
-    def _stream_k_units(self) -> Iterator[None]:
-        """The block's whole tiles, strided over the grid, then its range of the shared
-        tiles' trips, one unit a tile it touches: ``unit`` (the tile), ``trip0`` and
-        ``unit_trips``."""
-        c, trips = self.code, self.hooks.trips
-        c.comment("stream-K: this block's whole tiles, then its share of the last tiles' trips")
-        c("const int dp_units = (int)blockIdx.x < DP_TILES ? (DP_TILES - 1 - (int)blockIdx.x) "
-          "/ GRID + 1 : 0;")
-        c("int sk_next = sk_begin(blockIdx.x);")
-        c("const int sk_end = sk_begin(blockIdx.x + 1);")
-        with c.block("for (int work = 0; work < dp_units || sk_next < sk_end; ++work)"):
-            c(f"int unit = blockIdx.x + work * GRID, trip0 = 0, unit_trips = {trips};")
-            with c.block("if (work >= dp_units)"):
-                c(f"unit = DP_TILES + sk_next / {trips};")
-                c(f"trip0 = sk_next % {trips};")
-                c(f"unit_trips = min({trips} - trip0, sk_end - sk_next);")
-                c("sk_next += unit_trips;")
-            yield
-
-    def _stream_k_fixup(self) -> None:
-        """A part of a shared tile goes to this block's slot; the block that counts the
-        tile's last part adds every part in block order (the same sums whatever finished
-        first) into the fragment, and only it stores the tile (``store_tile``)."""
-        c, trips = self.code, self.hooks.trips
-        frag = self.layout.output.fragment
-        threads = f"CONSUMERS * {WARPGROUP}"
-        c("bool store_tile = true;")
-        with c.block(f"if (unit_trips != {trips})"):
-            c.comment("stream-K: this is one part of a shared tile")
-            c("const int sk_tile = unit - DP_TILES;")
-            c(f"const int sk_first = sk_block_of(sk_tile * {trips});")
-            c(f"const int sk_last = sk_block_of(sk_tile * {trips} + {trips} - 1);")
-            c(f"float* part = sk_part({STREAM_K_WORKSPACE}, blockIdx.x, sk_tile, consumer);")
-            self._fragment_loop(f"__stcg(part + FRAGMENT_AT, {frag}[mi][r]);")
-            c("__threadfence();  // the part is visible before its count")
-            c(c.call("named_barrier_sync", BAR_CONSUMERS, threads) + ";")
-            c("bool finisher = false;")
-            with c.block("if (consumer == 0 && thread_in_wg == 0)"):
-                c(f"u32* count = reinterpret_cast<u32*>({STREAM_K_WORKSPACE}) + sk_tile;")
-                c("finisher = atomicAdd(count, 1u) == (u32)(sk_last - sk_first);")
-                c("if (finisher) *count = 0;  // every part counted: ready for the next launch")
-            c("store_tile = " + c.call("named_barrier_or", BAR_CONSUMERS, threads, "finisher")
-              + ";")
-            with c.block("if (store_tile)"):
-                c("__threadfence();  // the other blocks' parts are read after their counts")
-                c(f"const float* first = sk_part({STREAM_K_WORKSPACE}, sk_first, sk_tile, "
-                  "consumer);")
-                self._fragment_loop(f"{frag}[mi][r] = __ldcg(first + FRAGMENT_AT);")
-                with c.block("for (int b = sk_first + 1; b <= sk_last; ++b)"):
-                    c(f"const float* other = sk_part({STREAM_K_WORKSPACE}, b, sk_tile, "
-                      "consumer);")
-                    self._fragment_loop(f"{frag}[mi][r] += __ldcg(other + FRAGMENT_AT);")
-
-    def _fragment_loop(self, statement: str) -> None:
-        """``statement`` for each fp32 register ``[mi][r]`` of the output's fragment;
-        ``FRAGMENT_AT`` is its place in a part (register-major: a warpgroup's 128 threads
-        write each register's values side by side, in whole lines)."""
-        c = self.code
-        at = f"(mi * ACC_REGS + r) * {WARPGROUP} + thread_in_wg"
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int r = 0; r < ACC_REGS; ++r)"):
-                c(statement.replace("FRAGMENT_AT", at))

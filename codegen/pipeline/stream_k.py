@@ -1,0 +1,135 @@
+"""Stream-K's part of the kernel text: the share, the work loop and the sum of parts.
+
+With an sProgram's ``stream_k`` set, a persistent block runs its whole tiles, then its
+range of the last tiles' loop trips (``scheduler_search.sprogram.StreamKShare`` holds the
+same arithmetic). A tile whose trips fall to several blocks is summed without any block
+waiting: each writes its part (the output's fragment, register-major, so a warpgroup's
+threads write whole lines) to its slot of the ``WORKSPACE`` argument and counts it with
+one atomic; the block that counts the last part adds the parts in block order (the same
+sums whatever finished first) and is the only one to store the tile, then puts the count
+back to zero for the next launch. ``bar.red.or`` tells every consumer thread whether
+its block is that one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from codegen.pipeline.limits import BAR_CONSUMERS, WARPGROUP
+
+if TYPE_CHECKING:
+    from codegen.pipeline.code import Code
+    from codegen.pipeline.layout import PipelineLayout
+
+#: The kernel parameter of the workspace (counts and parts of shared tiles).
+WORKSPACE = "sk_workspace"
+
+
+def emit_constants(code: Code, layout: PipelineLayout) -> None:
+    """The share's constants (after the operator's, which name the trips per tile)."""
+    c, share, trips = code, layout.stream_k, layout.hooks.trips
+    assert share is not None
+    c.comment(f"Stream-K: the last SK_TILES tiles ({share.waves} wave(s)' worth) are "
+              "shared out by loop trips, an equal range to each of the GRID blocks.")
+    c(f"constexpr int GRID = {layout.grid};  // persistent blocks (the launch's grid)")
+    c(f"constexpr int SK_TILES = {share.sk_tiles}, DP_TILES = TILES - SK_TILES;")
+    c(f"constexpr int SK_TRIPS = SK_TILES * {trips};")
+    c(f"constexpr u32 SK_COUNT_BYTES = {layout.stream_k_count_bytes};  // workspace: a count "
+      "a shared tile, then two parts a block")
+    c(f"constexpr int SK_PART_FLOATS = {layout.stream_k_part_floats};  // one consumer's rows "
+      "of a tile")
+    c(f'static_assert(SK_TRIPS >= GRID && {layout.grid} * SK_TILES > 0, "every block has '
+      'stream-K trips");')
+
+
+def emit_helpers(code: Code, trips: str) -> None:
+    """``sk_begin``, ``sk_block_of`` and ``sk_part``: a block's range and its slots."""
+    c = code
+    c.comment("Stream-K: the first trip of block b's share (sk_begin(GRID) ends the last), "
+              "and the block whose share holds trip q.")
+    c("__device__ __forceinline__ int sk_begin(int b) { return (int)((long long)b * "
+      "SK_TRIPS / GRID); }")
+    c("__device__ __forceinline__ int sk_block_of(int q) { return (int)(((long long)(q + 1) "
+      "* GRID - 1) / SK_TRIPS); }")
+    c.comment("Block b's part of shared tile t, consumer's rows: slot 0 holds the part of "
+              "the block's first tile, slot 1 of its last (the tiles between are its own).")
+    head = ("__device__ __forceinline__ float* sk_part(unsigned char* workspace, int b, "
+            "int t, int consumer)")
+    with c.block(head):
+        c(f"const int slot = sk_begin(b) / {trips} == t ? 0 : 1;")
+        c("return reinterpret_cast<float*>(workspace + SK_COUNT_BYTES) + "
+          "((unsigned long long)(b * 2 + slot) * CONSUMERS + consumer) * SK_PART_FLOATS;")
+    c("")
+
+
+@contextmanager
+def units(code: Code, trips: str) -> Iterator[None]:
+    """The block's whole tiles, strided over the grid, then its range of the shared
+    tiles' trips, one unit a tile it touches: ``unit`` (the tile), ``trip0`` and
+    ``unit_trips`` in the body."""
+    c = code
+    c.comment("stream-K: this block's whole tiles, then its share of the last tiles' trips")
+    c("const int dp_units = (int)blockIdx.x < DP_TILES ? (DP_TILES - 1 - (int)blockIdx.x) "
+      "/ GRID + 1 : 0;")
+    c("int sk_next = sk_begin(blockIdx.x);")
+    c("const int sk_end = sk_begin(blockIdx.x + 1);")
+    with c.block("for (int work = 0; work < dp_units || sk_next < sk_end; ++work)"):
+        c(f"int unit = blockIdx.x + work * GRID, trip0 = 0, unit_trips = {trips};")
+        with c.block("if (work >= dp_units)"):
+            c(f"unit = DP_TILES + sk_next / {trips};")
+            c(f"trip0 = sk_next % {trips};")
+            c(f"unit_trips = min({trips} - trip0, sk_end - sk_next);")
+            c("sk_next += unit_trips;")
+        yield
+
+
+def emit_fixup(code: Code, trips: str, frag: str) -> None:
+    """A part of a shared tile goes to this block's slot; the block that counts the
+    tile's last part adds every part in block order (the same sums whatever finished
+    first) into the fragment ``frag``, and only it stores the tile (``store_tile``)."""
+    c = code
+    threads = f"CONSUMERS * {WARPGROUP}"
+    c("bool store_tile = true;")
+    with c.block(f"if (unit_trips != {trips})"):
+        c.comment("stream-K: this is one part of a shared tile")
+        c("const int sk_tile = unit - DP_TILES;")
+        c(f"const int sk_first = sk_block_of(sk_tile * {trips});")
+        c(f"const int sk_last = sk_block_of(sk_tile * {trips} + {trips} - 1);")
+        c(f"float* part = sk_part({WORKSPACE}, blockIdx.x, sk_tile, consumer);")
+        _fragment_loop(c, f"__stcg(part + FRAGMENT_AT, {frag}[mi][r]);")
+        c("__threadfence();  // the part is visible before its count")
+        c(c.call("named_barrier_sync", BAR_CONSUMERS, threads) + ";")
+        c("bool finisher = false;")
+        with c.block("if (consumer == 0 && thread_in_wg == 0)"):
+            c(f"u32* count = reinterpret_cast<u32*>({WORKSPACE}) + sk_tile;")
+            c("finisher = atomicAdd(count, 1u) == (u32)(sk_last - sk_first);")
+            c("if (finisher) *count = 0;  // every part counted: ready for the next launch")
+        c("store_tile = " + c.call("named_barrier_or", BAR_CONSUMERS, threads, "finisher")
+          + ";")
+        with c.block("if (store_tile)"):
+            c("__threadfence();  // the other blocks' parts are read after their counts")
+            c(f"const float* first = sk_part({WORKSPACE}, sk_first, sk_tile, "
+              "consumer);")
+            _fragment_loop(c, f"{frag}[mi][r] = __ldcg(first + FRAGMENT_AT);")
+            with c.block("for (int b = sk_first + 1; b <= sk_last; ++b)"):
+                c(f"const float* other = sk_part({WORKSPACE}, b, sk_tile, "
+                  "consumer);")
+                _fragment_loop(c, f"{frag}[mi][r] += __ldcg(other + FRAGMENT_AT);")
+
+
+def _fragment_loop(code: Code, statement: str) -> None:
+    """``statement`` for each fp32 register ``[mi][r]`` of the output's fragment;
+    ``FRAGMENT_AT`` is its place in a part (register-major: a warpgroup's 128 threads
+    write each register's values side by side, in whole lines)."""
+    c = code
+    at = f"(mi * ACC_REGS + r) * {WARPGROUP} + thread_in_wg"
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int r = 0; r < ACC_REGS; ++r)"):
+            c(statement.replace("FRAGMENT_AT", at))
+
+
+__all__ = ["WORKSPACE", "emit_constants", "emit_fixup", "emit_helpers", "units"]
