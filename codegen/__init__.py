@@ -5,7 +5,16 @@
 primitives live in ``codegen.cuda``. Importing ``codegen`` needs no GPU.
 """
 
-from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, TensorMapArg, WorkspaceArg
+from codegen.artifact import (
+    KernelArtifact,
+    RangeArtifact,
+    RangeBucket,
+    ScalarArg,
+    SizeSlot,
+    TensorArg,
+    TensorMapArg,
+    WorkspaceArg,
+)
 from codegen.render import (
     CODEGEN_VERSION,
     HOOKS,
@@ -21,7 +30,10 @@ __all__ = [
     "CODEGEN_VERSION",
     "HOOKS",
     "KernelArtifact",
+    "RangeArtifact",
+    "RangeBucket",
     "ScalarArg",
+    "SizeSlot",
     "TensorArg",
     "TensorMapArg",
     "Unsupported",

@@ -14,9 +14,11 @@ the workers (``workers.contract``) and ``load`` check an artifact's arguments ag
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 ARTIFACT_VERSION = 1
@@ -162,6 +164,62 @@ class KernelArtifact:
     def from_json(cls, text: str) -> KernelArtifact:
         return cls.from_dict(json.loads(text))
 
+    # ----- run-time sizes ------------------------------------------------------------
+    @property
+    def size_slots(self) -> tuple[SizeSlot, ...]:
+        """Where the kernel's run-time sizes appear in its launch contract (empty for a
+        kernel specialised to one shape)."""
+        return tuple(SizeSlot(**slot) for slot in self.extra.get("size_slots", ()))
+
+    @property
+    def runtime_dims(self) -> tuple[str, ...]:
+        """The workload dimensions the kernel takes at run time (``("m",)``)."""
+        return tuple(dict.fromkeys(slot.dim for slot in self.size_slots))
+
+    def at_sizes(self, sizes: dict[str, int]) -> KernelArtifact:
+        """This kernel's launch contract for another size of its run-time dimensions: the
+        same source, entry, grid and block (one compiled module serves every size), with
+        the sized arguments (the size scalars, tensor shapes, TMA descriptors' extents)
+        and ``params`` set for ``sizes``.
+
+        Raises:
+            ValueError: ``sizes`` names a dimension the kernel does not take at run time.
+        """
+        unknown = set(sizes) - set(self.runtime_dims)
+        if unknown:
+            raise ValueError(f"the kernel takes {sorted(self.runtime_dims) or 'no size'} at run "
+                             f"time, not {sorted(unknown)}")
+        args = list(self.args)
+        by_name = {arg.name: i for i, arg in enumerate(args)}
+        for slot in self.size_slots:
+            if slot.dim in sizes:
+                i = by_name[slot.arg]
+                args[i] = slot.bind(args[i], int(sizes[slot.dim]))
+        params = {**self.params, **{dim: int(size) for dim, size in sizes.items()}}
+        return replace(self, params=params, args=tuple(args))
+
+
+@dataclass(frozen=True)
+class SizeSlot:
+    """One place of a run-time size in a launch contract: argument ``arg``'s ``field``
+    (``value`` of a scalar, an entry of a tensor's ``shape`` or of a tensor map's
+    ``global_dims``) holds ``scale`` times dimension ``dim``."""
+
+    dim: str
+    arg: str
+    field: Literal["value", "shape", "global_dims"]
+    index: int = 0
+    scale: int = 1
+
+    def bind(self, arg: KernelArg, size: int) -> KernelArg:
+        """``arg`` with this slot set for ``size``."""
+        value = self.scale * size
+        if self.field == "value":
+            return replace(arg, value=value)
+        entries = list(getattr(arg, self.field))
+        entries[self.index] = value
+        return replace(arg, **{self.field: tuple(entries)})
+
 
 def _arg_from_dict(data: dict[str, Any]) -> KernelArg:
     kind = data.get("kind")
@@ -187,3 +245,99 @@ def _arg_from_dict(data: dict[str, Any]) -> KernelArg:
             oob_fill=data.get("oob_fill", "zero"),
         )
     raise ValueError(f"unknown kernel argument kind {kind!r}")
+
+
+@dataclass(frozen=True)
+class RangeBucket:
+    """Sizes ``low``..``high`` of a range served by ``kernel``, which takes the range's
+    dimension at run time; it ran at ``loss`` times the best kernel measured at the
+    bucket's sampled sizes (geometric mean; 1.0 where it was the best at each)."""
+
+    low: int
+    high: int
+    kernel: KernelArtifact
+    loss: float = 1.0
+
+
+@dataclass(frozen=True)
+class RangeArtifact:
+    """The kernels of a range workload: contiguous buckets over dimension ``dim``, each
+    served by one compiled kernel. A call reads its size from input ``size_from[0]``'s
+    axis ``size_from[1]``, finds its bucket and launches that kernel bound to the size
+    (:meth:`KernelArtifact.at_sizes`)."""
+
+    op: str
+    #: The workload as the request gave it: the range dimension as ``{"min", "max"}`` or
+    #: a list of sizes.
+    params: dict[str, Any]
+    dim: str
+    size_from: tuple[str, int]
+    buckets: tuple[RangeBucket, ...]
+    version: int = ARTIFACT_VERSION
+    kind: Literal["range"] = "range"
+
+    @property
+    def low(self) -> int:
+        return self.buckets[0].low
+
+    @property
+    def high(self) -> int:
+        return self.buckets[-1].high
+
+    def bucket_of(self, size: int) -> RangeBucket:
+        """The bucket serving ``size``.
+
+        Raises:
+            KeyError: ``size`` is outside ``low..high``.
+        """
+        index = bisect.bisect_left([b.high for b in self.buckets], size)
+        if size < self.low or index == len(self.buckets):
+            raise KeyError(f"{self.dim}={size} is outside the tuned range {self.low}..{self.high}")
+        return self.buckets[index]
+
+    def kernel_at(self, size: int) -> KernelArtifact:
+        """The launch contract of the kernel serving ``size``, bound to it."""
+        return self.bucket_of(size).kernel.at_sizes({self.dim: size})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "version": self.version, "op": self.op,
+            "params": json.loads(json.dumps(self.params)), "dim": self.dim,
+            "size_from": list(self.size_from),
+            "buckets": [{"low": b.low, "high": b.high, "loss": b.loss,
+                         "kernel": b.kernel.to_dict()} for b in self.buckets],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RangeArtifact:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: not a range artifact of this version, or buckets that do not tile
+                a range in order.
+        """
+        if data.get("kind") != "range":
+            raise ValueError("not a range artifact (kind is not 'range')")
+        if data.get("version", ARTIFACT_VERSION) != ARTIFACT_VERSION:
+            raise ValueError(f"RangeArtifact version {data.get('version')} is not "
+                             f"{ARTIFACT_VERSION}")
+        buckets = tuple(RangeBucket(int(b["low"]), int(b["high"]),
+                                    KernelArtifact.from_dict(b["kernel"]),
+                                    float(b.get("loss", 1.0))) for b in data["buckets"])
+        if not buckets or any(b.low > b.high for b in buckets) or any(
+                nxt.low != cur.high + 1 for cur, nxt in itertools.pairwise(buckets)):
+            raise ValueError("range buckets must be non-empty, ordered and contiguous")
+        size_from = data["size_from"]
+        return cls(op=data["op"], params=dict(data["params"]), dim=data["dim"],
+                   size_from=(str(size_from[0]), int(size_from[1])), buckets=buckets)
+
+    @classmethod
+    def from_json(cls, text: str) -> RangeArtifact:
+        return cls.from_dict(json.loads(text))

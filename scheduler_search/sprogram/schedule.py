@@ -150,6 +150,10 @@ class SProgram:
     cluster: Cluster | None = None
     #: Whole tiles only when None; serialised only when set, as ``cluster``.
     stream_k: StreamK | None = None
+    #: Dimensions of the workload the kernel takes as run-time arguments (``("m",)``: one
+    #: compiled kernel serves every m of a range; ``params`` holds the size it is planned
+    #: and checked at). Serialised only when set, as ``cluster``.
+    runtime_dims: tuple[str, ...] = ()
 
     # ----- views -------------------------------------------------------------------------
     def role_stream(self, role: str) -> list[tuple[UnitKind, UnitOp]]:
@@ -168,8 +172,8 @@ class SProgram:
         data = asdict(self)
         data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
         data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
-        for optional in ("cluster", "stream_k"):
-            if data[optional] is None:
+        for optional in ("cluster", "stream_k", "runtime_dims"):
+            if not data[optional]:
                 del data[optional]
         return json.loads(json.dumps(data))
 
@@ -224,6 +228,7 @@ class SProgram:
             version=data["version"],
             cluster=_cluster(data.get("cluster")),
             stream_k=StreamK(**data["stream_k"]) if data.get("stream_k") else None,
+            runtime_dims=tuple(data.get("runtime_dims", ())),
         )
 
     @classmethod
