@@ -7,7 +7,8 @@ estimator calls the cost model, lazily. CuPy, PyTorch and the CUDA bindings are 
 lazily inside functions, so this package imports on a machine without a GPU.
 
 ``load(artifact)`` (``workers.kernels``) is the user's side: it runs a tuned kernel on CuPy
-arrays or torch tensors.
+arrays or torch tensors; for the kernels of a size range (a ``RangeArtifact``) it returns a
+``RangeKernel`` (``workers.ranges``), which launches each call's size on its bucket's kernel.
 """
 
 from workers.compile import CompileResult, ParallelCompiler
@@ -21,6 +22,7 @@ from workers.protocol import (
     MeasurementStatus,
     TimingConfig,
 )
+from workers.ranges import RangeKernel
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -33,6 +35,7 @@ __all__ = [
     "Measurement",
     "MeasurementStatus",
     "ParallelCompiler",
+    "RangeKernel",
     "SimulatedDevice",
     "TimingConfig",
     "fingerprint_key",

@@ -36,13 +36,15 @@ bfloat16: a torch ``bfloat16`` tensor, or a CuPy ``uint16`` array of bfloat16 bi
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from codegen.artifact import KernelArtifact, TensorMapArg, WorkspaceArg
+from codegen.artifact import KernelArtifact, RangeArtifact, TensorMapArg, WorkspaceArg
 from scheduler_search.ops import TensorSpec
 from workers.contract import check_tensor_args, contract
 from workers.launch import DriverLaunch, DriverLaunchError, error_name, pack_arguments
@@ -82,7 +84,22 @@ class TensorInfo:
 def as_artifact(artifact: Any) -> KernelArtifact:
     """A KernelArtifact from itself, its dict, its JSON text (bytes too), or the body of
     ``GET /v1/kernels/{hash}`` (``{"hash", "schedule_hash", "artifact": {...}}``)."""
+    artifact = plain_artifact(artifact)
     if isinstance(artifact, KernelArtifact):
+        return artifact
+    if isinstance(artifact, RangeArtifact) or artifact.get("kind") == "range":
+        raise ValueError("a RangeArtifact, not a KernelArtifact: load() it for a RangeKernel")
+    try:
+        return KernelArtifact.from_dict(dict(artifact))
+    except KeyError as exc:
+        raise ValueError(f"not a KernelArtifact: missing field {exc}") from exc
+
+
+def plain_artifact(artifact: Any) -> KernelArtifact | RangeArtifact | Mapping[str, Any]:
+    """An artifact as given to ``load``: a KernelArtifact or RangeArtifact as is; JSON
+    text (bytes too) parsed; an API body that wraps it (``{..., "artifact": {...}}``)
+    unwrapped to the artifact's dict."""
+    if isinstance(artifact, KernelArtifact | RangeArtifact):
         return artifact
     if isinstance(artifact, bytes | bytearray):
         artifact = artifact.decode()
@@ -92,14 +109,13 @@ def as_artifact(artifact: Any) -> KernelArtifact:
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a KernelArtifact JSON text: {exc}") from exc
     if isinstance(artifact, Mapping):
-        if "artifact" in artifact and "source" not in artifact:
-            artifact = artifact["artifact"]
-        try:
-            return KernelArtifact.from_dict(dict(artifact))
-        except KeyError as exc:
-            raise ValueError(f"not a KernelArtifact: missing field {exc}") from exc
+        inner = artifact.get("artifact")
+        if isinstance(inner, Mapping) and "source" not in artifact and "buckets" not in artifact:
+            artifact = inner
+        return artifact
     raise TypeError(
-        f"load() takes a KernelArtifact, its dict or its JSON text, not {type(artifact).__name__}"
+        f"load() takes a KernelArtifact or RangeArtifact, its dict or its JSON text, not "
+        f"{type(artifact).__name__}"
     )
 
 
@@ -232,18 +248,119 @@ class _PackedLaunch:
     framework: str
 
 
+class KernelModule:
+    """One kernel source compiled once, and its ``CUfunction`` per (entry, device).
+
+    Shared by every :class:`LoadedKernel` of the same source and compile options
+    (:meth:`shared`): the kernels of one range bucket, bound to different sizes, are one
+    module (one NVRTC compile, one ``cuModuleLoad`` per device), as are two ``load`` calls
+    of one artifact. Compiled on the first :meth:`function` call, so making one is cheap
+    and needs no GPU.
+    """
+
+    #: (source, options) -> the module, while a kernel holds it.
+    _shared: ClassVar[weakref.WeakValueDictionary[tuple[str, tuple[str, ...]],
+                                                  KernelModule]] = weakref.WeakValueDictionary()
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, source: str, options: tuple[str, ...]) -> None:
+        self.source = source
+        self.options = tuple(options)
+        self._raw: Any = None  # the cupy.RawModule
+        self._functions: dict[tuple[str, int], int] = {}
+        self._smem_bytes: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, source: str, options: tuple[str, ...]) -> KernelModule:
+        """The module of ``source`` compiled with ``options``, the same object for as long
+        as a kernel holds it."""
+        key = (source, tuple(options))
+        with cls._shared_lock:
+            module = cls._shared.get(key)
+            if module is None:
+                module = cls._shared[key] = cls(source, tuple(options))
+        return module
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the source has been compiled (by a first launch)."""
+        return self._raw is not None
+
+    def function(self, entry: str, device: int, dynamic_smem_bytes: int = 0) -> int:
+        """The ``CUfunction`` of ``entry`` on ``device``, compiled and loaded there once,
+        allowed ``dynamic_smem_bytes`` of dynamic shared memory."""
+        key = (entry, device)
+        function = self._functions.get(key)
+        if function is None or dynamic_smem_bytes > self._smem_bytes[key]:
+            with self._lock:
+                function = self._load(entry, device, dynamic_smem_bytes)
+        return function
+
+    def _load(self, entry: str, device: int, dynamic_smem_bytes: int) -> int:
+        import cupy
+
+        key = (entry, device)
+        with cupy.cuda.Device(device):
+            if self._raw is None:
+                self._raw = cupy.RawModule(code=self.source, options=self.options)
+            kernel = self._raw.get_function(entry)
+            allowed = max(dynamic_smem_bytes, self._smem_bytes.get(key, 0))
+            if allowed > _DEFAULT_DYNAMIC_SMEM_BYTES:
+                kernel.max_dynamic_shared_size_bytes = allowed
+            self._smem_bytes[key] = allowed
+            function = self._functions[key] = int(kernel.kernel.ptr)
+        return function
+
+
+class Workspaces:
+    """A kernel's workspaces (``WorkspaceArg``: scratch memory it keeps across launches)
+    per device: allocated zeroed by the first launch there, in that launch's framework
+    and on its current stream, and held while this object lives.
+
+    One object may serve several kernels whose workspaces are the same (the sizes of a
+    range bucket: one kernel bound to different sizes): their launches on one stream are
+    ordered, and each leaves the workspace as it found it.
+    """
+
+    def __init__(self, args: tuple[WorkspaceArg, ...]) -> None:
+        self.args = tuple(args)
+        #: Device -> each workspace's buffer there, by name.
+        self._buffers: dict[int, dict[str, Any]] = {}
+
+    def pointers(self, device: int, like: Any) -> dict[str, int]:
+        """Each workspace's pointer on ``device``, allocated by the first call there and
+        zeroed in ``like``'s framework on its current stream, so before that call's launch.
+        (A first call inside a graph capture would capture the zero-fill rather than run it:
+        warm up outside the capture, as for the compile.)"""
+        buffers = self._buffers.get(device)
+        if buffers is None:
+            buffers = self._buffers[device] = {
+                arg.name: _zeroed_bytes(arg.bytes, like) for arg in self.args}
+        return {name: describe_tensor(buffer).data_ptr for name, buffer in buffers.items()}
+
+
 class LoadedKernel:
     """A tuned kernel, ready to launch (see the module docstring); made by :func:`load`.
 
     The CUDA module is compiled on the first call (NVRTC through CuPy, cached by CuPy on
-    disk), so making one is cheap and needs no GPU. A kernel's workspaces (scratch memory
-    it keeps across launches, ``WorkspaceArg``) are allocated zeroed by its first call on
-    each device, in that call's framework and on its current stream, and kept while the
-    callable lives. Two overlapping launches of one callable on different streams would
-    share its workspace on that device, as they would a cuBLAS handle's workspace.
+    disk), so making one is cheap and needs no GPU; kernels of the same source share it
+    (:class:`KernelModule`). A kernel's workspaces (scratch memory it keeps across
+    launches, ``WorkspaceArg``) are allocated zeroed by its first call on each device, in
+    that call's framework and on its current stream, and kept while the callable lives.
+    Two overlapping launches of one callable on different streams would share its
+    workspace on that device, as they would a cuBLAS handle's workspace.
+
+    Args:
+        artifact: the kernel's launch contract.
+        module: the compiled module to launch from (default: the one shared by every
+            kernel of the artifact's source and options).
+        workspaces: where the workspaces live (default: this kernel's own); a range
+            kernel gives the sizes of one bucket one.
     """
 
-    def __init__(self, artifact: KernelArtifact) -> None:
+    def __init__(self, artifact: KernelArtifact, *, module: KernelModule | None = None,
+                 workspaces: Workspaces | None = None) -> None:
         if tuple(artifact.cluster) != (1, 1, 1) and "__cluster_dims__" not in artifact.source:
             raise ValueError("a cluster launch needs __cluster_dims__ in the kernel source")
         self.artifact = artifact
@@ -254,15 +371,17 @@ class LoadedKernel:
         self._by_name = {t.name: t for t in self.expected}
         self._input_names = tuple(t.name for t in self.inputs)
         self._names = tuple(t.name for t in self.expected)
-        self._module: Any = None
-        self._functions: dict[int, int] = {}
+        self.module = module or KernelModule.shared(artifact.source,
+                                                    tuple(artifact.compile_options))
         self._maps: dict[tuple[str, int], np.ndarray] = {}
         self._checked: dict[tuple[Any, ...], bool] = {}
         self._packed: dict[tuple[Any, ...], _PackedLaunch] = {}
         self._allocators: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
-        self._workspace_args = tuple(a for a in artifact.args if isinstance(a, WorkspaceArg))
-        #: Device -> each workspace's buffer there, by name (held for the kernel's life).
-        self._workspaces: dict[int, dict[str, Any]] = {}
+        workspace_args = tuple(a for a in artifact.args if isinstance(a, WorkspaceArg))
+        if workspaces is not None and workspaces.args != workspace_args:
+            raise ValueError(f"the kernel's workspaces {workspace_args} are not the shared "
+                             f"ones {workspaces.args}")
+        self.workspaces = workspaces or Workspaces(workspace_args)
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -359,24 +478,13 @@ class LoadedKernel:
             raise KernelArgumentError(f"tensors are on different GPUs: {sorted(devices)}")
         device = devices.pop()
         pointers = {name: info.data_ptr for name, info in infos.items()}
-        pointers.update(self._workspace_pointers(device, first))
+        pointers.update(self.workspaces.pointers(device, first))
         params = pack_arguments(self.artifact.args, pointers, self._tensor_map)
-        function = self._functions.get(device) or self._load(device)
         a = self.artifact
+        function = self.module.function(a.entry, device, a.dynamic_smem_bytes)
         launch = DriverLaunch(function, tuple(a.grid), tuple(a.block), a.dynamic_smem_bytes,
                               params)
         return _PackedLaunch(launch, device, _framework(first))
-
-    def _workspace_pointers(self, device: int, like: Any) -> dict[str, int]:
-        """Each workspace's pointer on ``device``, allocated by the first call there and
-        zeroed in ``like``'s framework on its current stream, so before that call's launch.
-        (A first call inside a graph capture would capture the zero-fill rather than run it:
-        warm up outside the capture, as for the compile.)"""
-        buffers = self._workspaces.get(device)
-        if buffers is None:
-            buffers = self._workspaces[device] = {
-                arg.name: _zeroed_bytes(arg.bytes, like) for arg in self._workspace_args}
-        return {name: describe_tensor(buffer).data_ptr for name, buffer in buffers.items()}
 
     def _launch(self, packed: _PackedLaunch) -> None:
         """One ``cuLaunchKernel`` on the caller's current stream; made again inside the
@@ -391,21 +499,6 @@ class LoadedKernel:
         if result:
             raise DriverLaunchError(f"cuLaunchKernel failed: {error_name(result)}")
 
-    def _load(self, device: int) -> int:
-        """Compile (once) and load the kernel on ``device``; its ``CUfunction``."""
-        import cupy
-
-        artifact = self.artifact
-        with cupy.cuda.Device(device):
-            if self._module is None:
-                self._module = cupy.RawModule(code=artifact.source,
-                                              options=tuple(artifact.compile_options))
-            kernel = self._module.get_function(artifact.entry)
-            if artifact.dynamic_smem_bytes > _DEFAULT_DYNAMIC_SMEM_BYTES:
-                kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
-            function = self._functions[device] = int(kernel.kernel.ptr)
-        return function
-
     def _tensor_map(self, arg: TensorMapArg, data_ptr: int) -> np.ndarray:
         """The TMA descriptor of ``arg`` over the tensor at ``data_ptr`` (kept per address)."""
         from workers.tensor_maps import encode_tensor_map
@@ -418,16 +511,25 @@ class LoadedKernel:
         return self._maps[key]
 
 
-def load(artifact: Any) -> LoadedKernel:
+def load(artifact: Any) -> Any:
     """A callable that runs the kernel of ``artifact`` on CuPy arrays or torch tensors.
 
     Args:
         artifact: a ``KernelArtifact``, its ``to_dict()``, its JSON text, or the JSON body
-            of ``GET /v1/kernels/{hash}``.
+            of ``GET /v1/kernels/{hash}``: a :class:`LoadedKernel`. A ``RangeArtifact``
+            (the kernels of a size range), its dict (``"kind": "range"``) or JSON: a
+            :class:`workers.ranges.RangeKernel`, which launches the kernel of each call's
+            size.
 
     Raises:
-        ValueError: not a KernelArtifact of a known operator.
+        ValueError: not an artifact of a known operator.
     """
+    artifact = plain_artifact(artifact)
+    if isinstance(artifact, RangeArtifact) or (isinstance(artifact, Mapping)
+                                               and artifact.get("kind") == "range"):
+        from workers.ranges import RangeKernel, as_range_artifact
+
+        return RangeKernel(as_range_artifact(artifact))
     return LoadedKernel(as_artifact(artifact))
 
 
@@ -526,12 +628,15 @@ def _device_index(value: Any) -> int:
 
 __all__ = [
     "KernelArgumentError",
+    "KernelModule",
     "LoadedKernel",
     "TensorInfo",
+    "Workspaces",
     "as_artifact",
     "bind_arguments",
     "check_tensor",
     "describe_tensor",
     "expected_tensors",
     "load",
+    "plain_artifact",
 ]

@@ -103,7 +103,7 @@ def test_tensor_errors_are_clear_and_nothing_is_launched(a, message) -> None:
     kernel = load(_artifact())
     with pytest.raises(KernelArgumentError, match=message):
         kernel(a, FakeCupyArray((128, 512)))
-    assert kernel._module is None  # never compiled, never launched
+    assert not kernel.module.compiled  # never compiled, never launched
 
 
 def test_output_passed_by_name_is_checked_too() -> None:
