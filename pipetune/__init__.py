@@ -8,6 +8,8 @@
 
     result = pipetune.tune("gemm", m=4096, n=4096, k=4096, dtype="float16")  # in process
     gemm = pipetune.load(result.kernel)
+
+    gemm = pipetune.load(client.range_artifact(range_id))  # every m of a tuned range
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from pipetune.results import TuneResult
 
 def load(artifact: Any) -> Any:
     """A tuned kernel as a callable over torch tensors or CuPy arrays (needs CuPy and the
-    CUDA driver bindings; see ``workers.load``)."""
+    CUDA driver bindings; see ``workers.load``): a ``LoadedKernel`` for a KernelArtifact,
+    a ``RangeKernel`` for a RangeArtifact (its dict or JSON, ``"kind": "range"``), which
+    launches each call's size on the kernel of its bucket."""
     from workers import load as load_kernel
 
     return load_kernel(artifact)

@@ -4,7 +4,11 @@ Both have the same methods. ``tune`` posts a spec; on a cache hit it returns the
 schedule (and the run that found it) at once, otherwise the run, and with ``wait=True``
 it follows the run's server-sent events (a progress bar on a terminal) until it ends.
 ``kernel(hash)`` returns the kernel artifact that :func:`pipetune.load` turns into a
-callable. An error answer raises a typed :class:`~pipetune.errors.ApiError` naming the field.
+callable; ``range_artifact(range_id)`` the kernels of a tuned size range, which ``load``
+turns into one callable for every size of the range. A range is tuned like any workload,
+its dimension given as a range or a list of sizes:
+``client.tune("gemm", m={"min": 1, "max": 16384}, n=4096, k=4096, dtype="float16")``.
+An error answer raises a typed :class:`~pipetune.errors.ApiError` naming the field.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class Client:
     def tune(self, op: str, params: dict[str, Any] | None = None, *, device: str | None = None,
              budget: dict[str, Any] | None = None, force: bool = False, extend: bool = False,
              wait: bool = True, progress: bool = True, **fields: Any) -> TuneResult:
-        """Tune ``op`` for ``params`` (or the spec's fields as keywords: ``m=4096``).
+        """Tune ``op`` for ``params`` (or the spec's fields as keywords: ``m=4096``; a
+        range as ``m={"min": 1, "max": 16384}`` or a list of sizes, sent as given).
 
         ``force``: a new run even on a cache hit; ``extend``: continue the workload's
         newest run with ``budget`` more. Returns the cached schedule on a hit; otherwise
@@ -157,6 +162,11 @@ class Client:
     def kernel(self, kernel_hash: str) -> dict[str, Any]:
         """The kernel artifact (source, launch contract): what :func:`pipetune.load` takes."""
         return _json(self._http.get(f"/v1/kernels/{kernel_hash}"))
+
+    def range_artifact(self, range_id: int | str) -> dict[str, Any]:
+        """A tuned range's kernels (the RangeArtifact JSON: its buckets of sizes, each with
+        its kernel): what :func:`pipetune.load` turns into one callable for the range."""
+        return _json(self._http.get(f"/v1/ranges/{range_id}/artifact"))
 
 
 class AsyncClient:
@@ -224,3 +234,6 @@ class AsyncClient:
 
     async def kernel(self, kernel_hash: str) -> dict[str, Any]:
         return _json(await self._http.get(f"/v1/kernels/{kernel_hash}"))
+
+    async def range_artifact(self, range_id: int | str) -> dict[str, Any]:
+        return _json(await self._http.get(f"/v1/ranges/{range_id}/artifact"))

@@ -12,14 +12,19 @@ and drop-ins for PyTorch's own ops.
 
 :func:`register` wraps the loaded kernel in ``torch.library.custom_op`` with a fake (meta)
 implementation that says what it returns (the contract's output shapes and dtypes, on the
-inputs' device) without running it, which is what tracing needs. The drop-ins
-(:class:`DropIns`; :func:`gemm` and :func:`attention` on a default instance) look the exact
-workload and GPU up in the cache once (memoised: a hit costs no database round trip per
-call), run the tuned kernel on a hit and PyTorch's op on a miss.
+inputs' device) without running it, which is what tracing needs; for a range's kernels
+(a RangeArtifact) the outputs' shapes follow the size of the call's input (a GEMM's m).
+The drop-ins (:class:`DropIns`; :func:`gemm` and :func:`attention` on a default instance)
+first look for a tuned range holding the workload (a GEMM's m in a range tuned for its n,
+k, dtype and layout), remembered per workload without its range dimension, so a call of
+another m runs the range's kernel without asking the database again; else they look the
+exact workload up; both once per workload and GPU (memoised: a hit costs no database
+round trip per call). They run the tuned kernel on a hit and PyTorch's op on a miss.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -29,6 +34,9 @@ from pipetune import load
 
 #: (op, params, device index) -> the kernel's artifact JSON, or None.
 Lookup = Callable[[str, dict[str, Any], int], "dict[str, Any] | None"]
+#: (op, exact params, device index) -> the RangeArtifact JSON of a tuned range holding
+#: the workload, or None.
+RangeLookup = Callable[[str, dict[str, Any], int], "dict[str, Any] | None"]
 #: (op, params, device index) -> None: tune the workload (it is then in the cache).
 Tuner = Callable[[str, dict[str, Any], int], None]
 _UNKNOWN = object()
@@ -38,21 +46,42 @@ def register(artifact: Any, name: str | None = None) -> Any:
     """Register a tuned kernel as the custom operator ``pipetune::<name>`` and return it.
 
     Args:
-        artifact: what :func:`pipetune.load` takes (a KernelArtifact, its dict or JSON).
+        artifact: what :func:`pipetune.load` takes (a KernelArtifact or a RangeArtifact,
+            its dict or JSON).
         name: the operator's name in the ``pipetune`` namespace (default
-            ``<op>_<schedule hash[:12]>``, unique per kernel).
+            ``<op>_<schedule hash[:12]>``, unique per kernel; for a range
+            ``<op>_range_<range hash[:12]>``).
 
     The operator takes the kernel's input tensors positionally, in contract order, and
-    returns its output (attention: ``(o, lse)``), allocated by the call.
+    returns its output (attention: ``(o, lse)``), allocated by the call. A range's
+    operator takes every size of its range: its outputs' shapes follow the size read from
+    the input the range names (a GEMM's ``a.shape[0]``), symbolic under ``torch.compile``
+    with dynamic shapes.
     """
     import torch
 
+    from workers.ranges import RangeKernel
+
     kernel = load(artifact)
     art = kernel.artifact
-    qualname = f"pipetune::{name or f'{art.op}_{art.schedule_hash[:12]}'}"
+    if isinstance(kernel, RangeKernel):
+        default_name = f"{art.op}_range_{art.hash[:12]}"
+        inputs_names = [t.name for t in kernel.inputs]
+        position, axis = inputs_names.index(kernel.size_input), kernel.size_axis
+
+        def output_shapes(tensors: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            size = tensors[position].shape[axis]
+            return [t.shape_at(size) for t in kernel.outputs]
+    else:
+        default_name = f"{art.op}_{art.schedule_hash[:12]}"
+
+        def output_shapes(tensors: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            return [t.shape for t in kernel.outputs]
+
+    qualname = f"pipetune::{name or default_name}"
     inputs = ", ".join(f"Tensor {t.name}" for t in kernel.inputs)
-    outputs = list(kernel.outputs)
-    returns = "Tensor" if len(outputs) == 1 else f"({', '.join('Tensor' for _ in outputs)})"
+    dtypes = [getattr(torch, t.dtype) for t in kernel.outputs]
+    returns = "Tensor" if len(dtypes) == 1 else f"({', '.join('Tensor' for _ in dtypes)})"
     schema = f"({inputs}) -> {returns}"
 
     @torch.library.custom_op(qualname, mutates_args=(), schema=schema)
@@ -62,16 +91,17 @@ def register(artifact: Any, name: str | None = None) -> Any:
     @op.register_fake
     def _(*tensors: Any) -> Any:
         device = tensors[0].device
-        made = tuple(torch.empty(t.shape, dtype=getattr(torch, t.dtype), device=device)
-                     for t in outputs)
+        made = tuple(torch.empty(shape, dtype=dtype, device=device)
+                     for shape, dtype in zip(output_shapes(tensors), dtypes, strict=True))
         return made[0] if len(made) == 1 else made
 
     return op
 
 
 class DropIns:
-    """PyTorch ops that run the tuned kernel of the exact workload and GPU when the cache
-    holds one, and PyTorch's own op otherwise.
+    """PyTorch ops that run a tuned kernel of the workload and GPU when the cache holds
+    one (a tuned range holding the workload first, then the exact workload), and
+    PyTorch's own op otherwise.
 
     Args:
         database_url: the cache (default: the user's, as :func:`pipetune.tune` uses).
@@ -80,18 +110,28 @@ class DropIns:
         budget: that tune's budget (``{"seconds": 60}`` by default).
         lookup: where kernels come from (default: the local cache; e.g. a
             :class:`pipetune.Client`'s schedules instead).
+        range_lookup: where ranges come from (default: the local cache's tuned ranges;
+            none where ``lookup`` is given alone, so kernels come from one place). Asked
+            once per workload without its range dimension (a GEMM's n, k, dtype, layout
+            and GPU), and again only for a size that the ranges found miss.
         tuner: how a miss is tuned (default: :func:`pipetune.tune` in this process).
     """
 
     def __init__(self, *, database_url: str | None = None, tune_on_miss: bool = False,
                  budget: dict[str, Any] | None = None, lookup: Lookup | None = None,
+                 range_lookup: RangeLookup | None = None,
                  tuner: Tuner | None = None) -> None:
         self.database_url = database_url
         self.tune_on_miss = tune_on_miss
         self.budget = budget or {"seconds": 60}
         self._lookup = lookup or self._lookup_local
+        if range_lookup is None:
+            range_lookup = _no_range if lookup is not None else self._range_lookup_local
+        self._range_lookup = range_lookup
         self._tuner = tuner or self._tune_local
         self._memo: dict[tuple[str, str, int], Any] = {}
+        #: (op, params without the range dimensions, device) -> the range kernels found.
+        self._ranges: dict[tuple[str, tuple[Any, ...], int], list[Any]] = {}
         self._tuning: set[tuple[str, str, int]] = set()
         self._lock = threading.Lock()
 
@@ -119,16 +159,49 @@ class DropIns:
         return kernel(q, k, v)[0]
 
     def kernel(self, op: str, params: dict[str, Any], like: Any) -> Any:
-        """The loaded tuned kernel of ``op`` at ``params`` on ``like``'s GPU, or None."""
+        """The loaded tuned kernel of ``op`` at ``params`` on ``like``'s GPU (a range's
+        kernel where a range holds the workload), or None."""
         device = int(like.device.index or 0)
+        dims = _range_dims(op)
+        ranges = None
+        if dims:
+            fixed = (op, tuple(sorted((name, value) for name, value in params.items()
+                                      if name not in dims)), device)
+            ranges = self._ranges.get(fixed)
+            if ranges:
+                for found in ranges:
+                    if found.covers(params):
+                        return found
         key = (op, json.dumps(params, sort_keys=True), device)
         kernel = self._memo.get(key, _UNKNOWN)
         if kernel is _UNKNOWN:
+            # Ranges are asked for once per fixed workload, and again for a size the
+            # ranges found so far miss (another range may hold it).
+            if dims and ranges != []:
+                kernel = self._find_range(fixed, op, params, device)
+                if kernel is not None:
+                    return kernel
             artifact = self._lookup(op, params, device)
             kernel = load(artifact) if artifact is not None else None
             self._memo[key] = kernel
             if kernel is None and self.tune_on_miss:
                 self._start_tune(key, op, params, device)
+        return kernel
+
+    def _find_range(self, fixed: tuple[str, tuple[Any, ...], int], op: str,
+                    params: dict[str, Any], device: int) -> Any:
+        """The range kernel holding the workload, asked of the range lookup (and kept
+        with the fixed workload's ranges), or None."""
+        artifact = self._range_lookup(op, params, device)
+        with self._lock:
+            ranges = self._ranges.setdefault(fixed, [])
+        if artifact is None:
+            return None
+        kernel = load(artifact)
+        if not kernel.covers(params):
+            return None
+        if all(known.artifact.hash != kernel.artifact.hash for known in ranges):
+            ranges.append(kernel)
         return kernel
 
     def _start_tune(self, key: tuple[str, str, int], op: str, params: dict[str, Any],
@@ -155,11 +228,33 @@ class DropIns:
         return cached_kernel(TuneRequest(op=op, params=params, device=f"cuda:{device}"),
                              self.database_url)
 
+    def _range_lookup_local(self, op: str, params: dict[str, Any], device: int) -> Any:
+        try:
+            from service.commands.tune import cached_range
+        except ImportError:  # a service without tuned ranges
+            return None
+        from service.schemas import TuneRequest
+
+        return cached_range(TuneRequest(op=op, params=params, device=f"cuda:{device}"),
+                            self.database_url)
+
     def _tune_local(self, op: str, params: dict[str, Any], device: int) -> None:
         from pipetune.local import tune
 
         tune(op, device=f"cuda:{device}", budget=self.budget, database_url=self.database_url,
              progress=False, **params)
+
+
+def _no_range(op: str, params: dict[str, Any], device: int) -> None:
+    return None
+
+
+@functools.cache
+def _range_dims(op: str) -> tuple[str, ...]:
+    """The dimensions of ``op`` a range may span (a GEMM's m)."""
+    from scheduler_search.ops import RANGE_DIMS
+
+    return RANGE_DIMS.get(op, ())
 
 
 def _dtype_name(tensor: Any) -> str:

@@ -1,0 +1,42 @@
+"""Hand-made range artifacts for tests without a GPU: GEMM launch contracts that take m at
+run time (pointers to a, b and c, an ``M`` scalar, their size slots), with no kernel text
+to compile."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from codegen.artifact import (
+    KernelArtifact,
+    RangeArtifact,
+    RangeBucket,
+    ScalarArg,
+    SizeSlot,
+    TensorArg,
+)
+from scheduler_search.ops import workload_tensors
+
+N, K = 512, 256
+FIXED = {"n": N, "k": K, "dtype": "float16", "b_layout": "kn"}
+
+
+def runtime_m_kernel(m: int, name: str) -> KernelArtifact:
+    """A launch contract taking m at run time: pointers to a, b and c, and ``M``."""
+    params = {"m": m, **FIXED}
+    args = [TensorArg(t.name, t.dtype, t.shape, t.role) for t in workload_tensors("gemm", params)]
+    slots = [SizeSlot("m", "a", "shape", 0), SizeSlot("m", "c", "shape", 0),
+             SizeSlot("m", "M", "value")]
+    return KernelArtifact(op="gemm", params=params, schedule_hash=name * 64, source=f"// {name}",
+                          entry="gemm", grid=(132, 1, 1), block=(384, 1, 1),
+                          dynamic_smem_bytes=0, args=(*args, ScalarArg("M", "int32", m)),
+                          extra={"size_slots": [asdict(s) for s in slots]})
+
+
+def range_dict(low: int = 1, edge: int = 64, high: int = 4096) -> dict:
+    """A GEMM range over m in ``low..high``: buckets ``low..edge`` (schedule ``a...``) and
+    ``edge+1..high`` (schedule ``b...``), as ``RangeArtifact.to_dict`` gives it."""
+    return RangeArtifact(
+        op="gemm", params={"m": {"min": low, "max": high}, **FIXED}, dim="m",
+        size_from=("a", 0),
+        buckets=(RangeBucket(low, edge, runtime_m_kernel(edge, "a")),
+                 RangeBucket(edge + 1, high, runtime_m_kernel(high, "b")))).to_dict()
