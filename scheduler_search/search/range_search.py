@@ -1,0 +1,691 @@
+"""Tuning over a range of sizes: candidates measured at sampled sizes, cut into buckets.
+
+A range run (``{"m": {"min": 1, "max": 16384}, "n": 4096, ...}``) does not look for one
+best schedule but for a *bucket table*: contiguous buckets of the range's dimension, each
+served by one kernel that takes the size at run time (``SProgram.runtime_dims``). No single
+schedule is best everywhere (a GEMM with m = 1 wants narrow tiles, one with m = 16384 the
+widest), and each bucket is one more kernel to compile and keep, so the search measures a
+pool of candidates at every sampled size and lets :func:`~scheduler_search.search.buckets
+.partition` choose.
+
+:class:`RangeSearch` does, in order:
+
+1. **Sizes**: ``RangeConfig.sizes`` sizes of the range (log-uniform, both ends included,
+   seeded: :meth:`RangeSpec.sample`).
+2. **Pool**: the hand-written designs and their stream-K variants first, then the cost
+   model's best distinct structures at a few *anchor* sizes across the range (the ends,
+   the geometric middle and the quarter points), taken in turns. An anchor's space is the
+   exact spec's there, restricted to persistent schedules (a kernel that takes m at run
+   time keeps its grid: codegen refuses the rest), ranked from random valid samples
+   climbed to their best neighbours (or, with ``exhaustive``, the whole space). Every
+   candidate is planned at the range's high end with ``runtime_dims=(dim,)``, and kept
+   if the feasibility check accepts that sProgram. The pool is as wide as the trial
+   budget allows (``trials // sizes``, at most ``max_pool``).
+3. **Measurements**: every candidate at every size, a job per (candidate, size) made by
+   the caller's ``make_jobs`` (one kernel rendered per candidate and bound to each size,
+   so a GPU worker compiles each source once). The candidates go in groups as wide as a
+   batch, each group size by size: a batch holds as many different kernels as the
+   executor compiles at once, and a time budget cut leaves whole candidates measured
+   over the whole range.
+4. **Buckets**: :func:`partition` over the sizes measured; each bucket's winner is then
+   re-timed interleaved at the bucket's sizes (``retime_rounds``; skipped when
+   cancelled).
+
+The search stops on its :class:`Budget` (``trials`` counts measurements, ``seconds`` the
+wall clock, the re-timing coming after it, as in :class:`SearchDriver`) or a cancel. A
+resumed run hands in its stored measurements (``history``): they count, and are never
+measured again; the plan (sizes, pool) is the same for the same seed and budget, and a
+larger budget's pool starts with the smaller one's.
+
+Like the driver, this imports no executor, GPU, database or code generator: jobs come from
+``make_jobs``, the code generator's check from ``feasible``, records leave through
+callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scheduler_search.hardware.model import Device
+from scheduler_search.ops import OperatorSpec, RangeSpec, parse_spec
+from scheduler_search.ops.ranges import SizeRange
+from scheduler_search.search.buckets import BucketTable, partition
+from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
+from scheduler_search.search.proposals.cost_model import _RandomTrial
+from scheduler_search.search.proposals.neighbours import neighbours
+from scheduler_search.search.records import (
+    CODEGEN_ERROR,
+    SOURCE_COST_MODEL,
+    SOURCE_DESIGN,
+    Progress,
+    TrialRecord,
+)
+from scheduler_search.search.seeding import stream_k_twins, structure_of
+from scheduler_search.search.stopping import Budget, Stopper, StopReason
+from scheduler_search.space import Choices, Feasibility, ScheduleSpace, rank_top
+from scheduler_search.sprogram import SProgram, plan_sprogram
+
+logger = logging.getLogger(__name__)
+
+#: Knobs held for a kernel that takes a size at run time: its grid is planned once, so it
+#: loops over the tiles of whatever size it is given (``codegen.unsupported`` refuses a
+#: run-time size on a grid of one block per tile).
+RUNTIME_FIXED: Choices = {"persistent": True}
+
+#: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}``) of the
+#: candidate ``sprogram`` (planned at the range's high end, with ``runtime_dims``), timed
+#: by the search's quick method or (``final``) the re-timing's.
+MakeJobs = Callable[[SProgram, Sequence[Mapping[str, int]], bool], Sequence[Any]]
+#: ``estimator(sprogram, spec)``: the predicted latency of ``sprogram`` on ``spec``.
+Estimator = Callable[[SProgram, OperatorSpec], float]
+
+
+@dataclass(frozen=True)
+class RangeConfig:
+    """Knobs of a range search.
+
+    Args:
+        seed: seeds the sampled sizes and the anchors' random samples.
+        sizes: sizes measured (fewer when the budget cannot give ``min_candidates``
+            candidates that many, never fewer than 2 unless the range has one size).
+        pool: candidates of a default budget (``default_trials`` is ``pool * sizes``).
+        max_pool: the most candidates a larger budget buys.
+        min_candidates: candidates the sizes leave room for in a small budget.
+        anchors: sizes across the range whose spaces the cost model ranks.
+        samples_per_anchor: random valid schedules drawn at each anchor.
+        climb_rounds: rounds of moving an anchor's best few to their best neighbours
+            (one knob changed) by the cost model.
+        climb_top: how many of an anchor's best are climbed from per round.
+        exhaustive: rank an anchor's whole space instead (seconds per anchor for a GEMM).
+        batch_size: jobs per ``measure`` call (default: the executor's ``batch_size()``).
+        retime_rounds: interleaved rounds re-timing the buckets' winners (0: none).
+        max_buckets, tolerance: :func:`partition`'s.
+    """
+
+    seed: int = 0
+    sizes: int = 10
+    pool: int = 24
+    max_pool: int = 96
+    min_candidates: int = 4
+    anchors: int = 5
+    samples_per_anchor: int = 128
+    climb_rounds: int = 2
+    climb_top: int = 4
+    exhaustive: bool = False
+    batch_size: int | None = None
+    retime_rounds: int = 3
+    max_buckets: int = 8
+    tolerance: float = 0.01
+
+    @property
+    def default_trials(self) -> int:
+        """The trial budget of a range run whose request gives none."""
+        return self.pool * self.sizes
+
+
+@dataclass(frozen=True)
+class RangeCandidate:
+    """A schedule of the pool: planned at the range's high end with ``runtime_dims``;
+    ``anchor`` is the size it was ranked at (None: a hand-written design), with its
+    prediction there."""
+
+    index: int
+    sprogram: SProgram
+    source: str
+    anchor: int | None = None
+    predicted_us: float | None = None
+
+    @property
+    def choices(self) -> Choices:
+        return self.sprogram.choices
+
+
+@dataclass(frozen=True)
+class RangeBucketResult:
+    """Sizes ``low``..``high`` served by ``candidate``: ``loss`` times the best measured
+    at the bucket's sampled sizes (``samples``); ``latencies_us`` its latency at every
+    sampled size it ran at (the search's timing), ``retimed_us`` at the bucket's sizes by
+    the final method (None: not re-timed)."""
+
+    low: int
+    high: int
+    loss: float
+    samples: tuple[int, ...]
+    candidate: RangeCandidate
+    latencies_us: dict[int, float]
+    retimed_us: dict[int, float] | None = None
+
+    @property
+    def sprogram(self) -> SProgram:
+        return self.candidate.sprogram
+
+    @property
+    def schedule_hash(self) -> str:
+        return self.candidate.sprogram.hash
+
+
+@dataclass
+class RangeResult:
+    """The outcome of a range search.
+
+    ``buckets`` is empty when nothing ran (every candidate failed, or the budget or a
+    cancel left no size measured); ``measurements`` are this attempt's records (a
+    resumed run's history not included); ``trials_done`` counts both.
+    """
+
+    dim: str
+    low: int
+    high: int
+    size_from: tuple[str, int]
+    sizes: list[int]
+    candidates: list[RangeCandidate]
+    buckets: tuple[RangeBucketResult, ...]
+    measurements: list[TrialRecord]
+    trials_done: int
+    invalid: int
+    stop_reason: StopReason
+    elapsed_s: float
+    loss: float | None = None
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.buckets)
+
+
+def range_dim(range_spec: RangeSpec) -> str:
+    """The one dimension ``range_spec`` gives as a range.
+
+    Raises:
+        ValueError: it gives several (a bucket table is over one dimension).
+    """
+    if len(range_spec.ranges) != 1:
+        raise ValueError(f"a range search takes one range dimension, not "
+                         f"{', '.join(sorted(range_spec.ranges))}")
+    return next(iter(range_spec.ranges))
+
+
+def size_source(range_spec: RangeSpec, dim: str) -> tuple[str, int]:
+    """Where a call's size of ``dim`` is read: the first input tensor of the operator's
+    contract (``tensors()``) whose shape changes with ``dim``, and the axis that does
+    (``("a", 0)`` for a GEMM's m).
+
+    Raises:
+        ValueError: no input's shape depends on ``dim``.
+    """
+    size_range = range_spec.ranges[dim]
+    pairs = [(size_range.low, size_range.high)] if size_range.low != size_range.high else []
+    pairs += [(size_range.low, size_range.low + 1), (size_range.low, 2 * size_range.low)]
+    for a, b in pairs:
+        try:
+            first = parse_spec(range_spec.op, {**range_spec.fixed, dim: a}).tensors()
+            second = parse_spec(range_spec.op, {**range_spec.fixed, dim: b}).tensors()
+        except Exception:  # a size the operator refuses: try the next pair
+            continue
+        for one, other in zip(first, second, strict=True):
+            if one.role != "input" or one.shape == other.shape:
+                continue
+            for axis, (x, y) in enumerate(zip(one.shape, other.shape, strict=True)):
+                if x != y:
+                    return one.name, axis
+    raise ValueError(f"no input of {range_spec.op} changes shape with {dim}")
+
+
+def anchor_sizes(size_range: SizeRange, count: int) -> list[int]:
+    """``count`` sizes spread evenly in log space over the range, both ends included
+    (listed sizes: the nearest listed), distinct and sorted."""
+    low, high = size_range.low, size_range.high
+    if count <= 1 or low == high:
+        return sorted({high} if count <= 1 else {low, high})
+    found = set()
+    for i in range(count):
+        size = math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (count - 1))
+        if size_range.listed is not None:
+            found.add(min(size_range.listed,
+                          key=lambda s: (abs(math.log(s) - math.log(size)), s)))
+        else:
+            found.add(min(high, max(low, round(size))))
+    return sorted(found)
+
+
+def plan_at(range_spec: RangeSpec, device: Device, sprogram: SProgram,
+            sizes: Mapping[str, int]) -> SProgram:
+    """``sprogram``'s choices planned at ``sizes`` (its ``runtime_dims`` kept): what the
+    cost model times for the kernel at that size (a simulated measurement, a prediction).
+
+    Raises:
+        ScheduleError, SpecError: the choices cannot be planned there.
+    """
+    spec = range_spec.exact(dict(sizes))
+    return replace(plan_sprogram(spec, device, sprogram.choices),
+                   runtime_dims=sprogram.runtime_dims)
+
+
+class RangeSearch:
+    """Measures a pool of run-time-size schedules over a range and cuts it into buckets
+    (see the module docstring).
+
+    Args:
+        range_spec: the workload, one dimension given as a range.
+        device: the device model (spaces, plans and the default estimator).
+        executor: measures batches (``batch_size``, ``prepare``, ``retime_interleaved``).
+        make_jobs: the jobs of a candidate at sizes (:data:`MakeJobs`); an exception is
+            each of those measurements' failure (``render_error``), not the search's.
+        budget: ``trials`` (measurements) and ``seconds``; ``patience`` is not used.
+        config: the knobs (:class:`RangeConfig`).
+        feasible: the code generator's check, asked of each anchor's schedules and of
+            each candidate with its run-time dimension (None: every valid schedule).
+        estimator: predicted latency of an sProgram on a spec (default: the cost model).
+        designs: hand-written designs' choices, tried first (with their stream-K
+            variants).
+        fixed: knobs held in every space (default :data:`RUNTIME_FIXED`).
+        history: an earlier attempt's records (sizes in their choices): counted, never
+            measured again.
+        elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
+        on_trials: called with each batch's records.
+        on_progress: called after each batch and phase change.
+        should_stop: polled between batches; true ends the search as cancelled.
+    """
+
+    def __init__(
+        self,
+        range_spec: RangeSpec,
+        device: Device,
+        executor: ExecutorLike,
+        make_jobs: MakeJobs,
+        *,
+        budget: Budget | None = None,
+        config: RangeConfig | None = None,
+        feasible: Feasibility | None = None,
+        estimator: Estimator | None = None,
+        designs: Sequence[Choices] = (),
+        fixed: Choices | None = None,
+        history: Sequence[TrialRecord] = (),
+        elapsed_before_s: float = 0.0,
+        on_trials: Callable[[list[TrialRecord]], None] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.range_spec = range_spec
+        self.dim = range_dim(range_spec)
+        self.size_range = range_spec.ranges[self.dim]
+        self.device = device
+        self.executor = executor
+        self.make_jobs = make_jobs
+        self.budget = budget or Budget(trials=(config or RangeConfig()).default_trials)
+        self.config = config or RangeConfig()
+        self.feasible = feasible
+        self.estimator = estimator or _cost_model(device)
+        self.designs = [dict(d) for d in designs]
+        self.fixed = dict(RUNTIME_FIXED if fixed is None else fixed)
+        self._on_trials = on_trials or (lambda records: None)
+        self._on_progress = on_progress or (lambda progress: None)
+        self._should_stop = should_stop or (lambda: False)
+        self._stopper = Stopper(self.budget, elapsed_before_s=elapsed_before_s)
+        #: (schedule hash, size) -> the latest record of that measurement.
+        self._known: dict[tuple[str, int], TrialRecord] = {}
+        for record in history:
+            size = record.choices.get(self.dim)
+            if record.schedule_hash is not None and isinstance(size, int):
+                self._known[(record.schedule_hash, size)] = record
+        self._trials_done = len(history)
+        self._measured: list[TrialRecord] = []
+        self._invalid = 0
+        self._jobs: dict[tuple[int, bool], list[Any] | Exception] = {}
+
+    # ----- the plan ------------------------------------------------------------------------
+    def plan_sizes(self) -> list[int]:
+        """The sizes to measure at: ``config.sizes``, fewer when the budget cannot give
+        ``min_candidates`` candidates that many."""
+        count = self.config.sizes
+        floor = max(1, self.config.min_candidates)
+        if self.budget.trials < floor * count:
+            count = max(2, self.budget.trials // floor)
+        sampled = self.range_spec.sample(count, self.config.seed)
+        return [s[self.dim] for s in sampled]
+
+    def pool_size(self, sizes: int) -> int:
+        """Candidates the trial budget measures at ``sizes`` sizes (at most ``max_pool``)."""
+        return max(1, min(self.config.max_pool, self.budget.trials // max(1, sizes)))
+
+    def plan_pool(self, count: int) -> list[RangeCandidate]:
+        """Up to ``count`` candidates: the designs and their stream-K variants, then the
+        anchors' best in turns, each planned at the high end with the run-time dimension
+        and kept if feasible (the rest counted in ``invalid``)."""
+        high = {self.dim: self.size_range.high}
+        high_space = ScheduleSpace(self.range_spec.exact(high), self.device, None, self.fixed)
+        pool: list[RangeCandidate] = []
+        seen: set[str] = set()
+
+        def offer(choices: Choices, source: str, anchor: int | None,
+                  predicted: float | None) -> None:
+            if len(pool) >= count:
+                return
+            sprogram = self._runtime_candidate(high_space, choices)
+            if sprogram is None or sprogram.hash in seen:
+                return
+            seen.add(sprogram.hash)
+            pool.append(RangeCandidate(len(pool), sprogram, source, anchor, predicted))
+
+        for design in self.designs:
+            for choices in [{**design, **self.fixed}, *self._stream_k_variants(high_space,
+                                                                              design)]:
+                offer(choices, SOURCE_DESIGN, None, None)
+        ranked = [iter(self._rank_anchor(size)) for size in
+                  anchor_sizes(self.size_range, self.config.anchors)]
+        while len(pool) < count and ranked:
+            for queue in list(ranked):
+                item = next(queue, None)
+                if item is None:
+                    ranked.remove(queue)
+                    continue
+                anchor, predicted, choices = item
+                offer(choices, SOURCE_COST_MODEL, anchor, predicted)
+        return pool
+
+    def _stream_k_variants(self, space: ScheduleSpace, design: Choices) -> list[Choices]:
+        try:
+            return stream_k_twins(space, {**design, **self.fixed})
+        except Exception as exc:  # a design this space cannot hold
+            logger.debug("no stream-K variants of a design: %s", exc)
+            return []
+
+    def _runtime_candidate(self, space: ScheduleSpace, choices: Choices) -> SProgram | None:
+        """``choices`` planned at the high end with the run-time dimension, or None (not
+        valid there, or refused by the feasibility check: counted)."""
+        try:
+            sprogram, validity = space.build(choices)
+        except Exception:
+            self._invalid += 1
+            return None
+        if not validity.ok:
+            self._invalid += 1
+            return None
+        runtime = replace(sprogram, runtime_dims=(self.dim,))
+        if self.feasible is not None and self.feasible(runtime):
+            self._invalid += 1
+            return None
+        return runtime
+
+    def _rank_anchor(self, size: int) -> list[tuple[int, float, Choices]]:
+        """The best schedule of each distinct structure at ``size`` by prediction, best
+        first: ``(size, predicted_us, choices)``."""
+        spec = self.range_spec.exact({self.dim: size})
+        space = ScheduleSpace(spec, self.device, self.feasible, self.fixed)
+        scored: dict[str, tuple[float, SProgram]] = {}
+
+        def score(sprogram: SProgram) -> None:
+            if sprogram.hash in scored:
+                return
+            try:
+                predicted = float(self.estimator(sprogram, spec))
+            except Exception as exc:
+                logger.debug("no prediction of %s: %s", sprogram.hash[:12], exc)
+                return
+            if math.isfinite(predicted):
+                scored[sprogram.hash] = (predicted, sprogram)
+
+        if self.config.exhaustive:
+            candidates, _ = space.enumerate()
+            for item in rank_top(space, candidates, self.config.samples_per_anchor):
+                score(item.sprogram)
+        else:
+            rng = random.Random(f"pipetune-range:{self.config.seed}:{size}")
+            for sample in self._samples(space, rng):
+                score(sample)
+            for _ in range(self.config.climb_rounds):
+                best = sorted(scored.values(), key=lambda item: item[0])
+                for _, sprogram in best[: self.config.climb_top]:
+                    for choices in neighbours(space, sprogram.choices):
+                        built = _valid(space, choices)
+                        if built is not None:
+                            score(built)
+        ranked: list[tuple[int, float, Choices]] = []
+        structures: set[tuple] = set()
+        for predicted, sprogram in sorted(scored.values(), key=lambda i: (i[0], i[1].hash)):
+            structure = structure_of(sprogram.choices)
+            if structure not in structures:
+                structures.add(structure)
+                ranked.append((size, predicted, dict(sprogram.choices)))
+        return ranked
+
+    def _samples(self, space: ScheduleSpace, rng: random.Random) -> Iterator[SProgram]:
+        """Up to ``samples_per_anchor`` random valid schedules (at most 20 draws each)."""
+        trial = _RandomTrial(rng)
+        found = 0
+        for _ in range(20 * self.config.samples_per_anchor):
+            if found >= self.config.samples_per_anchor:
+                return
+            built = _valid(space, space.suggest(trial))
+            if built is not None:
+                found += 1
+                yield built
+
+    # ----- the search ----------------------------------------------------------------------
+    def run(self) -> RangeResult:
+        """Plan, measure, partition, re-time; the outcome."""
+        sizes = self.plan_sizes()
+        self._progress("starting")
+        candidates = self.plan_pool(self.pool_size(len(sizes)))
+        logger.info("range search of %s %s: %d candidates at %d sizes (%d refused)",
+                    self.range_spec.op, self.range_spec.params(), len(candidates), len(sizes),
+                    self._invalid)
+        reason = self._measure_all(candidates, sizes)
+        cancelled = reason is StopReason.CANCELLED
+        table, measured_sizes = self._partition(candidates, sizes)
+        buckets = self._buckets(table, candidates, measured_sizes)
+        if buckets and not cancelled and self.config.retime_rounds > 0:
+            self._progress("retime")
+            buckets = self._retime(buckets)
+        self._progress("done")
+        return RangeResult(
+            dim=self.dim,
+            low=self.size_range.low,
+            high=self.size_range.high,
+            size_from=size_source(self.range_spec, self.dim),
+            sizes=sizes,
+            candidates=candidates,
+            buckets=tuple(buckets),
+            measurements=list(self._measured),
+            trials_done=self._trials_done,
+            invalid=self._invalid,
+            stop_reason=reason,
+            elapsed_s=self._stopper.elapsed_s,
+            loss=table.loss if table is not None else None,
+            cancelled=cancelled,
+        )
+
+    def _measure_all(self, candidates: list[RangeCandidate], sizes: list[int]) -> StopReason:
+        """Every (candidate, size) not measured yet, in batches; why it stopped."""
+        width = max(1, self.config.batch_size or self.executor.batch_size())
+        pending = [(c, i) for start in range(0, len(candidates), width)
+                   for i in range(len(sizes))
+                   for c in candidates[start : start + width]
+                   if (c.sprogram.hash, sizes[i]) not in self._known]
+        batches = [pending[i : i + width] for i in range(0, len(pending), width)]
+        for index, batch in enumerate(batches):
+            reason = self._stopper.reason(trials_done=self._trials_done, since_improvement=0,
+                                          cancelled=self._should_stop())
+            if reason is not None:
+                return reason
+            batch = batch[: self._stopper.remaining_trials(self._trials_done)]
+            jobs = [self._job(c, i, sizes, final=False) for c, i in batch]
+            if index + 1 < len(batches):
+                ahead = [self._job(c, i, sizes, final=False) for c, i in batches[index + 1]]
+                ready = [j for j in ahead if not isinstance(j, Exception)]
+                if ready:
+                    self.executor.prepare(ready)
+            ready = [j for j in jobs if not isinstance(j, Exception)]
+            results = iter(self.executor.measure(ready) if ready else [])
+            records = []
+            for (candidate, i), job in zip(batch, jobs, strict=True):
+                result = job if isinstance(job, Exception) else next(results)
+                records.append(self._record(candidate, sizes[i], result))
+            self._trials_done += len(records)
+            self._measured.extend(records)
+            for record in records:
+                self._known[(record.schedule_hash or "", record.choices[self.dim])] = record
+            self._on_trials(records)
+            self._progress("search")
+        if self._should_stop():
+            return StopReason.CANCELLED
+        done = self._trials_done >= self.budget.trials
+        return StopReason.TRIALS if done else StopReason.EXHAUSTED
+
+    def _job(self, candidate: RangeCandidate, size_index: int, sizes: list[int], *,
+             final: bool) -> Any:
+        """The job of ``candidate`` at ``sizes[size_index]`` (its jobs at every size made
+        once), or the exception that making them raised."""
+        key = (candidate.index, final)
+        if key not in self._jobs:
+            try:
+                made = list(self.make_jobs(candidate.sprogram,
+                                           [{self.dim: s} for s in sizes], final))
+                if len(made) != len(sizes):
+                    raise ValueError(f"make_jobs gave {len(made)} jobs for {len(sizes)} sizes")
+                self._jobs[key] = made
+            except Exception as exc:  # code generation failed: each of its measurements
+                logger.warning("no jobs for %s: %s", candidate.sprogram.hash[:12], exc)
+                self._jobs[key] = exc
+        jobs = self._jobs[key]
+        return jobs if isinstance(jobs, Exception) else jobs[size_index]
+
+    def _record(self, candidate: RangeCandidate, size: int,
+                result: MeasurementLike | Exception) -> TrialRecord:
+        """A measurement's record: the candidate's choices with the size, its status."""
+        common: dict[str, Any] = {
+            "number": -1,
+            "choices": {**candidate.choices, self.dim: size},
+            "source": candidate.source,
+            "schedule_hash": candidate.sprogram.hash,
+            "predicted_us": self._predict(candidate, size),
+            "elapsed_s": self._stopper.elapsed_s,
+        }
+        if isinstance(result, Exception):
+            return TrialRecord(status=CODEGEN_ERROR, error=f"codegen: {type(result).__name__}: "
+                               f"{result}", **common)
+        status = status_of(result)
+        ok = status == "ok" and result.latency_us is not None
+        return TrialRecord(
+            status=status,
+            latency_us=float(result.latency_us) if ok else None,  # type: ignore[arg-type]
+            error=result.error,
+            simulated=bool(result.simulated),
+            measurement=result.to_dict(),
+            **common,
+        )
+
+    def _predict(self, candidate: RangeCandidate, size: int) -> float | None:
+        sizes = {self.dim: size}
+        try:
+            planned = plan_at(self.range_spec, self.device, candidate.sprogram, sizes)
+            return float(self.estimator(planned, self.range_spec.exact(sizes)))
+        except Exception:
+            return None
+
+    def _latency(self, candidate: RangeCandidate, size: int) -> float | None:
+        record = self._known.get((candidate.sprogram.hash, size))
+        return record.latency_us if record is not None and record.ok else None
+
+    def _partition(self, candidates: list[RangeCandidate], sizes: list[int]
+                   ) -> tuple[BucketTable | None, list[int]]:
+        """The bucket table over the sizes some candidate ran at (None: none did)."""
+        rows = [[self._latency(c, s) for s in sizes] for c in candidates]
+        measured = [i for i, _ in enumerate(sizes) if any(row[i] is not None for row in rows)]
+        if not measured:
+            return None, []
+        if len(measured) < len(sizes):
+            logger.warning("range search: no candidate ran at %s; buckets cut over the rest",
+                           [sizes[i] for i in range(len(sizes)) if i not in measured])
+        kept = [[row[i] for i in measured] for row in rows]
+        table = partition([sizes[i] for i in measured], kept, low=self.size_range.low,
+                          high=self.size_range.high, max_buckets=self.config.max_buckets,
+                          tolerance=self.config.tolerance)
+        return table, [sizes[i] for i in measured]
+
+    def _buckets(self, table: BucketTable | None, candidates: list[RangeCandidate],
+                 sizes: list[int]) -> list[RangeBucketResult]:
+        if table is None:
+            return []
+        found = []
+        for bucket in table.buckets:
+            candidate = candidates[bucket.choice]
+            latencies = {s: us for s in sizes if (us := self._latency(candidate, s)) is not None}
+            samples = tuple(s for s in sizes if bucket.low <= s <= bucket.high)
+            found.append(RangeBucketResult(bucket.low, bucket.high, bucket.loss, samples,
+                                           candidate, latencies))
+        return found
+
+    def _retime(self, buckets: list[RangeBucketResult]) -> list[RangeBucketResult]:
+        """Each bucket's winner timed again at the bucket's sizes, in interleaved rounds
+        with the other buckets' (a failed re-timing leaves that size out)."""
+        jobs: list[Any] = []
+        owners: list[tuple[int, int]] = []
+        for b, bucket in enumerate(buckets):
+            try:
+                made = self.make_jobs(bucket.sprogram,
+                                      [{self.dim: s} for s in bucket.samples], True)
+            except Exception as exc:
+                logger.warning("no re-timing jobs for %s: %s", bucket.schedule_hash[:12], exc)
+                continue
+            jobs.extend(made)
+            owners.extend((b, s) for s in bucket.samples)
+        if not jobs:
+            return buckets
+        results = self.executor.retime_interleaved(jobs, rounds=self.config.retime_rounds)
+        retimed: dict[int, dict[int, float]] = {}
+        for (b, size), result in zip(owners, results, strict=True):
+            if status_of(result) == "ok" and result.latency_us is not None:
+                retimed.setdefault(b, {})[size] = float(result.latency_us)
+        return [replace(bucket, retimed_us=retimed.get(b, {}))
+                for b, bucket in enumerate(buckets)]
+
+    def _progress(self, phase: str) -> None:
+        self._on_progress(Progress(
+            phase=phase,
+            trials_done=self._trials_done,
+            trials_budget=self.budget.trials,
+            invalid=self._invalid,
+            best_latency_us=None,
+            best_schedule_hash=None,
+            elapsed_s=self._stopper.elapsed_s,
+        ))
+
+
+def _valid(space: ScheduleSpace, choices: Choices) -> SProgram | None:
+    """The sProgram of ``choices`` if it is valid (and feasible) in ``space``."""
+    try:
+        sprogram, validity = space.build(choices)
+    except Exception:
+        return None
+    return sprogram if validity.ok else None
+
+
+def _cost_model(device: Device) -> Estimator:
+    def estimate_us(sprogram: SProgram, spec: OperatorSpec) -> float:
+        from scheduler_search.cost_model import estimate
+
+        return estimate(sprogram, spec, device).latency_us
+
+    return estimate_us
+
+
+__all__ = [
+    "RUNTIME_FIXED",
+    "Estimator",
+    "MakeJobs",
+    "RangeBucketResult",
+    "RangeCandidate",
+    "RangeConfig",
+    "RangeResult",
+    "RangeSearch",
+    "anchor_sizes",
+    "plan_at",
+    "range_dim",
+    "size_source",
+]
