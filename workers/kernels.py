@@ -31,6 +31,10 @@ TMA descriptors) are kept per argument signature, so a repeated call only launch
 kernel is launched on torch's current stream for torch tensors (capturable by
 ``torch.cuda.graph``), on CuPy's current stream for CuPy arrays.
 bfloat16: a torch ``bfloat16`` tensor, or a CuPy ``uint16`` array of bfloat16 bits.
+
+The kernels of a size range (a ``RangeArtifact``, ``GET /v1/ranges/{id}/artifact``) load
+as one :class:`workers.ranges.RangeKernel`, which launches each call's size on its bucket's
+kernel; kernels of one source share one compiled module (:class:`KernelModule`).
 """
 
 from __future__ import annotations
