@@ -70,6 +70,12 @@ class GemmHooks(OperatorHooks):
     trips = "K_ITERS"
     cluster_axes = ("m", "n")
     shares_reduction = True
+    runtime_capable = ("m",)
+
+    @property
+    def runtime_m(self) -> bool:
+        """Whether m is a kernel argument (one kernel for every m of a range)."""
+        return "m" in self.runtime_dims
 
     # ----- problem and tile ----------------------------------------------------------
     @property
@@ -156,7 +162,8 @@ class GemmHooks(OperatorHooks):
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        return (GridAxis("m", self.m, self.tile_m), GridAxis("n", self.n, self.tile_n))
+        return (GridAxis("m", self.m, self.tile_m, runtime=self.runtime_m),
+                GridAxis("n", self.n, self.tile_n))
 
     # ----- operands and output -------------------------------------------------------
     @cached_property
@@ -189,6 +196,7 @@ class GemmHooks(OperatorHooks):
             rows=self.tile_m,
             cols=self.tile_n, global_rows=self.m, global_cols=self.n, fragment="acc",
             row_origin="m0", col_origin="n0", extent_names=("M", "N"),
+            runtime_rows=self.runtime_m,
         )
 
     def accumulator_regs(self, consumer_rows: int) -> int:
@@ -230,14 +238,19 @@ class GemmHooks(OperatorHooks):
 
     def header(self) -> str:
         fused = f", epilogue {self.epilogue.describe()}" if self.epilogue.fused else ""
-        return (f"gemm m={self.m} n={self.n} k={self.k} {self.dtype} b_layout={self.b_layout}, "
+        m = "M (a kernel argument)" if self.runtime_m else self.m
+        return (f"gemm m={m} n={self.n} k={self.k} {self.dtype} b_layout={self.b_layout}, "
                 f"tile k={self.tile_k}{fused}")
 
     # ----- text ----------------------------------------------------------------------
     def constants(self, code: Code, consumer_rows: int) -> None:
         c, a, b = code, self.a, self.b
-        c.comment("Problem and tile (compile-time: the kernel is specialised to the shape).")
-        c(f"constexpr int M = {self.m}, N = {self.n}, K = {self.k};")
+        if self.runtime_m:
+            c.comment("Problem and tile (compile-time but M, a kernel argument).")
+            c(f"constexpr int N = {self.n}, K = {self.k};")
+        else:
+            c.comment("Problem and tile (compile-time: the kernel is specialised to the shape).")
+            c(f"constexpr int M = {self.m}, N = {self.n}, K = {self.k};")
         c(f"constexpr int TILE_M = {self.tile_m}, TILE_N = {self.tile_n}, "
           f"TILE_K = {self.tile_k};")
         c(f"constexpr int K_ITERS = {self.trip_count};  // loop trips: tile_k slices of K per "
@@ -328,7 +341,8 @@ class GemmHooks(OperatorHooks):
             c(f"v0 = {c.call(act, 'v0')}; v1 = {c.call(act, 'v1')};")
         if e.residual:
             # Rows past M read the last row (computed, never stored).
-            safe_row = row if self.m % self.tile_m == 0 else f"min({row}, M - 1)"
+            full_rows = not self.runtime_m and self.m % self.tile_m == 0
+            safe_row = row if full_rows else f"min({row}, M - 1)"
             self._add_pair(c, f"residual + (unsigned long long)({safe_row}) * N", col)
 
     def _add_pair(self, code: Code, pointer: str, col: str) -> None:

@@ -189,7 +189,7 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
     rows, cols = out.extent_names
     c.comment(f"store: {out.fragment} -> {out.tensor} with st.global, two elements a thread "
               "per 8-column group")
-    full_rows = out.global_rows % out.rows == 0
+    full_rows = not out.runtime_rows and out.global_rows % out.rows == 0
     full_cols = out.global_cols % out.cols == 0
     c("#pragma unroll")
     with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):

@@ -52,6 +52,9 @@ class GridAxis:
     #: Tiles further along the axis carry more work (causal attention's query tiles): the
     #: raster visits them first, so the longest do not run last on an otherwise idle GPU.
     heaviest_last: bool = False
+    #: The extent is a kernel argument (named :attr:`const`), so ``TILES_<A>`` is counted
+    #: in the kernel; ``extent`` is then the size the kernel is planned at.
+    runtime: bool = False
 
     @property
     def tiles(self) -> int:
@@ -89,6 +92,8 @@ class OutputTile:
     extent_names: tuple[str, str]
     #: C++ pointer to the first element of output row ``{row}`` (format string).
     row_pointer: str = ""
+    #: ``global_rows`` is a kernel argument: every store masks its rows.
+    runtime_rows: bool = False
 
     @property
     def map_name(self) -> str:
@@ -125,11 +130,19 @@ class OperatorHooks(ABC):
     #: then passes loads a trip's index in the whole loop (``trip0``, the first trip of
     #: the block's part, plus the loop's), and sums the parts of the output's fragment.
     shares_reduction: bool = False
+    #: Workload dimensions the operator's kernels can take at run time (an sProgram's
+    #: ``runtime_dims``): each is a grid axis of the same name, counted in the kernel.
+    runtime_capable: tuple[str, ...] = ()
 
     def __init__(self, structure: PipelineStructure) -> None:
         self.structure = structure
         self.sprogram = structure.sprogram
         self.params: dict[str, Any] = dict(structure.sprogram.params)
+
+    @property
+    def runtime_dims(self) -> tuple[str, ...]:
+        """The dimensions this kernel takes as arguments (the sProgram's)."""
+        return self.sprogram.runtime_dims
 
     @property
     def dtype(self) -> str:

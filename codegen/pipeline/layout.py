@@ -16,7 +16,7 @@ from codegen.cuda import Swizzle, swizzle, wgmma
 from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.cuda.tma import BOX_DIM_MAX
 from codegen.pipeline.emitters import EMITTERS, MATH_KINDS
-from codegen.pipeline.hooks import OperatorHooks, OutputTile, ctype
+from codegen.pipeline.hooks import GridAxis, OperatorHooks, OutputTile, ctype
 from codegen.pipeline.limits import (
     BAR_EPILOGUE0,
     NAMED_BARRIERS_MAX,
@@ -77,13 +77,39 @@ class PipelineLayout:
     @property
     def grid(self) -> int:
         """Blocks launched: a whole number of clusters, one wave of them when persistent
-        (as many as the device runs at once: a second wave would run after the first)."""
+        (as many as the device runs at once: a second wave would run after the first).
+        A kernel that counts its tiles at run time launches the whole wave."""
         size = self.structure.cluster_size
         if self.structure.sprogram.stream_k is not None:
             return self.device.clusters_at_once(1)  # every SM: fewer tiles are split more
+        if self.structure.persistent and self.runtime_axes:
+            return self.device.clusters_at_once(size) * size
         if self.structure.persistent:
             return min(self.device.clusters_at_once(size), self.units) * size
         return self.units * size
+
+    # ----- run-time sizes --------------------------------------------------------------
+    @property
+    def runtime_axes(self) -> tuple[GridAxis, ...]:
+        """The grid axes whose extent is a kernel argument."""
+        return tuple(axis for axis in self.hooks.grid_axes if axis.runtime)
+
+    def runtime_problem(self) -> str | None:
+        """Sizes are taken at run time by persistent kernels (their grid is one wave,
+        whatever the size), along axes no cluster spans."""
+        s, dims = self.structure, self.hooks.runtime_dims
+        if not dims:
+            return None
+        capable = self.hooks.runtime_capable
+        if not set(dims) <= set(capable):
+            return (f"{s.sprogram.op} takes {', '.join(capable) or 'no dimension'} at run time, "
+                    f"not {', '.join(d for d in dims if d not in capable)}")
+        if not s.persistent:
+            return "run-time sizes need a persistent grid"
+        cluster = s.sprogram.cluster
+        if cluster is not None and cluster.axis in dims:
+            return f"a cluster along {cluster.axis}, which is taken at run time"
+        return None
 
     # ----- stream-K ------------------------------------------------------------------
     @cached_property
@@ -97,9 +123,13 @@ class PipelineLayout:
 
     @property
     def stream_k_count_bytes(self) -> int:
-        """The workspace's head: a counter of finished parts for each shared tile."""
+        """The workspace's head: a counter of finished parts for each shared tile (at a
+        run-time size, as many as the most tiles the waves can share: fewer than
+        ``waves`` grids)."""
         assert self.stream_k is not None
-        return _ceil_div(4 * self.stream_k.sk_tiles, STREAM_K_COUNT_ALIGN) * STREAM_K_COUNT_ALIGN
+        counts = (self.stream_k.waves * self.grid if self.runtime_axes
+                  else self.stream_k.sk_tiles)
+        return _ceil_div(4 * counts, STREAM_K_COUNT_ALIGN) * STREAM_K_COUNT_ALIGN
 
     @property
     def stream_k_part_floats(self) -> int:
@@ -129,6 +159,8 @@ class PipelineLayout:
         fused = bool(self.hooks.element_stasks) and self.hooks.row_blocks(self.consumer_rows) > 1
         if acc > STREAM_K_ACC_REGS_MAX or (fused and acc == STREAM_K_ACC_REGS_MAX):
             return f"stream-K's sums of {acc} accumulators a thread spill"
+        if self.runtime_axes:
+            return None if share.waves >= 1 else f"stream_k={share.waves}: waves are >= 1"
         return share.problem()
 
     # ----- tensors -------------------------------------------------------------------
@@ -254,8 +286,8 @@ class PipelineLayout:
     # ----- what the skeleton cannot lower --------------------------------------------
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
-        return (self.hooks.problem() or self.structure_problem() or self.cluster_problem()
-                or self.stream_k_problem() or self.resource_problem())
+        return (self.hooks.problem() or self.runtime_problem() or self.structure_problem()
+                or self.cluster_problem() or self.stream_k_problem() or self.resource_problem())
 
     def cluster_problem(self) -> str | None:
         """Clusters are lowered with a producer warp (a consumer that waited on a peer

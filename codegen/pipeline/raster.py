@@ -14,12 +14,13 @@ from scheduler_search.sprogram import Cluster, Raster
 
 
 def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
-                     cluster: Cluster | None = None) -> None:
+                     cluster: Cluster | None = None, *, in_kernel: bool = False) -> None:
     """``tile_origin(tile, <a>0, <b>0, ...)``: the origin of the ``tile``-th tile of the
     order. The raster walks the first two axes; further axes (attention's heads) are outer:
     one whole raster plane after another. With a cluster, the order is over the clusters'
     tiles (``cluster.size`` neighbours along its axis, in the plane or outer, as the chunk
-    state's heads), and a block takes the one of its rank."""
+    state's heads), and a block takes the one of its rank. ``in_kernel``: a lambda in the
+    kernel's body, reading tile counts the kernel computes from its size arguments."""
     c = code
     plane = axes[:2]
     by_name = {a.name: a for a in plane}
@@ -39,7 +40,9 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
     c.comment(f"Raster: tiles along {major.name} first, in bands of {raster.swizzle} "
               f"tile(s) along the other axis (L2 reuse between concurrent tiles).")
     origins = ", ".join(f"int& {a.origin}" for a in axes)
-    with c.block(f"__device__ __forceinline__ void tile_origin(int tile, {origins})"):
+    head = (f"auto tile_origin = [&](int tile, {origins})" if in_kernel
+            else f"__device__ __forceinline__ void tile_origin(int tile, {origins})")
+    with c.block(head, tail="};" if in_kernel else "}"):
         if len(axes) > 2:
             c(f"int outer = tile / (TILES_{plane[0].const} * TILES_{plane[1].const});")
             c(f"tile %= TILES_{plane[0].const} * TILES_{plane[1].const};")

@@ -117,16 +117,42 @@ class PipelineSkeleton:
     def source(self) -> str:
         self._constants()
         self._ring_helpers()
-        emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster,
-                         self.structure.sprogram.cluster)
-        if self.layout.stream_k is not None:
-            stream_k.emit_helpers(self.code, self.hooks.trips)
+        if not self.layout.runtime_axes:  # else in the kernel, after the sizes
+            self._tile_helpers()
         for buffer in self.structure.tile_buffers:
             self._tile_load_function(buffer)
         for ring in self.structure.rings:
             self._load_function(ring)
         self._kernel()
         return self._header() + "\n" + prelude(self.code.uses) + "\n" + self.code.text()
+
+    def _tile_helpers(self) -> None:
+        """``tile_origin`` and stream-K's share: functions at file scope, or lambdas in
+        the kernel where they read sizes counted there."""
+        in_kernel = bool(self.layout.runtime_axes)
+        emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster,
+                         self.structure.sprogram.cluster, in_kernel=in_kernel)
+        if self.layout.stream_k is not None:
+            stream_k.emit_helpers(self.code, self.hooks.trips, in_kernel=in_kernel)
+
+    def _runtime_sizes(self) -> None:
+        """The grid of tiles counted from the size arguments, then the helpers that read
+        it (one compiled kernel serves every size of its range)."""
+        c, s, lay = self.code, self.structure, self.layout
+        if not lay.runtime_axes:
+            return
+        names = ", ".join(a.const for a in lay.runtime_axes)
+        verb = "is an argument" if len(lay.runtime_axes) == 1 else "are arguments"
+        c.comment(f"Run-time sizes ({names} {verb}): the grid of tiles and the units.")
+        for axis in lay.runtime_axes:
+            c(f"const int TILES_{axis.const} = ({axis.const} + {axis.tile - 1}) / {axis.tile};")
+        count = " * ".join(f"TILES_{a.const}" for a in self.hooks.grid_axes)
+        cluster = " / CLUSTER" if s.cluster_size > 1 else ""
+        c(f"const int TILES = {count}{cluster};")
+        c("const int UNITS = (TILES + OWNERS - 1) / OWNERS;")
+        if lay.stream_k is not None:
+            stream_k.emit_runtime_share(c, self.hooks.trips)
+        self._tile_helpers()
 
     def _header(self) -> str:
         s, lay = self.structure, self.layout
@@ -158,12 +184,19 @@ class PipelineSkeleton:
     def _constants(self) -> None:
         c, s, lay = self.code, self.structure, self.layout
         c.use("types")
-        tiles = ", ".join(f"TILES_{a.const} = {a.tiles}" for a in self.hooks.grid_axes)
         c.comment("The grid of output tiles, the units of work and the consumer warpgroups.")
-        c(f"constexpr int {tiles}, TILES = {lay.tiles};")
+        if lay.runtime_axes:
+            tiles = ", ".join(f"TILES_{a.const} = {a.tiles}" for a in self.hooks.grid_axes
+                              if not a.runtime)
+            if tiles:
+                c(f"constexpr int {tiles};  // the other axes' tiles are counted at run time")
+        else:
+            tiles = ", ".join(f"TILES_{a.const} = {a.tiles}" for a in self.hooks.grid_axes)
+            c(f"constexpr int {tiles}, TILES = {lay.tiles};")
         c(f"constexpr int CONSUMERS = {s.consumers};  // consumer warpgroups")
         c(f"constexpr int OWNERS = {s.owners};  // tiles per unit (pingpong: one per consumer)")
-        c(f"constexpr int UNITS = {lay.units};")
+        if not lay.runtime_axes:
+            c(f"constexpr int UNITS = {lay.units};")
         c(f"constexpr int CONSUMER_ROWS = {lay.consumer_rows};  // tile rows one consumer owns")
         if s.cluster_size > 1:
             c(f"constexpr int CLUSTER = {s.cluster_size};  // blocks per cluster, neighbours "
@@ -194,11 +227,16 @@ class PipelineSkeleton:
             parts = " + ".join(f"{self.hooks.operand(t).const}_STAGE_BYTES" for t in ring.loads)
             c(f'static_assert({ring.const}_TX_BYTES == {parts}, "{ring.stream} stage bytes");')
         for axis in self.hooks.grid_axes:
-            c(f"static_assert(TILES_{axis.const} * {axis.tile} >= {axis.extent}, "
-              f'"the tiles cover {axis.name}");')
-        c(f'static_assert(UNITS * OWNERS >= TILES && CONSUMER_ROWS * '
-          f'(OWNERS > 1 ? 1 : CONSUMERS) == {lay.output.rows}, '
-          '"units and rows cover the tiles");')
+            if not axis.runtime:
+                c(f"static_assert(TILES_{axis.const} * {axis.tile} >= {axis.extent}, "
+                  f'"the tiles cover {axis.name}");')
+        if lay.runtime_axes:
+            c(f"static_assert(CONSUMER_ROWS * (OWNERS > 1 ? 1 : CONSUMERS) == "
+              f'{lay.output.rows}, "rows cover the tiles");')
+        else:
+            c(f'static_assert(UNITS * OWNERS >= TILES && CONSUMER_ROWS * '
+              f'(OWNERS > 1 ? 1 : CONSUMERS) == {lay.output.rows}, '
+              '"units and rows cover the tiles");')
         if s.warp_specialized:
             roles = s.sprogram.roles
             c(f"constexpr int PRODUCER_REGS = {roles.producer_regs}, "
@@ -285,6 +323,7 @@ class PipelineSkeleton:
                    for name in self.hooks.pointer_inputs()]
         if lay.stream_k is not None:
             params.append(f"unsigned char* __restrict__ {stream_k.WORKSPACE}")
+        params += [f"const int {axis.const}" for axis in lay.runtime_axes]
         cluster = f"__cluster_dims__({s.cluster_size}, 1, 1) " if s.cluster_size > 1 else ""
         c(f'extern "C" __global__ void {cluster}__launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
@@ -295,6 +334,7 @@ class PipelineSkeleton:
             if s.cluster_size > 1:
                 c("const int cluster_id = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;")
             c("")
+            self._runtime_sizes()
             self._init_rings()
             if s.warp_specialized:
                 with c.block("if (warpgroup == 0)"):

@@ -28,36 +28,65 @@ WORKSPACE = "sk_workspace"
 
 
 def emit_constants(code: Code, layout: PipelineLayout) -> None:
-    """The share's constants (after the operator's, which name the trips per tile)."""
+    """The share's constants (after the operator's, which name the trips per tile); at
+    run-time sizes only those that do not depend on the size (the share is counted in
+    the kernel: :func:`emit_runtime_share`)."""
     c, share, trips = code, layout.stream_k, layout.hooks.trips
     assert share is not None
     c.comment(f"Stream-K: the last SK_TILES tiles ({share.waves} wave(s)' worth) are "
               "shared out by loop trips, an equal range to each of the GRID blocks.")
     c(f"constexpr int GRID = {layout.grid};  // persistent blocks (the launch's grid)")
-    c(f"constexpr int SK_TILES = {share.sk_tiles}, DP_TILES = TILES - SK_TILES;")
-    c(f"constexpr int SK_TRIPS = SK_TILES * {trips};")
+    if layout.runtime_axes:
+        c(f"constexpr int SK_WAVES = {share.waves};  // waves of tiles shared out")
+    else:
+        c(f"constexpr int SK_TILES = {share.sk_tiles}, DP_TILES = TILES - SK_TILES;")
+        c(f"constexpr int SK_TRIPS = SK_TILES * {trips};")
     c(f"constexpr u32 SK_COUNT_BYTES = {layout.stream_k_count_bytes};  // workspace: a count "
       "a shared tile, then two parts a block")
     c(f"constexpr int SK_PART_FLOATS = {layout.stream_k_part_floats};  // one consumer's rows "
       "of a tile")
-    c(f'static_assert(SK_TRIPS >= GRID && {layout.grid} * SK_TILES > 0, "every block has '
-      'stream-K trips");')
+    if not layout.runtime_axes:
+        c(f'static_assert(SK_TRIPS >= GRID && {layout.grid} * SK_TILES > 0, "every block has '
+          'stream-K trips");')
 
 
-def emit_helpers(code: Code, trips: str) -> None:
-    """``sk_begin``, ``sk_block_of`` and ``sk_part``: a block's range and its slots."""
+def emit_runtime_share(code: Code, trips: str) -> None:
+    """The share at a run-time size (``StreamKShare``'s arithmetic in the kernel): the
+    last wave's part-tiles (and ``SK_WAVES - 1`` waves more) are shared; with fewer
+    shared trips than blocks, only the first ``SK_BLOCKS`` take one or more each, so
+    every block in a shared tile's range of contributors writes a part."""
     c = code
-    c.comment("Stream-K: the first trip of block b's share (sk_begin(GRID) ends the last), "
-              "and the block whose share holds trip q.")
-    c("__device__ __forceinline__ int sk_begin(int b) { return (int)((long long)b * "
-      "SK_TRIPS / GRID); }")
-    c("__device__ __forceinline__ int sk_block_of(int q) { return (int)(((long long)(q + 1) "
-      "* GRID - 1) / SK_TRIPS); }")
+    c("const int SK_PARTIAL = TILES % GRID;  // tiles of the last, part-filled wave")
+    c("const int SK_TILES = SK_PARTIAL == 0 ? 0 : min(TILES, SK_PARTIAL + (SK_WAVES - 1) "
+      "* GRID), DP_TILES = TILES - SK_TILES;")
+    c(f"const int SK_TRIPS = SK_TILES * {trips};")
+    c("const int SK_BLOCKS = SK_TRIPS < GRID ? SK_TRIPS : GRID;  // blocks sharing the trips")
+
+
+def emit_helpers(code: Code, trips: str, *, in_kernel: bool = False) -> None:
+    """``sk_begin``, ``sk_block_of`` and ``sk_part``: a block's range and its slots
+    (``in_kernel``: lambdas over the share counted in the kernel, among ``SK_BLOCKS``)."""
+    c = code
+    blocks = "SK_BLOCKS" if in_kernel else "GRID"
+    c.comment(f"Stream-K: the first trip of block b's share (sk_begin({blocks}) ends the "
+              "last), and the block whose share holds trip q.")
+    if in_kernel:
+        c("auto sk_begin = [&](int b) { return b >= SK_BLOCKS ? SK_TRIPS : (int)((long long)b "
+          "* SK_TRIPS / SK_BLOCKS); };")
+        c("auto sk_block_of = [&](int q) { return (int)(((long long)(q + 1) * SK_BLOCKS - 1) "
+          "/ SK_TRIPS); };")
+    else:
+        c("__device__ __forceinline__ int sk_begin(int b) { return (int)((long long)b * "
+          "SK_TRIPS / GRID); }")
+        c("__device__ __forceinline__ int sk_block_of(int q) { return (int)(((long long)(q + 1) "
+          "* GRID - 1) / SK_TRIPS); }")
     c.comment("Block b's part of shared tile t, consumer's rows: slot 0 holds the part of "
               "the block's first tile, slot 1 of its last (the tiles between are its own).")
-    head = ("__device__ __forceinline__ float* sk_part(unsigned char* workspace, int b, "
+    head = ("auto sk_part = [&](unsigned char* workspace, int b, int t, int consumer)"
+            if in_kernel else
+            "__device__ __forceinline__ float* sk_part(unsigned char* workspace, int b, "
             "int t, int consumer)")
-    with c.block(head):
+    with c.block(head, tail="};" if in_kernel else "}"):
         c(f"const int slot = sk_begin(b) / {trips} == t ? 0 : 1;")
         c("return reinterpret_cast<float*>(workspace + SK_COUNT_BYTES) + "
           "((unsigned long long)(b * 2 + slot) * CONSUMERS + consumer) * SK_PART_FLOATS;")
@@ -132,4 +161,5 @@ def _fragment_loop(code: Code, statement: str) -> None:
             c(statement.replace("FRAGMENT_AT", at))
 
 
-__all__ = ["WORKSPACE", "emit_constants", "emit_fixup", "emit_helpers", "units"]
+__all__ = ["WORKSPACE", "emit_constants", "emit_fixup", "emit_helpers", "emit_runtime_share",
+           "units"]
