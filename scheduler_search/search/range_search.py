@@ -363,30 +363,40 @@ class RangeSearch:
         seen: set[str] = set()
 
         def offer(choices: Choices, source: str, anchor: int | None,
-                  predicted: float | None) -> None:
+                  predicted: float | None) -> bool:
+            """Add ``choices`` to the pool; whether they were added."""
             if len(pool) >= count:
-                return
+                return False
             sprogram = self._runtime_candidate(high_space, choices)
             if sprogram is None or sprogram.hash in seen:
-                return
+                return False
             seen.add(sprogram.hash)
             pool.append(RangeCandidate(len(pool), sprogram, source, anchor, predicted))
+            return True
 
         for design in self.designs:
             for choices in [{**design, **self.fixed}, *self._stream_k_variants(high_space,
                                                                               design)]:
                 offer(choices, SOURCE_DESIGN, None, None)
-        ranked = [iter(self._rank_anchor(size)) for size in
-                  anchor_sizes(self.size_range, self.config.anchors)]
+        # Each anchor is ranked when the pool first takes from it (seconds per anchor):
+        # the order is the same however wide the pool, so a wider one starts with it.
+        ranked = [self._ranked_lazily(size)
+                  for size in anchor_sizes(self.size_range, self.config.anchors)]
+        # A turn goes on until its anchor adds a candidate: a schedule valid at a small
+        # anchor may not be at the high end (stream-K's shares depend on the tile count).
         while len(pool) < count and ranked:
             for queue in list(ranked):
-                item = next(queue, None)
-                if item is None:
+                for anchor, predicted, choices in queue:
+                    if offer(choices, SOURCE_COST_MODEL, anchor, predicted):
+                        break
+                else:
                     ranked.remove(queue)
-                    continue
-                anchor, predicted, choices = item
-                offer(choices, SOURCE_COST_MODEL, anchor, predicted)
+                if len(pool) >= count:
+                    break
         return pool
+
+    def _ranked_lazily(self, size: int) -> Iterator[tuple[int, float, Choices]]:
+        yield from self._rank_anchor(size)
 
     def _stream_k_variants(self, space: ScheduleSpace, design: Choices) -> list[Choices]:
         try:
@@ -416,7 +426,8 @@ class RangeSearch:
         """The best schedule of each distinct structure at ``size`` by prediction, best
         first: ``(size, predicted_us, choices)``."""
         spec = self.range_spec.exact({self.dim: size})
-        space = ScheduleSpace(spec, self.device, self.feasible, self.fixed)
+        feasible = _RuntimeCheck(self.feasible, (self.dim,)) if self.feasible else None
+        space = ScheduleSpace(spec, self.device, feasible, self.fixed)
         scored: dict[str, tuple[float, SProgram]] = {}
 
         def score(sprogram: SProgram) -> None:
@@ -655,6 +666,23 @@ class RangeSearch:
             best_schedule_hash=None,
             elapsed_s=self._stopper.elapsed_s,
         ))
+
+
+@dataclass(frozen=True)
+class _RuntimeCheck:
+    """A feasibility check asked of each schedule as it would be with ``dims`` taken at
+    run time (an anchor's space holds only schedules that can become candidates); the
+    check's ``tile_problem`` passed through."""
+
+    feasible: Feasibility
+    dims: tuple[str, ...]
+
+    def __call__(self, sprogram: SProgram) -> str | None:
+        return self.feasible(replace(sprogram, runtime_dims=self.dims))
+
+    def tile_problem(self, spec: OperatorSpec, tile: dict[str, int]) -> str | None:
+        screen = getattr(self.feasible, "tile_problem", None)
+        return screen(spec, tile) if screen is not None else None
 
 
 def _valid(space: ScheduleSpace, choices: Choices) -> SProgram | None:
