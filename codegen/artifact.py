@@ -273,6 +273,8 @@ class RangeArtifact:
     dim: str
     size_from: tuple[str, int]
     buckets: tuple[RangeBucket, ...]
+    #: The sizes the range run measured its candidates at (where the buckets are cut).
+    sampled: tuple[int, ...] = ()
     version: int = ARTIFACT_VERSION
     kind: Literal["range"] = "range"
 
@@ -303,7 +305,7 @@ class RangeArtifact:
         return {
             "kind": self.kind, "version": self.version, "op": self.op,
             "params": json.loads(json.dumps(self.params)), "dim": self.dim,
-            "size_from": list(self.size_from),
+            "size_from": list(self.size_from), "sampled": list(self.sampled),
             "buckets": [{"low": b.low, "high": b.high, "loss": b.loss,
                          "kernel": b.kernel.to_dict()} for b in self.buckets],
         }
@@ -336,7 +338,8 @@ class RangeArtifact:
             raise ValueError("range buckets must be non-empty, ordered and contiguous")
         size_from = data["size_from"]
         return cls(op=data["op"], params=dict(data["params"]), dim=data["dim"],
-                   size_from=(str(size_from[0]), int(size_from[1])), buckets=buckets)
+                   size_from=(str(size_from[0]), int(size_from[1])), buckets=buckets,
+                   sampled=tuple(int(s) for s in data.get("sampled", ())))
 
     @classmethod
     def from_json(cls, text: str) -> RangeArtifact:
