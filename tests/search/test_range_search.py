@@ -1,0 +1,194 @@
+"""A range search on the simulated device: a pool of run-time-m schedules measured at the
+sampled sizes, cut into contiguous buckets; budget, resume, cancel and failed jobs."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from codegen import feasibility, unsupported
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import parse_range_spec
+from scheduler_search.ops.ranges import SizeRange
+from scheduler_search.search import Budget, StopReason
+from scheduler_search.search.range_search import (
+    RangeConfig,
+    RangeSearch,
+    anchor_sizes,
+    plan_at,
+    size_source,
+)
+from scheduler_search.space.designs import DESIGNS
+from scheduler_search.sprogram import SProgram
+from workers import Job
+from workers.executors.simulated import SimulatedDevice
+
+DEVICE = get_device("sim:h200")
+PARAMS = {"m": {"min": 1, "max": 16384}, "n": 1024, "k": 1024, "dtype": "float16"}
+#: Small enough for a second: few anchors' samples, six sizes, six candidates.
+CONFIG = RangeConfig(sizes=6, pool=6, anchors=3, samples_per_anchor=24, climb_rounds=1)
+
+
+class Recording(SimulatedDevice):
+    """The simulated device, keeping what it was asked to measure and re-time."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__("sim:h200", capacity=width)
+        self.batches: list[list[Job]] = []
+        self.prepared: list[list[Job]] = []
+        self.retimed: list[Job] = []
+        self._retiming = False
+
+    def measure(self, jobs: Sequence[Job]) -> list[Any]:
+        if not self._retiming:
+            self.batches.append(list(jobs))
+        return super().measure(jobs)
+
+    def prepare(self, jobs: Sequence[Job]) -> None:
+        self.prepared.append(list(jobs))
+
+    def retime_interleaved(self, jobs: Sequence[Job], rounds: int = 3) -> list[Any]:
+        self.retimed.extend(jobs)
+        self._retiming = True
+        try:
+            return super().retime_interleaved(jobs, rounds)
+        finally:
+            self._retiming = False
+
+
+def _search(executor: Recording, *, trials: int | None = None, params: Mapping = PARAMS,
+            config: RangeConfig = CONFIG, **options: Any) -> RangeSearch:
+    range_spec = parse_range_spec("gemm", dict(params))
+
+    def make_jobs(sprogram: SProgram, sizes: Sequence[Mapping[str, int]],
+                  final: bool) -> list[Job]:
+        return [Job(workload={"op": "gemm", "params": range_spec.exact(s).params()},
+                    schedule=plan_at(range_spec, DEVICE, sprogram, s).to_dict(),
+                    seed=1 if final else 0) for s in sizes]
+
+    return RangeSearch(range_spec, DEVICE, executor, options.pop("make_jobs", make_jobs),
+                       budget=Budget(trials=trials or config.default_trials), config=config,
+                       feasible=feasibility("gemm", DEVICE),
+                       designs=list(DESIGNS["gemm"].values()), **options)
+
+
+def test_the_buckets_cover_the_range_each_with_a_run_time_m_kernel() -> None:
+    executor = Recording()
+    trials: list[Any] = []
+    result = _search(executor, on_trials=trials.extend).run()
+
+    assert result.ok and result.dim == "m" and result.size_from == ("a", 0)
+    ends = [(b.low, b.high) for b in result.buckets]
+    assert ends[0][0] == 1 and ends[-1][1] == 16384
+    assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(ends))
+    assert result.loss is not None and result.loss >= 1.0
+    for bucket in result.buckets:
+        assert bucket.sprogram.runtime_dims == ("m",) and bucket.sprogram.persistent
+        assert bucket.sprogram.params["m"] == 16384  # planned at the high end
+        assert unsupported(bucket.sprogram, DEVICE) is None
+        assert set(bucket.samples) <= set(bucket.latencies_us) == set(result.sizes)
+        assert bucket.retimed_us is not None and set(bucket.retimed_us) == set(bucket.samples)
+    # Every candidate at every size, once; the designs first.
+    assert len(result.candidates) == CONFIG.pool
+    assert result.candidates[0].source == "design"
+    assert result.trials_done == len(trials) == len(result.measurements) == 6 * 6
+    pairs = {(r.schedule_hash, r.choices["m"]) for r in trials}
+    assert len(pairs) == 36 and {m for _, m in pairs} == set(result.sizes)
+    assert all(r.ok and r.simulated and r.predicted_us for r in trials)
+    # Batches as wide as the executor, each group of candidates size by size.
+    assert all(len(batch) <= 8 for batch in executor.batches)
+    first = executor.batches[0]
+    assert len({j.workload["params"]["m"] for j in first}) <= 2
+    # Re-timed: the final jobs of each bucket's winner at its sizes.
+    assert executor.retimed and all(j.seed == 1 for j in executor.retimed)
+    assert executor.prepared  # the next batch was handed to prepare
+
+
+def test_each_bucket_gets_the_fastest_candidate_at_its_sizes() -> None:
+    result = _search(Recording()).run()
+    rows = {}
+    for record in result.measurements:
+        rows.setdefault(record.schedule_hash, {})[record.choices["m"]] = record.latency_us
+    for bucket in result.buckets:
+        for size in bucket.samples:
+            best = min(row[size] for row in rows.values())
+            assert rows[bucket.schedule_hash][size] <= best * (1 + CONFIG.tolerance) ** len(
+                result.sizes)
+
+
+def test_a_small_budget_measures_fewer_sizes_and_candidates() -> None:
+    result = _search(Recording(), trials=10).run()
+    assert result.trials_done <= 10
+    assert len(result.sizes) == 2 and result.sizes == [1, 16384]
+    assert len(result.candidates) == 5
+    assert result.buckets[0].low == 1 and result.buckets[-1].high == 16384
+
+
+def test_a_larger_budget_keeps_the_smaller_pool_as_its_start() -> None:
+    small = _search(Recording(), trials=24).plan_pool(4)
+    large = _search(Recording(), trials=48).plan_pool(8)
+    assert [c.sprogram.hash for c in large[:4]] == [c.sprogram.hash for c in small]
+
+
+def test_a_resumed_search_measures_nothing_twice() -> None:
+    first = _search(Recording()).run()
+    history = first.measurements[:20]
+    executor = Recording()
+    again = _search(executor, history=history).run()
+    measured = [(j.schedule["params"]["m"], SProgram.from_dict(j.schedule).choices)
+                for batch in executor.batches for j in batch]
+    assert len(measured) == 36 - 20
+    assert again.trials_done == 36
+    assert [(b.low, b.high, b.schedule_hash) for b in again.buckets] == [
+        (b.low, b.high, b.schedule_hash) for b in first.buckets]
+
+
+def test_a_cancel_stops_between_batches_and_skips_the_retiming() -> None:
+    executor = Recording(width=4)
+    calls = iter(range(100))
+    result = _search(executor, should_stop=lambda: next(calls) >= 2).run()
+    assert result.stop_reason is StopReason.CANCELLED and result.cancelled
+    assert len(executor.batches) == 2 and not executor.retimed
+    assert result.trials_done == 8
+    # What was measured still makes a table over the sizes measured.
+    assert result.ok and result.buckets[0].low == 1 and result.buckets[-1].high == 16384
+
+
+def test_a_candidate_without_jobs_fails_its_measurements_and_never_wins() -> None:
+    executor = Recording()
+    search = _search(executor)
+    good = search.make_jobs
+    broken = search.plan_pool(CONFIG.pool)[0].sprogram.hash
+
+    def make_jobs(sprogram: SProgram, sizes: Sequence[Mapping[str, int]], final: bool):
+        if sprogram.hash == broken:
+            raise RuntimeError("no kernel")
+        return good(sprogram, sizes, final)
+
+    result = _search(executor, make_jobs=make_jobs).run()
+    failed = [r for r in result.measurements if r.schedule_hash == broken]
+    assert len(failed) == 6 and all(r.status == "render_error" for r in failed)
+    assert "no kernel" in failed[0].error
+    assert broken not in {b.schedule_hash for b in result.buckets}
+
+
+def test_listed_sizes_are_the_sizes_measured() -> None:
+    params = {**PARAMS, "m": [1, 7, 64, 300]}
+    result = _search(Recording(), params=params, trials=16).run()
+    assert result.sizes == [1, 7, 64, 300]
+    assert result.buckets[0].low == 1 and result.buckets[-1].high == 300
+
+
+def test_helpers() -> None:
+    assert anchor_sizes(SizeRange(1, 16384), 5) == [1, 11, 128, 1448, 16384]
+    assert anchor_sizes(SizeRange(1, 300, (1, 7, 64, 300)), 3) == [1, 7, 300]
+    assert anchor_sizes(SizeRange(64, 64), 5) == [64]
+    assert size_source(parse_range_spec("gemm", PARAMS), "m") == ("a", 0)
+    with pytest.raises(ValueError, match="one range dimension"):
+        RangeSearch(parse_range_spec("attention", {
+            "batch": 1, "heads": 8, "kv_heads": 8, "seq_q": {"min": 128, "max": 1024},
+            "seq_kv": {"min": 128, "max": 1024}, "head_dim": 128, "dtype": "float16"}),
+            DEVICE, Recording(), lambda *a: [])
