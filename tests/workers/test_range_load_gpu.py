@@ -2,7 +2,8 @@
 warp-specialised design, and its stream-K variant with a workspace) planned at m = 16384,
 n = k = 512, called at sizes on both sides of the bucket edge and at the range's ends,
 repeated and interleaved, checked against ``torch.matmul`` (relative L2 error within the
-fp16 bound) on fresh seeded random inputs; the sizes of a bucket share one compiled module.
+fp16 bound) on fresh seeded random inputs; the sizes of a bucket share one compiled module;
+CuPy arrays, a graph capture, and the registered op under ``torch.compile`` with dynamic m.
 
 Run on an H200 with ``pytest tests/workers/test_range_load_gpu.py -m gpu``.
 """
@@ -109,3 +110,20 @@ def test_cupy_arrays_and_a_captured_graph() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert _rel_l2(captured, ta @ tb) <= BOUND
+
+
+def test_the_registered_range_compiles_with_dynamic_shapes() -> None:
+    """``pipetune.torch.register`` of a range: ``torch.compile(dynamic=True,
+    fullgraph=True)`` traces it once for every m (the fake's output follows m)."""
+    import torch
+
+    import pipetune.torch
+
+    gemm = pipetune.torch.register(_range(), name="gemm_range_test")
+    model = torch.compile(lambda a, b: torch.relu(gemm(a, b)), dynamic=True, fullgraph=True)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    for size in (17, 300, 1000, 5):
+        a = torch.randn(size, K, device="cuda", dtype=torch.float16)
+        c = model(a, b)
+        assert c.shape == (size, N)
+        assert _rel_l2(c, torch.relu(a @ b)) <= BOUND
