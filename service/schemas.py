@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.db.models import (
     DeviceModel,
     KernelModel,
+    RangeTableModel,
     RunModel,
     ScheduleModel,
     TrialModel,
@@ -22,6 +23,9 @@ from service.db.models import (
     as_utc,
 )
 from service.db.repositories import redact_owner
+
+if TYPE_CHECKING:
+    from service.runs.ranges import RangeServed
 
 #: Request limits: a budget above these is a typo, not a plan.
 MAX_TRIALS = 10_000
@@ -49,9 +53,12 @@ class TuneRequest(_Strict):
 
     op: str = Field(min_length=1, max_length=MAX_NAME, examples=["gemm"])
     params: dict[str, Any] = Field(
-        examples=[{"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"}],
+        examples=[{"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"},
+                  {"m": {"min": 1, "max": 16384}, "n": 4096, "k": 4096, "dtype": "float16"}],
         description="The operator's parameters: `GET /v1/ops` gives each operator's JSON "
-        "schema (types, ranges, defaults).",
+        "schema (types, ranges, defaults). A GEMM's `m` may be a range, `{\"min\": 1, "
+        "\"max\": 16384}`, or a list of sizes: a range run, whose answer is a bucket table "
+        "(`range`; docs/dynamic.md).",
     )
     device: str = Field(default="auto", min_length=1, max_length=MAX_NAME, examples=["sim:h200"])
     budget: BudgetIn = Field(default_factory=BudgetIn)
@@ -146,6 +153,9 @@ class RunPublic(BaseModel):
     best)."""
 
     id: int
+    kind: str = Field(default="exact", description="`exact`: the run looks for one shape's "
+                      "best schedule; `range`: for a bucket table over a range "
+                      "(`GET /v1/ranges?run_id=` finds it).")
     status: str
     phase: str
     workload: WorkloadPublic
@@ -191,6 +201,7 @@ class RunPublic(BaseModel):
         speedups = {name: speedup(us, run.best_latency_us) for name, us in peers.items()}
         return cls(
             id=run.id,
+            kind=run.kind or "exact",
             status=run.status,
             phase=run.phase,
             workload=WorkloadPublic.of(run.workload),
@@ -267,9 +278,15 @@ class SchedulePublic(BaseModel):
     """A cached best schedule of a workload on a device. ``id`` names the cache entry
     (``/v1/schedules/{id}/timeline``); ``run_id`` the run that found it (null when it was
     imported). On a GPU, ``kernel_hash`` names its kernel (``/v1/kernels/{kernel_hash}``)
-    and the baseline fields compare it with the vendor peer, as on a run."""
+    and the baseline fields compare it with the vendor peer, as on a run.
 
-    id: int
+    A schedule served from a tuned range (an exact size inside it, with no exact schedule
+    cached) has ``id`` null and ``range_id`` naming the table: the bucket's schedule (its
+    sProgram planned at the range's high end, taking the size at run time), its kernel
+    bound to the size, and ``latency_us`` interpolated between the sizes the range run
+    measured that kernel at."""
+
+    id: int | None
     workload: WorkloadPublic
     device: str
     device_key: str
@@ -285,6 +302,28 @@ class SchedulePublic(BaseModel):
     choices: dict[str, Any]
     schedule: dict[str, Any]
     updated_at: dt.datetime
+    range_id: int | None = None
+
+    @classmethod
+    def of_range(cls, served: RangeServed) -> SchedulePublic:
+        """The schedule that serves an exact size from a tuned range."""
+        table, bucket, spec = served.table, served.bucket, served.spec
+        return cls(
+            id=None,
+            workload=WorkloadPublic(key=spec.workload_key(), op=spec.op, params=spec.params()),
+            device=table.device.name,
+            device_key=table.device.key,
+            schedule_hash=bucket["schedule_hash"],
+            latency_us=served.latency_us if served.latency_us is not None else 0.0,
+            predicted_us=None,
+            simulated=table.simulated,
+            kernel_hash=served.kernel_hash,
+            run_id=table.run_id,
+            choices=dict(bucket.get("choices") or {}),
+            schedule=dict(bucket.get("schedule") or {}),
+            updated_at=as_utc(table.created_at),
+            range_id=table.id,
+        )
 
     @classmethod
     def of(cls, row: ScheduleModel) -> SchedulePublic:
@@ -313,6 +352,83 @@ class SchedulesPublic(BaseModel):
     count: int
 
 
+# ----- tuned ranges -------------------------------------------------------------------------------
+class RangeBucketPublic(BaseModel):
+    """Sizes ``low``..``high`` of a tuned range served by one kernel that takes the size at
+    run time: ``loss`` times the best kernel measured at the bucket's sampled sizes
+    (``samples``); ``latencies_us`` the kernel's latency at every size the run sampled
+    (keyed by the size), ``retimed_us`` at the bucket's sizes by the final method (null:
+    not re-timed). ``kernel_hash`` names its kernel (null without code generation);
+    ``schedule`` is its sProgram (in a single table's answer; null in a list)."""
+
+    low: int
+    high: int
+    loss: float
+    samples: list[int]
+    schedule_hash: str
+    kernel_hash: str | None
+    choices: dict[str, Any]
+    latencies_us: dict[str, float]
+    retimed_us: dict[str, float] | None
+    schedule: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, bucket: dict[str, Any], with_schedule: bool) -> RangeBucketPublic:
+        return cls(
+            low=bucket["low"], high=bucket["high"], loss=bucket["loss"],
+            samples=list(bucket.get("samples") or []),
+            schedule_hash=bucket["schedule_hash"], kernel_hash=bucket.get("kernel_hash"),
+            choices=dict(bucket.get("choices") or {}),
+            latencies_us=dict(bucket.get("latencies_us") or {}),
+            retimed_us=bucket.get("retimed_us"),
+            schedule=bucket.get("schedule") if with_schedule else None,
+        )
+
+
+class RangeTablePublic(BaseModel):
+    """A tuned range (``GET /v1/ranges/{id}``): contiguous buckets of ``dim`` covering
+    ``low``..``high`` of the workload ``params`` on a device. ``loss`` is the table's
+    served-to-best ratio over the sampled sizes (geometric mean; 1.0: every sampled size
+    served by the best candidate measured there); ``sizes`` the sizes the run measured
+    at; ``size_from`` the input tensor and axis a call's size is read from;
+    ``artifact_available`` whether every bucket has a kernel
+    (``GET /v1/ranges/{id}/artifact``)."""
+
+    id: int
+    op: str
+    params: dict[str, Any]
+    dim: str
+    low: int
+    high: int
+    device: str
+    device_key: str
+    simulated: bool
+    run_id: int | None
+    loss: float | None
+    sizes: list[int]
+    size_from: list[Any]
+    artifact_available: bool
+    buckets: list[RangeBucketPublic]
+    created_at: dt.datetime
+
+    @classmethod
+    def of(cls, row: RangeTableModel, with_schedules: bool = True) -> RangeTablePublic:
+        return cls(
+            id=row.id, op=row.op, params=row.params, dim=row.dim, low=row.low, high=row.high,
+            device=row.device.name, device_key=row.device.key, simulated=row.simulated,
+            run_id=row.run_id, loss=row.loss, sizes=list(row.sizes),
+            size_from=list(row.size_from),
+            artifact_available=all(b.get("kernel_hash") for b in row.buckets),
+            buckets=[RangeBucketPublic.of(b, with_schedules) for b in row.buckets],
+            created_at=as_utc(row.created_at),
+        )
+
+
+class RangeTablesPublic(BaseModel):
+    data: list[RangeTablePublic]
+    count: int
+
+
 # ----- tune answer -------------------------------------------------------------------------------
 class TuneResponse(BaseModel):
     """``POST /v1/tune``'s answer, one shape for 200 (a cache hit) and 202 (a run).
@@ -320,11 +436,16 @@ class TuneResponse(BaseModel):
     ``run`` is the run that found the schedule (a hit) or that will find it (its ``id``
     is what ``/v1/runs/{id}`` and ``/v1/runs/{id}/events`` take); it is null only for a
     cached schedule imported from another cache (``pipetune cache import``). ``schedule``
-    is the cached best schedule, null while a run is still to find it."""
+    is the cached best schedule, null while a run is still to find it. For a range
+    request, ``range`` is the tuned range that covers it (a hit; null while a run is still
+    to tune it) and ``schedule`` is null; an exact size inside a tuned range, with no
+    exact schedule cached, is a hit whose ``schedule`` the range serves (its
+    ``range_id`` set)."""
 
     cached: bool
     run: RunPublic | None
     schedule: SchedulePublic | None
+    range: RangeTablePublic | None = None
 
 
 # ----- kernels ------------------------------------------------------------------------------------

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
             ``pipetune[fleet]`` extra; nothing imports Ray otherwise).
         ray_address: the Ray cluster's head (``host:port``; empty: ``auto``, the cluster
             this host's ``ray start`` joined).
+        range_search: knobs of a range run's search (``RangeConfig``'s fields, e.g.
+            ``{"sizes": 10, "samples_per_anchor": 128}``; JSON in the environment); the
+            seed and batch width come from the settings above.
     """
 
     model_config = SettingsConfigDict(env_prefix="PIPETUNE_", extra="ignore")
@@ -110,6 +113,20 @@ class Settings(BaseSettings):
     run_workers: int = Field(default=1, ge=0, le=64)
     executor: Literal["local", "ray"] = "local"
     ray_address: str = ""
+    range_search: dict[str, int | float | bool] = Field(default_factory=dict)
+
+    @field_validator("range_search")
+    @classmethod
+    def _range_knobs(cls, knobs: dict[str, int | float | bool]) -> dict[str, int | float | bool]:
+        from dataclasses import fields
+
+        from scheduler_search.search.range_search import RangeConfig
+
+        known = {f.name for f in fields(RangeConfig)} - {"seed", "batch_size"}
+        unknown = sorted(set(knobs) - known)
+        if unknown:
+            raise ValueError(f"unknown range search knobs {unknown}; known: {sorted(known)}")
+        return knobs
 
     @field_validator("database_url")
     @classmethod

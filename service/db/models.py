@@ -1,5 +1,5 @@
 """SQLAlchemy 2 tables of the service: devices, workloads, runs, trials, schedules, kernels,
-and the cost model's calibrations per device.
+tuned ranges (bucket tables), and the cost model's calibrations per device.
 
 Every table name starts with ``pipetune_`` because Optuna's RDB storage lives in the same
 database and already owns ``trials`` and ``alembic_version`` (``optuna/storages/_rdb``).
@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0006"
+SCHEMA_VERSION = "0007"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -117,6 +117,19 @@ class WorkloadModel(Base):
         return session.scalars(select(cls).where(cls.key == key)).one_or_none()
 
 
+class RunKind(enum.StrEnum):
+    """What a run looks for.
+
+    Attributes:
+        EXACT: the best schedule of one shape (cached in the schedules table).
+        RANGE: a bucket table over a range of one dimension (``docs/dynamic.md``); its
+            workload's params give the range, its result is a row of the range tables.
+    """
+
+    EXACT = "exact"
+    RANGE = "range"
+
+
 class RunModel(Base):
     """One tuning run of a workload on a device.
 
@@ -141,6 +154,8 @@ class RunModel(Base):
     workload_id: Mapped[int] = mapped_column(ForeignKey("pipetune_workloads.id"), index=True)
     device_id: Mapped[int] = mapped_column(ForeignKey("pipetune_devices.id"), index=True)
     status: Mapped[str] = mapped_column(String(16), index=True, default=RunStatus.QUEUED.value)
+    kind: Mapped[str] = mapped_column(String(16), default=RunKind.EXACT.value,
+                                      server_default=RunKind.EXACT.value)
     budget_trials: Mapped[int] = mapped_column(Integer)
     budget_seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
     patience: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -328,6 +343,52 @@ class KernelModel(Base):
     @classmethod
     def find(cls, session: Session, kernel_hash: str) -> KernelModel | None:
         return session.get(cls, kernel_hash)
+
+
+class RangeTableModel(Base):
+    """A tuned range: contiguous buckets of dimension ``dim`` over ``low``..``high`` of a
+    workload whose other parameters are ``fixed_key``'s, on a device, each bucket served
+    by one kernel that takes the size at run time.
+
+    ``params`` is the range workload as tuned (the fixed parameters as the operator spec
+    writes them, the range as given); ``fixed_key`` the sha256 of the operator and the
+    fixed parameters' canonical JSON, the lookup of exact sizes and of narrower ranges;
+    ``size_from`` where a call's size is read (``["a", 0]``); ``sizes`` the sizes the
+    run measured at. Each item of ``buckets`` has ``low``, ``high``, ``loss``,
+    ``schedule_hash``, ``kernel_hash`` (null without code generation), ``choices``,
+    ``schedule`` (the sProgram, planned at ``high``), ``latencies_us`` (its latency at
+    each sampled size, keyed by the size as text) and ``retimed_us`` (at the bucket's
+    sizes by the final method, or null).
+    """
+
+    __tablename__ = "pipetune_range_tables"
+    __table_args__ = (
+        Index("ix_pipetune_range_tables_lookup", "op", "fixed_key", "dim", "device_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(64))
+    fixed_key: Mapped[str] = mapped_column(String(HASH_LENGTH))
+    dim: Mapped[str] = mapped_column(String(32))
+    low: Mapped[int] = mapped_column(Integer)
+    high: Mapped[int] = mapped_column(Integer)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    size_from: Mapped[list[Any]] = mapped_column(JSONType)
+    sizes: Mapped[list[int]] = mapped_column(JSONType)
+    buckets: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    simulated: Mapped[bool] = mapped_column(Boolean)
+    device_id: Mapped[int] = mapped_column(ForeignKey("pipetune_devices.id"), index=True)
+    run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("pipetune_runs.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    device: Mapped[DeviceModel] = relationship(lazy="joined")
+
+    @classmethod
+    def find(cls, session: Session, table_id: int) -> RangeTableModel | None:
+        return session.get(cls, table_id)
 
 
 class CalibrationModel(Base):

@@ -127,9 +127,10 @@ def create_run(
     patience: int | None,
     seed: int,
     key_id: int | None = None,
+    kind: str = "exact",
 ) -> tuple[RunModel, bool]:
-    """A new queued run (made by API key ``key_id``), or the queued/running run of the
-    same workload and device.
+    """A new queued run (made by API key ``key_id``; ``kind``: ``exact`` or ``range``),
+    or the queued/running run of the same workload and device.
 
     Returns:
         The run and whether it was created.
@@ -155,6 +156,7 @@ def create_run(
                 attempts=0,
                 elapsed_s=0.0,
                 key_id=key_id,
+                kind=kind,
             )
             session.add(run)
             session.flush()

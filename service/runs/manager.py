@@ -41,9 +41,12 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db import fleet, processes
+from service.db import ranges as ranges_repo
 from service.db import repositories as repo
 from service.db.models import (
     DeviceModel,
+    RangeTableModel,
+    RunKind,
     RunModel,
     RunStatus,
     ScheduleModel,
@@ -58,8 +61,10 @@ from service.runs.devices import ResolvedDevice, available_devices, served_devic
 from service.runs.execution import RunExecution
 from service.runs.executors import ExecutorRegistry
 from service.runs.finish import record_end
+from service.runs.range_execution import RangeExecution
+from service.runs.ranges import RangeServed, fixed_key, fixed_params, range_workload, serve_exact
 from service.runs.retry import database_fault, with_retries
-from service.runs.tune import TuneInput
+from service.runs.tune import RangeTuneInput, TuneInput
 
 logger = logging.getLogger(__name__)
 
@@ -71,11 +76,19 @@ RESUMABLE = (RunStatus.FAILED.value, RunStatus.CANCELLED.value, RunStatus.INTERR
 @dataclass
 class Submitted:
     """What ``submit`` did: a cache hit (``schedule``, and ``run``, the run that found
-    it, if it is in this database), or a run (new, shared or extended)."""
+    it, if it is in this database), or a run (new, shared or extended). A range request's
+    hit is ``range_table``; an exact size a tuned range serves is ``served``."""
 
     schedule: ScheduleModel | None = None
     run: RunModel | None = None
     created: bool = False
+    range_table: RangeTableModel | None = None
+    served: RangeServed | None = None
+
+    @property
+    def cached(self) -> bool:
+        return (self.schedule is not None or self.range_table is not None
+                or self.served is not None)
 
 
 class RunManager:
@@ -239,11 +252,66 @@ class RunManager:
     def _cache_hit(self, tune: TuneInput) -> Submitted | None:
         """The cached schedule of ``tune``'s workload and device, read without a write
         transaction (the common answer under load; on SQLite a write transaction waits
-        for the running searches' writes), or None."""
+        for the running searches' writes), else the tuned range on the device that holds
+        the size (the bucket's kernel bound to it), or None."""
         with repo.session_scope(self.db.read_sessions) as session:
             cached = repo.find_cached(session, workload_key=tune.spec.workload_key(),
                                       device_key=tune.device.key)
-            return self._hit(session, cached) if cached is not None else None
+            if cached is not None:
+                return self._hit(session, cached)
+        served = serve_exact(self.db, tune.spec, tune.device.key)
+        if served is None:
+            return None
+        self._count_tune("cache_hit")
+        return Submitted(served=served, run=self._found_by(served.table.run_id))
+
+    def _found_by(self, run_id: int | None) -> RunModel | None:
+        if run_id is None:
+            return None
+        with repo.session_scope(self.db.read_sessions) as session:
+            return repo.get_run(session, run_id=run_id)
+
+    def submit_range(self, tune: RangeTuneInput, *, key_id: int | None = None) -> Submitted:
+        """A tuned range on the device covering the request's (``range_table``, and the
+        run that tuned it), or the range run for it (new, extended, or the queued/running
+        one of the same range workload); as :meth:`submit` otherwise.
+
+        Raises:
+            InvalidRequest: ``extend`` names a run whose outcome is still being stored.
+            TooManyRequests: a new run would exceed the key's or the server's quota.
+        """
+        range_spec, device = tune.range_spec, tune.device
+        if not (tune.force or tune.extend):
+            size_range = range_spec.ranges[tune.dim]
+            with repo.session_scope(self.db.read_sessions) as session:
+                table = ranges_repo.find_covering(
+                    session, op=range_spec.op,
+                    fixed_key=fixed_key(range_spec.op, fixed_params(range_spec)),
+                    dim=tune.dim, low=size_range.low, high=size_range.high,
+                    device_key=device.key)
+            if table is not None:
+                self._count_tune("cache_hit")
+                return Submitted(range_table=table, run=self._found_by(table.run_id))
+        key, params = range_workload(range_spec)
+        with repo.session_scope(self.db.sessions) as session:
+            workload_row = repo.get_or_create_workload(session, key=key, op=range_spec.op,
+                                                       params=params)
+            device_row = _device_row(session, device)
+            if RunModel.find_active(session, workload_row.id, device_row.id) is None:
+                admit(session, self.settings, key_id=key_id)
+            if tune.extend:
+                run, created = self._extend(session, workload_row, device_row, tune, key_id,
+                                            kind=RunKind.RANGE.value)
+            else:
+                run, created = repo.create_run(
+                    session, workload=workload_row, device=device_row,
+                    budget_trials=tune.trials, budget_seconds=tune.seconds,
+                    patience=tune.patience, seed=tune.seed, key_id=key_id,
+                    kind=RunKind.RANGE.value)
+        self._count_tune("new_run" if created else "joined_run")
+        if created:
+            self._wake.set()
+        return Submitted(run=self.get(run.id), created=created)
 
     def _hit(self, session: Any, cached: Any) -> Submitted:
         """A cache hit's answer: the schedule and the run that found it (if any)."""
@@ -253,16 +321,19 @@ class RunManager:
         return Submitted(schedule=cached, run=found_by)
 
     def _extend(
-        self, session: Any, workload: WorkloadModel, device: DeviceModel, tune: TuneInput,
-        key_id: int | None,
+        self, session: Any, workload: WorkloadModel, device: DeviceModel,
+        tune: TuneInput | RangeTuneInput, key_id: int | None,
+        kind: str = RunKind.EXACT.value,
     ) -> tuple[RunModel, bool]:
         """Queue the newest run of (workload, device) again with ``tune``'s budget on top
-        of what it spent (a new run if it has none; the active one if one is active)."""
+        of what it spent (a new run of ``kind`` if it has none; the active one if one is
+        active)."""
         newest = repo.newest_run(session, workload_id=workload.id, device_id=device.id)
         if newest is None or not RunStatus(newest.status).is_finished():
             return repo.create_run(session, workload=workload, device=device,
                                    budget_trials=tune.trials, budget_seconds=tune.seconds,
-                                   patience=tune.patience, seed=tune.seed, key_id=key_id)
+                                   patience=tune.patience, seed=tune.seed, key_id=key_id,
+                                   kind=kind)
         self._release_if_gone(session, newest, field="extend")
         seconds = newest.elapsed_s + tune.seconds if tune.seconds is not None else None
         reopened = repo.reopen_run(session, run_id=newest.id,
@@ -445,8 +516,12 @@ class RunManager:
         if self.metrics:
             self.metrics.runs_active.inc()
         try:
-            RunExecution.load(self._context, run_id, cancel=cancel,
-                              on_progress=on_progress).execute()
+            with repo.session_scope(self.db.sessions) as session:
+                run = repo.get_run(session, run_id=run_id)
+                range_run = run is not None and run.kind == RunKind.RANGE.value
+            execution = RangeExecution if range_run else RunExecution
+            execution.load(self._context, run_id, cancel=cancel,
+                           on_progress=on_progress).execute()
         except Exception as exc:
             fault = database_fault(exc)
             if fault is not None:

@@ -1,4 +1,5 @@
-"""A tune request, validated: operator spec, device, budget (every error names its field)."""
+"""A tune request, validated: operator spec (or range spec), device, budget (every error
+names its field)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from scheduler_search.ops import OperatorSpec, SpecError, parse_spec
+from scheduler_search.ops import OperatorSpec, RangeSpec, SpecError, parse_spec
+from scheduler_search.ops.ranges import is_range_params, parse_range_spec
 from service.core.config import Settings
 from service.db.fleet import FleetDevice
 from service.errors import InvalidRequest
@@ -35,6 +37,31 @@ class TuneInput:
     seed: int
     force: bool = False
     extend: bool = False
+
+
+#: Operator -> the dimensions its generated kernels take at run time: the ranges a run
+#: may tune (``RANGE_DIMS`` lists what specs allow; attention's kernels do not yet).
+RUNTIME_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("m",)}
+
+
+@dataclass(frozen=True)
+class RangeTuneInput:
+    """A range run's request, all checked: the range spec (one dimension a range, on an
+    operator whose kernels take it at run time), the device, the budget (``trials``:
+    measurements, one candidate at one size each)."""
+
+    range_spec: RangeSpec
+    device: ResolvedDevice
+    trials: int
+    seconds: float | None
+    patience: int | None
+    seed: int
+    force: bool = False
+    extend: bool = False
+
+    @property
+    def dim(self) -> str:
+        return next(iter(self.range_spec.ranges))
 
 
 def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:
@@ -66,6 +93,126 @@ def _device(name: str, fleet_devices: Callable[[], list[FleetDevice]] | None) ->
         raise DeviceError(f"{name!r}: fleet devices are named through the service, whose "
                           "database knows the fleet (pipetune serve, POST /v1/tune)")
     return fleet.resolve(name, fleet_devices)
+
+
+def prepare_any(request: TuneRequest, settings: Settings,
+                fleet_devices: Callable[[], list[FleetDevice]] | None = None,
+                ) -> TuneInput | RangeTuneInput:
+    """:func:`prepare_range` where a parameter is a range or a list of sizes, else
+    :func:`prepare`.
+
+    Raises:
+        InvalidRequest: with one item per problem, each under its body path.
+    """
+    if is_range_params(request.params):
+        return prepare_range(request, settings, fleet_devices)
+    return prepare(request, settings, fleet_devices)
+
+
+def _spec_error_item(exc: SpecError) -> dict[str, object]:
+    """A spec error under its body path (``params.m.min``; ``op`` for the operator)."""
+    if exc.field == "op":
+        return {"loc": ("op",), "msg": exc.message, "type": "spec_error"}
+    parts = [int(p) if p.isdigit() else p for p in str(exc.field).split(".")]
+    return {"loc": ("params", *parts), "msg": exc.message, "type": "spec_error"}
+
+
+def prepare_range(request: TuneRequest, settings: Settings,
+                  fleet_devices: Callable[[], list[FleetDevice]] | None = None,
+                  ) -> RangeTuneInput:
+    """Validate a range request: the range spec (``parse_range_spec``: a malformed range
+    is named by its field, ``params.m.min``), one dimension a range, one the operator's
+    kernels take at run time (:data:`RUNTIME_DIMS`), the device (as :func:`prepare`; the
+    workload at the range's high end must fit it), the budget (``trials`` default: the
+    range search's, ``RangeConfig.default_trials``).
+
+    Raises:
+        InvalidRequest: with one item per problem, each under its body path.
+    """
+    from scheduler_search.search.range_search import RangeConfig
+
+    errors: list[dict[str, object]] = []
+    range_spec: RangeSpec | None = None
+    try:
+        range_spec = parse_range_spec(request.op, request.params)
+    except SpecError as exc:
+        errors.append(_spec_error_item(exc))
+    if range_spec is not None:
+        supported = RUNTIME_DIMS.get(range_spec.op, ())
+        for name in sorted(range_spec.ranges):
+            if name not in supported:
+                errors.append({"loc": ("params", name), "type": "spec_error", "msg": (
+                    f"{range_spec.op} cannot be tuned over a range of {name} yet: its "
+                    f"kernels do not take {name} at run time; give one size" + (
+                        f" (ranges: {', '.join(supported)})" if supported else ""))})
+        if len(range_spec.ranges) > 1 and not errors:
+            errors.append({"loc": ("params",), "type": "spec_error",
+                           "msg": "give one dimension as a range, the others as sizes"})
+    device = _checked_device(request, fleet_devices, errors,
+                             range_spec.op if range_spec is not None else None)
+    if range_spec is not None and device is not None and not errors:
+        high = {name: r.high for name, r in range_spec.ranges.items()}
+        try:
+            range_spec.exact(high).check_fits(device.model)
+        except SpecError as exc:
+            errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
+    errors.extend(_request_errors(request, settings))
+    if errors:
+        raise InvalidRequest(errors)
+    assert range_spec is not None and device is not None
+    trials, seconds = _trials(request, settings,
+                              RangeConfig(**settings.range_search).default_trials)
+    return RangeTuneInput(range_spec=range_spec, device=device, trials=trials, seconds=seconds,
+                          patience=None, seed=settings.seed, force=request.force,
+                          extend=request.extend)
+
+
+def _checked_device(request: TuneRequest,
+                    fleet_devices: Callable[[], list[FleetDevice]] | None,
+                    errors: list[dict[str, object]], op: str | None) -> ResolvedDevice | None:
+    """The request's device (an error added if there is none); ``device: auto`` for an
+    operator without code generation is the simulated GPU."""
+    try:
+        device = _device(request.device, fleet_devices)
+    except DeviceError as exc:
+        errors.append({"loc": ("device",), "msg": str(exc), "type": "device_error"})
+        return None
+    if op is not None and not device.simulated:
+        from codegen import has_renderer
+
+        if not has_renderer(op):
+            if request.device.strip().lower() == "auto":
+                # No kernels to measure for this operator yet: tune it on the simulated GPU.
+                return simulated(DEFAULT_SIMULATED)
+            errors.append({
+                "loc": ("device",),
+                "msg": f"no code generation for {op!r} yet, so it cannot be measured "
+                       f"on {device.name}; use device 'auto' or '{DEFAULT_SIMULATED}'",
+                "type": "device_error",
+            })
+            return None
+    return device
+
+
+def _request_errors(request: TuneRequest, settings: Settings) -> list[dict[str, object]]:
+    """The budget's and the flags' problems."""
+    errors = _budget_errors(request.budget, settings)
+    if request.force and request.extend:
+        errors.append({"loc": ("extend",), "type": "value_error",
+                       "msg": "choose one of force (a new search) and extend (continue the "
+                              "newest run's search)"})
+    return errors
+
+
+def _trials(request: TuneRequest, settings: Settings, default: int) -> tuple[int, float | None]:
+    """The trial budget (``default`` when neither trials nor seconds are given; the
+    server's most with only seconds) and the seconds."""
+    budget = request.budget
+    trials = budget.trials
+    if trials is None:
+        trials = (settings.max_trials if budget.seconds is not None
+                  else min(default, settings.max_trials))
+    return trials, budget.seconds
 
 
 def prepare(request: TuneRequest, settings: Settings,

@@ -1,5 +1,7 @@
 """``POST /v1/tune``: a cached best schedule (200), or the run that will find it (202);
-one answer shape for both (:class:`~service.schemas.TuneResponse`)."""
+one answer shape for both (:class:`~service.schemas.TuneResponse`). A range request
+(``"m": {"min": 1, "max": 16384}``) answers a tuned range that covers it (200) or the
+range run that will tune it (202)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,16 @@ from fastapi.responses import JSONResponse
 from service.api.auth import TunerDep
 from service.api.deps import AnswersDep, DatabaseDep, MetricsDep, RunManagerDep, SettingsDep
 from service.core.db import Database
+from service.core.metrics import Metrics
 from service.db import fleet, stamps
 from service.db import repositories as repo
 from service.errors import InvalidRequest
-from service.runs.tune import prepare
+from service.runs.manager import RunManager, Submitted
+from service.runs.tune import RangeTuneInput, prepare_any
 from service.schemas import (
     AUTH_RESPONSES,
     ErrorPublic,
+    RangeTablePublic,
     RunPublic,
     SchedulePublic,
     TuneRequest,
@@ -46,10 +51,12 @@ def tune(
     """Tune an operator for a device: the cached best schedule, or a (shared) run;
     ``force`` runs despite the cache, ``extend`` continues the workload's newest run."""
     try:
-        tune_input = prepare(request, settings, fleet_devices=lambda: _fleet(db))
+        tune_input = prepare_any(request, settings, fleet_devices=lambda: _fleet(db))
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
+    if isinstance(tune_input, RangeTuneInput):
+        return _tune_range(tune_input, manager, principal.key_id, metrics)
     stamp = key = None
     if not (tune_input.force or tune_input.extend):
         # The same cache hit as last time, while its schedule and run rows are unchanged.
@@ -64,6 +71,10 @@ def tune(
         metrics.tune_requests.labels("invalid").inc()
         raise
     run = RunPublic.of(submitted.run) if submitted.run is not None else None
+    if submitted.served is not None:  # an exact size a tuned range holds
+        body = TuneResponse(cached=True, run=run,
+                            schedule=SchedulePublic.of_range(submitted.served))
+        return JSONResponse(body.model_dump(mode="json"), status_code=200)
     if submitted.schedule is not None:
         body = TuneResponse(cached=True, run=run,
                             schedule=SchedulePublic.of(submitted.schedule))
@@ -71,6 +82,25 @@ def tune(
         if stamp is not None:
             answers.put(key, stamp, bytes(response.body))
         return response
+    assert run is not None
+    body = TuneResponse(cached=False, run=run, schedule=None)
+    return JSONResponse(body.model_dump(mode="json"), status_code=202,
+                        headers={"Location": f"/v1/runs/{run.id}"})
+
+
+def _tune_range(tune_input: RangeTuneInput, manager: RunManager, key_id: int | None,
+                metrics: Metrics) -> Response:
+    """A range request: the tuned range that covers it (200), or its range run (202)."""
+    try:
+        submitted: Submitted = manager.submit_range(tune_input, key_id=key_id)
+    except InvalidRequest:
+        metrics.tune_requests.labels("invalid").inc()
+        raise
+    run = RunPublic.of(submitted.run) if submitted.run is not None else None
+    if submitted.range_table is not None:
+        body = TuneResponse(cached=True, run=run, schedule=None,
+                            range=RangeTablePublic.of(submitted.range_table))
+        return JSONResponse(body.model_dump(mode="json"), status_code=200)
     assert run is not None
     body = TuneResponse(cached=False, run=run, schedule=None)
     return JSONResponse(body.model_dump(mode="json"), status_code=202,
