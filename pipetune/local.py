@@ -10,6 +10,11 @@ It is what ``pipetune tune`` runs (same search, same database, so the result is 
 for a server on that database too) and answers as :meth:`pipetune.Client.tune` does, with
 the kernel's artifact attached; bad arguments raise :class:`pipetune.BadRequest` naming
 the field.
+
+A GEMM's ``m`` may be a range (``m={"min": 1, "max": 16384}``) or a list of sizes: a range
+run, whose result's ``range`` is the bucket table and ``kernel`` the RangeArtifact JSON,
+one kernel per bucket taking m at run time (``pipetune.load(result.kernel)(a, b)`` picks
+the bucket of each call's m; docs/dynamic.md).
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ def tune(
         database_url: the SQLAlchemy URL of the cache (default: the user's data dir, or
             ``PIPETUNE_DATABASE_URL``).
         progress: draw a progress bar on stderr while the run goes.
-        **params: the operator's fields (``m=4096, n=4096, k=4096, dtype="float16"``).
+        **params: the operator's fields (``m=4096, n=4096, k=4096, dtype="float16"``);
+            a range run's dimension as ``{"min": 1, "max": 16384}`` or a list of sizes.
 
     Raises:
         BadRequest: a wrong operator, field, device or budget (``.field`` names it).
@@ -69,4 +75,5 @@ def tune(
         schedule=answer.schedule.model_dump(mode="json") if answer.schedule else None,
         run=answer.run.model_dump(mode="json") if answer.run else None,
         kernel=answer.kernel,
+        range=answer.range.model_dump(mode="json") if answer.range else None,
     )

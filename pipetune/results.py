@@ -12,14 +12,22 @@ class TuneResult:
     ``run``, the run that found the schedule or will find it (its RunPublic JSON; finished
     when the tune waited; None for a cached schedule imported from another cache); and
     ``schedule``, the cached best schedule (SchedulePublic JSON; None until a run stores
-    one, and for a run that ended without one)."""
+    one, and for a run that ended without one).
+
+    A range request's answer has ``range``, the tuned range's table (RangeTablePublic
+    JSON: buckets, each with its kernel's hash and latencies; None while a run is still to
+    tune it), and ``schedule`` None; in process, ``kernel`` is then its RangeArtifact
+    JSON (``pipetune.load`` dispatches each call to its bucket's kernel)."""
 
     cached: bool
     schedule: dict[str, Any] | None = None
     run: dict[str, Any] | None = None
     #: The best kernel's KernelArtifact JSON, when the answer carries it (an in-process
-    #: :func:`pipetune.tune`); from a server, ``Client.kernel(result.kernel_hash)``.
+    #: :func:`pipetune.tune`); from a server, ``Client.kernel(result.kernel_hash)``. For a
+    #: range, the RangeArtifact JSON.
     kernel: dict[str, Any] | None = None
+    #: A range request's tuned range (``GET /v1/ranges/{id}``'s JSON), or None.
+    range: dict[str, Any] | None = None
 
     @property
     def run_id(self) -> int | None:
@@ -56,4 +64,4 @@ class TuneResult:
     def of_answer(cls, body: dict[str, Any]) -> TuneResult:
         """From ``POST /v1/tune``'s answer (the same shape for 200 and 202)."""
         return cls(cached=bool(body["cached"]), schedule=body.get("schedule"),
-                   run=body.get("run"))
+                   run=body.get("run"), range=body.get("range"))

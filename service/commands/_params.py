@@ -2,7 +2,9 @@
 
 Flags are the spec's field names (``--kv-heads`` and ``--kv_heads`` both work); a field
 that is itself a model (GEMM's ``epilogue``) takes JSON (``--epilogue '{"act": "gelu"}'``)
-or one flag per sub-field (``--epilogue.bias --epilogue.act gelu``). Values are converted
+or one flag per sub-field (``--epilogue.bias --epilogue.act gelu``). A dimension that may
+be tuned over a range takes ``LOW:HIGH`` or a list ``1,7,64`` (``--m 1:16384``: a range
+run, ``docs/dynamic.md``). Values are converted
 by the field's type, then validated by the spec itself, so the CLI and the API report the
 same errors.
 """
@@ -16,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
+from scheduler_search.ops.ranges import RANGE_DIMS
 
 #: Shorthands: ``--seq N`` sets both sequence lengths of attention.
 ALIASES: dict[str, dict[str, tuple[str, ...]]] = {"attention": {"seq": ("seq_q", "seq_kv")}}
@@ -91,6 +94,9 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
             i += 1
         elif not has_value:
             raise SpecError(name, "missing value")
+        elif name in RANGE_DIMS.get(op, ()) and any(c in extra[i + 1] for c in ":,"):
+            value = _size_range(extra[i + 1], name)
+            i += 2
         else:
             value = _convert(annotation, extra[i + 1], name)
             i += 2
@@ -100,6 +106,21 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
             else:
                 params[target] = value
     return params
+
+
+def _size_range(raw: str, flag: str) -> dict[str, int] | list[int]:
+    """``LOW:HIGH`` as ``{"min": LOW, "max": HIGH}``, ``a,b,c`` as a list of sizes (the
+    range spec then checks them)."""
+    parts = raw.split(":") if ":" in raw else raw.split(",")
+    try:
+        sizes = [int(p) for p in parts]
+    except ValueError:
+        raise SpecError(flag, f"expected a size, LOW:HIGH or sizes a,b,c; got {raw!r}") from None
+    if ":" in raw:
+        if len(sizes) != 2:
+            raise SpecError(flag, f"expected LOW:HIGH, got {raw!r}")
+        return {"min": sizes[0], "max": sizes[1]}
+    return sizes
 
 
 def _sub_field(annotation: Any, name: str, sub: str) -> Any:

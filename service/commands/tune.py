@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from scheduler_search.search import Progress
     from service.db.models import RunModel
     from service.runs.manager import RunManager
-    from service.schemas import RunPublic, SchedulePublic, TuneRequest
+    from service.schemas import RangeTablePublic, RunPublic, SchedulePublic, TuneRequest
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -95,18 +95,22 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         _print(result)
         if args.kernel_out and kernel is not None:
             print(f"kernel artifact written to {args.kernel_out}")
-    return 0 if result.get("latency_us") is not None else 1
+    found = result.get("latency_us") is not None or result.get("range") is not None
+    return 0 if found else 1
 
 
 @dataclass(frozen=True)
 class LocalAnswer:
     """A tune answered in this process: the cached or newly stored schedule, the run that
-    found it (None for an imported schedule) and the best kernel's KernelArtifact JSON."""
+    found it (None for an imported schedule) and the best kernel's KernelArtifact JSON.
+    For a range request: ``range``, the tuned range (None when the run stored none),
+    ``schedule`` None and ``kernel`` its RangeArtifact JSON (None without kernels)."""
 
     cached: bool
     schedule: SchedulePublic | None
     run: RunPublic | None
     kernel: dict[str, Any] | None
+    range: RangeTablePublic | None = None
 
 
 def tune_in_process(
@@ -130,7 +134,7 @@ def tune_in_process(
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
-    from service.runs.tune import prepare
+    from service.runs.tune import RangeTuneInput, prepare_any
     from service.schemas import RunPublic, SchedulePublic
 
     quiet_optuna()
@@ -139,10 +143,16 @@ def tune_in_process(
     executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
     try:
         migrations.upgrade(db.url, engine=db.engine)
-        tune = prepare(request, settings)
+        tune = prepare_any(request, settings)
         manager = RunManager(db, settings, executors)
         manager.recover()  # a run left `running` by a killed tune must not be waited on
+        if isinstance(tune, RangeTuneInput):
+            return _tune_range_in_process(manager, db, tune, progress)
         submitted = manager.submit(tune)
+        if submitted.served is not None:  # an exact size a tuned range holds
+            schedule = SchedulePublic.of_range(submitted.served)
+            found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
+            return LocalAnswer(True, schedule, found_by, _kernel(db, schedule.kernel_hash))
         if submitted.schedule is not None:
             schedule = SchedulePublic.of(submitted.schedule)
             found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
@@ -160,6 +170,63 @@ def tune_in_process(
         return LocalAnswer(False, found, run, kernel)
     finally:
         executors.close()
+        db.dispose()
+
+
+def _tune_range_in_process(manager: RunManager, db: Any, tune: Any,
+                           progress: bool) -> LocalAnswer:
+    """A range request in this process: the tuned range covering it, or its range run
+    executed here (or followed, if another process has it); the table and its
+    RangeArtifact JSON."""
+    from service.db import ranges as ranges_repo
+    from service.db import repositories as repo
+    from service.runs.ranges import range_artifact
+    from service.schemas import RangeTablePublic, RunPublic
+
+    submitted = manager.submit_range(tune)
+    cached = submitted.range_table is not None
+    run_row = submitted.run
+    if not cached:
+        assert run_row is not None
+        run_row = _follow(manager, run_row.id, tune.trials, progress)
+    with repo.session_scope(db.sessions) as session:
+        table = submitted.range_table
+        if table is None and run_row is not None:
+            table = ranges_repo.range_table_of_run(session, run_id=run_row.id)
+        artifact = range_artifact(session, table) if table is not None else None
+        public = RangeTablePublic.of(table) if table is not None else None
+    run = RunPublic.of(run_row) if run_row is not None else None
+    return LocalAnswer(cached, None, run, artifact.to_dict() if artifact is not None else None,
+                       public)
+
+
+def cached_range(request: TuneRequest, database_url: str | None = None
+                 ) -> dict[str, Any] | None:
+    """The RangeArtifact JSON (``RangeArtifact.to_dict()``) of a tuned range on the
+    request's device that holds the request's exact params (its fixed parameters equal,
+    its size in the range), or None (no such range, or one without kernels); starts
+    nothing (a drop-in's lookup, before it launches ``kernel_at(size)``).
+
+    Raises:
+        InvalidRequest: the parameters or the device are wrong.
+    """
+    import migrations
+    from service.core.config import get_settings
+    from service.core.db import Database
+    from service.db import repositories as repo
+    from service.runs.ranges import covering_table, range_artifact
+    from service.runs.tune import prepare
+
+    settings = get_settings(database_url=database_url)
+    db = Database(settings.database_url)
+    try:
+        migrations.upgrade(db.url, engine=db.engine)
+        tune = prepare(request, settings)
+        with repo.session_scope(db.read_sessions) as session:
+            found = covering_table(session, tune.spec, tune.device.key)
+            artifact = range_artifact(session, found[1]) if found is not None else None
+        return artifact.to_dict() if artifact is not None else None
+    finally:
         db.dispose()
 
 
@@ -201,7 +268,13 @@ def tune_locally(
     summary: dict[str, Any] = {"cached": answer.cached}
     if answer.run is not None:
         summary["run"] = answer.run.model_dump(mode="json")
-    if answer.schedule is not None:
+    if answer.range is not None:
+        summary["range"] = answer.range.model_dump(mode="json")
+        summary["kernel"] = answer.kernel
+        summary["latency_us"] = None
+    elif answer.run is not None and answer.run.kind == "range":
+        summary.update(latency_us=None, error=answer.run.error)
+    elif answer.schedule is not None:
         summary.update(_schedule_summary(answer.schedule))
         summary["kernel"] = answer.kernel
     else:
@@ -277,7 +350,27 @@ def _schedule_summary(schedule: SchedulePublic) -> dict[str, Any]:
     }
 
 
+def _print_range(result: dict[str, Any]) -> None:
+    table = result["range"]
+    source = "cached" if result["cached"] else f"run {result['run']['id']}"
+    if not result["cached"]:
+        run = result["run"]
+        source += f", {run['trials_done']} measured in {run['elapsed_s']:.1f} s"
+    simulated = " (simulated: cost-model estimates, no kernel ran)" if table["simulated"] else ""
+    print(f"{table['op']} {table['params']} on {table['device']} ({source}){simulated}")
+    print(f"range table {table['id']}: {len(table['buckets'])} buckets over {table['dim']} "
+          f"{table['low']}..{table['high']}, loss {table['loss']:.3f} "
+          f"(GET /v1/ranges/{table['id']})")
+    for bucket in table["buckets"]:
+        kernel = bucket["kernel_hash"][:16] if bucket["kernel_hash"] else "no kernel"
+        print(f"  {table['dim']} {bucket['low']:>7}..{bucket['high']:<7} loss "
+              f"{bucket['loss']:.3f}  kernel {kernel}")
+
+
 def _print(result: dict[str, Any]) -> None:
+    if result.get("range") is not None:
+        _print_range(result)
+        return
     if result.get("latency_us") is None:
         run = result.get("run", {})
         print(f"no schedule: run {run.get('id')} {run.get('status')}: {result.get('error')}")
