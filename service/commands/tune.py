@@ -272,8 +272,6 @@ def tune_locally(
         summary["range"] = answer.range.model_dump(mode="json")
         summary["kernel"] = answer.kernel
         summary["latency_us"] = None
-    elif answer.run is not None and answer.run.kind == "range":
-        summary.update(latency_us=None, error=answer.run.error)
     elif answer.schedule is not None:
         summary.update(_schedule_summary(answer.schedule))
         summary["kernel"] = answer.kernel
@@ -347,6 +345,7 @@ def _schedule_summary(schedule: SchedulePublic) -> dict[str, Any]:
         "workload": data["workload"],
         "choices": data["choices"],
         "schedule": data["schedule"],
+        "range_id": data["range_id"],
     }
 
 
@@ -393,4 +392,7 @@ def _print(result: dict[str, Any]) -> None:
         print(f"vs {name}: {latency:.3f} us -> {latency / result['latency_us']:.3f}x")
     if result.get("kernel_hash"):
         print(f"kernel: {result['kernel_hash']}  (GET /v1/kernels/{result['kernel_hash']})")
+    if result.get("range_id") is not None:
+        print(f"served by tuned range {result['range_id']} (GET /v1/ranges/"
+              f"{result['range_id']}); latency interpolated between its measured sizes")
     print("choices: " + " ".join(f"{k}={v}" for k, v in result["choices"].items()))
