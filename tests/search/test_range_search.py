@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -192,3 +193,15 @@ def test_helpers() -> None:
             "batch": 1, "heads": 8, "kv_heads": 8, "seq_q": {"min": 128, "max": 1024},
             "seq_kv": {"min": 128, "max": 1024}, "head_dim": 128, "dtype": "float16"}),
             DEVICE, Recording(), lambda *a: [])
+
+
+def test_an_extended_search_measures_only_what_the_larger_plan_adds() -> None:
+    config = replace(CONFIG, sizes=10)  # the budget, not the knob, bounds the sizes
+    first = _search(Recording(), trials=24, config=config).run()
+    executor = Recording()
+    extended = _search(executor, trials=36, config=config, history=first.measurements).run()
+    assert set(first.sizes) < set(extended.sizes)  # the sizes of a larger plan include them
+    assert [c.sprogram.hash for c in first.candidates] == [
+        c.sprogram.hash for c in extended.candidates[: len(first.candidates)]]
+    assert sum(len(batch) for batch in executor.batches) == 36 - 24
+    assert extended.trials_done == 36
