@@ -19,6 +19,7 @@ from codegen import KernelArtifact, RangeArtifact
 from service.core.config import Settings
 from service.core.db import Database
 from service.db.models import SCHEMA_VERSION
+from service.main import create_app
 
 #: The range search's knobs for tests: few anchors' samples (a second per run).
 FAST = {"samples_per_anchor": 24, "anchors": 3, "climb_rounds": 1}
@@ -288,3 +289,52 @@ def test_0007_adds_run_kinds_and_range_tables_to_an_existing_database(
         migrations.upgrade(database.url, engine=database.engine)
     finally:
         database.dispose()
+
+
+@pytest.fixture
+def fake_gpu() -> Iterator[None]:
+    from gpu_fakes import FakeProbe
+
+    from service.runs import devices as devices_module
+
+    previous = devices_module.set_gpu_probe(FakeProbe())
+    try:
+        yield
+    finally:
+        devices_module.set_gpu_probe(previous)
+
+
+def test_a_range_run_on_a_gpu_measures_one_kernel_per_candidate_bound_to_each_size(
+        fake_gpu: None, database_url: str, tmp_path) -> None:
+    """On a (pretend) GPU each candidate's kernel is generated once and bound to every
+    sampled size: one source per candidate, each job's launch contract and tensors those
+    of its size; the buckets' winners are re-timed by the final policy."""
+    from gpu_fakes import ModelGpu
+
+    gpu = ModelGpu(batch=4)
+    settings = Settings(database_url=database_url, data_dir=tmp_path, max_concurrent_runs=1,
+                        heartbeat_s=0.5, stale_after_s=5.0, cost_model_seeds=0,
+                        warm_executors=False, range_search=FAST)
+    with TestClient(create_app(settings, gpu_pool_factory=lambda d: gpu)) as client:
+        response = client.post("/v1/tune", json={"op": "gemm", "params": RANGE,
+                                                 "budget": {"trials": 24}})
+        assert response.status_code == 202, response.text
+        run = wait_for(client, response.json()["run"]["id"])
+        assert run["status"] == "succeeded", run
+        assert run["device"] == "cuda:0" and not run["simulated"]
+        table = client.get("/v1/ranges").json()["data"][0]
+        assert not table["simulated"] and table["artifact_available"]
+    jobs = gpu.kernel_jobs
+    quick = jobs[0].timing
+    searched = [j for j in jobs if j.timing == quick]
+    assert len(searched) == 24 and any(j.timing != quick for j in jobs)
+    sources: dict[str, set[str]] = {}
+    for job in searched:
+        m = job.workload["params"]["m"]
+        assert job.artifact.params["m"] == m and job.artifact.runtime_dims == ("m",)
+        assert {t.name: t.shape for t in job.tensors}["a"] == (m, 1024)
+        assert {a.name: a.value for a in job.artifact.args if a.kind == "scalar"}["M"] == m
+        sources.setdefault(job.artifact.schedule_hash, set()).add(job.artifact.source)
+    assert len(sources) == 24 // len(table["sizes"])
+    assert all(len(texts) == 1 for texts in sources.values())
+    assert gpu.prepared  # the next batch compiled while this one was measured
