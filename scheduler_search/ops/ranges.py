@@ -39,6 +39,10 @@ RANGE_DIMS: dict[str, tuple[str, ...]] = {
     "attention": ("seq_q", "seq_kv"),
 }
 
+#: The golden ratio's fractional part: steps of it around the unit interval leave no
+#: large gap at any prefix length (a low-discrepancy sequence).
+_GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0
+
 #: Most sizes a list may give (a longer one is a range).
 MAX_LISTED_SIZES = 256
 
@@ -65,18 +69,23 @@ class SizeRange:
                                                                     "max": self.high}
 
     def sample(self, count: int, rng: random.Random) -> list[int]:
-        """Up to ``count`` distinct sizes, sorted: both ends, then log-uniform draws (for
-        a list: its sizes drawn uniformly in log space, nearest listed size taken)."""
+        """Up to ``count`` distinct sizes, sorted: both ends, then log-uniform points of a
+        golden-ratio sequence from a random start (each prefix spread evenly over the log
+        range, so a larger count keeps a smaller one's sizes; independent draws had left
+        143..1564 of 1..16384 without a size, and the buckets there unserved). For a list:
+        its sizes drawn so in log space, the nearest listed size taken."""
         if self.listed is not None and len(self.listed) <= count:
             return list(self.listed)
         if self.listed is None and self.high - self.low + 1 <= count:
             return list(range(self.low, self.high + 1))
         chosen = {self.low, self.high}
         log_low, log_high = math.log(self.low), math.log(self.high)
+        point = rng.random()
         for _ in range(64 * count):
             if len(chosen) >= count:
                 break
-            chosen.add(self._nearest(math.exp(rng.uniform(log_low, log_high))))
+            point = (point + _GOLDEN_FRACTION) % 1.0
+            chosen.add(self._nearest(math.exp(log_low + point * (log_high - log_low))))
         return sorted(chosen)
 
     def _nearest(self, size: float) -> int:

@@ -1,7 +1,8 @@
 """GEMM kernels that take m at run time, on the GPU: each compiled once, then checked by
 the workers against the fp32 reference (poisoned outputs, seeded random inputs) at sizes
 that cut a tile every way: one row, 17, 255 (a tile's tail), 16383 (one short of the
-range's top), with and without stream-K, a fused epilogue's residual read at tail rows.
+range's top), with and without stream-K (one and two waves shared), a fused epilogue's
+residual read at tail rows.
 
 Run on an H200 with ``pytest tests/codegen/test_runtime_sizes_gpu.py -m gpu``.
 """
@@ -9,7 +10,7 @@ Run on an H200 with ``pytest tests/codegen/test_runtime_sizes_gpu.py -m gpu``.
 from __future__ import annotations
 
 import pytest
-from runtime_samples import design_schedules, sampled_schedules
+from runtime_samples import design_schedules
 
 from codegen import render
 from scheduler_search.hardware import get_device
@@ -30,9 +31,9 @@ def _cases() -> list[tuple[str, dict, object]]:
         params = {"n": 1024, "k": 512, "dtype": dtype, "b_layout": layout,
                   **({"epilogue": epilogue} if epilogue else {})}
         spec = parse_spec("gemm", {"m": TOP, **params})
-        schedules = {**design_schedules(spec, DEVICE),
-                     **{f"sampled{i}": s for i, s in enumerate(
-                         sampled_schedules(spec, DEVICE, 2, seed=7))}}
+        schedules = design_schedules(spec, DEVICE)
+        if epilogue or dtype == "bfloat16":  # the design and one stream-K variant
+            schedules = dict(list(schedules.items())[:1 + (not epilogue)])
         for name, sprogram in schedules.items():
             artifact = render(sprogram, spec, DEVICE)
             for m in SIZES:
