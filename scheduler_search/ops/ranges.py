@@ -149,9 +149,19 @@ class RangeSpec:
         return {**self.fixed, **{name: r.to_json() for name, r in self.ranges.items()}}
 
 
+def is_range_value(value: object, *, range_dim: bool = False) -> bool:
+    """Whether a parameter's value is meant as a range or a list of sizes: any object or
+    list for a dimension that can be one (``range_dim``: a malformed range is then refused
+    naming it), else a list or an object of ``min`` / ``max`` only (another object is a
+    nested model's value, a GEMM's ``epilogue``)."""
+    if isinstance(value, list) or (range_dim and isinstance(value, dict)):
+        return True
+    return isinstance(value, dict) and bool(value) and set(value) <= {"min", "max"}
+
+
 def is_range_params(params: Mapping[str, Any]) -> bool:
     """Whether any parameter is given as a range or a list of sizes."""
-    return any(isinstance(v, dict | list) for v in params.values())
+    return any(is_range_value(v) for v in params.values())
 
 
 def parse_range_spec(op: str, params: Mapping[str, Any]) -> RangeSpec:
@@ -170,7 +180,7 @@ def parse_range_spec(op: str, params: Mapping[str, Any]) -> RangeSpec:
     ranges: dict[str, SizeRange] = {}
     fixed: dict[str, Any] = {}
     for name, value in params.items():
-        if not isinstance(value, dict | list):
+        if not is_range_value(value, range_dim=name in allowed):
             fixed[name] = value
         elif name not in allowed:
             dims = ", ".join(allowed) if allowed else "none"
@@ -225,4 +235,4 @@ def _is_size(value: object) -> bool:
 
 
 __all__ = ["MAX_LISTED_SIZES", "RANGE_DIMS", "RangeSpec", "SizeRange", "is_range_params",
-           "parse_range_spec"]
+           "is_range_value", "parse_range_spec"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
 from scheduler_search.ops import OperatorSpec, RangeSpec, SpecError, parse_spec
-from scheduler_search.ops.ranges import RANGE_DIMS, parse_range_spec
+from scheduler_search.ops.ranges import RANGE_DIMS, is_range_value, parse_range_spec
 from service.core.config import Settings
 from service.db.fleet import FleetDevice
 from service.errors import InvalidRequest
@@ -114,27 +113,7 @@ def ranged(op: str, params: dict[str, object]) -> bool:
     """Whether ``params`` give one of ``op``'s range dimensions (``RANGE_DIMS``) as a range
     or a list of sizes (a nested model's object, a GEMM's ``epilogue``, is not one)."""
     dims = RANGE_DIMS.get(op, ())
-    return any(isinstance(v, dict | list) and k in dims for k, v in params.items())
-
-
-def _parse_ranges(op: str, params: dict[str, Any]) -> RangeSpec:
-    """``parse_range_spec`` of ``params`` whose objects outside the range dimensions (a
-    nested model's fields) are fixed parameters, not ranges: the ranges parsed alone,
-    then the whole spec validated at the range's corners.
-
-    Raises:
-        SpecError: as ``parse_range_spec``.
-        ValidationError: a nested field is wrong at a corner.
-    """
-    dims = RANGE_DIMS.get(op, ())
-    nested = {k: v for k, v in params.items() if isinstance(v, dict | list) and k not in dims}
-    range_spec = parse_range_spec(op, {k: v for k, v in params.items() if k not in nested})
-    if not nested:
-        return range_spec
-    range_spec = RangeSpec(op, {**range_spec.fixed, **nested}, range_spec.ranges)
-    for corner in range_spec.corners():
-        range_spec.exact(corner)
-    return range_spec
+    return any(is_range_value(v, range_dim=True) and k in dims for k, v in params.items())
 
 
 def _spec_error_item(exc: SpecError) -> dict[str, object]:
@@ -162,7 +141,7 @@ def prepare_range(request: TuneRequest, settings: Settings,
     errors: list[dict[str, object]] = []
     range_spec: RangeSpec | None = None
     try:
-        range_spec = _parse_ranges(request.op, request.params)
+        range_spec = parse_range_spec(request.op, request.params)
     except SpecError as exc:
         errors.append(_spec_error_item(exc))
     except ValidationError as exc:

@@ -105,3 +105,14 @@ def test_sizes_are_drawn_log_uniformly_with_both_ends() -> None:
 def test_a_small_range_is_sampled_whole() -> None:
     spec = parse_range_spec("gemm", {"m": {"min": 3, "max": 6}, **GEMM})
     assert [s["m"] for s in spec.sample(8)] == [3, 4, 5, 6]
+
+
+def test_a_nested_object_is_a_fixed_parameter_not_a_range() -> None:
+    """A GEMM's epilogue is an object of its own fields: fixed, checked at the corners."""
+    spec = parse_range_spec("gemm", {"m": {"min": 1, "max": 64}, **GEMM,
+                                     "epilogue": {"bias": True, "act": "gelu"}})
+    assert spec.fixed["epilogue"] == {"bias": True, "act": "gelu"} and set(spec.ranges) == {"m"}
+    with pytest.raises(SpecError) as caught:
+        parse_range_spec("gemm", {"m": {"min": 1, "max": 64}, **GEMM,
+                                  "epilogue": {"min": 1, "max": 2}})
+    assert caught.value.field == "epilogue"
