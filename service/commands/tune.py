@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +202,24 @@ def _tune_range_in_process(manager: RunManager, db: Any, tune: Any,
                        public)
 
 
+@contextmanager
+def _cache_lookup(request: TuneRequest, database_url: str | None) -> Iterator[tuple[Any, Any]]:
+    """The cache's database (migrated) and the request prepared against it, for a lookup
+    that starts nothing; the database is let go after."""
+    import migrations
+    from service.core.config import get_settings
+    from service.core.db import Database
+    from service.runs.tune import prepare
+
+    settings = get_settings(database_url=database_url)
+    db = Database(settings.database_url)
+    try:
+        migrations.upgrade(db.url, engine=db.engine)
+        yield db, prepare(request, settings)
+    finally:
+        db.dispose()
+
+
 def cached_range(request: TuneRequest, database_url: str | None = None
                  ) -> dict[str, Any] | None:
     """The RangeArtifact JSON (``RangeArtifact.to_dict()``) of a tuned range on the
@@ -210,24 +230,14 @@ def cached_range(request: TuneRequest, database_url: str | None = None
     Raises:
         InvalidRequest: the parameters or the device are wrong.
     """
-    import migrations
-    from service.core.config import get_settings
-    from service.core.db import Database
     from service.db import repositories as repo
     from service.runs.ranges import covering_table, range_artifact
-    from service.runs.tune import prepare
 
-    settings = get_settings(database_url=database_url)
-    db = Database(settings.database_url)
-    try:
-        migrations.upgrade(db.url, engine=db.engine)
-        tune = prepare(request, settings)
-        with repo.session_scope(db.read_sessions) as session:
-            found = covering_table(session, tune.spec, tune.device.key)
-            artifact = range_artifact(session, found[1]) if found is not None else None
-        return artifact.to_dict() if artifact is not None else None
-    finally:
-        db.dispose()
+    with _cache_lookup(request, database_url) as (db, tune), \
+            repo.session_scope(db.read_sessions) as session:
+        found = covering_table(session, tune.spec, tune.device.key)
+        artifact = range_artifact(session, found[1]) if found is not None else None
+    return artifact.to_dict() if artifact is not None else None
 
 
 def cached_kernel(request: TuneRequest, database_url: str | None) -> dict[str, Any] | None:
@@ -237,17 +247,9 @@ def cached_kernel(request: TuneRequest, database_url: str | None) -> dict[str, A
     Raises:
         InvalidRequest: the parameters or the device are wrong.
     """
-    import migrations
-    from service.core.config import get_settings
-    from service.core.db import Database
     from service.db import repositories as repo
-    from service.runs.tune import prepare
 
-    settings = get_settings(database_url=database_url)
-    db = Database(settings.database_url)
-    try:
-        migrations.upgrade(db.url, engine=db.engine)
-        tune = prepare(request, settings)
+    with _cache_lookup(request, database_url) as (db, tune):
         with repo.session_scope(db.sessions) as session:
             workload = repo.find_workload(session, key=tune.spec.workload_key())
             device = repo.find_device(session, key=tune.device.key)
@@ -256,8 +258,6 @@ def cached_kernel(request: TuneRequest, database_url: str | None) -> dict[str, A
             row = repo.find_schedule(session, workload_id=workload.id, device_id=device.id)
             kernel_hash = row.kernel_hash if row is not None else None
         return _kernel(db, kernel_hash)
-    finally:
-        db.dispose()
 
 
 def tune_locally(
