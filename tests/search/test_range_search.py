@@ -61,7 +61,8 @@ class Recording(SimulatedDevice):
 
 
 def _search(executor: Recording, *, trials: int | None = None, params: Mapping = PARAMS,
-            config: RangeConfig = CONFIG, **options: Any) -> RangeSearch:
+            config: RangeConfig = CONFIG, seconds: float | None = None,
+            **options: Any) -> RangeSearch:
     range_spec = parse_range_spec("gemm", dict(params))
 
     def make_jobs(sprogram: SProgram, sizes: Sequence[Mapping[str, int]],
@@ -71,7 +72,8 @@ def _search(executor: Recording, *, trials: int | None = None, params: Mapping =
                     seed=1 if final else 0) for s in sizes]
 
     return RangeSearch(range_spec, DEVICE, executor, options.pop("make_jobs", make_jobs),
-                       budget=Budget(trials=trials or config.default_trials), config=config,
+                       budget=Budget(trials=trials or config.default_trials, seconds=seconds),
+                       config=config,
                        feasible=feasibility("gemm", DEVICE),
                        designs=list(DESIGNS["gemm"].values()), **options)
 
@@ -205,3 +207,15 @@ def test_an_extended_search_measures_only_what_the_larger_plan_adds() -> None:
         c.sprogram.hash for c in extended.candidates[: len(first.candidates)]]
     assert sum(len(batch) for batch in executor.batches) == 36 - 24
     assert extended.trials_done == 36
+
+
+def test_a_time_budget_waits_for_one_kernel_at_every_size() -> None:
+    """Seconds spent before the first group has covered the range: the search goes on
+    until some candidate ran at every size, so no part of the range is served blind."""
+    range_spec = parse_range_spec("gemm", dict(PARAMS))
+    result = _search(Recording(width=2), seconds=1e-9).run()
+    assert result.stop_reason is StopReason.SECONDS
+    measured = {r.choices["m"] for r in result.measurements if r.ok}
+    assert measured == set(result.sizes) and len(result.sizes) == CONFIG.sizes
+    assert result.trials_done < CONFIG.default_trials  # it stopped once they were covered
+    assert result.buckets[0].low == range_spec.ranges["m"].low
