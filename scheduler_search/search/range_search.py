@@ -590,16 +590,7 @@ class RangeSearch:
         if isinstance(result, Exception):
             return TrialRecord(status=CODEGEN_ERROR, error=f"codegen: {type(result).__name__}: "
                                f"{result}", **common)
-        status = status_of(result)
-        ok = status == "ok" and result.latency_us is not None
-        return TrialRecord(
-            status=status,
-            latency_us=float(result.latency_us) if ok else None,  # type: ignore[arg-type]
-            error=result.error,
-            simulated=bool(result.simulated),
-            measurement=result.to_dict(),
-            **common,
-        )
+        return TrialRecord.measured(result, **common)
 
     def _predict(self, candidate: RangeCandidate, size: int) -> float | None:
         sizes = {self.dim: size}

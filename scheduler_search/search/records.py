@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_search.search.executor import MeasurementLike
+from scheduler_search.search.executor import MeasurementLike, status_of
 from scheduler_search.search.stopping import StopReason
 from scheduler_search.space import Choices
 
@@ -48,6 +48,21 @@ class TrialRecord:
     @property
     def ok(self) -> bool:
         return self.status == "ok" and self.latency_us is not None
+
+    @classmethod
+    def measured(cls, result: MeasurementLike, **common: Any) -> TrialRecord:
+        """The record of a measurement: its status, its latency where it ran (``ok``), its
+        error and the measurement itself; ``common`` the candidate's fields."""
+        status = status_of(result)
+        ok = status == "ok" and result.latency_us is not None
+        return cls(
+            status=status,
+            latency_us=float(result.latency_us) if ok else None,  # type: ignore[arg-type]
+            error=result.error,
+            simulated=bool(result.simulated),
+            measurement=result.to_dict(),
+            **common,
+        )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
+from scheduler_search.search.executor import ExecutorLike, MeasurementLike
 from scheduler_search.search.ledger import Ledger
 from scheduler_search.search.proposals import Proposal, ProposalSource, Round, SeedsSource
 from scheduler_search.search.records import CODEGEN_ERROR, TrialRecord
@@ -189,16 +189,7 @@ def trial_record(
     }
     if result is None:
         return TrialRecord(status=CODEGEN_ERROR, error=error, **common)
-    status = status_of(result)
-    ok = status == "ok" and result.latency_us is not None
-    return TrialRecord(
-        status=status,
-        latency_us=float(result.latency_us) if ok else None,  # type: ignore[arg-type]
-        error=result.error,
-        simulated=bool(result.simulated),
-        measurement=result.to_dict(),
-        **common,
-    )
+    return TrialRecord.measured(result, **common)
 
 
 def _prune_ranked_out(study: optuna.Study, proposal: Proposal) -> None:
