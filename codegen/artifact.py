@@ -203,11 +203,11 @@ class KernelArtifact:
 class SizeSlot:
     """One place of a run-time size in a launch contract: argument ``arg``'s ``field``
     (``value`` of a scalar, an entry of a tensor's ``shape`` or of a tensor map's
-    ``global_dims``) holds ``scale`` times dimension ``dim``."""
+    ``global_dims`` or ``global_strides_bytes``) holds ``scale`` times dimension ``dim``."""
 
     dim: str
     arg: str
-    field: Literal["value", "shape", "global_dims"]
+    field: Literal["value", "shape", "global_dims", "global_strides_bytes"]
     index: int = 0
     scale: int = 1
 

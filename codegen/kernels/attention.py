@@ -58,6 +58,9 @@ class AttentionHooks(OperatorHooks):
     """Attention's tiles, loads, softmax and matrix products on the skeleton."""
 
     trips = "KV_TILES"
+    #: A range of sequence lengths: ``SEQ_Q`` (the query tiles counted in the kernel) and
+    #: ``SEQ_KV`` (the loop's trips and the key mask) as kernel arguments.
+    runtime_capable = ("seq_q", "seq_kv")
     #: nvcc 13.0, 384 threads (cap 168): S + P + O + row state of 166 registers compiled
     #: without spills at head_dim 128 / tile_kv 128; 190 (tile_kv 160) spilled.
     overhead_regs = 2
@@ -112,7 +115,8 @@ class AttentionHooks(OperatorHooks):
     def grid_axes(self) -> tuple[GridAxis, ...]:
         # Causal: a query tile's trips grow with its index; the heaviest go first.
         return (GridAxis("q", self._p("seq_q") * self.pack, self.tile_q,
-                         heaviest_last=self.causal),
+                         heaviest_last=self.causal,
+                         runtime_extent="Q_ROWS" if "seq_q" in self.runtime_dims else ""),
                 GridAxis("batch", self._p("batch"), 1),
                 GridAxis("heads", self._p("heads"), self.pack))
 
@@ -205,10 +209,15 @@ class AttentionHooks(OperatorHooks):
         steps = self._steps
         return "rescale" in steps and "mma_pv" in steps and steps["rescale"] < steps["mma_pv"]
 
+    def _seq(self, dim: str) -> str:
+        """A sequence length as the header names it (an argument's at run time)."""
+        return "(run time)" if dim in self.runtime_dims else str(self.params[dim])
+
     def header(self) -> str:
         p = self.params
         return (f"attention batch={p['batch']} heads={p['heads']} kv_heads={p['kv_heads']} "
-                f"seq_q={p['seq_q']} seq_kv={p['seq_kv']} head_dim={p['head_dim']} "
+                f"seq_q={self._seq('seq_q')} seq_kv={self._seq('seq_kv')} "
+                f"head_dim={p['head_dim']} "
                 f"{'causal ' if self.causal else ''}{self.dtype} "
                 f"{'bhsd' if self.heads_second else 'bshd'}")
 
@@ -216,15 +225,23 @@ class AttentionHooks(OperatorHooks):
     def constants(self, code: Code, consumer_rows: int) -> None:
         c, p = code, self.params
         scale_log2 = math.log2(math.e) / math.sqrt(self.head_dim)
-        c.comment("Problem and tile (compile-time: the kernel is specialised to the shape).")
+        runtime = self.runtime_dims
+        if runtime:
+            names = " and ".join(self.size_arg(d) for d in runtime)
+            c.comment(f"Problem and tile (compile-time but {names}, kernel arguments).")
+        else:
+            c.comment("Problem and tile (compile-time: the kernel is specialised to the shape).")
         c(f"constexpr int BATCH = {p['batch']}, HEADS = {p['heads']}, KV_HEADS = "
           f"{p['kv_heads']}, GROUP = {p['heads'] // p['kv_heads']};  // query heads per kv head")
-        c(f"constexpr int SEQ_Q = {p['seq_q']}, SEQ_KV = {p['seq_kv']}, HEAD_DIM = "
-          f"{self.head_dim};")
+        static_seq = [f"{n} = {p[d]}" for d, n in (("seq_q", "SEQ_Q"), ("seq_kv", "SEQ_KV"))
+                      if d not in runtime]
+        c(f"constexpr int {', '.join([*static_seq, f'HEAD_DIM = {self.head_dim}'])};")
         c(f"constexpr int TILE_Q = {self.tile_q}, TILE_KV = {self.tile_kv};")
-        c(f"constexpr int PACK = {self.pack}, Q_ROWS = SEQ_Q * PACK;  // query heads packed "
+        q_rows = "" if "seq_q" in runtime else ", Q_ROWS = SEQ_Q * PACK"
+        c(f"constexpr int PACK = {self.pack}{q_rows};  // query heads packed "
           "into a tile's rows (row r: position r / PACK, head heads0 + r % PACK)")
-        c(f"constexpr int KV_TILES = {self.trip_count};  // loop trips of a full tile")
+        if "seq_kv" not in runtime:
+            c(f"constexpr int KV_TILES = {self.trip_count};  // loop trips of a full tile")
         c(f"constexpr bool CAUSAL = {'true' if self.causal else 'false'};  // key j > query i "
           "is masked")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
@@ -241,13 +258,22 @@ class AttentionHooks(OperatorHooks):
               f"{t.stage_bytes};")
             c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
         c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS, "wgmma m64 blocks");')
-        c('static_assert(KV_TILES * TILE_KV >= SEQ_KV && HEADS % KV_HEADS == 0, "the keys");')
+        keys = "HEADS % KV_HEADS == 0" if "seq_kv" in runtime else (
+            "KV_TILES * TILE_KV >= SEQ_KV && HEADS % KV_HEADS == 0")
+        c(f'static_assert({keys}, "the keys");')
         c("")
         c.comment("Offsets of one wgmma k16 step inside a tile.")
         for t in (self.q, self.k, self.v):
             c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
               f"return {t.kstep_expr()}; }}")
         c("")
+
+    def runtime_constants(self, code: Code) -> None:
+        if "seq_q" in self.runtime_dims:
+            code("const int Q_ROWS = SEQ_Q * PACK;  // packed query rows")
+        if "seq_kv" in self.runtime_dims:
+            code("const int KV_TILES = (SEQ_KV + TILE_KV - 1) / TILE_KV;  // loop trips of a "
+                 "full tile")
 
     def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
         c, t = code, self.operand(stask)

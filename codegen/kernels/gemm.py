@@ -162,7 +162,7 @@ class GemmHooks(OperatorHooks):
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        return (GridAxis("m", self.m, self.tile_m, runtime=self.runtime_m),
+        return (GridAxis("m", self.m, self.tile_m, runtime_extent="M" if self.runtime_m else ""),
                 GridAxis("n", self.n, self.tile_n))
 
     # ----- operands and output -------------------------------------------------------

@@ -52,9 +52,15 @@ class GridAxis:
     #: Tiles further along the axis carry more work (causal attention's query tiles): the
     #: raster visits them first, so the longest do not run last on an otherwise idle GPU.
     heaviest_last: bool = False
-    #: The extent is a kernel argument (named :attr:`const`), so ``TILES_<A>`` is counted
-    #: in the kernel; ``extent`` is then the size the kernel is planned at.
-    runtime: bool = False
+    #: The extent as a C++ expression of the kernel's size arguments (``M``, ``SEQ_Q *
+    #: PACK``) where it is taken at run time: ``TILES_<A>`` is then counted in the kernel,
+    #: and ``extent`` is the size the kernel is planned at. Empty: a compile-time extent.
+    runtime_extent: str = ""
+
+    @property
+    def runtime(self) -> bool:
+        """Whether the axis's tiles are counted in the kernel."""
+        return bool(self.runtime_extent)
 
     @property
     def tiles(self) -> int:
@@ -131,7 +137,8 @@ class OperatorHooks(ABC):
     #: the block's part, plus the loop's), and sums the parts of the output's fragment.
     shares_reduction: bool = False
     #: Workload dimensions the operator's kernels can take at run time (an sProgram's
-    #: ``runtime_dims``): each is a grid axis of the same name, counted in the kernel.
+    #: ``runtime_dims``): each is an ``int`` kernel argument (:meth:`size_arg`); grid axes
+    #: whose extent follows from one name it in ``GridAxis.runtime_extent``.
     runtime_capable: tuple[str, ...] = ()
 
     def __init__(self, structure: PipelineStructure) -> None:
@@ -143,6 +150,15 @@ class OperatorHooks(ABC):
     def runtime_dims(self) -> tuple[str, ...]:
         """The dimensions this kernel takes as arguments (the sProgram's)."""
         return self.sprogram.runtime_dims
+
+    def size_arg(self, dim: str) -> str:
+        """The kernel argument that holds run-time dimension ``dim`` (``m`` -> ``M``)."""
+        return dim.upper()
+
+    def runtime_constants(self, code: Code) -> None:  # noqa: B027 - optional hook
+        """Values the operator derives from its size arguments (``KV_TILES`` from
+        ``SEQ_KV``), declared at the top of the kernel before the grid is counted: the
+        run-time twins of the compile-time constants :meth:`constants` leaves out."""
 
     @property
     def dtype(self) -> str:

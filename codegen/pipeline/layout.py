@@ -91,8 +91,14 @@ class PipelineLayout:
     # ----- run-time sizes --------------------------------------------------------------
     @property
     def runtime_axes(self) -> tuple[GridAxis, ...]:
-        """The grid axes whose extent is a kernel argument."""
+        """The grid axes whose extent follows from a size argument (tiles counted in the
+        kernel)."""
         return tuple(axis for axis in self.hooks.grid_axes if axis.runtime)
+
+    @property
+    def runtime_dims(self) -> tuple[str, ...]:
+        """The workload dimensions the kernel takes as arguments, in parameter order."""
+        return self.hooks.runtime_dims
 
     def runtime_problem(self) -> str | None:
         """Sizes are taken at run time by persistent kernels (their grid is one wave,
@@ -104,10 +110,10 @@ class PipelineLayout:
         if not set(dims) <= set(capable):
             return (f"{s.sprogram.op} takes {', '.join(capable) or 'no dimension'} at run time, "
                     f"not {', '.join(d for d in dims if d not in capable)}")
-        if not s.persistent:
-            return "run-time sizes need a persistent grid"
+        if not s.persistent and self.runtime_axes:
+            return "tiles counted at run time need a persistent grid"
         cluster = s.sprogram.cluster
-        if cluster is not None and cluster.axis in dims:
+        if cluster is not None and cluster.axis in {a.name for a in self.runtime_axes}:
             return f"a cluster along {cluster.axis}, which is taken at run time"
         return None
 

@@ -54,7 +54,7 @@ class Lowered:
         that takes sizes at run time, where each size goes (``extra["size_slots"]``)."""
         lay = self.layout
         sp = lay.structure.sprogram
-        slots = size_slots(lay) if lay.runtime_axes else ()
+        slots = size_slots(lay) if lay.runtime_dims else ()
         return KernelArtifact(
             op=sp.op,
             params=dict(sp.params),
@@ -95,31 +95,32 @@ def launch_args(lay: PipelineLayout) -> tuple[KernelArg, ...]:
         args.append(TensorArg(name, lay.tensor_dtypes[name], tuple(shapes[name]), "input"))
     if lay.stream_k is not None:
         args.append(WorkspaceArg(stream_k.WORKSPACE, lay.stream_k_workspace_bytes))
-    for axis in lay.runtime_axes:
-        args.append(ScalarArg(axis.const, "int32", axis.extent))
+    for dim in lay.runtime_dims:
+        args.append(ScalarArg(lay.hooks.size_arg(dim), "int32", int(sp.params[dim])))
     return tuple(args)
 
 
 def size_slots(lay: PipelineLayout) -> tuple[SizeSlot, ...]:
     """Where each run-time size appears in the launch contract: the arguments planned at
     a neighbouring size are compared with these; every value that moves must be a whole
-    multiple of the size (a scalar, a tensor's extent, a TMA descriptor's extent).
+    multiple of the size (a scalar, a tensor's extent, a TMA descriptor's extent or an
+    outer stride: attention's batch stride over its sequence).
 
     Raises:
-        Unsupported: a value moves with a size in another way (a stride, a workspace).
+        Unsupported: a value moves with a size in another way (a box, a workspace).
     """
     sp = lay.structure.sprogram
     here = launch_args(lay)
     slots: list[SizeSlot] = []
-    for axis in lay.runtime_axes:
-        size = int(sp.params[axis.name])
+    for dim in lay.runtime_dims:
+        size = int(sp.params[dim])
         other = size - 1 if size > 1 else size + 1
-        moved = replace(sp, params={**sp.params, axis.name: other})
+        moved = replace(sp, params={**sp.params, dim: other})
         there = launch_args(PipelineLayout(PipelineStructure(moved),
                                            type(lay.hooks)(PipelineStructure(moved)),
                                            lay.device))
         for a, b in zip(here, there, strict=True):
-            slots += _moved_values(axis.name, a, b, size, other)
+            slots += _moved_values(dim, a, b, size, other)
     return tuple(slots)
 
 
@@ -132,12 +133,11 @@ def _moved_values(dim: str, a: KernelArg, b: KernelArg, size: int,
     elif isinstance(a, TensorArg):
         fields = {"shape": a.shape}
     elif isinstance(a, TensorMapArg):
-        fields = {"global_dims": a.global_dims}
+        fields = {"global_dims": a.global_dims, "global_strides_bytes": a.global_strides_bytes}
     else:
         fields = {}
-    if isinstance(a, TensorMapArg) and (a.global_strides_bytes != b.global_strides_bytes
-                                         or a.box_dims != b.box_dims):
-        raise Unsupported(f"{a.name}: strides or box move with {dim}")
+    if isinstance(a, TensorMapArg) and a.box_dims != b.box_dims:
+        raise Unsupported(f"{a.name}: the box moves with {dim}")
     if isinstance(a, WorkspaceArg) and a.bytes != b.bytes:
         raise Unsupported(f"{a.name}: the workspace grows with {dim}")
     slots = []

@@ -139,13 +139,19 @@ class PipelineSkeleton:
         """The grid of tiles counted from the size arguments, then the helpers that read
         it (one compiled kernel serves every size of its range)."""
         c, s, lay = self.code, self.structure, self.layout
-        if not lay.runtime_axes:
+        if not lay.runtime_dims:
             return
-        names = ", ".join(a.const for a in lay.runtime_axes)
-        verb = "is an argument" if len(lay.runtime_axes) == 1 else "are arguments"
-        c.comment(f"Run-time sizes ({names} {verb}): the grid of tiles and the units.")
+        names = ", ".join(self.hooks.size_arg(d) for d in lay.runtime_dims)
+        verb = "is an argument" if len(lay.runtime_dims) == 1 else "are arguments"
+        counted = ": the grid of tiles and the units" if lay.runtime_axes else ""
+        c.comment(f"Run-time sizes ({names} {verb}){counted}.")
+        self.hooks.runtime_constants(c)
+        if not lay.runtime_axes:
+            c("")
+            return
         for axis in lay.runtime_axes:
-            c(f"const int TILES_{axis.const} = ({axis.const} + {axis.tile - 1}) / {axis.tile};")
+            c(f"const int TILES_{axis.const} = ({axis.runtime_extent} + {axis.tile - 1}) / "
+              f"{axis.tile};")
         count = " * ".join(f"TILES_{a.const}" for a in self.hooks.grid_axes)
         cluster = " / CLUSTER" if s.cluster_size > 1 else ""
         c(f"const int TILES = {count}{cluster};")
@@ -323,7 +329,7 @@ class PipelineSkeleton:
                    for name in self.hooks.pointer_inputs()]
         if lay.stream_k is not None:
             params.append(f"unsigned char* __restrict__ {stream_k.WORKSPACE}")
-        params += [f"const int {axis.const}" for axis in lay.runtime_axes]
+        params += [f"const int {self.hooks.size_arg(d)}" for d in lay.runtime_dims]
         cluster = f"__cluster_dims__({s.cluster_size}, 1, 1) " if s.cluster_size > 1 else ""
         c(f'extern "C" __global__ void {cluster}__launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
