@@ -14,6 +14,12 @@ of the ranges (each dimension at its smallest and largest size): the operators' 
 checks grow with a dimension (memory footprint) or do not involve it, so the corners
 stand for every size between. Errors name the field (``m.min``, ``seq_kv``).
 
+A run tunes one range *axis*. Attention may give ``seq_q`` alone, ``seq_kv`` alone, or
+both with the same range (or the same list): self-attention's prefill, where
+``seq_q = seq_kv`` for every call, so both are *tied* to the one axis and every size of
+it sets both (:attr:`RangeSpec.dims`, :meth:`RangeSpec.at`). Both given different ranges
+would be a grid of sizes, not an axis, and is refused naming ``seq_kv``.
+
 :meth:`RangeSpec.sample` draws the sizes a search measures a candidate at: log-uniform
 over the range (users' sizes spread over orders of magnitude: 1, 7, 64, 300, 4096), the
 endpoints always included.
@@ -21,7 +27,6 @@ endpoints always included.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections.abc import Iterator, Mapping
@@ -96,18 +101,44 @@ class SizeRange:
 
 @dataclass(frozen=True)
 class RangeSpec:
-    """An operator's params with some dimensions given as :class:`SizeRange`."""
+    """An operator's params with one range axis: one dimension given as a
+    :class:`SizeRange`, or several *tied* to it (the same range each, every size setting
+    all of them: self-attention's ``seq_q = seq_kv``)."""
 
     op: str
     #: Every parameter that is one value, as the request gives it.
     fixed: Mapping[str, Any]
     ranges: Mapping[str, SizeRange]
 
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The range dimensions in the operator's :data:`RANGE_DIMS` order, the primary
+        (where a bucket table's sizes are named) first; several only when tied."""
+        order = RANGE_DIMS.get(self.op, ())
+        return tuple(sorted(self.ranges, key=lambda n: (order.index(n) if n in order
+                                                        else len(order), n)))
+
+    @property
+    def dim(self) -> str:
+        """The primary range dimension (a GEMM's ``m``; attention's ``seq_q`` when tied)."""
+        return self.dims[0]
+
+    @property
+    def axis(self) -> SizeRange:
+        """The sizes of the range axis (the primary dimension's range)."""
+        return self.ranges[self.dim]
+
+    def at(self, size: int) -> dict[str, int]:
+        """Every range dimension at ``size`` (``{"seq_q": s, "seq_kv": s}`` when tied)."""
+        return dict.fromkeys(self.dims, size)
+
     def exact(self, sizes: Mapping[str, int]) -> OperatorSpec:
-        """The exact spec at ``sizes`` (one size per range dimension, each in range).
+        """The exact spec at ``sizes`` (one size per range dimension, each in range, tied
+        dimensions equal).
 
         Raises:
-            SpecError: a dimension is missing, unknown, or outside its range.
+            SpecError: a dimension is missing, unknown, outside its range, or a tied one
+                differs from the primary.
         """
         from scheduler_search.ops import parse_spec
 
@@ -117,31 +148,31 @@ class RangeSpec:
         for name, size in sizes.items():
             if size not in self.ranges[name]:
                 raise SpecError(name, f"{size} is outside {self.ranges[name].to_json()}")
+        for name in self.dims[1:]:
+            if sizes[name] != sizes[self.dim]:
+                raise SpecError(name, f"{name}={sizes[name]} differs from {self.dim}="
+                                      f"{sizes[self.dim]}; the two are tied to one range")
         return parse_spec(self.op, {**self.fixed, **sizes})
 
     def contains(self, params: Mapping[str, Any]) -> bool:
         """Whether exact ``params`` are one of this spec's workloads: the same fixed
-        parameters, and each range dimension's size in its range."""
+        parameters, the range axis's size in its range, tied dimensions equal to it."""
         if set(params) != set(self.fixed) | set(self.ranges):
             return False
+        size = params[self.dim]
         return (all(params[k] == v for k, v in self.fixed.items())
-                and all(params[name] in r for name, r in self.ranges.items()))
+                and all(params[name] in r for name, r in self.ranges.items())
+                and all(params[name] == size for name in self.dims[1:]))
 
     def corners(self) -> Iterator[dict[str, int]]:
-        """Each range dimension at its smallest or largest size, every combination."""
-        names = sorted(self.ranges)
-        ends = [sorted({self.ranges[n].low, self.ranges[n].high}) for n in names]
-        for values in itertools.product(*ends):
-            yield dict(zip(names, values, strict=True))
+        """The range axis at its smallest and at its largest size."""
+        for size in sorted({self.axis.low, self.axis.high}):
+            yield self.at(size)
 
     def sample(self, count: int, seed: int = 0) -> list[dict[str, int]]:
-        """Sizes to measure at: ``count`` sizes of each range dimension (log-uniform, the
-        ends included), combined in order where there are several (seeded)."""
-        rng = random.Random(seed)
-        per_dim = {name: r.sample(count, rng) for name, r in sorted(self.ranges.items())}
-        width = max(len(sizes) for sizes in per_dim.values())
-        return [{name: sizes[min(i, len(sizes) - 1)] for name, sizes in per_dim.items()}
-                for i in range(width)]
+        """Sizes to measure at: ``count`` sizes of the range axis (log-uniform, the ends
+        included, seeded), each setting every tied dimension."""
+        return [self.at(size) for size in self.axis.sample(count, random.Random(seed))]
 
     def params(self) -> dict[str, Any]:
         """The request's params: the fixed ones and each range as given (the range
@@ -191,6 +222,7 @@ def parse_range_spec(op: str, params: Mapping[str, Any]) -> RangeSpec:
     if not ranges:
         raise SpecError(allowed[0] if allowed else "op", "no dimension is given as a range")
     spec = RangeSpec(op, fixed, ranges)
+    _check_tied(spec)
     for corner in spec.corners():
         try:
             spec.exact(corner)
@@ -200,6 +232,20 @@ def parse_range_spec(op: str, params: Mapping[str, Any]) -> RangeSpec:
             at = ", ".join(f"{k}={v}" for k, v in corner.items())
             raise SpecError(field, f"{first['msg']} (at {at})") from error
     return spec
+
+
+def _check_tied(spec: RangeSpec) -> None:
+    """Several range dimensions are one axis only if each has the primary's range.
+
+    Raises:
+        SpecError: naming the first dimension whose range differs.
+    """
+    for name in spec.dims[1:]:
+        if spec.ranges[name] != spec.axis:
+            raise SpecError(name, (
+                f"{name} is {spec.ranges[name].to_json()} but {spec.dim} is "
+                f"{spec.axis.to_json()}: a run tunes one range axis; give {name} the same "
+                f"range as {spec.dim} (self-attention: both take every size) or one value"))
 
 
 def _size_range(name: str, value: dict | list) -> SizeRange:

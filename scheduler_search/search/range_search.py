@@ -18,9 +18,11 @@ pool of candidates at every sampled size and lets :func:`~scheduler_search.searc
    exact spec's there, restricted to persistent schedules (a kernel that takes m at run
    time keeps its grid: codegen refuses the rest), ranked from random valid samples
    climbed to their best neighbours (or, with ``exhaustive``, the whole space). Every
-   candidate is planned at the range's high end with ``runtime_dims=(dim,)``, and kept
-   if the feasibility check accepts that sProgram. The pool is as wide as the trial
-   budget allows (``trials // sizes``, at most ``max_pool``).
+   candidate is planned at the range's high end taking every dimension of the range axis
+   at run time (``runtime_dims``: ``("m",)``; ``("seq_q", "seq_kv")`` for a tied
+   self-attention range), and kept if the feasibility check accepts that sProgram. The
+   pool is as wide as the trial budget allows (``trials // sizes``, at most
+   ``max_pool``).
 3. **Measurements**: every candidate at every size, a job per (candidate, size) made by
    the caller's ``make_jobs`` (one kernel rendered per candidate and bound to each size,
    so a GPU worker compiles each source once). The candidates go in groups as wide as a
@@ -77,7 +79,8 @@ logger = logging.getLogger(__name__)
 #: run-time size on a grid of one block per tile).
 RUNTIME_FIXED: Choices = {"persistent": True}
 
-#: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}``) of the
+#: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
+#: dimension of the range axis, ``RangeSpec.at``) of the
 #: candidate ``sprogram`` (planned at the range's high end, with ``runtime_dims``), timed
 #: by the search's quick method or (``final``) the re-timing's.
 MakeJobs = Callable[[SProgram, Sequence[Mapping[str, int]], bool], Sequence[Any]]
@@ -192,28 +195,37 @@ class RangeResult:
     elapsed_s: float
     loss: float | None = None
     cancelled: bool = False
+    #: The dimensions tied to ``dim`` (taking its size), each with where a call reads it
+    #: (``(("seq_kv", "k", 1),)`` for self-attention; empty for one dimension).
+    tied: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def ok(self) -> bool:
         return bool(self.buckets)
 
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """Every dimension of the range axis, ``dim`` first."""
+        return (self.dim, *(name for name, _, _ in self.tied))
+
 
 def range_dim(range_spec: RangeSpec) -> str:
-    """The one dimension ``range_spec`` gives as a range.
+    """The primary dimension of ``range_spec``'s range axis (the one a bucket table's
+    sizes and the trials' choices are named by)."""
+    return range_spec.dim
 
-    Raises:
-        ValueError: it gives several (a bucket table is over one dimension).
-    """
-    if len(range_spec.ranges) != 1:
-        raise ValueError(f"a range search takes one range dimension, not "
-                         f"{', '.join(sorted(range_spec.ranges))}")
-    return next(iter(range_spec.ranges))
+
+def range_dims(range_spec: RangeSpec) -> tuple[str, ...]:
+    """Every dimension of the range axis, the primary first (several when tied: each
+    candidate takes them all at run time, each size sets them all)."""
+    return range_spec.dims
 
 
 def size_source(range_spec: RangeSpec, dim: str) -> tuple[str, int]:
     """Where a call's size of ``dim`` is read: the first input tensor of the operator's
-    contract (``tensors()``) whose shape changes with ``dim``, and the axis that does
-    (``("a", 0)`` for a GEMM's m).
+    contract (``tensors()``) whose shape changes with ``dim`` alone (the other range
+    dimensions held), and the axis that does (``("a", 0)`` for a GEMM's m; attention's
+    ``("q", 1)`` for seq_q, ``("k", 1)`` for seq_kv in the bshd layout).
 
     Raises:
         ValueError: no input's shape depends on ``dim``.
@@ -221,10 +233,11 @@ def size_source(range_spec: RangeSpec, dim: str) -> tuple[str, int]:
     size_range = range_spec.ranges[dim]
     pairs = [(size_range.low, size_range.high)] if size_range.low != size_range.high else []
     pairs += [(size_range.low, size_range.low + 1), (size_range.low, 2 * size_range.low)]
+    held = {**range_spec.fixed, **range_spec.at(size_range.low)}
     for a, b in pairs:
         try:
-            first = parse_spec(range_spec.op, {**range_spec.fixed, dim: a}).tensors()
-            second = parse_spec(range_spec.op, {**range_spec.fixed, dim: b}).tensors()
+            first = parse_spec(range_spec.op, {**held, dim: a}).tensors()
+            second = parse_spec(range_spec.op, {**held, dim: b}).tensors()
         except Exception:  # a size the operator refuses: try the next pair
             continue
         for one, other in zip(first, second, strict=True):
@@ -234,6 +247,12 @@ def size_source(range_spec: RangeSpec, dim: str) -> tuple[str, int]:
                 if x != y:
                     return one.name, axis
     raise ValueError(f"no input of {range_spec.op} changes shape with {dim}")
+
+
+def tied_sources(range_spec: RangeSpec) -> tuple[tuple[str, str, int], ...]:
+    """Each dimension tied to the primary with where a call reads it (``(dim, tensor,
+    axis)``; empty for a range of one dimension)."""
+    return tuple((name, *size_source(range_spec, name)) for name in range_spec.dims[1:])
 
 
 def anchor_sizes(size_range: SizeRange, count: int) -> list[int]:
@@ -271,7 +290,7 @@ class RangeSearch:
     (see the module docstring).
 
     Args:
-        range_spec: the workload, one dimension given as a range.
+        range_spec: the workload, with one range axis (one dimension, or several tied).
         device: the device model (spaces, plans and the default estimator).
         executor: measures batches (``batch_size``, ``prepare``, ``retime_interleaved``).
         make_jobs: the jobs of a candidate at sizes (:data:`MakeJobs`); an exception is
@@ -313,7 +332,8 @@ class RangeSearch:
     ) -> None:
         self.range_spec = range_spec
         self.dim = range_dim(range_spec)
-        self.size_range = range_spec.ranges[self.dim]
+        self.dims = range_dims(range_spec)
+        self.size_range = range_spec.axis
         self.device = device
         self.executor = executor
         self.make_jobs = make_jobs
@@ -357,7 +377,7 @@ class RangeSearch:
         """Up to ``count`` candidates: the designs and their stream-K variants, then the
         anchors' best in turns, each planned at the high end with the run-time dimension
         and kept if feasible (the rest counted in ``invalid``)."""
-        high = {self.dim: self.size_range.high}
+        high = self.range_spec.at(self.size_range.high)
         high_space = ScheduleSpace(self.range_spec.exact(high), self.device, None, self.fixed)
         pool: list[RangeCandidate] = []
         seen: set[str] = set()
@@ -406,7 +426,7 @@ class RangeSearch:
             return []
 
     def _runtime_candidate(self, space: ScheduleSpace, choices: Choices) -> SProgram | None:
-        """``choices`` planned at the high end with the run-time dimension, or None (not
+        """``choices`` planned at the high end with the run-time dimensions, or None (not
         valid there, or refused by the feasibility check: counted)."""
         try:
             sprogram, validity = space.build(choices)
@@ -416,7 +436,7 @@ class RangeSearch:
         if not validity.ok:
             self._invalid += 1
             return None
-        runtime = replace(sprogram, runtime_dims=(self.dim,))
+        runtime = replace(sprogram, runtime_dims=self.dims)
         if self.feasible is not None and self.feasible(runtime):
             self._invalid += 1
             return None
@@ -425,8 +445,8 @@ class RangeSearch:
     def _rank_anchor(self, size: int) -> list[tuple[int, float, Choices]]:
         """The best schedule of each distinct structure at ``size`` by prediction, best
         first: ``(size, predicted_us, choices)``."""
-        spec = self.range_spec.exact({self.dim: size})
-        feasible = _RuntimeCheck(self.feasible, (self.dim,)) if self.feasible else None
+        spec = self.range_spec.exact(self.range_spec.at(size))
+        feasible = _RuntimeCheck(self.feasible, self.dims) if self.feasible else None
         space = ScheduleSpace(spec, self.device, feasible, self.fixed)
         scored: dict[str, tuple[float, SProgram]] = {}
 
@@ -499,6 +519,7 @@ class RangeSearch:
             low=self.size_range.low,
             high=self.size_range.high,
             size_from=size_source(self.range_spec, self.dim),
+            tied=tied_sources(self.range_spec),
             sizes=sizes,
             candidates=candidates,
             buckets=tuple(buckets),
@@ -566,7 +587,7 @@ class RangeSearch:
         if key not in self._jobs:
             try:
                 made = list(self.make_jobs(candidate.sprogram,
-                                           [{self.dim: s} for s in sizes], final))
+                                           [self.range_spec.at(s) for s in sizes], final))
                 if len(made) != len(sizes):
                     raise ValueError(f"make_jobs gave {len(made)} jobs for {len(sizes)} sizes")
                 self._jobs[key] = made
@@ -593,7 +614,7 @@ class RangeSearch:
         return TrialRecord.measured(result, **common)
 
     def _predict(self, candidate: RangeCandidate, size: int) -> float | None:
-        sizes = {self.dim: size}
+        sizes = self.range_spec.at(size)
         try:
             planned = plan_at(self.range_spec, self.device, candidate.sprogram, sizes)
             return float(self.estimator(planned, self.range_spec.exact(sizes)))
@@ -641,7 +662,7 @@ class RangeSearch:
         for b, bucket in enumerate(buckets):
             try:
                 made = self.make_jobs(bucket.sprogram,
-                                      [{self.dim: s} for s in bucket.samples], True)
+                                      [self.range_spec.at(s) for s in bucket.samples], True)
             except Exception as exc:
                 logger.warning("no re-timing jobs for %s: %s", bucket.schedule_hash[:12], exc)
                 continue
@@ -716,5 +737,7 @@ __all__ = [
     "anchor_sizes",
     "plan_at",
     "range_dim",
+    "range_dims",
     "size_source",
+    "tied_sources",
 ]

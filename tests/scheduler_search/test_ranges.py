@@ -41,14 +41,51 @@ def test_a_list_of_sizes_holds_only_those() -> None:
     assert error.value.field == "m"
 
 
-def test_attention_takes_both_sequence_lengths_as_ranges() -> None:
-    spec = parse_range_spec("attention", {**ATTENTION, "seq_q": {"min": 128, "max": 16384},
-                                          "seq_kv": [128, 4096, 16384]})
-    corners = list(spec.corners())
-    assert len(corners) == 4 and {"seq_q": 16384, "seq_kv": 128} in corners
+SEQ = {"min": 128, "max": 16384}
+
+
+@pytest.mark.parametrize("value", [SEQ, [128, 200, 1000, 16384]])
+def test_attention_with_both_lengths_given_one_range_is_one_tied_axis(value: object) -> None:
+    """Self-attention's prefill: seq_q = seq_kv = seq over a range; every size sets both."""
+    spec = parse_range_spec("attention", {**ATTENTION, "seq_q": value, "seq_kv": value})
+    assert spec.dims == ("seq_q", "seq_kv") and spec.dim == "seq_q"
+    assert spec.at(300) == {"seq_q": 300, "seq_kv": 300}
+    assert list(spec.corners()) == [spec.at(128), spec.at(16384)]
     sizes = spec.sample(5, seed=2)
-    assert all(s["seq_q"] in spec.ranges["seq_q"] and s["seq_kv"] in spec.ranges["seq_kv"]
-               for s in sizes)
+    assert len(sizes) >= 4 and all(s["seq_q"] == s["seq_kv"] for s in sizes)
+    assert [s["seq_q"] for s in sizes] == sorted({s["seq_q"] for s in sizes})
+    assert spec.contains({**ATTENTION, "seq_q": 1000, "seq_kv": 1000})
+    assert not spec.contains({**ATTENTION, "seq_q": 1000, "seq_kv": 128})  # not tied
+    assert spec.exact(spec.at(1000)) == parse_spec("attention", {
+        **ATTENTION, "seq_q": 1000, "seq_kv": 1000})
+    with pytest.raises(SpecError) as error:
+        spec.exact({"seq_q": 1000, "seq_kv": 16384})
+    assert error.value.field == "seq_kv"
+    assert spec.params() == {**ATTENTION, "seq_q": value, "seq_kv": value}
+
+
+@pytest.mark.parametrize("dim", ["seq_q", "seq_kv"])
+def test_attention_takes_one_sequence_length_as_a_range(dim: str) -> None:
+    other = "seq_kv" if dim == "seq_q" else "seq_q"
+    spec = parse_range_spec("attention", {**ATTENTION, dim: SEQ, other: 512})
+    assert spec.dims == (dim,) and spec.at(300) == {dim: 300}
+    assert spec.contains({**ATTENTION, dim: 300, other: 512})
+    assert not spec.contains({**ATTENTION, dim: 300, other: 300})
+
+
+@pytest.mark.parametrize("seq_kv", [{"min": 128, "max": 8192}, [128, 16384],
+                                    {"min": 1, "max": 16384}])
+def test_attention_lengths_given_different_ranges_are_refused(seq_kv: object) -> None:
+    with pytest.raises(SpecError) as error:
+        parse_range_spec("attention", {**ATTENTION, "seq_q": SEQ, "seq_kv": seq_kv})
+    assert error.value.field == "seq_kv"
+    assert "one range axis" in str(error.value) and "same range" in str(error.value)
+
+
+def test_a_gemm_range_is_its_one_dimension() -> None:
+    spec = parse_range_spec("gemm", {"m": {"min": 1, "max": 64}, **GEMM})
+    assert spec.dims == ("m",) and spec.at(7) == {"m": 7}
+    assert list(spec.corners()) == [{"m": 1}, {"m": 64}]
 
 
 @pytest.mark.parametrize(("params", "field", "words"), [

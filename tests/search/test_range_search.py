@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import pytest
-
 from codegen import feasibility, unsupported
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_range_spec
@@ -20,7 +18,10 @@ from scheduler_search.search.range_search import (
     RangeSearch,
     anchor_sizes,
     plan_at,
+    range_dim,
+    range_dims,
     size_source,
+    tied_sources,
 )
 from scheduler_search.space.designs import DESIGNS
 from scheduler_search.sprogram import SProgram
@@ -29,6 +30,10 @@ from workers.executors.simulated import SimulatedDevice
 
 DEVICE = get_device("sim:h200")
 PARAMS = {"m": {"min": 1, "max": 16384}, "n": 1024, "k": 1024, "dtype": "float16"}
+#: Self-attention's prefill over a range: seq_q and seq_kv tied to one axis.
+SEQ = {"min": 128, "max": 2048}
+ATTENTION = {"batch": 1, "heads": 16, "kv_heads": 4, "seq_q": SEQ, "seq_kv": SEQ,
+             "head_dim": 128, "causal": True, "dtype": "float16"}
 #: Small enough for a second: few anchors' samples, six sizes, six candidates.
 CONFIG = RangeConfig(sizes=6, pool=6, anchors=3, samples_per_anchor=24, climb_rounds=1)
 
@@ -61,21 +66,21 @@ class Recording(SimulatedDevice):
 
 
 def _search(executor: Recording, *, trials: int | None = None, params: Mapping = PARAMS,
-            config: RangeConfig = CONFIG, seconds: float | None = None,
+            config: RangeConfig = CONFIG, seconds: float | None = None, op: str = "gemm",
             **options: Any) -> RangeSearch:
-    range_spec = parse_range_spec("gemm", dict(params))
+    range_spec = parse_range_spec(op, dict(params))
 
     def make_jobs(sprogram: SProgram, sizes: Sequence[Mapping[str, int]],
                   final: bool) -> list[Job]:
-        return [Job(workload={"op": "gemm", "params": range_spec.exact(s).params()},
+        return [Job(workload={"op": op, "params": range_spec.exact(s).params()},
                     schedule=plan_at(range_spec, DEVICE, sprogram, s).to_dict(),
                     seed=1 if final else 0) for s in sizes]
 
     return RangeSearch(range_spec, DEVICE, executor, options.pop("make_jobs", make_jobs),
                        budget=Budget(trials=trials or config.default_trials, seconds=seconds),
                        config=config,
-                       feasible=feasibility("gemm", DEVICE),
-                       designs=list(DESIGNS["gemm"].values()), **options)
+                       feasible=feasibility(op, DEVICE),
+                       designs=list(DESIGNS[op].values()), **options)
 
 
 def test_the_buckets_cover_the_range_each_with_a_run_time_m_kernel() -> None:
@@ -189,12 +194,15 @@ def test_helpers() -> None:
     assert anchor_sizes(SizeRange(1, 16384), 5) == [1, 11, 128, 1448, 16384]
     assert anchor_sizes(SizeRange(1, 300, (1, 7, 64, 300)), 3) == [1, 7, 300]
     assert anchor_sizes(SizeRange(64, 64), 5) == [64]
-    assert size_source(parse_range_spec("gemm", PARAMS), "m") == ("a", 0)
-    with pytest.raises(ValueError, match="one range dimension"):
-        RangeSearch(parse_range_spec("attention", {
-            "batch": 1, "heads": 8, "kv_heads": 8, "seq_q": {"min": 128, "max": 1024},
-            "seq_kv": {"min": 128, "max": 1024}, "head_dim": 128, "dtype": "float16"}),
-            DEVICE, Recording(), lambda *a: [])
+    gemm = parse_range_spec("gemm", PARAMS)
+    assert size_source(gemm, "m") == ("a", 0)
+    assert range_dim(gemm) == "m" and range_dims(gemm) == ("m",) and tied_sources(gemm) == ()
+    tied = parse_range_spec("attention", {**ATTENTION, "layout": "bhsd"})
+    assert range_dim(tied) == "seq_q" and range_dims(tied) == ("seq_q", "seq_kv")
+    assert size_source(tied, "seq_q") == ("q", 2)
+    assert tied_sources(tied) == (("seq_kv", "k", 2),)
+    only_kv = parse_range_spec("attention", {**ATTENTION, "seq_q": 1})
+    assert range_dims(only_kv) == ("seq_kv",) and size_source(only_kv, "seq_kv") == ("k", 1)
 
 
 def test_an_extended_search_measures_only_what_the_larger_plan_adds() -> None:
@@ -219,3 +227,29 @@ def test_a_time_budget_waits_for_one_kernel_at_every_size() -> None:
     assert measured == set(result.sizes) and len(result.sizes) == CONFIG.sizes
     assert result.trials_done < CONFIG.default_trials  # it stopped once they were covered
     assert result.buckets[0].low == range_spec.ranges["m"].low
+
+
+def test_a_self_attention_range_ties_seq_kv_to_seq_q() -> None:
+    """seq_q = seq_kv over 128..2048: each candidate takes both at run time, each job is
+    planned at both set to the size, each record is named by seq_q; the buckets cover
+    the axis and the result says where a call reads each length."""
+    executor = Recording()
+    config = replace(CONFIG, sizes=5, pool=4, anchors=2, samples_per_anchor=16)
+    result = _search(executor, params=ATTENTION, trials=20, config=config,
+                     op="attention").run()
+    assert result.ok and result.dim == "seq_q" and result.dims == ("seq_q", "seq_kv")
+    assert result.size_from == ("q", 1) and result.tied == (("seq_kv", "k", 1),)
+    assert result.sizes[0] == 128 and result.sizes[-1] == 2048
+    assert all(c.sprogram.runtime_dims == ("seq_q", "seq_kv") for c in result.candidates)
+    assert all(c.sprogram.params["seq_q"] == c.sprogram.params["seq_kv"] == 2048
+               for c in result.candidates)
+    jobs = [job for batch in executor.batches for job in batch]
+    assert len(jobs) == result.trials_done == 20
+    for job in jobs:
+        params = job.workload["params"]
+        assert params["seq_q"] == params["seq_kv"] == job.schedule["params"]["seq_q"]
+        assert job.schedule["params"]["seq_kv"] == params["seq_kv"]
+    assert {r.choices["seq_q"] for r in result.measurements} == set(result.sizes)
+    assert all("seq_kv" not in r.choices for r in result.measurements)
+    assert result.buckets[0].low == 128 and result.buckets[-1].high == 2048
+    assert all(b.retimed_us for b in result.buckets)
