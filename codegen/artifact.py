@@ -264,7 +264,12 @@ class RangeArtifact:
     """The kernels of a range workload: contiguous buckets over dimension ``dim``, each
     served by one compiled kernel. A call reads its size from input ``size_from[0]``'s
     axis ``size_from[1]``, finds its bucket and launches that kernel bound to the size
-    (:meth:`KernelArtifact.at_sizes`)."""
+    (:meth:`KernelArtifact.at_sizes`).
+
+    ``tied`` lists the dimensions that take ``dim``'s size on every call (self-attention:
+    ``seq_kv`` tied to ``seq_q``), each with the input and axis a call gives it in
+    (``("seq_kv", "k", 1)``): a call's tensors must agree, and every size binds them all.
+    """
 
     op: str
     #: The workload as the request gave it: the range dimension as ``{"min", "max"}`` or
@@ -277,6 +282,17 @@ class RangeArtifact:
     sampled: tuple[int, ...] = ()
     version: int = ARTIFACT_VERSION
     kind: Literal["range"] = "range"
+    #: ``(dim, tensor, axis)`` of each dimension tied to ``dim`` (none: one dimension).
+    tied: tuple[tuple[str, str, int], ...] = ()
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """Every dimension a size sets: ``dim``, then the tied ones."""
+        return (self.dim, *(name for name, _, _ in self.tied))
+
+    def sizes_at(self, size: int) -> dict[str, int]:
+        """Every dimension of the range at ``size`` (what a bucket's kernel is bound to)."""
+        return dict.fromkeys(self.dims, size)
 
     @property
     def low(self) -> int:
@@ -299,16 +315,21 @@ class RangeArtifact:
 
     def kernel_at(self, size: int) -> KernelArtifact:
         """The launch contract of the kernel serving ``size``, bound to it."""
-        return self.bucket_of(size).kernel.at_sizes({self.dim: size})
+        return self.bucket_of(size).kernel.at_sizes(self.sizes_at(size))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """Plain dict for JSON; ``tied`` only where there are tied dimensions (a range of
+        one dimension keeps the JSON, and so the hash, it had before ties existed)."""
+        data = {
             "kind": self.kind, "version": self.version, "op": self.op,
             "params": json.loads(json.dumps(self.params)), "dim": self.dim,
             "size_from": list(self.size_from), "sampled": list(self.sampled),
             "buckets": [{"low": b.low, "high": b.high, "loss": b.loss,
                          "kernel": b.kernel.to_dict()} for b in self.buckets],
         }
+        if self.tied:
+            data["tied"] = [list(entry) for entry in self.tied]
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -337,9 +358,11 @@ class RangeArtifact:
                 nxt.low != cur.high + 1 for cur, nxt in itertools.pairwise(buckets)):
             raise ValueError("range buckets must be non-empty, ordered and contiguous")
         size_from = data["size_from"]
+        tied = tuple((str(name), str(tensor), int(axis))
+                     for name, tensor, axis in data.get("tied", ()))
         return cls(op=data["op"], params=dict(data["params"]), dim=data["dim"],
                    size_from=(str(size_from[0]), int(size_from[1])), buckets=buckets,
-                   sampled=tuple(int(s) for s in data.get("sampled", ())))
+                   sampled=tuple(int(s) for s in data.get("sampled", ())), tied=tied)
 
     @classmethod
     def from_json(cls, text: str) -> RangeArtifact:
