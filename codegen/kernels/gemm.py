@@ -36,6 +36,7 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
+from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
@@ -71,6 +72,17 @@ class GemmHooks(OperatorHooks):
     cluster_axes = ("m", "n")
     shares_reduction = True
     runtime_capable = ("m",)
+
+    @property
+    def swap(self) -> bool:
+        """Whether the tensor cores compute Cᵀ = B Aᵀ (``SProgram.swap_ab``): B's tile is
+        wgmma's A (n along M, the consumers' rows), A's tile its B (m along N)."""
+        return self.sprogram.swap_ab
+
+    @property
+    def mma_n(self) -> int:
+        """wgmma's N: the tile along n, or along m when swapped."""
+        return self.tile_m if self.swap else self.tile_n
 
     @property
     def runtime_m(self) -> bool:
@@ -191,6 +203,13 @@ class GemmHooks(OperatorHooks):
         return {"load_a": "a_map", "load_b": "b_map"}[stask]
 
     def output(self) -> OutputTile:
+        if self.swap:  # the fragment is Cᵀ: rows along n, columns along m
+            return OutputTile(
+                tensor="c", dtype=self.c_dtype, elem_bytes=ELEMENT_BYTES[self.c_dtype],
+                rows=self.tile_n, cols=self.tile_m, global_rows=self.n, global_cols=self.m,
+                fragment="acc", row_origin="n0", col_origin="m0", extent_names=("N", "M"),
+                transposed=True, runtime_cols=self.runtime_m,
+            )
         return OutputTile(
             tensor="c", dtype=self.c_dtype, elem_bytes=ELEMENT_BYTES[self.c_dtype],
             rows=self.tile_m,
@@ -201,7 +220,7 @@ class GemmHooks(OperatorHooks):
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         blocks = self.row_blocks(consumer_rows)
-        acc = blocks * self.tile_n // 2
+        acc = blocks * self.mma_n // 2
         e = self.epilogue
         free = ((acc < EPILOGUE_FREE_ACC_REGS or (acc == EPILOGUE_FREE_ACC_REGS and blocks == 1))
                 and self.structure.threads <= EPILOGUE_FREE_THREADS
@@ -214,7 +233,22 @@ class GemmHooks(OperatorHooks):
         return acc + per_row_block * blocks
 
     def problem(self) -> str | None:
-        return self.tile_problem(self.params, self.sprogram.tile)
+        return self.tile_problem(self.params, self.sprogram.tile) or self._swap_problem()
+
+    def _swap_problem(self) -> str | None:
+        """Swapped, B's tile is wgmma's A: K-major (``nk``), 16-bit; the transposed
+        fragment is stored element by element with st.global, unfused."""
+        if not self.swap:
+            return None
+        if self.b_layout != "nk" or self.fp8:
+            return "swap_ab reads B as wgmma's K-major A: b_layout nk, 16-bit inputs"
+        if self.element_stasks:
+            return "swap_ab stores the output transposed, without a fused epilogue"
+        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
+            return "swap_ab stores the transposed output with st.global (store on cuda_core)"
+        if self.tile_m % wgmma.WGMMA_N_STEP or self.tile_m > wgmma.WGMMA_N_MAX:
+            return f"swap_ab: tile_m={self.tile_m} is wgmma's N (a multiple of 8, <= 256)"
+        return None
 
     @classmethod
     def tile_problem(cls, params: dict[str, Any], tile: dict[str, int]) -> str | None:
@@ -239,8 +273,9 @@ class GemmHooks(OperatorHooks):
     def header(self) -> str:
         fused = f", epilogue {self.epilogue.describe()}" if self.epilogue.fused else ""
         m = "M (a kernel argument)" if self.runtime_m else self.m
+        swap = ", swap_ab (C^T = B A^T on the tensor cores)" if self.swap else ""
         return (f"gemm m={m} n={self.n} k={self.k} {self.dtype} b_layout={self.b_layout}, "
-                f"tile k={self.tile_k}{fused}")
+                f"tile k={self.tile_k}{fused}{swap}")
 
     # ----- text ----------------------------------------------------------------------
     def constants(self, code: Code, consumer_rows: int) -> None:
@@ -261,7 +296,7 @@ class GemmHooks(OperatorHooks):
           "(the rest lie past K)")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
           "per consumer")
-        c(f"constexpr int ACC_REGS = {self.tile_n // 2};  // fp32 accumulators per thread per "
+        c(f"constexpr int ACC_REGS = {self.mma_n // 2};  // fp32 accumulators per thread per "
           "block")
         c("")
         for t, dims in ((a, "K x M"), (b, "K x N" if b.major == "k" else "N x K")):
@@ -276,8 +311,12 @@ class GemmHooks(OperatorHooks):
         c("static_assert(K_ITERS * TILE_K >= K, \"the trips cover K\");")
         c('static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, '
           '"stages start on swizzle-atom boundaries");')
-        c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS && TILE_N % 16 == 0 && TILE_N <= 256, '
-          '"wgmma m64nNk16 shape");')
+        if self.swap:
+            c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS && TILE_M % 8 == 0 && '
+              'TILE_M <= 256, "wgmma m64nNk16 shape, n along M, m along N");')
+        else:
+            c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS && TILE_N % 16 == 0 && '
+              'TILE_N <= 256, "wgmma m64nNk16 shape");')
         c("")
         c.comment("Offsets of one wgmma k16 step inside a stage.")
         for t in (a, b):
@@ -299,28 +338,32 @@ class GemmHooks(OperatorHooks):
             code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
-        c, a, b = code, self.a, self.b
+        c = code
+        # wgmma's A (rows, split among the consumers) and B: swapped, B's tile and A's.
+        a, b = (self.b, self.a) if self.swap else (self.a, self.b)
         stage = stages["ab"]
-        mma = wgmma.mma(self.tile_n, self.dtype, b.major)
-        c.comment(f"{issue.stask}  stage={stage}: acc[CONSUMER_ROWS x {self.tile_n}] += "
-                  f"A_s x B_s (ROW_BLOCKS x {self.k_steps} wgmma m64n{self.tile_n}k16)")
+        mma = wgmma.mma(self.mma_n, self.dtype, b.major)
+        product = "B_s x A_s^T = C^T" if self.swap else "A_s x B_s"
+        c.comment(f"{issue.stask}  stage={stage}: acc[CONSUMER_ROWS x {self.mma_n}] += "
+                  f"{product} (ROW_BLOCKS x {self.k_steps} wgmma m64n{self.mma_n}k16)")
         c("#pragma unroll")
         self.pin(c)
         c(c.call("wgmma_fence") + ";")
-        c(f"const u32 a_stage = smem + SMEM_A + {stage} * A_STAGE_BYTES + "
+        c(f"const u32 a_stage = smem + SMEM_{a.const} + {stage} * {a.const}_STAGE_BYTES + "
           f"row0 * {a.swizzle.span_bytes};")
-        c(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;")
+        c(f"const u32 b_stage = smem + SMEM_{b.const} + {stage} * {b.const}_STAGE_BYTES;")
         c("#pragma unroll")
         with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
             if self.trims_tail:
                 c(f"if (kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1) break;  // past K")
             c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", "b_stage + b_kstep_bytes(kk)", "B_DESC_LAYOUT") + ";")
+              + c.call("wgmma_descriptor", f"b_stage + {b.name}_kstep_bytes(kk)",
+                       f"{b.const}_DESC_LAYOUT") + ";")
             c("#pragma unroll")
             with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
                 desc_a = c.call("wgmma_descriptor",
-                                f"a_stage + a_kstep_bytes(kk) + mi * {a.row_block_bytes}",
-                                "A_DESC_LAYOUT")
+                                f"a_stage + {a.name}_kstep_bytes(kk) + mi * {a.row_block_bytes}",
+                                f"{a.const}_DESC_LAYOUT")
                 c(c.call(mma, "acc[mi]", desc_a, "desc_b", f"{at.accumulates} || kk > 0") + ";")
         c(c.call("wgmma_commit") + ";")
 

@@ -185,6 +185,9 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
     """st.global from registers, two elements a thread per 8-column group; ``element``
     applied to each pair first."""
     c, out = code, layout.output
+    if out.transposed:
+        _emit_transposed_store(code, layout)
+        return
     pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
     rows, cols = out.extent_names
     c.comment(f"store: {out.fragment} -> {out.tensor} with st.global, two elements a thread "
@@ -217,3 +220,33 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
                     single = convert.single(out.dtype)
                     c(f"if (col < {cols}) out_row[col] = {c.call(single, lo)};")
                     c(f"if (col + 1 < {cols}) out_row[col + 1] = {c.call(single, hi)};")
+
+
+def _emit_transposed_store(code: Code, layout: PipelineLayout) -> None:
+    """st.global of a transposed fragment: a thread's pair (columns c, c + 1 of fragment
+    row r) goes to two global rows, one element each; the eight rows a warp's lanes hold
+    for one column are contiguous in memory (16 bytes of 16-bit outputs)."""
+    c, out = code, layout.output
+    rows, cols = out.extent_names  # the fragment's: global columns, then global rows
+    single = convert.single(out.dtype) if out.dtype != "float32" else ""
+    c.comment(f"store: {out.fragment} transposed -> {out.tensor} with st.global, one element "
+              "a global row")
+    full_rows = out.global_rows % out.rows == 0
+    full_cols = not out.runtime_cols and out.global_cols % out.cols == 0
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int h = 0; h < 2; ++h)"):
+            c(f"const int r = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
+              "(lane >> 2);  // the global column")
+            if not full_rows:
+                c(f"if (r >= {rows}) continue;")
+            c("#pragma unroll")
+            with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
+                c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")
+                for e in (0, 1):
+                    value = f"{out.fragment}[mi][4 * j + 2 * h + {e}]"
+                    if single:
+                        value = c.call(single, value)
+                    store = f"{out.tensor}[(unsigned long long)(g + {e}) * {rows} + r] = {value};"
+                    c(store if full_cols else f"if (g + {e} < {cols}) {store}")

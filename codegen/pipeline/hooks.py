@@ -100,6 +100,12 @@ class OutputTile:
     row_pointer: str = ""
     #: ``global_rows`` is a kernel argument: every store masks its rows.
     runtime_rows: bool = False
+    #: The fragment is the global matrix transposed (a GEMM with ``swap_ab``): fragment
+    #: row r, column c is global row ``col_origin + c``, column ``row_origin + r``; the
+    #: extents and origins above are the fragment's (``global_rows`` along its rows).
+    transposed: bool = False
+    #: ``global_cols`` is a kernel argument (a transposed fragment's columns are m).
+    runtime_cols: bool = False
 
     @property
     def map_name(self) -> str:

@@ -18,6 +18,7 @@ from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STask, STaskGraph, STaskKind
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.sprogram.schedule import SProgram, UnitOp
+from scheduler_search.sprogram.validate import row_axis
 
 #: Cycles from a plain ld.global/st.global to its data (estimate, L2 hit).
 GLOBAL_ACCESS_LATENCY_CYCLES = 600.0
@@ -72,8 +73,7 @@ class _Instr:
 
 def _row_share(sprogram: SProgram, graph: STaskGraph, stask: str) -> float:
     task = graph.stask(stask)
-    row_axis = graph.spatial_axes[0]
-    if sprogram.consumer_split == "pingpong" or row_axis not in task.axes:
+    if sprogram.consumer_split == "pingpong" or row_axis(sprogram, graph) not in task.axes:
         return 1.0
     return 1.0 / sprogram.roles.consumer_warpgroups
 
@@ -105,7 +105,7 @@ def instance_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitK
         return Work(elements * _row_share(sprogram, graph, stask))
     share = _row_share(sprogram, graph, stask)
     if task.kind is STaskKind.MMA:
-        n_extent = plan.stask_extents[stask][task.output.axes[1]]
+        n_extent = plan.stask_extents[stask][task.output.axes[0 if sprogram.swap_ab else 1]]
         per_flop = MMA_WORK_PER_FLOP.get(graph.tensors[task.inputs[0].tensor].dtype, 1.0)
         return Work(2.0 * points * share * per_flop, mma_n=n_extent)
     return Work(task.ops_per_point * points * share)

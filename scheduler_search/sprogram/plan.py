@@ -29,6 +29,7 @@ Choice keys:
         one thread-block cluster, and the loads whose tile they share are multicast.
     ``stream_k``: waves of a persistent grid's last tiles shared out by loop trips
         (0: every tile whole; see :class:`StreamK`).
+    ``swap_ab``: the tensor cores compute the output transposed (``SProgram.swap_ab``).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class Decisions:
     choices: dict[str, Any]
     cluster: Cluster | None = None
     stream_k: StreamK | None = None
+    swap_ab: bool = False
 
     def stream_of(self, stask: str) -> str | None:
         for name, members in self.streams.items():
@@ -224,6 +226,7 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         choices=dict(sorted(choices.items())),
         cluster=_resolve_cluster(spec, graph, mapping, choices),
         stream_k=_resolve_stream_k(choices),
+        swap_ab=bool(choices.get("swap_ab", False)),
     )
 
 
@@ -374,4 +377,5 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         choices=decided.choices,
         cluster=decided.cluster,
         stream_k=decided.stream_k,
+        swap_ab=decided.swap_ab,
     )

@@ -100,6 +100,7 @@ class SProgramBuilder:
         choices: dict[str, Any],
         cluster: Cluster | None = None,
         stream_k: StreamK | None = None,
+        swap_ab: bool = False,
     ) -> SProgram:
         return SProgram(
             op=self.graph.op,
@@ -119,4 +120,5 @@ class SProgramBuilder:
             choices=dict(choices),
             cluster=cluster,
             stream_k=stream_k,
+            swap_ab=swap_ab,
         )

@@ -154,6 +154,12 @@ class SProgram:
     #: compiled kernel serves every m of a range; ``params`` holds the size it is planned
     #: and checked at). Serialised only when set, as ``cluster``.
     runtime_dims: tuple[str, ...] = ()
+    #: The tensor cores compute the output transposed, ``Cᵀ = B Aᵀ``: the second spatial
+    #: axis (GEMM's n) runs along wgmma's M, in the consumers' 64-row blocks, and the
+    #: first (m) along its N, in any multiple of 8. A few rows of m then fill a narrow
+    #: N instead of a 64-row block mostly of padding (cuBLAS's small-m kernels, "swap
+    #: AB"). Serialised only when set, as ``cluster``.
+    swap_ab: bool = False
 
     # ----- views -------------------------------------------------------------------------
     def role_stream(self, role: str) -> list[tuple[UnitKind, UnitOp]]:
@@ -172,7 +178,7 @@ class SProgram:
         data = asdict(self)
         data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
         data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
-        for optional in ("cluster", "stream_k", "runtime_dims"):
+        for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab"):
             if not data[optional]:
                 del data[optional]
         return json.loads(json.dumps(data))
@@ -229,6 +235,7 @@ class SProgram:
             cluster=_cluster(data.get("cluster")),
             stream_k=StreamK(**data["stream_k"]) if data.get("stream_k") else None,
             runtime_dims=tuple(data.get("runtime_dims", ())),
+            swap_ab=bool(data.get("swap_ab", False)),
         )
 
     @classmethod

@@ -40,7 +40,7 @@ SWIZZLE_ALIGN_BYTES = 1024
 SWIZZLE_SPAN_BYTES = 128
 MBARRIER_BYTES = 8
 #: Deepest ring a persistent block may ask for (its tiles' trips do not bound it).
-STAGES_MAX = 8
+STAGES_MAX = 12
 TMA_BOX_DIM_MAX = 256
 TMA_MIN_INNER_BYTES = 16
 #: Above this many TMA boxes per tile a load costs more in issue than it saves.
@@ -67,6 +67,7 @@ class ScheduleLike(Protocol):
     persistent: bool
     cluster: Cluster | None
     stream_k: StreamK | None
+    swap_ab: bool
 
     def stream_of(self, stask: str) -> str | None: ...
 
@@ -136,9 +137,14 @@ def _align(value: int, to: int) -> int:
     return -(-value // to) * to
 
 
+def row_axis(sprogram: SProgram, graph: STaskGraph) -> str:
+    """The spatial axis of the output tile's rows (wgmma's M; the consumers split it)."""
+    return graph.spatial_axes[1] if sprogram.swap_ab else graph.spatial_axes[0]
+
+
 def rows_per_consumer(sprogram: SProgram, graph: STaskGraph) -> int:
     """Rows of the output tile that one consumer warpgroup owns."""
-    rows = graph.step(graph.spatial_axes[0])
+    rows = graph.step(row_axis(sprogram, graph))
     if sprogram.consumer_split == "pingpong":
         return rows
     return rows // sprogram.roles.consumer_warpgroups
@@ -204,13 +210,13 @@ def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) ->
     in the overlapped order (the next scores beside the current probabilities and the
     output accumulator: FlashAttention-3's register budget).
     """
-    key = ("registers", _units(sprogram), rows_per_consumer(sprogram, graph))
+    key = ("registers", _units(sprogram), rows_per_consumer(sprogram, graph), sprogram.swap_ab)
     return _per_graph(graph, key, lambda: _consumer_registers(sprogram, graph, plan))
 
 
 def _consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
-    row_axis = graph.spatial_axes[0]
-    rows_tile = graph.step(row_axis)
+    rows_along = row_axis(sprogram, graph)
+    rows_tile = graph.step(rows_along)
     rows_mine = rows_per_consumer(sprogram, graph)
     # Tensors first written in the epilogue reuse the registers of the dead accumulators.
     epilogue_outputs = {t.output.tensor for t in graph.phase_tasks("epilogue")}
@@ -231,7 +237,7 @@ def _consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -
     total_bytes = 0.0
     for name in register_tensors:
         size = _bytes(graph, plan, name)
-        if row_axis in axes_of[name]:
+        if rows_along in axes_of[name]:
             size = size * rows_mine / rows_tile
         total_bytes += size
     return CONSUMER_OVERHEAD_REGS + int(-(-total_bytes // (4 * WARPGROUP_THREADS)))
@@ -240,7 +246,7 @@ def _consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -
 def _check_mma_shapes(
     sprogram: SProgram, graph: STaskGraph, plan: TilePlan
 ) -> tuple[Rejection, ...]:
-    key = ("mma", rows_per_consumer(sprogram, graph))
+    key = ("mma", rows_per_consumer(sprogram, graph), sprogram.swap_ab)
     return _per_graph(graph, key, lambda: tuple(_mma_shape_problems(sprogram, graph, plan)))
 
 
@@ -249,13 +255,15 @@ def _mma_shape_problems(
 ) -> list[Rejection]:
     problems = []
     rows_mine = rows_per_consumer(sprogram, graph)
-    row_axis = graph.spatial_axes[0]
+    rows_along = row_axis(sprogram, graph)
     for task in graph.stasks:
         if task.kind is not STaskKind.MMA:
             continue
         extents = plan.stask_extents[task.name]
         m_axis, n_axis = task.output.axes[0], task.output.axes[1]
-        m = rows_mine if m_axis == row_axis else extents[m_axis]
+        if sprogram.swap_ab:  # the output transposed: its columns along wgmma's M
+            m_axis, n_axis = n_axis, m_axis
+        m = rows_mine if m_axis == rows_along else extents[m_axis]
         n = extents[n_axis]
         k_axes = [a for a in task.axes if a not in task.output.axes]
         k = 1

@@ -1,0 +1,183 @@
+"""Run-time-m GEMM kernels across tile shapes and stream-K, against cuBLAS, at a few m:
+where the range tuner's pool is short (small and middle m, n = k = 4096).
+
+For each variant of the warp-specialised design (tile, stream-K waves, stages, consumer
+warpgroups), planned at the range's top with m at run time and bound to each size, in one
+process: checked against ``torch.matmul`` (relative error), then timed with
+``do_bench`` (L2 flushed, median) next to cuBLAS at the same size. Writes every
+variant's times and each size's best.
+
+    PYTHONPATH=. python3 bench/gemm_runtime_probe.py \\
+        --out bench/results/gemm-runtime-probe-DATE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import dated_result, tree_state, write_json  # noqa: E402
+
+#: Knob values swept around the design (every combination the renderer lowers).
+SWEEP: dict[str, tuple[Any, ...]] = {
+    "tile_m": (64, 128),
+    "tile_n": (64, 128, 256),
+    "tile_k": (64, 128),
+    "stream_k": (None, 1, 2),
+    "consumer_warpgroups": (1, 2),
+}
+
+
+#: The swapped sweep (the tensor cores compute Cᵀ: m along wgmma's N, any multiple of 8).
+SWAP_SWEEP: dict[str, tuple[Any, ...]] = {
+    "tile_m": (8, 16, 32, 64, 136),
+    "tile_n": (64, 128, 256),
+    "tile_k": (64,),
+    "stream_k": (None, 1, 2),
+    "consumer_warpgroups": (1, 2),
+}
+#: Shared memory the operand rings may take (bytes).
+RING_BYTES = 200 * 1024
+
+
+def _stages(choices: dict) -> int:
+    """As deep a ring as the stage's bytes allow, up to 12."""
+    stage = (choices["tile_m"] + choices["tile_n"]) * choices["tile_k"] * 2
+    return max(2, min(12, RING_BYTES // stage))
+
+
+def variants(spec: Any, device: Any) -> list[Any]:
+    """The sweeps' run-time-m sProgram that the renderer lowers, distinct."""
+    from codegen import unsupported
+    from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+    from scheduler_search.sprogram import plan_sprogram
+
+    found: dict[str, Any] = {}
+    sweeps = [(SWEEP, {}), (SWAP_SWEEP, {"swap_ab": True, "map_store": "cuda_core"})]
+    for sweep, fixed in sweeps:
+        for values in itertools.product(*sweep.values()):
+            choices = {**GEMM_WARP_SPECIALIZED, **fixed, **dict(zip(sweep, values, strict=True))}
+            _add(found, spec, device, choices, plan_sprogram, unsupported)
+    return list(found.values())
+
+
+def _add(found: dict, spec: Any, device: Any, choices: dict, plan: Any, unsupported: Any) -> None:
+    """``choices`` (stages as deep as fit) planned with m at run time, if lowered."""
+    if choices["stream_k"] is None:
+        del choices["stream_k"]
+    rows = choices["tile_n"] if choices.get("swap_ab") else choices["tile_m"]
+    if rows < 64 * choices["consumer_warpgroups"]:
+        return
+    choices["stages_ab"] = _stages(choices)
+    try:
+        sprogram = replace(plan(spec, device, choices), runtime_dims=("m",))
+    except Exception:  # choices the planner refuses
+        return
+    if unsupported(sprogram, device) is None:
+        found.setdefault(sprogram.hash, sprogram)
+
+
+def static_twin(do_bench: Any, choices: dict, m: int, params: dict,
+                a: Any, b: Any, ref: Any) -> dict[str, Any]:
+    """The same choices planned for exactly ``m`` (m a compile-time constant): what the
+    run-time size costs the kernel."""
+    import pipetune
+    from codegen import render
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.sprogram import plan_sprogram
+
+    spec = parse_spec("gemm", {"m": m, **params})
+    try:
+        sprogram = plan_sprogram(spec, get_device("h200"), dict(choices))
+        kernel = pipetune.load(render(sprogram, spec, get_device("h200")).to_dict())
+        error = float((kernel(a, b).float() - ref).norm() / ref.norm())
+        us = do_bench(lambda: kernel(a, b), return_mode="median") * 1e3
+    except Exception as exc:  # a size the choices cannot be planned at
+        return {"choices": choices, "error": str(exc)[:200]}
+    return {"choices": choices, "us": us, "rel_error": error}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--k", type=int, default=4096)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 260, 500, 1700, 2500])
+    parser.add_argument("--static-twins", type=int, default=2,
+                        help="the best variants also timed planned for exactly m")
+    parser.add_argument("--out", default=dated_result("gemm-runtime-probe"))
+    args = parser.parse_args(argv)
+
+    import torch
+    from triton.testing import do_bench
+
+    import pipetune
+    from codegen import RangeArtifact, RangeBucket, render
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+
+    device = get_device("h200")
+    params = {"n": args.n, "k": args.k, "dtype": args.dtype, "b_layout": "nk"}
+    spec = parse_spec("gemm", {"m": 16384, **params})
+    dtype = getattr(torch, args.dtype)
+    started = time.perf_counter()
+    kernels = []
+    for sprogram in variants(spec, device):
+        # One bucket over the whole range: the loaded kernel binds each m to one module.
+        whole = RangeArtifact(op="gemm", params={"m": {"min": 1, "max": 16384}, **params},
+                              dim="m", size_from=("a", 0),
+                              buckets=(RangeBucket(1, 16384, render(sprogram, spec, device)),))
+        kernels.append((sprogram, pipetune.load(whole.to_dict())))
+    print(f"{len(kernels)} variants rendered in {time.perf_counter() - started:.1f}s", flush=True)
+    rows = []
+    for m in args.sizes:
+        a = torch.randn(m, args.k, device="cuda", dtype=dtype)
+        b = torch.randn(args.n, args.k, device="cuda", dtype=dtype)
+        ref = torch.matmul(a, b.t()).float()
+        cublas_us = do_bench(lambda a=a, b=b: torch.matmul(a, b.t()), return_mode="median") * 1e3
+        timed = []
+        for sprogram, kernel in kernels:
+            try:
+                out = kernel(a, b).float()
+                error = float((out - ref).norm() / ref.norm())
+                us = do_bench(lambda kernel=kernel, a=a, b=b: kernel(a, b),
+                              return_mode="median") * 1e3
+            except Exception as exc:  # a variant that fails is reported, not fatal
+                timed.append({"choices": sprogram.choices, "error": str(exc)[:200]})
+                continue
+            timed.append({"choices": sprogram.choices, "us": us, "rel_error": error,
+                          "vs_cublas": cublas_us / us})
+        ok = sorted((t for t in timed if "us" in t and t["rel_error"] < 1e-2),
+                    key=lambda t: t["us"])
+        static = [static_twin(do_bench, t["choices"], m, params, a, b, ref)
+                  | {"runtime_us": t["us"]} for t in ok[: args.static_twins]]
+        rows.append({"m": m, "cublas_us": cublas_us, "variants": timed,
+                     "best": ok[:5], "static_twins": static})
+        for t in static:
+            print(f"   static {t.get('us', float('nan')):7.1f} us (runtime "
+                  f"{t.get('runtime_us', float('nan')):7.1f}) {t.get('error', '')}", flush=True)
+        best = ok[0] if ok else None
+        print(f"m={m:<6} cublas {cublas_us:7.1f} us  best "
+              + (f"{best['us']:7.1f} us ({best['vs_cublas']:.3f}) {best['choices']}"
+                 if best else "none"), flush=True)
+        for t in ok[1:4]:
+            print(f"          {t['us']:7.1f} us ({t['vs_cublas']:.3f}) "
+                  f"{ {k: t['choices'].get(k) for k in (*SWEEP, 'stages_ab', 'swap_ab')} }",
+                  flush=True)
+    write_json(args.out, {"suite": "gemm-runtime-probe", "params": params, **tree_state(),
+                          "variants": len(kernels), "sizes": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
