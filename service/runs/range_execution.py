@@ -1,18 +1,21 @@
 """One range run's execution: its stored state loaded, the range search driven, the bucket
 table stored.
 
-A range run (``RunModel.kind == "range"``) tunes a workload over a range of one
-dimension (``docs/dynamic.md``). The manager hands it here instead of to
-:class:`~service.runs.execution.RunExecution`; the lifecycle is the same (claim,
-heartbeat, progress, cancel, resume, retries through a brief database fault), the search is
+A range run (``RunModel.kind == "range"``) tunes a workload over one range axis: one
+dimension, or several tied to it (self-attention's seq_q = seq_kv; ``docs/dynamic.md``).
+The manager hands it here instead of to :class:`~service.runs.execution.RunExecution`;
+the lifecycle is the same (claim, heartbeat, progress, cancel, resume, retries through a
+brief database fault), the search is
 :class:`~scheduler_search.search.range_search.RangeSearch`:
 
 - ``make_jobs``: on a GPU, a candidate's kernel rendered once (``codegen.render`` of its
-  run-time-size sProgram) and bound to each size (``KernelArtifact.at_sizes``): the worker
-  compiles each source once; timed by the GPU preset's quick policy, the re-timing by its
-  final one. On the simulated device, the candidate planned at each size for the cost
-  model.
-- each measurement is a trial (its size in its choices, under the dimension's name);
+  run-time-size sProgram) and bound to each size (``KernelArtifact.at_sizes``, every tied
+  dimension; the job's workload and tensors, which the worker's reference is computed
+  from, are the exact spec's at that size): the worker compiles each source once; timed
+  by the GPU preset's quick policy, the re-timing by its final one. On the simulated
+  device, the candidate planned at each size for the cost model.
+- each measurement is a trial (its size in its choices, under the primary dimension's
+  name);
   a resumed or extended run measures none of its stored trials again.
 - the outcome: each bucket's kernel rendered and stored in the kernels table, and the
   table stored (``pipetune_range_tables``); the run ``succeeded`` (``cancelled`` with the
@@ -264,7 +267,8 @@ class RangeFinish:
         kernels = {b.schedule_hash: self._render(b.sprogram) for b in result.buckets}
         fixed = fixed_params(self.range_spec)
         dim = result.dim
-        params = {**fixed, dim: self.range_spec.ranges[dim].to_json()}
+        params = {**fixed, **{name: self.range_spec.ranges[name].to_json()
+                              for name in result.dims}}
         with repo.session_scope(self.context.db.sessions) as session:
             for kernel in kernels.values():
                 if kernel is not None:

@@ -7,7 +7,9 @@ writes them (defaults filled in, so two spellings of one workload share a run) w
 range as given; its key is the sha256 of that canonical JSON marked ``range``, so it never
 meets an exact workload's. Its tables are found by ``fixed_key``, the sha256 of the
 operator and the fixed parameters alone: the same for the range workload and for every
-exact workload inside it.
+exact workload inside it. A table over tied dimensions (self-attention's seq_q = seq_kv)
+leaves all of them out of its fixed parameters and holds an exact workload only where
+they are equal.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.artifact import KernelArtifact, RangeArtifact, RangeBucket
-from scheduler_search.ops import OperatorSpec, RangeSpec
+from scheduler_search.ops import OperatorSpec, RangeSpec, parse_range_spec
 from service.core.db import Database
 from service.db import ranges as ranges_repo
 from service.db import repositories as repo
@@ -88,8 +90,9 @@ def bucket_of(table: RangeTableModel, size: int) -> dict[str, Any]:
 
 
 def range_artifact(session: Any, table: RangeTableModel) -> RangeArtifact | None:
-    """The table's RangeArtifact (each bucket's kernel from the kernels table), or None
-    where a bucket has no kernel (an operator without code generation)."""
+    """The table's RangeArtifact (each bucket's kernel from the kernels table; the tied
+    dimensions, and where a call reads each, from the table's params), or None where a
+    bucket has no kernel (an operator without code generation)."""
     buckets = []
     for bucket in table.buckets:
         kernel_hash = bucket.get("kernel_hash")
@@ -101,7 +104,20 @@ def range_artifact(session: Any, table: RangeTableModel) -> RangeArtifact | None
                                    float(bucket.get("loss") or 1.0)))
     return RangeArtifact(op=table.op, params=dict(table.params), dim=table.dim,
                          size_from=(str(table.size_from[0]), int(table.size_from[1])),
-                         buckets=tuple(buckets), sampled=tuple(int(s) for s in table.sizes))
+                         buckets=tuple(buckets), sampled=tuple(int(s) for s in table.sizes),
+                         tied=_tied(table))
+
+
+def _tied(table: RangeTableModel) -> tuple[tuple[str, str, int], ...]:
+    """The dimensions tied to the table's ``dim``, each with its tensor and axis (none for
+    a range of one dimension: a GEMM's artifact is as before)."""
+    from scheduler_search.search.range_search import tied_sources
+
+    ranged = [name for name, value in table.params.items() if name != table.dim
+              and name in RUNTIME_DIMS.get(table.op, ()) and not isinstance(value, int)]
+    if not ranged:
+        return ()
+    return tied_sources(parse_range_spec(table.op, table.params))
 
 
 @dataclass(frozen=True)
@@ -116,35 +132,49 @@ class RangeServed:
     dim: str
     kernel_hash: str | None
     latency_us: float | None
+    #: Every dimension the size was bound to (``dim`` first; several when tied).
+    dims: tuple[str, ...] = ()
+
+
+def range_axes(op: str) -> list[tuple[str, ...]]:
+    """The range axes a table of ``op`` may be over, as its lookups try them: all of the
+    operator's run-time dimensions tied (where it has several: self-attention), then
+    each alone."""
+    dims = RUNTIME_DIMS.get(op, ())
+    return ([dims] if len(dims) > 1 else []) + [(dim,) for dim in dims]
 
 
 def covering_table(session: Any, spec: OperatorSpec, device_key: str
-                   ) -> tuple[str, RangeTableModel] | None:
-    """The newest table on the device whose range holds ``spec``'s size, and its
-    dimension (None: none does)."""
+                   ) -> tuple[tuple[str, ...], RangeTableModel] | None:
+    """The newest table on the device whose range holds ``spec``'s size, and the
+    dimensions of its axis, the primary first (None: none does). A tied axis holds
+    ``spec`` only where its dimensions are equal (seq_q = seq_kv)."""
     params = spec.params()
-    for dim in RUNTIME_DIMS.get(spec.op, ()):
-        size = params.get(dim)
+    for axis in range_axes(spec.op):
+        sizes = {params.get(dim) for dim in axis}
+        size = sizes.pop() if len(sizes) == 1 else None
         if not isinstance(size, int):
             continue
-        fixed = {k: v for k, v in params.items() if k != dim}
+        fixed = {k: v for k, v in params.items() if k not in axis}
         table = ranges_repo.find_covering(session, op=spec.op, fixed_key=fixed_key(spec.op,
-                                          fixed), dim=dim, low=size, high=size,
+                                          fixed), dim=axis[0], low=size, high=size,
                                           device_key=device_key)
         if table is not None:
-            return dim, table
+            return axis, table
     return None
 
 
 def serve_exact(db: Database, spec: OperatorSpec, device_key: str) -> RangeServed | None:
     """``spec`` answered from the range table that holds its size on the device: the
-    bucket's kernel bound to the size (``KernelArtifact.at_sizes``, stored in the kernels
-    table so that its hash resolves), or None where no table holds it."""
+    bucket's kernel bound to the size (``KernelArtifact.at_sizes``, every dimension of
+    the axis; stored in the kernels table so that its hash resolves), or None where no
+    table holds it."""
     with repo.session_scope(db.read_sessions) as session:
         found = covering_table(session, spec, device_key)
         if found is None:
             return None
-        dim, table = found
+        dims, table = found
+        dim = dims[0]
         size = int(spec.params()[dim])
         bucket = bucket_of(table, size)
         kernel_row = (repo.get_kernel(session, kernel_hash=bucket["kernel_hash"])
@@ -152,14 +182,14 @@ def serve_exact(db: Database, spec: OperatorSpec, device_key: str) -> RangeServe
         artifact = dict(kernel_row.artifact) if kernel_row is not None else None
     kernel_hash = None
     if artifact is not None:
-        bound = KernelArtifact.from_dict(artifact).at_sizes({dim: size})
+        bound = KernelArtifact.from_dict(artifact).at_sizes(dict.fromkeys(dims, size))
         kernel_hash = bound.hash
         with repo.session_scope(db.sessions) as session:
             results_repo.store_kernel(session, kernel_hash=kernel_hash,
                                       schedule_hash=bound.schedule_hash,
                                       artifact=bound.to_dict())
     latency = interpolated_us(bucket.get("latencies_us") or {}, size)
-    return RangeServed(table, bucket, spec, dim, kernel_hash, latency)
+    return RangeServed(table, bucket, spec, dim, kernel_hash, latency, dims)
 
 
 __all__ = [
@@ -170,6 +200,7 @@ __all__ = [
     "fixed_params",
     "interpolated_us",
     "range_artifact",
+    "range_axes",
     "range_workload",
     "serve_exact",
 ]

@@ -40,15 +40,19 @@ class TuneInput:
 
 
 #: Operator -> the dimensions its generated kernels take at run time: the ranges a run
-#: may tune (``RANGE_DIMS`` lists what specs allow; attention's kernels do not yet).
-RUNTIME_DIMS: dict[str, tuple[str, ...]] = {"gemm": ("m",)}
+#: may tune (``RANGE_DIMS`` lists what specs allow). Attention's seq_q and seq_kv are one
+#: range alone or both tied to one axis (``RangeSpec.dims``).
+RUNTIME_DIMS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m",),
+    "attention": ("seq_q", "seq_kv"),
+}
 
 
 @dataclass(frozen=True)
 class RangeTuneInput:
-    """A range run's request, all checked: the range spec (one dimension a range, on an
-    operator whose kernels take it at run time), the device, the budget (``trials``:
-    measurements, one candidate at one size each)."""
+    """A range run's request, all checked: the range spec (one range axis, its
+    dimensions ones the operator's kernels take at run time), the device, the budget
+    (``trials``: measurements, one candidate at one size each)."""
 
     range_spec: RangeSpec
     device: ResolvedDevice
@@ -61,7 +65,8 @@ class RangeTuneInput:
 
     @property
     def dim(self) -> str:
-        return next(iter(self.range_spec.ranges))
+        """The range axis's primary dimension (a table's ``dim``)."""
+        return self.range_spec.dim
 
 
 def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:
@@ -128,8 +133,9 @@ def prepare_range(request: TuneRequest, settings: Settings,
                   fleet_devices: Callable[[], list[FleetDevice]] | None = None,
                   ) -> RangeTuneInput:
     """Validate a range request: the range spec (``parse_range_spec``: a malformed range
-    is named by its field, ``params.m.min``), one dimension a range, one the operator's
-    kernels take at run time (:data:`RUNTIME_DIMS`), the device (as :func:`prepare`; the
+    is named by its field, ``params.m.min``; attention's two lengths as two different
+    ranges, ``params.seq_kv``), dimensions the operator's kernels take at run time
+    (:data:`RUNTIME_DIMS`), the device (as :func:`prepare`; the
     workload at the range's high end must fit it), the budget (``trials`` default: the
     range search's, ``RangeConfig.default_trials``).
 
@@ -154,9 +160,6 @@ def prepare_range(request: TuneRequest, settings: Settings,
                     f"{range_spec.op} cannot be tuned over a range of {name} yet: its "
                     f"kernels do not take {name} at run time; give one size" + (
                         f" (ranges: {', '.join(supported)})" if supported else ""))})
-        if len(range_spec.ranges) > 1 and not errors:
-            errors.append({"loc": ("params",), "type": "spec_error",
-                           "msg": "give one dimension as a range, the others as sizes"})
     device = _checked_device(request, fleet_devices, errors,
                              range_spec.op if range_spec is not None else None)
     if range_spec is not None and device is not None and not errors:

@@ -71,12 +71,7 @@ def test_a_bad_range_is_a_422_naming_its_field(idle_client: TestClient,
 
 
 def test_only_dimensions_kernels_take_at_run_time_may_be_ranges(idle_client: TestClient) -> None:
-    attention = {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": {"min": 128, "max": 1024},
-                 "seq_kv": 1024, "head_dim": 128, "dtype": "float16"}
-    response = idle_client.post("/v1/tune", json={**_body(attention), "op": "attention"})
-    assert response.status_code == 422
-    assert _fields(response) == ["params.seq_q"]
-    assert "run time" in response.json()["detail"][0]["msg"]
+    # Attention's sequence lengths may (tests/service/test_attention_ranges.py).
     response = idle_client.post("/v1/tune", json=_body({**RANGE, "n": {"min": 64, "max": 128}}))
     assert response.status_code == 422 and _fields(response) == ["params.n"]
     both = idle_client.post("/v1/tune", json=_body(RANGE, force=True, extend=True))
