@@ -1,6 +1,6 @@
 """GEMM schedules whose kernels take m at run time, for the run-time size tests: the
-hand-written design, its stream-K variants and a seeded sample of the persistent space,
-each planned at the top of a range."""
+hand-written design, its stream-K and swapped variants and a seeded sample of the
+persistent space, each planned at the top of a range."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ DESIGNS: dict[str, dict] = {
     "design": {},
     "stream_k_1": {"stream_k": 1, "tile_n": 128},
     "stream_k_2": {"stream_k": 2},
+    # m along wgmma's N (swap_ab): a 16-row and a 136-row m tile, stored transposed.
+    "swap_16": {"swap_ab": True, "map_store": "cuda_core", "tile_m": 16, "tile_n": 128,
+                "consumer_warpgroups": 1, "stages_ab": 12, "stream_k": 1},
+    "swap_136": {"swap_ab": True, "map_store": "cuda_core", "tile_m": 136, "tile_n": 64,
+                 "consumer_warpgroups": 1, "stages_ab": 6},
 }
 
 
