@@ -16,8 +16,9 @@ inputs' device) without running it, which is what tracing needs; for a range's k
 (a RangeArtifact) the outputs' shapes follow the size of the call's input (a GEMM's m).
 The drop-ins (:class:`DropIns`; :func:`gemm` and :func:`attention` on a default instance)
 first look for a tuned range holding the workload (a GEMM's m in a range tuned for its n,
-k, dtype and layout), remembered per workload without its range dimension, so a call of
-another m runs the range's kernel without asking the database again; else they look the
+k, dtype and layout; SDPA's ``seq_q = seq_kv`` in a self-attention range, or one length
+in a range of it), remembered per workload without its range dimensions, so a call of
+another size runs the range's kernel without asking the database again; else they look the
 exact workload up; both once per workload and GPU (memoised: a hit costs no database
 round trip per call). They run the tuned kernel on a hit and PyTorch's op on a miss.
 """
@@ -55,8 +56,9 @@ def register(artifact: Any, name: str | None = None) -> Any:
     The operator takes the kernel's input tensors positionally, in contract order, and
     returns its output (attention: ``(o, lse)``), allocated by the call. A range's
     operator takes every size of its range: its outputs' shapes follow the size read from
-    the input the range names (a GEMM's ``a.shape[0]``), symbolic under ``torch.compile``
-    with dynamic shapes.
+    the input the range names (a GEMM's ``a.shape[0]``, a self-attention range's
+    ``q.shape[2]`` in PyTorch's layout), symbolic under ``torch.compile`` with dynamic
+    shapes.
     """
     import torch
 

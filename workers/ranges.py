@@ -9,6 +9,10 @@ launches that bucket's kernel bound to the size (``KernelArtifact.at_sizes``).
     gemm = load(client.range_artifact(range_id))   # or pipetune.load(...)
     c = gemm(a, b)                                  # any m in the range: a.shape[0]
 
+A range may tie dimensions to its own (``RangeArtifact.tied``): self-attention tuned over
+``seq_q = seq_kv`` reads its size from ``q`` and requires ``k``'s sequence axis to be the
+same, then binds both lengths (``o, lse = attention(q, k, v)``).
+
 What a call costs: one dictionary lookup for the size, then what a :class:`LoadedKernel`
 costs. The range keeps a ``LoadedKernel`` per size it has seen (the most recent
 :data:`SIZES_KEPT`), all sizes of a bucket launching one compiled module
@@ -118,11 +122,15 @@ class RangeKernel:
         self.expected = _range_tensors(artifact)
         self.size_input, self.size_axis = artifact.size_from
         inputs = [t.name for t in self.expected if t.role == "input"]
-        if self.size_input not in inputs:
-            raise ValueError(f"the range reads its size from {self.size_input!r}, not an input "
-                             f"of the {artifact.op} contract ({', '.join(inputs)})")
+        for name in (self.size_input, *(tensor for _, tensor, _ in artifact.tied)):
+            if name not in inputs:
+                raise ValueError(f"the range reads a size from {name!r}, not an input of "
+                                 f"the {artifact.op} contract ({', '.join(inputs)})")
         #: Where the size's tensor is among the positional inputs.
         self._size_position = inputs.index(self.size_input)
+        #: Each tied dimension: (dim, tensor, its positional index, axis).
+        self._tied = tuple((dim, tensor, inputs.index(tensor), axis)
+                           for dim, tensor, axis in artifact.tied)
         self._buckets = artifact.buckets
         self._highs = [b.high for b in self._buckets]
         self._modules = [KernelModule.shared(b.kernel.source, tuple(b.kernel.compile_options))
@@ -153,7 +161,7 @@ class RangeKernel:
         a = self.artifact
         buckets = ", ".join(f"{b.low}..{b.high}: {b.kernel.schedule_hash[:12]}"
                             for b in a.buckets)
-        return (f"RangeKernel({a.op} {self.dim} in {self.low}..{self.high}, "
+        return (f"RangeKernel({a.op} {' = '.join(a.dims)} in {self.low}..{self.high}, "
                 f"{len(a.buckets)} bucket(s) [{buckets}], tensors "
                 f"{', '.join(t.describe() for t in self.expected)}; size from "
                 f"{self.size_input}.shape[{self.size_axis}])")
@@ -172,6 +180,8 @@ class RangeKernel:
             size = tensor.shape[self.size_axis]
         except (IndexError, KeyError, AttributeError, TypeError):
             return self._refuse_call(args, kwargs)
+        if self._tied:
+            self._check_tied(size, args, kwargs)
         kernel = self._kernels.get(size)
         if kernel is None:
             kernel = self.kernel_for(size)
@@ -210,13 +220,33 @@ class RangeKernel:
 
     def covers(self, params: Mapping[str, Any]) -> bool:
         """Whether a workload's ``params`` (exact) fall in this range: its dimension's
-        size within the range, every other parameter as the range has it."""
+        size within the range, each tied dimension equal to it, every other parameter as
+        the range has it."""
         size = params.get(self.dim)
         if not isinstance(size, int) or not self.low <= size <= self.high:
             return False
+        dims = self.artifact.dims
+        if any(params.get(dim) != size for dim in dims[1:]):
+            return False
         fixed = self.artifact.params
         return all(value == fixed[name] for name, value in params.items()
-                   if name != self.dim and name in fixed)
+                   if name not in dims and name in fixed)
+
+    def _check_tied(self, size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Each tied dimension's tensor gives ``size`` too (a self-attention range's k has
+        as many positions as q), else the call is refused before anything is launched."""
+        for dim, tensor, position, axis in self._tied:
+            value = args[position] if len(args) > position else kwargs.get(tensor)
+            shape = getattr(value, "shape", None)
+            if shape is None or len(shape) <= axis:
+                continue  # missing or not a tensor: the bound kernel's checks say so
+            extent = shape[axis]
+            if extent != size:
+                raise KernelArgumentError(
+                    f"{tensor}.shape[{axis}] = {extent}, {self.size_input}.shape["
+                    f"{self.size_axis}] = {size}: this {self.artifact.op} range ties {dim} to "
+                    f"{self.dim} (tuned for {self.dim} = {dim}); give both the same length, "
+                    f"or tune a range of {dim} alone")
 
     def _bucket_index(self, size: int) -> int:
         index = bisect.bisect_left(self._highs, size)
@@ -230,13 +260,14 @@ class RangeKernel:
     def _bound(self, bucket: RangeBucket, size: int) -> Any:
         """The bucket's launch contract bound to ``size``."""
         kernel = bucket.kernel
-        if self.dim in kernel.runtime_dims:
-            return kernel.at_sizes({self.dim: size})
-        if kernel.params.get(self.dim) != size:  # a kernel specialised to one size
-            raise KernelArgumentError(
-                f"{self.dim}={size}: the kernel of bucket {bucket.low}..{bucket.high} was "
-                f"tuned for {self.dim}={kernel.params.get(self.dim)} only")
-        return kernel
+        for dim in self.artifact.dims:
+            if dim not in kernel.runtime_dims and kernel.params.get(dim) != size:
+                # a kernel specialised to one size
+                raise KernelArgumentError(
+                    f"{dim}={size}: the kernel of bucket {bucket.low}..{bucket.high} was "
+                    f"tuned for {dim}={kernel.params.get(dim)} only")
+        sizes = {d: size for d in self.artifact.dims if d in kernel.runtime_dims}
+        return kernel.at_sizes(sizes) if sizes else kernel
 
     def _refuse_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """A call whose size cannot be read: the binding's error, or the size tensor's."""
@@ -249,19 +280,19 @@ class RangeKernel:
 
 def _range_tensors(artifact: RangeArtifact) -> list[RangeTensor]:
     """The range's tensor contract with each extent as a linear function of the size
-    (read off the operator's contract at sizes 1 and 2, checked at the range's top), in
-    the dtypes the first bucket's kernel takes them in."""
+    (every tied dimension set to it; read off the operator's contract at sizes 1 and 2,
+    checked at the range's top), in the dtypes the first bucket's kernel takes them in."""
     kernel = artifact.buckets[0].kernel
     dtypes = {t.name: t.dtype for t in expected_tensors(kernel)}
     dim = artifact.dim
 
     def shapes(size: int) -> dict[str, tuple[int, ...]]:
         return {t.name: tuple(t.shape) for t in
-                workload_tensors(artifact.op, {**kernel.params, dim: size})}
+                workload_tensors(artifact.op, {**kernel.params, **artifact.sizes_at(size)})}
 
     one, two, top = shapes(1), shapes(2), shapes(artifact.high)
     tensors = []
-    for spec in workload_tensors(artifact.op, {**kernel.params, dim: 1}):
+    for spec in workload_tensors(artifact.op, {**kernel.params, **artifact.sizes_at(1)}):
         per_size = tuple(b - a for a, b in zip(one[spec.name], two[spec.name], strict=True))
         base = tuple(a - p for a, p in zip(one[spec.name], per_size, strict=True))
         tensor = RangeTensor(spec.name, dtypes[spec.name], spec.role, base, per_size, dim)
