@@ -94,7 +94,9 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
             i += 1
         elif not has_value:
             raise SpecError(name, "missing value")
-        elif name in RANGE_DIMS.get(op, ()) and any(c in extra[i + 1] for c in ":,"):
+        elif (all(t in RANGE_DIMS.get(op, ()) for t in targets)
+              and any(c in extra[i + 1] for c in ":,")):
+            # ``--seq 128:16384`` sets seq_q and seq_kv to one range: a tied axis.
             value = _size_range(extra[i + 1], name)
             i += 2
         else:

@@ -132,3 +132,11 @@ def test_a_fused_epilogue_is_tuned_from_sub_field_flags(
                         "--device", "sim:h200", "--database-url",
                         f"sqlite:///{tmp_path / 'cli.db'}")
     assert code != 0 and "epilogue.act" in err
+
+
+def test_seq_gives_attention_one_tied_range() -> None:
+    """``--seq LOW:HIGH`` sets seq_q and seq_kv to the same range: self-attention's axis."""
+    params = parse_params("attention", ["--seq", "128:16384", "--heads", "8"])
+    assert params["seq_q"] == params["seq_kv"] == {"min": 128, "max": 16384}
+    assert parse_params("attention", ["--seq", "1,7,64"])["seq_kv"] == [1, 7, 64]
+    assert parse_params("attention", ["--seq", "512"])["seq_q"] == 512
