@@ -1,37 +1,48 @@
-"""Dynamic shapes: a GEMM tuned once for a range of m, then timed against cuBLAS at sizes
-the range run never measured (docs/dynamic.md).
+"""Dynamic shapes: an operator tuned once for a range of sizes, then timed against its
+vendor peer at sizes the range run never measured (docs/dynamic.md).
 
-For each dtype (fp16 and bf16; n = k = 4096 by default, B stored n x k as a linear
-layer's weight), in one process on one GPU:
+Two workloads (``--op``), for each dtype (fp16 and bf16), in one process on one GPU:
 
-1. **The range run**: ``pipetune.tune(m={"min": 1, "max": 16384}, ...)`` from an empty
-   cache (a database of its own), its wall time from the call to the bucket table.
-2. **One exact-shape run** at ``--exact-m`` with the same budget per bucket (the range
+- **gemm**: n = k = 4096 by default, B stored n x k as a linear layer's weight, m over
+  ``--low``..``--high`` (1..16384); the peer is cuBLAS (``torch.matmul(a, b.t())``).
+- **attention**: self-attention with seq_q = seq_kv = seq over ``--low``..``--high``
+  (128..16384; one tied range axis), batch 1, 32 query heads over 8 kv heads,
+  head_dim 128, bhsd; the peer is cuDNN's ``scaled_dot_product_attention``.
+
+Steps per dtype:
+
+1. **The range run**: ``pipetune.tune`` with the range dimension(s) given as ``{"min",
+   "max"}``, from an empty cache (a database of its own), its wall time from the call to
+   the bucket table.
+2. **One exact-shape run** at ``--exact`` with the same budget per bucket (the range
    run's measurements over its buckets, as trials), its wall time: the range run's cost
    against it.
 3. **Sizes it never measured**: ``--sizes`` sizes drawn log-uniformly in the range (seeded),
    none of those the run sampled. At each, pipetune's range kernel as users call it
-   (``pipetune.load(range)(a, b)``: the bucket lookup and the bucket's kernel bound to the
-   size) and ``torch.matmul(a, b.t())``, each checked against the other, then timed
-   interleaved (``bench/launch_overhead.py``'s method: each figure after a cool-down,
-   alternating who goes first, median of rounds): **eager** (``do_bench`` on the call),
-   **back to back** (events around calls cycling input copies beyond 3x L2) and
-   **graph** (the replay of a captured CUDA graph of calls). Ratios are cuBLAS time over
-   pipetune time (> 1: pipetune faster); the geometric mean and the least over the sizes.
+   (``pipetune.load(range)(...)``: the bucket lookup and the bucket's kernel bound to the
+   size) and the peer, each checked against the other, then timed interleaved
+   (``bench/launch_overhead.py``'s method: each figure after a cool-down, alternating who
+   goes first, median of rounds): **eager** (``do_bench`` on the call), **back to back**
+   (events around calls cycling input copies beyond 3x L2) and **graph** (the replay of a
+   captured CUDA graph of calls). Ratios are the peer's time over pipetune's (> 1:
+   pipetune faster); the geometric mean and the least over the sizes.
 
-    PYTHONPATH=. python3 bench/dynamic.py --dtypes float16 --out bench/results/dynamic-DATE.json
+    PYTHONPATH=. python3 bench/dynamic.py --op gemm --dtypes float16 \\
+        --out bench/results/dynamic-DATE.json
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import logging
 import math
 import random
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +55,45 @@ from bench.launch_overhead import (  # noqa: E402
     back_to_back_us,
     capture,
     copies_for_cold_l2,
+    first_output,
     interleaved,
+    peer_inputs,
     replay_us,
 )
 
 FIGURES = ("eager", "back_to_back", "graph")
+#: GPU time one back-to-back or graph figure aims at (microseconds): fewer calls of a
+#: long kernel (attention at seq 16384 takes milliseconds).
+FIGURE_BUDGET_US = 50_000.0
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One operator's range workload: ``dims`` all take the same size (a tied axis),
+    ``fixed`` the other parameters; the peer's name in the results."""
+
+    op: str
+    dims: tuple[str, ...]
+    fixed: dict[str, Any]
+    peer: str
+
+    def at(self, size: int) -> dict[str, Any]:
+        """The exact params at ``size``."""
+        return {**self.fixed, **dict.fromkeys(self.dims, size)}
+
+    def ranged(self, low: int, high: int) -> dict[str, Any]:
+        """The params with the range."""
+        return {**self.fixed, **{dim: {"min": low, "max": high} for dim in self.dims}}
+
+
+def workload(args: argparse.Namespace, dtype: str) -> Workload:
+    if args.op == "gemm":
+        return Workload("gemm", ("m",), {"n": args.n, "k": args.k, "dtype": dtype,
+                                         "b_layout": "nk"}, "cublas")
+    return Workload("attention", ("seq_q", "seq_kv"),
+                    {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads,
+                     "head_dim": args.head_dim, "causal": args.causal, "dtype": dtype,
+                     "layout": "bhsd"}, "cudnn")
 
 
 def unseen_sizes(low: int, high: int, count: int, sampled: set[int], seed: int) -> list[int]:
@@ -62,7 +107,7 @@ def unseen_sizes(low: int, high: int, count: int, sampled: set[int], seed: int) 
     return sorted(chosen)
 
 
-def tune_range(params: dict[str, Any], m_range: dict[str, int], args: argparse.Namespace,
+def tune_range(work: Workload, args: argparse.Namespace,
                database_url: str) -> tuple[Any, float]:
     """The range run from an empty cache: (its TuneResult, wall seconds)."""
     import pipetune
@@ -71,55 +116,54 @@ def tune_range(params: dict[str, Any], m_range: dict[str, int], args: argparse.N
     if args.seconds:
         budget["seconds"] = args.seconds
     started = time.perf_counter()
-    result = pipetune.tune("gemm", device="auto", budget=budget, database_url=database_url,
-                           progress=False, m=m_range, **params)
+    result = pipetune.tune(work.op, device="auto", budget=budget, database_url=database_url,
+                           progress=False, **work.ranged(args.low, args.high))
     return result, time.perf_counter() - started
 
 
-def tune_exact(params: dict[str, Any], m: int, trials: int,
+def tune_exact(work: Workload, size: int, trials: int,
                database_url: str) -> tuple[Any, float]:
     """One exact-shape run with ``trials`` measurements: (its TuneResult, wall seconds)."""
     import pipetune
 
     started = time.perf_counter()
-    result = pipetune.tune("gemm", device="auto", budget={"trials": trials},
-                           database_url=database_url, progress=False, force=True, m=m,
-                           **params)
+    result = pipetune.tune(work.op, device="auto", budget={"trials": trials},
+                           database_url=database_url, progress=False, force=True,
+                           **work.at(size))
     return result, time.perf_counter() - started
 
 
-def time_size(torch: Any, kernel: Any, m: int, params: dict[str, Any],
+def time_size(torch: Any, kernel: Any, size: int, work: Workload,
               args: argparse.Namespace) -> dict[str, Any]:
-    """pipetune's range kernel against torch.matmul at ``m``: the error between them and
+    """pipetune's range kernel against the peer at ``size``: the error between them and
     the three figures' medians and ratios."""
     from triton.testing import do_bench
 
-    dtype = getattr(torch, params["dtype"])
-    n, k = params["n"], params["k"]
-
-    def inputs() -> tuple[Any, Any]:
-        return (torch.randn(m, k, device="cuda", dtype=dtype),
-                torch.randn(n, k, device="cuda", dtype=dtype))
-
-    a, b = inputs()
-    copies = [(a, b)] + [inputs() for _ in range(copies_for_cold_l2(torch, (a, b)) - 1)]
-    calls = {"pipetune": lambda: kernel(a, b), "peer": lambda: torch.matmul(a, b.t())}
-    cycled = {"pipetune": [lambda x=x, y=y: kernel(x, y) for x, y in copies],
-              "peer": [lambda x=x, y=y: torch.matmul(x, y.t()) for x, y in copies]}
-    ours, ref = calls["pipetune"]().float(), calls["peer"]().float()
-    row: dict[str, Any] = {"m": m, "rel_error_vs_cublas": float((ours - ref).norm()
-                                                                / ref.norm()),
-                           "bucket": [kernel.bucket_of(m).low, kernel.bucket_of(m).high]}
-    graphs = {label: capture(torch, call, args.graph_calls)[0] for label, call in calls.items()}
+    params = work.at(size)
+    inputs, peer = peer_inputs(torch, work.op, params)
+    copies = [(inputs, peer)] + [peer_inputs(torch, work.op, params)
+                                 for _ in range(copies_for_cold_l2(torch, inputs) - 1)]
+    calls = {"pipetune": lambda: kernel(*inputs), "peer": peer}
+    cycled = {"pipetune": [lambda i=i: kernel(*i) for i, _ in copies],
+              "peer": [p for _, p in copies]}
+    ours, ref = first_output(calls["pipetune"]()).float(), first_output(peer()).float()
+    bucket = kernel.bucket_of(size)
+    row: dict[str, Any] = {"size": size, f"rel_error_vs_{work.peer}": float(
+        (ours - ref).norm() / ref.norm()), "bucket": [bucket.low, bucket.high]}
+    eager = {label: do_bench(call, return_mode="median") * 1e3 for label, call in calls.items()}
+    per_call_us = max(eager.values())
+    n_calls = max(3, min(args.calls, int(FIGURE_BUDGET_US / per_call_us)))
+    n_graph = max(2, min(args.graph_calls, int(FIGURE_BUDGET_US / per_call_us)))
+    graphs = {label: capture(torch, call, n_graph)[0] for label, call in calls.items()}
     timed = {
         "eager": lambda label: do_bench(calls[label], return_mode="median") * 1e3,
-        "back_to_back": lambda label: back_to_back_us(torch, cycled[label], args.calls),
-        "graph": lambda label: replay_us(torch, graphs[label], args.graph_calls),
+        "back_to_back": lambda label: back_to_back_us(torch, cycled[label], n_calls),
+        "graph": lambda label: replay_us(torch, graphs[label], n_graph),
     }
     for figure, measure in timed.items():
         samples = interleaved(torch, measure, args.rounds, args.cool_down_s)
         ours_us, peer_us = (statistics.median(samples[x]) for x in ("pipetune", "peer"))
-        row[f"{figure}_us"] = {"pipetune": ours_us, "cublas": peer_us}
+        row[f"{figure}_us"] = {"pipetune": ours_us, work.peer: peer_us}
         row[f"{figure}_ratio"] = peer_us / ours_us
     return row
 
@@ -129,38 +173,38 @@ def run_dtype(dtype: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
 
     import pipetune
 
-    params = {"n": args.n, "k": args.k, "dtype": dtype, "b_layout": "nk"}
-    m_range = {"min": args.m_min, "max": args.m_max}
-    url = f"sqlite:///{workdir / f'{dtype}.db'}"
-    result, range_s = tune_range(params, m_range, args, url)
+    work = workload(args, dtype)
+    url = f"sqlite:///{workdir / f'{args.op}-{dtype}.db'}"
+    result, range_s = tune_range(work, args, url)
     artifact = result.kernel
     if not artifact or artifact.get("kind") != "range":
-        return {"dtype": dtype, "error": f"no range artifact: {result.status}",
+        return {"op": args.op, "dtype": dtype, "error": f"no range artifact: {result.status}",
                 "run": result.run}
     buckets = artifact["buckets"]
     measured = int((result.run or {}).get("trials_done") or 0)
     per_bucket = max(1, measured // len(buckets))
-    exact, exact_s = tune_exact(params, args.exact_m, per_bucket, url)
+    exact, exact_s = tune_exact(work, args.exact, per_bucket, url)
     kernel = pipetune.load(artifact)
     sampled = set(artifact.get("sampled") or ())
-    sizes = unseen_sizes(args.m_min, args.m_max, args.sizes, sampled, args.seed)
     rows = []
-    for m in sizes:
-        row = time_size(torch, kernel, m, params, args)
+    for size in unseen_sizes(args.low, args.high, args.sizes, sampled, args.seed):
+        row = time_size(torch, kernel, size, work, args)
         rows.append(row)
-        print(f"{dtype} m={m:<6} bucket {row['bucket']}  err {row['rel_error_vs_cublas']:.1e}  "
+        print(f"{args.op} {dtype} size={size:<6} bucket {row['bucket']}  err "
+              f"{row[f'rel_error_vs_{work.peer}']:.1e}  "
               + "  ".join(f"{f} {row[f'{f}_ratio']:.3f}" for f in FIGURES), flush=True)
     summary = {f"{f}_geomean": geomean([r[f"{f}_ratio"] for r in rows]) for f in FIGURES}
     summary |= {f"{f}_min": min(r[f"{f}_ratio"] for r in rows) for f in FIGURES}
     return {
-        "dtype": dtype, "params": params, "range": m_range,
+        "op": args.op, "dtype": dtype, "peer": work.peer, "params": work.fixed,
+        "range_dims": list(work.dims), "range": {"min": args.low, "max": args.high},
         "range_run": {"wall_s": range_s, "run": result.run, "measurements": measured,
                       "buckets": [{k: b[k] for k in ("low", "high", "loss")}
                                   | {"schedule_hash": b["kernel"]["schedule_hash"],
                                      "choices": b["kernel"]["extra"].get("choices")}
                                   for b in buckets],
                       "sampled": sorted(sampled)},
-        "exact_run": {"m": args.exact_m, "trials": per_bucket, "wall_s": exact_s,
+        "exact_run": {"size": args.exact, "trials": per_bucket, "wall_s": exact_s,
                       "latency_us": exact.latency_us,
                       "speedup_vs_baseline": exact.speedup_vs_baseline},
         "range_over_exact_wall": range_s / exact_s,
@@ -168,15 +212,25 @@ def run_dtype(dtype: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
     }
 
 
+#: Per operator: the range's ends and the exact run's size.
+RANGE_DEFAULTS = {"gemm": (1, 16384, 4096), "attention": (128, 16384, 4096)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--op", choices=sorted(RANGE_DEFAULTS), default="gemm")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
-    parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--k", type=int, default=4096)
-    parser.add_argument("--m-min", type=int, default=1)
-    parser.add_argument("--m-max", type=int, default=16384)
-    parser.add_argument("--exact-m", type=int, default=4096)
+    parser.add_argument("--n", type=int, default=4096, help="gemm")
+    parser.add_argument("--k", type=int, default=4096, help="gemm")
+    parser.add_argument("--batch", type=int, default=1, help="attention")
+    parser.add_argument("--heads", type=int, default=32, help="attention")
+    parser.add_argument("--kv-heads", type=int, default=8, help="attention")
+    parser.add_argument("--head-dim", type=int, default=128, help="attention")
+    parser.add_argument("--causal", action="store_true", help="attention")
+    parser.add_argument("--low", type=int, help="the range's least size (per op default)")
+    parser.add_argument("--high", type=int, help="the range's largest size")
+    parser.add_argument("--exact", type=int, help="the exact run's size")
     parser.add_argument("--trials", type=int, default=0,
                         help="the range run's measurements (default: the service's)")
     parser.add_argument("--seconds", type=float, default=0.0, help="the range run's time cap")
@@ -186,13 +240,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph-calls", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cool-down-s", type=float, default=0.2)
+    parser.add_argument("--log-level", default="warning",
+                        help="the range search's log on stderr (info: its plan and phases)")
     parser.add_argument("--out", default=dated_result("dynamic"))
     args = parser.parse_args(argv)
+    low, high, exact = RANGE_DEFAULTS[args.op]
+    args.low, args.high = args.low or low, args.high or high
+    args.exact = args.exact or exact
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with tempfile.TemporaryDirectory() as scratch:
         cases = [run_dtype(dtype, args, Path(scratch)) for dtype in args.dtypes]
     ok = [c for c in cases if "error" not in c]
     for case in ok:
-        print(f"{case['dtype']}: range run {case['range_run']['wall_s']:.1f} s "
+        print(f"{args.op} {case['dtype']}: range run {case['range_run']['wall_s']:.1f} s "
               f"({len(case['range_run']['buckets'])} buckets), exact run "
               f"{case['exact_run']['wall_s']:.1f} s: {case['range_over_exact_wall']:.2f}x; "
               + "  ".join(f"{f} {case[f'{f}_geomean']:.3f} (min {case[f'{f}_min']:.3f})"

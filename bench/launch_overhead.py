@@ -61,7 +61,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _inputs(torch: Any, op: str, p: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
+def peer_inputs(torch: Any, op: str, p: dict[str, Any]) -> tuple[tuple[Any, ...], Any]:
     """The kernel's inputs as torch tensors, and the peer's call on them."""
     dtype = getattr(torch, p["dtype"])
     if op == "gemm":
@@ -162,7 +162,7 @@ def interleaved(torch: Any, timed: Any, rounds: int, cool_down_s: float) -> dict
     return samples
 
 
-def _first(out: Any) -> Any:
+def first_output(out: Any) -> Any:
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -178,14 +178,14 @@ def measure(name: str, seconds: float, args: argparse.Namespace) -> dict[str, An
     if result.kernel is None:
         return {"case": name, "error": f"no kernel: {result.status}"}
     kernel = pipetune.load(result.kernel)
-    inputs, peer = _inputs(torch, op, params)
+    inputs, peer = peer_inputs(torch, op, params)
     ours = lambda: kernel(*inputs)  # noqa: E731 - the user's call
-    copies = [(inputs, peer)] + [_inputs(torch, op, params) for _ in range(
+    copies = [(inputs, peer)] + [peer_inputs(torch, op, params) for _ in range(
         copies_for_cold_l2(torch, inputs) - 1)]
     cycled = {"pipetune": [lambda i=i: kernel(*i) for i, _ in copies],
               "peer": [p for _, p in copies]}
-    eager_ref = _first(ours()).float()
-    rel = float((_first(peer()).float() - eager_ref).norm() / eager_ref.norm())
+    eager_ref = first_output(ours()).float()
+    rel = float((first_output(peer()).float() - eager_ref).norm() / eager_ref.norm())
     row: dict[str, Any] = {"case": name, "op": op, "params": params,
                            "kernel_hash": result.kernel_hash, "rel_error_vs_peer": rel,
                            "back_to_back_input_copies": len(copies)}
@@ -194,7 +194,7 @@ def measure(name: str, seconds: float, args: argparse.Namespace) -> dict[str, An
         graphs[label], graph_out = capture(torch, call, args.graph_calls)
         row[label] = {"host_us": host_us(torch, call, args.calls)}
         if label == "pipetune":
-            diff = (_first(graph_out).float() - eager_ref).norm() / eager_ref.norm()
+            diff = (first_output(graph_out).float() - eager_ref).norm() / eager_ref.norm()
             row["graph_rel_diff_vs_eager"] = float(diff)
     calls = {"pipetune": ours, "peer": peer}
     figures = {
