@@ -9,10 +9,10 @@ and every other parameter as one value, as an exact spec does:
 
 Only the dimensions an operator's kernels can take at run time may be ranges
 (:data:`RANGE_DIMS`). A range spec is validated as strictly as an exact one: the range
-itself (``min <= max``, within the dimension's bounds), and the exact spec at every corner
-of the ranges (each dimension at its smallest and largest size): the operators' other
-checks grow with a dimension (memory footprint) or do not involve it, so the corners
-stand for every size between. Errors name the field (``m.min``, ``seq_kv``).
+itself (``min <= max``, within the dimension's bounds), and the exact spec at both ends
+of the range axis (its smallest and its largest size): the operators' other checks grow
+with a dimension (memory footprint) or do not involve it, so the ends stand for every
+size between. Errors name the field (``m.min``, ``seq_kv``).
 
 A run tunes one range *axis*. Attention may give ``seq_q`` alone, ``seq_kv`` alone, or
 both with the same range (or the same list): self-attention's prefill, where
