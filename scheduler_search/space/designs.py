@@ -41,6 +41,7 @@ FLASH_ATTENTION_3: Choices = {
     "order": "rotate",
     "stages_k": 2,
     "stages_v": 2,
+    "map_store": "cuda_core",  # the output and its log-sum-exp written with st.global
 }
 
 #: Mamba2 chunk state as a streaming kernel: one (headdim x dstate) tile of a (batch, chunk,
