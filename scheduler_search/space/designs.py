@@ -119,6 +119,37 @@ MAMBA2_CHUNK_SCAN: Choices = {
 #: read from L2 once for both heads.
 MAMBA2_CHUNK_SCAN_PACKED: Choices = {**MAMBA2_CHUNK_SCAN, "tile_g": 2, "tile_p": 128}
 
+#: GEMM for a few rows of m, cuBLAS's small-m plan (an H200's cuBLAS 13 serves m = 8, n = k
+#: = 4096 so): the tensor cores compute Cᵀ (``swap_ab``), n in 128-row blocks along
+#: wgmma's M and m in a 16-wide N, a 12-deep ring of 20 KB stages keeping HBM busy, the
+#: reduction shared out by stream-K.
+GEMM_SWAP_NARROW: Choices = {
+    **GEMM_WARP_SPECIALIZED,
+    "swap_ab": True,
+    "map_store": "cuda_core",
+    "tile_m": 16,
+    "tile_n": 128,
+    "consumer_warpgroups": 1,
+    "stages_ab": 12,
+    "stream_k": 1,
+}
+
+#: GEMM for a few hundred rows of m (cuBLAS: 64 x 136 at m = 260): swapped, n in 64-row
+#: tiles, m in a 128-wide N, so the grid has enough tiles without padding m to 256.
+GEMM_SWAP_WIDE: Choices = {
+    **GEMM_SWAP_NARROW,
+    "tile_m": 128,
+    "tile_n": 64,
+    "stages_ab": 8,
+    "stream_k": 0,
+}
+
+#: Designs for kernels that serve a range of sizes (a range run's pool starts with them
+#: beside :data:`DESIGNS`): the ends of a range want what one exact size never does.
+RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
+    "gemm": {"swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE},
+}
+
 #: Known designs by operator.
 DESIGNS: dict[str, dict[str, Choices]] = {
     "gemm": {"warp_specialized": GEMM_WARP_SPECIALIZED},

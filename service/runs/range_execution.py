@@ -39,7 +39,7 @@ from scheduler_search.search.range_search import (
     RangeSearch,
     plan_at,
 )
-from scheduler_search.space.designs import DESIGNS
+from scheduler_search.space.designs import DESIGNS, RANGE_DESIGNS
 from scheduler_search.sprogram import SProgram
 from service.db import ranges as ranges_repo
 from service.db import repositories as repo
@@ -143,7 +143,8 @@ class RangeExecution:
             config=self.config,
             feasible=_feasibility(self.range_spec.op, self.model),
             estimator=self._estimator(),
-            designs=list(DESIGNS.get(self.range_spec.op, {}).values()),
+            designs=[*DESIGNS.get(self.range_spec.op, {}).values(),
+                     *RANGE_DESIGNS.get(self.range_spec.op, {}).values()],
             history=self.history,
             elapsed_before_s=run.elapsed_s,
             on_trials=self.on_trials,
