@@ -102,8 +102,14 @@ def _plans(logs: list[list[float]], max_buckets: int) -> dict[int, tuple[float, 
         for i, value in enumerate(row):
             prefix[c][i + 1] = prefix[c][i] + value
 
+    best: dict[tuple[int, int], tuple[float, int]] = {}
+
     def segment(i: int, j: int) -> tuple[float, int]:
-        return min((prefix[c][j] - prefix[c][i], c) for c in range(len(logs)))
+        """The candidate with the least loss over samples i..j-1 (each segment once: a
+        table over estimated sizes has dozens)."""
+        if (i, j) not in best:
+            best[i, j] = min((prefix[c][j] - prefix[c][i], c) for c in range(len(logs)))
+        return best[i, j]
 
     # cost[b][j]: the best total over the first j samples in b buckets.
     cost = [[math.inf] * (n + 1) for _ in range(max_buckets + 1)]

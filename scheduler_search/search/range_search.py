@@ -108,6 +108,13 @@ class RangeConfig:
         batch_size: jobs per ``measure`` call (default: the executor's ``batch_size()``).
         retime_rounds: interleaved rounds re-timing the buckets' winners (0: none).
         max_buckets, tolerance: :func:`partition`'s.
+        estimated_sizes: sizes spread over the range (log-spaced) at which, besides the
+            sampled ones, each candidate's time is estimated before the range is cut:
+            its nearest measurement scaled by the cost model's ratio between the two
+            sizes. A kernel's time jumps between samples where its tiles spill into
+            another wave (an H200 GEMM table cut at m = 213 and 512 served m = 260 and
+            522 at 0.4-0.5 of cuBLAS with a kernel that was the best at both samples);
+            0: cut at the sampled sizes only.
     """
 
     seed: int = 0
@@ -122,8 +129,9 @@ class RangeConfig:
     exhaustive: bool = False
     batch_size: int | None = None
     retime_rounds: int = 3
-    max_buckets: int = 8
+    max_buckets: int = 12
     tolerance: float = 0.01
+    estimated_sizes: int = 48
 
     @property
     def default_trials(self) -> int:
@@ -357,6 +365,8 @@ class RangeSearch:
         self._measured: list[TrialRecord] = []
         self._invalid = 0
         self._jobs: dict[tuple[int, bool], list[Any] | Exception] = {}
+        #: (schedule hash, size) -> the estimator's latency there (None: no estimate).
+        self._predicted: dict[tuple[str, int], float | None] = {}
 
     # ----- the plan ------------------------------------------------------------------------
     def plan_sizes(self) -> list[int]:
@@ -614,12 +624,16 @@ class RangeSearch:
         return TrialRecord.measured(result, **common)
 
     def _predict(self, candidate: RangeCandidate, size: int) -> float | None:
-        sizes = self.range_spec.at(size)
-        try:
-            planned = plan_at(self.range_spec, self.device, candidate.sprogram, sizes)
-            return float(self.estimator(planned, self.range_spec.exact(sizes)))
-        except Exception:
-            return None
+        key = (candidate.sprogram.hash, size)
+        if key not in self._predicted:
+            sizes = self.range_spec.at(size)
+            try:
+                planned = plan_at(self.range_spec, self.device, candidate.sprogram, sizes)
+                self._predicted[key] = float(self.estimator(planned,
+                                                            self.range_spec.exact(sizes)))
+            except Exception:
+                self._predicted[key] = None
+        return self._predicted[key]
 
     def _latency(self, candidate: RangeCandidate, size: int) -> float | None:
         record = self._known.get((candidate.sprogram.hash, size))
@@ -635,11 +649,43 @@ class RangeSearch:
         if len(measured) < len(sizes):
             logger.warning("range search: no candidate ran at %s; buckets cut over the rest",
                            [sizes[i] for i in range(len(sizes)) if i not in measured])
-        kept = [[row[i] for i in measured] for row in rows]
-        table = partition([sizes[i] for i in measured], kept, low=self.size_range.low,
-                          high=self.size_range.high, max_buckets=self.config.max_buckets,
-                          tolerance=self.config.tolerance)
-        return table, [sizes[i] for i in measured]
+        kept_sizes = [sizes[i] for i in measured]
+        grid, kept = self._with_estimates(candidates, kept_sizes,
+                                          [[row[i] for i in measured] for row in rows])
+        table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
+                          max_buckets=self.config.max_buckets, tolerance=self.config.tolerance)
+        return table, kept_sizes
+
+    def _with_estimates(self, candidates: list[RangeCandidate], sizes: list[int],
+                        rows: list[list[float | None]]
+                        ) -> tuple[list[int], list[list[float | None]]]:
+        """The sampled ``sizes`` and ``config.estimated_sizes`` more between them, with
+        each candidate's latencies there: measured at a sampled size, else estimated from
+        its measurement at the nearest sampled size (in log space) times the cost
+        model's ratio between the two sizes. A grid size no candidate has a latency for
+        is left out."""
+        extra = set(anchor_sizes(self.size_range, self.config.estimated_sizes)) - set(sizes)
+        if self.config.estimated_sizes <= 0 or not extra:
+            return sizes, rows
+        grid = sorted(set(sizes) | extra)
+        table = []
+        for candidate, row in zip(candidates, rows, strict=True):
+            measured = {s: us for s, us in zip(sizes, row, strict=True) if us is not None}
+            table.append([measured.get(s) if s in sizes or not measured
+                          else self._scaled(candidate, s, measured) for s in grid])
+        kept = [i for i, s in enumerate(grid)
+                if s in sizes or any(r[i] is not None for r in table)]
+        return [grid[i] for i in kept], [[r[i] for i in kept] for r in table]
+
+    def _scaled(self, candidate: RangeCandidate, size: int,
+                measured: dict[int, float]) -> float | None:
+        """``candidate``'s latency at ``size`` from its nearest measurement, scaled by the
+        estimator's ratio (None where the estimator has no prediction)."""
+        near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
+        here, there = self._predict(candidate, size), self._predict(candidate, near)
+        if here is None or there is None or there <= 0:
+            return None
+        return measured[near] * here / there
 
     def _buckets(self, table: BucketTable | None, candidates: list[RangeCandidate],
                  sizes: list[int]) -> list[RangeBucketResult]:

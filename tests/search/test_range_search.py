@@ -4,6 +4,7 @@ sampled sizes, cut into contiguous buckets; budget, resume, cancel and failed jo
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -116,7 +117,7 @@ def test_the_buckets_cover_the_range_each_with_a_run_time_m_kernel() -> None:
 
 
 def test_each_bucket_gets_the_fastest_candidate_at_its_sizes() -> None:
-    result = _search(Recording()).run()
+    result = _search(Recording(), config=replace(CONFIG, estimated_sizes=0)).run()
     rows = {}
     for record in result.measurements:
         rows.setdefault(record.schedule_hash, {})[record.choices["m"]] = record.latency_us
@@ -253,3 +254,34 @@ def test_a_self_attention_range_ties_seq_kv_to_seq_q() -> None:
     assert all("seq_kv" not in r.choices for r in result.measurements)
     assert result.buckets[0].low == 128 and result.buckets[-1].high == 2048
     assert all(b.retimed_us for b in result.buckets)
+
+
+def _served_loss(result: Any, sizes: list[int]) -> tuple[float, float]:
+    """Geometric mean and worst of served / best latency at ``sizes`` (the cost model's
+    latency, the simulated device's truth), over the run's candidates."""
+    from scheduler_search.cost_model import estimate
+
+    range_spec = parse_range_spec("gemm", PARAMS)
+
+    def latency(sprogram: SProgram, m: int) -> float:
+        planned = plan_at(range_spec, DEVICE, sprogram, {"m": m})
+        return estimate(planned, range_spec.exact({"m": m}), DEVICE).latency_us
+
+    logs = []
+    for m in sizes:
+        best = min(latency(c.sprogram, m) for c in result.candidates)
+        served = next(b for b in result.buckets if b.low <= m <= b.high).sprogram
+        logs.append(math.log(latency(served, m) / best))
+    return math.exp(sum(logs) / len(logs)), math.exp(max(logs))
+
+
+def test_estimates_between_samples_cut_the_range_where_waves_change() -> None:
+    """Cut with each candidate's time estimated between the samples (its measurement
+    scaled by the cost model), the table serves sizes it never sampled closer to the
+    best candidate, on average and at the worst size, than one cut at the samples."""
+    unseen = [round(math.exp(math.log(16384) * (i + 0.5) / 40)) for i in range(40)]
+    losses = {}
+    for estimated in (0, 48):
+        config = replace(CONFIG, sizes=8, pool=10, estimated_sizes=estimated)
+        losses[estimated] = _served_loss(_search(Recording(), config=config).run(), unseen)
+    assert losses[48][0] < losses[0][0] and losses[48][1] < losses[0][1]
