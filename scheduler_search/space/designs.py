@@ -144,10 +144,27 @@ GEMM_SWAP_WIDE: Choices = {
     "stream_k": 0,
 }
 
+#: Shared memory a swapped design's ring may take (its depth follows from a stage's size).
+_SWAP_RING_BYTES = 200 * 1024
+
+
+def _swapped(tile_m: int) -> Choices:
+    """A swapped GEMM over 64-row n tiles with an m tile ``tile_m`` wide: one wave of
+    tiles for m up to twice the tile (n = 4096 on 132 SMs), the ring as deep as fits."""
+    stage_bytes = (tile_m + 64) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
+    return {**GEMM_SWAP_WIDE, "tile_m": tile_m,
+            "stages_ab": min(12, _SWAP_RING_BYTES // stage_bytes)}
+
+
 #: Designs for kernels that serve a range of sizes (a range run's pool starts with them
-#: beside :data:`DESIGNS`): the ends of a range want what one exact size never does.
+#: beside :data:`DESIGNS`): the ends of a range want what one exact size never does. On
+#: an H200 (n = k = 4096 fp16, L2 flushed) swapped 16- and 32-wide m tiles over 64-row n
+#: tiles ran m = 8 at 18.1-19.5 us (cuBLAS 18.4) and a 136-wide one m = 260 at 22.4 us
+#: (cuBLAS 23.1); between them the m tile that fits the size in one wave wins.
 RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
-    "gemm": {"swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE},
+    "gemm": {"swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
+             **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
+                                                                    192, 256)}},
 }
 
 #: Known designs by operator.
