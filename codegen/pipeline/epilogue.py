@@ -18,7 +18,8 @@ epilogue: :class:`ElementMath`) to each pair just before it is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from codegen.artifact import TensorMapArg
@@ -180,6 +181,24 @@ def _tile_col(out: OutputTile, group: str) -> str:
     return f"({out.col_origin} + ({group}) * 8 + (lane & 3) * 2)"
 
 
+@contextmanager
+def _each_fragment_row(code: Code, out: OutputTile, name: str, *, masked: bool,
+                       note: str = "") -> Iterator[None]:
+    """The loops over a thread's fragment rows (its wgmma m64 blocks, then their two
+    8-row halves), ``name`` the row's index in the fragment's global matrix; rows past
+    its extent are skipped when ``masked``."""
+    c = code
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int h = 0; h < 2; ++h)"):
+            c(f"const int {name} = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
+              f"(lane >> 2);{note}")
+            if masked:
+                c(f"if ({name} >= {out.extent_names[0]}) continue;")
+            yield
+
+
 def emit_direct_store(code: Code, layout: PipelineLayout,
                       element: ElementMath | None = None) -> None:
     """st.global from registers, two elements a thread per 8-column group; ``element``
@@ -189,37 +208,30 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
         _emit_transposed_store(code, layout)
         return
     pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
-    rows, cols = out.extent_names
+    cols = out.extent_names[1]
     c.comment(f"store: {out.fragment} -> {out.tensor} with st.global, two elements a thread "
               "per 8-column group")
     full_rows = not out.runtime_rows and out.global_rows % out.rows == 0
     full_cols = out.global_cols % out.cols == 0
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+    with _each_fragment_row(c, out, "row", masked=not full_rows):
+        row_pointer = out.row_pointer or f"{out.tensor} + (unsigned long long){{row}} * {cols}"
+        c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
         c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            c(f"const int row = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
-              "(lane >> 2);")
-            if not full_rows:
-                c(f"if (row >= {rows}) continue;")
-            row_pointer = out.row_pointer or f"{out.tensor} + (unsigned long long){{row}} * {cols}"
-            c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
-            c("#pragma unroll")
-            with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
-                c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
-                lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
-                               f"{out.fragment}[mi][4 * j + 2 * h + 1]", "row", "col")
-                if out.dtype == "float32" and out.global_cols % 2 == 0:
-                    store = f"*reinterpret_cast<float2*>(out_row + col) = make_float2({lo}, {hi});"
-                    c(store if full_cols else f"if (col < {cols}) {store}")
-                elif out.global_cols % 2 == 0:
-                    store = (f"*reinterpret_cast<u32*>(out_row + col) = "
-                             f"{c.call(pack, lo, hi)};")
-                    c(store if full_cols else f"if (col < {cols}) {store}")
-                else:
-                    single = convert.single(out.dtype)
-                    c(f"if (col < {cols}) out_row[col] = {c.call(single, lo)};")
-                    c(f"if (col + 1 < {cols}) out_row[col + 1] = {c.call(single, hi)};")
+        with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
+            c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
+            lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
+                           f"{out.fragment}[mi][4 * j + 2 * h + 1]", "row", "col")
+            if out.dtype == "float32" and out.global_cols % 2 == 0:
+                store = f"*reinterpret_cast<float2*>(out_row + col) = make_float2({lo}, {hi});"
+                c(store if full_cols else f"if (col < {cols}) {store}")
+            elif out.global_cols % 2 == 0:
+                store = (f"*reinterpret_cast<u32*>(out_row + col) = "
+                         f"{c.call(pack, lo, hi)};")
+                c(store if full_cols else f"if (col < {cols}) {store}")
+            else:
+                single = convert.single(out.dtype)
+                c(f"if (col < {cols}) out_row[col] = {c.call(single, lo)};")
+                c(f"if (col + 1 < {cols}) out_row[col + 1] = {c.call(single, hi)};")
 
 
 def _emit_transposed_store(code: Code, layout: PipelineLayout) -> None:
@@ -233,20 +245,13 @@ def _emit_transposed_store(code: Code, layout: PipelineLayout) -> None:
               "a global row")
     full_rows = out.global_rows % out.rows == 0
     full_cols = not out.runtime_cols and out.global_cols % out.cols == 0
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+    with _each_fragment_row(c, out, "r", masked=not full_rows, note="  // the global column"):
         c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            c(f"const int r = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
-              "(lane >> 2);  // the global column")
-            if not full_rows:
-                c(f"if (r >= {rows}) continue;")
-            c("#pragma unroll")
-            with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
-                c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")
-                for e in (0, 1):
-                    value = f"{out.fragment}[mi][4 * j + 2 * h + {e}]"
-                    if single:
-                        value = c.call(single, value)
-                    store = f"{out.tensor}[(unsigned long long)(g + {e}) * {rows} + r] = {value};"
-                    c(store if full_cols else f"if (g + {e} < {cols}) {store}")
+        with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
+            c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")
+            for e in (0, 1):
+                value = f"{out.fragment}[mi][4 * j + 2 * h + {e}]"
+                if single:
+                    value = c.call(single, value)
+                store = f"{out.tensor}[(unsigned long long)(g + {e}) * {rows} + r] = {value};"
+                c(store if full_cols else f"if (g + {e} < {cols}) {store}")

@@ -5,6 +5,7 @@ to compile."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from types import SimpleNamespace
 
 from codegen.artifact import (
     KernelArtifact,
@@ -73,3 +74,18 @@ def attention_range_dict(low: int = 128, edge: int = 511, high: int = 2048) -> d
         size_from=("q", 2), tied=(("seq_kv", "k", 2),),
         buckets=(RangeBucket(low, edge, runtime_seq_kernel(edge, "a")),
                  RangeBucket(edge + 1, high, runtime_seq_kernel(high, "b")))).to_dict()
+
+
+class FakeTensor:
+    """What the drop-ins read of a CUDA tensor: shape, dtype, device, layout."""
+
+    def __init__(self, shape, dtype="float16"):
+        self.shape = tuple(shape)
+        self.dtype = f"torch.{dtype}"
+        self.device = SimpleNamespace(type="cuda", index=0)
+
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def is_contiguous(self) -> bool:
+        return True

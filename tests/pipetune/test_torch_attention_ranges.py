@@ -10,26 +10,13 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from range_samples import ATTENTION, attention_range_dict
+from range_samples import ATTENTION, FakeTensor, attention_range_dict
 
 import pipetune.torch as pt
 from codegen.artifact import RangeArtifact
 from workers import LoadedKernel
 
 H, HKV, D = ATTENTION["heads"], ATTENTION["kv_heads"], ATTENTION["head_dim"]
-
-
-class FakeTensor:
-    def __init__(self, shape, dtype="float16"):
-        self.shape = tuple(shape)
-        self.dtype = f"torch.{dtype}"
-        self.device = SimpleNamespace(type="cuda", index=0)
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def is_contiguous(self) -> bool:
-        return True
 
 
 def _qkv(seq_q: int, seq_kv: int | None = None) -> tuple[FakeTensor, ...]:

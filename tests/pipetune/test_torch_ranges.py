@@ -15,24 +15,11 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from range_samples import FIXED, K, N, range_dict
+from range_samples import FIXED, FakeTensor, K, N, range_dict
 
 import pipetune.torch as pt
 from codegen.artifact import RangeArtifact
 from workers import LoadedKernel, RangeKernel
-
-
-class FakeTensor:
-    def __init__(self, shape, dtype="float16"):
-        self.shape = tuple(shape)
-        self.dtype = f"torch.{dtype}"
-        self.device = SimpleNamespace(type="cuda", index=0)
-
-    def dim(self) -> int:
-        return len(self.shape)
-
-    def is_contiguous(self) -> bool:
-        return True
 
 
 @pytest.fixture

@@ -99,3 +99,18 @@ def idle_client(settings: Settings) -> Iterator[TestClient]:
     """An app whose run manager does not execute runs (they stay queued)."""
     with TestClient(create_app(settings, run_background=False)) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def fake_gpu() -> Iterator[object]:
+    """The device probe answers with a pretend GPU (``gpu_fakes.FakeProbe``, yielded)."""
+    from gpu_fakes import FakeProbe
+
+    from service.runs import devices as devices_module
+
+    probe = FakeProbe()
+    previous = devices_module.set_gpu_probe(probe)
+    try:
+        yield probe
+    finally:
+        devices_module.set_gpu_probe(previous)

@@ -140,19 +140,6 @@ def test_cached_range_finds_the_tied_range_of_equal_lengths(
     assert lookup(1000, 999) is None and lookup(4096, 4096) is None
 
 
-@pytest.fixture
-def fake_gpu() -> Iterator[None]:
-    from gpu_fakes import FakeProbe
-
-    from service.runs import devices as devices_module
-
-    previous = devices_module.set_gpu_probe(FakeProbe())
-    try:
-        yield
-    finally:
-        devices_module.set_gpu_probe(previous)
-
-
 def test_on_a_gpu_each_job_is_the_kernel_bound_to_both_lengths(
         fake_gpu: None, database_url: str, tmp_path) -> None:
     """On a (pretend) GPU a candidate's kernel is rendered once and bound to each sampled

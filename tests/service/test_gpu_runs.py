@@ -46,16 +46,6 @@ CHUNK_SCAN = {"batch": 1, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 
 
 
 @pytest.fixture
-def fake_gpu() -> Iterator[FakeProbe]:
-    probe = FakeProbe()
-    previous = devices_module.set_gpu_probe(probe)
-    try:
-        yield probe
-    finally:
-        devices_module.set_gpu_probe(previous)
-
-
-@pytest.fixture
 def no_gpu() -> Iterator[None]:
     previous = devices_module.set_gpu_probe(FakeProbe(count=0))
     try:

@@ -286,19 +286,6 @@ def test_0007_adds_run_kinds_and_range_tables_to_an_existing_database(
         database.dispose()
 
 
-@pytest.fixture
-def fake_gpu() -> Iterator[None]:
-    from gpu_fakes import FakeProbe
-
-    from service.runs import devices as devices_module
-
-    previous = devices_module.set_gpu_probe(FakeProbe())
-    try:
-        yield
-    finally:
-        devices_module.set_gpu_probe(previous)
-
-
 def test_a_range_run_on_a_gpu_measures_one_kernel_per_candidate_bound_to_each_size(
         fake_gpu: None, database_url: str, tmp_path) -> None:
     """On a (pretend) GPU each candidate's kernel is generated once and bound to every
