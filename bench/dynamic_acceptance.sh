@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The GPU walk of "dynamic shapes" (docs/dynamic.md), on one machine with a GPU, from empty
+# databases. Run from the repository root with the service's packages importable
+# (PYTHONPATH=.); logs and results go to $OUT (default ./dynamic-acceptance).
+#
+#   1. the GPU tests of run-time sizes: masked tails at m = 1, 17, 255, 16383 (designs,
+#      stream-K and swapped kernels), range kernels loaded and dispatched against torch,
+#      attention range kernels against SDPA;
+#   2. bench/dynamic.py for GEMM (fp16, then bf16) and attention (fp16, then bf16), each
+#      in a process of its own, the range search's log beside its results.
+#
+# Each step has a time cap so that the next ones still run if one hangs; STEPS picks steps
+# (tests gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16).
+set -u
+OUT=${OUT:-$PWD/dynamic-acceptance}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.}
+STEPS=${STEPS:-tests gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16}
+BENCH_CAP=${BENCH_CAP:-240}
+
+step() { echo; echo "=== $1 ($(date -u +%T))"; }
+
+if [[ " $STEPS " == *" tests "* ]]; then
+  step "GPU tests of run-time sizes"
+  timeout ${TESTS_CAP:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -n 0 \
+    tests/codegen/test_runtime_sizes_gpu.py tests/workers/test_range_load_gpu.py \
+    tests/workers/test_attention_range_load_gpu.py -rA 2>&1 | tail -30 | tee "$OUT/gpu_tests.txt"
+fi
+
+for op_dtype in gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16; do
+  [[ " $STEPS " == *" $op_dtype "* ]] || continue
+  op=${op_dtype%%-*}; dtype=${op_dtype#*-}
+  step "bench/dynamic.py $op $dtype"
+  if [[ $op == gemm ]]; then
+    search='{"sizes": 16}'; budget="--trials ${GEMM_TRIALS:-640} --seconds 90"
+  else
+    search='{"sizes": 12}'; budget="--trials ${ATTENTION_TRIALS:-288} --seconds 90"
+  fi
+  PIPETUNE_RANGE_SEARCH=$search timeout "$BENCH_CAP" python3 bench/dynamic.py --op "$op" \
+    --dtypes "$dtype" $budget --rounds 2 --cool-down-s 0.05 --log-level info \
+    --out "$OUT/dynamic-$op_dtype.json" > "$OUT/$op_dtype.log" 2> "$OUT/$op_dtype.err"
+  echo "exit $?"; tail -2 "$OUT/$op_dtype.log"
+done
