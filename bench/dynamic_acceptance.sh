@@ -31,6 +31,10 @@ for op_dtype in gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16;
   [[ " $STEPS " == *" $op_dtype "* ]] || continue
   op=${op_dtype%%-*}; dtype=${op_dtype#*-}
   step "bench/dynamic.py $op $dtype"
+  # Processes still on the GPU (a second bench process once ran 5-10x slower than the
+  # first: 192 measurements in 108 s against 384 in 16 s).
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv \
+    > "$OUT/$op_dtype.gpu-apps.csv" 2>&1
   if [[ $op == gemm ]]; then
     search='{"sizes": 16}'; budget="--trials ${GEMM_TRIALS:-640} --seconds 90"
   else
