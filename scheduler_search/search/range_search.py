@@ -79,6 +79,10 @@ logger = logging.getLogger(__name__)
 #: run-time size on a grid of one block per tile).
 RUNTIME_FIXED: Choices = {"persistent": True}
 
+#: A candidate this much slower than the best at every sampled size wins no bucket: its
+#: time between the samples is not estimated.
+CONTENDER_SLACK = 1.25
+
 #: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
 #: dimension of the range axis, ``RangeSpec.at``) of the
 #: candidate ``sprogram`` (planned at the range's high end, with ``runtime_dims``), timed
@@ -662,16 +666,22 @@ class RangeSearch:
         """The sampled ``sizes`` and ``config.estimated_sizes`` more between them, with
         each candidate's latencies there: measured at a sampled size, else estimated from
         its measurement at the nearest sampled size (in log space) times the cost
-        model's ratio between the two sizes. A grid size no candidate has a latency for
-        is left out."""
+        model's ratio between the two sizes. Only contenders are estimated (within
+        ``CONTENDER_SLACK`` of the best at some sampled size; the others could not win a
+        bucket, and each estimate plans and predicts a kernel). A grid size no candidate
+        has a latency for is left out."""
         extra = set(anchor_sizes(self.size_range, self.config.estimated_sizes)) - set(sizes)
         if self.config.estimated_sizes <= 0 or not extra:
             return sizes, rows
         grid = sorted(set(sizes) | extra)
+        best = [min((row[i] for row in rows if row[i] is not None), default=None)
+                for i in range(len(sizes))]
         table = []
         for candidate, row in zip(candidates, rows, strict=True):
             measured = {s: us for s, us in zip(sizes, row, strict=True) if us is not None}
-            table.append([measured.get(s) if s in sizes or not measured
+            contender = any(us is not None and b is not None and us <= CONTENDER_SLACK * b
+                            for us, b in zip(row, best, strict=True))
+            table.append([measured.get(s) if s in sizes or not contender
                           else self._scaled(candidate, s, measured) for s in grid])
         kept = [i for i, s in enumerate(grid)
                 if s in sizes or any(r[i] is not None for r in table)]
