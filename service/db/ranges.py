@@ -60,6 +60,22 @@ def find_covering(
     ).first()
 
 
+def find_range(
+    session: Session, *, op: str, fixed_key: str, dim: str, low: int, high: int,
+    device_id: int,
+) -> RangeTableModel | None:
+    """The newest table of exactly this range on the device (the one that answers it over
+    older ones of the same range), or None; a cache import compares with it."""
+    return session.scalars(
+        select(RangeTableModel)
+        .where(RangeTableModel.op == op, RangeTableModel.fixed_key == fixed_key,
+               RangeTableModel.dim == dim, RangeTableModel.low == low,
+               RangeTableModel.high == high, RangeTableModel.device_id == device_id)
+        .order_by(RangeTableModel.id.desc())
+        .limit(1)
+    ).first()
+
+
 def get_range_table(session: Session, *, table_id: int) -> RangeTableModel | None:
     return RangeTableModel.find(session, table_id) if 0 < table_id <= MAX_DB_INT else None
 
@@ -99,6 +115,7 @@ def list_range_tables(
 
 __all__ = [
     "find_covering",
+    "find_range",
     "get_range_table",
     "list_range_tables",
     "range_table_of_run",
