@@ -1,4 +1,5 @@
-"""The web dashboard: runs, a run's live progress, the schedules cache (see ``router``)."""
+"""The web dashboard: runs, a run's live progress, the schedules cache, the tuned ranges
+(see ``router``)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Pages: ``/`` the runs list (``/runs/table`` is its live-refreshed table alone),
 ``/runs/{id}`` a run (``/runs/{id}/trials`` its trials table's rows, invalid points left
-out unless asked for), ``/schedules`` the cache, ``/schedules/{id}`` one entry. The pages
+out unless asked for), ``/schedules`` the cache, ``/schedules/{id}`` one entry,
+``/ranges`` the tuned ranges, ``/ranges/{id}`` one range's buckets. The pages
 draw their charts in the browser from the JSON API (``/v1/runs/{id}/convergence``,
 ``/importance``, ``/timeline``, ``/source``, ``/events``) with plotly.js, which is served
 from the installed ``plotly`` package (``/static/vendor/plotly.min.js``): no front-end
@@ -30,6 +31,8 @@ from service.api.deps import SessionDep, SettingsDep
 from service.dashboard.operators import operator_text
 from service.dashboard.views import (
     ESTIMATE_NOTE,
+    RangeBucketRow,
+    RangeTableRow,
     RunRow,
     ScheduleRow,
     duration_text,
@@ -41,8 +44,9 @@ from service.dashboard.views import (
     vendor_baseline_us,
 )
 from service.db import processes
+from service.db import ranges as ranges_repo
 from service.db import repositories as repo
-from service.db.models import RunStatus, utcnow
+from service.db.models import RunKind, RunStatus, utcnow
 from service.runs.insights import MIN_TRIALS_FOR_IMPORTANCE
 from service.schemas import TrialPublic, TrialsPublic, waiting_reason
 
@@ -164,8 +168,11 @@ def run_page(
     if run.status == RunStatus.QUEUED.value:
         served = processes.served_keys(session, stale_after_s=settings.stale_after_s)
         waiting = waiting_reason(run, served)
+    table = (ranges_repo.range_table_of_run(session, run_id=run.id)
+             if run.kind == RunKind.RANGE.value else None)
     context = {
         "run": RunRow.of(run, settings.max_trials),
+        "range_id": table.id if table is not None else None,
         "waiting": waiting,
         "text": operator_text(run.workload.op),
         "schedule_id": cached,
@@ -234,6 +241,42 @@ def schedule_page(request: Request, session: SessionDep, schedule_id: PageId) ->
         "nav": "schedules",
     }
     return templates.TemplateResponse(request, "schedule.html", context)
+
+
+@router.get("/ranges", response_class=HTMLResponse)
+def ranges_page(
+    request: Request, session: SessionDep, op: Filter = None, device: Filter = None,
+    page: PageNo = 1,
+) -> HTMLResponse:
+    op, device = _clean(op), _clean(device)
+    _, count = ranges_repo.list_range_tables(session, op=op, device=device, limit=1)
+    pager = _pages(count, page, {"op": op, "device": device}, "/ranges")
+    rows, _ = ranges_repo.list_range_tables(session, op=op, device=device, limit=PAGE_SIZE,
+                                            offset=(pager["page"] - 1) * PAGE_SIZE)
+    context = {
+        "ranges": [RangeTableRow.of(r) for r in rows],
+        "pager": pager,
+        "filters": {"op": op or "", "device": device or ""},
+        "operators": sorted(OPERATORS),
+        "devices": sorted({d.name for d in repo.list_devices(session)}),
+        "nav": "ranges",
+    }
+    return templates.TemplateResponse(request, "ranges.html", context)
+
+
+@router.get("/ranges/{table_id}", response_class=HTMLResponse)
+def range_page(request: Request, session: SessionDep, table_id: PageId) -> HTMLResponse:
+    row = ranges_repo.get_range_table(session, table_id=table_id)
+    if row is None:
+        return _not_found(request, f"There is no range table {table_id}.")
+    context = {
+        "table": RangeTableRow.of(row),
+        "buckets": [RangeBucketRow.of(b) for b in row.buckets],
+        "artifact_available": all(b.get("kernel_hash") for b in row.buckets),
+        "text": operator_text(row.op),
+        "nav": "ranges",
+    }
+    return templates.TemplateResponse(request, "range.html", context)
 
 
 # ----- plotly.js from the installed plotly package ----------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 from scheduler_search.ops import OPERATORS
 from service.dashboard.operators import peer_name
-from service.db.models import RunModel, RunStatus, as_utc, utcnow
+from service.db.models import RangeTableModel, RunModel, RunStatus, as_utc, utcnow
 
 #: What every latency of a simulated device is, said where it is shown (on hover).
 ESTIMATE_NOTE = (
@@ -31,11 +31,25 @@ def _in_spec_order(op: str, params: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(params.items(), key=lambda item: order.get(item[0], len(order))))
 
 
+def _size_text(value: Any) -> str | None:
+    """A size as a shape shows it: ``4096``, a range ``1..4096`` or listed sizes
+    ``{16,300}`` (a range workload's, ``RangeSpec.to_json``); None: not a size."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict) and {"min", "max"} <= value.keys():
+        return f"{value['min']}..{value['max']}"
+    if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+        return "{" + ",".join(map(str, value)) + "}"
+    return None
+
+
 def shape_text(op: str, params: dict[str, Any]) -> str:
-    """A workload's shape in a few words: ``m=4096 n=4096 k=4096 · fp16 · kn``."""
+    """A workload's shape in a few words: ``m=4096 n=4096 k=4096 · fp16 · kn`` (a range
+    workload's ``m=1..16384 n=4096 ...``)."""
     params = _in_spec_order(op, params)
-    sizes = [f"{k}={v}" for k, v in params.items() if isinstance(v, int)
-             and not isinstance(v, bool)]
+    sizes = [f"{k}={size}" for k, v in params.items() if (size := _size_text(v)) is not None]
     flags = [k for k, v in params.items() if v is True]
     words = [str(_DTYPES.get(v, v)) for k, v in params.items() if isinstance(v, str)]
     return " · ".join(part for part in (" ".join(sizes), *words, *flags) if part)
@@ -259,6 +273,94 @@ class ScheduleRow:
             run_id=row.run_id,
             updated=time_text(row.updated_at),
             updated_short=short_time_text(row.updated_at),
+        )
+
+
+def key_choices_text(choices: dict[str, Any]) -> str:
+    """The choices that tell two kernels of a range apart at a glance: the tile
+    (``tile k64 m64 n128``), the stages of each ring and the swapped operands; the rest is
+    on the range page's hover."""
+    tile = [f"{k.removeprefix('tile_')}{v}" for k, v in sorted(choices.items())
+            if k.startswith("tile_") and isinstance(v, int) and not isinstance(v, bool)]
+    stages = [f"{k} {v}" for k, v in sorted(choices.items()) if k.startswith("stages")]
+    parts = [("tile " + " ".join(tile)) if tile else "", *stages,
+             "swap_ab" if choices.get("swap_ab") is True else ""]
+    return " · ".join(part for part in parts if part) or "—"
+
+
+@dataclass(frozen=True)
+class RangeTableRow:
+    """One tuned range as the ranges list and a range page's header show it."""
+
+    id: int
+    op: str
+    #: The fixed parameters (``n=4096 k=4096 · fp16 · kn``) and the range (``m 1..16384``).
+    fixed: str
+    range: str
+    device: str
+    simulated: bool
+    buckets: int
+    loss: str
+    sizes: list[int]
+    size_from: str
+    run_id: int | None
+    created: str
+    created_short: str
+
+    @classmethod
+    def of(cls, row: RangeTableModel) -> RangeTableRow:
+        ranged = [k for k, v in row.params.items() if isinstance(v, dict | list)]
+        fixed = {k: v for k, v in row.params.items() if k not in ranged}
+        return cls(
+            id=row.id,
+            op=row.op,
+            fixed=shape_text(row.op, fixed),
+            range=f"{' = '.join(ranged) or row.dim} {row.low}..{row.high}",
+            device=row.device.name,
+            simulated=row.simulated,
+            buckets=len(row.buckets),
+            loss=f"{row.loss:.3f}" if row.loss is not None else "—",
+            sizes=list(row.sizes),
+            size_from=f"{row.size_from[0]}, axis {row.size_from[1]}",
+            run_id=row.run_id,
+            created=time_text(row.created_at),
+            created_short=short_time_text(row.created_at),
+        )
+
+
+@dataclass(frozen=True)
+class RangeBucketRow:
+    """One bucket of a tuned range as its page shows it: the sizes it serves, its kernel,
+    and that kernel's latency at each size the run sampled (``retimed`` where the final
+    method re-timed it at the bucket's sizes)."""
+
+    low: int
+    high: int
+    loss: str
+    choices: str
+    all_choices: str
+    schedule_hash: str
+    kernel_hash: str | None
+    #: Per sampled size: its latency, its re-timed one or "", whether the bucket serves it.
+    latencies: dict[int, tuple[str, str, bool]]
+
+    @classmethod
+    def of(cls, bucket: dict[str, Any]) -> RangeBucketRow:
+        measured = {int(k): v for k, v in (bucket.get("latencies_us") or {}).items()}
+        retimed = {int(k): v for k, v in (bucket.get("retimed_us") or {}).items()}
+        choices = dict(bucket.get("choices") or {})
+        return cls(
+            low=bucket["low"],
+            high=bucket["high"],
+            loss=f"{bucket['loss']:.3f}",
+            choices=key_choices_text(choices),
+            all_choices=" ".join(f"{k}={v}" for k, v in sorted(choices.items())),
+            schedule_hash=bucket["schedule_hash"],
+            kernel_hash=bucket.get("kernel_hash"),
+            latencies={size: (latency_text(us),
+                              latency_text(retimed[size]) if size in retimed else "",
+                              bucket["low"] <= size <= bucket["high"])
+                       for size, us in sorted(measured.items())},
         )
 
 

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 from service.dashboard.operators import operator_text
 from service.dashboard.views import (
     Progress,
+    RangeBucketRow,
     duration_text,
+    key_choices_text,
     latency_text,
     matches_shape,
     shape_text,
@@ -28,6 +30,21 @@ def test_shape_text() -> None:
     assert shape_text("attention", ATTENTION) == (
         "batch=1 heads=32 kv_heads=8 seq_q=4096 seq_kv=4096 head_dim=128 · bf16 · causal"
     )
+
+
+def test_range_shapes_and_buckets() -> None:
+    assert shape_text("gemm", {**GEMM, "m": {"min": 1, "max": 16384}}) \
+        == "m=1..16384 n=2048 k=512 · fp16 · kn"
+    assert shape_text("gemm", {**GEMM, "m": [16, 300]}).startswith("m={16,300} n=2048")
+    assert key_choices_text({"tile_n": 128, "tile_m": 64, "stages_ab": 4, "swap_ab": True,
+                             "persistent": True}) == "tile m64 n128 · stages_ab 4 · swap_ab"
+    assert key_choices_text({"order": "serial"}) == "—"
+    bucket = RangeBucketRow.of({
+        "low": 1, "high": 64, "loss": 1.01234, "schedule_hash": "a" * 64, "kernel_hash": None,
+        "choices": {"tile_m": 64}, "latencies_us": {"1": 6.5, "2048": 22.25},
+        "retimed_us": {"1": 6.25}})
+    assert bucket.loss == "1.012" and bucket.all_choices == "tile_m=64"
+    assert bucket.latencies == {1: ("6.50 µs", "6.25 µs", True), 2048: ("22.25 µs", "", False)}
 
 
 def test_numbers() -> None:

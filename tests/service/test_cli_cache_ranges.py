@@ -92,7 +92,8 @@ def test_ranges_travel_from_sqlite_to_postgresql_and_back(
 
 def _assert_serves_inside_the_range(url: str, tmp_path: Path) -> None:
     """An exact size inside the imported range is a hit served by its bucket's kernel
-    (no run in that database), and the drop-ins' lookup finds the table."""
+    (no run in that database; the dashboard says imported), and the drop-ins' lookup
+    finds the table."""
     from service.commands.tune import cached_range
     from service.schemas import TuneRequest
 
@@ -106,6 +107,8 @@ def _assert_serves_inside_the_range(url: str, tmp_path: Path) -> None:
         assert schedule["range_id"] is not None and schedule["kernel_hash"]
         kernel = client.get(f"/v1/kernels/{schedule['kernel_hash']}").json()
         assert kernel["artifact"]["params"]["m"] == 300
+        page = client.get(f"/ranges/{schedule['range_id']}").text  # the dashboard's
+        assert "imported (<code>pipetune cache import</code>)" in page
     found = cached_range(TuneRequest(op="gemm", params={**FIXED, "m": 300}, device="sim:h200"),
                          url)
     assert found is not None and RangeArtifact.from_dict(found).high == 2048
