@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cool-down-s", type=float, default=0.2)
     parser.add_argument("--log-level", default="warning",
                         help="the range search's log on stderr (info: its plan and phases)")
+    parser.add_argument("--keep-db", type=Path, default=None,
+                        help="keep the runs' SQLite databases in this folder (every "
+                             "measurement of the range run; default: a scratch folder)")
     parser.add_argument("--out", default=dated_result("dynamic"))
     args = parser.parse_args(argv)
     low, high, exact = RANGE_DEFAULTS[args.op]
@@ -250,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with tempfile.TemporaryDirectory() as scratch:
-        cases = [run_dtype(dtype, args, Path(scratch)) for dtype in args.dtypes]
+        workdir = args.keep_db or Path(scratch)
+        workdir.mkdir(parents=True, exist_ok=True)
+        cases = [run_dtype(dtype, args, workdir) for dtype in args.dtypes]
     ok = [c for c in cases if "error" not in c]
     for case in ok:
         print(f"{args.op} {case['dtype']}: range run {case['range_run']['wall_s']:.1f} s "

@@ -36,12 +36,12 @@ for op_dtype in gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16;
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv \
     > "$OUT/$op_dtype.gpu-apps.csv" 2>&1
   if [[ $op == gemm ]]; then
-    search='{"sizes": 16}'; budget="--trials ${GEMM_TRIALS:-640} --seconds 90"
+    search='{"sizes": 16}'; budget="--trials ${GEMM_TRIALS:-860} --seconds 90"
   else
-    search='{"sizes": 12}'; budget="--trials ${ATTENTION_TRIALS:-288} --seconds 90"
+    search='{"sizes": 12}'; budget="--trials ${ATTENTION_TRIALS:-384} --seconds 90"
   fi
   PIPETUNE_RANGE_SEARCH=$search timeout "$BENCH_CAP" python3 bench/dynamic.py --op "$op" \
     --dtypes "$dtype" $budget --rounds 2 --cool-down-s 0.05 --log-level info \
-    --out "$OUT/dynamic-$op_dtype.json" > "$OUT/$op_dtype.log" 2> "$OUT/$op_dtype.err"
+    --keep-db "$OUT/db" --out "$OUT/dynamic-$op_dtype.json" > "$OUT/$op_dtype.log" 2> "$OUT/$op_dtype.err"
   echo "exit $?"; tail -2 "$OUT/$op_dtype.log"
 done

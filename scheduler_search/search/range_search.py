@@ -21,7 +21,7 @@ pool of candidates at every sampled size and lets :func:`~scheduler_search.searc
    candidate is planned at the range's high end taking every dimension of the range axis
    at run time (``runtime_dims``: ``("m",)``; ``("seq_q", "seq_kv")`` for a tied
    self-attention range), and kept if the feasibility check accepts that sProgram. The
-   pool is as wide as the trial budget allows (``trials // sizes``, at most
+   pool is as wide as the first pass's trials allow (``trials // sizes``, at most
    ``max_pool``).
 3. **Measurements**: every candidate at every size, a job per (candidate, size) made by
    the caller's ``make_jobs`` (one kernel rendered per candidate and bound to each size,
@@ -29,7 +29,12 @@ pool of candidates at every sampled size and lets :func:`~scheduler_search.searc
    batch, each group size by size: a batch holds as many different kernels as the
    executor compiles at once, and a time budget cut leaves whole candidates measured
    over the whole range.
-4. **Buckets**: :func:`partition` over the sizes measured; each bucket's winner is then
+4. **Refining**: the pool's pass takes three quarters of the trials (``refine_share``);
+   the rest goes to rounds that measure the contenders (within ``CONTENDER_SLACK`` of
+   the best at either end) at the geometric middle of the widest gaps between measured
+   sizes where the winner or the best time changes: where a kernel's tiles spill into
+   another wave, which estimates between samples miss.
+5. **Buckets**: :func:`partition` over the sizes measured; each bucket's winner is then
    re-timed interleaved at the bucket's sizes (``retime_rounds``; skipped when
    cancelled).
 
@@ -46,6 +51,7 @@ callbacks.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
@@ -83,6 +89,12 @@ RUNTIME_FIXED: Choices = {"persistent": True}
 #: time between the samples is not estimated.
 CONTENDER_SLACK = 1.25
 
+#: A gap between measured sizes whose best times differ by more than this factor is
+#: refined (so is one whose ends have different winners): the kernels' tiles may spill
+#: into another wave in it. Where time hardly moves with the size (a GEMM's first few
+#: hundred m, bound by reading B) nothing is gained by looking closer.
+REFINE_STEP = 1.15
+
 #: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
 #: dimension of the range axis, ``RangeSpec.at``) of the
 #: candidate ``sprogram`` (planned at the range's high end, with ``runtime_dims``), timed
@@ -119,6 +131,13 @@ class RangeConfig:
             another wave (an H200 GEMM table cut at m = 213 and 512 served m = 260 and
             522 at 0.4-0.5 of cuBLAS with a kernel that was the best at both samples);
             0: cut at the sampled sizes only.
+        refine_rounds, refine_sizes, refine_share: rounds of measuring the contenders
+            at the geometric middle of up to ``refine_sizes`` gaps between measured sizes
+            where something changes (the winner, or the best time by more than
+            ``REFINE_STEP``), widest gaps first, with ``refine_share`` of the trial budget
+            kept for them. The cost model misjudges exactly there: on an H200 the
+            estimates served m = 522 at 0.33 of cuBLAS (a 256-wide tile in a second wave)
+            and m = 1700 at 0.68 (stream-K where whole tiles fit two waves).
     """
 
     seed: int = 0
@@ -136,11 +155,18 @@ class RangeConfig:
     max_buckets: int = 12
     tolerance: float = 0.01
     estimated_sizes: int = 48
+    refine_rounds: int = 3
+    refine_sizes: int = 6
+    refine_share: float = 0.25
 
     @property
     def default_trials(self) -> int:
-        """The trial budget of a range run whose request gives none."""
-        return self.pool * self.sizes
+        """The trial budget of a range run whose request gives none: ``pool`` candidates
+        at every size, and the refining rounds' share on top."""
+        first_pass = self.pool * self.sizes
+        if self.refine_rounds <= 0:
+            return first_pass
+        return math.ceil(first_pass / (1.0 - self.refine_share))
 
 
 @dataclass(frozen=True)
@@ -368,7 +394,7 @@ class RangeSearch:
         self._trials_done = len(history)
         self._measured: list[TrialRecord] = []
         self._invalid = 0
-        self._jobs: dict[tuple[int, bool], list[Any] | Exception] = {}
+        self._jobs: dict[tuple[int, bool, tuple[int, ...]], list[Any] | Exception] = {}
         #: (schedule hash, size) -> the estimator's latency there (None: no estimate).
         self._predicted: dict[tuple[str, int], float | None] = {}
 
@@ -385,7 +411,7 @@ class RangeSearch:
 
     def pool_size(self, sizes: int) -> int:
         """Candidates the trial budget measures at ``sizes`` sizes (at most ``max_pool``)."""
-        return max(1, min(self.config.max_pool, self.budget.trials // max(1, sizes)))
+        return max(1, min(self.config.max_pool, self.pool_trials() // max(1, sizes)))
 
     def plan_pool(self, count: int) -> list[RangeCandidate]:
         """Up to ``count`` candidates: the designs and their stream-K variants, then the
@@ -521,6 +547,8 @@ class RangeSearch:
                     self.range_spec.op, self.range_spec.params(), len(candidates), len(sizes),
                     self._invalid)
         reason = self._measure_all(candidates, sizes)
+        if reason in (StopReason.TRIALS, StopReason.EXHAUSTED):
+            sizes, reason = self._refine(candidates, sizes, reason)
         cancelled = reason is StopReason.CANCELLED
         table, measured_sizes = self._partition(candidates, sizes)
         buckets = self._buckets(table, candidates, measured_sizes)
@@ -546,18 +574,75 @@ class RangeSearch:
             cancelled=cancelled,
         )
 
-    def _measure_all(self, candidates: list[RangeCandidate], sizes: list[int]) -> StopReason:
-        """Every (candidate, size) not measured yet, in batches; why it stopped."""
+    def pool_trials(self) -> int:
+        """Trials of the first pass over the sampled sizes (the rest refines)."""
+        if self.config.refine_rounds <= 0:
+            return self.budget.trials
+        return max(1, int(self.budget.trials * (1.0 - self.config.refine_share)))
+
+    def _refine(self, candidates: list[RangeCandidate], sizes: list[int],
+                reason: StopReason) -> tuple[list[int], StopReason]:
+        """Rounds of measuring the contenders at the middles of the gaps where the
+        winner or the best time changes (:meth:`_gaps_to_refine`); all sizes measured
+        so far, sorted, and why the measuring stopped."""
+        for _ in range(self.config.refine_rounds):
+            if self._stopper.remaining_trials(self._trials_done) <= 0:
+                break
+            middles = self._gaps_to_refine(candidates, sizes)
+            if not middles:
+                break
+            wanted = {(c.index, middle) for middle, contenders in middles for c in contenders}
+            union = sorted({c.index: c for _, cs in middles for c in cs}.values(),
+                           key=lambda c: c.index)
+            reason = self._measure_all(union, sorted(m for m, _ in middles), wanted=wanted)
+            sizes = sorted({*sizes, *(m for m, cs in middles
+                                      if any(self._latency(c, m) is not None for c in cs))})
+            if reason not in (StopReason.TRIALS, StopReason.EXHAUSTED):
+                break
+        return sizes, reason
+
+    def _gaps_to_refine(self, candidates: list[RangeCandidate], sizes: list[int]
+                        ) -> list[tuple[int, list[RangeCandidate]]]:
+        """Up to ``refine_sizes`` (middle, contenders) of the widest gaps (in log) between
+        measured sizes whose ends have different winners or best times more than
+        ``REFINE_STEP`` apart; the contenders are the candidates within
+        ``CONTENDER_SLACK`` of the best at either end."""
+        ends: list[tuple[int, float, list[RangeCandidate]]] = []
+        for size in sorted(sizes):
+            timed = [(us, c) for c in candidates if (us := self._latency(c, size)) is not None]
+            if timed:
+                best = min(us for us, _ in timed)
+                ends.append((size, best, sorted((c for us, c in timed
+                                                 if us <= CONTENDER_SLACK * best),
+                                                key=lambda c: self._latency(c, size) or 0.0)))
+        gaps = []
+        for (low, low_us, low_top), (high, high_us, high_top) in itertools.pairwise(ends):
+            changes = (low_top[0] is not high_top[0]
+                       or max(low_us, high_us) > REFINE_STEP * min(low_us, high_us))
+            if changes and high - low >= 2:
+                contenders = list({c.index: c for c in low_top + high_top}.values())
+                gaps.append((math.log(high / low), round(math.sqrt(low * high)), contenders))
+        gaps.sort(key=lambda gap: -gap[0])
+        return [(middle, contenders) for _, middle, contenders
+                in gaps[: self.config.refine_sizes] if middle not in sizes]
+
+    def _measure_all(self, candidates: list[RangeCandidate], sizes: list[int], *,
+                     wanted: set[tuple[int, int]] | None = None) -> StopReason:
+        """Every (candidate, size) not measured yet (only the ``wanted`` (candidate
+        index, size) pairs when given), in batches; why it stopped. Without ``wanted``
+        the time budget waits until some candidate has run at every size."""
         width = max(1, self.config.batch_size or self.executor.batch_size())
         pending = [(c, i) for start in range(0, len(candidates), width)
                    for i in range(len(sizes))
                    for c in candidates[start : start + width]
-                   if (c.sprogram.hash, sizes[i]) not in self._known]
+                   if (c.sprogram.hash, sizes[i]) not in self._known
+                   and (wanted is None or (c.index, sizes[i]) in wanted)]
         batches = [pending[i : i + width] for i in range(0, len(pending), width)]
         for index, batch in enumerate(batches):
             reason = self._stopper.reason(trials_done=self._trials_done, since_improvement=0,
                                           cancelled=self._should_stop())
-            if reason is StopReason.SECONDS and not self._every_size_ran(candidates, sizes):
+            if (reason is StopReason.SECONDS and wanted is None
+                    and not self._every_size_ran(candidates, sizes)):
                 # A table cut over part of the range serves the rest with a kernel chosen
                 # elsewhere (an H200 bf16 run whose first batches were still compiling
                 # when 40 s were up measured 3 of 10 sizes and served 4..16384 with a
@@ -597,7 +682,7 @@ class RangeSearch:
              final: bool) -> Any:
         """The job of ``candidate`` at ``sizes[size_index]`` (its jobs at every size made
         once), or the exception that making them raised."""
-        key = (candidate.index, final)
+        key = (candidate.index, final, tuple(sizes))
         if key not in self._jobs:
             try:
                 made = list(self.make_jobs(candidate.sprogram,
@@ -646,7 +731,7 @@ class RangeSearch:
     def _partition(self, candidates: list[RangeCandidate], sizes: list[int]
                    ) -> tuple[BucketTable | None, list[int]]:
         """The bucket table over the sizes some candidate ran at (None: none did)."""
-        rows = [[self._latency(c, s) for s in sizes] for c in candidates]
+        rows = [self._filled(c, sizes) for c in candidates]
         measured = [i for i, _ in enumerate(sizes) if any(row[i] is not None for row in rows)]
         if not measured:
             return None, []
@@ -659,6 +744,15 @@ class RangeSearch:
         table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
                           max_buckets=self.config.max_buckets, tolerance=self.config.tolerance)
         return table, kept_sizes
+
+    def _filled(self, candidate: RangeCandidate, sizes: list[int]) -> list[float | None]:
+        """``candidate``'s latencies at ``sizes``: measured, else (a size the refining
+        rounds left to the contenders) estimated from its nearest measurement; None where
+        it failed or has no measurement to scale."""
+        measured = {s: us for s in sizes if (us := self._latency(candidate, s)) is not None}
+        return [measured[s] if s in measured
+                else None if (candidate.sprogram.hash, s) in self._known or not measured
+                else self._scaled(candidate, s, measured) for s in sizes]
 
     def _with_estimates(self, candidates: list[RangeCandidate], sizes: list[int],
                         rows: list[list[float | None]]

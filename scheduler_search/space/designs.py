@@ -148,11 +148,14 @@ GEMM_SWAP_WIDE: Choices = {
 _SWAP_RING_BYTES = 200 * 1024
 
 
-def _swapped(tile_m: int) -> Choices:
-    """A swapped GEMM over 64-row n tiles with an m tile ``tile_m`` wide: one wave of
-    tiles for m up to twice the tile (n = 4096 on 132 SMs), the ring as deep as fits."""
-    stage_bytes = (tile_m + 64) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
-    return {**GEMM_SWAP_WIDE, "tile_m": tile_m,
+def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
+    """A swapped GEMM with an m tile ``tile_m`` wide over ``tile_n``-row n tiles (one
+    consumer warpgroup per 64 rows), the ring as deep as fits: with 64-row n tiles one
+    wave holds m up to twice the tile (n = 4096 on 132 SMs), with 128-row ones four times
+    the tile."""
+    stage_bytes = (tile_m + tile_n) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
+    return {**GEMM_SWAP_WIDE, "tile_m": tile_m, "tile_n": tile_n,
+            "consumer_warpgroups": tile_n // 64,
             "stages_ab": min(12, _SWAP_RING_BYTES // stage_bytes)}
 
 
@@ -160,11 +163,15 @@ def _swapped(tile_m: int) -> Choices:
 #: beside :data:`DESIGNS`): the ends of a range want what one exact size never does. On
 #: an H200 (n = k = 4096 fp16, L2 flushed) swapped 16- and 32-wide m tiles over 64-row n
 #: tiles ran m = 8 at 18.1-19.5 us (cuBLAS 18.4) and a 136-wide one m = 260 at 22.4 us
-#: (cuBLAS 23.1); between them the m tile that fits the size in one wave wins.
+#: (cuBLAS 23.1); between them the m tile that fits the size in one wave wins. Wider m
+#: tiles over 64-row n tiles lose: each of the 64 n tiles reads all of A again (a 256-wide
+#: one ran m = 522 at 0.33 of cuBLAS), so past a few hundred rows the n tile is 128 rows
+#: (two consumers), halving that traffic.
 RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
     "gemm": {"swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
-                                                                    192, 256)}},
+                                                                    192)},
+             **{f"swap_{tile_m}x128": _swapped(tile_m, 128) for tile_m in (136, 200, 256)}},
 }
 
 #: Known designs by operator.

@@ -35,8 +35,10 @@ PARAMS = {"m": {"min": 1, "max": 16384}, "n": 1024, "k": 1024, "dtype": "float16
 SEQ = {"min": 128, "max": 2048}
 ATTENTION = {"batch": 1, "heads": 16, "kv_heads": 4, "seq_q": SEQ, "seq_kv": SEQ,
              "head_dim": 128, "causal": True, "dtype": "float16"}
-#: Small enough for a second: few anchors' samples, six sizes, six candidates.
-CONFIG = RangeConfig(sizes=6, pool=6, anchors=3, samples_per_anchor=24, climb_rounds=1)
+#: Small enough for a second: few anchors' samples, six sizes, six candidates, no
+#: refining rounds (their own tests below).
+CONFIG = RangeConfig(sizes=6, pool=6, anchors=3, samples_per_anchor=24, climb_rounds=1,
+                     refine_rounds=0)
 
 
 class Recording(SimulatedDevice):
@@ -285,3 +287,68 @@ def test_estimates_between_samples_cut_the_range_where_waves_change() -> None:
         config = replace(CONFIG, sizes=8, pool=10, estimated_sizes=estimated)
         losses[estimated] = _served_loss(_search(Recording(), config=config).run(), unseen)
     assert losses[48][0] < losses[0][0] and losses[48][1] < losses[0][1]
+
+
+class Jumping(Recording):
+    """The simulated device, except that the kernel of ``slow`` (an sProgram's choices)
+    runs ``factor`` times slower for m in ``jump`` (its tiles in another wave)."""
+
+    def __init__(self, slow: Mapping[str, Any], jump: range, factor: float = 3.0) -> None:
+        super().__init__()
+        self.slow, self.jump, self.factor = dict(slow), jump, factor
+
+    def measure(self, jobs: Sequence[Job]) -> list[Any]:
+        results = super().measure(jobs)
+        return [replace(result, latency_us=result.latency_us * self.factor)
+                if (job.workload["params"]["m"] in self.jump
+                    and SProgram.from_dict(job.schedule).choices == self.slow) else result
+                for job, result in zip(jobs, results, strict=True)]
+
+
+REFINING = replace(CONFIG, sizes=8, pool=10, estimated_sizes=0, refine_rounds=2,
+                   refine_sizes=4)
+#: Pool trials (three quarters) give 10 candidates at 8 sizes.
+REFINING_TRIALS = 108
+
+
+def test_refining_measures_the_contenders_between_samples_where_things_change() -> None:
+    search = _search(Recording(), trials=REFINING_TRIALS, config=REFINING)
+    planned = search.plan_sizes()
+    result = search.run()
+    added = sorted(set(result.sizes) - set(planned))
+    assert set(planned) < set(result.sizes) and len(added) <= 2 * REFINING.refine_sizes
+    assert len(result.candidates) == 10 and result.trials_done <= REFINING_TRIALS
+    by_size: dict[int, dict[str, float]] = {}
+    for record in result.measurements:
+        by_size.setdefault(record.choices["m"], {})[record.schedule_hash] = record.latency_us
+    assert all(len(by_size[m]) == 10 for m in planned)
+    # The first round's sizes are geometric middles of gaps between the planned sizes.
+    gaps = [(a, b) for a, b in itertools.pairwise(planned)
+            if round(math.sqrt(a * b)) in added]
+    assert gaps and all(a < m < b for a, b in gaps for m in [round(math.sqrt(a * b))])
+    for m in added:
+        # Only the contenders: those within the slack of the best at a neighbour.
+        assert 1 <= len(by_size[m]) < 10
+    for a, b in gaps:  # the winners at both ends were measured in the middle
+        winners = {min(by_size[s], key=by_size[s].get) for s in (a, b)}
+        assert winners <= set(by_size[round(math.sqrt(a * b))])
+
+
+def test_refining_finds_a_kernel_that_jumps_between_samples() -> None:
+    """The winner at every sample runs 3x slower between two samples: the estimates
+    cannot know, the refining round measures there, and another kernel serves it."""
+    probe = _search(Recording(), trials=REFINING_TRIALS, config=REFINING)
+    planned = probe.plan_sizes()
+    plain = _search(Recording(), trials=REFINING_TRIALS,
+                    config=replace(REFINING, refine_rounds=0)).run()
+    top = plain.buckets[-1]
+    low, high = planned[-2], planned[-1]
+    middle = round(math.sqrt(low * high))
+    jump = range(low + 1, high)
+    served_plain = next(b for b in plain.buckets if b.low <= middle <= b.high)
+    assert served_plain.schedule_hash == top.schedule_hash  # blind to the jump
+    result = _search(Jumping(top.sprogram.choices, jump), trials=REFINING_TRIALS,
+                     config=REFINING).run()
+    assert middle in result.sizes
+    served = next(b for b in result.buckets if b.low <= middle <= b.high)
+    assert served.schedule_hash != top.schedule_hash
