@@ -9,8 +9,9 @@
 #   2. bench/dynamic.py for GEMM (fp16, then bf16) and attention (fp16, then bf16), each
 #      in a process of its own, the range search's log beside its results.
 #
-# Each step has a time cap so that the next ones still run if one hangs; STEPS picks steps
-# (tests gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16).
+# Each step has a time cap so that the next ones still run if one hangs; STEPS picks steps,
+# run in its order (tests first when named: tests gemm-float16 gemm-bfloat16
+# attention-float16 attention-bfloat16).
 set -u
 OUT=${OUT:-$PWD/dynamic-acceptance}
 mkdir -p "$OUT"
@@ -22,19 +23,21 @@ step() { echo; echo "=== $1 ($(date -u +%T))"; }
 
 if [[ " $STEPS " == *" tests "* ]]; then
   step "GPU tests of run-time sizes"
-  timeout ${TESTS_CAP:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -n 0 \
-    tests/codegen/test_runtime_sizes_gpu.py tests/workers/test_range_load_gpu.py \
-    tests/workers/test_attention_range_load_gpu.py -rA 2>&1 | tail -30 | tee "$OUT/gpu_tests.txt"
+  # A hang shows as the stacks faulthandler prints before the cap.
+  timeout ${TESTS_CAP:-200} python3 -m pytest -q -m gpu -p no:cacheprovider -n 0 -rA \
+    -o faulthandler_timeout=$(( ${TESTS_CAP:-200} - 20 )) ${GPU_TESTS:-\
+    tests/workers/test_attention_range_load_gpu.py tests/workers/test_range_load_gpu.py \
+    tests/codegen/test_runtime_sizes_gpu.py} 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 fi
 
-for op_dtype in gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16; do
-  [[ " $STEPS " == *" $op_dtype "* ]] || continue
+for op_dtype in $STEPS; do
+  [[ $op_dtype == tests ]] && continue
   op=${op_dtype%%-*}; dtype=${op_dtype#*-}
   step "bench/dynamic.py $op $dtype"
   # Processes still on the GPU (a second bench process once ran 5-10x slower than the
   # first: 192 measurements in 108 s against 384 in 16 s).
-  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv \
-    > "$OUT/$op_dtype.gpu-apps.csv" 2>&1
+  { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv
+    ps -eo pid,ppid,pcpu,etime,args --sort=-pcpu | head -12; } > "$OUT/$op_dtype.log" 2>&1
   if [[ $op == gemm ]]; then
     search='{"sizes": 16}'; budget="--trials ${GEMM_TRIALS:-860} --seconds 90"
   else
@@ -42,6 +45,6 @@ for op_dtype in gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16;
   fi
   PIPETUNE_RANGE_SEARCH=$search timeout "$BENCH_CAP" python3 bench/dynamic.py --op "$op" \
     --dtypes "$dtype" $budget --rounds 2 --cool-down-s 0.05 --log-level info \
-    --keep-db "$OUT/db" --out "$OUT/dynamic-$op_dtype.json" > "$OUT/$op_dtype.log" 2> "$OUT/$op_dtype.err"
-  echo "exit $?"; tail -2 "$OUT/$op_dtype.log"
+    --keep-db "$OUT/db" --out "$OUT/dynamic-$op_dtype.json" >> "$OUT/$op_dtype.log" 2>&1
+  echo "exit $?"; grep "range run" "$OUT/$op_dtype.log" | tail -1
 done

@@ -156,6 +156,7 @@ class AttentionHooks(OperatorHooks):
             cols=self.head_dim, global_rows=self._p("seq_q") * self.pack,
             global_cols=self.head_dim, fragment="o_acc", row_origin="q0", col_origin="0",
             extent_names=("Q_ROWS", "HEAD_DIM"),
+            runtime_rows="seq_q" in self.runtime_dims,
             row_pointer=(
                 "o + ((unsigned long long)(batch0 * HEADS + heads0) * SEQ_Q + {row}) * HEAD_DIM"
                 if self.heads_second else

@@ -492,8 +492,10 @@ class PipelineSkeleton:
             else:
                 self._cooperative_unit()
         if s.turns:
-            c.comment("turn: take the last hand-over, so no named-barrier arrival is left over")
-            with c.block("if (consumer == 0)"):
+            c.comment("turn: take the last hand-over, so no named-barrier arrival is left over "
+                      "(none where the block had no tile: fewer tiles than blocks at a "
+                      "run-time size)")
+            with c.block("if (consumer == 0 && !first_turn)"):
                 c(c.call("named_barrier_sync", self.layout.bar_turn0, 2 * WARPGROUP) + ";")
         if lay.tma_store:
             with c.block("if (thread_in_wg == 0)"):

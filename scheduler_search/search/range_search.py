@@ -547,6 +547,8 @@ class RangeSearch:
                     self.range_spec.op, self.range_spec.params(), len(candidates), len(sizes),
                     self._invalid)
         reason = self._measure_all(candidates, sizes)
+        logger.info("range search: %d measurements in %.1f s (%s)", self._trials_done,
+                    self._stopper.elapsed_s, reason.value)
         if reason in (StopReason.TRIALS, StopReason.EXHAUSTED):
             sizes, reason = self._refine(candidates, sizes, reason)
         cancelled = reason is StopReason.CANCELLED
@@ -597,6 +599,9 @@ class RangeSearch:
             reason = self._measure_all(union, sorted(m for m, _ in middles), wanted=wanted)
             sizes = sorted({*sizes, *(m for m, cs in middles
                                       if any(self._latency(c, m) is not None for c in cs))})
+            logger.info("range search: refined at %s (%d contenders), %d measurements in "
+                        "%.1f s", sorted(m for m, _ in middles), len(union),
+                        self._trials_done, self._stopper.elapsed_s)
             if reason not in (StopReason.TRIALS, StopReason.EXHAUSTED):
                 break
         return sizes, reason

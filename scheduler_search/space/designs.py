@@ -167,8 +167,15 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #: tiles over 64-row n tiles lose: each of the 64 n tiles reads all of A again (a 256-wide
 #: one ran m = 522 at 0.33 of cuBLAS), so past a few hundred rows the n tile is 128 rows
 #: (two consumers), halving that traffic.
+#:
+#: At large m the order of the tiles matters as much: the default raster walks m first, so
+#: the 132 tiles in flight span all of m for one or two n tiles and every n tile reads A
+#: from HBM again once A outgrows L2 (m = 15433, fp16: 126 MB read 16 times). Walking n
+#: first (or m in bands of n tiles) keeps a few m tiles' A and all of B in L2.
 RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
-    "gemm": {"swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
+    "gemm": {"n_major": {**GEMM_WARP_SPECIALIZED, "raster_major": "n"},
+             "m_banded": {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 8},
+             "swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
                                                                     192)},
              **{f"swap_{tile_m}x128": _swapped(tile_m, 128) for tile_m in (136, 200, 256)}},

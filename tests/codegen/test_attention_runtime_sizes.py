@@ -65,6 +65,19 @@ def test_sizes_in_the_text_are_arguments_only_where_run_time() -> None:
     assert "constexpr int SEQ_Q" not in both and "static_assert(HEADS % KV_HEADS == 0" in both
 
 
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_rows_past_a_run_time_query_length_are_not_stored(layout: str) -> None:
+    """Planned at a multiple of the tile, a kernel that takes seq_q at run time still
+    masks the output's rows at it (else a tile's rows past the end write the next head's
+    or batch's rows), and a block left without a tile (fewer tiles than blocks at a short
+    length) skips the consumers' last hand-over, which only a turn taken leaves."""
+    source = render(_runtime(_params(2048, 2048, layout=layout), BOTH), device=DEVICE).source
+    static = render(_runtime(_params(2048, 2048, layout=layout), ()), device=DEVICE).source
+    mask = "if (row >= Q_ROWS) continue;"
+    assert mask in source and mask not in static
+    assert "if (consumer == 0 && !first_turn)" in source
+
+
 def test_a_query_length_at_run_time_needs_a_persistent_grid() -> None:
     params = _params(16384, 16384)
     one_per_tile = _runtime(params, BOTH, persistent=False)
