@@ -414,9 +414,10 @@ class RangeSearch:
         return max(1, min(self.config.max_pool, self.pool_trials() // max(1, sizes)))
 
     def plan_pool(self, count: int) -> list[RangeCandidate]:
-        """Up to ``count`` candidates: the designs and their stream-K variants, then the
-        anchors' best in turns, each planned at the high end with the run-time dimension
-        and kept if feasible (the rest counted in ``invalid``)."""
+        """Up to ``count`` candidates: the designs and the stream-K variants of those that
+        do not name their share, then the anchors' best in turns, each planned at the high
+        end with the run-time dimension and kept if feasible (the rest counted in
+        ``invalid``)."""
         high = self.range_spec.at(self.size_range.high)
         high_space = ScheduleSpace(self.range_spec.exact(high), self.device, None, self.fixed)
         pool: list[RangeCandidate] = []
@@ -435,8 +436,9 @@ class RangeSearch:
             return True
 
         for design in self.designs:
-            for choices in [{**design, **self.fixed}, *self._stream_k_variants(high_space,
-                                                                              design)]:
+            # A design that names its stream-K share is taken as it is.
+            twins = [] if "stream_k" in design else self._stream_k_variants(high_space, design)
+            for choices in [{**design, **self.fixed}, *twins]:
                 offer(choices, SOURCE_DESIGN, None, None)
         # Each anchor is ranked when the pool first takes from it (seconds per anchor):
         # the order is the same however wide the pool, so a wider one starts with it.

@@ -166,7 +166,10 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #: (cuBLAS 23.1); between them the m tile that fits the size in one wave wins. Wider m
 #: tiles over 64-row n tiles lose: each of the 64 n tiles reads all of A again (a 256-wide
 #: one ran m = 522 at 0.33 of cuBLAS), so past a few hundred rows the n tile is 128 rows
-#: (two consumers), halving that traffic.
+#: (two consumers), halving that traffic; its m tiles step so that four of them (one
+#: wave of 128 tiles) fit each stretch of m (a 136-wide one ran m = 337 in 96 tiles at
+#: 0.72 of cuBLAS, the same time as m = 522). The swapped designs name their stream-K
+#: share (none but the narrow one's), so a range run adds no stream-K variants of them.
 #:
 #: At large m the order of the tiles matters as much: the default raster walks m first, so
 #: the 132 tiles in flight span all of m for one or two n tiles and every n tile reads A
@@ -178,7 +181,8 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
              "swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
                                                                     192)},
-             **{f"swap_{tile_m}x128": _swapped(tile_m, 128) for tile_m in (136, 200, 256)}},
+             **{f"swap_{tile_m}x128": _swapped(tile_m, 128)
+                for tile_m in (88, 104, 120, 136, 168, 200, 232, 256)}},
 }
 
 #: Known designs by operator.

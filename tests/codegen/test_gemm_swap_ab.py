@@ -15,7 +15,7 @@ from codegen import render, unsupported
 from codegen.nvcc import nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
-from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED, RANGE_DESIGNS
 from scheduler_search.sprogram import SProgram, check_valid, plan_sprogram
 
 DEVICE = get_device("h200")
@@ -95,3 +95,23 @@ def test_swapped_kernels_compile_without_spills() -> None:
         assert unsupported(sprogram, DEVICE) is None
         sources.append(render(sprogram, spec, DEVICE).source)
     assert_compile_clean(sources)
+
+
+def _range_design(name: str) -> tuple[SProgram, object]:
+    spec = _spec(16384)
+    choices = {**RANGE_DESIGNS["gemm"][name], "persistent": True}
+    return replace(plan_sprogram(spec, DEVICE, choices), runtime_dims=("m",)), spec
+
+
+@pytest.mark.parametrize("name", sorted(RANGE_DESIGNS["gemm"]))
+def test_every_range_design_is_valid_and_lowered_with_m_at_run_time(name: str) -> None:
+    sprogram, spec = _range_design(name)
+    assert check_valid(sprogram, spec, DEVICE).ok
+    assert unsupported(sprogram, DEVICE) is None
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_the_two_consumer_swapped_designs_compile_without_spills() -> None:
+    names = [n for n in RANGE_DESIGNS["gemm"] if n.endswith("x128")]
+    assert len(names) >= 4
+    assert_compile_clean([render(*_range_design(n), DEVICE).source for n in names])
