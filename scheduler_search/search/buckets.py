@@ -97,10 +97,16 @@ def _plans(logs: list[list[float]], max_buckets: int) -> dict[int, tuple[float, 
     """For each bucket count, the least total log-loss and its segments (start, end,
     candidate), by dynamic programming over the samples' prefixes."""
     n = len(logs[0])
+    # Sums of the finite losses and counts of the infinite ones (a size a candidate failed
+    # at), kept apart: a prefix sum through an infinity makes every later segment's
+    # difference inf - inf = NaN, and a NaN compares false with everything.
     prefix = [[0.0] * (n + 1) for _ in logs]
+    failed = [[0] * (n + 1) for _ in logs]
     for c, row in enumerate(logs):
         for i, value in enumerate(row):
-            prefix[c][i + 1] = prefix[c][i] + value
+            finite = math.isfinite(value)
+            prefix[c][i + 1] = prefix[c][i] + (value if finite else 0.0)
+            failed[c][i + 1] = failed[c][i] + (not finite)
 
     best: dict[tuple[int, int], tuple[float, int]] = {}
 
@@ -108,7 +114,8 @@ def _plans(logs: list[list[float]], max_buckets: int) -> dict[int, tuple[float, 
         """The candidate with the least loss over samples i..j-1 (each segment once: a
         table over estimated sizes has dozens)."""
         if (i, j) not in best:
-            best[i, j] = min((prefix[c][j] - prefix[c][i], c) for c in range(len(logs)))
+            best[i, j] = min((math.inf if failed[c][j] > failed[c][i]
+                              else prefix[c][j] - prefix[c][i], c) for c in range(len(logs)))
         return best[i, j]
 
     # cost[b][j]: the best total over the first j samples in b buckets.

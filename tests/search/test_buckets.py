@@ -52,3 +52,14 @@ def test_a_candidate_that_could_not_run_is_never_chosen_there() -> None:
     assert table.bucket_of(512).choice == 1
     with pytest.raises(ValueError, match="no candidate ran"):
         partition(SIZES, [[None] * 6], low=1, high=16384)
+
+
+def test_a_first_candidate_that_failed_at_the_smallest_size_still_leaves_a_cut() -> None:
+    """A failure of the pool's first candidate at the first size (an H200 bf16 run: its
+    first kernel's first measurement timed out) is infinite over every segment holding
+    that size and no other: the range is still cut, here into the two kernels' halves."""
+    first = [None, 9.0, 9.0, 20.0, 200.0, 800.0]
+    table = partition(SIZES, [first, NARROW, WIDE], low=1, high=16384, tolerance=0.0)
+    assert table.bucket_of(1).choice == 1
+    assert table.bucket_of(8).choice == 0 and table.bucket_of(16384).choice == 2
+    assert len(table.buckets) == 3 and math.isfinite(table.loss)
