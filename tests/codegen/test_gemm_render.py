@@ -151,7 +151,9 @@ def test_unsupported_schedules_are_rejected_by_render_and_by_the_space() -> None
 
 def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
     spec = _spec(m=8192, n=8192, k=8192)
-    space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+    # The slice with two warp-specialised consumers (the whole space takes a minute).
+    space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE),
+                          fixed={"warp_specialized": True, "consumer_warpgroups": 2})
     candidates, count = space.enumerate()
     assert count.rejected["unsupported_by_codegen"] > 0
     designs = {

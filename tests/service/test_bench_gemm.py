@@ -95,6 +95,7 @@ def test_prepare_tries_the_best_structures_of_the_other_shapes(bench: ModuleType
     bench.main(["prepare", "--layouts", "kn", "--shapes", "4096x4096x4096", "128x8192x8192",
                 "--top", "2", "--raster-top", "0", "--pool", "40", "--cross", "2",
                 "--dtypes", "float16", "--fix", "warp_specialized=true", "persistent=true",
+                "consumer_warpgroups=2",
                 "--out", str(out)])
     with gzip.open(out, "rt") as f:
         big, small = json.load(f)["cases"]

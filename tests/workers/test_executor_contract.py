@@ -67,17 +67,14 @@ def _local_gpu(tmp_dir: str) -> Case:
 def _simulated() -> Case:
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
-    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+    from scheduler_search.sprogram import plan_sprogram
 
     device = SimulatedDevice("sim:h200", capacity=4)
-    space = ScheduleSpace(parse_spec("gemm", GEMM), get_device("sim:h200"))
-    good = None
-    for candidate in space.enumerate()[0]:
-        job = Job(workload=WORKLOAD, schedule=candidate.sprogram.to_dict())
-        if device.measure_one(job).status.is_ok():
-            good = job
-            break
-    assert good is not None, "no schedule of the space could be estimated"
+    design = plan_sprogram(parse_spec("gemm", GEMM), get_device("sim:h200"),
+                           GEMM_WARP_SPECIALIZED)
+    good = Job(workload=WORKLOAD, schedule=design.to_dict())
+    assert device.measure_one(good).status.is_ok(), "the design could not be estimated"
     broken = Job(workload=WORKLOAD, schedule={"version": -1})
 
     def make(kind: str) -> Job:
