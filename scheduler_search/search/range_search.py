@@ -95,6 +95,11 @@ CONTENDER_SLACK = 1.25
 #: hundred m, bound by reading B) nothing is gained by looking closer.
 REFINE_STEP = 1.15
 
+#: A kernel whose predicted time grows by this factor from one size to the next has its
+#: tiles spill into another wave there; rounds of adding such steps to the cut's sizes.
+JUMP = 1.2
+JUMP_ROUNDS = 2
+
 #: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
 #: dimension of the range axis, ``RangeSpec.at``) of the
 #: candidate ``sprogram`` (planned at the range's high end, with ``runtime_dims``), timed
@@ -746,11 +751,36 @@ class RangeSearch:
             logger.warning("range search: no candidate ran at %s; buckets cut over the rest",
                            [sizes[i] for i in range(len(sizes)) if i not in measured])
         kept_sizes = [sizes[i] for i in measured]
-        grid, kept = self._with_estimates(candidates, kept_sizes,
-                                          [[row[i] for i in measured] for row in rows])
-        table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
-                          max_buckets=self.config.max_buckets, tolerance=self.config.tolerance)
+        kept_rows = [[row[i] for i in measured] for row in rows]
+        steps: set[int] = set()
+        for _ in range(1 + JUMP_ROUNDS):
+            grid, kept = self._with_estimates(candidates, kept_sizes, kept_rows, steps)
+            table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
+                              max_buckets=self.config.max_buckets,
+                              tolerance=self.config.tolerance)
+            found = self._jumps(table, candidates) - steps
+            if self.config.estimated_sizes <= 0 or not found:
+                break
+            steps |= found
         return table, kept_sizes
+
+    def _jumps(self, table: BucketTable, candidates: list[RangeCandidate]) -> set[int]:
+        """Sizes on both sides of each step inside a bucket where the cost model has its
+        kernel's time jump by ``JUMP`` or more: one more tile along the range's dimension
+        (``k * tile``, ``k * tile + 1``) that spills into another wave. Estimates on a
+        log-spaced grid step over them (a 104-wide m tile served m = 442 in a second wave
+        at 0.56 of cuBLAS, its bucket cut at 448 between samples at 411 and 512)."""
+        found: set[int] = set()
+        for bucket in table.buckets:
+            candidate = candidates[bucket.choice]
+            tile = candidate.sprogram.tile.get(self.dim)
+            if not tile:
+                continue
+            for step in range(-(-bucket.low // tile) * tile, bucket.high, tile):
+                before, after = self._predict(candidate, step), self._predict(candidate, step + 1)
+                if before and after and after >= JUMP * before:
+                    found |= {step, step + 1}
+        return found
 
     def _filled(self, candidate: RangeCandidate, sizes: list[int]) -> list[float | None]:
         """``candidate``'s latencies at ``sizes``: measured, else (a size the refining
@@ -762,7 +792,8 @@ class RangeSearch:
                 else self._scaled(candidate, s, measured) for s in sizes]
 
     def _with_estimates(self, candidates: list[RangeCandidate], sizes: list[int],
-                        rows: list[list[float | None]]
+                        rows: list[list[float | None]],
+                        steps: frozenset[int] | set[int] = frozenset(),
                         ) -> tuple[list[int], list[list[float | None]]]:
         """The sampled ``sizes`` and ``config.estimated_sizes`` more between them, with
         each candidate's latencies there: measured at a sampled size, else estimated from
@@ -770,8 +801,10 @@ class RangeSearch:
         model's ratio between the two sizes. Only contenders are estimated (within
         ``CONTENDER_SLACK`` of the best at some sampled size; the others could not win a
         bucket, and each estimate plans and predicts a kernel). A grid size no candidate
-        has a latency for is left out."""
-        extra = set(anchor_sizes(self.size_range, self.config.estimated_sizes)) - set(sizes)
+        has a latency for is left out. ``steps`` are more sizes to estimate at (either side
+        of a kernel's step into another wave: :meth:`_jumps`)."""
+        extra = (set(anchor_sizes(self.size_range, self.config.estimated_sizes)) | steps) \
+            - set(sizes)
         if self.config.estimated_sizes <= 0 or not extra:
             return sizes, rows
         grid = sorted(set(sizes) | extra)

@@ -352,3 +352,22 @@ def test_refining_finds_a_kernel_that_jumps_between_samples() -> None:
     assert middle in result.sizes
     served = next(b for b in result.buckets if b.low <= middle <= b.high)
     assert served.schedule_hash != top.schedule_hash
+
+
+def test_the_cut_follows_a_kernels_steps_into_another_wave(monkeypatch) -> None:
+    """Where the cost model has a bucket's kernel step into another wave (one more tile
+    along m) the cut adds the sizes either side of the step: served just past the steps
+    of the pool's kernels, the table is closer to the best than one cut over a coarse
+    log-spaced grid of estimates alone."""
+    from scheduler_search.search import range_search
+
+    config = replace(CONFIG, sizes=8, pool=10, estimated_sizes=8)
+    tables = {}
+    for rounds in (0, range_search.JUMP_ROUNDS):
+        monkeypatch.setattr(range_search, "JUMP_ROUNDS", rounds)
+        tables[rounds] = _search(Recording(), config=config).run()
+    steps = sorted({s + 1 for c in tables[0].candidates for t in [c.sprogram.tile["m"]]
+                    for s in range(t, 16384, t)} - set(tables[0].sizes))[::7]  # 37 sizes
+    plain = _served_loss(tables[0], steps)
+    stepped = _served_loss(tables[range_search.JUMP_ROUNDS], steps)
+    assert stepped[0] < plain[0] and stepped[1] <= plain[1]
