@@ -4,6 +4,7 @@ result files, and the two timing methods (quick for the search, final for the ra
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import math
 import statistics
@@ -14,14 +15,34 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: The folders whose code a benchmark's figures depend on.
+CODE_FOLDERS = ("codegen", "scheduler_search", "service", "workers", "pipetune", "bench")
+
+
+def source_sha256(root: Path = ROOT) -> str:
+    """A hash of the code as it is on disk (tracked and untracked, not ignored, files of
+    :data:`CODE_FOLDERS`): a GPU machine gets a copy of the working tree on top of an
+    older commit, so the commit alone does not name the code that ran there, and the same
+    hash computed here does."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "--",
+                             *CODE_FOLDERS], capture_output=True, text=True, cwd=root).stdout
+    digest = hashlib.sha256()
+    for name in sorted(set(listed.split())):
+        path = root / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def tree_state() -> dict[str, Any]:
-    """The commit the candidates were generated at, and whether the code was edited."""
+    """The commit the candidates were generated at, whether the code was edited, and the
+    hash of the code itself (:func:`source_sha256`)."""
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
     dirty = bool(subprocess.run(
         ["git", "status", "--porcelain", "codegen", "bench", "scheduler_search"],
         capture_output=True, text=True, cwd=ROOT).stdout.strip())
-    return {"commit": commit, "dirty": dirty}
+    return {"commit": commit, "dirty": dirty, "source_sha256": source_sha256()}
 
 
 def geomean(values: list[float]) -> float:

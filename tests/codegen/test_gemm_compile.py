@@ -1,5 +1,5 @@
-"""At least 200 schedules sampled across the GEMM space of every suite shape (both B
-layouts, fp16 and bf16) compile with nvcc for sm_90a with no spills and no stack frame.
+"""96 schedules sampled across the GEMM space of every suite shape (both B layouts, fp16
+and bf16) compile with nvcc for sm_90a with no spills and no stack frame.
 
 The sample is deterministic (seeded, define-by-run like the search); nothing is cached
 between runs. Compiles run in parallel, one nvcc per CPU core.
@@ -22,7 +22,7 @@ from scheduler_search.ops.suites import GEMM_SHAPES
 pytestmark = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 
 DEVICE = get_device("h200")
-PER_CASE = 4  # 8 shapes x 2 layouts x 2 dtypes x 4 = 128 schedules
+PER_CASE = 3  # 8 shapes x 2 layouts x 2 dtypes x 3 = 96 schedules (a minute of nvcc)
 SEED = 2026
 
 
@@ -41,7 +41,7 @@ def _sample() -> list[tuple[str, str, str]]:
 
 def test_sampled_gemm_schedules_compile_without_spills() -> None:
     sample = _sample()
-    assert len(sample) >= 120
+    assert len(sample) >= 90
     assert len({src for _, _, src in sample}) == len(sample)
     workers = max(2, os.cpu_count() or 2)
     with ThreadPoolExecutor(workers) as pool:
