@@ -77,6 +77,7 @@ def cost_model_seeds(
     pool: int = 400,
     calibration: Any = None,
     feasible: Feasibility | None = None,
+    fixed: Choices | None = None,
 ) -> list[Choices]:
     """Choices to measure first: the best schedule of each of the cost model's
     ``structures`` best structures (among its ``pool`` best schedules), then the
@@ -85,13 +86,14 @@ def cost_model_seeds(
     Args:
         calibration: a ``cost_model.Calibration`` of the device, to rank with.
         feasible: what code generation can lower (``ScheduleSpace``'s check).
+        fixed: knobs held: the seeds of that slice of the space (``ScheduleSpace``'s).
     """
-    space = ScheduleSpace(spec, device, feasible)
+    space = ScheduleSpace(spec, device, feasible, fixed)
     candidates, _ = space.enumerate()
     timings = None
     if calibration is not None and not calibration.is_identity:
         timings, device = calibration.timings(), calibration.device(device)
-        space = ScheduleSpace(spec, device, feasible)
+        space = ScheduleSpace(spec, device, feasible, fixed)
     ranked = rank_top(space, candidates, pool, timings)
     chosen: list[Choices] = []
     seen: set[tuple] = set()

@@ -1,10 +1,11 @@
 """What every operator command shares: the operator positional with each operator's
-parameters listed under ``--help``, and ``--device`` in the API's one syntax (``auto``,
-``sim:NAME``, ``cuda:N``)."""
+parameters listed under ``--help``, ``--device`` in the API's one syntax (``auto``,
+``sim:NAME``, ``cuda:N``), and ``--fix`` for the commands that walk a schedule space."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 import typing
@@ -65,6 +66,26 @@ def add_operator_parser(subparsers: argparse._SubParsersAction, name: str, *, he
     parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     return parser
+
+
+def knob_value(text: str) -> tuple[str, Any]:
+    """``tile_k=64`` -> ("tile_k", 64): a knob and its value as JSON (bare words are
+    strings, ``true`` a bool)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KNOB=VALUE")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def add_fix_option(parser: argparse.ArgumentParser) -> None:
+    """``--fix KNOB=VALUE ...``: the slice of the space where those knobs take those
+    values (``ScheduleSpace``'s ``fixed``; an unknown knob or option is an error)."""
+    parser.add_argument("--fix", nargs="+", default=[], type=knob_value, metavar="KNOB=VALUE",
+                        help="only the slice of the space where these knobs take these "
+                             "values (e.g. --fix warp_specialized=true tile_k=64)")
 
 
 def device_model(name: str) -> Device:

@@ -1,4 +1,5 @@
-"""``pipetune render OP --PARAM VALUE ... [--device D] [--top N] --out DIR [--check]``.
+"""``pipetune render OP --PARAM VALUE ... [--device D] [--top N] --out DIR [--check]
+[--fix KNOB=VALUE ...]``.
 
 Writes, for the top N schedules of the workload's space by the cost model, the generated
 kernel ``<hash>.cu`` and its launch contract ``<hash>.json`` (the KernelArtifact), so
@@ -15,7 +16,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from scheduler_search.ops import SpecError
-from service.commands._options import PhaseBar, add_operator_parser, device_model
+from service.commands._options import (
+    PhaseBar,
+    add_fix_option,
+    add_operator_parser,
+    device_model,
+)
 from service.commands._params import describe_errors, spec_from_cli
 from service.runs.devices import DeviceError
 
@@ -31,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--top", type=int, default=1, help="schedules to render (default 1)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--check", action="store_true", help="compile each with nvcc")
+    add_fix_option(parser)
     parser.set_defaults(handler=run)
 
 
@@ -55,7 +62,11 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     if not has_renderer(spec.op):
         print(f"pipetune render: no code generator for {spec.op} yet", file=sys.stderr)
         return 2
-    space = schedule_space(spec, device)
+    try:
+        space = schedule_space(spec, device, dict(args.fix))
+    except ValueError as error:  # --fix: a knob or option the space does not have
+        print(f"pipetune render: --fix: {error}", file=sys.stderr)
+        return 2
     bar = PhaseBar()
     candidates, count = space.enumerate(on_tile=bar.phase("enumerating tiles"))
     if not candidates:

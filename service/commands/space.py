@@ -1,7 +1,9 @@
-"""``pipetune space OP --PARAM VALUE ... [--device auto|sim:NAME|cuda:N] [--top N] [--json]``.
+"""``pipetune space OP --PARAM VALUE ... [--device auto|sim:NAME|cuda:N] [--top N] [--json]
+[--fix KNOB=VALUE ...]``.
 
-Prints the size of the schedule space of one workload on one device, the rejections by
-reason, and the best schedules by the cost model (hash, estimate and the sProgram).
+Prints the size of the schedule space of one workload on one device (or of the slice
+``--fix`` holds), the rejections by reason, and the best schedules by the cost model
+(hash, estimate and the sProgram).
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from pydantic import ValidationError
 
 from scheduler_search.ops import SpecError
 from scheduler_search.space import rank_top
-from service.commands._options import PhaseBar, add_operator_parser, device_model
+from service.commands._options import (
+    PhaseBar,
+    add_fix_option,
+    add_operator_parser,
+    device_model,
+)
 from service.commands._params import describe_errors, spec_from_cli
 from service.runs.devices import DeviceError
 from service.runs.space import schedule_space
@@ -31,18 +38,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--top", type=int, default=5, help="schedules to print (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_fix_option(parser)
     parser.set_defaults(handler=run)
 
 
 def space_report(op: str, extra: list[str], device_name: str, top: int,
-                 bar: PhaseBar | None = None) -> dict[str, Any]:
-    """The whole report as plain data (what ``--json`` prints); ``bar`` shows progress."""
+                 bar: PhaseBar | None = None, fixed: dict[str, Any] | None = None,
+                 ) -> dict[str, Any]:
+    """The whole report as plain data (what ``--json`` prints); ``bar`` shows progress.
+
+    Raises:
+        ValueError: ``fixed`` names a knob the space lacks or an option the knob lacks.
+    """
     bar = bar or PhaseBar(enabled=False)
     spec = spec_from_cli(op, extra)
     device = device_model(device_name)
     spec.check_fits(device)
     started = time.perf_counter()
-    space = schedule_space(spec, device)
+    space = schedule_space(spec, device, fixed)
     candidates, count = space.enumerate(on_tile=bar.phase("enumerating tiles"))
     enumerated = time.perf_counter()
     ranked = (rank_top(space, candidates, top, on_bound=bar.phase("ranking schedules"))
@@ -53,6 +66,7 @@ def space_report(op: str, extra: list[str], device_name: str, top: int,
         "op": spec.op,
         "params": spec.params(),
         "workload_key": spec.workload_key(),
+        "fixed": dict(fixed or {}),
         "device": {"name": device.name, "fingerprint": device.fingerprint()},
         "total": count.total,
         "valid": count.valid,
@@ -96,10 +110,14 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     if args.top < 0:
         parser.error("--top must be >= 0")
     try:
-        report = space_report(args.op, extra, args.device, args.top, PhaseBar())
+        report = space_report(args.op, extra, args.device, args.top, PhaseBar(),
+                              dict(args.fix))
     except (SpecError, ValidationError) as error:
         for line in describe_errors(error):
             print(f"pipetune space: {line}", file=sys.stderr)
+        return 2
+    except ValueError as error:  # --fix: a knob or option the space does not have
+        print(f"pipetune space: --fix: {error}", file=sys.stderr)
         return 2
     except DeviceError as error:
         print(f"pipetune space: device: {error}", file=sys.stderr)

@@ -28,6 +28,9 @@ def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
             "nk",
             "--top",
             "2",
+            "--fix",  # the slice with two warp-specialised consumers: seconds, not a minute
+            "warp_specialized=true",
+            "consumer_warpgroups=2",
             "--out",
             str(out),
         ]
@@ -41,6 +44,7 @@ def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
         assert source.stem == contract.stem == artifact.schedule_hash
         assert artifact.source == source.read_text()
         assert artifact.params["b_layout"] == "nk" and "bf16" in artifact.source
+        assert "constexpr int CONSUMERS = 2;" in artifact.source  # the --fix slice
 
 
 def test_render_rejects_bad_parameters(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -96,16 +96,25 @@ def check_top_entry(entry: dict[str, Any], rank: int, op: str, params: dict[str,
     assert entry["dram_us"] <= entry["latency_us"]
 
 
+#: The GEMM report covers the slice with two warp-specialised consumers (``--fix``): the
+#: whole space takes a minute (its size is counted in test_space.py).
+FIXED: dict[str, dict[str, Any]] = {"gemm": {"warp_specialized": True,
+                                             "consumer_warpgroups": 2}}
+
+
 @pytest.mark.parametrize("op", list(SUITE))
 def test_space_json_report(op: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The report of each suite workload: the space's size, rejections by reason, and the
     best schedules by the cost model (each a full sProgram that round-trips)."""
     args, params, top = SUITE[op]
-    code, out, err = run_cli(capsys, op, *args, "--json", "--top", str(top))
+    fixed = FIXED.get(op, {})
+    fix = ["--fix", *(f"{k}={json.dumps(v)}" for k, v in fixed.items())] if fixed else []
+    code, out, err = run_cli(capsys, op, *args, "--json", "--top", str(top), *fix)
     assert code == 0, err
     report = json.loads(out)
     spec = parse_spec(op, params)
     assert report["op"] == op and params.items() <= report["params"].items()
+    assert report["fixed"] == fixed
     assert report["workload_key"] == spec.workload_key()
     assert report["device"] == {"name": H200.name, "fingerprint": H200.fingerprint()}
 
@@ -114,7 +123,7 @@ def test_space_json_report(op: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert isinstance(rejected, dict) and all(n > 0 for n in rejected.values())
     assert valid > 0
     assert valid + sum(rejected.values()) == total
-    assert total == count_points(ScheduleSpace(spec, H200).knobs)
+    assert total == count_points(ScheduleSpace(spec, H200, fixed=fixed).knobs)
     assert len(rejected) >= 3 and EXPECTED_REASONS[op] <= set(rejected)
     assert 0 < report["structural_valid"] <= valid
     if op == "attention":
@@ -127,6 +136,16 @@ def test_space_json_report(op: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert len({e["hash"] for e in entries}) == top
     for rank, entry in enumerate(entries, start=1):
         check_top_entry(entry, rank, op, params)
+        assert fixed.items() <= entry["choices"].items()
+
+
+def test_a_knob_fixed_that_the_space_lacks_is_refused_by_name(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    small = ["--m", "64", "--n", "64", "--k", "64"]
+    code, out, err = run_cli(capsys, "gemm", *small, "--fix", "tile_q=64")
+    assert code == 2 and out == "" and "--fix" in err and "tile_q" in err
+    code, out, err = run_cli(capsys, "gemm", *small, "--fix", "tile_m=100")
+    assert code == 2 and "tile_m=100 is not one of" in err
 
 
 def test_space_table(capsys: pytest.CaptureFixture[str]) -> None:

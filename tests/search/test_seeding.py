@@ -30,10 +30,16 @@ def test_a_structure_has_twins_alone_and_paired_along_each_axis_that_are_valid()
     assert cluster_twins(space, {**GEMM_WARP_SPECIALIZED, "warp_specialized": False}) == []
 
 
+SLICE = {"warp_specialized": True, "consumer_warpgroups": 2}
+
+
 def test_the_best_structures_are_seeded_alone_and_in_clusters() -> None:
     spec = GemmSpec(m=8192, n=8192, k=8192, dtype="float16")
     feasible = feasibility("gemm", H200)
-    seeds = cost_model_seeds(spec, H200, structures=6, raster_structures=2, feasible=feasible)
+    # The slice with two warp-specialised consumers (the whole space takes a minute).
+    seeds = cost_model_seeds(spec, H200, structures=6, raster_structures=2, feasible=feasible,
+                             fixed=SLICE)
+    assert all(s["consumer_warpgroups"] == 2 and s["warp_specialized"] for s in seeds)
     space = ScheduleSpace(spec, H200, feasible)
     assert all(space.build(s)[1].ok for s in seeds)
     keys = [tuple(sorted(s.items())) for s in seeds]

@@ -443,7 +443,9 @@ def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     from service.runs.seeds import SeedProcess
 
     spec, device = parse_spec("gemm", GEMM), get_device("h200")
-    seeds = SeedProcess(spec, device, structures=6, raster_structures=2)
+    # The slice with two warp-specialised consumers (the whole space takes a minute).
+    seeds = SeedProcess(spec, device, structures=6, raster_structures=2,
+                        fixed={"warp_specialized": True, "consumer_warpgroups": 2})
     started = time.monotonic()
     first = seeds.poll()
     assert first is None  # not ready at once: the search starts without it
