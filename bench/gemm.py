@@ -53,6 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
+from service.commands._options import knob_value  # noqa: E402
 
 #: Knobs whose values make two schedules "the same structure" for diversity.
 STRUCTURE_KEYS = (
@@ -407,17 +408,6 @@ def print_table(summary: dict[str, Any]) -> None:
           f"over {summary['cases_measured']} cases")
 
 
-def _knob_value(text: str) -> tuple[str, Any]:
-    """``tile_k=64`` -> ("tile_k", 64): a knob's value as JSON (bare words as strings)."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KNOB=VALUE")
-    try:
-        return name, json.loads(value)
-    except json.JSONDecodeError:
-        return name, value
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="step", required=True)
@@ -435,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="input types rendered; the first is searched (the FP8 suite: "
                         "--dtypes float8_e4m3 --layouts nk)")
     p.add_argument("--shapes", nargs="*", default=[], help="MxNxK suite shapes (default all)")
-    p.add_argument("--fix", nargs="*", default=[], type=_knob_value, metavar="KNOB=VALUE",
+    p.add_argument("--fix", nargs="*", default=[], type=knob_value, metavar="KNOB=VALUE",
                    help="rank only the slice of the space where these knobs take these values")
     p.add_argument("--out", default=str(ROOT / ".bench" / "gemm-candidates.json.gz"))
     r = sub.add_parser("run", help="search and benchmark on the GPU")
