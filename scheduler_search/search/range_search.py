@@ -757,13 +757,15 @@ class RangeSearch:
         kept_sizes = [sizes[i] for i in measured]
         kept_rows = [[row[i] for i in measured] for row in rows]
         steps: set[int] = set()
-        for _ in range(1 + JUMP_ROUNDS):
+        # Without estimates between samples there is nowhere to put a step's sizes.
+        rounds = JUMP_ROUNDS if self.config.estimated_sizes > 0 else 0
+        for round_ in range(1 + rounds):
             grid, kept = self._with_estimates(candidates, kept_sizes, kept_rows, steps)
             table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
                               max_buckets=self.config.max_buckets,
                               tolerance=self.config.tolerance)
-            found = self._jumps(table, candidates) - steps
-            if self.config.estimated_sizes <= 0 or not found:
+            found = self._jumps(table, candidates) - steps if round_ < rounds else set()
+            if not found:
                 break
             steps |= found
         return table, kept_sizes
