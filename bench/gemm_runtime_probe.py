@@ -5,7 +5,9 @@ For each variant of the warp-specialised design (tile, stream-K waves, stages, c
 warpgroups), planned at the range's top with m at run time and bound to each size, in one
 process: checked against ``torch.matmul`` (relative error), then timed with
 ``do_bench`` (L2 flushed, median) next to cuBLAS at the same size. Writes every
-variant's times and each size's best.
+variant's times and each size's best. ``--compare-tails`` renders every variant twice,
+the second time with its last m tile zero-filled past M by TMA instead of ending at M
+(``GemmHooks.last_tile_inside``), to measure what the pulled-back tile saves.
 
     PYTHONPATH=. python3 bench/gemm_runtime_probe.py \\
         --out bench/results/gemm-runtime-probe-DATE.json
@@ -14,9 +16,11 @@ variant's times and each size's best.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,8 +43,8 @@ SWEEP: dict[str, tuple[Any, ...]] = {
 
 #: The swapped sweep (the tensor cores compute Cᵀ: m along wgmma's N, any multiple of 8).
 SWAP_SWEEP: dict[str, tuple[Any, ...]] = {
-    "tile_m": (8, 16, 32, 64, 136),
-    "tile_n": (64, 128, 256),
+    "tile_m": (16, 32, 64, 96, 128, 136),
+    "tile_n": (64, 128),
     "tile_k": (64,),
     "stream_k": (None, 1, 2),
     "consumer_warpgroups": (1, 2),
@@ -107,6 +111,33 @@ def static_twin(do_bench: Any, choices: dict, m: int, params: dict,
     return {"choices": choices, "us": us, "rel_error": error}
 
 
+@contextlib.contextmanager
+def last_tile_inside(inside: bool) -> Iterator[None]:
+    """GEMM kernels rendered with the last tile ending at the edge (the default) or
+    zero-filled past it."""
+    from codegen.kernels.gemm import GemmHooks
+
+    saved = GemmHooks.last_tile_inside
+    GemmHooks.last_tile_inside = inside
+    try:
+        yield
+    finally:
+        GemmHooks.last_tile_inside = saved
+
+
+def print_tails(m: int, timed: list[dict[str, Any]]) -> None:
+    """Each variant's time with the last tile inside against zero-filled, at ``m``."""
+    pairs: dict[str, dict[bool, float]] = {}
+    for t in timed:
+        if "us" in t and t["rel_error"] < 1e-2:
+            key = ",".join(f"{k}={t['choices'].get(k)}" for k in (*SWAP_SWEEP, "swap_ab"))
+            pairs.setdefault(key, {})[t["last_tile_inside"]] = t["us"]
+    for key, us in pairs.items():
+        if len(us) == 2:
+            print(f"   tails m={m:<6} inside {us[True]:7.1f} us  zero-filled {us[False]:7.1f} us"
+                  f"  ({us[False] / us[True]:.3f})  {key}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dtype", default="float16")
@@ -115,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 64, 260, 500, 1700, 2500])
     parser.add_argument("--static-twins", type=int, default=2,
                         help="the best variants also timed planned for exactly m")
+    parser.add_argument("--compare-tails", action="store_true",
+                        help="also time each variant with its last tile zero-filled")
+    parser.add_argument("--only-swapped", action="store_true",
+                        help="the swapped sweep only (m along wgmma's N)")
     parser.add_argument("--out", default=dated_result("gemm-runtime-probe"))
     args = parser.parse_args(argv)
 
@@ -132,12 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     started = time.perf_counter()
     kernels = []
+    tails = (True, False) if args.compare_tails else (True,)
     for sprogram in variants(spec, device):
-        # One bucket over the whole range: the loaded kernel binds each m to one module.
-        whole = RangeArtifact(op="gemm", params={"m": {"min": 1, "max": 16384}, **params},
-                              dim="m", size_from=("a", 0),
-                              buckets=(RangeBucket(1, 16384, render(sprogram, spec, device)),))
-        kernels.append((sprogram, pipetune.load(whole.to_dict())))
+        if args.only_swapped and not sprogram.choices.get("swap_ab"):
+            continue
+        for inside in tails:
+            with last_tile_inside(inside):
+                artifact = render(sprogram, spec, device)
+            # One bucket over the whole range: the loaded kernel binds each m to one module.
+            whole = RangeArtifact(op="gemm", params={"m": {"min": 1, "max": 16384}, **params},
+                                  dim="m", size_from=("a", 0),
+                                  buckets=(RangeBucket(1, 16384, artifact),))
+            kernels.append((sprogram, inside, pipetune.load(whole.to_dict())))
     print(f"{len(kernels)} variants rendered in {time.perf_counter() - started:.1f}s", flush=True)
     rows = []
     for m in args.sizes:
@@ -146,19 +187,22 @@ def main(argv: list[str] | None = None) -> int:
         ref = torch.matmul(a, b.t()).float()
         cublas_us = do_bench(lambda a=a, b=b: torch.matmul(a, b.t()), return_mode="median") * 1e3
         timed = []
-        for sprogram, kernel in kernels:
+        for sprogram, inside, kernel in kernels:
             try:
                 out = kernel(a, b).float()
                 error = float((out - ref).norm() / ref.norm())
                 us = do_bench(lambda kernel=kernel, a=a, b=b: kernel(a, b),
                               return_mode="median") * 1e3
             except Exception as exc:  # a variant that fails is reported, not fatal
-                timed.append({"choices": sprogram.choices, "error": str(exc)[:200]})
+                timed.append({"choices": sprogram.choices, "last_tile_inside": inside,
+                              "error": str(exc)[:200]})
                 continue
-            timed.append({"choices": sprogram.choices, "us": us, "rel_error": error,
-                          "vs_cublas": cublas_us / us})
-        ok = sorted((t for t in timed if "us" in t and t["rel_error"] < 1e-2),
-                    key=lambda t: t["us"])
+            timed.append({"choices": sprogram.choices, "last_tile_inside": inside, "us": us,
+                          "rel_error": error, "vs_cublas": cublas_us / us})
+        if args.compare_tails:
+            print_tails(m, timed)
+        ok = sorted((t for t in timed if "us" in t and t["rel_error"] < 1e-2
+                     and t["last_tile_inside"]), key=lambda t: t["us"])
         static = [static_twin(do_bench, t["choices"], m, params, a, b, ref)
                   | {"runtime_us": t["us"]} for t in ok[: args.static_twins]]
         rows.append({"m": m, "cublas_us": cublas_us, "variants": timed,

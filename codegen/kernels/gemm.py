@@ -172,10 +172,16 @@ class GemmHooks(OperatorHooks):
                 and (s.warp_specialized or self.sprogram.order == "serial")
                 and self.sprogram.stream_k is None)
 
+    #: The last m and n tiles end at the matrix's edge (see ``GridAxis.last_inside``):
+    #: an output element depends on its own row of A and column of B only.
+    last_tile_inside = True
+
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        return (GridAxis("m", self.m, self.tile_m, runtime_extent="M" if self.runtime_m else ""),
-                GridAxis("n", self.n, self.tile_n))
+        inside = self.last_tile_inside
+        return (GridAxis("m", self.m, self.tile_m, runtime_extent="M" if self.runtime_m else "",
+                         last_inside=inside),
+                GridAxis("n", self.n, self.tile_n, last_inside=inside))
 
     # ----- operands and output -------------------------------------------------------
     @cached_property

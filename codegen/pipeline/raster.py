@@ -34,8 +34,13 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
 
     def origin(axis: GridAxis, t: str) -> str:
         if cluster is None or axis.name != cluster.axis:
-            return f"{t} * {axis.tile}"
-        return f"({t} * CLUSTER + (int){c.call('cluster_ctarank')}) * {axis.tile}"
+            start = f"{t} * {axis.tile}"
+        else:
+            start = f"({t} * CLUSTER + (int){c.call('cluster_ctarank')}) * {axis.tile}"
+        if not axis.last_inside or (not axis.runtime and axis.extent % axis.tile == 0):
+            return start
+        # The last tile ends at the extent (an extent under one tile keeps origin 0).
+        return f"min({start}, max({axis.extent_expr} - {axis.tile}, 0))"
 
     c.comment(f"Raster: tiles along {major.name} first, in bands of {raster.swizzle} "
               f"tile(s) along the other axis (L2 reuse between concurrent tiles).")
