@@ -10,7 +10,8 @@ output as a user's call does:
 - ``host_us``: wall time per call of ``--calls`` calls issued back to back (the GPU queue
   absorbs them; nothing is synchronised in between): what the Python call costs the host;
 - ``eager``: ``triton.testing.do_bench`` on the call, as a user times it;
-- ``back_to_back``: CUDA events around ``--calls`` calls, the queue kept full (GPU time),
+- ``back_to_back``: CUDA events around ``--calls`` calls enqueued behind a GPU sleep, so
+  the queue is full when they start (GPU time, whatever the host's pace),
   cycling through copies of the inputs that together exceed three times the L2 cache (as
   ThunderKittens' GEMM harness does), so each call starts from a cold L2 as under
   ``do_bench``'s flush, without timing a flush;
@@ -99,18 +100,36 @@ def host_us(torch: Any, call: Any, calls: int) -> float:
     return statistics.median(rounds)
 
 
+#: GPU cycles a back-to-back figure's queue is held per call it enqueues (50 us at ~2 GHz,
+#: twice the most any Python call timed here costs the host).
+HOLD_CYCLES_PER_CALL = 100_000
+
+
 def back_to_back_us(torch: Any, copies: list[Any], calls: int) -> float:
     """GPU time per call, events around ``calls`` calls cycling through ``copies`` (calls
-    on distinct input copies; every copy's first call, a new signature, comes before)."""
+    on distinct input copies; every copy's first call, a new signature, comes before).
+
+    The calls are enqueued behind a GPU sleep, so the queue is full when the first one
+    starts and the figure is the GPU's pace, never the host's (a small kernel otherwise
+    waits for each launch, and the figure becomes the host time per call, noisy and
+    ``host_us``'s business). A sleep that ended before the last call was enqueued is
+    taken again, four times longer."""
     for call in copies:
         call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(calls):
-        copies[i % len(copies)]()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e3 / calls
+    hold = HOLD_CYCLES_PER_CALL * calls
+    for _ in range(4):
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        torch.cuda._sleep(hold)
+        start.record()
+        for i in range(calls):
+            copies[i % len(copies)]()
+        end.record()
+        held = not start.query()  # the sleep outlasted the enqueueing
+        end.synchronize()
+        if held:
+            return start.elapsed_time(end) * 1e3 / calls
+        hold *= 4
+    raise RuntimeError(f"the host did not enqueue {calls} calls within a {hold} cycle sleep")
 
 
 def copies_for_cold_l2(torch: Any, tensors: tuple[Any, ...]) -> int:

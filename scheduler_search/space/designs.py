@@ -169,9 +169,11 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #: (two consumers), halving that traffic; its m tiles step so that four of them (one
 #: wave of 128 tiles) fit each stretch of m (a 136-wide one ran m = 337 in 96 tiles at
 #: 0.72 of cuBLAS, the same time as m = 522). The swapped designs name their stream-K
-#: share, so a range run adds no stream-K variants of them; three over 64-row n tiles
-#: share their one wave's trips out to every SM (m up to 128: 64 tiles, half the SMs idle
-#: without stream-K, each reading all of K for its tile).
+#: share (none but the narrow one's), so a range run adds no stream-K variants of them:
+#: on the H200 stream-K's fix-up cost swapped tiles more than idle SMs did (m = 68..124
+#: over 64-row n tiles: 26 us with stream-K, 19-20 us without). Past m = 800 (compute
+#: bound, four m tiles a wave) the m tile steps by 8 rows: m = 811 in 208-wide tiles does
+#: a fifth less work per SM than in 256-wide ones.
 #:
 #: At large m the order of the tiles matters as much: the default raster walks m first, so
 #: the 132 tiles in flight span all of m for one or two n tiles and every n tile reads A
@@ -184,9 +186,7 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
                                                                     192)},
              **{f"swap_{tile_m}x128": _swapped(tile_m, 128)
-                for tile_m in (88, 104, 120, 136, 168, 200, 232, 256)},
-             **{f"swap_{tile_m}x64_stream_k": {**_swapped(tile_m), "stream_k": 1}
-                for tile_m in (64, 96, 128)}},
+                for tile_m in (88, 104, 120, 136, 168, 200, 208, 216, 224, 232, 256)}},
 }
 
 #: Known designs by operator.
