@@ -9,6 +9,7 @@ count (causal tiles differ). Tiles are then spread over the SMs in raster order
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -114,7 +115,10 @@ def _tile_time(sim: BlockSimulation) -> _TileTime:
 @lru_cache(maxsize=4096)
 def _ordered_trips(spec: OperatorSpec, tile: tuple, raster: Raster) -> tuple[int, ...]:
     graph = spec.graph(dict(tile))
-    return tuple(tile_trips(graph, list(tile_order(grid_dims(graph), raster))))
+    dims = grid_dims(graph)
+    if not graph.causal_pairs:  # every tile loops alike: no order to walk
+        return (graph.loop_trips(),) * math.prod(dims.values())
+    return tuple(tile_trips(graph, list(tile_order(dims, raster))))
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,11 @@ class _Blocks:
 def _blocks(spec: OperatorSpec, tile: tuple, raster: Raster, owners: int) -> _Blocks:
     """A pingpong block runs its ``owners`` tiles' main loops one after the other."""
     trips = _ordered_trips(spec, tile, raster)
-    per_block = tuple(max(trips[i : i + owners]) * owners for i in range(0, len(trips), owners))
+    if min(trips) == max(trips):  # uniform tiles (no causal mask): no per-block walk
+        per_block = (trips[0] * owners,) * -(-len(trips) // owners)
+    else:
+        per_block = tuple(max(trips[i : i + owners]) * owners
+                          for i in range(0, len(trips), owners))
     return _Blocks(per_block, sum(per_block), max(per_block), len(trips))
 
 

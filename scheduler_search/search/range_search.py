@@ -747,7 +747,9 @@ class RangeSearch:
     def _partition(self, candidates: list[RangeCandidate], sizes: list[int]
                    ) -> tuple[BucketTable | None, list[int]]:
         """The bucket table over the sizes some candidate ran at (None: none did)."""
-        rows = [self._filled(c, sizes) for c in candidates]
+        contenders = self._contenders(candidates, sizes)
+        rows = [self._filled(c, sizes) if c.index in contenders
+                else [self._latency(c, s) for s in sizes] for c in candidates]
         measured = [i for i, _ in enumerate(sizes) if any(row[i] is not None for row in rows)]
         if not measured:
             return None, []
@@ -786,6 +788,19 @@ class RangeSearch:
                 before, after = self._predict(candidate, step), self._predict(candidate, step + 1)
                 if before and after and after >= JUMP * before:
                     found |= {step, step + 1}
+        return found
+
+    def _contenders(self, candidates: list[RangeCandidate], sizes: list[int]) -> set[int]:
+        """Indices of the candidates measured within ``CONTENDER_SLACK`` of the best at
+        some size: the only ones whose unmeasured sizes are worth an estimate (two
+        predictions each)."""
+        found: set[int] = set()
+        for size in sizes:
+            timed = [(us, c.index) for c in candidates
+                     if (us := self._latency(c, size)) is not None]
+            if timed:
+                best = min(us for us, _ in timed)
+                found |= {index for us, index in timed if us <= CONTENDER_SLACK * best}
         return found
 
     def _filled(self, candidate: RangeCandidate, sizes: list[int]) -> list[float | None]:
