@@ -13,6 +13,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterator
 from functools import lru_cache
+from operator import itemgetter
 
 from scheduler_search.ir import STaskGraph, STaskKind
 from scheduler_search.ops import OperatorSpec
@@ -93,6 +94,9 @@ def _slice_keys(spec: OperatorSpec, graph: STaskGraph) -> dict[str, Callable[[Co
         spatial = tuple(a for a in access.axes if a in graph.spatial_axes)
         groups = sharing.get(access.tensor, {})
         grid = tuple(graph.grid_axes)
+        if not grid and spatial:  # a slice is named by its spatial coordinates alone
+            keys[access.tensor] = itemgetter(*spatial)
+            continue
 
         def key(
             coord: Coord, spatial: tuple = spatial, grid: tuple = grid, groups: dict = groups
