@@ -49,6 +49,8 @@ SWAP_SWEEP: dict[str, tuple[Any, ...]] = {
     "stream_k": (None, 1, 2),
     "consumer_warpgroups": (1, 2),
 }
+#: Knobs a variant is printed by.
+SHOWN = (*SWEEP, "stages_ab", "swap_ab", "cluster_size")
 #: Shared memory the operand rings may take (bytes).
 RING_BYTES = 200 * 1024
 
@@ -71,6 +73,23 @@ def variants(spec: Any, device: Any) -> list[Any]:
         for values in itertools.product(*sweep.values()):
             choices = {**GEMM_WARP_SPECIALIZED, **fixed, **dict(zip(sweep, values, strict=True))}
             _add(found, spec, device, choices, plan_sprogram, unsupported)
+    return list(found.values())
+
+
+def paired_variants(spec: Any, device: Any, tiles: list[str]) -> list[Any]:
+    """Swapped ``MxN`` tiles alone and in clusters of two along n (the pair's blocks share
+    their m tile: A multicast, each loading half), where the renderer lowers them."""
+    from codegen import unsupported
+    from scheduler_search.space.designs import GEMM_SWAP_WIDE
+    from scheduler_search.sprogram import plan_sprogram
+
+    found: dict[str, Any] = {}
+    for tile in tiles:
+        tile_m, tile_n = (int(x) for x in tile.split("x"))
+        base = {**GEMM_SWAP_WIDE, "tile_m": tile_m, "tile_n": tile_n,
+                "consumer_warpgroups": tile_n // 64, "stream_k": None}
+        for cluster in ({}, {"cluster_size": 2, "cluster_axis": "n"}):
+            _add(found, spec, device, {**base, **cluster}, plan_sprogram, unsupported)
     return list(found.values())
 
 
@@ -150,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time each variant with its last tile zero-filled")
     parser.add_argument("--only-swapped", action="store_true",
                         help="the swapped sweep only (m along wgmma's N)")
+    parser.add_argument("--swap-tiles", nargs="+", default=[], metavar="MxN",
+                        help="instead of the sweeps: these swapped tiles, alone and in "
+                             "clusters of two along n")
     parser.add_argument("--out", default=dated_result("gemm-runtime-probe"))
     args = parser.parse_args(argv)
 
@@ -168,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     kernels = []
     tails = (True, False) if args.compare_tails else (True,)
-    for sprogram in variants(spec, device):
+    chosen = (paired_variants(spec, device, args.swap_tiles) if args.swap_tiles
+              else variants(spec, device))
+    for sprogram in chosen:
         if args.only_swapped and not sprogram.choices.get("swap_ab"):
             continue
         for inside in tails:
@@ -216,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                  if best else "none"), flush=True)
         for t in ok[1:4]:
             print(f"          {t['us']:7.1f} us ({t['vs_cublas']:.3f}) "
-                  f"{ {k: t['choices'].get(k) for k in (*SWEEP, 'stages_ab', 'swap_ab')} }",
+                  f"{ {k: t['choices'].get(k) for k in SHOWN} }",
                   flush=True)
     write_json(args.out, {"suite": "gemm-runtime-probe", "params": params, **tree_state(),
                           "variants": len(kernels), "sizes": rows})
