@@ -96,9 +96,13 @@ CONTENDER_SLACK = 1.25
 REFINE_STEP = 1.15
 
 #: A kernel whose predicted time grows by this factor from one size to the next has its
-#: tiles spill into another wave there; rounds of adding such steps to the cut's sizes.
+#: tiles spill into another wave there; the cut is redone with such steps added to its
+#: sizes until its buckets hold no step it has not seen (at most ``JUMP_ROUNDS`` times).
+#: A cut that stopped after two rounds once let a 208-wide m tile (four tiles a wave)
+#: serve m = 833..839 in a second wave at 0.54 of cuBLAS: its bucket had ended below 832
+#: when its steps were looked for, and grew past it in the last cut.
 JUMP = 1.2
-JUMP_ROUNDS = 2
+JUMP_ROUNDS = 8
 
 #: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
 #: dimension of the range axis, ``RangeSpec.at``) of the
@@ -766,9 +770,12 @@ class RangeSearch:
             table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
                               max_buckets=self.config.max_buckets,
                               tolerance=self.config.tolerance)
-            found = self._jumps(table, candidates) - steps if round_ < rounds else set()
+            found = self._jumps(table, candidates) - steps if rounds else set()
             if not found:
                 break
+            if round_ == rounds:
+                logger.warning("range search: the cut still spans kernel steps at %s after "
+                               "%d rounds", sorted(found), rounds)
             steps |= found
         return table, kept_sizes
 

@@ -371,3 +371,29 @@ def test_the_cut_follows_a_kernels_steps_into_another_wave(monkeypatch) -> None:
     plain = _served_loss(tables[0], steps)
     stepped = _served_loss(tables[range_search.JUMP_ROUNDS], steps)
     assert stepped[0] < plain[0] and stepped[1] <= plain[1]
+
+
+def test_the_returned_cut_was_asked_for_steps_until_none_were_new(monkeypatch) -> None:
+    """Each new cut can grow a bucket over a step of its kernel that the last one did not
+    span: the cut is redone until its buckets hold no step it has not seen, so the table
+    that comes back was checked (three rounds of new steps: the fourth cut returns)."""
+    from scheduler_search.search import range_search
+
+    search = _search(Recording(), config=replace(CONFIG, sizes=8, pool=10, estimated_sizes=8))
+    cuts: list[Any] = []
+    checked: list[Any] = []
+    real_partition = range_search.partition
+
+    def counting_partition(*args: Any, **kwargs: Any) -> Any:
+        cuts.append(real_partition(*args, **kwargs))
+        return cuts[-1]
+
+    def new_steps(table: Any, candidates: Any) -> set[int]:
+        checked.append(table)
+        return {100 + 10 * len(checked)} if len(checked) <= 3 else set()
+
+    monkeypatch.setattr(range_search, "partition", counting_partition)
+    monkeypatch.setattr(search, "_jumps", new_steps)
+    result = search.run()
+    assert len(cuts) == 4 and checked == cuts
+    assert cuts[-1] is not None and result.buckets
