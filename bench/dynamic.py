@@ -11,6 +11,9 @@ Two workloads (``--op``), for each dtype (fp16 and bf16), in one process on one 
 
 Steps per dtype:
 
+0. **Warm-up**: an untimed exact run at a size the timed runs never tune
+   (``--warm-up-trials``), so that a freshly started machine's slow first run is charged
+   to neither of the two runs whose wall times are compared.
 1. **The range run**: ``pipetune.tune`` with the range dimension(s) given as ``{"min",
    "max"}``, from an empty cache (a database of its own), its wall time from the call to
    the bucket table.
@@ -133,6 +136,26 @@ def tune_exact(work: Workload, size: int, trials: int,
     return result, time.perf_counter() - started
 
 
+def warm_up(work: Workload, trials: int, database_url: str) -> float:
+    """An untimed exact run of a size no timed run tunes, before them: the first run of a
+    process on a freshly started GPU machine measured the same candidates at 0.6x the
+    pace of the next (H200, 2026-12-03: 640 measurements in 33 s, then 19 s), which would
+    be charged to the range run alone. Its wall seconds (0: skipped)."""
+    import pipetune
+
+    if trials <= 0:
+        return 0.0
+    started = time.perf_counter()
+    pipetune.tune(work.op, device="auto", budget={"trials": trials},
+                  database_url=database_url, progress=False, force=True,
+                  **work.at(WARM_UP_SIZE))
+    return time.perf_counter() - started
+
+
+#: The warm-up run's size (along the range's dimension).
+WARM_UP_SIZE = 200
+
+
 def time_size(torch: Any, kernel: Any, size: int, work: Workload,
               args: argparse.Namespace) -> dict[str, Any]:
     """pipetune's range kernel against the peer at ``size``: the error between them and
@@ -175,6 +198,8 @@ def run_dtype(dtype: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
 
     work = workload(args, dtype)
     url = f"sqlite:///{workdir / f'{args.op}-{dtype}.db'}"
+    warm_up_s = warm_up(work, args.warm_up_trials,
+                        f"sqlite:///{workdir / f'warm-up-{args.op}-{dtype}.db'}")
     result, range_s = tune_range(work, args, url)
     artifact = result.kernel
     if not artifact or artifact.get("kind") != "range":
@@ -208,6 +233,7 @@ def run_dtype(dtype: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
                       "latency_us": exact.latency_us,
                       "speedup_vs_baseline": exact.speedup_vs_baseline},
         "range_over_exact_wall": range_s / exact_s,
+        "warm_up": {"size": WARM_UP_SIZE, "trials": args.warm_up_trials, "wall_s": warm_up_s},
         "sizes": rows, **summary,
     }
 
@@ -242,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cool-down-s", type=float, default=0.2)
     parser.add_argument("--log-level", default="warning",
                         help="the range search's log on stderr (info: its plan and phases)")
+    parser.add_argument("--warm-up-trials", type=int, default=24,
+                        help="an untimed exact run of this many trials before each dtype's "
+                             "timed runs (0: none)")
     parser.add_argument("--keep-db", type=Path, default=None,
                         help="keep the runs' SQLite databases in this folder (every "
                              "measurement of the range run; default: a scratch folder)")
