@@ -177,10 +177,12 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #:
 #: At large m the order of the tiles matters as much: the default raster walks m first, so
 #: the 132 tiles in flight span all of m for one or two n tiles and every n tile reads A
-#: from HBM again once A outgrows L2 (m = 15433, fp16: 126 MB read 16 times). Walking n
-#: first (or m in bands of n tiles) keeps a few m tiles' A and all of B in L2.
+#: from HBM again once A outgrows L2 (m = 15433, fp16: 126 MB read 16 times). Walking m
+#: in bands of 8 n tiles, or n in bands of 16 m tiles (the order the exact-shape runs'
+#: winners took on the H200's GEMM suite, 2026-12-02: 16 m tiles' A and 8 n tiles' B in
+#: flight, 32 MB), keeps the operands of the tiles in flight in L2.
 RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
-    "gemm": {"n_major": {**GEMM_WARP_SPECIALIZED, "raster_major": "n"},
+    "gemm": {"n_banded": {**GEMM_WARP_SPECIALIZED, "raster_major": "n", "raster_swizzle": 16},
              "m_banded": {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 8},
              "swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
