@@ -48,3 +48,9 @@ for op_dtype in $STEPS; do
     --keep-db "$OUT/db" --out "$OUT/dynamic-$op_dtype.json" >> "$OUT/$op_dtype.log" 2>&1
   echo "exit $?"; grep "range run" "$OUT/$op_dtype.log" | tail -1
 done
+
+# PACK=1: the logs and databases in one archive (a device call brings back 8 files).
+if [[ ${PACK:-0} == 1 ]]; then
+  (cd "$OUT" && shopt -s nullglob && files=(*.log gpu_tests.txt db) &&
+   ((${#files[@]})) && tar czf logs.tgz "${files[@]}" && rm -rf "${files[@]}")
+fi
