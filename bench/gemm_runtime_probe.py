@@ -110,9 +110,10 @@ def _add(found: dict, spec: Any, device: Any, choices: dict, plan: Any, unsuppor
 
 
 def static_twin(do_bench: Any, choices: dict, m: int, params: dict,
-                a: Any, b: Any, ref: Any) -> dict[str, Any]:
+                a: Any, b: Any, ref: Any, compare_tails: bool = False) -> dict[str, Any]:
     """The same choices planned for exactly ``m`` (m a compile-time constant): what the
-    run-time size costs the kernel."""
+    run-time size costs the kernel; with ``compare_tails`` also with its last tiles
+    zero-filled past the edges (``zero_filled_us``)."""
     import pipetune
     from codegen import render
     from scheduler_search.hardware import get_device
@@ -120,14 +121,21 @@ def static_twin(do_bench: Any, choices: dict, m: int, params: dict,
     from scheduler_search.sprogram import plan_sprogram
 
     spec = parse_spec("gemm", {"m": m, **params})
+    found: dict[str, Any] = {"choices": choices}
     try:
         sprogram = plan_sprogram(spec, get_device("h200"), dict(choices))
-        kernel = pipetune.load(render(sprogram, spec, get_device("h200")).to_dict())
-        error = float((kernel(a, b).float() - ref).norm() / ref.norm())
-        us = do_bench(lambda: kernel(a, b), return_mode="median") * 1e3
+        tails = [(True, "")] + ([(False, "zero_filled_")] if compare_tails else [])
+        for inside, prefix in tails:
+            with last_tile_inside(inside):
+                artifact = render(sprogram, spec, get_device("h200"))
+            kernel = pipetune.load(artifact.to_dict())
+            found[f"{prefix}rel_error"] = float((kernel(a, b).float() - ref).norm()
+                                               / ref.norm())
+            found[f"{prefix}us"] = do_bench(lambda kernel=kernel: kernel(a, b),
+                                            return_mode="median") * 1e3
     except Exception as exc:  # a size the choices cannot be planned at
         return {"choices": choices, "error": str(exc)[:200]}
-    return {"choices": choices, "us": us, "rel_error": error}
+    return found
 
 
 @contextlib.contextmanager
@@ -227,13 +235,15 @@ def main(argv: list[str] | None = None) -> int:
             print_tails(m, timed)
         ok = sorted((t for t in timed if "us" in t and t["rel_error"] < 1e-2
                      and t["last_tile_inside"]), key=lambda t: t["us"])
-        static = [static_twin(do_bench, t["choices"], m, params, a, b, ref)
+        static = [static_twin(do_bench, t["choices"], m, params, a, b, ref, args.compare_tails)
                   | {"runtime_us": t["us"]} for t in ok[: args.static_twins]]
         rows.append({"m": m, "cublas_us": cublas_us, "variants": timed,
                      "best": ok[:5], "static_twins": static})
         for t in static:
             print(f"   static {t.get('us', float('nan')):7.1f} us (runtime "
-                  f"{t.get('runtime_us', float('nan')):7.1f}) {t.get('error', '')}", flush=True)
+                  f"{t.get('runtime_us', float('nan')):7.1f}, zero-filled tail "
+                  f"{t.get('zero_filled_us', float('nan')):7.1f}) {t.get('error', '')}",
+                  flush=True)
         best = ok[0] if ok else None
         print(f"m={m:<6} cublas {cublas_us:7.1f} us  best "
               + (f"{best['us']:7.1f} us ({best['vs_cublas']:.3f}) {best['choices']}"
