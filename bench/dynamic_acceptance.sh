@@ -9,7 +9,9 @@
 #   2. bench/dynamic.py for GEMM (fp16, then bf16) and attention (fp16, then bf16), each
 #      in a process of its own, the range search's log beside its results.
 #
-# Each step has a time cap so that the next ones still run if one hangs; STEPS picks steps,
+# Each figure is the median of ROUNDS interleaved rounds (default 3: with two, one slow
+# round moved a 14 us kernel's back-to-back figure by 2 us). Each step has a time cap so
+# that the next ones still run if one hangs; STEPS picks steps,
 # run in its order (tests first when named: tests gemm-float16 gemm-bfloat16
 # attention-float16 attention-bfloat16).
 set -u
@@ -44,7 +46,7 @@ for op_dtype in $STEPS; do
     search='{"sizes": 12}'; budget="--trials ${ATTENTION_TRIALS:-384} --seconds 90"
   fi
   PIPETUNE_RANGE_SEARCH=$search timeout "$BENCH_CAP" python3 bench/dynamic.py --op "$op" \
-    --dtypes "$dtype" $budget --rounds 2 --cool-down-s 0.05 --log-level info \
+    --dtypes "$dtype" $budget --rounds ${ROUNDS:-3} --cool-down-s 0.05 --log-level info \
     --keep-db "$OUT/db" --out "$OUT/dynamic-$op_dtype.json" >> "$OUT/$op_dtype.log" 2>&1
   echo "exit $?"; grep "range run" "$OUT/$op_dtype.log" | tail -1
 done
