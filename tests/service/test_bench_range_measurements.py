@@ -8,6 +8,7 @@ import itertools
 import json
 import sqlite3
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from service_helpers import bench_module
@@ -17,24 +18,27 @@ import pipetune
 FIXED = {"n": 1024, "k": 1024, "dtype": "float16"}
 
 
-def _range_database(tmp_path: Path, patch: pytest.MonkeyPatch, name: str) -> Path:
-    path = tmp_path / name
-    patch.setenv("PIPETUNE_RANGE_SEARCH", '{"samples_per_anchor": 24, "anchors": 3}')
+@pytest.fixture
+def exported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, ModuleType]:
+    """A range run of the simulated device in its own database, exported with label
+    ``first``: (the database, the JSON file, the bench module)."""
+    database = tmp_path / "gemm.db"
+    monkeypatch.setenv("PIPETUNE_RANGE_SEARCH", '{"samples_per_anchor": 24, "anchors": 3}')
     result = pipetune.tune("gemm", device="sim:h200", budget={"trials": 16},
-                           database_url=f"sqlite:///{path}", progress=False,
+                           database_url=f"sqlite:///{database}", progress=False,
                            m={"min": 1, "max": 2048}, **FIXED)
     assert result.status == "succeeded"
-    return path
-
-
-def test_every_measurement_of_a_range_run_by_candidate(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     bench = bench_module("range_measurements")
-    database = _range_database(tmp_path, monkeypatch, "gemm.db")
     out = tmp_path / "measurements.json"
-    assert bench.main([str(database), "--label", "x", "--out", str(out)]) == 0
+    assert bench.main([str(database), "--label", "first", "--out", str(out)]) == 0
+    return database, out, bench
+
+
+def test_every_measurement_of_a_range_run_by_candidate(
+        exported: tuple[Path, Path, ModuleType]) -> None:
+    database, out, _ = exported
     [run] = json.loads(out.read_text())["runs"]
-    assert (run["op"], run["dim"], run["label"]) == ("gemm", "m", "x")
+    assert (run["op"], run["dim"], run["label"]) == ("gemm", "m", "first")
     assert run["params"]["m"] == {"min": 1, "max": 2048}
     with sqlite3.connect(database) as db:
         trials = db.execute("SELECT count(*) FROM pipetune_trials t JOIN pipetune_runs r "
@@ -49,12 +53,8 @@ def test_every_measurement_of_a_range_run_by_candidate(tmp_path: Path,
     assert all(a["high"] + 1 == b["low"] for a, b in itertools.pairwise(buckets))
 
 
-def test_a_second_database_appends_its_run(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    bench = bench_module("range_measurements")
-    database = _range_database(tmp_path, monkeypatch, "gemm.db")
-    out = tmp_path / "measurements.json"
-    assert bench.main([str(database), "--label", "first", "--out", str(out)]) == 0
+def test_a_second_database_appends_its_run(exported: tuple[Path, Path, ModuleType]) -> None:
+    database, out, bench = exported
     assert bench.main([str(database), "--label", "second", "--append", "--out", str(out)]) == 0
     runs = json.loads(out.read_text())["runs"]
     assert [r["label"] for r in runs] == ["first", "second"]
