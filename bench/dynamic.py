@@ -9,11 +9,10 @@ Two workloads (``--op``), for each dtype (fp16 and bf16), in one process on one 
   (128..16384; one tied range axis), batch 1, 32 query heads over 8 kv heads,
   head_dim 128, bhsd; the peer is cuDNN's ``scaled_dot_product_attention``.
 
-Steps per dtype:
+First, once a process, a **warm-up**: an untimed exact run at a size the timed runs never
+tune (``--warm-up-trials``), so that a freshly started machine's slow first run is charged
+to neither of the two runs whose wall times are compared. Then, per dtype:
 
-0. **Warm-up**: an untimed exact run at a size the timed runs never tune
-   (``--warm-up-trials``), so that a freshly started machine's slow first run is charged
-   to neither of the two runs whose wall times are compared.
 1. **The range run**: ``pipetune.tune`` with the range dimension(s) given as ``{"min",
    "max"}``, from an empty cache (a database of its own), its wall time from the call to
    the bucket table.
@@ -198,8 +197,6 @@ def run_dtype(dtype: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
 
     work = workload(args, dtype)
     url = f"sqlite:///{workdir / f'{args.op}-{dtype}.db'}"
-    warm_up_s = warm_up(work, args.warm_up_trials,
-                        f"sqlite:///{workdir / f'warm-up-{args.op}-{dtype}.db'}")
     result, range_s = tune_range(work, args, url)
     artifact = result.kernel
     if not artifact or artifact.get("kind") != "range":
@@ -233,7 +230,6 @@ def run_dtype(dtype: str, args: argparse.Namespace, workdir: Path) -> dict[str, 
                       "latency_us": exact.latency_us,
                       "speedup_vs_baseline": exact.speedup_vs_baseline},
         "range_over_exact_wall": range_s / exact_s,
-        "warm_up": {"size": WARM_UP_SIZE, "trials": args.warm_up_trials, "wall_s": warm_up_s},
         "sizes": rows, **summary,
     }
 
@@ -269,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="warning",
                         help="the range search's log on stderr (info: its plan and phases)")
     parser.add_argument("--warm-up-trials", type=int, default=24,
-                        help="an untimed exact run of this many trials before each dtype's "
-                             "timed runs (0: none)")
+                        help="an untimed exact run of this many trials before the timed "
+                             "runs (0: none)")
     parser.add_argument("--keep-db", type=Path, default=None,
                         help="keep the runs' SQLite databases in this folder (every "
                              "measurement of the range run; default: a scratch folder)")
@@ -284,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         workdir = args.keep_db or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
+        # Once a process: the machine, not the dtype, is what warms up.
+        warm_up_s = warm_up(workload(args, args.dtypes[0]), args.warm_up_trials,
+                            f"sqlite:///{workdir / 'warm-up.db'}")
         cases = [run_dtype(dtype, args, workdir) for dtype in args.dtypes]
     ok = [c for c in cases if "error" not in c]
     for case in ok:
@@ -293,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
               + "  ".join(f"{f} {case[f'{f}_geomean']:.3f} (min {case[f'{f}_min']:.3f})"
                           for f in FIGURES))
     write_json(args.out, {"date": datetime.date.today().isoformat(), "suite": "dynamic",
-                          **tree_state(), "cases": cases})
+                          **tree_state(), "warm_up": {"size": WARM_UP_SIZE,
+                                                       "trials": args.warm_up_trials,
+                                                       "wall_s": warm_up_s},
+                          "cases": cases})
     return 0 if len(ok) == len(cases) else 1
 
 
