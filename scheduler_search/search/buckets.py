@@ -6,8 +6,13 @@ GEMM with m = 1 wants narrow tiles and split reductions, one with m = 16384 the 
 tiles. :func:`partition` cuts the sampled sizes into contiguous buckets and gives each the
 candidate whose latencies there are closest to the best measured at each size (the
 geometric mean of the ratios, so every size counts alike whatever its time), with as few
-buckets as keep the loss within ``tolerance`` of the least any number of buckets reaches:
-each bucket is one more kernel to compile and keep.
+buckets as keep the loss within ``tolerance`` of the least any number of buckets reaches,
+and no size served more than ``size_tolerance`` slower than the best candidate there
+(or than the least-loss table serves it, where that is worse): each
+bucket is one more kernel to compile and keep, but a geometric mean over a hundred sizes
+hides one stretch served badly (an H200 fp16 table kept a stream-K kernel over m =
+1857..2588 at 1.083 of the best, within 1% overall, and it ran m = 2484 at 0.79 of
+cuBLAS where a 208-wide tile held three waves).
 
 Between two sampled sizes the bucket boundary is their geometric middle: a size is
 served by the bucket of the sampled size it is nearest to in log space.
@@ -70,6 +75,7 @@ def partition(
     high: int,
     max_buckets: int = 8,
     tolerance: float = 0.01,
+    size_tolerance: float | None = None,
 ) -> BucketTable:
     """Cut ``low..high`` into buckets over the sampled ``sizes`` (sorted, distinct) given
     each candidate's ``latencies`` at them (``latencies[c][i]`` at ``sizes[i]``).
@@ -87,10 +93,20 @@ def partition(
     logs = [[math.log(row[i] / best[i]) if row[i] is not None else math.inf
              for i in range(len(sizes))] for row in latencies]
     plans = _plans(logs, min(max_buckets, len(sizes)))
-    least = min(total for total, _ in plans.values())
-    count = min(c for c, (total, _) in plans.items()
-                if total <= least + len(sizes) * math.log1p(tolerance))
+    least_count = min(plans, key=lambda c: (plans[c][0], -c))
+    least = _per_size(logs, plans[least_count][1])
+    slack = len(sizes) * math.log1p(tolerance)
+    worst = math.inf if size_tolerance is None else math.log1p(size_tolerance)
+    count = min(c for c, (total, segments) in plans.items()
+                if total <= plans[least_count][0] + slack
+                and all(here <= max(there, worst) for here, there
+                        in zip(_per_size(logs, segments), least, strict=True)))
     return _table(sizes, logs, plans[count][1], low, high)
+
+
+def _per_size(logs: list[list[float]], segments: list) -> list[float]:
+    """Each sampled size's log-loss under ``segments``."""
+    return [logs[choice][i] for start, end, choice in segments for i in range(start, end)]
 
 
 def _plans(logs: list[list[float]], max_buckets: int) -> dict[int, tuple[float, list]]:

@@ -137,6 +137,13 @@ class RangeConfig:
             measurements with twenty, sixteen were taken, served/best 1.038 -> 1.017, and
             m = 673..800 went to a kernel holding it in one wave (estimated 40 against
             46-48 us).
+        size_tolerance: :func:`partition`'s: how much slower than the best candidate
+            any one size may be served (unless the least-loss table does no better). A
+            table within 1% overall once served m = 1857..2588 with one stream-K kernel
+            at up to 1.083 of the best, m = 2484 at 0.79 of cuBLAS; the wave plateaus
+            of the swapped tiles (200, 208, 216, ... rows: three waves each up to its
+            own m) want their own buckets there. Re-cut from the same H200 measurements
+            with 0.05, fp16 took 28 buckets (cap 32; 23 at a cap of 24).
         estimated_sizes: sizes spread over the range (log-spaced) at which, besides the
             sampled ones, each candidate's time is estimated before the range is cut:
             its nearest measurement scaled by the cost model's ratio between the two
@@ -165,8 +172,9 @@ class RangeConfig:
     exhaustive: bool = False
     batch_size: int | None = None
     retime_rounds: int = 3
-    max_buckets: int = 20
+    max_buckets: int = 32
     tolerance: float = 0.01
+    size_tolerance: float = 0.05
     estimated_sizes: int = 48
     refine_rounds: int = 3
     refine_sizes: int = 6
@@ -769,7 +777,8 @@ class RangeSearch:
             grid, kept = self._with_estimates(candidates, kept_sizes, kept_rows, steps)
             table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
                               max_buckets=self.config.max_buckets,
-                              tolerance=self.config.tolerance)
+                              tolerance=self.config.tolerance,
+                              size_tolerance=self.config.size_tolerance)
             found = self._jumps(table, candidates) - steps if rounds else set()
             if not found:
                 break

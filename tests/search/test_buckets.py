@@ -63,3 +63,24 @@ def test_a_first_candidate_that_failed_at_the_smallest_size_still_leaves_a_cut()
     assert table.bucket_of(1).choice == 1
     assert table.bucket_of(8).choice == 0 and table.bucket_of(16384).choice == 2
     assert len(table.buckets) == 3 and math.isfinite(table.loss)
+
+
+def test_one_size_served_badly_keeps_its_own_bucket_under_a_size_tolerance() -> None:
+    """A mean over many sizes hides one stretch served 8% slow (within 1% overall over
+    sixty sizes): ``size_tolerance`` holds every size to 5% of its best."""
+    sizes = list(range(1, 61))
+    stepped = [10.0] * 60
+    stepped[40:44] = [11.0] * 4  # four sizes where another kernel is 10% faster
+    other = [12.0] * 60
+    other[40:44] = [10.0] * 4
+    merged = partition(sizes, [stepped, other], low=1, high=60, max_buckets=4,
+                       tolerance=0.01)
+    assert [b.choice for b in merged.buckets] == [0]
+    held = partition(sizes, [stepped, other], low=1, high=60, max_buckets=4, tolerance=0.01,
+                     size_tolerance=0.05)
+    assert [b.choice for b in held.buckets] == [0, 1, 0]
+    assert held.bucket_of(42).choice == 1 and held.bucket_of(45).choice == 0
+    # Where the bucket cap leaves some size slow, the least-loss table's losses bound it.
+    thirds = [[10.0 if i // 20 == c else 12.0 for i in range(60)] for c in range(3)]
+    capped = partition(sizes, thirds, low=1, high=60, max_buckets=2, size_tolerance=0.05)
+    assert len(capped.buckets) == 2
