@@ -221,16 +221,30 @@ def _tile_elements(graph: STaskGraph) -> int:
     return elements
 
 
-#: Block simulations by (workload, device, structural choices, timings): the tile order
+#: Block simulations by (block, device, structural choices, timings): the tile order
 #: over the grid does not change a block's timeline, so raster variants reuse one
-#: simulation; measured timings take part through their ``cache_key``.
+#: simulation, and neither do the problem's extents beyond the tile (a range search
+#: estimates each candidate at a hundred sizes of one dimension: half its cut's time was
+#: simulating the same block again); measured timings take part through their
+#: ``cache_key``.
 _SIMULATIONS: dict[tuple, BlockSimulation] = {}
 _SIMULATIONS_MAX = 20000
 
 
+def _block_signature(graph: STaskGraph) -> tuple:
+    """What a block's simulation reads of its graph: the sTasks, each one's extents and
+    staged tiles, the tensors' types and places (not the problem's extents)."""
+    plan = graph.plan
+    return (graph.op, graph.stasks, graph.spatial_axes, graph.reduction_axes,
+            graph.causal_pairs,
+            tuple((name, tuple(sorted(extents.items())))
+                  for name, extents in sorted(plan.stask_extents.items())),
+            tuple(sorted(plan.tensor_tiles.items())),
+            tuple(sorted((name, t.dtype, t.space) for name, t in graph.tensors.items())))
+
+
 def _simulate(
     sprogram: SProgram,
-    spec: OperatorSpec,
     graph: STaskGraph,
     device: Device,
     timings: TimingModel,
@@ -242,7 +256,8 @@ def _simulate(
     structural = tuple(
         (k, v) for k, v in sorted(sprogram.choices.items()) if not k.startswith("raster_")
     )
-    key = (spec, device.fingerprint(), structural, iterations, timings_key)
+    key = (_block_signature(graph), device.fingerprint(), structural, iterations,
+           timings_key)
     if key not in _SIMULATIONS:
         if len(_SIMULATIONS) >= _SIMULATIONS_MAX:
             _SIMULATIONS.clear()
@@ -266,7 +281,7 @@ def estimate(
     order_trips = max(_ordered_trips(spec, tuple(sorted(graph.tile.items())), sprogram.raster))
     owners = sprogram.roles.consumer_warpgroups if sprogram.consumer_split == "pingpong" else 1
     iterations = min(order_trips, max(2, SIM_ITERATIONS // owners))
-    sim = _simulate(sprogram, spec, graph, device, timings, iterations)
+    sim = _simulate(sprogram, graph, device, timings, iterations)
     tile_time = _tile_time(sim)
     compute_us, dram_us, tiles, tile_us = _global(sprogram, spec, device, graph, tile_time)
     latency = max(compute_us, dram_us) + LAUNCH_OVERHEAD_US

@@ -55,6 +55,7 @@ import itertools
 import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -575,11 +576,17 @@ class RangeSearch:
         if reason in (StopReason.TRIALS, StopReason.EXHAUSTED):
             sizes, reason = self._refine(candidates, sizes, reason)
         cancelled = reason is StopReason.CANCELLED
+        started_s = time.perf_counter()
         table, measured_sizes = self._partition(candidates, sizes)
         buckets = self._buckets(table, candidates, measured_sizes)
+        logger.info("range search: cut into %d buckets in %.1f s", len(buckets),
+                    time.perf_counter() - started_s)
         if buckets and not cancelled and self.config.retime_rounds > 0:
             self._progress("retime")
+            started_s = time.perf_counter()
             buckets = self._retime(buckets)
+            logger.info("range search: re-timed the buckets' kernels at %d sizes in %.1f s",
+                        sum(len(b.samples) for b in buckets), time.perf_counter() - started_s)
         self._progress("done")
         return RangeResult(
             dim=self.dim,
