@@ -144,7 +144,10 @@ class RangeConfig:
             at up to 1.083 of the best, m = 2484 at 0.79 of cuBLAS; the wave plateaus
             of the swapped tiles (200, 208, 216, ... rows: three waves each up to its
             own m) want their own buckets there. Re-cut from the same H200 measurements
-            with 0.05, fp16 took 28 buckets (cap 32; 23 at a cap of 24).
+            with 0.05, fp16 took 24 buckets at a cap of 24 (every bucket within 1.031 of
+            the best) and 28 at a cap of 32 (within 1.012): the last few buckets buy
+            about 1% at a few sizes, and a larger table shares the run's budget among
+            more kernels.
         estimated_sizes: sizes spread over the range (log-spaced) at which, besides the
             sampled ones, each candidate's time is estimated before the range is cut:
             its nearest measurement scaled by the cost model's ratio between the two
@@ -173,7 +176,7 @@ class RangeConfig:
     exhaustive: bool = False
     batch_size: int | None = None
     retime_rounds: int = 3
-    max_buckets: int = 32
+    max_buckets: int = 24
     tolerance: float = 0.01
     size_tolerance: float = 0.05
     estimated_sizes: int = 48
