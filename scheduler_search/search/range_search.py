@@ -34,7 +34,8 @@ pool of candidates at every sampled size and lets :func:`~scheduler_search.searc
    the best at either end) at the geometric middle of the widest gaps between measured
    sizes where the winner or the best time changes: where a kernel's tiles spill into
    another wave, which estimates between samples miss.
-5. **Buckets**: :func:`partition` over the sizes measured; each bucket's winner is then
+5. **Buckets**: the measured sizes, with estimates between them, cut into buckets
+   (:class:`~scheduler_search.search.range_cut.RangeCut`); each bucket's winner is then
    re-timed interleaved at the bucket's sizes (``retime_rounds``; skipped when
    cancelled).
 
@@ -62,11 +63,11 @@ from typing import Any
 
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, RangeSpec, parse_spec
-from scheduler_search.ops.ranges import SizeRange
-from scheduler_search.search.buckets import BucketTable, partition
+from scheduler_search.search.buckets import BucketTable
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
 from scheduler_search.search.proposals.cost_model import _RandomTrial
 from scheduler_search.search.proposals.neighbours import neighbours
+from scheduler_search.search.range_cut import RangeCut, anchor_sizes, near_best
 from scheduler_search.search.records import (
     CODEGEN_ERROR,
     SOURCE_COST_MODEL,
@@ -86,24 +87,11 @@ logger = logging.getLogger(__name__)
 #: run-time size on a grid of one block per tile).
 RUNTIME_FIXED: Choices = {"persistent": True}
 
-#: A candidate this much slower than the best at every sampled size wins no bucket: its
-#: time between the samples is not estimated.
-CONTENDER_SLACK = 1.25
-
 #: A gap between measured sizes whose best times differ by more than this factor is
 #: refined (so is one whose ends have different winners): the kernels' tiles may spill
 #: into another wave in it. Where time hardly moves with the size (a GEMM's first few
 #: hundred m, bound by reading B) nothing is gained by looking closer.
 REFINE_STEP = 1.15
-
-#: A kernel whose predicted time grows by this factor from one size to the next has its
-#: tiles spill into another wave there; the cut is redone with such steps added to its
-#: sizes until its buckets hold no step it has not seen (at most ``JUMP_ROUNDS`` times).
-#: A cut that stopped after two rounds once let a 208-wide m tile (four tiles a wave)
-#: serve m = 833..839 in a second wave at 0.54 of cuBLAS: its bucket had ended below 832
-#: when its steps were looked for, and grew past it in the last cut.
-JUMP = 1.2
-JUMP_ROUNDS = 8
 
 #: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
 #: dimension of the range axis, ``RangeSpec.at``) of the
@@ -133,12 +121,12 @@ class RangeConfig:
         exhaustive: rank an anchor's whole space instead (seconds per anchor for a GEMM).
         batch_size: jobs per ``measure`` call (default: the executor's ``batch_size()``).
         retime_rounds: interleaved rounds re-timing the buckets' winners (0: none).
-        max_buckets, tolerance: :func:`partition`'s. Twelve buckets bound an H200 GEMM
-            table over m = 1..16384 (its wave plateaus want more): re-cut from the same
+        max_buckets, tolerance: ``buckets.partition``'s. Twelve buckets bound an H200
+            GEMM table over m = 1..16384 (its wave plateaus want more): re-cut from the same
             measurements with twenty, sixteen were taken, served/best 1.038 -> 1.017, and
             m = 673..800 went to a kernel holding it in one wave (estimated 40 against
             46-48 us).
-        size_tolerance: :func:`partition`'s: how much slower than the best candidate
+        size_tolerance: ``partition``'s: how much slower than the best candidate
             any one size may be served (unless the least-loss table does no better). A
             table within 1% overall once served m = 1857..2588 with one stream-K kernel
             at up to 1.083 of the best, m = 2484 at 0.79 of cuBLAS; the wave plateaus
@@ -318,23 +306,6 @@ def tied_sources(range_spec: RangeSpec) -> tuple[tuple[str, str, int], ...]:
     return tuple((name, *size_source(range_spec, name)) for name in range_spec.dims[1:])
 
 
-def anchor_sizes(size_range: SizeRange, count: int) -> list[int]:
-    """``count`` sizes spread evenly in log space over the range, both ends included
-    (listed sizes: the nearest listed), distinct and sorted."""
-    low, high = size_range.low, size_range.high
-    if count <= 1 or low == high:
-        return sorted({high} if count <= 1 else {low, high})
-    found = set()
-    for i in range(count):
-        size = math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (count - 1))
-        if size_range.listed is not None:
-            found.add(min(size_range.listed,
-                          key=lambda s: (abs(math.log(s) - math.log(size)), s)))
-        else:
-            found.add(min(high, max(low, round(size))))
-    return sorted(found)
-
-
 def plan_at(range_spec: RangeSpec, device: Device, sprogram: SProgram,
             sizes: Mapping[str, int]) -> SProgram:
     """``sprogram``'s choices planned at ``sizes`` (its ``runtime_dims`` kept): what the
@@ -422,6 +393,9 @@ class RangeSearch:
         self._jobs: dict[tuple[int, bool, tuple[int, ...]], list[Any] | Exception] = {}
         #: (schedule hash, size) -> the estimator's latency there (None: no estimate).
         self._predicted: dict[tuple[str, int], float | None] = {}
+        self.cut = RangeCut(self.size_range, self.dim, self.config, self._latency,
+                            lambda c, size: (c.sprogram.hash, size) in self._known,
+                            self._predict)
 
     # ----- the plan ------------------------------------------------------------------------
     def plan_sizes(self) -> list[int]:
@@ -580,7 +554,7 @@ class RangeSearch:
             sizes, reason = self._refine(candidates, sizes, reason)
         cancelled = reason is StopReason.CANCELLED
         started_s = time.perf_counter()
-        table, measured_sizes = self._partition(candidates, sizes)
+        table, measured_sizes = self.cut.cut(candidates, sizes)
         buckets = self._buckets(table, candidates, measured_sizes)
         logger.info("range search: cut into %d buckets in %.1f s", len(buckets),
                     time.perf_counter() - started_s)
@@ -645,14 +619,13 @@ class RangeSearch:
         measured sizes whose ends have different winners or best times more than
         ``REFINE_STEP`` apart; the contenders are the candidates within
         ``CONTENDER_SLACK`` of the best at either end."""
+        ordered = sorted(sizes)
+        rows = [[self._latency(c, size) for size in ordered] for c in candidates]
         ends: list[tuple[int, float, list[RangeCandidate]]] = []
-        for size in sorted(sizes):
-            timed = [(us, c) for c in candidates if (us := self._latency(c, size)) is not None]
-            if timed:
-                best = min(us for us, _ in timed)
-                ends.append((size, best, sorted((c for us, c in timed
-                                                 if us <= CONTENDER_SLACK * best),
-                                                key=lambda c: self._latency(c, size) or 0.0)))
+        for column, (size, near) in enumerate(zip(ordered, near_best(rows), strict=True)):
+            if near:
+                top = sorted(near, key=lambda i: (rows[i][column], i))
+                ends.append((size, rows[top[0]][column], [candidates[i] for i in top]))
         gaps = []
         for (low, low_us, low_top), (high, high_us, high_top) in itertools.pairwise(ends):
             changes = (low_top[0] is not high_top[0]
@@ -766,118 +739,6 @@ class RangeSearch:
         record = self._known.get((candidate.sprogram.hash, size))
         return record.latency_us if record is not None and record.ok else None
 
-    def _partition(self, candidates: list[RangeCandidate], sizes: list[int]
-                   ) -> tuple[BucketTable | None, list[int]]:
-        """The bucket table over the sizes some candidate ran at (None: none did)."""
-        contenders = self._contenders(candidates, sizes)
-        rows = [self._filled(c, sizes) if c.index in contenders
-                else [self._latency(c, s) for s in sizes] for c in candidates]
-        measured = [i for i, _ in enumerate(sizes) if any(row[i] is not None for row in rows)]
-        if not measured:
-            return None, []
-        if len(measured) < len(sizes):
-            logger.warning("range search: no candidate ran at %s; buckets cut over the rest",
-                           [sizes[i] for i in range(len(sizes)) if i not in measured])
-        kept_sizes = [sizes[i] for i in measured]
-        kept_rows = [[row[i] for i in measured] for row in rows]
-        steps: set[int] = set()
-        # Without estimates between samples there is nowhere to put a step's sizes.
-        rounds = JUMP_ROUNDS if self.config.estimated_sizes > 0 else 0
-        for round_ in range(1 + rounds):
-            grid, kept = self._with_estimates(candidates, kept_sizes, kept_rows, steps)
-            table = partition(grid, kept, low=self.size_range.low, high=self.size_range.high,
-                              max_buckets=self.config.max_buckets,
-                              tolerance=self.config.tolerance,
-                              size_tolerance=self.config.size_tolerance)
-            found = self._jumps(table, candidates) - steps if rounds else set()
-            if not found:
-                break
-            if round_ == rounds:
-                logger.warning("range search: the cut still spans kernel steps at %s after "
-                               "%d rounds", sorted(found), rounds)
-            steps |= found
-        return table, kept_sizes
-
-    def _jumps(self, table: BucketTable, candidates: list[RangeCandidate]) -> set[int]:
-        """Sizes on both sides of each step inside a bucket where the cost model has its
-        kernel's time jump by ``JUMP`` or more: one more tile along the range's dimension
-        (``k * tile``, ``k * tile + 1``) that spills into another wave. Estimates on a
-        log-spaced grid step over them (a 104-wide m tile served m = 442 in a second wave
-        at 0.56 of cuBLAS, its bucket cut at 448 between samples at 411 and 512)."""
-        found: set[int] = set()
-        for bucket in table.buckets:
-            candidate = candidates[bucket.choice]
-            tile = candidate.sprogram.tile.get(self.dim)
-            if not tile:
-                continue
-            for step in range(-(-bucket.low // tile) * tile, bucket.high, tile):
-                before, after = self._predict(candidate, step), self._predict(candidate, step + 1)
-                if before and after and after >= JUMP * before:
-                    found |= {step, step + 1}
-        return found
-
-    def _contenders(self, candidates: list[RangeCandidate], sizes: list[int]) -> set[int]:
-        """Indices of the candidates measured within ``CONTENDER_SLACK`` of the best at
-        some size: the only ones whose unmeasured sizes are worth an estimate (two
-        predictions each)."""
-        found: set[int] = set()
-        for size in sizes:
-            timed = [(us, c.index) for c in candidates
-                     if (us := self._latency(c, size)) is not None]
-            if timed:
-                best = min(us for us, _ in timed)
-                found |= {index for us, index in timed if us <= CONTENDER_SLACK * best}
-        return found
-
-    def _filled(self, candidate: RangeCandidate, sizes: list[int]) -> list[float | None]:
-        """``candidate``'s latencies at ``sizes``: measured, else (a size the refining
-        rounds left to the contenders) estimated from its nearest measurement; None where
-        it failed or has no measurement to scale."""
-        measured = {s: us for s in sizes if (us := self._latency(candidate, s)) is not None}
-        return [measured[s] if s in measured
-                else None if (candidate.sprogram.hash, s) in self._known or not measured
-                else self._scaled(candidate, s, measured) for s in sizes]
-
-    def _with_estimates(self, candidates: list[RangeCandidate], sizes: list[int],
-                        rows: list[list[float | None]],
-                        steps: frozenset[int] | set[int] = frozenset(),
-                        ) -> tuple[list[int], list[list[float | None]]]:
-        """The sampled ``sizes`` and ``config.estimated_sizes`` more between them, with
-        each candidate's latencies there: measured at a sampled size, else estimated from
-        its measurement at the nearest sampled size (in log space) times the cost
-        model's ratio between the two sizes. Only contenders are estimated (within
-        ``CONTENDER_SLACK`` of the best at some sampled size; the others could not win a
-        bucket, and each estimate plans and predicts a kernel). A grid size no candidate
-        has a latency for is left out. ``steps`` are more sizes to estimate at (either side
-        of a kernel's step into another wave: :meth:`_jumps`)."""
-        extra = (set(anchor_sizes(self.size_range, self.config.estimated_sizes)) | steps) \
-            - set(sizes)
-        if self.config.estimated_sizes <= 0 or not extra:
-            return sizes, rows
-        grid = sorted(set(sizes) | extra)
-        best = [min((row[i] for row in rows if row[i] is not None), default=None)
-                for i in range(len(sizes))]
-        table = []
-        for candidate, row in zip(candidates, rows, strict=True):
-            measured = {s: us for s, us in zip(sizes, row, strict=True) if us is not None}
-            contender = any(us is not None and b is not None and us <= CONTENDER_SLACK * b
-                            for us, b in zip(row, best, strict=True))
-            table.append([measured.get(s) if s in sizes or not contender
-                          else self._scaled(candidate, s, measured) for s in grid])
-        kept = [i for i, s in enumerate(grid)
-                if s in sizes or any(r[i] is not None for r in table)]
-        return [grid[i] for i in kept], [[r[i] for i in kept] for r in table]
-
-    def _scaled(self, candidate: RangeCandidate, size: int,
-                measured: dict[int, float]) -> float | None:
-        """``candidate``'s latency at ``size`` from its nearest measurement, scaled by the
-        estimator's ratio (None where the estimator has no prediction)."""
-        near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
-        here, there = self._predict(candidate, size), self._predict(candidate, near)
-        if here is None or there is None or there <= 0:
-            return None
-        return measured[near] * here / there
-
     def _buckets(self, table: BucketTable | None, candidates: list[RangeCandidate],
                  sizes: list[int]) -> list[RangeBucketResult]:
         if table is None:
@@ -971,7 +832,6 @@ __all__ = [
     "RangeConfig",
     "RangeResult",
     "RangeSearch",
-    "anchor_sizes",
     "plan_at",
     "range_dim",
     "range_dims",

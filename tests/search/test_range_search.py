@@ -14,10 +14,10 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_range_spec
 from scheduler_search.ops.ranges import SizeRange
 from scheduler_search.search import Budget, StopReason
+from scheduler_search.search.range_cut import anchor_sizes, near_best
 from scheduler_search.search.range_search import (
     RangeConfig,
     RangeSearch,
-    anchor_sizes,
     plan_at,
     range_dim,
     range_dims,
@@ -359,17 +359,17 @@ def test_the_cut_follows_a_kernels_steps_into_another_wave(monkeypatch) -> None:
     along m) the cut adds the sizes either side of the step: served just past the steps
     of the pool's kernels, the table is closer to the best than one cut over a coarse
     log-spaced grid of estimates alone."""
-    from scheduler_search.search import range_search
+    from scheduler_search.search import range_cut
 
     config = replace(CONFIG, sizes=8, pool=10, estimated_sizes=8)
     tables = {}
-    for rounds in (0, range_search.JUMP_ROUNDS):
-        monkeypatch.setattr(range_search, "JUMP_ROUNDS", rounds)
+    for rounds in (0, range_cut.JUMP_ROUNDS):
+        monkeypatch.setattr(range_cut, "JUMP_ROUNDS", rounds)
         tables[rounds] = _search(Recording(), config=config).run()
     steps = sorted({s + 1 for c in tables[0].candidates for t in [c.sprogram.tile["m"]]
                     for s in range(t, 16384, t)} - set(tables[0].sizes))[::7]  # 37 sizes
     plain = _served_loss(tables[0], steps)
-    stepped = _served_loss(tables[range_search.JUMP_ROUNDS], steps)
+    stepped = _served_loss(tables[range_cut.JUMP_ROUNDS], steps)
     assert stepped[0] < plain[0] and stepped[1] <= plain[1]
 
 
@@ -377,12 +377,12 @@ def test_the_returned_cut_was_asked_for_steps_until_none_were_new(monkeypatch) -
     """Each new cut can grow a bucket over a step of its kernel that the last one did not
     span: the cut is redone until its buckets hold no step it has not seen, so the table
     that comes back was checked (three rounds of new steps: the fourth cut returns)."""
-    from scheduler_search.search import range_search
+    from scheduler_search.search import range_cut
 
     search = _search(Recording(), config=replace(CONFIG, sizes=8, pool=10, estimated_sizes=8))
     cuts: list[Any] = []
     checked: list[Any] = []
-    real_partition = range_search.partition
+    real_partition = range_cut.partition
 
     def counting_partition(*args: Any, **kwargs: Any) -> Any:
         cuts.append(real_partition(*args, **kwargs))
@@ -392,8 +392,16 @@ def test_the_returned_cut_was_asked_for_steps_until_none_were_new(monkeypatch) -
         checked.append(table)
         return {100 + 10 * len(checked)} if len(checked) <= 3 else set()
 
-    monkeypatch.setattr(range_search, "partition", counting_partition)
-    monkeypatch.setattr(search, "_jumps", new_steps)
+    monkeypatch.setattr(range_cut, "partition", counting_partition)
+    monkeypatch.setattr(search.cut, "jumps", new_steps)
     result = search.run()
     assert len(cuts) == 4 and checked == cuts
     assert cuts[-1] is not None and result.buckets
+
+
+def test_near_best_names_the_candidates_within_the_slack_at_each_size() -> None:
+    """The contenders of a size: every candidate within ``CONTENDER_SLACK`` (1.25) of the
+    fastest there; a size nobody ran at has none."""
+    rows = [[10.0, None, 30.0], [12.4, 5.0, None], [12.6, None, None]]
+    assert near_best(rows) == [{0, 1}, {1}, {0}]
+    assert near_best([[None, 1.0]]) == [set(), {0}]
