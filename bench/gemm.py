@@ -53,7 +53,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
-from service.commands._options import knob_value  # noqa: E402
+from service.commands.options import knob_value  # noqa: E402
 
 #: Knobs whose values make two schedules "the same structure" for diversity.
 STRUCTURE_KEYS = (

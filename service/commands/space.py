@@ -18,13 +18,13 @@ from pydantic import ValidationError
 
 from scheduler_search.ops import SpecError
 from scheduler_search.space import rank_top
-from service.commands._options import (
+from service.commands._params import describe_errors, spec_from_cli
+from service.commands.options import (
     PhaseBar,
     add_fix_option,
     add_operator_parser,
     device_model,
 )
-from service.commands._params import describe_errors, spec_from_cli
 from service.runs.devices import DeviceError
 from service.runs.space import schedule_space
 

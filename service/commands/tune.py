@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from scheduler_search.ops import SpecError
-from service.commands._options import add_operator_parser
 from service.commands._params import describe_errors, parse_params
+from service.commands.options import add_operator_parser
 
 if TYPE_CHECKING:
     from scheduler_search.search import Progress
