@@ -27,13 +27,11 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler_search.ops.ranges import SizeRange
 from scheduler_search.search.buckets import BucketTable, partition
-
-if TYPE_CHECKING:
-    from scheduler_search.search.range_search import RangeCandidate, RangeConfig
+from scheduler_search.sprogram import SProgram
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +48,32 @@ CONTENDER_SLACK = 1.25
 JUMP = 1.2
 JUMP_ROUNDS = 8
 
+
+class Candidate(Protocol):
+    """What the cut reads of a candidate (the search's ``RangeCandidate``)."""
+
+    @property
+    def sprogram(self) -> SProgram: ...
+
+
+class CutKnobs(Protocol):
+    """The knobs of the cut (the search's ``RangeConfig`` has them)."""
+
+    @property
+    def max_buckets(self) -> int: ...
+
+    @property
+    def tolerance(self) -> float: ...
+
+    @property
+    def size_tolerance(self) -> float: ...
+
+    @property
+    def estimated_sizes(self) -> int: ...
+
+
 #: ``latency(candidate, size)``: a measured latency, or an estimate, or None.
-Latency = Callable[["RangeCandidate", int], "float | None"]
+Latency = Callable[[Candidate, int], "float | None"]
 
 
 def anchor_sizes(size_range: SizeRange, count: int) -> list[int]:
@@ -98,13 +120,13 @@ class RangeCut:
         predict: the cost model's latency of a candidate at a size (None: none).
     """
 
-    def __init__(self, size_range: SizeRange, dim: str, config: RangeConfig,
-                 latency: Latency, attempted: Callable[[RangeCandidate, int], bool],
+    def __init__(self, size_range: SizeRange, dim: str, config: CutKnobs,
+                 latency: Latency, attempted: Callable[[Candidate, int], bool],
                  predict: Latency) -> None:
         self.size_range, self.dim, self.config = size_range, dim, config
         self.latency, self.attempted, self.predict = latency, attempted, predict
 
-    def cut(self, candidates: list[RangeCandidate], sizes: list[int]
+    def cut(self, candidates: list[Candidate], sizes: list[int]
             ) -> tuple[BucketTable | None, list[int]]:
         """The bucket table over the sizes some candidate ran at (None: none did), and
         those sizes."""
@@ -138,7 +160,7 @@ class RangeCut:
             steps |= found
         return table, kept_sizes
 
-    def jumps(self, table: BucketTable, candidates: list[RangeCandidate]) -> set[int]:
+    def jumps(self, table: BucketTable, candidates: list[Candidate]) -> set[int]:
         """Sizes on both sides of each step inside a bucket where the cost model has its
         kernel's time jump by ``JUMP`` or more: one more tile along the range's dimension
         (``k * tile``, ``k * tile + 1``) that spills into another wave. Estimates on a
@@ -156,7 +178,7 @@ class RangeCut:
                     found |= {step, step + 1}
         return found
 
-    def _filled(self, candidate: RangeCandidate, sizes: list[int]) -> list[float | None]:
+    def _filled(self, candidate: Candidate, sizes: list[int]) -> list[float | None]:
         """``candidate``'s latencies at ``sizes``: measured, else (a size the refining
         rounds left to the contenders) estimated from its nearest measurement; None where
         it failed or has no measurement to scale."""
@@ -165,7 +187,7 @@ class RangeCut:
                 else None if self.attempted(candidate, s) or not measured
                 else self._scaled(candidate, s, measured) for s in sizes]
 
-    def _with_estimates(self, candidates: list[RangeCandidate], sizes: list[int],
+    def _with_estimates(self, candidates: list[Candidate], sizes: list[int],
                         rows: list[list[float | None]],
                         steps: frozenset[int] | set[int] = frozenset(),
                         ) -> tuple[list[int], list[list[float | None]]]:
@@ -189,7 +211,7 @@ class RangeCut:
                 if s in sizes or any(r[i] is not None for r in table)]
         return [grid[i] for i in kept], [[r[i] for i in kept] for r in table]
 
-    def _scaled(self, candidate: RangeCandidate, size: int,
+    def _scaled(self, candidate: Candidate, size: int,
                 measured: dict[int, float]) -> float | None:
         """``candidate``'s latency at ``size`` from its nearest measurement, scaled by the
         estimator's ratio (None where the estimator has no prediction)."""
