@@ -6,7 +6,7 @@ contract (``scheduler_search.ops``) at import time, and only the simulated devic
 estimator calls the cost model, lazily. CuPy, PyTorch and the CUDA bindings are imported
 lazily inside functions, so this package imports on a machine without a GPU.
 
-``load(artifact)`` (``workers.kernels``) is the user's side: it runs a tuned kernel on CuPy
+``load(artifact)`` (``workers.loading``) is the user's side: it runs a tuned kernel on CuPy
 arrays or torch tensors; for the kernels of a size range (a ``RangeArtifact``) it returns a
 ``RangeKernel`` (``workers.ranges``), which launches each call's size on its bucket's kernel.
 """
@@ -14,7 +14,8 @@ arrays or torch tensors; for the kernels of a size range (a ``RangeArtifact``) i
 from workers.compile import CompileResult, ParallelCompiler
 from workers.device import fingerprint_key, read_fingerprint
 from workers.executors import Executor, LocalGpuPool, SimulatedDevice
-from workers.kernels import KernelArgumentError, LoadedKernel, load
+from workers.kernels import KernelArgumentError, LoadedKernel
+from workers.loading import load
 from workers.protocol import (
     PROTOCOL_VERSION,
     Job,

@@ -1,4 +1,5 @@
-"""Run a tuned kernel: ``load(artifact)`` returns a callable over CuPy arrays or torch tensors.
+"""Run a tuned kernel: a :class:`LoadedKernel` (what ``workers.load`` returns for a
+KernelArtifact) is a callable over CuPy arrays or torch tensors.
 
 The KernelArtifact that ``GET /v1/kernels/{hash}`` returns (or ``pipetune render`` writes)
 is everything needed: the source is compiled with NVRTC through CuPy (the same options the
@@ -515,28 +516,6 @@ class LoadedKernel:
         return self._maps[key]
 
 
-def load(artifact: Any) -> Any:
-    """A callable that runs the kernel of ``artifact`` on CuPy arrays or torch tensors.
-
-    Args:
-        artifact: a ``KernelArtifact``, its ``to_dict()``, its JSON text, or the JSON body
-            of ``GET /v1/kernels/{hash}``: a :class:`LoadedKernel`. A ``RangeArtifact``
-            (the kernels of a size range), its dict (``"kind": "range"``) or JSON: a
-            :class:`workers.ranges.RangeKernel`, which launches the kernel of each call's
-            size.
-
-    Raises:
-        ValueError: not an artifact of a known operator.
-    """
-    artifact = plain_artifact(artifact)
-    if isinstance(artifact, RangeArtifact) or (isinstance(artifact, Mapping)
-                                               and artifact.get("kind") == "range"):
-        from workers.ranges import RangeKernel, as_range_artifact
-
-        return RangeKernel(as_range_artifact(artifact))
-    return LoadedKernel(as_artifact(artifact))
-
-
 def _framework(value: Any) -> str:
     return "torch" if (type(value).__module__ or "").startswith("torch") else "cupy"
 
@@ -641,6 +620,5 @@ __all__ = [
     "check_tensor",
     "describe_tensor",
     "expected_tensors",
-    "load",
     "plain_artifact",
 ]

@@ -197,13 +197,27 @@ def device_filter_error(text: str) -> str | None:
     return f"unknown device {text!r}{hint}; use one of {known}"
 
 
+#: The software versions of a fleet GPU's fingerprint that its model keeps.
+_FLEET_SOFTWARE = ("driver_version", "driver_release", "cuda_runtime_version",
+                   "cupy_version", "codegen_version")
+
+
+def model_of(identity: Mapping[str, Any]) -> Device:
+    """The hardware model of a fleet device, from its registered identity (the
+    properties and fingerprint ``pipetune node start`` registered, or a simulated
+    catalog device)."""
+    if identity.get("fleet") == "simulated":
+        return get_device(str(identity["catalog"]))
+    fingerprint = identity["fingerprint"]
+    software = {k: str(fingerprint.get(k, "")) for k in _FLEET_SOFTWARE}
+    return device_from_properties(identity["properties"], software)
+
+
 def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:
     """The hardware model of a stored device row (for resuming its runs)."""
     if kind == "simulated":
         return get_device(name)
     if kind == "fleet":
-        from service.runs.fleet import model_of  # fleet names devices of this module
-
         return model_of(identity)
     match = _CUDA.match(name)
     if match is None:

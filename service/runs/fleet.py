@@ -18,9 +18,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from scheduler_search.hardware import CATALOG, Device, device_from_properties, get_device
+from scheduler_search.hardware import CATALOG, get_device
 from service.db.fleet import FleetDevice, FleetEntry
-from service.runs.devices import DeviceError, GpuProbe, ResolvedDevice
+from service.runs.devices import DeviceError, GpuProbe, ResolvedDevice, model_of
 
 PREFIX = "fleet:"
 #: Hex digits of the key in a fleet device's name.
@@ -30,8 +30,6 @@ PROPERTY_KEYS = ("name", "major", "minor", "multiProcessorCount", "sharedMemPerM
                  "sharedMemPerBlockOptin", "regsPerMultiprocessor", "maxThreadsPerBlock",
                  "maxThreadsPerMultiProcessor", "l2CacheSize", "clockRate", "totalGlobalMem",
                  "memoryClockRate", "memoryBusWidth")
-_SOFTWARE = ("driver_version", "driver_release", "cuda_runtime_version", "cupy_version",
-             "codegen_version")
 
 
 def _sha256(value: Any) -> str:
@@ -83,15 +81,6 @@ def local_entries(probe: GpuProbe) -> list[tuple[FleetEntry, list[int]]]:
         groups.setdefault(key, (fingerprint, probe.properties(index), []))[2].append(index)
     return [(gpu_entry(fp, props, len(indices)), indices)
             for fp, props, indices in groups.values()]
-
-
-def model_of(identity: Mapping[str, Any]) -> Device:
-    """The hardware model of a fleet device, from its registered identity."""
-    if identity.get("fleet") == "simulated":
-        return get_device(str(identity["catalog"]))
-    fingerprint = identity["fingerprint"]
-    software = {k: str(fingerprint.get(k, "")) for k in _SOFTWARE}
-    return device_from_properties(identity["properties"], software)
 
 
 def resolved(device: FleetDevice) -> ResolvedDevice:

@@ -29,7 +29,14 @@ from service.db import ranges as ranges_repo
 from service.db import repositories as repo
 from service.db import results as results_repo
 from service.db.models import RangeTableModel
-from service.runs.tune import RUNTIME_DIMS
+
+#: Operator -> the dimensions its generated kernels take at run time: the ranges a run
+#: may tune (``RANGE_DIMS`` lists what specs allow). Attention's seq_q and seq_kv are one
+#: range alone or both tied to one axis (``RangeSpec.dims``).
+RUNTIME_DIMS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m",),
+    "attention": ("seq_q", "seq_kv"),
+}
 
 
 def _canonical_sha(data: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from service.runs.devices import (
     resolve_device,
     simulated,
 )
+from service.runs.ranges import RUNTIME_DIMS
 from service.schemas import BudgetIn, TuneRequest
 
 
@@ -37,15 +38,6 @@ class TuneInput:
     seed: int
     force: bool = False
     extend: bool = False
-
-
-#: Operator -> the dimensions its generated kernels take at run time: the ranges a run
-#: may tune (``RANGE_DIMS`` lists what specs allow). Attention's seq_q and seq_kv are one
-#: range alone or both tied to one axis (``RangeSpec.dims``).
-RUNTIME_DIMS: dict[str, tuple[str, ...]] = {
-    "gemm": ("m",),
-    "attention": ("seq_q", "seq_kv"),
-}
 
 
 @dataclass(frozen=True)
