@@ -53,6 +53,6 @@ done
 
 # PACK=1: the logs and databases in one archive (a device call brings back 8 files).
 if [[ ${PACK:-0} == 1 ]]; then
-  (cd "$OUT" && shopt -s nullglob && files=(*.log gpu_tests.tx[t] db) &&
+  (cd "$OUT" && shopt -s nullglob && files=(*.log gpu_tests.tx[t] d[b]) &&
    ((${#files[@]})) && tar czf logs.tgz "${files[@]}" && rm -rf "${files[@]}")
 fi
