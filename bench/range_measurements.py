@@ -1,7 +1,8 @@
 """Every measurement of range runs kept by ``bench/dynamic.py --keep-db``, by candidate, as
-one JSON file: for re-cutting a range offline (``RangeSearch`` with its records as
-history, or ``scheduler_search.search.buckets.partition``) when the cut changes, without
-the GPU.
+one JSON file: for re-cutting a range offline when the cut changes, without the GPU
+(``RangeSearch`` with the records as its history, its ``cut`` -
+``scheduler_search.search.range_cut.RangeCut`` - over the measured sizes; or
+``scheduler_search.search.buckets.partition`` over the measurements alone).
 
 For each database: the range run's candidates (schedule hash, choices without the range
 dimension, latency in microseconds at each measured size; null where the measurement
