@@ -39,9 +39,8 @@ def tree_state() -> dict[str, Any]:
     hash of the code itself (:func:`source_sha256`)."""
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                             cwd=ROOT).stdout.strip()
-    dirty = bool(subprocess.run(
-        ["git", "status", "--porcelain", "codegen", "bench", "scheduler_search"],
-        capture_output=True, text=True, cwd=ROOT).stdout.strip())
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", *CODE_FOLDERS],
+                                capture_output=True, text=True, cwd=ROOT).stdout.strip())
     return {"commit": commit, "dirty": dirty, "source_sha256": source_sha256()}
 
 

@@ -233,7 +233,12 @@ _SIMULATIONS_MAX = 20000
 
 def _block_signature(graph: STaskGraph) -> tuple:
     """What a block's simulation reads of its graph: the sTasks, each one's extents and
-    staged tiles, the tensors' types and places (not the problem's extents)."""
+    staged tiles, the tensors' types and places (not the problem's extents); worked out
+    once a graph."""
+    return graph.memoised(("block_signature",), lambda: _signature_of(graph))
+
+
+def _signature_of(graph: STaskGraph) -> tuple:
     plan = graph.plan
     return (graph.op, graph.stasks, graph.spatial_axes, graph.reduction_axes,
             graph.causal_pairs,

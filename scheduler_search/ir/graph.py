@@ -7,12 +7,14 @@ creates pipelines. Axes absent from the TileShape are taken whole (``d`` of atte
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Literal, TypeVar
 
 from scheduler_search.ir.stask import STask
+
+_T = TypeVar("_T")
 
 TileShape = Mapping[str, int]
 MemorySpace = Literal["global", "shared", "register"]
@@ -86,6 +88,13 @@ class STaskGraph:
         """Results that depend on this graph and a few decisions, by key: validation
         and planning look them up for each of the thousands of schedules of one tile."""
         return {}
+
+    def memoised(self, key: tuple, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept in :attr:`memo` under ``key`` (which must name every
+        decision the result depends on besides the graph and its plan)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]  # type: ignore[return-value]
 
     @cached_property
     def plan(self) -> TilePlan:

@@ -121,11 +121,10 @@ class RangeConfig:
         exhaustive: rank an anchor's whole space instead (seconds per anchor for a GEMM).
         batch_size: jobs per ``measure`` call (default: the executor's ``batch_size()``).
         retime_rounds: interleaved rounds re-timing the buckets' winners (0: none).
-        max_buckets, tolerance: ``buckets.partition``'s. Twelve buckets bound an H200
-            GEMM table over m = 1..16384 (its wave plateaus want more): re-cut from the same
-            measurements with twenty, sixteen were taken, served/best 1.038 -> 1.017, and
-            m = 673..800 went to a kernel holding it in one wave (estimated 40 against
-            46-48 us).
+        max_buckets, tolerance: ``buckets.partition``'s. An H200 GEMM table over
+            m = 1..16384 wants many (each wave plateau of each tile its own): a cap of
+            twelve once served m = 673..800 with a kernel in two waves where another
+            held it in one (estimated 40 against 46-48 us).
         size_tolerance: ``partition``'s: how much slower than the best candidate
             any one size may be served (unless the least-loss table does no better). A
             table within 1% overall once served m = 1857..2588 with one stream-K kernel

@@ -62,9 +62,7 @@ SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
 def default_mapping(graph: STaskGraph, device: Device) -> dict[str, UnitKind]:
     """Each sTask on its preferred sEU that the device has (a fresh dict)."""
     key = ("default_mapping", tuple(sorted(device.unit_kinds())))
-    if key not in graph.memo:
-        graph.memo[key] = _preferred_units(graph, device)
-    return dict(graph.memo[key])  # type: ignore[call-overload]
+    return dict(graph.memoised(key, lambda: _preferred_units(graph, device)))
 
 
 def _vector_loads(graph: STaskGraph) -> tuple[str, ...]:

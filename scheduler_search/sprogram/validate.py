@@ -18,10 +18,9 @@ Checks, each with the hardware rule it enforces:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
@@ -112,16 +111,6 @@ class Validity:
         return self.rejections[0].reason if self.rejections else None
 
 
-_T = TypeVar("_T")
-
-
-def _per_graph(graph: STaskGraph, key: tuple, compute: Callable[[], _T]) -> _T:
-    """``compute()``, memoised on ``graph`` under ``key`` (which must name every decision
-    the result depends on besides the graph and its plan)."""
-    memo = graph.memo
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]  # type: ignore[return-value]
 
 
 def _units(sprogram: SProgram) -> tuple:
@@ -154,7 +143,7 @@ def smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
     """Dynamic shared memory the kernel needs."""
     key = ("smem", _units(sprogram), tuple(sorted(sprogram.stages.items())),
            sprogram.persistent, sprogram.consumer_split)
-    return _per_graph(graph, key, lambda: _smem_bytes(sprogram, graph, plan))
+    return graph.memoised(key, lambda: _smem_bytes(sprogram, graph, plan))
 
 
 def _smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
@@ -211,7 +200,7 @@ def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) ->
     output accumulator: FlashAttention-3's register budget).
     """
     key = ("registers", _units(sprogram), rows_per_consumer(sprogram, graph), sprogram.swap_ab)
-    return _per_graph(graph, key, lambda: _consumer_registers(sprogram, graph, plan))
+    return graph.memoised(key, lambda: _consumer_registers(sprogram, graph, plan))
 
 
 def _consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
@@ -247,7 +236,7 @@ def _check_mma_shapes(
     sprogram: SProgram, graph: STaskGraph, plan: TilePlan
 ) -> tuple[Rejection, ...]:
     key = ("mma", rows_per_consumer(sprogram, graph), sprogram.swap_ab)
-    return _per_graph(graph, key, lambda: tuple(_mma_shape_problems(sprogram, graph, plan)))
+    return graph.memoised(key, lambda: tuple(_mma_shape_problems(sprogram, graph, plan)))
 
 
 def _mma_shape_problems(
@@ -296,7 +285,7 @@ def _check_tma(
     sprogram: SProgram, graph: STaskGraph, plan: TilePlan, spec: OperatorSpec
 ) -> tuple[Rejection, ...]:
     key = ("tma", _units(sprogram))
-    return _per_graph(graph, key, lambda: tuple(_tma_problems(sprogram, graph, plan, spec)))
+    return graph.memoised(key, lambda: tuple(_tma_problems(sprogram, graph, plan, spec)))
 
 
 def _tma_problems(
@@ -349,7 +338,7 @@ def _tma_problems(
 def check_tiles(tile: dict[str, int], spec: OperatorSpec) -> list[Rejection]:
     """The rules that depend on the tile shape alone (the space prunes with them early)."""
     graph = spec.graph(tile)
-    return list(_per_graph(graph, ("tiles",), lambda: tuple(_tile_problems(tile, graph, spec))))
+    return list(graph.memoised(("tiles",), lambda: tuple(_tile_problems(tile, graph, spec))))
 
 
 def _tile_problems(tile: dict[str, int], graph: STaskGraph, spec: OperatorSpec) -> list[Rejection]:
