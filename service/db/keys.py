@@ -51,6 +51,27 @@ def authenticate(session: Session, *, token: str) -> ApiKeyModel | None:
     return key if verify(secret, salt=key.salt, digest=key.digest) else None
 
 
+#: The PostgreSQL advisory lock that admits runs one at a time: ``b"pipetune"`` read as a
+#: 64-bit number, so it cannot meet another application's lock by chance.
+ADMISSION_LOCK_ID = int.from_bytes(b"pipetune", "big")
+
+
+def lock_admission(session: Session) -> None:
+    """Hold the lock on admitting runs until ``session``'s transaction ends, so that the
+    quota counts and the run queued after them are one step for concurrent requests.
+
+    PostgreSQL: a transaction-scoped advisory lock, released at commit or rollback; the
+    counts after it see the runs the previous holder committed (READ COMMITTED, the
+    engine's isolation, takes a snapshot per statement). It is database-wide, so every
+    process (and every schema) of one database shares it: runs are admitted one at a
+    time there, a few milliseconds each. SQLite: nothing to take; a write session begins
+    with ``BEGIN IMMEDIATE`` (``service.core.db``), so its transaction already holds the
+    database's only write lock.
+    """
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(ADMISSION_LOCK_ID)))
+
+
 def count_active_runs(session: Session, *, key_id: int | None = None) -> int:
     """Queued and running runs, of one key if given."""
     query = select(func.count()).select_from(RunModel).where(

@@ -1,5 +1,11 @@
 """Whether a new run may be queued: the key's quota of active runs and the server's bound
-on queued runs (checked only when a request would add a run, not when it joins one)."""
+on queued runs (checked only when a request would add a run, not when it joins one).
+
+The check holds under concurrent requests because :func:`admit` takes the admission lock
+(``keys.lock_admission``) before it counts, and the caller queues the run in the same
+transaction: the next request's count waits for that commit and sees the run (issue 42:
+counting without a lock let 30 concurrent requests of one key queue 29 runs against a
+bound of 5 on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -15,12 +21,15 @@ QUEUE_RETRY_AFTER_S = 30.0
 
 
 def admit(session: Session, settings: Settings, *, key_id: int | None) -> None:
-    """Raise :class:`TooManyRequests` if one more run would exceed a quota.
+    """Raise :class:`TooManyRequests` if one more run would exceed a quota. Call it in
+    the transaction that then queues the run: the admission lock it takes is held until
+    that transaction ends.
 
     Raises:
         TooManyRequests: the key has ``key_max_active_runs`` queued or running runs, or
             the server has ``max_queued_runs`` queued.
     """
+    keys_repo.lock_admission(session)
     if key_id is not None:
         active = keys_repo.count_active_runs(session, key_id=key_id)
         if active >= settings.key_max_active_runs:
