@@ -100,10 +100,13 @@ def _start_workers(settings: Settings, log_level: str) -> WorkerProcesses | None
     they do not race to migrate it), or ``None`` to run searches in this process."""
     if settings.run_workers == 0:
         return None
-    import migrations
+    from service.commands._database import open_database
     from service.runs.worker_processes import WorkerProcesses
 
-    migrations.upgrade(settings.database_url)
+    # Through the Database's engine, which makes a SQLite file's folder first: on a new
+    # account the data directory does not exist yet (issue 42).
+    with open_database(settings.database_url):
+        pass
     workers = WorkerProcesses(settings.run_workers, settings.database_url, log_level)
     workers.start()
     print(f"pipetune: searches run in {settings.run_workers} worker process(es)",

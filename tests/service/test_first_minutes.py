@@ -1,0 +1,127 @@
+"""A new user's first minutes (issue 42, item 7): ``pipetune serve`` on an account whose
+data folder does not exist yet, and ``import pipetune`` needing nothing outside the base
+dependencies (``pip install .`` without extras)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from importlib.metadata import PackageNotFoundError, distribution
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE_START_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _new_account_env(home: Path) -> dict[str, str]:
+    """The environment of a user who never ran pipetune: a new HOME, no XDG folders, no
+    PIPETUNE_ settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PIPETUNE_", "XDG_"))}
+    return {**env, "HOME": str(home)}
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def test_serve_on_a_new_account_makes_its_data_folder_and_answers(tmp_path: Path) -> None:
+    home = tmp_path / "newhome"
+    home.mkdir()
+    port = _free_port()
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        env=_new_account_env(home), cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + SERVE_START_S
+        while not _healthy(port) and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        answered = _healthy(port)
+    finally:
+        serve.terminate()
+        _, err = serve.communicate(timeout=30)
+    assert answered, err
+    assert "Traceback" not in err, err
+    assert (home / ".local" / "share" / "pipetune" / "pipetune.db").is_file()
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    """Distribution names of requirement strings, normalised; markers that do not hold
+    here (``sys_platform == 'win32'``, extras) left out."""
+    from packaging.requirements import Requirement
+
+    names = set()
+    for text in requirements:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        names.add(re.sub(r"[-_.]+", "-", requirement.name).lower())
+    return names
+
+
+def _closure(names: set[str]) -> set[str]:
+    """``names`` and everything they require, as installed here."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo.extend(_requirement_names(distribution(name).requires or []))
+        except PackageNotFoundError:
+            continue
+    return seen
+
+
+#: Run in a fresh interpreter: imports of a distribution outside the allowed set fail as
+#: if it were not installed (an optional import falls back, as it would after
+#: ``pip install .``), then ``import pipetune`` and its client.
+_WITHOUT_EXTRAS = """
+import json, re, sys
+from importlib.metadata import packages_distributions
+
+allowed = set(json.loads(sys.argv[1]))
+owners = packages_distributions()
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        dists = owners.get(name.split(".")[0], [])
+        if dists and not any(re.sub(r"[-_.]+", "-", d).lower() in allowed for d in dists):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+import pipetune
+pipetune.Client("http://127.0.0.1:9").close()
+"""
+
+
+def test_import_pipetune_needs_only_the_base_dependencies() -> None:
+    """``import pipetune`` and its client work with only pipetune's base dependencies
+    (and what they require) importable: ``pip install .`` is enough."""
+    import json
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    allowed = _closure(_requirement_names(project["dependencies"])) | {"pipetune"}
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, json.dumps(sorted(allowed))],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
