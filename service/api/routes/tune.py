@@ -8,15 +8,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from service.api.auth import TunerDep
+from service.api.auth import TunerDep, check_can_manage
 from service.api.deps import AnswersDep, DatabaseDep, MetricsDep, RunManagerDep, SettingsDep
+from service.auth import Principal
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db import fleet, stamps
 from service.db import repositories as repo
-from service.errors import InvalidRequest
+from service.db.models import RunStatus
+from service.errors import Forbidden, InvalidRequest
 from service.runs.manager import RunManager, Submitted
-from service.runs.tune import RangeTuneInput, prepare_any
+from service.runs.tune import RangeTuneInput, TuneInput, prepare_any
 from service.schemas import (
     AUTH_RESPONSES,
     ErrorPublic,
@@ -55,6 +57,8 @@ def tune(
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
+    if tune_input.extend:
+        _check_may_extend(db, principal, tune_input)
     if isinstance(tune_input, RangeTuneInput):
         return _tune_range(tune_input, manager, principal.key_id, metrics)
     stamp = key = None
@@ -86,6 +90,33 @@ def tune(
     body = TuneResponse(cached=False, run=run, schedule=None)
     return JSONResponse(body.model_dump(mode="json"), status_code=202,
                         headers={"Location": f"/v1/runs/{run.id}"})
+
+
+def _check_may_extend(db: Database, principal: Principal,
+                      tune_input: TuneInput | RangeTuneInput) -> None:
+    """An ``extend`` queues the workload's newest run again if it has finished, which,
+    as a resume, only its owner or an admin may (an active run is joined, as any tune
+    request joins it; without a run the request starts one of its own).
+
+    The run is read before the run manager's transaction that queues it again: only
+    another key's run made and ended in between could slip past (the manager holds no
+    principal to check it in that transaction).
+
+    Raises:
+        Forbidden: the run to queue again is another key's.
+    """
+    if principal.allows("admin"):
+        return  # it may continue any run: nothing to look up
+    with repo.session_scope(db.read_sessions) as session:
+        run = repo.newest_run_by_keys(session, workload_key=tune_input.workload_key,
+                                      device_key=tune_input.device.key)
+    if run is None or not RunStatus(run.status).is_finished():
+        return
+    try:
+        check_can_manage(principal, run.id, run.key_id)
+    except Forbidden as exc:
+        raise Forbidden(f"{exc} (extend continues it; force starts a run of your "
+                        "own)") from exc
 
 
 def _tune_range(tune_input: RangeTuneInput, manager: RunManager, key_id: int | None,
