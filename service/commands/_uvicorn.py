@@ -13,6 +13,9 @@ the socket one write per response: uvicorn writes a response's headers and its b
 separately, two ``send`` calls for the usual small JSON answer; the writes of one pass of
 the event loop are joined and written at its end. :class:`HeaderTimeoutH11Protocol` stays
 for a Python without ``httptools`` (a platform without its wheel).
+
+Both also refuse a request head past ``Settings.max_header_bytes`` or
+``Settings.max_headers`` with a 431 while it arrives (``_header_limits``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from service.commands._header_limits import H11HeadLimits, HttpToolsHeadLimits
+from service.core.config import Settings, get_settings
 
 #: Seconds a client has to send a request's headers, from connecting or from the end of
 #: the previous response.
@@ -84,6 +90,10 @@ class _CoalescingTransport:
         self.flush()
         self._transport.close()
 
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def get_write_buffer_size(self) -> int:
         self.flush()
         return self._transport.get_write_buffer_size()
@@ -92,8 +102,9 @@ class _CoalescingTransport:
         return getattr(self._transport, name)
 
 
-class HeaderTimeoutH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline on each request's headers."""
+class HeaderTimeoutH11Protocol(H11HeadLimits, H11Protocol):
+    """uvicorn's h11 protocol with a deadline on each request's headers and limits on
+    their size."""
 
     header_timeout_s = HEADER_TIMEOUT_S
     _deadline: _HeaderDeadline | None = None
@@ -127,8 +138,9 @@ def _httptools_protocol() -> type | None:
     except ImportError:
         return None
 
-    class HeaderTimeoutHttpToolsProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol, one write per response, a header deadline."""
+    class HeaderTimeoutHttpToolsProtocol(HttpToolsHeadLimits, HttpToolsProtocol):
+        """uvicorn's httptools protocol, one write per response, a header deadline,
+        limits on the headers' size."""
 
         header_timeout_s = HEADER_TIMEOUT_S
         _deadline: _HeaderDeadline | None = None
@@ -161,6 +173,11 @@ def _httptools_protocol() -> type | None:
 HeaderTimeoutProtocol: type = _httptools_protocol() or HeaderTimeoutH11Protocol
 
 
-def uvicorn_options() -> dict[str, Any]:
-    """Keyword arguments of ``uvicorn.run`` beside the app, host, port and log level."""
-    return {"http": HeaderTimeoutProtocol, "timeout_keep_alive": KEEP_ALIVE_S}
+def uvicorn_options(settings: Settings | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``uvicorn.run`` beside the app, host, port and log level: the
+    protocol with the header limits of ``settings`` (default: the environment's)."""
+    settings = settings or get_settings()
+    limits = {"max_header_bytes": settings.max_header_bytes,
+              "max_headers": settings.max_headers}
+    protocol = type(HeaderTimeoutProtocol.__name__, (HeaderTimeoutProtocol,), limits)
+    return {"http": protocol, "timeout_keep_alive": KEEP_ALIVE_S}

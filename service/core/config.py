@@ -59,6 +59,9 @@ class Settings(BaseSettings):
         api_threads: threads that serve the API's blocking handlers; requests beyond
             them wait their turn, and the database pools are sized from it.
         max_event_streams: open ``/v1/runs/{id}/events`` streams (429 beyond).
+        max_header_bytes: largest request head (request line and headers) ``serve``
+            reads; a longer one is answered 431 before it is read whole.
+        max_headers: most header fields in a request (431 beyond).
         require_auth: every API request needs an API key (``pipetune keys create``);
             ``pipetune serve`` turns it on whenever it binds a non-loopback address.
         rate_limit: requests per API key, in the ``limits`` notation (``600/minute``);
@@ -103,6 +106,8 @@ class Settings(BaseSettings):
     calibrate: bool = True
     api_threads: int = Field(default=40, ge=1, le=1000)
     max_event_streams: int = Field(default=1000, ge=1, le=100_000)
+    max_header_bytes: int = Field(default=32 * 1024, ge=1024, le=1024 * 1024)
+    max_headers: int = Field(default=100, ge=16, le=10_000)
     require_auth: bool = False
     rate_limit: str = "600/minute"
     key_max_active_runs: int = Field(default=8, ge=1)
