@@ -177,8 +177,19 @@ class GemmHooks(OperatorHooks):
     last_tile_inside = True
 
     @property
+    def pulls_last_tile_back(self) -> bool:
+        """Whether the last m and n tiles end at the edge. Not with stream-K: there the
+        pulled-back tile and the one before it sum a shared element's k in different
+        parts (one of them a stream-K tile, its trips split among blocks), so the two
+        blocks write it with bits one rounding apart, and whichever stores last wins: on
+        an H200 (2026-12-03, 4000 x 6000 x 2000 bf16) every stream-K design gave other
+        bits on 159-200 of 200 calls, and none did with its last tiles zero-filled
+        (bench/results/stream-k-determinism-2026-12-03.json)."""
+        return self.last_tile_inside and self.sprogram.stream_k is None
+
+    @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        inside = self.last_tile_inside
+        inside = self.pulls_last_tile_back
         return (GridAxis("m", self.m, self.tile_m, runtime_extent="M" if self.runtime_m else "",
                          last_inside=inside),
                 GridAxis("n", self.n, self.tile_n, last_inside=inside))

@@ -57,7 +57,8 @@ class GridAxis:
     #: and ``extent`` is the size the kernel is planned at. Empty: a compile-time extent.
     runtime_extent: str = ""
     #: The last tile ends at the extent (its origin pulled back over the tile before, whose
-    #: shared elements it recomputes and writes again with the same values), so its TMA
+    #: shared elements it recomputes and writes again, with the same values only where
+    #: both tiles sum them in the same order: not with stream-K), so its TMA
     #: boxes never cross the tensor's edge: on an H200 a box partly out of bounds loads
     #: slower than a whole one (a run-time-m GEMM tile with 4 of 64 rows inside ran 1.2x
     #: the time of one with 60). Only where a tile's outputs depend on nothing but their

@@ -200,3 +200,23 @@ DESIGNS: dict[str, dict[str, Choices]] = {
     "mamba2_chunk_scan": {"triton_tiling": MAMBA2_CHUNK_SCAN,
                           "packed_heads": MAMBA2_CHUNK_SCAN_PACKED},
 }
+
+
+def stream_k_designs() -> list[Choices]:
+    """One design per shape of stream-K's part of the kernel (the fragment a consumer
+    writes and sums: its rows, its warpgroups, swapped or not; the store after the sum;
+    one or two waves shared out), for checks that must cover every stream-K kernel the
+    space can build (the same bits on every call)."""
+    designs: list[Choices] = []
+    for waves in (1, 2):
+        for tile_m, tile_n, consumers, stages in ((128, 256, 2, 4), (128, 128, 2, 4),
+                                                  (128, 128, 1, 4), (64, 256, 1, 4),
+                                                  (256, 128, 2, 3)):
+            for store in ("tma", "cuda_core"):
+                designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                                "consumer_warpgroups": consumers, "stages_ab": stages,
+                                "map_store": store, "stream_k": waves})
+        designs.append({**GEMM_WARP_SPECIALIZED, "order": "serial", "stream_k": waves})
+        for swapped in (GEMM_SWAP_NARROW, _swapped(64), _swapped(128, 128)):
+            designs.append({**swapped, "stream_k": waves})
+    return designs

@@ -43,6 +43,20 @@ def test_a_schedule_without_stream_k_keeps_its_text_and_contract() -> None:
     assert "sk_" not in artifact.source and "trip0" not in artifact.source
 
 
+def test_stream_k_tiles_never_overlap_so_every_element_has_one_writer() -> None:
+    """A pulled-back last tile and the one before it would both write the elements they
+    share, summed in different parts when either is a stream-K tile: whichever block
+    stores last decides the bits. Stream-K kernels zero-fill their last tiles instead;
+    the same design without stream-K keeps the pulled-back origin."""
+    spec = _spec(4000, 6000, 2000, dtype="bfloat16", b_layout="nk")
+    pulled_back = "min(t_m * 128, max(4000 - 128, 0))"
+    for waves in (1, 2):
+        sprogram = plan_sprogram(spec, H200, {**PERSISTENT, "stream_k": waves})
+        source = render(sprogram, spec, H200).source
+        assert "m0 = t_m * 128;" in source and pulled_back not in source
+    assert pulled_back in render(plan_sprogram(spec, H200, PERSISTENT), spec, H200).source
+
+
 @pytest.mark.parametrize(("shape", "choices"), [
     ((4096, 4096, 4096), {"stream_k": 1}),
     ((4096, 4096, 4096), {"stream_k": 2, "map_store": "cuda_core", "order": "serial"}),
