@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
+import queue
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from workers.spawn import Child
 
 # What CuPy's RawModule appends to the user's options (CuPy 14.2, cupy/cuda/compiler.py:
 # _compile_with_cache_cuda adds -ftz=true; _compile_using_nvrtc adds the default execution
@@ -118,8 +123,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _import_compiler(_: int) -> bool:
-    """A pool process's warm-up: NVRTC's bindings loaded (where CuPy is installed)."""
+def _import_compiler() -> bool:
+    """NVRTC's bindings loaded (where CuPy is installed): a compile process's warm-up."""
     try:
         from cupy_backends.cuda.libs import nvrtc  # noqa: F401
     except ImportError:
@@ -127,14 +132,70 @@ def _import_compiler(_: int) -> bool:
     return True
 
 
+#: A compile process's request: (source, options, cache_dir, default_arch), or None to
+#: import the compiler and answer whether it could.
+CompileJob = tuple[str, tuple[str, ...], str, str] | None
+
+
+def compile_server(conn: Connection) -> None:
+    """A compile process's entry (``workers.spawn``): answer each request with
+    ``("ok", CompileResult | bool)`` or ``("error", text)`` until the pipe closes."""
+    while True:
+        try:
+            request: CompileJob = conn.recv()
+        except EOFError:
+            return
+        try:
+            answer = ("ok", _import_compiler() if request is None else compile_to_cache(*request))
+        except Exception as exc:  # the compiler itself failed (missing NVRTC, ...)
+            answer = ("error", repr(exc))
+        conn.send(answer)
+
+
+class _CompileProcess:
+    """One compile process, started on first use and again after it is killed."""
+
+    def __init__(self) -> None:
+        self._child: Child | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._child is not None and self._child.is_alive()
+
+    def ask(self, request: CompileJob, timeout_s: float) -> tuple[str, Any]:
+        """The answer to ``request``, or ``("timeout", None)`` (the process is killed) or
+        ``("error", text)`` when it dies."""
+        if not self.alive:
+            self.stop()
+            self._child = Child(compile_server, name="pipetune-compile")
+        assert self._child is not None
+        try:
+            self._child.conn.send(request)
+            if not self._child.conn.poll(timeout_s):
+                self.stop()
+                return "timeout", None
+            return self._child.conn.recv()
+        except (EOFError, OSError) as exc:
+            self.stop()
+            return "error", f"compile process died: {exc or type(exc).__name__}"
+
+    def stop(self) -> None:
+        if self._child is not None:
+            self._child.kill()
+            self._child.join()
+            self._child.close()
+            self._child = None
+
+
 class ParallelCompiler:
-    """Compiles batches of sources in a pool of spawned CPU processes.
+    """Compiles batches of sources in a pool of CPU processes (``workers.spawn``
+    children: the caller's script is never imported).
 
     Args:
         cache_dir: where cubins and logs are kept (default: ``default_cache_dir()``).
         max_workers: pool size (default: the CPU count).
-        timeout_s: a compile still running this long after its result is awaited is
-            reported as timed out, and the pool is replaced after the batch.
+        timeout_s: a compile that takes longer is reported as timed out, and its process
+            is killed (a new one starts for the next source).
     """
 
     def __init__(
@@ -146,58 +207,72 @@ class ParallelCompiler:
         self.cache_dir = str(cache_dir or default_cache_dir())
         self.max_workers = max_workers or os.cpu_count() or 1
         self.timeout_s = timeout_s
-        self._pool: Any = None
+        self._processes: list[_CompileProcess] = []
 
-    def _started_pool(self) -> Any:
-        if self._pool is None:
-            ctx = multiprocessing.get_context("spawn")
-            self._pool = ctx.Pool(processes=self.max_workers)
-        return self._pool
+    def _pool(self) -> list[_CompileProcess]:
+        if not self._processes:
+            self._processes = [_CompileProcess() for _ in range(self.max_workers)]
+        return self._processes
+
+    def _fan_out(self, requests: list[CompileJob]) -> list[tuple[str, Any]]:
+        """Each request's answer, in order; the requests spread over the processes (one
+        thread feeds each, so a process takes the next request as soon as it is free)."""
+        todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for index in range(len(requests)):
+            todo.put(index)
+        answers: list[tuple[str, Any]] = [("error", "not compiled")] * len(requests)
+
+        def feed(process: _CompileProcess) -> None:
+            while True:
+                try:
+                    index = todo.get_nowait()
+                except queue.Empty:
+                    return
+                answers[index] = process.ask(requests[index], self.timeout_s)
+
+        _in_threads(feed, self._pool()[: len(requests)])
+        return answers
 
     def warm(self) -> None:
-        """Spawn the pool and have every process import the compiler (about a second of
-        a cold pool's first batch), before any source arrives."""
-        self._started_pool().map(_import_compiler, range(self.max_workers), chunksize=1)
+        """Start every process and have it import the compiler (about a second of a cold
+        pool's first batch), before any source arrives."""
+        cold = [p for p in self._pool() if not p.alive]
+        _in_threads(lambda process: process.ask(None, self.timeout_s), cold)
 
     def compile_many(
         self, requests: list[tuple[str, tuple[str, ...]]], default_arch: str
     ) -> list[CompileResult]:
         """Compile each (source, options); one result per request, in order."""
         unique = list(dict.fromkeys((src, tuple(opts)) for src, opts in requests))
-        self._started_pool()
-        pending = {
-            req: self._pool.apply_async(compile_to_cache, (*req, self.cache_dir, default_arch))
-            for req in unique
-        }
-        done: dict[tuple[str, tuple[str, ...]], CompileResult] = {}
-        hung = False
-        for req, future in pending.items():
-            try:
-                done[req] = future.get(timeout=self.timeout_s)
-            except multiprocessing.TimeoutError:
-                hung = True
-                done[req] = CompileResult(
-                    ok=False,
-                    key="",
-                    cubin_path=None,
-                    log=f"NVRTC did not finish within {self.timeout_s:.0f} s",
-                    compile_ms=self.timeout_s * 1e3,
-                    timed_out=True,
-                )
-            except Exception as exc:  # the compiler itself failed (missing NVRTC, ...)
-                done[req] = CompileResult(
-                    ok=False,
-                    key="",
-                    cubin_path=None,
-                    log=f"compiler failed: {exc!r}",
-                    compile_ms=0.0,
-                )
-        if hung:
-            self.close()
+        answers = self._fan_out([(src, opts, self.cache_dir, default_arch)
+                                 for src, opts in unique])
+        done = {req: _result(*answer, self.timeout_s)
+                for req, answer in zip(unique, answers, strict=True)}
         return [done[(src, tuple(opts))] for src, opts in requests]
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        for process in self._processes:
+            process.stop()
+        self._processes = []
+
+
+def _in_threads(work: Callable[[_CompileProcess], Any],
+                processes: list[_CompileProcess]) -> None:
+    """``work(process)`` for each process at once, each in a thread of its own."""
+    threads = [threading.Thread(target=work, args=(p,), daemon=True) for p in processes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def _result(status: str, payload: Any, timeout_s: float) -> CompileResult:
+    """A compile process's answer as a CompileResult."""
+    if status == "ok":
+        return payload
+    if status == "timeout":
+        return CompileResult(ok=False, key="", cubin_path=None,
+                             log=f"NVRTC did not finish within {timeout_s:.0f} s",
+                             compile_ms=timeout_s * 1e3, timed_out=True)
+    return CompileResult(ok=False, key="", cubin_path=None, log=f"compiler failed: {payload}",
+                         compile_ms=0.0)

@@ -1,9 +1,10 @@
 """The GPU worker process: load, verify and time candidates on one pinned GPU.
 
-``worker_main`` is the process entry point. The parent (an executor) starts it with the
-spawn method, so nothing CUDA-related is inherited; the first thing it does is set
+``worker_main`` is the process entry point. The parent (an executor) starts it as a
+fresh interpreter (``workers.spawn``: nothing CUDA-related is inherited, and the
+caller's script is never imported); the first thing it does is set
 ``CUDA_VISIBLE_DEVICES`` to its one GPU, before CuPy is imported. It then speaks a small
-protocol of plain dicts over a ``multiprocessing`` pipe:
+protocol of plain dicts over a ``multiprocessing`` connection:
 
   worker -> parent  ``{"type": "ready", "fingerprint": {...}}`` or ``{"type": "fatal", ...}``
   parent -> worker  ``{"type": "job", "id": n, "job": Job.to_dict(), "compile": {...}}``

@@ -2,19 +2,20 @@
 
 Ranking a whole space (``scheduler_search.search.cost_model_seeds``) takes seconds of one
 CPU core; the first batches need not wait for it. :class:`SeedProcess` starts the ranking
-in a spawned process and is polled by the search driver (``seed_source``): ``None`` until
-the seeds are there, then the seeds, once.
+in a child process (``workers.spawn``: the caller's script is never imported) and is
+polled by the search driver (``seed_source``): ``None`` until the seeds are there, then
+the seeds, once.
 """
 
 from __future__ import annotations
 
 import logging
-import multiprocessing
 from collections.abc import Sequence
 from typing import Any
 
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec
+from workers.spawn import Child
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def _seed_worker(conn: Any, spec: OperatorSpec, device: Device, options: dict[st
 
 
 class SeedProcess:
-    """The seeds of ``spec`` on ``device`` being computed in a spawned process.
+    """The seeds of ``spec`` on ``device`` being computed in a child process.
 
     Args:
         options: keyword arguments of ``cost_model_seeds`` (``structures``,
@@ -42,16 +43,8 @@ class SeedProcess:
     """
 
     def __init__(self, spec: OperatorSpec, device: Device, **options: Any) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe(duplex=False)
-        self._process = ctx.Process(
-            target=_seed_worker,
-            args=(child, spec, device, options),
-            name="pipetune-seeds",
-            daemon=True,
-        )
-        self._process.start()
-        child.close()
+        self._process = Child(_seed_worker, (spec, device, options), name="pipetune-seeds")
+        self._conn = self._process.conn
         self._done = False
 
     def poll(self) -> Sequence[dict[str, Any]] | None:

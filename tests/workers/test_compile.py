@@ -93,12 +93,12 @@ def test_batch_compiles_in_parallel_with_errors_in_place(tmp_path: Path) -> None
 def test_warm_starts_every_pool_process_before_any_source(tmp_path: Path) -> None:
     compiler = ParallelCompiler(cache_dir=tmp_path, max_workers=2)
     try:
-        assert compiler._pool is None
+        assert compiler._processes == []
         compiler.warm()
-        pool = compiler._pool
-        assert pool is not None and len(pool._pool) == 2  # both processes spawned
-        compiler.warm()  # again: the same pool
-        assert compiler._pool is pool
+        children = [p._child for p in compiler._processes]
+        assert len(children) == 2 and all(c is not None and c.is_alive() for c in children)
+        compiler.warm()  # again: the same processes
+        assert [p._child for p in compiler._processes] == children
     finally:
         compiler.close()
-    assert compiler._pool is None
+    assert compiler._processes == []

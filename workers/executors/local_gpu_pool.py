@@ -12,7 +12,8 @@ Batches are as wide as the compiler's process pool (``batch_size``), so one roun
 every core busy. Workers start in the background too: the first batch compiles while
 they import CuPy.
 
-Each worker is a spawned process pinned to one GPU. The feeder waits at most the job's
+Each worker is a child process pinned to one GPU (``workers.spawn``: a fresh interpreter
+that never imports the caller's script). The feeder waits at most the job's
 ``deadline_s`` for its answer: past it the process is killed (a kernel that never ends
 cannot be interrupted any other way) and the job is a ``timeout``. A worker that dies,
 or reports a sticky CUDA error and exits, makes its job a ``crash``. Either way only that
@@ -35,6 +36,7 @@ from workers.compile import CompileResult, ParallelCompiler
 from workers.device import arch_of
 from workers.executors.base import Executor
 from workers.protocol import Job, Measurement, MeasurementStatus
+from workers.spawn import Child
 from workers.worker import worker_main
 
 WorkerEntry = Callable[[Connection, str, dict[str, Any]], None]
@@ -293,16 +295,13 @@ class _WorkerHandle:
         config: dict[str, Any],
         startup_timeout_s: float,
     ) -> None:
-        import multiprocessing
-
         self.slot = slot
         self.device = device
         self.fingerprint: dict[str, Any] | None = None
-        self._ctx = multiprocessing.get_context("spawn")
         self._entry = entry
         self._config = config
         self._startup_timeout_s = startup_timeout_s
-        self._process: Any = None
+        self._process: Child | None = None
         self._conn: Connection | None = None
         self._start_error = ""
         self._next_id = 0
@@ -316,15 +315,9 @@ class _WorkerHandle:
         if self.alive:
             return True
         self._kill()
-        parent_conn, child_conn = self._ctx.Pipe()
-        process = self._ctx.Process(
-            target=self._entry,
-            args=(child_conn, self.device, self._config),
-            name=f"pipetune-gpu-worker-{self.device}",
-            daemon=True,
-        )
-        process.start()
-        child_conn.close()
+        process = Child(self._entry, (self.device, self._config),
+                        name=f"pipetune-gpu-worker-{self.device}")
+        parent_conn = process.conn
         self._process, self._conn = process, parent_conn
         try:
             if not parent_conn.poll(self._startup_timeout_s):
@@ -381,7 +374,7 @@ class _WorkerHandle:
 
     def stop(self) -> None:
         """Ask the worker to leave, and kill it if it does not."""
-        if self.alive and self._conn is not None:
+        if self.alive and self._conn is not None and self._process is not None:
             try:
                 self._conn.send({"type": "stop"})
                 self._process.join(_STOP_GRACE_S)
@@ -407,10 +400,8 @@ class _WorkerHandle:
 
     def _kill(self) -> None:
         if self._process is not None:
-            if self._process.is_alive():
-                self._process.kill()
+            self._process.kill()
             self._process.join()
-            self._process.close()
         if self._conn is not None:
             self._conn.close()
         self._process, self._conn = None, None
