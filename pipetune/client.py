@@ -114,7 +114,8 @@ class Client:
 
         ``force``: a new run even on a cache hit; ``extend``: continue the workload's
         newest run with ``budget`` more. Returns the cached schedule on a hit; otherwise
-        the run, finished if ``wait``.
+        the run, finished if ``wait``. A range's answer carries its bucket table
+        (``result.range``; ``load(client.range_artifact(result.range_id))`` runs it).
         """
         body = _tune_body(op, params, device, budget, force, extend, fields)
         response = self._http.post("/v1/tune", json=body)
@@ -128,7 +129,9 @@ class Client:
                 bar.update(event)
         finally:
             bar.close()
-        return TuneResult(cached=False, run=self.run(result.run["id"]))
+        run = self.run(result.run["id"])
+        table = self.range(run["range_id"]) if run.get("range_id") else None
+        return TuneResult(cached=False, run=run, range=table)
 
     def events(self, run_id: int) -> Iterator[Event]:
         """The run's server-sent events until its ``end`` (or ``error``) event."""
@@ -162,6 +165,11 @@ class Client:
     def kernel(self, kernel_hash: str) -> dict[str, Any]:
         """The kernel artifact (source, launch contract): what :func:`pipetune.load` takes."""
         return _json(self._http.get(f"/v1/kernels/{kernel_hash}"))
+
+    def range(self, range_id: int | str) -> dict[str, Any]:
+        """A tuned range's table (``GET /v1/ranges/{id}``): its buckets, each with its
+        kernel's hash, its schedule and its latencies at the sampled sizes."""
+        return _json(self._http.get(f"/v1/ranges/{range_id}"))
 
     def range_artifact(self, range_id: int | str) -> dict[str, Any]:
         """A tuned range's kernels (the RangeArtifact JSON: its buckets of sizes, each with
@@ -203,7 +211,9 @@ class AsyncClient:
                 bar.update(event)
         finally:
             bar.close()
-        return TuneResult(cached=False, run=await self.run(result.run["id"]))
+        run = await self.run(result.run["id"])
+        table = await self.range(run["range_id"]) if run.get("range_id") else None
+        return TuneResult(cached=False, run=run, range=table)
 
     async def events(self, run_id: int) -> AsyncIterator[Event]:
         parser = EventParser()
@@ -234,6 +244,9 @@ class AsyncClient:
 
     async def kernel(self, kernel_hash: str) -> dict[str, Any]:
         return _json(await self._http.get(f"/v1/kernels/{kernel_hash}"))
+
+    async def range(self, range_id: int | str) -> dict[str, Any]:
+        return _json(await self._http.get(f"/v1/ranges/{range_id}"))
 
     async def range_artifact(self, range_id: int | str) -> dict[str, Any]:
         return _json(await self._http.get(f"/v1/ranges/{range_id}/artifact"))

@@ -35,6 +35,14 @@ class TuneResult:
         return (self.run or {}).get("id")
 
     @property
+    def range_id(self) -> int | None:
+        """A range request's tuned range (``Client.range_artifact`` fetches its kernels),
+        or None (an exact request, or a range run that stored no table)."""
+        if self.range is not None:
+            return self.range.get("id")
+        return (self.run or {}).get("range_id")
+
+    @property
     def kernel_hash(self) -> str | None:
         """The best kernel's hash (``Client.kernel`` fetches it), or None without one."""
         if self.schedule is not None:
@@ -44,7 +52,8 @@ class TuneResult:
 
     @property
     def latency_us(self) -> float | None:
-        """The best latency: the cached schedule's when there is one, else the run's."""
+        """The best latency: the cached schedule's when there is one, else the run's
+        (None for a range: each bucket has its own, in ``range["buckets"]``)."""
         if self.schedule is not None:
             return self.schedule.get("latency_us")
         best = (self.run or {}).get("best") or {}

@@ -11,17 +11,20 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import object_session
 
 from service.db.models import (
     DeviceModel,
     KernelModel,
     RangeTableModel,
+    RunKind,
     RunModel,
     ScheduleModel,
     TrialModel,
     WorkloadModel,
     as_utc,
 )
+from service.db.ranges import range_table_of_run
 from service.db.repositories import redact_owner
 
 if TYPE_CHECKING:
@@ -155,7 +158,11 @@ class RunPublic(BaseModel):
     id: int
     kind: str = Field(default="exact", description="`exact`: the run looks for one shape's "
                       "best schedule; `range`: for a bucket table over a range "
-                      "(`GET /v1/ranges?run_id=` finds it).")
+                      "(`range_id`).")
+    range_id: int | None = Field(default=None, description="A range run's bucket table "
+                                 "(`GET /v1/ranges/{id}`; one kernel per bucket, so `best` "
+                                 "stays null); null until the run stores it, and for an "
+                                 "exact run.")
     status: str
     phase: str
     workload: WorkloadPublic
@@ -202,6 +209,7 @@ class RunPublic(BaseModel):
         return cls(
             id=run.id,
             kind=run.kind or "exact",
+            range_id=_range_id(run),
             status=run.status,
             phase=run.phase,
             workload=WorkloadPublic.of(run.workload),
@@ -230,6 +238,15 @@ class RunPublic(BaseModel):
             finished_at=as_utc(run.finished_at),
             waiting=waiting_reason(run, served),
         )
+
+
+def _range_id(run: RunModel) -> int | None:
+    """The bucket table a range run stored, read in the run row's own session."""
+    session = object_session(run)
+    if run.kind != RunKind.RANGE.value or session is None:
+        return None
+    table = range_table_of_run(session, run_id=run.id)
+    return table.id if table is not None else None
 
 
 class RunsPublic(BaseModel):

@@ -151,6 +151,8 @@ class RunRow:
     """One run as the runs list and the run page's header show it."""
 
     id: int
+    #: ``exact`` (one shape's best schedule) or ``range`` (a bucket table).
+    kind: str
     op: str
     shape: str
     params: dict[str, Any]
@@ -200,6 +202,7 @@ class RunRow:
         baseline_us = vendor_baseline_us(run)
         return cls(
             id=run.id,
+            kind=run.kind or "exact",
             op=run.workload.op,
             shape=shape_text(run.workload.op, run.workload.params),
             params=run.workload.params,

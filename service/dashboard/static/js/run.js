@@ -14,6 +14,8 @@ const api = `/v1/runs/${runId}`;
 const $ = (id) => document.getElementById(id);
 const INVALID = "invalid";
 const simulated = page.dataset.simulated === "true";
+// A range run finds one kernel per bucket (its table is linked) and no winning schedule.
+const rangeRun = page.dataset.kind === "range";
 const estimateNote = page.dataset.estimateNote;
 // A run stops at whichever budget runs out first; a budget of seconds alone has no trials
 // budget to show (the server's cap is no plan of the user's).
@@ -187,7 +189,7 @@ function showProgress(p) {
   $("trials-done").textContent = p.trials_done;
   $("invalid-count").textContent = p.invalid;
   $("run-phase").textContent = p.phase;
-  $("best-latency").textContent = fmtLatency(p.best_latency_us);
+  if (!rangeRun) $("best-latency").textContent = fmtLatency(p.best_latency_us);
   showBar(elapsedSeconds());
 }
 
@@ -200,7 +202,7 @@ function showRun(run) {
   badge.textContent = run.status;
   badge.className = `badge status-${run.status}`;
   $("cancel-button").hidden = !active();
-  $("best-latency").textContent = fmtLatency(run.best ? run.best.latency_us : null);
+  if (!rangeRun) $("best-latency").textContent = fmtLatency(run.best ? run.best.latency_us : null);
   $("run-phase").textContent = run.phase;
   if (run.status === "succeeded") $("progress-bar").style.width = "100%";
   if (run.stop_reason) $("run-end").textContent = `stopped: ${run.stop_reason}`;
@@ -239,6 +241,7 @@ function scheduleScheduleRefresh() {
 }
 
 async function loadSchedule() {
+  if (rangeRun) return;
   const empty = $("timeline-empty");
   const data = await loadTimeline(`${api}/timeline`, $("timeline"), $("timeline-summary"), empty);
   if (!data) return;
@@ -418,7 +421,7 @@ function follow() {
 
 async function main() {
   const run = await getJSON(api);
-  if (!run.best) {
+  if (!run.best && !rangeRun) {
     // Until a first schedule is measured (the live events bring it).
     $("timeline").closest("figure").hidden = true;
     $("timeline-empty").hidden = false;
