@@ -15,6 +15,8 @@ import urllib.request
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVE_START_S = 60.0
 
@@ -125,3 +127,26 @@ def test_import_pipetune_needs_only_the_base_dependencies() -> None:
     done = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, json.dumps(sorted(allowed))],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+
+
+def test_export_takes_the_short_hash_the_cli_prints(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``pipetune schedules`` and the dashboard print 12 characters of a kernel's hash;
+    ``pipetune export`` takes them (a simulated run stores its kernel too)."""
+    import pipetune
+    from service.cli import main
+
+    url = f"sqlite:///{tmp_path / 'pipetune.db'}"
+    result = pipetune.tune("gemm", m=256, n=256, k=256, dtype="float16", device="sim:h200",
+                           budget={"trials": 4}, database_url=url, progress=False)
+    assert main(["schedules", "--database-url", url]) == 0
+    short = result.kernel_hash[:12]
+    assert short in capsys.readouterr().out
+    assert main(["export", short, "--out", str(tmp_path / "cu"), "--database-url", url]) == 0
+    assert any((tmp_path / "cu").glob("*.cu"))
+
+    capsys.readouterr()
+    assert main(["export", "0" * 12, "--out", str(tmp_path / "none"),
+                 "--database-url", url]) == 1
+    err = capsys.readouterr().err
+    assert "no kernel" in err and "GPU" not in err
