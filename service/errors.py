@@ -49,7 +49,13 @@ class Unauthorized(PermissionError):
 
 
 class Forbidden(PermissionError):
-    """A valid key without the scope a request needs, or not the run's owner (403)."""
+    """A valid key without the scope a request needs, or not the run's owner, or a
+    dashboard session's write without its CSRF token (403); ``field`` names the header
+    at fault."""
+
+    def __init__(self, message: str, *, field: str = "authorization") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class TooManyRequests(RuntimeError):

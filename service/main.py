@@ -18,11 +18,12 @@ from fastapi.routing import APIRoute
 import migrations
 from service.api import errors
 from service.api.answers import AnswerMemo
+from service.api.auth import install_auth
 from service.api.docs import mount_api_docs
 from service.api.guards import RequestGuard
 from service.api.main import api_router, root_router
 from service.api.request_metrics import RequestMetrics
-from service.auth import RateLimiter
+from service.api.security_headers import SecurityHeaders
 from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
@@ -112,7 +113,7 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.insights = Insights()
     app.state.answers = AnswerMemo()
-    app.state.rate_limiter = RateLimiter(settings.rate_limit)
+    install_auth(app, settings)
     errors.install(app)
     app.include_router(api_router)
     app.include_router(root_router)
@@ -121,6 +122,7 @@ def create_app(
 
     app.add_middleware(RequestMetrics)
     app.add_middleware(RequestGuard, max_body=MAX_BODY_BYTES, body_timeout_s=BODY_TIMEOUT_S)
+    app.add_middleware(SecurityHeaders)  # outermost: the guard's refusals get them too
     return app
 
 

@@ -5,6 +5,7 @@ is down, and a 500 only for a bug (logged, never with internals in the body)."""
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -12,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.auth import SESSION_COOKIE
 from service.db.repositories import StorageError
 from service.errors import (
     Conflict,
@@ -65,18 +67,24 @@ async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
 
 
 async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
+    response: Response
     # A dashboard page in a browser goes to the page that takes a key instead.
     if not request.url.path.startswith("/v1") and "text/html" in request.headers.get(
             "accept", ""):
-        return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
-    return JSONResponse(
-        {"detail": [error_item(("header", "authorization"), str(exc), "unauthorized")]},
-        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="pipetune"'})
+        response = RedirectResponse(f"/login?{urlencode({'next': request.url.path})}",
+                                    status_code=303)
+    else:
+        response = JSONResponse(
+            {"detail": [error_item(("header", "authorization"), str(exc), "unauthorized")]},
+            status_code=401, headers={"WWW-Authenticate": 'Bearer realm="pipetune"'})
+    if SESSION_COOKIE in request.cookies:  # an ended session: the browser forgets it
+        response.delete_cookie(SESSION_COOKIE)
+    return response
 
 
 async def _forbidden(request: Request, exc: Forbidden) -> JSONResponse:
     return JSONResponse(
-        {"detail": [error_item(("header", "authorization"), str(exc), "forbidden")]},
+        {"detail": [error_item(("header", exc.field), str(exc), "forbidden")]},
         status_code=403)
 
 

@@ -1,4 +1,4 @@
-"""API key tokens: ``ptk_<prefix>_<secret>``.
+"""API key tokens (``ptk_<prefix>_<secret>``) and the dashboard's session secrets.
 
 The prefix (12 hex digits, stored in clear and unique) finds the key's row; the secret
 (256 random bits) is stored only as HMAC-SHA256 under a per-key salt. A slow password
@@ -52,3 +52,15 @@ def parse(token: str) -> tuple[str, str] | None:
 def verify(secret: str, *, salt: str, digest: str) -> bool:
     """Whether ``secret`` is the one stored as ``digest`` (constant-time comparison)."""
     return hmac.compare_digest(_digest(salt, secret), digest)
+
+
+def session_secret() -> str:
+    """A new dashboard session's cookie value (256 random bits)."""
+    return secrets.token_urlsafe(_SECRET_BYTES)
+
+
+def fingerprint(token: str) -> str:
+    """SHA-256 of a session secret (its row's id) or of any presented token (its cache
+    entry): a store of fingerprints opens nothing. Unsalted on purpose: the secrets
+    are random, and the row must be found by it."""
+    return hashlib.sha256(token.encode()).hexdigest()

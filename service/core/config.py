@@ -66,6 +66,15 @@ class Settings(BaseSettings):
             ``pipetune serve`` turns it on whenever it binds a non-loopback address.
         rate_limit: requests per API key, in the ``limits`` notation (``600/minute``);
             beyond it a 429 with ``Retry-After``.
+        auth_failure_limit: failed API key attempts and failed dashboard logins per
+            client address (``limits`` notation); beyond it every key attempt from that
+            address is a 429 with ``Retry-After`` until the window moves on.
+        key_cache_s: seconds a checked key (or dashboard session) is trusted without
+            asking the database again (0: ask every time). A key revoked by this process
+            is forgotten at once; by another process (``pipetune keys revoke``), within
+            this time.
+        session_ttl_s: seconds a dashboard login lasts (logout or revoking its key end
+            it sooner).
         key_max_active_runs: queued plus running runs one API key may have.
         max_queued_runs: queued runs the server accepts in all (then new runs get a 429).
         db_retry_attempts, db_retry_max_wait_s: a run's database writes are tried this
@@ -110,6 +119,9 @@ class Settings(BaseSettings):
     max_headers: int = Field(default=100, ge=16, le=10_000)
     require_auth: bool = False
     rate_limit: str = "600/minute"
+    auth_failure_limit: str = "10/minute"
+    key_cache_s: float = Field(default=1.0, ge=0, le=60)
+    session_ttl_s: float = Field(default=12 * 3600, gt=0, le=30 * 86_400)
     key_max_active_runs: int = Field(default=8, ge=1)
     max_queued_runs: int = Field(default=256, ge=1)
     db_retry_attempts: int = Field(default=8, ge=1, le=100)
@@ -144,7 +156,7 @@ class Settings(BaseSettings):
                 return "postgresql+psycopg://" + url[len(prefix) :]
         return url
 
-    @field_validator("rate_limit")
+    @field_validator("rate_limit", "auth_failure_limit")
     @classmethod
     def _parse_rate_limit(cls, limit: str) -> str:
         from limits import parse

@@ -53,7 +53,17 @@ from service.schemas import TrialPublic, TrialsPublic, waiting_reason
 HERE = FilePath(__file__).parent
 STATIC_DIR = HERE / "static"
 templates = Jinja2Templates(directory=HERE / "templates")
-templates.env.globals.update(ESTIMATE_NOTE=ESTIMATE_NOTE, duration_text=duration_text)
+
+
+def csrf_token(request: Request) -> str | None:
+    """The CSRF token of the request's dashboard session, for its page's scripts to send
+    with writes (``None`` without a session: no key needed, or an API key)."""
+    credential = getattr(request.state, "credential", None)
+    return getattr(credential, "csrf_token", None)
+
+
+templates.env.globals.update(ESTIMATE_NOTE=ESTIMATE_NOTE, duration_text=duration_text,
+                             csrf_token=csrf_token)
 
 #: Rows per page of the runs list and the schedules page.
 PAGE_SIZE = 50

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
+from service.auth.credentials import forget_key
 from service.auth.tokens import IssuedKey, parse, verify
 from service.db.models import ACTIVE_STATUSES, ApiKeyModel, RunModel, RunStatus, utcnow
+from service.db.sessions import end_sessions_of_key
 
 
 def create_key(
@@ -31,10 +33,15 @@ def list_keys(session: Session, *, include_revoked: bool = True) -> list[ApiKeyM
 
 
 def revoke_key(session: Session, *, key_id: int) -> ApiKeyModel | None:
-    """Revoke a key (idempotent); ``None`` if there is no such key."""
+    """Revoke a key (idempotent) and end its dashboard sessions; ``None`` if there is no
+    such key. Once committed, this process's key caches forget it at once (another
+    process's within its ``key_cache_s``)."""
     key = session.get(ApiKeyModel, key_id)
     if key is not None and key.revoked_at is None:
         key.revoked_at = utcnow()
+    if key is not None:
+        end_sessions_of_key(session, key_id=key_id)
+        event.listen(session, "after_commit", lambda _: forget_key(key_id), once=True)
     return key
 
 

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0007"
+SCHEMA_VERSION = "0008"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -261,6 +261,26 @@ class ApiKeyModel(Base):
     @classmethod
     def find_by_prefix(cls, session: Session, prefix: str) -> ApiKeyModel | None:
         return session.scalars(select(cls).where(cls.prefix == prefix)).one_or_none()
+
+
+class SessionModel(Base):
+    """A dashboard login, made from an API key at ``/login``.
+
+    The browser's cookie holds a random secret; the row keeps only its SHA-256 (``id``),
+    so a copy of the table opens no session. ``csrf_token`` is what the session's pages
+    send with each write. Deleting the row ends the session: logout, the key's
+    revocation, or the first login after ``expires_at`` (which clears expired rows).
+    """
+
+    __tablename__ = "pipetune_sessions"
+
+    id: Mapped[str] = mapped_column(String(HASH_LENGTH), primary_key=True)
+    key_id: Mapped[int] = mapped_column(
+        ForeignKey("pipetune_api_keys.id", ondelete="CASCADE"), index=True
+    )
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), index=True)
 
 
 class TrialModel(Base):

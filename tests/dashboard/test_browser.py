@@ -128,7 +128,10 @@ def browsing(tmp_path: Path) -> Iterator[Browsing]:
     with _live_server(tmp_path) as api, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
+            # wait_for_function evaluates its predicate with eval(), which the pages'
+            # Content-Security-Policy forbids; the policy itself is driven through
+            # Chromium in test_dashboard_security.py.
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1000}, bypass_csp=True)
             page.set_default_timeout(TIMEOUT_MS)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))

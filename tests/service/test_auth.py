@@ -134,18 +134,22 @@ def test_keys_cli_creates_lists_and_revokes(database_url: str, tmp_path, capsys)
     assert cli(["keys", "revoke", "99", "--database-url", database_url]) == 1
 
 
-def test_dashboard_asks_for_a_key_and_keeps_it_in_a_cookie(locked: TestClient) -> None:
+def test_dashboard_asks_for_a_key_and_opens_a_session(locked: TestClient) -> None:
+    """The cookie details (a server-side session, CSRF, next) are in
+    tests/dashboard/test_dashboard_security.py."""
     _, header = _key(locked, "browser", "read")
     page = locked.get("/", headers={"Accept": "text/html"}, follow_redirects=False)
-    assert page.status_code == 303 and page.headers["location"].startswith("/login")
-    assert locked.get("/login").status_code == 200
-    wrong = locked.post("/login", json={"key": "ptk_x_y", "next": "/"})
+    assert page.status_code == 303 and page.headers["location"] == "/login?next=%2F"
+    form = locked.get("/login")
+    assert form.status_code == 200
+    csrf = {"X-CSRF-Token": form.text.split('data-csrf="', 1)[1].split('"', 1)[0]}
+    wrong = locked.post("/login", json={"key": "ptk_x_y", "next": "/"}, headers=csrf)
     assert wrong.status_code == 401 and wrong.json()["detail"][0]["field"] == "key"
     token = header["Authorization"].split()[1]
-    login = locked.post("/login", json={"key": token, "next": "//evil.example"})
+    login = locked.post("/login", json={"key": token, "next": "//evil.example"}, headers=csrf)
     assert login.status_code == 200 and login.json()["next"] == "/"
     assert "httponly" in login.headers["set-cookie"].lower()
-    assert "samesite=strict" in login.headers["set-cookie"].lower()
+    assert token not in login.headers["set-cookie"]
     assert locked.get("/", headers={"Accept": "text/html"}).status_code == 200
     assert locked.get("/v1/runs").status_code == 200  # the dashboard's own API calls
 

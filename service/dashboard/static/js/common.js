@@ -20,8 +20,17 @@ export function statusColour(status) {
   return STATUS_COLOURS[status] || "#555";
 }
 
+// A logged-in page's CSRF token (its <meta>): the server refuses a session's writes
+// without it.
+export function csrfHeaders() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return meta ? { "X-CSRF-Token": meta.content } : {};
+}
+
 export async function getJSON(url, options = {}) {
-  const response = await fetch(url, { headers: { Accept: "application/json" }, ...options });
+  const method = (options.method || "GET").toUpperCase();
+  const headers = { Accept: "application/json", ...(method === "GET" ? {} : csrfHeaders()) };
+  const response = await fetch(url, { ...options, headers: { ...headers, ...options.headers } });
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const detail = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
