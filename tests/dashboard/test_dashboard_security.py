@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from service_helpers import tune_body
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from service.auth import issue
 from service.core.config import Settings
@@ -223,6 +223,37 @@ def test_failed_logins_are_limited(settings: Settings) -> None:
         assert [a.status_code for a in answers] == [401, 401, 429]
         assert int(answers[-1].headers["Retry-After"]) >= 1
         assert answers[-1].json()["detail"][0]["field"] == "auth_failure_limit"
+
+
+# ----- the sessions table ----------------------------------------------------------------------
+def test_0008_adds_the_sessions_table_and_downgrades_keeping_the_keys(
+        database_url: str) -> None:
+    """A database at 0007 with a key: 0008 adds ``pipetune_sessions`` (a login works on
+    it), and the downgrade drops it and keeps the key."""
+    import migrations
+    from service.core.db import Database
+    from service.db import sessions as sessions_repo
+
+    database = Database(database_url)
+    try:
+        migrations.upgrade(database.url, "0007", engine=database.engine)
+        issued = issue()
+        with session_scope(database.sessions) as session:
+            key_id = keys_repo.create_key(session, name="old", scopes=["read"],
+                                          issued=issued).id
+        migrations.upgrade(database.url, "0008", engine=database.engine)
+        with session_scope(database.sessions) as session:
+            secret, _ = sessions_repo.create_session(session, key_id=key_id, ttl_s=60)
+        with session_scope(database.sessions) as session:
+            found = sessions_repo.find_session(session, secret=secret)
+            assert found is not None and found[1].name == "old"
+        migrations.downgrade(database.url, "0007", engine=database.engine)
+        with database.engine.connect() as connection:
+            assert "pipetune_sessions" not in inspect(connection).get_table_names()
+        with session_scope(database.sessions) as session:
+            assert keys_repo.authenticate(session, token=issued.token) is not None
+    finally:
+        database.dispose()
 
 
 # ----- in a browser ------------------------------------------------------------------------------
