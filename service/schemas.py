@@ -10,9 +10,12 @@ import datetime as dt
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 from sqlalchemy.orm import object_session
 
+from scheduler_search.ops import SpecError
+from scheduler_search.ops.aliases import expand_aliases
 from service.db.models import (
     DeviceModel,
     KernelModel,
@@ -61,7 +64,8 @@ class TuneRequest(_Strict):
         description="The operator's parameters: `GET /v1/ops` gives each operator's JSON "
         "schema (types, ranges, defaults). A GEMM's `m` may be a range, `{\"min\": 1, "
         "\"max\": 16384}`, or a list of sizes: a range run, whose answer is a bucket table "
-        "(`range`; docs/dynamic.md).",
+        "(`range`; docs/dynamic.md). The command line's shorthands work here too: a dtype "
+        "`fp16`, `bf16`, `fp8`, and attention's `seq` for both `seq_q` and `seq_kv`.",
     )
     device: str = Field(default="auto", min_length=1, max_length=MAX_NAME, examples=["sim:h200"])
     budget: BudgetIn = Field(default_factory=BudgetIn)
@@ -70,6 +74,20 @@ class TuneRequest(_Strict):
     extend: bool = Field(default=False, description="Continue the workload's newest run on "
                          "the device (its study and trials; none is measured again) with "
                          "`budget` more; a new run if there is none.")
+
+    @model_validator(mode="after")
+    def _expand_shorthands(self) -> TuneRequest:
+        """The command line's shorthands (``fp16``, attention's ``seq``;
+        ``scheduler_search.ops.aliases``) as the spec's own parameters, so that both
+        spellings are one workload; a shorthand beside a parameter it sets is an error
+        under ``params.<shorthand>``."""
+        try:
+            self.params = expand_aliases(self.op, self.params)
+        except SpecError as error:
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("spec_error", error.message),
+                loc=("params", error.field), input=self.params.get(error.field))]) from None
+        return self
 
 
 class ResumeRequest(_Strict):

@@ -2,11 +2,12 @@
 
 Flags are the spec's field names (``--kv-heads`` and ``--kv_heads`` both work); a field
 that is itself a model (GEMM's ``epilogue``) takes JSON (``--epilogue '{"act": "gelu"}'``)
-or one flag per sub-field (``--epilogue.bias --epilogue.act gelu``). A dimension that may
-be tuned over a range takes ``LOW:HIGH`` or a list ``1,7,64`` (``--m 1:16384``: a range
-run, ``docs/dynamic.md``). Values are converted
-by the field's type, then validated by the spec itself, so the CLI and the API report the
-same errors.
+or one flag per sub-field (``--epilogue.bias --epilogue.act gelu``). Shorthands
+(``--seq``, ``--dtype fp16``) are the operator specs' own table
+(``scheduler_search.ops.aliases``), which the API reads too. A dimension that may be tuned
+over a range takes ``LOW:HIGH`` or a list ``1,7,64`` (``--m 1:16384``: a range run,
+``docs/dynamic.md``). Values are converted by the field's type, then validated by the
+spec itself, so the CLI and the API report the same errors.
 """
 
 from __future__ import annotations
@@ -18,15 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
+from scheduler_search.ops.aliases import DTYPE_PARAMS, PARAM_ALIASES, canonical_dtype
 from scheduler_search.ops.ranges import RANGE_DIMS
-
-#: Shorthands: ``--seq N`` sets both sequence lengths of attention.
-ALIASES: dict[str, dict[str, tuple[str, ...]]] = {"attention": {"seq": ("seq_q", "seq_kv")}}
-
-#: Short dtype names users type (``--dtype fp16``), and what they mean.
-DTYPE_ALIASES: dict[str, str] = {"fp16": "float16", "half": "float16", "bf16": "bfloat16",
-                                 "fp8": "float8_e4m3", "e4m3": "float8_e4m3",
-                                 "e5m2": "float8_e5m2"}
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -57,9 +51,7 @@ def _convert(annotation: Any, raw: str, flag: str) -> Any:
         except json.JSONDecodeError as exc:
             raise SpecError(flag, f"expected a JSON object, got {raw!r} ({exc.msg})") from None
     if typing.get_origin(annotation) is typing.Literal or annotation is str:
-        if flag in ("dtype", "out_dtype"):
-            return DTYPE_ALIASES.get(raw.lower(), raw)
-        return raw
+        return canonical_dtype(raw) if flag in DTYPE_PARAMS else raw
     raise SpecError(flag, f"cannot read a value of type {annotation} from the command line")
 
 
@@ -72,7 +64,7 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
     if op not in OPERATORS:
         raise SpecError("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
     fields = OPERATORS[op].model_fields
-    aliases = ALIASES.get(op, {})
+    aliases = PARAM_ALIASES.get(op, {})  # --seq: both of attention's lengths
     params: dict[str, Any] = {}
     i = 0
     while i < len(extra):

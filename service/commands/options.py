@@ -13,7 +13,7 @@ from typing import Any
 
 from scheduler_search.hardware import CATALOG, Device
 from scheduler_search.ops import OPERATORS
-from service.commands._params import ALIASES, DTYPE_ALIASES
+from scheduler_search.ops.aliases import DTYPE_ALIASES, PARAM_ALIASES
 
 DEVICE_HELP = (
     "auto (a local GPU, else sim:h200; the default), "
@@ -45,7 +45,7 @@ def parameters_help() -> str:
                 text += f" [{field.default}]"
             flags.append(text)
         flags += [f"--{alias} (sets {', '.join(targets)})"
-                  for alias, targets in ALIASES.get(op, {}).items()]
+                  for alias, targets in PARAM_ALIASES.get(op, {}).items()]
         lines.append(textwrap.fill(f"{op}: " + "  ".join(flags), width=88,
                                    initial_indent="  ", subsequent_indent="      "))
     aliases = ", ".join(f"{short} = {name}" for short, name in DTYPE_ALIASES.items())
