@@ -67,11 +67,13 @@ class HeadLimits:
     max_header_bytes: int = _default("max_header_bytes")
     max_headers: int = _default("max_headers")
 
-    def _too_large(self) -> tuple[str, str]:
+    def too_large(self) -> tuple[str, str]:
+        """The 431's message and type for a head past ``max_header_bytes``."""
         return (f"request headers larger than {self.max_header_bytes} bytes",
                 "headers_too_large")
 
-    def _too_many(self) -> tuple[str, str]:
+    def too_many(self) -> tuple[str, str]:
+        """The 431's message and type for more fields than ``max_headers``."""
         return f"more than {self.max_headers} request headers", "too_many_headers"
 
 
@@ -102,14 +104,16 @@ class HttpToolsHeadLimits(HeadLimits):
             awaiting, completed = not self._head_done, self._completed
             room = len(data) if self._head_done else self.max_header_bytes - self._head_bytes
             piece, data = data[:room], data[room:]
-            if not self._feed(piece) or self._head_done:
+            if not self._feed(piece):
+                return  # answered (400, 431) or upgraded
+            if self._head_done:
                 continue
             # The piece ended inside a head: all of it, or the part after the end of a
             # request parsed in it (then only what the parser handed over is known).
             fresh = awaiting and completed == self._completed
             self._head_bytes = self._head_bytes + len(piece) if fresh else self._head_known
             if self._head_bytes >= self.max_header_bytes:
-                self._refuse(*self._too_large())
+                self._refuse(*self.too_large())
 
     def _feed(self, piece: bytes) -> bool:
         """Parse ``piece`` as uvicorn does; False once the connection is answered."""
@@ -146,7 +150,7 @@ class HttpToolsHeadLimits(HeadLimits):
         self._head_known += len(name) + len(value) + 4  # ": " and CRLF
         self._header_count += 1
         if self._header_count > self.max_headers:
-            self._refuse(*self._too_many())
+            self._refuse(*self.too_many())
             raise _Refused  # stops the parser: the request goes no further
         super().on_header(name, value)  # type: ignore[misc]
 
@@ -178,15 +182,15 @@ class _LimitedConnection(h11.Connection):
             event = super().next_event()
         except h11.RemoteProtocolError as exc:
             if exc.error_status_hint == 431:  # h11's "receive buffer too long"
-                self.refusal = self.limits._too_large()
+                self.refusal = self.limits.too_large()
             raise
         if isinstance(event, h11.Request):
             size = len(event.method) + len(event.target) + 11  # "M T HTTP/1.1\r\n"
             size += sum(len(name) + len(value) + 4 for name, value in event.headers)
             if len(event.headers) > self.limits.max_headers:
-                self.refusal = self.limits._too_many()
+                self.refusal = self.limits.too_many()
             elif size > self.limits.max_header_bytes:
-                self.refusal = self.limits._too_large()
+                self.refusal = self.limits.too_large()
             if self.refusal is not None:
                 raise h11.RemoteProtocolError(self.refusal[0], error_status_hint=431)
         return event
