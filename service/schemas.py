@@ -591,7 +591,11 @@ class TimelinePublic(BaseModel):
     schedule_hash: str
     op: str
     device: str
-    predicted_us: float
+    predicted_us: float = Field(description="The schedule's latency by the cost model: on a "
+                                "simulated device the figure its runs report.")
+    calibrated: bool = Field(default=False, description="Whether the cost model is "
+                             "calibrated on the GPU's measurements (sim:h200 GEMMs: the "
+                             "calibration pipetune ships), timeline included.")
     bound: str
     compute_us: float
     dram_us: float

@@ -49,7 +49,7 @@ export function placeOf(entries) {
 function showSummary(summary, data) {
   summary.replaceChildren();
   const items = [
-    ["predicted", fmtLatency(data.predicted_us)],
+    [data.calibrated ? "predicted (calibrated)" : "predicted (cost model)", fmtLatency(data.predicted_us)],
     ["bound", data.bound],
     ["tile", Object.entries(data.tile).map(([k, v]) => `${k}=${v}`).join(" ")],
     ["tiles", String(data.tiles)],
