@@ -54,6 +54,16 @@ class BudgetIn(_Strict):
                                   allow_inf_nan=False)
 
 
+class TuneBudgetIn(BudgetIn):
+    """A tune's budget: also when to give up on a search that stopped improving."""
+
+    patience: int | None = Field(
+        default=None, ge=1, le=MAX_TRIALS,
+        description="Stop after this many measured trials in a row without a new best "
+        "(default: the server's PIPETUNE_DEFAULT_PATIENCE; not for a range run, nor "
+        "with `extend`, which continues a run with its own).")
+
+
 class TuneRequest(_Strict):
     """Body of ``POST /v1/tune``: an operator spec, the device, the budget."""
 
@@ -68,7 +78,7 @@ class TuneRequest(_Strict):
         "`fp16`, `bf16`, `fp8`, and attention's `seq` for both `seq_q` and `seq_kv`.",
     )
     device: str = Field(default="auto", min_length=1, max_length=MAX_NAME, examples=["sim:h200"])
-    budget: BudgetIn = Field(default_factory=BudgetIn)
+    budget: TuneBudgetIn = Field(default_factory=TuneBudgetIn)
     force: bool = Field(default=False, description="Tune even when the cache holds the "
                         "workload: a new run (the cache keeps the faster schedule).")
     extend: bool = Field(default=False, description="Continue the workload's newest run on "

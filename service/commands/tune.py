@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--trials", type=int, default=None, help="measured trials (default 64)")
     parser.add_argument("--seconds", type=float, default=None, help="time budget in seconds")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="stop after this many measured trials without a new best")
     again = parser.add_mutually_exclusive_group()
     again.add_argument("--force", action="store_true",
                        help="tune even if the cache holds the workload (the cache keeps the "
@@ -66,9 +68,8 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         for line in describe_errors(error):
             print(f"pipetune tune: {line}", file=sys.stderr)
         return 2
-    budget = {
-        k: v for k, v in (("trials", args.trials), ("seconds", args.seconds)) if v is not None
-    }
+    budget = {k: v for k, v in (("trials", args.trials), ("seconds", args.seconds),
+                                ("patience", args.patience)) if v is not None}
     try:
         request = TuneRequest(op=args.op, params=params, device=args.device, budget=budget,
                               force=args.force, extend=args.extend)

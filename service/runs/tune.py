@@ -164,6 +164,10 @@ def prepare_range(request: TuneRequest, settings: Settings,
                         f" (ranges: {', '.join(supported)})" if supported else ""))})
     device = _checked_device(request, fleet_devices, errors,
                              range_spec.op if range_spec is not None else None)
+    if request.budget.patience is not None:
+        errors.append({"loc": ("budget", "patience"), "type": "value_error",
+                       "msg": "a range run does not stop on patience; give it trials or "
+                              "seconds"})
     if range_spec is not None and device is not None and not errors:
         high = {name: r.high for name, r in range_spec.ranges.items()}
         try:
@@ -211,6 +215,10 @@ def _checked_device(request: TuneRequest,
 def _request_errors(request: TuneRequest, settings: Settings) -> list[dict[str, object]]:
     """The budget's and the flags' problems."""
     errors = _budget_errors(request.budget, settings)
+    if request.budget.patience is not None and request.extend:
+        errors.append({"loc": ("budget", "patience"), "type": "value_error",
+                       "msg": "extend continues a run with its own patience; give patience "
+                              "to a new run (force, or a first tune)"})
     if request.force and request.extend:
         errors.append({"loc": ("extend",), "type": "value_error",
                        "msg": "choose one of force (a new search) and extend (continue the "
@@ -271,11 +279,7 @@ def prepare(request: TuneRequest, settings: Settings,
             spec.check_fits(device.model)
         except SpecError as exc:
             errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
-    errors.extend(_budget_errors(request.budget, settings))
-    if request.force and request.extend:
-        errors.append({"loc": ("extend",), "type": "value_error",
-                       "msg": "choose one of force (a new search) and extend (continue the "
-                              "newest run's search)"})
+    errors.extend(_request_errors(request, settings))
     if errors:
         raise InvalidRequest(errors)
     assert spec is not None and device is not None
@@ -289,7 +293,7 @@ def prepare(request: TuneRequest, settings: Settings,
         device=device,
         trials=trials,
         seconds=budget.seconds,
-        patience=settings.default_patience or None,
+        patience=budget.patience or settings.default_patience or None,
         seed=settings.seed,
         force=request.force,
         extend=request.extend,
