@@ -150,3 +150,16 @@ def test_export_takes_the_short_hash_the_cli_prints(
                  "--database-url", url]) == 1
     err = capsys.readouterr().err
     assert "no kernel" in err and "GPU" not in err
+
+
+def test_the_readme_names_devices_the_commands_take() -> None:
+    """Every ``--device`` value the README shows (``a|b|c`` alternatives) is a device name
+    the commands accept (``cuda:N`` needs a GPU, ``D`` is a filter's placeholder)."""
+    from service.runs.devices import resolve_device
+
+    readme = (ROOT / "README.md").read_text()
+    shown = {name for found in re.findall(r"--device ([\w:|\\]+)", readme)
+             for name in found.replace("\\|", "|").split("|")}
+    assert "sim:h200" in shown
+    for name in sorted(shown - {"cuda:N", "D"}):
+        assert resolve_device(name).model is not None, name
