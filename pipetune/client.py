@@ -65,22 +65,33 @@ def _json(response: httpx.Response) -> Any:
 
 
 class _Progress:
-    """A tqdm bar over the run's trials, fed by its ``progress`` events (silent if off)."""
+    """A tqdm bar over the run's budget, fed by its ``progress`` events (silent if off):
+    by time for a budget of seconds (whose trials are the server's cap, no plan of the
+    user's), else by trials."""
 
     def __init__(self, run: dict[str, Any], show: bool) -> None:
         self._bar = None
+        budget = run.get("budget") or {}
+        self._seconds: float | None = budget.get("seconds")
         if show:
             from tqdm.auto import tqdm
 
-            total = (run.get("budget") or {}).get("trials")
-            self._bar = tqdm(total=total, desc=f"run {run['id']}", unit="trial")
+            total = self._seconds or budget.get("trials")
+            self._bar = tqdm(total=total, desc=f"run {run['id']}",
+                             unit="s" if self._seconds else "trial")
 
     def update(self, event: Event) -> None:
         if self._bar is None or event.name != "progress":
             return
-        self._bar.n = int(event.data.get("trials_done") or 0)
+        trials = int(event.data.get("trials_done") or 0)
         best = event.data.get("best_latency_us")
-        self._bar.set_postfix_str(f"best {best:.2f} us" if best else "", refresh=True)
+        best_text = f"best {best:.2f} us" if best else ""
+        if self._seconds:
+            self._bar.n = min(round(float(event.data.get("elapsed_s") or 0)), self._seconds)
+            best_text = f"{trials} trials" + (f", {best_text}" if best_text else "")
+        else:
+            self._bar.n = trials
+        self._bar.set_postfix_str(best_text, refresh=True)
 
     def close(self) -> None:
         if self._bar is not None:
