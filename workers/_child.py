@@ -1,8 +1,9 @@
-"""The entry of a ``workers.spawn.Child``: ``python -m workers._child FD``.
+"""The entry of a ``workers.spawn.Child``: ``python -m workers._child FD NAME``.
 
 Nothing imports this module; as ``__main__`` it reads, from the pipe inherited as file
 descriptor ``FD``, the parent's ``sys.path`` and then the target and its arguments, and
-calls ``target(conn, *args)``. The caller's script is never imported.
+calls ``target(conn, *args)``. The caller's script is never imported. ``NAME`` is only
+there for ``ps``.
 """
 
 from __future__ import annotations

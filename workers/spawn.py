@@ -42,17 +42,17 @@ class Child:
     Args:
         target: a module-level function (pickled by reference; not one of ``__main__``).
         args: its arguments after the child's end of the pipe (picklable).
-        name: the process's name in log lines.
+        name: shown on the child's command line, so that ``ps`` tells the children apart.
     """
 
     def __init__(self, target: Callable[..., Any], args: tuple[Any, ...] = (), *,
                  name: str = "pipetune-child") -> None:
         ours, theirs = socket.socketpair()
-        self.name = name
         try:
             self._popen = subprocess.Popen(
-                [sys.executable, "-m", "workers._child", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=_child_env())
+                [sys.executable, "-m", "workers._child", str(theirs.fileno()), name],
+                pass_fds=(theirs.fileno(),), env=_child_env(),
+                stdin=subprocess.DEVNULL)  # as multiprocessing's children: no terminal input
         finally:
             theirs.close()
         self.conn = Connection(ours.detach())
