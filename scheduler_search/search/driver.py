@@ -86,7 +86,8 @@ class SearchDriver:
             re-timing, after the finalists and the reference job in the same call
             (``SearchResult.peers``; see :class:`~scheduler_search.search.retiming.Baselines`).
         history: trials of an earlier, interrupted attempt of the same run: their hashes
-            are never measured again and they count against the budget.
+            are never measured again, they count against the budget, and the persistent
+            study gets those it lacks (stored through ``on_trials``, never mirrored).
         elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
         on_trials: called with each round's measured records (an invalid point is never
             a trial: it is only counted, ``SearchResult.invalid``).
@@ -129,6 +130,7 @@ class SearchDriver:
         self._stopper = Stopper(self.budget, elapsed_before_s=elapsed_before_s)
         self._studies = Studies(storage, study_name, mirror_pruned=self.config.mirror_pruned)
         self._ledger = Ledger()
+        self._history = tuple(history)
         for record in history:
             self._ledger.remember(record)
         self._baselines = Baselines(reference_job, peer_jobs or {})
@@ -149,7 +151,8 @@ class SearchDriver:
     def run(self) -> SearchResult:
         """Search until a stop reason, re-time the finalists; the outcome."""
         study = self._studies.open(seed=self.config.seed,
-                                   n_startup_trials=self.config.n_startup_trials)
+                                   n_startup_trials=self.config.n_startup_trials,
+                                   space=self.space, history=self._history)
         reason = self._search(study)
         for proposal in self._seeds.release():  # seeds the budget left unmeasured
             for trial in proposal.trials:

@@ -6,18 +6,22 @@ storage in the service's database) at the end of each round. Sampling straight f
 RDB storage costs a round trip per suggested parameter: measured here, 368 trials took
 64 s on a local PostgreSQL 15 and 15 s on SQLite against 2.5 s in memory (2-core machine,
 Optuna 5.0). On resume the persistent study's trials are loaded back into the working
-study.
+study, after the measured trials of the run's own record that the persistent study lacks
+(the last round of a process that died between storing its trials and mirroring them) are
+added to it.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from collections.abc import Sequence
 
 import optuna
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from scheduler_search.search.records import TrialRecord
+from scheduler_search.search.records import INVALID, TrialRecord
 from scheduler_search.search.warm_start import fit_to_space
 from scheduler_search.space import Choices, ScheduleSpace
 
@@ -50,9 +54,14 @@ class Studies:
         self._mirror: optuna.Study | None = None
         self._synced = 0
 
-    def open(self, *, seed: int, n_startup_trials: int) -> optuna.Study:
+    def open(
+        self, *, seed: int, n_startup_trials: int, space: ScheduleSpace,
+        history: Sequence[TrialRecord] = (),
+    ) -> optuna.Study:
         """The working study (TPE, seeded), holding the persistent study's finished
-        trials when it resumes one."""
+        trials when it resumes one; the measured trials of ``history`` (the caller's
+        record of the run's trials) that the persistent study lacks are added to it
+        first."""
         sampler = optuna.samplers.TPESampler(
             seed=seed, n_startup_trials=n_startup_trials, constant_liar=True
         )
@@ -64,6 +73,7 @@ class Studies:
                 direction="minimize",
                 load_if_exists=True,
             )
+            _add_missing(self._mirror, space, history)
             done = [t for t in self._mirror.get_trials(deepcopy=False) if t.state.is_finished()]
             if done:
                 study.add_trials(done)
@@ -123,6 +133,14 @@ def add_measured(
 ) -> int:
     """Add a measured schedule that the sampler did not propose to the study, so that the
     sampler learns from it; its trial number."""
+    study.add_trial(_measured_trial(space, choices, source, record))
+    return len(study.get_trials(deepcopy=False)) - 1
+
+
+def _measured_trial(
+    space: ScheduleSpace, choices: Choices, source: str, record: TrialRecord
+) -> FrozenTrial:
+    """A finished trial of ``choices`` holding ``record``'s measurement."""
     distributions = {
         knob.name: CategoricalDistribution(list(knob.options))
         for knob in space.knobs
@@ -130,11 +148,35 @@ def add_measured(
     }
     attrs = {SOURCE_ATTR: source}
     if record.ok:
-        trial = create_trial(params=choices, distributions=distributions,
-                             value=record.latency_us, user_attrs=attrs)
-    else:
-        attrs["error"] = f"{record.status}: {record.error}"[:500]
-        trial = create_trial(params=choices, distributions=distributions,
-                             state=TrialState.FAIL, user_attrs=attrs)
-    study.add_trial(trial)
-    return len(study.get_trials(deepcopy=False)) - 1
+        return create_trial(params=choices, distributions=distributions,
+                            value=record.latency_us, user_attrs=attrs)
+    attrs["error"] = f"{record.status}: {record.error}"[:500]
+    return create_trial(params=choices, distributions=distributions,
+                        state=TrialState.FAIL, user_attrs=attrs)
+
+
+def _add_missing(
+    mirror: optuna.Study, space: ScheduleSpace, history: Sequence[TrialRecord]
+) -> None:
+    """Add to the persistent study the measured records of ``history`` it lacks. A record
+    and a mirrored trial match by their choices (a run measures each schedule once), as
+    many times as each occurs; what the mirror holds beyond the records stays."""
+    def key(choices: Choices) -> str:
+        return json.dumps(choices, sort_keys=True, default=str)
+
+    mirrored = Counter(
+        key(t.params) for t in mirror.get_trials(deepcopy=False)
+        if t.state in (TrialState.COMPLETE, TrialState.FAIL)
+        and not t.user_attrs.get(DUPLICATE_ATTR)
+    )
+    missing = []
+    for record in history:
+        if record.status == INVALID:
+            continue  # never a trial of the study
+        found = key(record.choices)
+        if mirrored[found] > 0:
+            mirrored[found] -= 1
+        else:
+            missing.append(_measured_trial(space, record.choices, record.source, record))
+    if missing:
+        mirror.add_trials(missing)

@@ -4,9 +4,11 @@ API's process.
 It claims queued runs from the database (a conditional update: no run is executed twice,
 however many workers and servers share the database), writes their heartbeats, resumes
 runs whose process died, and stops on SIGTERM or Ctrl-C: runs in progress stop at their
-next round and are left for the next worker to resume. ``pipetune serve`` starts
-``PIPETUNE_RUN_WORKERS`` of them (default 1), so the API's latency does not depend on the
-searches; start more by hand, on this host or another sharing a PostgreSQL database.
+next round and are left for the next worker to resume. If its SQLite file is deleted or
+replaced (what ``/healthz`` reports as well), it stops writing and exits with status 1.
+``pipetune serve`` starts ``PIPETUNE_RUN_WORKERS`` of them (default 1), so the API's
+latency does not depend on the searches; start more by hand, on this host or another
+sharing a PostgreSQL database.
 """
 
 from __future__ import annotations
@@ -60,15 +62,20 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     manager = RunManager(db, settings, executors)
     try:
         migrations.upgrade(db.url, engine=db.engine)
+        db.remember_file()
         manager.start()
         print(f"pipetune worker {os.getpid()}: {settings.max_concurrent_runs} runs at once, "
               f"database {describe_database(settings.database_url)}", file=sys.stderr,
               flush=True)
-        while not stop.wait(_PARENT_POLL_S):
+        while not stop.wait(_PARENT_POLL_S) and manager.stopped_because is None:
             if args.parent_pid is not None and os.getppid() != args.parent_pid:
                 break  # serve is gone (even killed): do not outlive it
     finally:
         manager.close()
         executors.close()
         db.dispose()
+    if manager.stopped_because is not None:
+        print(f"pipetune worker {os.getpid()}: {manager.stopped_because}; stopped",
+              file=sys.stderr, flush=True)
+        return 1
     return 0

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0008"
+SCHEMA_VERSION = "0009"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -135,7 +135,9 @@ class RunModel(Base):
 
     At most one run per (workload, device) is queued or running: a partial unique index
     enforces it, so two API processes racing on the same request end up sharing a run.
-    ``owner`` (host:pid:token) and ``heartbeat_at`` tell a live run from an orphan.
+    ``owner`` (host:pid:token) and ``heartbeat_at`` tell a live run from an orphan;
+    ``attempts`` numbers its claims, and each write of a run checks that it is still the
+    claim that executes it (``repositories.hold_run``).
     """
 
     __tablename__ = "pipetune_runs"
@@ -183,6 +185,11 @@ class RunModel(Base):
         DateTime(timezone=True), nullable=True
     )
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # A run queued again after a database fault starts no sooner than this (the wait
+    # grows with its starts: ``service.runs.retry.restart_delay_s``); None: at once.
+    not_before: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
     # The API key that created the run (None: made without a key, on loopback or by the
     # CLI). No foreign key: keys are revoked, never deleted, and adding one on SQLite
     # would make Alembic copy this table (and cascade-delete its trials).

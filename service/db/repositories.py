@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import String, case, func, select, type_coerce, update
+from sqlalchemy import String, case, func, select, true, type_coerce, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -199,11 +199,14 @@ def list_runs(
 
 
 def claim_run(session: Session, *, run_id: int, owner: str) -> RunModel | None:
-    """Make a queued run ``owner``'s (a conditional update: one claimer wins)."""
+    """Make a queued run ``owner``'s (a conditional update: one claimer wins), unless it
+    waits for its ``not_before`` time. Each claim counts a start (``attempts``): the
+    claim's number, which every later write of the run checks (:func:`hold_run`)."""
     now = utcnow()
     result = session.execute(
         update(RunModel)
-        .where(RunModel.id == run_id, RunModel.status == RunStatus.QUEUED.value)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.QUEUED.value,
+               _due(now))
         .values(
             status=RunStatus.RUNNING.value,
             phase="starting",
@@ -211,6 +214,7 @@ def claim_run(session: Session, *, run_id: int, owner: str) -> RunModel | None:
             heartbeat_at=now,
             started_at=func.coalesce(RunModel.started_at, now),
             attempts=RunModel.attempts + 1,
+            not_before=None,
         )
         .execution_options(synchronize_session=False)
     )
@@ -219,12 +223,22 @@ def claim_run(session: Session, *, run_id: int, owner: str) -> RunModel | None:
     return session.get(RunModel, run_id, populate_existing=True)
 
 
+def _due(now: dt.datetime) -> Any:
+    """A queued run that may start at ``now`` (it waits for no ``not_before``)."""
+    return RunModel.not_before.is_(None) | (RunModel.not_before <= now)
+
+
 def claim_next_queued(
-    session: Session, *, owner: str, device_keys: Collection[str] | None = None
+    session: Session, *, owner: str, device_keys: Collection[str] | None = None,
+    skip: Collection[int] = (),
 ) -> RunModel | None:
-    """Take the oldest queued run for ``owner`` among those of ``device_keys`` (the devices
-    ``owner`` can measure; None: any device)."""
-    query = select(RunModel.id).where(RunModel.status == RunStatus.QUEUED.value)
+    """Take the oldest queued run that may start now for ``owner`` among those of
+    ``device_keys`` (the devices ``owner`` can measure; None: any device), except the
+    runs in ``skip`` (those ``owner`` still executes under an earlier claim)."""
+    query = select(RunModel.id).where(RunModel.status == RunStatus.QUEUED.value,
+                                      _due(utcnow()))
+    if skip:
+        query = query.where(RunModel.id.not_in(list(skip)))
     if device_keys is not None:
         query = query.join(DeviceModel, RunModel.device_id == DeviceModel.id).where(
             DeviceModel.key.in_(list(device_keys)))
@@ -236,11 +250,40 @@ def claim_next_queued(
     return None
 
 
+class LeaseLost(RuntimeError):
+    """The run is no longer this claim's: queued again and perhaps claimed by another
+    process, or its database is gone. Its execution stops without writing."""
+
+
+def _claimed_by(owner: str | None, attempt: int) -> Any:
+    """The run is still the claim number ``attempt`` of ``owner`` (None: released)."""
+    held = RunModel.owner.is_(None) if owner is None else RunModel.owner == owner
+    return held & (RunModel.attempts == attempt)
+
+
+def hold_run(session: Session, *, run_id: int, owner: str, attempt: int) -> None:
+    """Check that the run is still ``owner``'s claim number ``attempt`` and write its
+    heartbeat, first in a transaction that writes for the run: the row stays locked
+    (SQLite: the database) until the commit, so no requeue can come between.
+
+    Raises:
+        LeaseLost: the run was queued again (and perhaps claimed by another) meanwhile.
+    """
+    result = session.execute(
+        update(RunModel)
+        .where(RunModel.id == run_id, _claimed_by(owner, attempt))
+        .values(heartbeat_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        raise LeaseLost(f"run {run_id} is no longer this process's start {attempt}: it "
+                        "was queued again meanwhile (taken for orphaned) and may run elsewhere")
+
+
 def update_progress(
     session: Session,
     *,
     run_id: int,
-    owner: str,
     phase: str,
     trials_done: int,
     invalid: int,
@@ -249,11 +292,12 @@ def update_progress(
     best_simulated: bool | None,
     elapsed_s: float,
 ) -> bool:
-    """Record progress and the heartbeat; the run's ``cancel_requested`` flag. A cancelled
-    run's phase stays ``stopping`` until :func:`finish_run` stores its outcome."""
+    """Record progress, in a transaction that holds the run (:func:`hold_run`); the
+    run's ``cancel_requested`` flag. A cancelled run's phase stays ``stopping`` until
+    :func:`finish_run` stores its outcome."""
     session.execute(
         update(RunModel)
-        .where(RunModel.id == run_id, RunModel.owner == owner)
+        .where(RunModel.id == run_id)
         .values(
             phase=case((RunModel.status == RunStatus.CANCELLED.value, "stopping"), else_=phase),
             trials_done=trials_done,
@@ -262,7 +306,6 @@ def update_progress(
             best_schedule_hash=best_schedule_hash,
             best_simulated=best_simulated,
             elapsed_s=elapsed_s,
-            heartbeat_at=utcnow(),
         )
         .execution_options(synchronize_session=False)
     )
@@ -444,21 +487,44 @@ def stopping_runs(session: Session) -> list[RunModel]:
         RunModel.status == RunStatus.CANCELLED.value, RunModel.owner.is_not(None))))
 
 
-def requeue_run(session: Session, *, run_id: int, error: str | None = None) -> None:
-    """Queue a running run again (to resume from its trials); ``error`` says why, until
-    it ends."""
-    session.execute(
+def requeue_run(
+    session: Session, *, run_id: int, owner: str | None, attempt: int,
+    stale_before: dt.datetime | None = None, not_before: dt.datetime | None = None,
+    error: str | None = None,
+) -> bool:
+    """Queue a running run again (to resume from its trials) if it is still ``owner``'s
+    claim number ``attempt`` and, given ``stale_before``, still silent since then: a
+    decision made on an earlier read changes nothing once the run was heartbeated or
+    claimed again. It starts no sooner than ``not_before``; ``error`` says why, until it
+    ends. Whether it was queued."""
+    result = session.execute(
         update(RunModel)
-        .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
-        .values(status=RunStatus.QUEUED.value, phase="queued", owner=None, error=error)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value,
+               _claimed_by(owner, attempt), _silent_since(stale_before))
+        .values(status=RunStatus.QUEUED.value, phase="queued", owner=None, error=error,
+                not_before=not_before)
         .execution_options(synchronize_session=False)
     )
+    return result.rowcount == 1
 
 
-def interrupt_run(session: Session, *, run_id: int, reason: str) -> None:
-    session.execute(
+def _silent_since(stale_before: dt.datetime | None) -> Any:
+    """No heartbeat since ``stale_before`` (None: no condition)."""
+    if stale_before is None:
+        return true()
+    return RunModel.heartbeat_at.is_(None) | (RunModel.heartbeat_at < stale_before)
+
+
+def interrupt_run(
+    session: Session, *, run_id: int, owner: str | None, attempt: int, reason: str,
+    stale_before: dt.datetime | None = None,
+) -> bool:
+    """End a running run ``interrupted``, on the conditions of :func:`requeue_run`;
+    whether it was ended."""
+    result = session.execute(
         update(RunModel)
-        .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value)
+        .where(RunModel.id == run_id, RunModel.status == RunStatus.RUNNING.value,
+               _claimed_by(owner, attempt), _silent_since(stale_before))
         .values(
             status=RunStatus.INTERRUPTED.value,
             phase="done",
@@ -468,6 +534,7 @@ def interrupt_run(session: Session, *, run_id: int, reason: str) -> None:
         )
         .execution_options(synchronize_session=False)
     )
+    return result.rowcount == 1
 
 
 def count_runs_by_status(session: Session) -> dict[str, int]:
@@ -748,6 +815,7 @@ def stale_before(seconds: float) -> dt.datetime:
 __all__ = [
     "ACTIVE_STATUSES",
     "TRIAL_ORDERS",
+    "LeaseLost",
     "StorageError",
     "add_trials",
     "cancel_requested",
@@ -765,6 +833,7 @@ __all__ = [
     "get_run",
     "get_schedule",
     "heartbeat",
+    "hold_run",
     "interrupt_run",
     "list_devices",
     "list_runs",

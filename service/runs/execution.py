@@ -1,16 +1,20 @@
 """One run's execution: its stored state loaded, the search driven, the outcome stored.
 
 A :class:`~service.runs.manager.RunManager` thread claims a run and calls
-``RunExecution.load(...).execute()``. :meth:`RunExecution.load` reads the run, its workload
-and device, its stored trials (a resumed run: they count, and are never measured twice)
-or, for a fresh run, the cached schedules of nearby shapes to warm-start from. The
-execution then holds what the search needs as attributes, and hands the
-:class:`~scheduler_search.search.SearchDriver` its own methods as callbacks:
+``RunExecution.load(...).execute()`` with the claim's lease (``service.runs.context``):
+each write of the run first checks that the run is still this claim's.
+:meth:`RunExecution.load` reads the run, its workload and device, its stored trials (a
+resumed run: they count, and are never measured twice) or, for a fresh run, the cached
+schedules of nearby shapes to warm-start from. The execution then holds what the search
+needs as attributes, and hands the :class:`~scheduler_search.search.SearchDriver` its own
+methods as callbacks:
 
 - ``make_job`` / ``make_final_job``: a candidate's worker job, timed by the search preset's
   quick or final policy (``service.runs.jobs``);
 - ``on_trials``: each round's trials stored (the good ones also kept for the calibration);
 - ``on_progress``: progress stored; a cancel requested in the database is noticed here;
+- the search's Optuna study is written through :class:`~service.runs.retry.RetryingStorage`,
+  retried through a brief database fault as pipetune's own writes are;
 - ``should_stop``: the manager's shutdown or a cancel, acted on at the next round.
 
 On a GPU (``cuda:N``) the search preset is ``GPU``: each candidate sProgram is rendered
@@ -56,11 +60,11 @@ from service.db import repositories as repo
 from service.db import results as results_repo
 from service.db.models import DeviceModel, RunModel, WorkloadModel
 from service.runs.calibration import refit_calibration, stored_calibration
-from service.runs.context import RunContext
+from service.runs.context import RunContext, RunLease
 from service.runs.devices import ResolvedDevice, from_identity
 from service.runs.finish import RunFinish
 from service.runs.jobs import baseline_job, kernel_job
-from service.runs.retry import with_retries
+from service.runs.retry import RetryingStorage, with_retries
 from service.runs.seeds import SeedProcess
 from service.runs.space import schedule_space
 from workers import Job
@@ -83,6 +87,7 @@ class RunExecution:
 
     Args:
         context: the manager's shared services and shutdown signal.
+        lease: the claim the run is executed under.
         stored: the run as :meth:`load` read it.
         cancel: set when the run is cancelled (by the manager, or here when progress finds
             the request in the database); the search stops at its next round.
@@ -92,12 +97,14 @@ class RunExecution:
     def __init__(
         self,
         context: RunContext,
+        lease: RunLease,
         stored: StoredRun,
         *,
         cancel: threading.Event,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.context = context
+        self.lease = lease
         self.run, self.workload, self.device_row = stored.run, stored.workload, stored.device_row
         self.spec = parse_spec(self.workload.op, self.workload.params)
         row = self.device_row
@@ -134,14 +141,20 @@ class RunExecution:
     def load(
         cls,
         context: RunContext,
-        run_id: int,
+        lease: RunLease,
         *,
         cancel: threading.Event,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> RunExecution:
         """The execution of a claimed run: its rows and stored trials (resuming) or, for a
-        fresh run, the cached schedules of other shapes to warm-start from."""
+        fresh run, the cached schedules of other shapes to warm-start from.
+
+        Raises:
+            LeaseLost: the run is no longer the lease's claim.
+        """
+        run_id = lease.run_id
         with repo.session_scope(context.db.sessions) as session:
+            context.hold(session, lease)
             run = repo.get_run(session, run_id=run_id)
             assert run is not None
             workload, device_row = run.workload, run.device
@@ -162,7 +175,7 @@ class RunExecution:
             cached_plain = [CachedSchedule(c.workload.params, c.choices, c.latency_us)
                             for c in cached]
         stored = StoredRun(run, workload, device_row, history_rows, cached_plain)
-        return cls(context, stored, cancel=cancel, on_progress=on_progress)
+        return cls(context, lease, stored, cancel=cancel, on_progress=on_progress)
 
     @property
     def resuming(self) -> bool:
@@ -178,7 +191,7 @@ class RunExecution:
         finally:
             if seeds is not None:
                 seeds.close()
-        finish = RunFinish(self.context, self.run.id, self.workload.id, self.device_row.id,
+        finish = RunFinish(self.context, self.lease, self.workload.id, self.device_row.id,
                            self.spec, self.model, self.baseline)
         succeeded = finish.store(result, cancelled=self._cancel.is_set())
         if succeeded and self.gpu and self.context.settings.calibrate:
@@ -206,7 +219,7 @@ class RunExecution:
             config=self.preset.config(
                 run.seed, (settings.gpu_batch_size or None) if self.gpu else None
             ),
-            storage=self.context.db.optuna_storage(),
+            storage=RetryingStorage(self.context.db.optuna_storage(), settings),
             study_name=run.study_name,
             warm_start=self.warm,
             designs=(
@@ -257,6 +270,7 @@ class RunExecution:
 
         def store() -> None:
             with repo.session_scope(self.context.db.sessions) as session:
+                self.context.hold(session, self.lease)
                 repo.add_trials(session, run_id=self.run.id, trials=rows)
 
         with_retries(self.context.settings, store)
@@ -278,10 +292,10 @@ class RunExecution:
     def _store_progress(self, update: Progress) -> bool:
         """Write ``update``; whether the run's cancel was requested."""
         with repo.session_scope(self.context.db.sessions) as session:
+            self.context.hold(session, self.lease)
             cancel = repo.update_progress(
                 session,
                 run_id=self.run.id,
-                owner=self.context.owner,
                 phase=update.phase,
                 trials_done=update.trials_done,
                 invalid=update.invalid,

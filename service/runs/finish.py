@@ -16,6 +16,8 @@ A cancel is recorded by ``repositories.request_cancel`` at once (the run is ``ca
 from then on, whichever process executes it); the outcome stored here completes it.
 
 :func:`record_end` records any other end of a run (a failure raised during its execution).
+Every write first holds the run's lease (``RunContext.hold``): a search whose run was
+taken over elsewhere stores nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from scheduler_search.sprogram import SProgram
 from service.db import repositories as repo
 from service.db import results as results_repo
 from service.db.models import RunStatus
-from service.runs.context import RunContext
+from service.runs.context import RunContext, RunLease
 
 if TYPE_CHECKING:
     from codegen import KernelArtifact
@@ -47,15 +49,19 @@ class _Kernel(NamedTuple):
     hash: str
 
 
-def record_end(context: RunContext, run_id: int, status: RunStatus, **fields: Any) -> None:
-    """Record the end of a run (``repositories.finish_run`` fields) and count it, unless
-    a cancel had ended it already; a storage error is logged, since there is nothing else
-    to tell."""
+def record_end(context: RunContext, lease: RunLease, status: RunStatus, **fields: Any) -> None:
+    """Record the end of a leased run (``repositories.finish_run`` fields) and count it,
+    unless a cancel had ended it already; a storage error or a lost lease is logged,
+    since there is nothing else to tell."""
     try:
         with repo.session_scope(context.db.sessions) as session:
-            ended_now = repo.finish_run(session, run_id=run_id, status=status, **fields)
+            context.hold(session, lease)
+            ended_now = repo.finish_run(session, run_id=lease.run_id, status=status, **fields)
     except repo.StorageError:
-        logger.exception("could not record the end of run %d", run_id)
+        logger.exception("could not record the end of run %d", lease.run_id)
+        return
+    except repo.LeaseLost as exc:
+        logger.warning("the end of run %d is not recorded: %s", lease.run_id, exc)
         return
     if ended_now and context.metrics:
         context.metrics.runs_finished.labels(status.value).inc()
@@ -67,19 +73,23 @@ class RunFinish:
 
     Attributes:
         context: the manager's shared services.
-        run_id: the run.
+        lease: the run, as its execution holds it (each write checks it).
         workload_id, device_id: what the winner is cached for.
         spec, model: the operator and hardware model, to render the winner's kernel.
         baseline: the vendor baseline timed with the run, or ``None``.
     """
 
     context: RunContext
-    run_id: int
+    lease: RunLease
     workload_id: int
     device_id: int
     spec: OperatorSpec
     model: Any
     baseline: str | None
+
+    @property
+    def run_id(self) -> int:
+        return self.lease.run_id
 
     def store(self, result: SearchResult, *, cancelled: bool) -> bool:
         """Store the outcome of the search; whether the run succeeded. ``cancelled``: the
@@ -87,6 +97,7 @@ class RunFinish:
         cancelled = cancelled or self._cancel_recorded()
         if result.stop_reason is StopReason.CANCELLED and not cancelled:
             with repo.session_scope(self.context.db.sessions) as session:
+                self.context.hold(session, self.lease)
                 repo.release_run(session, run_id=self.run_id, owner=self.context.owner)
             return False
         best = result.best
@@ -96,7 +107,7 @@ class RunFinish:
                 f"no candidate was measured successfully ({result.trials_done} measured, "
                 f"{result.invalid} invalid; stopped: {result.stop_reason.value})"
             )
-            record_end(self.context, self.run_id,
+            record_end(self.context, self.lease,
                        RunStatus.CANCELLED if cancelled else RunStatus.FAILED, error=error,
                        stop_reason=result.stop_reason.value, best=_best_dict(best, None),
                        elapsed_s=result.elapsed_s)
@@ -140,6 +151,7 @@ class RunFinish:
         """Offer the winner (and its kernel) to the cache of (workload, device), store the
         baseline's and peers' latencies, and end the run as ``end``, in one transaction."""
         with repo.session_scope(self.context.db.sessions) as session:
+            self.context.hold(session, self.lease)
             if kernel is not None:
                 results_repo.store_kernel(
                     session, kernel_hash=kernel.hash,

@@ -6,10 +6,21 @@ run despite a hit, and ``extend`` queues the workload's newest run again with mo
 so it resumes its study (its trials count and are never measured twice). Worker threads, as
 many as ``max_concurrent_runs``, claim queued runs with a conditional update, so several
 processes sharing one PostgreSQL database never run the same run twice. A running run's
-owner (``host:pid:token``) writes a heartbeat; a run whose owner is gone (its process is
-dead on this host, or its heartbeat is older than ``stale_after_s``) is resumed (queued
-again: its trials count and are never measured twice) or marked ``interrupted``, as
-``on_restart`` says, at start and then periodically.
+owner (``host:pid:token``) writes a heartbeat, several times a stale period; a run whose
+owner is gone (a process of this host that is dead, or a run manager of this process that
+stopped, or silent since ``stale_after_s``) is resumed (queued again: its trials count and
+are never measured twice) or marked ``interrupted``, as ``on_restart`` says, at start and
+then periodically.
+
+A process never takes its own runs for gone: the runs it executes, or has claimed and is
+about to, are its own until their execution ends. A decision on another's run is a
+conditional update (the same owner, the same claim, still silent), so it changes nothing
+once that run was heartbeated or claimed again; and a search whose run was taken over all
+the same (a process paused past the stale period) stops at its next write, having written
+nothing (each write holds the claim's lease: ``service.runs.context``).
+
+A manager whose SQLite file is deleted or replaced (``Database.problem``, what ``/healthz``
+reports) stops: it claims nothing more, and its runs stop without writing to the lost file.
 
 A cancel ends the run at once (``repositories.request_cancel``: ``cancelled``, phase
 ``stopping``); its search stops at the next round (a cancel made through another process
@@ -27,6 +38,7 @@ tracks which runs it executes, so that a cancel reaches the right one.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import socket
@@ -34,7 +46,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from scheduler_search.search import Progress
 from service.core.config import Settings
@@ -52,23 +64,31 @@ from service.db.models import (
     ScheduleModel,
     WorkloadModel,
     as_utc,
+    utcnow,
 )
 from service.errors import Conflict, InvalidRequest, NotFound
 from service.runs import fleet as fleet_runs
 from service.runs.admission import admit
-from service.runs.context import RunContext
+from service.runs.context import RunContext, RunLease
 from service.runs.devices import ResolvedDevice, available_devices, served_device_keys
 from service.runs.execution import RunExecution
 from service.runs.executors import ExecutorRegistry
 from service.runs.finish import record_end
 from service.runs.range_execution import RangeExecution
 from service.runs.ranges import RangeServed, fixed_key, fixed_params, range_workload, serve_exact
-from service.runs.retry import database_fault, with_retries
+from service.runs.retry import database_fault, restart_delay_s, with_retries
 from service.runs.tune import RangeTuneInput, TuneInput
 
 logger = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 1.0
+#: Heartbeats per stale period at least, whatever ``heartbeat_s`` says: one late or failed
+#: heartbeat never makes a live run look stale.
+_BEATS_PER_STALE_PERIOD = 3
+#: The owners (``host:pid:token``) of this process's run managers that are started and
+#: not closed: another run manager of this process never takes their runs for gone.
+_LIVE_OWNERS: set[str] = set()
+_LIVE_LOCK = threading.Lock()
 #: What ``resume`` continues.
 RESUMABLE = (RunStatus.FAILED.value, RunStatus.CANCELLED.value, RunStatus.INTERRUPTED.value)
 
@@ -120,7 +140,11 @@ class RunManager:
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
         self._active: dict[int, threading.Event] = {}  # run id -> its cancel request
+        #: Run id -> the claim whose execution ended here without recording the run's end
+        #: (the database was away): the one kind of own run recovery takes for gone.
+        self._ended: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._problem: str | None = None
         #: The keys of the devices this process measures, once started (None: not started).
         self.device_keys: frozenset[str] | None = None
         self._given_keys = device_keys
@@ -130,18 +154,18 @@ class RunManager:
     # ----- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         """Recover orphaned runs, register the devices this process serves (it claims only
-        their runs), then start the worker and heartbeat threads."""
+        their runs), then start the worker, heartbeat and recovery threads."""
+        self._live()
         self.recover()
         self._register_devices()
-        for index in range(self.settings.max_concurrent_runs):
-            thread = threading.Thread(
-                target=self._worker_loop, name=f"pipetune-run-{index}", daemon=True
-            )
+        loops = [(f"pipetune-run-{index}", self._worker_loop)
+                 for index in range(self.settings.max_concurrent_runs)]
+        loops += [("pipetune-heartbeat", self._heartbeat_loop),
+                  ("pipetune-recovery", self._recovery_loop)]
+        for name, loop in loops:
+            thread = threading.Thread(target=loop, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
-        beat = threading.Thread(target=self._heartbeat_loop, name="pipetune-heartbeat", daemon=True)
-        beat.start()
-        self._threads.append(beat)
         if self.settings.warm_executors:
             threading.Thread(target=self._warm_executors, name="pipetune-warm",
                              daemon=True).start()
@@ -195,17 +219,40 @@ class RunManager:
         for thread in self._threads:
             thread.join(timeout_s)
         self._threads.clear()
-        if self.device_keys is not None:
+        with _LIVE_LOCK:
+            _LIVE_OWNERS.discard(self.owner)
+        if self.device_keys is not None and self.db.problem() is None:
             try:
                 with repo.session_scope(self.db.sessions) as session:
                     processes.leave(session, owner=self.owner)
             except repo.StorageError:
                 logger.warning("could not unregister %s; its heartbeat goes stale", self.owner)
 
+    def _live(self) -> None:
+        """Count this manager among the live ones of its process (until ``close``)."""
+        with _LIVE_LOCK:
+            _LIVE_OWNERS.add(self.owner)
+
     @property
     def active_runs(self) -> list[int]:
         with self._lock:
             return list(self._active)
+
+    @property
+    def stopped_because(self) -> str | None:
+        """Why the manager stopped by itself (its SQLite file deleted or replaced), or
+        None: it runs, or was closed."""
+        return self._problem
+
+    def _stop_for(self, problem: str) -> None:
+        """Stop claiming and executing: the database is no longer the one it started on.
+        Runs in progress stop at their next round, writing nothing more."""
+        if self._problem is None:
+            logger.error("%s; this run manager stops (restart it on a usable database)",
+                         problem)
+        self._problem = problem
+        self._stop.set()
+        self._wake.set()
 
     # ----- requests ----------------------------------------------------------------------------
     def submit(self, tune: TuneInput, *, key_id: int | None = None) -> Submitted:
@@ -423,63 +470,99 @@ class RunManager:
         self, run_id: int, on_progress: Callable[[Progress], None] | None = None
     ) -> RunModel | None:
         """Claim and execute one queued run in the calling thread (``pipetune tune``)."""
-        with repo.session_scope(self.db.sessions) as session:
-            run = repo.claim_run(session, run_id=run_id, owner=self.owner)
-        if run is not None:
-            self._execute(run.id, on_progress)
+        self._live()
+        if run_id not in self.active_runs:
+            with repo.session_scope(self.db.sessions) as session:
+                run = repo.claim_run(session, run_id=run_id, owner=self.owner)
+            if run is not None:
+                self._execute(RunLease(run.id, run.attempts), on_progress)
         return self.get(run_id)
 
     # ----- recovery ----------------------------------------------------------------------------
     def recover(self) -> list[int]:
         """Resume or interrupt runs whose owner is gone, the ids handled; end the
-        ``stopping`` phase of cancelled runs whose owner is gone."""
-        handled = []
+        ``stopping`` phase of cancelled runs whose owner is gone. Nothing is written once
+        the database is not the one the manager started on."""
+        if self.db.problem() is not None:
+            return []
         stale_before = repo.stale_before(self.settings.stale_after_s)
+        with self._lock:
+            ended_before = dict(self._ended)
         with repo.session_scope(self.db.sessions) as session:
-            executing = set(self.active_runs)
-            for run in repo.running_runs(session):
-                if run.owner == self.owner and run.id in executing:
-                    continue
-                if not self._owner_gone(run, stale_before):
-                    continue
-                handled.append(run.id)
-                if self.settings.on_restart == "resume":
-                    logger.warning("run %d: owner %s is gone; resuming it", run.id, run.owner)
-                    repo.requeue_run(session, run_id=run.id)
-                else:
-                    logger.warning("run %d: owner %s is gone; interrupted", run.id, run.owner)
-                    repo.interrupt_run(
-                        session,
-                        run_id=run.id,
-                        reason=f"interrupted: the process running it ({run.owner}) stopped",
-                    )
-                    if self.metrics:
-                        self.metrics.runs_finished.labels(RunStatus.INTERRUPTED.value).inc()
-            for run in repo.stopping_runs(session):
-                if run.owner != self.owner and self._owner_gone(run, stale_before):
+            running = repo.running_runs(session)
+            handled = [run.id for run in running if self._recover_one(session, run, stale_before)]
+            stopping = repo.stopping_runs(session)
+            for run in stopping:
+                if self._owner_gone(run, stale_before):
                     logger.warning("run %d: cancelled, and its owner %s is gone before storing "
                                    "its outcome; its best so far stays", run.id, run.owner)
                     repo.finish_run(session, run_id=run.id, status=RunStatus.CANCELLED)
+        self._forget_ended(ended_before, {run.id for run in [*running, *stopping]
+                                          if run.owner == self.owner and run.id not in handled})
         if handled:
             self._wake.set()
         return handled
 
-    def _owner_gone(self, run: RunModel, stale_before: Any = None) -> bool:
-        """Whether the process that owns ``run`` is gone: dead on this host, or silent
-        (no heartbeat) since ``stale_before``."""
+    def _recover_one(self, session: Any, run: RunModel, stale_before: dt.datetime) -> bool:
+        """Resume or interrupt ``run`` if its owner is gone, by a conditional update (the
+        same owner and claim, still silent if silence decided); whether it was."""
+        if not self._owner_gone(run, stale_before):
+            return False
+        silent = (stale_before if run.owner is not None
+                  and _process_state(run.owner) == "unknown" else None)
+        claim = {"run_id": run.id, "owner": run.owner, "attempt": run.attempts,
+                 "stale_before": silent}
+        if self.settings.on_restart == "resume":
+            if not repo.requeue_run(session, **claim):
+                return False
+            logger.warning("run %d: owner %s is gone; resuming it", run.id, run.owner)
+            return True
+        if not repo.interrupt_run(session, **claim, reason=(
+                f"interrupted: the process running it ({run.owner}) stopped")):
+            return False
+        logger.warning("run %d: owner %s is gone; interrupted", run.id, run.owner)
+        if self.metrics:
+            self.metrics.runs_finished.labels(RunStatus.INTERRUPTED.value).inc()
+        return True
+
+    def _forget_ended(self, ended_before: dict[int, int], still_ours: set[int]) -> None:
+        """Drop the ended claims recovery no longer needs (their run is no longer ours)."""
+        with self._lock:
+            for run_id, attempt in ended_before.items():
+                if run_id not in still_ours and self._ended.get(run_id) == attempt:
+                    del self._ended[run_id]
+
+    def _owner_gone(self, run: RunModel, stale_before: dt.datetime | None = None) -> bool:
+        """Whether the process that owns ``run`` is gone. This manager: only once the
+        execution of the run's current claim ended here (its end not recorded). Another
+        manager of this process: once it stopped. A process of this host: once it is dead.
+        Any other (or a pid that may have been reused): no heartbeat since
+        ``stale_before``."""
+        if run.owner is None:
+            return True
+        if run.owner == self.owner:
+            with self._lock:
+                return self._ended.get(run.id) == run.attempts
+        state = _process_state(run.owner)
+        if state != "unknown":
+            return state == "gone"
         if stale_before is None:
             stale_before = repo.stale_before(self.settings.stale_after_s)
         heartbeat = as_utc(run.heartbeat_at)
-        stale = heartbeat is None or heartbeat < stale_before
-        return run.owner is None or _owner_dead(run.owner) or stale
+        return heartbeat is None or heartbeat < stale_before
 
     # ----- threads -----------------------------------------------------------------------------
     def _worker_loop(self) -> None:
         while not self._stop.is_set():
+            problem = self.db.problem()
+            if problem is not None:
+                self._stop_for(problem)
+                return
             try:
                 with repo.session_scope(self.db.sessions) as session:
                     run = repo.claim_next_queued(session, owner=self.owner,
-                                                 device_keys=self.device_keys)
+                                                 device_keys=self.device_keys,
+                                                 skip=self.active_runs)
             except repo.StorageError:
                 logger.exception("could not claim a queued run")
                 run = None
@@ -487,30 +570,42 @@ class RunManager:
                 self._wake.wait(_IDLE_POLL_S)
                 self._wake.clear()
                 continue
-            self._execute(run.id)
+            self._execute(RunLease(run.id, run.attempts))
 
     def _heartbeat_loop(self) -> None:
-        recover_every = max(1, int(self.settings.stale_after_s / 2 / self.settings.heartbeat_s))
-        beats = 0
-        while not self._stop.wait(self.settings.heartbeat_s):
-            beats += 1
+        """The heartbeat of the runs executing here, several times a stale period (a
+        thread of its own: recovery's queries never delay it)."""
+        every_s = min(self.settings.heartbeat_s,
+                      self.settings.stale_after_s / _BEATS_PER_STALE_PERIOD)
+        while not self._stop.wait(every_s):
+            problem = self.db.problem()
+            if problem is not None:
+                self._stop_for(problem)
+                return
             try:
                 with repo.session_scope(self.db.sessions) as session:
                     repo.heartbeat(session, run_ids=self.active_runs, owner=self.owner)
                     processes.beat(session, owner=self.owner)
-                if beats % recover_every == 0:
-                    self.recover()
-                    if self._context.executors.ray_address is not None:
-                        self._register_devices()
             except repo.StorageError:
                 logger.exception("heartbeat failed")
 
+    def _recovery_loop(self) -> None:
+        """Recovery twice a stale period (and the fleet's devices, where it has some)."""
+        while not self._stop.wait(self.settings.stale_after_s / 2):
+            try:
+                self.recover()
+                if self._context.executors.ray_address is not None:
+                    self._register_devices()
+            except repo.StorageError:
+                logger.exception("recovery failed")
+
     # ----- one run -----------------------------------------------------------------------------
     def _execute(
-        self, run_id: int, on_progress: Callable[[Progress], None] | None = None
+        self, lease: RunLease, on_progress: Callable[[Progress], None] | None = None
     ) -> None:
-        """Execute a claimed run, tracked in ``_active`` meanwhile; an exception fails it."""
-        cancel = threading.Event()
+        """Execute a claimed run, tracked in ``_active`` meanwhile; an exception fails it,
+        a lost lease leaves it to whoever holds it now."""
+        run_id, cancel = lease.run_id, threading.Event()
         with self._lock:
             self._active[run_id] = cancel
         if self.metrics:
@@ -520,39 +615,46 @@ class RunManager:
                 run = repo.get_run(session, run_id=run_id)
                 range_run = run is not None and run.kind == RunKind.RANGE.value
             execution = RangeExecution if range_run else RunExecution
-            execution.load(self._context, run_id, cancel=cancel,
+            execution.load(self._context, lease, cancel=cancel,
                            on_progress=on_progress).execute()
+        except repo.LeaseLost as exc:
+            logger.warning("run %d stops here: %s", run_id, exc)
         except Exception as exc:
             fault = database_fault(exc)
             if fault is not None:
-                self._after_database_fault(run_id, fault)
+                self._after_database_fault(lease, fault)
             else:
                 logger.exception("run %d failed", run_id)
-                record_end(self._context, run_id, RunStatus.FAILED,
+                record_end(self._context, lease, RunStatus.FAILED,
                            error=f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._active.pop(run_id, None)
+                self._ended[run_id] = lease.attempt
             if self.metrics:
                 self.metrics.runs_active.dec()
 
-    def _after_database_fault(self, run_id: int, fault: BaseException) -> None:
+    def _after_database_fault(self, lease: RunLease, fault: BaseException) -> None:
         """A run whose search failed on the database after its writes' retries: queued
-        again (resumed from its stored trials) below ``max_run_attempts`` starts, else
-        failed, saying so. If even that cannot be written, the run is left to recovery
-        (its heartbeat stops, so it is taken as orphaned once stale)."""
+        again (resumed from its stored trials, after :func:`restart_delay_s`) below
+        ``max_run_attempts`` starts, else failed, saying so. If even that cannot be
+        written, the run is left to recovery (this manager's own, once the database is
+        back; its heartbeat stops, so another's once stale)."""
+        run_id = lease.run_id
         cause = f"{type(fault).__name__}: {str(fault).splitlines()[0] if str(fault) else ''}"
         cap = self.settings.max_run_attempts
+        delay = dt.timedelta(seconds=restart_delay_s(self.settings, lease.attempt))
 
         def requeue_or_fail() -> bool:
             with repo.session_scope(self.db.sessions) as session:
-                run = repo.get_run(session, run_id=run_id)
-                if run is None or run.attempts >= cap:
+                self._context.hold(session, lease)
+                if lease.attempt >= cap:
                     return False
-                repo.requeue_run(session, run_id=run_id, error=(
-                    f"database unavailable during the search ({cause}); queued again to "
-                    f"resume from its trials (start {run.attempts + 1} of {cap})"))
-                return True
+                return repo.requeue_run(
+                    session, run_id=run_id, owner=self.owner, attempt=lease.attempt,
+                    not_before=utcnow() + delay, error=(
+                        f"database unavailable during the search ({cause}); queued again "
+                        f"to resume from its trials (start {lease.attempt + 1} of {cap})"))
 
         try:
             requeued = with_retries(self.settings, requeue_or_fail)
@@ -560,13 +662,16 @@ class RunManager:
             logger.exception("run %d: the database is still unavailable; left to recovery",
                              run_id)
             return
+        except repo.LeaseLost as exc:
+            logger.warning("run %d is not queued again here: %s", run_id, exc)
+            return
         if requeued:
             logger.warning("run %d: database unavailable (%s); queued again", run_id, cause)
             self._wake.set()
             return
         logger.error("run %d: database unavailable (%s) in %d starts; failed", run_id, cause,
                      cap)
-        record_end(self._context, run_id, RunStatus.FAILED, error=(
+        record_end(self._context, lease, RunStatus.FAILED, error=(
             f"database unavailable during the search in each of {cap} starts "
             f"(max_run_attempts), last: {cause}; POST /v1/runs/{run_id}/resume continues it "
             "from its trials"))
@@ -587,24 +692,29 @@ def _device_row(session: Any, device: ResolvedDevice) -> Any:
     )
 
 
-def _owner_dead(owner: str) -> bool:
-    """Whether ``owner`` (``host:pid:token``) is a process of this host that is gone."""
+def _process_state(owner: str) -> Literal["alive", "gone", "unknown"]:
+    """What this host knows of the process of ``owner`` (``host:pid:token``): ``alive``
+    (a started run manager of this process), ``gone`` (a process of this host that is
+    dead, a run manager of this process that stopped or never started, or an owner that
+    names no process), else ``unknown`` (another host, or a live pid, which may have been
+    reused: only its heartbeat can tell)."""
     parts = owner.split(":")
     if len(parts) < 3:
-        return True
+        return "gone"
     host, pid_text = ":".join(parts[:-2]), parts[-2]
     if host != socket.gethostname():
-        return False  # another host: only its heartbeat can tell
+        return "unknown"
     try:
         pid = int(pid_text)
     except ValueError:
-        return True
+        return "gone"
     if pid == os.getpid():
-        return True  # this process is new: the owner was an earlier one with our pid
+        with _LIVE_LOCK:
+            return "alive" if owner in _LIVE_OWNERS else "gone"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
+        return "gone"
     except PermissionError:
-        return False
-    return False
+        return "unknown"
+    return "unknown"

@@ -46,7 +46,7 @@ from service.db import repositories as repo
 from service.db import results as results_repo
 from service.db.models import DeviceModel, RunModel, RunStatus, WorkloadModel
 from service.runs.calibration import stored_calibration
-from service.runs.context import RunContext
+from service.runs.context import RunContext, RunLease
 from service.runs.devices import ResolvedDevice, from_identity
 from service.runs.execution import _trial_row
 from service.runs.finish import record_end
@@ -75,12 +75,14 @@ class RangeExecution:
     def __init__(
         self,
         context: RunContext,
+        lease: RunLease,
         stored: StoredRangeRun,
         *,
         cancel: threading.Event,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.context = context
+        self.lease = lease
         self.run, self.workload, self.device_row = stored.run, stored.workload, stored.device_row
         self.range_spec = parse_range_spec(self.workload.op, self.workload.params)
         row = self.device_row
@@ -113,23 +115,28 @@ class RangeExecution:
     def load(
         cls,
         context: RunContext,
-        run_id: int,
+        lease: RunLease,
         *,
         cancel: threading.Event,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> RangeExecution:
-        """The execution of a claimed range run, with its stored trials."""
+        """The execution of a claimed range run, with its stored trials.
+
+        Raises:
+            LeaseLost: the run is no longer the lease's claim.
+        """
         with repo.session_scope(context.db.sessions) as session:
-            run = repo.get_run(session, run_id=run_id)
+            context.hold(session, lease)
+            run = repo.get_run(session, run_id=lease.run_id)
             assert run is not None
-            rows, _ = repo.list_trials(session, run_id=run_id, limit=1_000_000)
+            rows, _ = repo.list_trials(session, run_id=lease.run_id, limit=1_000_000)
             history = [TrialRecord(number=t.number, choices=dict(t.choices),
                                    status=t.status or INVALID, source=t.source,
                                    schedule_hash=t.schedule_hash, latency_us=t.latency_us,
                                    predicted_us=t.predicted_us, error=t.error or "",
                                    simulated=t.simulated) for t in rows]
             stored = StoredRangeRun(run, run.workload, run.device, history)
-        return cls(context, stored, cancel=cancel, on_progress=on_progress)
+        return cls(context, lease, stored, cancel=cancel, on_progress=on_progress)
 
     def execute(self) -> None:
         """Search and store the outcome; an exception propagates (the run fails)."""
@@ -152,7 +159,7 @@ class RangeExecution:
             should_stop=self.should_stop,
         )
         result = search.run()
-        RangeFinish(self.context, run.id, self.device_row.id, self.range_spec, self.model,
+        RangeFinish(self.context, self.lease, self.device_row.id, self.range_spec, self.model,
                     self.device.simulated).store(result, cancelled=self._cancel.is_set())
 
     def _estimator(self) -> Callable[[SProgram, OperatorSpec], float] | None:
@@ -202,6 +209,7 @@ class RangeExecution:
 
         def store() -> None:
             with repo.session_scope(self.context.db.sessions) as session:
+                self.context.hold(session, self.lease)
                 repo.add_trials(session, run_id=self.run.id, trials=rows)
 
         with_retries(self.context.settings, store)
@@ -214,8 +222,9 @@ class RangeExecution:
 
         def store() -> bool:
             with repo.session_scope(self.context.db.sessions) as session:
+                self.context.hold(session, self.lease)
                 return repo.update_progress(
-                    session, run_id=self.run.id, owner=self.context.owner,
+                    session, run_id=self.run.id,
                     phase=update.phase, trials_done=update.trials_done,
                     invalid=update.invalid, best_latency_us=None, best_schedule_hash=None,
                     best_simulated=None, elapsed_s=update.elapsed_s)
@@ -240,11 +249,15 @@ class RangeFinish:
     """Stores a range search's outcome: each bucket's kernel and the table, the run's end."""
 
     context: RunContext
-    run_id: int
+    lease: RunLease
     device_id: int
     range_spec: Any
     model: Any
     simulated: bool
+
+    @property
+    def run_id(self) -> int:
+        return self.lease.run_id
 
     def store(self, result: RangeResult, *, cancelled: bool) -> bool:
         """Store the outcome; whether the run succeeded. A search stopped by the manager's
@@ -254,6 +267,7 @@ class RangeFinish:
         cancelled = cancelled or self._cancel_recorded()
         if result.stop_reason is StopReason.CANCELLED and not cancelled:
             with repo.session_scope(self.context.db.sessions) as session:
+                self.context.hold(session, self.lease)
                 repo.release_run(session, run_id=self.run_id, owner=self.context.owner)
             return False
         end = RunStatus.CANCELLED if cancelled else RunStatus.SUCCEEDED
@@ -261,7 +275,7 @@ class RangeFinish:
             error = None if cancelled else (
                 f"no candidate was measured successfully at any size ({result.trials_done} "
                 f"measured, {result.invalid} refused; stopped: {result.stop_reason.value})")
-            record_end(self.context, self.run_id,
+            record_end(self.context, self.lease,
                        RunStatus.CANCELLED if cancelled else RunStatus.FAILED, error=error,
                        stop_reason=result.stop_reason.value, elapsed_s=result.elapsed_s)
             return False
@@ -271,6 +285,7 @@ class RangeFinish:
         params = {**fixed, **{name: self.range_spec.ranges[name].to_json()
                               for name in result.dims}}
         with repo.session_scope(self.context.db.sessions) as session:
+            self.context.hold(session, self.lease)
             for kernel in kernels.values():
                 if kernel is not None:
                     results_repo.store_kernel(session, kernel_hash=kernel.hash,

@@ -16,7 +16,7 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.db import repositories as repo
 from service.db.models import RunStatus
-from service.runs.context import RunContext
+from service.runs.context import RunContext, RunLease
 from service.runs.execution import RunExecution
 from service.runs.executors import ExecutorRegistry
 from service.runs.manager import RunManager
@@ -30,7 +30,11 @@ class Claimed:
 
     manager: RunManager
     context: RunContext
-    run_id: int
+    lease: RunLease
+
+    @property
+    def run_id(self) -> int:
+        return self.lease.run_id
 
 
 @pytest.fixture
@@ -44,11 +48,13 @@ def claimed(settings: Settings) -> Iterator[Claimed]:
     submitted = manager.submit(prepare(request, settings))
     assert submitted.run is not None
     with repo.session_scope(db.sessions) as session:
-        assert repo.claim_run(session, run_id=submitted.run.id, owner=manager.owner)
+        run = repo.claim_run(session, run_id=submitted.run.id, owner=manager.owner)
+        assert run is not None
+        lease = RunLease(run.id, run.attempts)
     context = RunContext(db, settings, executors, None, manager.owner,
                          shutdown=threading.Event())
     try:
-        yield Claimed(manager, context, submitted.run.id)
+        yield Claimed(manager, context, lease)
     finally:
         executors.close()
         db.engine.dispose()
@@ -61,7 +67,7 @@ def _progress() -> Progress:
 
 def test_should_stop_on_shutdown_or_on_a_cancel_found_in_the_database(claimed: Claimed) -> None:
     cancel = threading.Event()
-    execution = RunExecution.load(claimed.context, claimed.run_id, cancel=cancel)
+    execution = RunExecution.load(claimed.context, claimed.lease, cancel=cancel)
     execution.on_progress(_progress())
     assert not execution.should_stop()
     # Another process's DELETE reaches this run at its next progress update.
@@ -70,7 +76,7 @@ def test_should_stop_on_shutdown_or_on_a_cancel_found_in_the_database(claimed: C
     execution.on_progress(_progress())
     assert cancel.is_set() and execution.should_stop()
 
-    other = RunExecution.load(claimed.context, claimed.run_id, cancel=threading.Event())
+    other = RunExecution.load(claimed.context, claimed.lease, cancel=threading.Event())
     assert not other.should_stop()
     claimed.context.shutdown.set()
     assert other.should_stop()
@@ -78,7 +84,7 @@ def test_should_stop_on_shutdown_or_on_a_cancel_found_in_the_database(claimed: C
 
 def test_a_stop_at_shutdown_leaves_the_run_to_resume(claimed: Claimed) -> None:
     claimed.context.shutdown.set()
-    RunExecution.load(claimed.context, claimed.run_id, cancel=threading.Event()).execute()
+    RunExecution.load(claimed.context, claimed.lease, cancel=threading.Event()).execute()
     run = claimed.manager.get(claimed.run_id)
     assert run is not None and run.status == RunStatus.RUNNING.value and run.owner is None
     assert claimed.manager.recover() == [claimed.run_id]  # on_restart "resume": queued again
@@ -89,7 +95,7 @@ def test_a_stop_at_shutdown_leaves_the_run_to_resume(claimed: Claimed) -> None:
 def test_a_cancelled_execution_ends_the_run_cancelled(claimed: Claimed) -> None:
     cancel = threading.Event()
     cancel.set()
-    RunExecution.load(claimed.context, claimed.run_id, cancel=cancel).execute()
+    RunExecution.load(claimed.context, claimed.lease, cancel=cancel).execute()
     run = claimed.manager.get(claimed.run_id)
     assert run is not None and run.status == RunStatus.CANCELLED.value
     assert run.stop_reason == "cancelled"
