@@ -409,21 +409,6 @@ def newest_run(session: Session, *, workload_id: int, device_id: int) -> RunMode
     ).first()
 
 
-def newest_run_by_keys(
-    session: Session, *, workload_key: str, device_key: str
-) -> RunModel | None:
-    """:func:`newest_run` of a workload and device named by their keys (the run an
-    ``extend`` would continue), in one query; ``None`` if either is unknown."""
-    return session.scalars(
-        select(RunModel)
-        .join(WorkloadModel, RunModel.workload_id == WorkloadModel.id)
-        .join(DeviceModel, RunModel.device_id == DeviceModel.id)
-        .where(WorkloadModel.key == workload_key, DeviceModel.key == device_key)
-        .order_by(RunModel.id.desc())
-        .limit(1)
-    ).first()
-
-
 def reopen_run(
     session: Session,
     *,
@@ -840,7 +825,6 @@ __all__ = [
     "list_schedules",
     "list_trials",
     "newest_run",
-    "newest_run_by_keys",
     "parse_timestamp",
     "release_run",
     "reopen_run",

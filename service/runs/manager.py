@@ -53,6 +53,7 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db import fleet, processes
+from service.db import keys as keys_repo
 from service.db import ranges as ranges_repo
 from service.db import repositories as repo
 from service.db.models import (
@@ -90,6 +91,9 @@ _BEATS_PER_STALE_PERIOD = 3
 _LIVE_OWNERS: set[str] = set()
 _LIVE_LOCK = threading.Lock()
 #: What ``resume`` continues.
+#: A check of the finished run an ``extend`` would queue again; it raises to refuse.
+ReopenCheck = Callable[[RunModel], None]
+
 RESUMABLE = (RunStatus.FAILED.value, RunStatus.CANCELLED.value, RunStatus.INTERRUPTED.value)
 
 
@@ -255,9 +259,12 @@ class RunManager:
         self._wake.set()
 
     # ----- requests ----------------------------------------------------------------------------
-    def submit(self, tune: TuneInput, *, key_id: int | None = None) -> Submitted:
+    def submit(self, tune: TuneInput, *, key_id: int | None = None,
+               may_reopen: ReopenCheck | None = None) -> Submitted:
         """A cache hit, or the run (new, extended, or the queued/running one) for this
-        request; a new run belongs to API key ``key_id``.
+        request; a new run belongs to API key ``key_id``. ``may_reopen`` is called, in the
+        transaction that would queue it again, on the finished run an ``extend`` would
+        continue (it raises to refuse: another key's run).
 
         Raises:
             InvalidRequest: ``extend`` names a run whose outcome is still being stored.
@@ -276,10 +283,10 @@ class RunManager:
             )
             if cached is not None and not (tune.force or tune.extend):
                 return self._hit(session, cached)  # stored since the read above
-            if RunModel.find_active(session, workload_row.id, device_row.id) is None:
-                admit(session, self.settings, key_id=key_id)
+            self._admit_unless_joining(session, workload_row, device_row, key_id)
             if tune.extend:
-                run, created = self._extend(session, workload_row, device_row, tune, key_id)
+                run, created = self._extend(session, workload_row, device_row, tune, key_id,
+                                            may_reopen=may_reopen)
             else:
                 run, created = repo.create_run(
                     session,
@@ -318,7 +325,8 @@ class RunManager:
         with repo.session_scope(self.db.read_sessions) as session:
             return repo.get_run(session, run_id=run_id)
 
-    def submit_range(self, tune: RangeTuneInput, *, key_id: int | None = None) -> Submitted:
+    def submit_range(self, tune: RangeTuneInput, *, key_id: int | None = None,
+                     may_reopen: ReopenCheck | None = None) -> Submitted:
         """A tuned range on the device covering the request's (``range_table``, and the
         run that tuned it), or the range run for it (new, extended, or the queued/running
         one of the same range workload); as :meth:`submit` otherwise.
@@ -344,11 +352,10 @@ class RunManager:
             workload_row = repo.get_or_create_workload(session, key=key, op=range_spec.op,
                                                        params=params)
             device_row = _device_row(session, device)
-            if RunModel.find_active(session, workload_row.id, device_row.id) is None:
-                admit(session, self.settings, key_id=key_id)
+            self._admit_unless_joining(session, workload_row, device_row, key_id)
             if tune.extend:
                 run, created = self._extend(session, workload_row, device_row, tune, key_id,
-                                            kind=RunKind.RANGE.value)
+                                            kind=RunKind.RANGE.value, may_reopen=may_reopen)
             else:
                 run, created = repo.create_run(
                     session, workload=workload_row, device=device_row,
@@ -360,6 +367,16 @@ class RunManager:
             self._wake.set()
         return Submitted(run=self.get(run.id), created=created)
 
+    def _admit_unless_joining(self, session: Any, workload: WorkloadModel,
+                              device: DeviceModel, key_id: int | None) -> None:
+        """Admit a new run (the quotas) unless one of (workload, device) is active, which
+        the request joins. The admission lock comes first, so that a request racing
+        another for the same workload sees the run that one queued and joins it rather
+        than being counted against the quota."""
+        keys_repo.lock_admission(session)
+        if RunModel.find_active(session, workload.id, device.id) is None:
+            admit(session, self.settings, key_id=key_id)
+
     def _hit(self, session: Any, cached: Any) -> Submitted:
         """A cache hit's answer: the schedule and the run that found it (if any)."""
         self._count_tune("cache_hit")
@@ -370,17 +387,19 @@ class RunManager:
     def _extend(
         self, session: Any, workload: WorkloadModel, device: DeviceModel,
         tune: TuneInput | RangeTuneInput, key_id: int | None,
-        kind: str = RunKind.EXACT.value,
+        kind: str = RunKind.EXACT.value, may_reopen: ReopenCheck | None = None,
     ) -> tuple[RunModel, bool]:
         """Queue the newest run of (workload, device) again with ``tune``'s budget on top
         of what it spent (a new run of ``kind`` if it has none; the active one if one is
-        active)."""
+        active), if ``may_reopen`` lets it."""
         newest = repo.newest_run(session, workload_id=workload.id, device_id=device.id)
         if newest is None or not RunStatus(newest.status).is_finished():
             return repo.create_run(session, workload=workload, device=device,
                                    budget_trials=tune.trials, budget_seconds=tune.seconds,
                                    patience=tune.patience, seed=tune.seed, key_id=key_id,
                                    kind=kind)
+        if may_reopen is not None:
+            may_reopen(newest)
         self._release_if_gone(session, newest, field="extend")
         seconds = newest.elapsed_s + tune.seconds if tune.seconds is not None else None
         reopened = repo.reopen_run(session, run_id=newest.id,
@@ -429,8 +448,9 @@ class RunManager:
                                        "msg": f"run {run_id} is {run.status}; only a failed, "
                                        "cancelled or interrupted run resumes (extend a "
                                        "succeeded one with POST /v1/tune)"}], where="path")
-            self._release_if_gone(session, run, field="run_id")
+            # The admission lock before the run's row lock, in the order extend takes them.
             admit(session, self.settings, key_id=run.key_id)
+            self._release_if_gone(session, run, field="run_id")
             budget_trials = run.trials_done + trials if trials is not None else run.budget_trials
             budget_seconds = run.elapsed_s + seconds if seconds is not None else run.budget_seconds
             if not repo.reopen_run(session, run_id=run_id, budget_trials=budget_trials,

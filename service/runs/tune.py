@@ -21,7 +21,7 @@ from service.runs.devices import (
     resolve_device,
     simulated,
 )
-from service.runs.ranges import RUNTIME_DIMS, range_workload
+from service.runs.ranges import RUNTIME_DIMS
 from service.schemas import BudgetIn, TuneRequest
 
 
@@ -38,11 +38,6 @@ class TuneInput:
     seed: int
     force: bool = False
     extend: bool = False
-
-    @property
-    def workload_key(self) -> str:
-        """The key of the workload row its run tunes."""
-        return self.spec.workload_key()
 
 
 @dataclass(frozen=True)
@@ -64,11 +59,6 @@ class RangeTuneInput:
     def dim(self) -> str:
         """The range axis's primary dimension (a table's ``dim``)."""
         return self.range_spec.dim
-
-    @property
-    def workload_key(self) -> str:
-        """The key of the range workload row its run tunes."""
-        return range_workload(self.range_spec)[0]
 
 
 def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:

@@ -100,3 +100,19 @@ def test_key_quota_holds_under_concurrent_resumes(quota_client: TestClient) -> N
                         for r in run_ids])
     assert _outcome(answers) == {202: 4, "key_max_active_runs": 8}
     assert _queued(quota_client) == 4
+
+
+def test_concurrent_requests_for_one_workload_join_its_run_at_the_quota(
+        quota_client: TestClient) -> None:
+    """A key one run below its quota sends the same new workload many times at once: the
+    first queues the run, every other joins it (a join is never refused), none is a 429."""
+    header = _header(quota_client, "joiner")
+    for index in range(3):
+        assert _new_run(quota_client, index, header).status_code == 202
+    # The workload's row exists (a cancelled run), so nothing else orders the requests.
+    cancelled = _new_run(quota_client, 99, header).json()["run"]["id"]
+    assert quota_client.delete(f"/v1/runs/{cancelled}", headers=header).status_code == 200
+    answers = _at_once([lambda: _new_run(quota_client, 99, header) for _ in range(REQUESTS)])
+    assert _outcome(answers) == {202: REQUESTS}
+    assert len({answer.json()["run"]["id"] for answer in answers}) == 1
+    assert _queued(quota_client) == 4

@@ -15,10 +15,10 @@ from service.core.db import Database
 from service.core.metrics import Metrics
 from service.db import fleet, stamps
 from service.db import repositories as repo
-from service.db.models import RunStatus
+from service.db.models import RunModel
 from service.errors import Forbidden, InvalidRequest
-from service.runs.manager import RunManager, Submitted
-from service.runs.tune import RangeTuneInput, TuneInput, prepare_any
+from service.runs.manager import ReopenCheck, RunManager, Submitted
+from service.runs.tune import RangeTuneInput, prepare_any
 from service.schemas import (
     AUTH_RESPONSES,
     ErrorPublic,
@@ -57,10 +57,9 @@ def tune(
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
-    if tune_input.extend:
-        _check_may_extend(db, principal, tune_input)
+    may_reopen = _owned_by(principal) if tune_input.extend else None
     if isinstance(tune_input, RangeTuneInput):
-        return _tune_range(tune_input, manager, principal.key_id, metrics)
+        return _tune_range(tune_input, manager, principal.key_id, metrics, may_reopen)
     stamp = key = None
     if not (tune_input.force or tune_input.extend):
         # The same cache hit as last time, while its schedule and run rows are unchanged.
@@ -70,7 +69,7 @@ def tune(
             metrics.tune_requests.labels("cache_hit").inc()
             return Response(remembered, status_code=200, media_type="application/json")
     try:
-        submitted = manager.submit(tune_input, key_id=principal.key_id)
+        submitted = manager.submit(tune_input, key_id=principal.key_id, may_reopen=may_reopen)
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
@@ -92,38 +91,32 @@ def tune(
                         headers={"Location": f"/v1/runs/{run.id}"})
 
 
-def _check_may_extend(db: Database, principal: Principal,
-                      tune_input: TuneInput | RangeTuneInput) -> None:
+def _owned_by(principal: Principal) -> ReopenCheck:
     """An ``extend`` queues the workload's newest run again if it has finished, which,
     as a resume, only its owner or an admin may (an active run is joined, as any tune
-    request joins it; without a run the request starts one of its own).
-
-    The run is read before the run manager's transaction that queues it again: only
-    another key's run made and ended in between could slip past (the manager holds no
-    principal to check it in that transaction).
+    request joins it; without a run the request starts one of its own). The manager
+    calls the check in the transaction that queues the run again.
 
     Raises:
         Forbidden: the run to queue again is another key's.
     """
-    if principal.allows("admin"):
-        return  # it may continue any run: nothing to look up
-    with repo.session_scope(db.read_sessions) as session:
-        run = repo.newest_run_by_keys(session, workload_key=tune_input.workload_key,
-                                      device_key=tune_input.device.key)
-    if run is None or not RunStatus(run.status).is_finished():
-        return
-    try:
-        check_can_manage(principal, run.id, run.key_id)
-    except Forbidden as exc:
-        raise Forbidden(f"{exc} (extend continues it; force starts a run of your "
-                        "own)") from exc
+
+    def check(run: RunModel) -> None:
+        try:
+            check_can_manage(principal, run.id, run.key_id)
+        except Forbidden as exc:
+            raise Forbidden(f"{exc} (extend continues it; force starts a run of your "
+                            "own)") from exc
+
+    return check
 
 
 def _tune_range(tune_input: RangeTuneInput, manager: RunManager, key_id: int | None,
-                metrics: Metrics) -> Response:
+                metrics: Metrics, may_reopen: ReopenCheck | None) -> Response:
     """A range request: the tuned range that covers it (200), or its range run (202)."""
     try:
-        submitted: Submitted = manager.submit_range(tune_input, key_id=key_id)
+        submitted: Submitted = manager.submit_range(tune_input, key_id=key_id,
+                                                    may_reopen=may_reopen)
     except InvalidRequest:
         metrics.tune_requests.labels("invalid").inc()
         raise
