@@ -84,6 +84,7 @@ def test_what_cannot_be_lowered_is_refused_with_its_reason() -> None:
     assert problem is not None and "lowers no cluster" in problem
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 def test_clustered_variants_compile_without_spills() -> None:
     variants = []

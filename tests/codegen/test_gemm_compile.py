@@ -39,6 +39,7 @@ def _sample() -> list[tuple[str, str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_sampled_gemm_schedules_compile_without_spills() -> None:
     sample = _sample()
     assert len(sample) >= 90

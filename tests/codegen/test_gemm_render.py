@@ -149,6 +149,7 @@ def test_unsupported_schedules_are_rejected_by_render_and_by_the_space() -> None
     assert not validity.ok
 
 
+@pytest.mark.slow
 def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
     spec = _spec(m=8192, n=8192, k=8192)
     # The slice with two warp-specialised consumers (the whole space takes a minute).

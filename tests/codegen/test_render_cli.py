@@ -10,6 +10,7 @@ from codegen import KernelArtifact
 from service.cli import main
 
 
+@pytest.mark.slow
 def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
     out = tmp_path / "kernels"
     code = main(

@@ -90,6 +90,7 @@ def test_schedules_that_cannot_take_a_size_at_run_time_are_named() -> None:
     assert "takes m at run time, not n" in (unsupported(by_n, DEVICE) or "")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 def test_runtime_m_kernels_compile_without_spills() -> None:
     sources = []

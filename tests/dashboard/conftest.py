@@ -14,7 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 SERVICE_TESTS = Path(__file__).resolve().parent.parent / "service"
-sys.path.insert(0, str(SERVICE_TESTS))  # service_helpers
+sys.path.insert(0, str(SERVICE_TESTS))  # service_helpers, service_databases
+from service_databases import fresh_database  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "_service_test_fixtures", SERVICE_TESTS / "conftest.py"
@@ -53,7 +54,7 @@ def shared_client(request: pytest.FixtureRequest,
     from service.main import create_app
 
     directory = tmp_path_factory.mktemp("dashboard")
-    with _fixtures.fresh_database(request.param, directory) as url:
+    with fresh_database(request.param, directory) as url:
         settings = _fixtures.service_settings(url, directory)
         with TestClient(create_app(settings)) as test_client:
             yield test_client

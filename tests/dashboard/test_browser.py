@@ -30,6 +30,8 @@ from sqlalchemy.orm import sessionmaker
 
 from service.db import repositories as repo
 
+pytestmark = pytest.mark.slow  # a live server and headless Chromium: seconds a test
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -257,6 +257,7 @@ def test_0008_adds_the_sessions_table_and_downgrades_keeping_the_keys(
 
 
 # ----- in a browser ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_browser_logs_in_cancels_and_logs_out(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Chromium under the pages' CSP (no ``bypass_csp``): the login form, the run page

@@ -102,6 +102,7 @@ FIXED: dict[str, dict[str, Any]] = {"gemm": {"warp_specialized": True,
                                              "consumer_warpgroups": 2}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", list(SUITE))
 def test_space_json_report(op: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The report of each suite workload: the space's size, rejections by reason, and the

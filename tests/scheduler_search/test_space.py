@@ -185,6 +185,7 @@ def test_a_fixed_knob_leaves_the_slice_of_the_space_where_it_holds() -> None:
 # ----- enumeration ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", OPS)
 def test_suite_space_sizes(op: str, enumerated: Callable[..., Enumerated]) -> None:
     space, candidates, count = enumerated(op)

@@ -4,6 +4,8 @@ settles), and their tile orders."""
 
 from __future__ import annotations
 
+import pytest
+
 from codegen import feasibility
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
@@ -33,6 +35,7 @@ def test_a_structure_has_twins_alone_and_paired_along_each_axis_that_are_valid()
 SLICE = {"warp_specialized": True, "consumer_warpgroups": 2}
 
 
+@pytest.mark.slow
 def test_the_best_structures_are_seeded_alone_and_in_clusters() -> None:
     spec = GemmSpec(m=8192, n=8192, k=8192, dtype="float16")
     feasible = feasibility("gemm", H200)

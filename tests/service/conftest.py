@@ -9,72 +9,15 @@ when the URL is given explicitly: there they fail.
 
 from __future__ import annotations
 
-import functools
-import os
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from service_databases import fresh_database
 from service_helpers import service_settings
 
 from service.core.config import Settings
 from service.main import create_app
-
-DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def postgres_url() -> str:
-    return os.environ.get("PIPETUNE_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
-
-
-def postgres_required() -> bool:
-    return bool(os.environ.get("CI")) or "PIPETUNE_TEST_POSTGRES_URL" in os.environ
-
-
-@functools.cache
-def postgres_problem() -> str | None:
-    """Why PostgreSQL cannot be used, or None."""
-    from sqlalchemy import create_engine, text
-
-    try:
-        engine = create_engine(postgres_url())
-        with engine.connect() as connection:
-            connection.execute(text("select 1"))
-        engine.dispose()
-        return None
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-@contextmanager
-def fresh_database(kind: str, directory: Path) -> Iterator[str]:
-    """The URL of a new, empty database: a SQLite file in ``directory``, or a PostgreSQL
-    schema of its own (dropped after)."""
-    if kind == "sqlite":
-        yield f"sqlite:///{directory / 'pipetune.db'}"
-        return
-    problem = postgres_problem()
-    if problem is not None:
-        message = f"PostgreSQL at {postgres_url()} unreachable: {problem}"
-        if postgres_required():
-            pytest.fail(message)
-        pytest.skip(message)
-    from sqlalchemy import create_engine, text
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_url(), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    separator = "&" if "?" in postgres_url() else "?"
-    try:
-        yield f"{postgres_url()}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.connect() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -71,6 +71,7 @@ def test_the_leader_fastest_by_the_final_timing_is_kept(bench: ModuleType) -> No
     assert record["ratio"] == pytest.approx(1.1)
 
 
+@pytest.mark.slow
 def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: Path) -> None:
     out = tmp_path / "fp8.json.gz"
     bench.main(["prepare", "--dtypes", "float8_e4m3", "--layouts", "nk", "--shapes",
@@ -89,6 +90,7 @@ def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: P
     assert all(e["float8_e4m3"]["choices"]["consumer_warpgroups"] == 2 for e in case["candidates"])
 
 
+@pytest.mark.slow
 def test_prepare_tries_the_best_structures_of_the_other_shapes(bench: ModuleType,
                                                                 tmp_path: Path) -> None:
     out = tmp_path / "two.json.gz"

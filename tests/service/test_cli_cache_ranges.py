@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import fresh_database
 from fastapi.testclient import TestClient
+from service_databases import fresh_database
 from service_helpers import service_settings
 
 import pipetune

@@ -43,6 +43,7 @@ def _healthy(port: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_serve_on_a_new_account_makes_its_data_folder_and_answers(tmp_path: Path) -> None:
     home = tmp_path / "newhome"
     home.mkdir()

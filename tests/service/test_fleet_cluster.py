@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import fresh_database
 from fastapi.testclient import TestClient
+from service_databases import fresh_database
 from service_helpers import SMALL_GEMM, service_settings, wait_for
 
 from service.commands.node import NodePlan, plan_nodes
@@ -35,8 +35,9 @@ from service.runs import fleet
 from workers.ray_cluster import LoopbackCluster, ray_command
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.skipif(ray_command() is None,
-                                reason="Ray's command line is not installed")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(ray_command() is None,
+                                 reason="Ray's command line is not installed")]
 
 #: Each pytest-xdist worker's cluster on loopback addresses of its own (127.0.W.N): a
 #: node is killed by its address, and two workers' clusters must not share one.

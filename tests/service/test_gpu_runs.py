@@ -433,6 +433,7 @@ def test_cli_tune_of_attention_prints_both_peers(
     assert f"vs sdpa_flash: {SDPA_FLASH_US:.3f} us -> " in out
 
 
+@pytest.mark.slow
 def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     import time
 
@@ -589,6 +590,7 @@ def test_operators_without_code_generation_stay_simulated(
         == "cuda:0"
 
 
+@pytest.mark.slow
 def test_cancel_acts_at_once_while_the_gpu_is_busy(
     fake_gpu: FakeProbe, gpu_settings: Settings
 ) -> None:

@@ -121,6 +121,7 @@ def _wait(client: httpx.Client, run_id: int, done: Callable[[dict], bool],
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_kill_9_during_a_run(database_url: str, tmp_path: Path) -> None:
     # 1. A killed server's run is marked interrupted by the next one; trials are kept.
     with _server(database_url, tmp_path, "interrupt") as (process, client):

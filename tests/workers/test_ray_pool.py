@@ -23,6 +23,7 @@ from workers.executors.ray_pool import RayGpuPool, resource_name
 from workers.testing import StandinCompiler, standin_artifact, standin_worker_main
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a local Ray instance: seconds a test
 
 WORKLOAD = {"op": "gemm", "params": {"m": 256, "n": 256, "k": 128, "dtype": "float16"}}
 FINGERPRINT = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
