@@ -17,35 +17,21 @@ and times both back to back.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import dated_result, tree_state, write_json
+from bench.gemm_runtime_probe import last_tile_inside
 from scheduler_search.space.designs import stream_k_designs
 
 #: The issue's failing shape (4000 x 6000 x 2000: partial tiles on both axes), a large
 #: one of the suite, and one whose 128 x 256 tiles leave the last wave of 132 blocks 2%
 #: full (9 x 15 = 135 tiles).
 SHAPES = ((4000, 6000, 2000), (8192, 14336, 4096), (1152, 3840, 4096))
-
-
-@contextlib.contextmanager
-def last_tile_inside(inside: bool) -> Iterator[None]:
-    """GEMM kernels rendered with the last tile ending at the edge or zero-filled past it."""
-    from codegen.kernels.gemm import GemmHooks
-
-    saved = GemmHooks.last_tile_inside
-    GemmHooks.last_tile_inside = inside
-    try:
-        yield
-    finally:
-        GemmHooks.last_tile_inside = saved
 
 
 def differing_span(torch: Any, mask: Any) -> dict[str, list[int]]:

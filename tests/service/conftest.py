@@ -9,15 +9,18 @@ when the URL is given explicitly: there they fail.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from run_fakes import migrated, run_managers
 from service_databases import fresh_database
 from service_helpers import service_settings
 
 from service.core.config import Settings
+from service.core.db import Database
 from service.main import create_app
+from service.runs.manager import RunManager
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -29,6 +32,20 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
 @pytest.fixture
 def settings(database_url: str, tmp_path) -> Settings:
     return service_settings(database_url, tmp_path)
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    """The test's database, migrated (a module's own ``db`` fixture overrides it)."""
+    with migrated(settings.database_url) as database:
+        yield database
+
+
+@pytest.fixture
+def managers(db: Database) -> Iterator[Callable[..., RunManager]]:
+    """Makes run managers on ``db``, closed at the end."""
+    with run_managers(db) as make:
+        yield make
 
 
 @pytest.fixture

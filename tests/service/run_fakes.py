@@ -97,6 +97,10 @@ def trial_hashes(manager: RunManager, run_id: int) -> list[str]:
         return [t.schedule_hash for t in rows]
 
 
+#: The owner of a run manager of another host (one that takes a run over).
+OTHER_OWNER = "elsewhere:4242:0000beef"
+
+
 @contextmanager
 def run_managers(db: Database) -> Iterator[Callable[..., RunManager]]:
     """Makes run managers on ``db``; closes them and their executors at the end."""

@@ -12,13 +12,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 from run_fakes import (
+    OTHER_OWNER,
     Gate,
     GatedRegistry,
     finished,
@@ -38,22 +39,8 @@ from service.db import repositories as repo
 from service.runs.execution import RunExecution
 from service.runs.manager import RunManager
 
-#: A run manager of another host.
-OTHER_OWNER = "elsewhere:4242:0000beef"
 #: Retries that ride out a few failed statements in well under a second.
 _FAST_RETRIES = {"db_retry_attempts": 6, "db_retry_max_wait_s": 0.05}
-
-
-@pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
-    with migrated(settings.database_url) as database:
-        yield database
-
-
-@pytest.fixture
-def managers(db: Database) -> Iterator[Callable[..., RunManager]]:
-    with run_managers(db) as make:
-        yield make
 
 
 class _Storm:

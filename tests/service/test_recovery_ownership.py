@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from run_fakes import (
+    OTHER_OWNER,
     Gate,
     GatedRegistry,
     finished,
-    migrated,
     on_another_host,
     queue_run,
-    run_managers,
     trial_hashes,
     until,
 )
@@ -34,21 +33,6 @@ from service.core.db import Database
 from service.db import repositories as repo
 from service.db.models import RunModel, RunStatus, utcnow
 from service.runs.manager import RunManager
-
-#: The owner of a run manager of another host, which takes a run over.
-OTHER_OWNER = "elsewhere:4242:0000beef"
-
-
-@pytest.fixture
-def db(settings: Settings) -> Iterator[Database]:
-    with migrated(settings.database_url) as database:
-        yield database
-
-
-@pytest.fixture
-def managers(db: Database) -> Iterator[Callable[..., RunManager]]:
-    with run_managers(db) as make:
-        yield make
 
 
 def _age_heartbeat(db: Database, run_id: int, seconds: float = 3600.0) -> None:
