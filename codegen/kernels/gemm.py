@@ -183,7 +183,7 @@ class GemmHooks(OperatorHooks):
         parts (one of them a stream-K tile, its trips split among blocks), so the two
         blocks write it with bits one rounding apart, and whichever stores last wins: on
         an H200 (2026-12-03, 4000 x 6000 x 2000 bf16) every stream-K design gave other
-        bits on 159-200 of 200 calls, and none did with its last tiles zero-filled
+        bits on 65-200 of 200 calls, and none did with its last tiles zero-filled
         (bench/results/stream-k-determinism-2026-12-03.json)."""
         return self.last_tile_inside and self.sprogram.stream_k is None
 
