@@ -90,10 +90,9 @@ _BEATS_PER_STALE_PERIOD = 3
 #: not closed: another run manager of this process never takes their runs for gone.
 _LIVE_OWNERS: set[str] = set()
 _LIVE_LOCK = threading.Lock()
-#: What ``resume`` continues.
 #: A check of the finished run an ``extend`` would queue again; it raises to refuse.
 ReopenCheck = Callable[[RunModel], None]
-
+#: What ``resume`` continues.
 RESUMABLE = (RunStatus.FAILED.value, RunStatus.CANCELLED.value, RunStatus.INTERRUPTED.value)
 
 
