@@ -38,7 +38,8 @@ class Settings(BaseSettings):
             them, or mark them ``interrupted``.
         stale_after_s: a running run whose owner has not written a heartbeat for this
             long is taken as orphaned (another host's process may own it otherwise).
-        heartbeat_s: how often a running run's owner writes its heartbeat.
+        heartbeat_s: how often a running run's owner writes its heartbeat (at most a
+            third of ``stale_after_s``: a shorter stale period shortens it).
         default_trials, max_trials, max_seconds: request budget default and this server's
             limits (a larger budget is refused with a 422 naming it; within the schema's
             absolute bounds of 10,000 trials and a day).
