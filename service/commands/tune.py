@@ -304,11 +304,12 @@ def _follow(manager: RunManager, run_id: int, trials: int, progress: bool = True
         run = manager.run_inline(run_id, on_progress)
         while run is not None and run.status in ("queued", "running"):
             # Another process (a server on the same database) owns it: follow its row,
-            # and take the run over if that process dies.
+            # and take the run over if that process dies. A queued run (ours, queued again
+            # after a database fault, to start after its wait) is claimed again here.
             bar.n = run.trials_done
             bar.refresh()
             time.sleep(0.5)
-            if run_id in manager.recover():
+            if run_id in manager.recover() or run.status == "queued":
                 run = manager.run_inline(run_id, on_progress)
             else:
                 run = manager.get(run_id)
