@@ -46,15 +46,27 @@ class MeasurementStatus(enum.StrEnum):
         return self is MeasurementStatus.OK
 
 
+#: Per-launch samples between CUDA events, the L2 flushed before each.
+EVENTS = "events"
+#: Samples of a CUDA graph's replay over rotating operand copies (``workers.graph_timing``).
+GRAPH = "graph"
+TIMING_METHODS = (EVENTS, GRAPH)
+
+
 @dataclass(frozen=True)
 class TimingConfig:
-    """How a kernel is timed: warm-up, then per-launch CUDA events with an L2 flush between.
+    """How a kernel is timed.
 
-    Sampling stops once both ``min_samples`` samples and ``min_time_ms`` of wall time are
-    reached, or at ``max_samples``. Before each sample the GPU also waits ``host_lead_us``
-    on a spin kernel, long enough for the host to enqueue the timed launch behind it: the
-    sample is the kernel's GPU time, not the host's launch cost (a peer's launch through
-    PyTorch can take longer than a small kernel runs).
+    ``method`` ``"events"`` (:data:`EVENTS`): warm-up, then per-launch CUDA events with an
+    L2 flush between (long kernels, whose sample overhead is lost in them). ``"graph"``
+    (:data:`GRAPH`): launches replayed from a CUDA graph over rotating operand copies larger
+    than the L2, each sample a replay of at least ``replay_us`` divided by its launches
+    (short kernels: ``workers.graph_timing``). Sampling stops once both ``min_samples``
+    samples and ``min_time_ms`` of wall time are reached, or at ``max_samples``. Before each
+    sample the GPU also waits ``host_lead_us`` on a spin kernel, long enough for the host to
+    enqueue the timed launch (or replay) behind it: the sample is the
+    kernel's GPU time, not the host's launch cost (a peer's launch through PyTorch can take
+    longer than a small kernel runs).
     """
 
     warmup_launches: int = 3
@@ -64,6 +76,12 @@ class TimingConfig:
     max_samples: int = 400
     flush_l2: bool = True
     host_lead_us: float = 200.0
+    method: str = EVENTS
+    replay_us: float = 500.0
+
+    def __post_init__(self) -> None:
+        if self.method not in TIMING_METHODS:
+            raise ValueError(f"timing method {self.method!r} is not one of {TIMING_METHODS}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,7 +176,8 @@ class Measurement:
     ``‖out − ref‖ / ‖ref‖`` (NaN if the output held NaN). ``registers``, ``spill_bytes``
     (local memory per thread) and ``smem_bytes`` (static + dynamic shared memory per block)
     are read from the loaded function. ``simulated`` is true only for results that no GPU
-    produced (the cost-model executor).
+    produced (the cost-model executor). ``timing_method`` is the job's
+    ``TimingConfig.method`` the latencies were taken by (``None``: not timed).
     """
 
     status: MeasurementStatus
@@ -180,6 +199,7 @@ class Measurement:
     log: str = ""
     simulated: bool = False
     device_index: int | None = None
+    timing_method: str | None = None
     version: int = PROTOCOL_VERSION
 
     @classmethod

@@ -9,23 +9,68 @@ Timing policies are plain data: the service turns them into the worker's timing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from scheduler_search.search.config import SearchConfig
 from scheduler_search.search.records import SOURCE_LOCAL, SOURCE_MODEL, SOURCE_SEARCH
+
+if TYPE_CHECKING:
+    from scheduler_search.hardware import Device
+    from scheduler_search.ops import OperatorSpec
+
+
+#: Per-launch samples between CUDA events, the L2 flushed before each (``workers``'
+#: ``TimingConfig.method``): kernels long enough that a sample's ~20 us of overhead is lost.
+EVENTS = "events"
+#: Launches replayed from a CUDA graph over operand copies larger than the L2: kernels so
+#: short (or so memory-bound) that a per-launch sample cannot tell them apart, timed the
+#: way a model's decode step runs them.
+GRAPH = "graph"
+#: A workload whose roofline time is under this is timed by :data:`GRAPH`.
+SHORT_US = 50.0
+#: ... as is a memory-bound one (HBM time over tensor-core time) under this.
+MEMORY_BOUND_US = 500.0
 
 
 @dataclass(frozen=True)
 class TimingPolicy:
     """How one measurement is timed on a GPU, and how long it may take before its worker
-    is killed (a hung kernel)."""
+    is killed (a hung kernel). ``method`` is :data:`EVENTS` or :data:`GRAPH`; a run sets it
+    per workload (:func:`timing_method`), the same for its candidates and its peers."""
 
     warmup_launches: int
     warmup_ms: float
     min_samples: int
     min_time_ms: float
     deadline_s: float
+    method: str = EVENTS
+
+    def for_workload(self, spec: OperatorSpec, device: Device) -> TimingPolicy:
+        """This policy with the timing method of ``spec`` on ``device``."""
+        return replace(self, method=timing_method(spec, device))
+
+
+def roofline_us(spec: OperatorSpec, device: Device) -> tuple[float, float]:
+    """(HBM time, tensor-core time) in microseconds of ``spec`` at the device's peaks: its
+    compulsory traffic over the memory bandwidth, its flops over the 16-bit (or its input
+    type's) tensor-core rate."""
+    memory_us = spec.min_bytes() / (device.mem_bandwidth_gbps * 1e3)
+    rates = device.tensor_flops_per_cycle_per_sm
+    dtype = spec.tensors()[0].dtype
+    per_cycle = rates.get(dtype, rates.get("float16", max(rates.values(), default=1.0)))
+    compute_us = spec.flops() / (per_cycle * device.sm_count * device.clock_mhz)
+    return memory_us, compute_us
+
+
+def timing_method(spec: OperatorSpec, device: Device) -> str:
+    """:data:`GRAPH` for a workload that runs short or memory-bound at the roofline,
+    :data:`EVENTS` for the rest."""
+    memory_us, compute_us = roofline_us(spec, device)
+    roofline = max(memory_us, compute_us)
+    if roofline < SHORT_US or (memory_us > compute_us and roofline < MEMORY_BOUND_US):
+        return GRAPH
+    return EVENTS
 
 
 #: A candidate during the search: enough samples to rank, little time (on an H200 a

@@ -53,6 +53,7 @@ from scheduler_search.search import (
     TrialRecord,
     nearest,
 )
+from scheduler_search.search.presets import timing_method
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.space.designs import DESIGNS
 from scheduler_search.sprogram import SProgram
@@ -122,6 +123,8 @@ class RunExecution:
         self.preset = GPU if self.gpu else SIMULATED
         self.baseline = self.spec.run_baseline() if self.gpu else None
         self.peers = self.spec.run_peers() if self.gpu else ()
+        #: How the run's kernels and peers are timed on a GPU (``timing_method``).
+        self.timing_method = timing_method(self.spec, self.model)
         #: The run's good measurements with their sProgram: what the calibration refits on.
         self.measured: list[TrialRecord] = []
         self._baseline_reported = False
@@ -233,10 +236,10 @@ class RunExecution:
             ),
             make_final_job=self.make_final_job,
             reference_job=(
-                baseline_job(self.baseline, self.job_workload, run.seed)
+                baseline_job(self.baseline, self.job_workload, run.seed, self.timing_method)
                 if self.baseline is not None else None
             ),
-            peer_jobs={name: baseline_job(name, self.job_workload, run.seed)
+            peer_jobs={name: baseline_job(name, self.job_workload, run.seed, self.timing_method)
                        for name in self.peers},
             history=self.history,
             elapsed_before_s=run.elapsed_s,

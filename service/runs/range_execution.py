@@ -187,7 +187,8 @@ class RangeExecution:
             spec = self.range_spec.exact(dict(s))
             jobs.append(Job(workload={"op": spec.op, "params": spec.params()},
                             artifact=kernel.at_sizes(dict(s)), seed=seed,
-                            timing=timing_config(policy), deadline_s=policy.deadline_s,
+                            timing=timing_config(policy.for_workload(spec, self.model)),
+                            deadline_s=policy.deadline_s,
                             tensors=tuple(spec.tensors())))
         return jobs
 
