@@ -4,8 +4,9 @@ A baseline is a pair of callables over the workload's tensors: ``launch()`` enqu
 peer's computation (what is timed) and ``finish()`` copies its last result into the
 workload's output tensor (so the same reference check applies). Peers:
 
-  - ``cublas`` (gemm): ``cupy.matmul`` into the preallocated ``c``; bfloat16, which CuPy
-    cannot multiply, goes through ``torch.matmul(out=c)`` (also cuBLAS).
+  - ``cublas`` (gemm): ``torch.matmul(out=c)`` into the preallocated ``c``, the call users
+    make (cuBLAS); without PyTorch ``cupy.matmul`` (also cuBLAS; CuPy cannot multiply
+    bfloat16). PyTorch's call is also the one a CUDA graph captures cleanly.
   - ``scaled_mm`` (gemm of 8-bit floats): ``torch._scaled_mm`` (cuBLASLt) with the
     workload's per-tensor scales, into ``c``'s dtype.
   - ``torch_epilogue`` / ``cublaslt_epilogue`` (gemm with a fused epilogue): the matmul
@@ -74,11 +75,14 @@ def _cublas(
 
     a, b, c = tensors["a"], tensors["b"], tensors["c"]
     transpose_b = params.get("b_layout", "kn") == "nk"
-    if dtypes["c"] != "bfloat16":
+    try:
+        torch = _import_torch()
+    except BaselineUnavailable:
+        if dtypes["c"] == "bfloat16":
+            raise
         b_op = b.T if transpose_b else b
         return (lambda: cupy.matmul(a, b_op, out=c)), _nothing
-    torch = _import_torch()
-    a_t, b_t, c_t = (_as_torch(torch, x, "bfloat16") for x in (a, b, c))
+    a_t, b_t, c_t = (_as_torch(torch, x, dtypes["c"]) for x in (a, b, c))
     b_op_t = b_t.t() if transpose_b else b_t
     return (lambda: torch.matmul(a_t, b_op_t, out=c_t)), _nothing
 
