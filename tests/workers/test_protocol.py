@@ -108,3 +108,26 @@ def test_summarize_samples() -> None:
     assert summarize_samples([7.0])["iqr_us"] == 0.0
     with pytest.raises(ValueError):
         summarize_samples([])
+
+
+def test_timing_method_round_trips_and_is_checked() -> None:
+    graph = Job(workload=GEMM, baseline="cublas", timing=TimingConfig(method="graph"))
+    assert Job.from_dict(json.loads(json.dumps(graph.to_dict()))).timing.method == "graph"
+    assert Job.from_dict({**graph.to_dict(), "timing": {}}).timing.method == "events"
+    with pytest.raises(ValueError, match="timing method 'replay'"):
+        TimingConfig(method="replay")
+    measured = Measurement.from_samples([10.0, 11.0, 12.0], timing_method="graph")
+    assert Measurement.from_json(measured.to_json()).timing_method == "graph"
+    assert Measurement.from_dict({"status": "ok"}).timing_method is None
+
+
+def test_copies_for_cold_l2_exceed_twice_the_l2_within_the_cap() -> None:
+    from workers.graph_timing import MAX_COPIES, copies_for_cold_l2
+
+    l2 = 60 << 20
+    for weight in (32 << 20, 7 << 20, 1 << 20, 200 << 20):
+        copies = copies_for_cold_l2(weight, l2)
+        assert copies >= 2
+        assert copies * weight > 2 * l2 or copies == MAX_COPIES
+        assert (copies - 2) * weight <= 2 * l2  # no more than one copy past the bound
+    assert copies_for_cold_l2(1024, l2) == MAX_COPIES
