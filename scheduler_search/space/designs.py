@@ -6,7 +6,9 @@ experts write) and good seeds for a search's first trials.
 
 from __future__ import annotations
 
+from scheduler_search.ops import OperatorSpec
 from scheduler_search.space.knobs import Choices
+from scheduler_search.space.tables import few_token_gemm, swap_applies
 
 #: CUTLASS-style warp-specialised GEMM: one producer warp issuing TMA into a 4-stage ring,
 #: two consumer warpgroups splitting a 128x256 tile, wgmma kept one group in flight.
@@ -191,6 +193,20 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
                 for tile_m in (88, 104, 120, 136, 168, 200, 208, 216, 224, 232, 256)}},
 }
 
+#: Decode GEMMs (a few tokens against a weight stored n x k: memory-bound), measured on an
+#: H200 by graph replay over weights larger than the L2 (bf16, 2026-12-04,
+#: bench/decode_designs.py): swapped 8-token tiles over 64 rows of n with a 12-deep ring
+#: streamed 1 x 4096 x 4096 at 3.0 TB/s (1.18x cuBLAS) and 16 x 4096 x 4096 at 2.9
+#: (1.14x); over 128 rows of n with 128-deep k steps, 1 x 14336 x 4096 at 4.0 TB/s (1.04x);
+#: at 64..128 tokens unswapped 64 x 64 tiles with 128-deep k steps led (1.02-1.11x).
+GEMM_DECODE_SWAP: Choices = {**GEMM_SWAP_WIDE, "tile_m": 8, "tile_n": 64, "tile_k": 64,
+                             "consumer_warpgroups": 1, "stages_ab": 12, "stream_k": 0}
+GEMM_DECODE_SWAP_WIDE_N: Choices = {**GEMM_DECODE_SWAP, "tile_n": 128, "tile_k": 128,
+                                    "stages_ab": 5}
+GEMM_DECODE_NARROW: Choices = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 64,
+                               "tile_k": 128, "consumer_warpgroups": 1, "stages_ab": 6,
+                               "stream_k": 0}
+
 #: Known designs by operator.
 DESIGNS: dict[str, dict[str, Choices]] = {
     "gemm": {"warp_specialized": GEMM_WARP_SPECIALIZED},
@@ -200,6 +216,26 @@ DESIGNS: dict[str, dict[str, Choices]] = {
     "mamba2_chunk_scan": {"triton_tiling": MAMBA2_CHUNK_SCAN,
                           "packed_heads": MAMBA2_CHUNK_SCAN_PACKED},
 }
+
+
+def designs_for(spec: OperatorSpec) -> list[Choices]:
+    """The designs a search of ``spec`` measures first: the operator's, and for a GEMM of
+    few tokens the decode designs its space holds (the swapped ones where ``swap_ab`` is
+    offered)."""
+    designs = list(DESIGNS.get(spec.op, {}).values())
+    if not few_token_gemm(spec):
+        return designs
+    m = spec.params()["m"]
+    if swap_applies(spec) and m <= _SWAPPED_TOKENS_MAX:
+        tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
+        designs += [{**GEMM_DECODE_SWAP, "tile_m": tokens},
+                    {**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens}]
+    return [*designs, GEMM_DECODE_NARROW]
+
+
+#: The most tokens a seeded swapped design holds in one tile (past it, unswapped 64-row
+#: tiles read the weight once as well).
+_SWAPPED_TOKENS_MAX = 64
 
 
 def stream_k_designs() -> list[Choices]:

@@ -115,6 +115,35 @@ def _stream_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bo
     return applies
 
 
+#: Few-token GEMMs (decode: m rows of tokens against an n x k weight, memory-bound): the
+#: tensor cores may compute Cᵀ (``swap_ab``: the weight's n along wgmma's M, the tokens
+#: along its N, which steps by 8), so a tile holds 8..32 token rows instead of 64 rows of
+#: padding, and rings run deeper to keep a weight's bytes in flight on every SM. On an
+#: H200 (bf16, 2026-12-04, graph replay) swapped 8-row tiles over 64-row n tiles with 11-12
+#: stages streamed 1 x 4096 x 4096 at 3.0 TB/s and 1 x 14336 x 4096 at 4.0 TB/s, where the
+#: space's best unswapped pick reached 1.9 and 3.4 (bench/decode_designs.py).
+FEW_TOKENS = 256
+_SWAP_TILE_M = (8, 16, 32)
+_DEEP_STAGES = (8, 12)
+
+
+def few_token_gemm(spec: OperatorSpec) -> bool:
+    """A GEMM of at most :data:`FEW_TOKENS` rows of m."""
+    m = spec.params().get("m") if spec.op == "gemm" else None
+    return isinstance(m, int) and m <= FEW_TOKENS
+
+
+def swap_applies(spec: OperatorSpec) -> bool:
+    """Whether ``swap_ab`` is offered: a few-token GEMM whose weight is stored n x k (read
+    as wgmma's K-major A), of 16-bit inputs, without a fused epilogue (the transposed
+    output is stored by the consumers' threads)."""
+    if not few_token_gemm(spec):
+        return False
+    params = spec.params()
+    return (params.get("b_layout") == "nk" and params.get("dtype") in ("float16", "bfloat16")
+            and not spec.epilogue.fused)
+
+
 #: GEMM's N tiles fitted to the shape: multiples of wgmma's N step in this range.
 _FITTED_N_RANGE, _FITTED_N_STEP = (160, 256), 16
 
@@ -140,6 +169,8 @@ def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
         fitted = fitted_tile(spec.params()["n"], options["n"])
         if fitted is not None:
             options["n"] = tuple(sorted((*options["n"], fitted)))
+        if swap_applies(spec):
+            options["m"] = (*_SWAP_TILE_M, *options["m"])
     if "g" not in options:
         return options
     params = spec.params()
@@ -173,8 +204,9 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     )
     knobs.append(Knob("wg_schedule", ("free", "alternate"), when=needs_two_consumers))
     knobs.append(Knob("producer_regs", _PRODUCER_REGS, when=is_warp_specialized))
+    stages = _STAGES[op] + (_DEEP_STAGES if swap_applies(spec) else ())
     for stream in type(spec).streams:
-        knobs.append(Knob(f"stages_{stream}", _STAGES[op]))
+        knobs.append(Knob(f"stages_{stream}", stages))
     knobs.append(Knob("order", _ORDERS[op] if hopper else ("serial",)))
     have = device.unit_kinds()
     for name in _MAPPABLE[op]:
@@ -190,6 +222,8 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
                           default=1))
         knobs.append(Knob("cluster_axis", graph.spatial_axes[:2], when=_clustered))
     knobs.append(Knob("persistent", (False, True)))
+    if hopper and swap_applies(spec):
+        knobs.append(Knob("swap_ab", (False, True), when=is_warp_specialized, default=False))
     if hopper and op in _STREAM_K_WAVES:
         knobs.append(Knob("stream_k", _STREAM_K_WAVES[op], when=_stream_k_applies(spec, device),
                           default=0))

@@ -55,7 +55,7 @@ from scheduler_search.search import (
 )
 from scheduler_search.search.presets import timing_method
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import DESIGNS
+from scheduler_search.space.designs import designs_for
 from scheduler_search.sprogram import SProgram
 from service.db import repositories as repo
 from service.db import results as results_repo
@@ -225,10 +225,7 @@ class RunExecution:
             storage=RetryingStorage(self.context.db.optuna_storage(), settings),
             study_name=run.study_name,
             warm_start=self.warm,
-            designs=(
-                list(DESIGNS.get(self.spec.op, {}).values())
-                if self.gpu and not self.resuming else ()
-            ),
+            designs=designs_for(self.spec) if self.gpu and not self.resuming else (),
             seed_source=seeds.poll if seeds is not None else None,
             estimator=(
                 (lambda sp: calibration.predict_us(sp, self.spec, self.model))
@@ -314,7 +311,7 @@ class RunExecution:
             if report_baseline:
                 results_repo.set_run_baseline(
                     session, run_id=self.run.id, baseline=self.baseline,
-                    latency_us=update.reference_latency_us,
+                    latency_us=update.reference_latency_us, timing_method=self.timing_method,
                 )
         self._baseline_reported = self._baseline_reported or report_baseline
         return cancel
