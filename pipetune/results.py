@@ -65,6 +65,15 @@ class TuneResult:
         return (self.schedule or self.run or {}).get("speedup_vs_baseline")
 
     @property
+    def timing_method(self) -> str | None:
+        """How the GPU timed :attr:`latency_us` and the vendor peer's latency, so
+        :attr:`speedup_vs_baseline`: ``"events"`` (per-launch CUDA events, the L2 flushed
+        before each: long kernels) or ``"graph"`` (launches replayed from a CUDA graph over
+        operand copies larger than the L2: short or memory-bound kernels). None for a
+        simulated device's estimate, and for results stored before pipetune recorded it."""
+        return (self.schedule or self.run or {}).get("timing_method")
+
+    @property
     def status(self) -> str:
         """``cached``, or the run's status (``succeeded``, ``failed``, ``running`` ...)."""
         return "cached" if self.cached else str((self.run or {}).get("status"))

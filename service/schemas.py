@@ -151,6 +151,29 @@ def speedup(baseline_us: float | None, latency_us: float | None) -> float | None
     return baseline_us / latency_us
 
 
+#: The GPU's two timing methods (``scheduler_search.search.presets``' ``EVENTS`` and
+#: ``GRAPH``, chosen per workload by ``timing_method``) in a few words: what the CLI and the
+#: dashboard say beside a latency or a speedup.
+TIMING_METHOD_TEXT = {"events": "CUDA events", "graph": "graph replay"}
+_TIMING_METHODS = (
+    "`events` (per-launch CUDA events, the L2 flushed before each: long kernels) or `graph` "
+    "(many launches replayed from a CUDA graph over operand copies larger than the L2: short "
+    "or memory-bound kernels, timed as a model's step runs them), chosen per workload; the "
+    "two give different figures for one kernel, so a latency and a speedup are read with it"
+)
+
+
+def timing_method_text(method: str | None) -> str | None:
+    """``graph replay`` / ``CUDA events`` for a stored timing method (None without one)."""
+    return TIMING_METHOD_TEXT.get(method, method) if method else None
+
+
+def _single_method(methods: dict[str, str] | None) -> str | None:
+    """The one method every size of ``methods`` was timed by, or None (none, or mixed)."""
+    found = set((methods or {}).values())
+    return found.pop() if len(found) == 1 else None
+
+
 class BestPublic(BaseModel):
     """The best schedule of a run so far (after re-timing once it succeeded)."""
 
@@ -206,6 +229,11 @@ class RunPublic(BaseModel):
     speedup_vs_baseline: float | None = None
     peers: dict[str, float] = Field(default_factory=dict)
     speedups_vs_peers: dict[str, float] = Field(default_factory=dict)
+    timing_method: str | None = Field(
+        default=None, description="How the GPU timed the run's kernels and peers, so "
+        "`best.latency_us`, `baseline_latency_us`, `peers` and the speedups: "
+        f"{_TIMING_METHODS}. Null on a simulated device (estimates), until a GPU run's "
+        "baseline is first timed, and for runs from before pipetune recorded it.")
     stop_reason: str | None
     error: str | None
     cancel_requested: bool
@@ -255,6 +283,7 @@ class RunPublic(BaseModel):
             speedup_vs_baseline=speedup(run.baseline_latency_us, run.best_latency_us),
             peers=peers,
             speedups_vs_peers={name: x for name, x in speedups.items() if x is not None},
+            timing_method=run.timing_method,
             stop_reason=run.stop_reason,
             error=redact_owner(run.error),
             cancel_requested=run.cancel_requested,
@@ -343,6 +372,11 @@ class SchedulePublic(BaseModel):
     baseline: str | None = None
     baseline_latency_us: float | None = None
     speedup_vs_baseline: float | None = None
+    timing_method: str | None = Field(
+        default=None, description="How the GPU timed `latency_us` and "
+        f"`baseline_latency_us`: {_TIMING_METHODS}. Served from a range: the method of "
+        "the bucket's measured sizes, when one timed them all. Null on a simulated device "
+        "(estimates) and for entries from before pipetune recorded it.")
     run_id: int | None
     choices: dict[str, Any]
     schedule: dict[str, Any]
@@ -363,6 +397,7 @@ class SchedulePublic(BaseModel):
             predicted_us=None,
             simulated=table.simulated,
             kernel_hash=served.kernel_hash,
+            timing_method=_single_method(bucket.get("timing_methods")),
             run_id=table.run_id,
             choices=dict(bucket.get("choices") or {}),
             schedule=dict(bucket.get("schedule") or {}),
@@ -385,6 +420,7 @@ class SchedulePublic(BaseModel):
             baseline=row.baseline,
             baseline_latency_us=row.baseline_latency_us,
             speedup_vs_baseline=speedup(row.baseline_latency_us, row.latency_us),
+            timing_method=row.timing_method,
             run_id=row.run_id,
             choices=row.choices,
             schedule=row.schedule,
@@ -415,6 +451,11 @@ class RangeBucketPublic(BaseModel):
     choices: dict[str, Any]
     latencies_us: dict[str, float]
     retimed_us: dict[str, float] | None
+    timing_methods: dict[str, str] | None = Field(
+        default=None, description="How the GPU timed the kernel at each size, keyed as "
+        f"`latencies_us` (the exact workload's method at that size): {_TIMING_METHODS}. "
+        "Null on a simulated device (estimates) and for tables from before pipetune "
+        "recorded it.")
     schedule: dict[str, Any] | None = None
 
     @classmethod
@@ -426,6 +467,7 @@ class RangeBucketPublic(BaseModel):
             choices=dict(bucket.get("choices") or {}),
             latencies_us=dict(bucket.get("latencies_us") or {}),
             retimed_us=bucket.get("retimed_us"),
+            timing_methods=bucket.get("timing_methods"),
             schedule=bucket.get("schedule") if with_schedule else None,
         )
 

@@ -2,8 +2,9 @@
 
 Tunes one workload in this process, with a progress bar, against the same database as
 the server (so the result is cached for it), and prints the best schedule, its latency,
-and on a GPU its speed against the vendor baseline (cuBLAS for a GEMM) and the hash of
-its kernel (``GET /v1/kernels/{hash}``; ``--kernel-out FILE`` writes the KernelArtifact
+and on a GPU its speed against the vendor baseline (cuBLAS for a GEMM), how the two were
+timed (CUDA events, or a CUDA graph's replay for a short or memory-bound workload), and
+the hash of its kernel (``GET /v1/kernels/{hash}``; ``--kernel-out FILE`` writes the KernelArtifact
 JSON, which ``workers.load`` runs). A cached schedule is printed at once, unless
 ``--force`` (a new run all the same) or ``--extend`` (continue the workload's newest run
 with the budget given, its trials kept).
@@ -342,6 +343,7 @@ def _schedule_summary(schedule: SchedulePublic) -> dict[str, Any]:
         "baseline": data["baseline"],
         "baseline_latency_us": data["baseline_latency_us"],
         "speedup_vs_baseline": data["speedup_vs_baseline"],
+        "timing_method": data["timing_method"],
         "simulated": data["simulated"],
         "device": data["device"],
         "workload": data["workload"],
@@ -369,6 +371,8 @@ def _print_range(result: dict[str, Any]) -> None:
 
 
 def _print(result: dict[str, Any]) -> None:
+    from service.schemas import timing_method_text
+
     if result.get("range") is not None:
         _print_range(result)
         return
@@ -384,14 +388,17 @@ def _print(result: dict[str, Any]) -> None:
     workload = result["workload"]
     print(f"{workload['op']} {workload['params']} on {result['device']} ({source})")
     print(f"best: {result['latency_us']:.3f} us{simulated}  schedule {result['schedule_hash']}")
+    # Ours and the peers alike were timed by the workload's method: said with each figure.
+    timed = timing_method_text(result.get("timing_method"))
+    timed = f" ({timed})" if timed else ""
     if result.get("baseline_latency_us"):
         speed = result["speedup_vs_baseline"]
-        print(f"vs {result['baseline']}: {result['baseline_latency_us']:.3f} us -> "
+        print(f"vs {result['baseline']}{timed}: {result['baseline_latency_us']:.3f} us -> "
               f"{speed:.3f}x ({'faster' if speed >= 1 else 'slower'} than {result['baseline']})")
     elif result.get("baseline"):
         print(f"vs {result['baseline']}: the baseline could not be measured")
     for name, latency in ((result.get("run") or {}).get("peers") or {}).items():
-        print(f"vs {name}: {latency:.3f} us -> {latency / result['latency_us']:.3f}x")
+        print(f"vs {name}{timed}: {latency:.3f} us -> {latency / result['latency_us']:.3f}x")
     if result.get("kernel_hash"):
         print(f"kernel: {result['kernel_hash']}  (GET /v1/kernels/{result['kernel_hash']})")
     if result.get("range_id") is not None:

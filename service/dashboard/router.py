@@ -41,6 +41,7 @@ from service.dashboard.views import (
     shape_text,
     speedup_text,
     time_text,
+    timing_note,
     vendor_baseline_us,
 )
 from service.db import processes
@@ -48,7 +49,7 @@ from service.db import ranges as ranges_repo
 from service.db import repositories as repo
 from service.db.models import RunKind, RunStatus, utcnow
 from service.runs.insights import MIN_TRIALS_FOR_IMPORTANCE
-from service.schemas import TrialPublic, TrialsPublic, waiting_reason
+from service.schemas import TrialPublic, TrialsPublic, timing_method_text, waiting_reason
 
 HERE = FilePath(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -246,6 +247,8 @@ def schedule_page(request: Request, session: SessionDep, schedule_id: PageId) ->
         "speedup": speedup_text(row.latency_us, vendor_baseline_us(row)),
         "baseline": getattr(row, "baseline", None),
         "baseline_latency": latency_text(vendor_baseline_us(row)),
+        "timed_by": timing_method_text(row.timing_method),
+        "timing_note": timing_note(row.timing_method),
         "text": operator_text(row.workload.op),
         "updated": time_text(row.updated_at),
         "nav": "schedules",

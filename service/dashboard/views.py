@@ -10,6 +10,7 @@ from typing import Any
 from scheduler_search.ops import OPERATORS
 from service.dashboard.operators import peer_name
 from service.db.models import RangeTableModel, RunModel, RunStatus, as_utc, utcnow
+from service.schemas import timing_method_text
 
 #: What every latency of a simulated device is, said where it is shown (on hover).
 ESTIMATE_NOTE = (
@@ -17,6 +18,17 @@ ESTIMATE_NOTE = (
     "On sim:h200 GEMM estimates are calibrated on H200 measurements (within about 9% of "
     "the measured kernel on the GEMM suite); other operators' are the analytic model's."
 )
+
+#: What each GPU timing method is, said on hover where a measured latency or a speedup
+#: says how it was timed (``scheduler_search.search.presets.timing_method`` picks one per
+#: workload; ours and the vendor peers' alike).
+TIMING_NOTES = {
+    "events": "Per-launch CUDA events, the L2 flushed before each launch: the method for "
+              "long kernels, where a sample's overhead is lost.",
+    "graph": "Many launches replayed from a CUDA graph over operand copies larger than the "
+             "L2: the method for short or memory-bound kernels, timed as a model's step "
+             "runs them back to back.",
+}
 
 _DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float8_e4m3": "fp8"}
 
@@ -108,6 +120,11 @@ def vendor_baseline_us(row: Any) -> float | None:
     return getattr(row, "baseline_latency_us", None)
 
 
+def timing_note(method: str | None) -> str | None:
+    """What ``method`` is, for a hover (None without one)."""
+    return TIMING_NOTES.get(method) if method else None
+
+
 @dataclass(frozen=True)
 class Progress:
     """How far a run is through its budget.
@@ -178,6 +195,10 @@ class RunRow:
     #: Further peers re-timed with the winner (attention: FlashAttention-2): name ->
     #: (their latency, their latency over ours), as text.
     peers: dict[str, tuple[str, str]]
+    #: How the GPU timed ours and the peers (``graph replay``, ``CUDA events``) and what
+    #: that is; None on a simulated device, and before it is known.
+    timed_by: str | None
+    timing_note: str | None
     started: str
     started_short: str
     started_iso: str
@@ -225,6 +246,8 @@ class RunRow:
             baseline_latency=latency_text(baseline_us),
             peers={name: (latency_text(us), speedup_text(run.best_latency_us, us))
                    for name, us in (run.peer_latencies_us or {}).items()},
+            timed_by=timing_method_text(getattr(run, "timing_method", None)),
+            timing_note=timing_note(getattr(run, "timing_method", None)),
             started=time_text(started),
             started_short=short_time_text(started),
             started_iso=iso(started),
@@ -253,6 +276,8 @@ class ScheduleRow:
     speedup: str
     has_baseline: bool
     baseline_name: str | None
+    #: How the GPU timed it and its baseline, as on a run (None: an estimate).
+    timed_by: str | None
     kernel_hash: str | None
     run_id: int | None
     updated: str
@@ -272,6 +297,7 @@ class ScheduleRow:
             speedup=speedup_text(row.latency_us, vendor_baseline_us(row)),
             has_baseline=vendor_baseline_us(row) is not None,
             baseline_name=peer_name(getattr(row, "baseline", None)),
+            timed_by=timing_method_text(getattr(row, "timing_method", None)),
             kernel_hash=row.kernel_hash,
             run_id=row.run_id,
             updated=time_text(row.updated_at),
@@ -309,6 +335,10 @@ class RangeTableRow:
     run_id: int | None
     created: str
     created_short: str
+    #: How the GPU timed each sampled size (the exact workload's method there, the same
+    #: for every bucket's kernel): size -> (``graph replay``, what that is). Empty on a
+    #: simulated device and for tables from before it was recorded.
+    timed_by: dict[int, tuple[str, str]]
 
     @classmethod
     def of(cls, row: RangeTableModel) -> RangeTableRow:
@@ -328,6 +358,10 @@ class RangeTableRow:
             run_id=row.run_id,
             created=time_text(row.created_at),
             created_short=short_time_text(row.created_at),
+            timed_by={int(size): (timing_method_text(method) or method,
+                                  timing_note(method) or "")
+                      for bucket in row.buckets
+                      for size, method in (bucket.get("timing_methods") or {}).items()},
         )
 
 

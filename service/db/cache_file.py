@@ -11,15 +11,18 @@ the best schedule of each (workload, device) with its kernel, and the tuned rang
      "devices": [{"key", "name", "kind", "simulated", "identity"}],
      "schedules": [{"workload", "device", "schedule_hash", "schedule", "choices",
                     "latency_us", "predicted_us", "simulated", "baseline",
-                    "baseline_latency_us", "kernel": {"hash", "schedule_hash",
-                                                      "artifact"} | null}],
+                    "baseline_latency_us", "timing_method",
+                    "kernel": {"hash", "schedule_hash", "artifact"} | null}],
      "ranges": [{"device", "op", "fixed_key", "dim", "low", "high", "params",
                  "size_from", "sizes", "loss", "simulated",
                  "buckets": [{"low", "high", "loss", "samples", "schedule_hash",
                               "kernel_hash", "source", "choices", "schedule",
-                              "latencies_us", "retimed_us"}],
+                              "latencies_us", "retimed_us", "timing_methods"}],
                  "kernels": [{"hash", "schedule_hash", "artifact"}]}]}
 
+``timing_method`` (a schedule's) and ``timing_methods`` (a bucket's, per size) say how a
+GPU timed the latencies: ``events`` or ``graph`` (``TimingMethod``); they are optional,
+null on a simulated device and absent from files written before pipetune recorded them.
 Version 1 files (before ranges) have no ``ranges`` and still import. Only the table that
 answers each range is exported (the newest of its range on its device: an older one of
 the same range is never served), oldest first, so that tables imported in file order
@@ -61,6 +64,9 @@ VERSION = 2
 #: The versions this pipetune reads (1: before range tables).
 VERSIONS = (1, 2)
 _KEY = r"^[0-9a-f]{64}$"
+#: How a GPU timed a latency (``scheduler_search.search.presets``' ``EVENTS`` and
+#: ``GRAPH``): per-launch CUDA events, or a CUDA graph's replay.
+TimingMethod = Literal["events", "graph"]
 
 
 class _Entry(BaseModel):
@@ -98,7 +104,17 @@ class ScheduleEntry(_Entry):
     simulated: bool
     baseline: str | None = Field(default=None, max_length=32)
     baseline_latency_us: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    timing_method: TimingMethod | None = Field(
+        default=None, description="How the GPU timed latency_us and baseline_latency_us.")
     kernel: KernelEntry | None = None
+
+    @model_validator(mode="after")
+    def _timed_on_a_gpu(self) -> ScheduleEntry:
+        """Only a GPU's latency has a timing method (a simulated one is an estimate)."""
+        if self.simulated and self.timing_method is not None:
+            raise ValueError("timing_method: a simulated schedule's latency is an estimate, "
+                             "timed by no GPU (null)")
+        return self
 
 
 _LATENCY = Field(gt=0, allow_inf_nan=False)
@@ -118,6 +134,8 @@ class RangeBucketEntry(_Entry):
     schedule: dict[str, Any]
     latencies_us: dict[str, Annotated[float, _LATENCY]]
     retimed_us: dict[str, Annotated[float, _LATENCY]] | None = None
+    timing_methods: dict[str, TimingMethod] | None = Field(
+        default=None, description="How the GPU timed each size, keyed as latencies_us.")
 
 
 class RangeEntry(_Entry):
@@ -140,7 +158,8 @@ class RangeEntry(_Entry):
 
     @model_validator(mode="after")
     def _contiguous(self) -> RangeEntry:
-        """The buckets tile the range in order; each kernel they name is in ``kernels``."""
+        """The buckets tile the range in order; each kernel they name is in ``kernels``;
+        a simulated range's have no timing methods."""
         start = self.low
         for index, bucket in enumerate(self.buckets):
             if bucket.low != start or bucket.high < bucket.low:
@@ -153,6 +172,9 @@ class RangeEntry(_Entry):
         for index, bucket in enumerate(self.buckets):
             if bucket.kernel_hash is not None and bucket.kernel_hash not in kernels:
                 raise ValueError(f"buckets[{index}].kernel_hash: not in the range's kernels")
+            if self.simulated and bucket.timing_methods is not None:
+                raise ValueError(f"buckets[{index}].timing_methods: a simulated range's "
+                                 "latencies are estimates, timed by no GPU (null)")
         return self
 
     def range_key(self) -> tuple[str, str, str, str, int, int]:
@@ -265,6 +287,7 @@ def _schedule_entry(row: ScheduleModel, kernel: KernelModel | None) -> ScheduleE
         simulated=row.simulated,
         baseline=row.baseline,
         baseline_latency_us=row.baseline_latency_us,
+        timing_method=row.timing_method,
         kernel=_kernel_entry(kernel) if kernel is not None else None,
     )
 
@@ -343,6 +366,7 @@ def _import_schedule(session: Session, entry: ScheduleEntry, workload: WorkloadM
         choices=entry.choices, latency_us=entry.latency_us,
         predicted_us=entry.predicted_us, simulated=entry.simulated,
         kernel_hash=entry.kernel.hash if entry.kernel is not None else None,
+        timing_method=entry.timing_method,
     )
     taken = (row.schedule_hash, row.latency_us) != previous  # the row changed
     if taken:

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 
-SCHEMA_VERSION = "0009"
+SCHEMA_VERSION = "0010"
 TABLE_PREFIX = "pipetune_"
 
 #: JSON everywhere, JSONB on PostgreSQL.
@@ -176,6 +176,12 @@ class RunModel(Base):
     # us), stored when the run succeeds; only those timed successfully ({}: all failed).
     # None: no peer to time (not a GPU run, or an operator without further peers).
     peer_latencies_us: Mapped[dict[str, float] | None] = mapped_column(JSONType, nullable=True)
+    # How the GPU timed the run's kernels and peers, chosen per workload
+    # (``scheduler_search.search.presets.timing_method``): "events" (per-launch CUDA events,
+    # the L2 flushed) or "graph" (a CUDA graph's replay over operand copies larger than the
+    # L2). The two give different figures for one kernel, so the best latency, the peers'
+    # and the speedups are read with it. None: a simulated run (or one from before 0010).
+    timing_method: Mapped[str | None] = mapped_column(String(16), nullable=True)
     phase: Mapped[str] = mapped_column(String(16), default="queued")
     stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -343,6 +349,10 @@ class ScheduleModel(Base):
     # The vendor peer's latency, re-timed interleaved with this schedule's kernel.
     baseline: Mapped[str | None] = mapped_column(String(32), nullable=True)
     baseline_latency_us: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # How ``latency_us`` and the baseline's were timed on the GPU ("events" or "graph", as
+    # on its run); replaced with the schedule. None: a simulated estimate (or from before
+    # 0010).
+    timing_method: Mapped[str | None] = mapped_column(String(16), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -384,8 +394,11 @@ class RangeTableModel(Base):
     run measured at. Each item of ``buckets`` has ``low``, ``high``, ``loss``,
     ``schedule_hash``, ``kernel_hash`` (null without code generation), ``choices``,
     ``schedule`` (the sProgram, planned at ``high``), ``latencies_us`` (its latency at
-    each sampled size, keyed by the size as text) and ``retimed_us`` (at the bucket's
-    sizes by the final method, or null).
+    each sampled size, keyed by the size as text), ``retimed_us`` (at the bucket's
+    sizes by the final method, or null) and ``timing_methods`` (how the GPU timed each of
+    those sizes, ``events`` or ``graph``, keyed alike; null on a simulated device and in
+    tables from before it was recorded): the method is the exact workload's at each size,
+    so one bucket's sizes may differ.
     """
 
     __tablename__ = "pipetune_range_tables"

@@ -664,9 +664,12 @@ def store_best_schedule(
     predicted_us: float | None,
     simulated: bool,
     kernel_hash: str | None = None,
+    timing_method: str | None = None,
 ) -> ScheduleModel:
     """Keep the faster of the cached schedule and this one (a GPU timing beats a
-    simulated one whatever the numbers); ``run_id`` None: an imported schedule."""
+    simulated one whatever the numbers); ``run_id`` None: an imported schedule.
+    ``timing_method``: how the GPU timed ``latency_us`` (``"events"`` or ``"graph"``;
+    None: a simulated estimate), kept with it."""
     current = ScheduleModel.find(session, workload_id, device_id)
     values = {
         "schedule_hash": schedule_hash,
@@ -677,6 +680,7 @@ def store_best_schedule(
         "simulated": simulated,
         "run_id": run_id,
         "kernel_hash": kernel_hash,
+        "timing_method": timing_method,
         "updated_at": utcnow(),
     }
     if current is None:
@@ -743,8 +747,8 @@ def schedule_summaries(
 ) -> list[Any]:
     """The cache without the sProgram JSON, newest first, as rows ``(id, op, params,
     device, device_key, simulated, schedule_hash, latency_us, predicted_us, kernel_hash,
-    run_id, updated_at[, baseline, baseline_latency_us])``: what a list shows, cheap to
-    read for every entry."""
+    run_id, updated_at[, baseline, baseline_latency_us][, timing_method])``: what a list
+    shows, cheap to read for every entry."""
     query = (
         select(
             ScheduleModel.id,
@@ -759,8 +763,10 @@ def schedule_summaries(
             ScheduleModel.kernel_hash,
             ScheduleModel.run_id,
             ScheduleModel.updated_at,
-            # The vendor baseline, where the schema has it (GPU runs' migration).
-            *[getattr(ScheduleModel, name) for name in ("baseline", "baseline_latency_us")
+            # The vendor baseline and how it was timed, where the schema has them (the
+            # GPU runs' migration, 0010).
+            *[getattr(ScheduleModel, name)
+              for name in ("baseline", "baseline_latency_us", "timing_method")
               if hasattr(ScheduleModel, name)],
         )
         .join(WorkloadModel, ScheduleModel.workload_id == WorkloadModel.id)

@@ -44,12 +44,19 @@ def store_kernel(
 
 
 def set_run_baseline(
-    session: Session, *, run_id: int, baseline: str, latency_us: float | None
+    session: Session,
+    *,
+    run_id: int,
+    baseline: str | None,
+    latency_us: float | None,
+    timing_method: str | None,
 ) -> None:
-    """Record the vendor peer and its latency on a run."""
+    """Record the vendor peer and its latency on a run, and how the GPU timed the run's
+    kernels and peers (``"events"`` or ``"graph"``; None: not on a GPU)."""
     run = RunModel.find(session, run_id)
     if run is not None:
         run.baseline, run.baseline_latency_us = baseline, latency_us
+        run.timing_method = timing_method
 
 
 def set_run_peers(session: Session, *, run_id: int, latencies_us: dict[str, float]) -> None:
@@ -69,7 +76,8 @@ def set_schedule_baseline(
     latency_us: float | None,
 ) -> None:
     """Record the baseline on the cached schedule, if it is still the one ``run_id`` found
-    (a faster one from another run keeps its own comparison)."""
+    (a faster one from another run keeps its own comparison). How both were timed came
+    with the schedule (``repositories.store_best_schedule``'s ``timing_method``)."""
     row = ScheduleModel.find(session, workload_id, device_id)
     if row is not None and row.run_id == run_id:
         row.baseline, row.baseline_latency_us = baseline, latency_us

@@ -10,7 +10,9 @@ After the search, :meth:`RunFinish.store` decides, in this order:
   schedule is offered to the cache of (workload, device) (which keeps the faster one),
   with its rendered kernel (``/v1/kernels/{hash}``), the vendor baseline's latency
   (``None`` if it failed) and the further peers' latencies (a peer that failed is left
-  out, logged; neither ever fails the run).
+  out, logged; neither ever fails the run). On a GPU the run and the cache entry also
+  record how those latencies were timed (``timing_method``: CUDA events or a graph's
+  replay, the workload's method), which a speedup is read with.
 
 A cancel is recorded by ``repositories.request_cancel`` at once (the run is ``cancelled``
 from then on, whichever process executes it); the outcome stored here completes it.
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.search import SearchResult, StopReason, TrialRecord
+from scheduler_search.search.presets import timing_method
 from scheduler_search.sprogram import SProgram
 from service.db import repositories as repo
 from service.db import results as results_repo
@@ -75,7 +78,8 @@ class RunFinish:
         context: the manager's shared services.
         lease: the run, as its execution holds it (each write checks it).
         workload_id, device_id: what the winner is cached for.
-        spec, model: the operator and hardware model, to render the winner's kernel.
+        spec, model: the operator and hardware model, to render the winner's kernel and
+            name how the GPU timed it.
         baseline: the vendor baseline timed with the run, or ``None``.
     """
 
@@ -122,6 +126,12 @@ class RunFinish:
         with repo.session_scope(self.context.db.sessions) as session:
             return bool(repo.cancel_requested(session, run_ids=[self.run_id]))
 
+    def _timing_method(self, best: TrialRecord) -> str | None:
+        """How the GPU timed the winner, the baseline and the peers: the workload's method
+        (``timing_method`` of the same spec and device that the run's jobs were made
+        with); None for a simulated run's estimate."""
+        return None if best.simulated else timing_method(self.spec, self.model)
+
     def _render(self, best: TrialRecord | None) -> _Kernel | None:
         """The winner's kernel, or ``None`` (no winner, no code generator for the operator,
         or the renderer failed: logged, the run still succeeds without a stored kernel).
@@ -149,7 +159,9 @@ class RunFinish:
         end: RunStatus,
     ) -> None:
         """Offer the winner (and its kernel) to the cache of (workload, device), store the
-        baseline's and peers' latencies, and end the run as ``end``, in one transaction."""
+        baseline's and peers' latencies and how they were all timed, and end the run as
+        ``end``, in one transaction."""
+        method = self._timing_method(best)
         with repo.session_scope(self.context.db.sessions) as session:
             self.context.hold(session, self.lease)
             if kernel is not None:
@@ -170,15 +182,19 @@ class RunFinish:
                 predicted_us=best.predicted_us,
                 simulated=best.simulated,
                 kernel_hash=kernel.hash if kernel is not None else None,
+                timing_method=method,
             )
             if self.baseline is not None:
                 results_repo.set_schedule_baseline(
                     session, workload_id=self.workload_id, device_id=self.device_id,
                     run_id=self.run_id, baseline=self.baseline, latency_us=baseline_us,
                 )
-                results_repo.set_run_baseline(
-                    session, run_id=self.run_id, baseline=self.baseline, latency_us=baseline_us
-                )
+            # Whatever the baseline: a GPU run's best was timed by ``method`` even without
+            # a vendor peer (a simulated run's fields stay None).
+            results_repo.set_run_baseline(
+                session, run_id=self.run_id, baseline=self.baseline, latency_us=baseline_us,
+                timing_method=method,
+            )
             if result.peers:
                 results_repo.set_run_peers(
                     session, run_id=self.run_id,

@@ -18,8 +18,10 @@ brief database fault), the search is
   name);
   a resumed or extended run measures none of its stored trials again.
 - the outcome: each bucket's kernel rendered and stored in the kernels table, and the
-  table stored (``pipetune_range_tables``); the run ``succeeded`` (``cancelled`` with the
-  table of what it measured, if any), or ``failed`` when nothing ran.
+  table stored (``pipetune_range_tables``), on a GPU with how each size was timed (the
+  exact workload's ``timing_method`` there, as ``make_jobs`` timed it); the run
+  ``succeeded`` (``cancelled`` with the table of what it measured, if any), or ``failed``
+  when nothing ran.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from scheduler_search.cost_model import Calibration, shipped_calibration
 from scheduler_search.ops import OperatorSpec, parse_range_spec
 from scheduler_search.search import GPU, INVALID, SIMULATED, Budget, Progress, TrialRecord
+from scheduler_search.search.presets import timing_method
 from scheduler_search.search.range_search import (
     RangeConfig,
     RangeResult,
@@ -296,7 +299,8 @@ class RangeFinish:
                 session, op=self.range_spec.op, fixed_key=fixed_key(self.range_spec.op, fixed),
                 dim=dim, low=result.low, high=result.high, params=params,
                 size_from=list(result.size_from), sizes=list(result.sizes),
-                buckets=[_bucket_json(b, kernels.get(b.schedule_hash)) for b in result.buckets],
+                buckets=[_bucket_json(b, kernels.get(b.schedule_hash), self._timing_methods(b))
+                         for b in result.buckets],
                 loss=result.loss, simulated=self.simulated, device_id=self.device_id,
                 run_id=self.run_id)
             ended_now = repo.finish_run(session, run_id=self.run_id, status=end,
@@ -309,6 +313,17 @@ class RangeFinish:
     def _cancel_recorded(self) -> bool:
         with repo.session_scope(self.context.db.sessions) as session:
             return bool(repo.cancel_requested(session, run_ids=[self.run_id]))
+
+    def _timing_methods(self, bucket: Any) -> dict[str, str] | None:
+        """How the GPU timed the bucket's kernel at each size it has a latency at (keyed as
+        its ``latencies_us``): the exact workload's method at the size, as ``make_jobs``
+        chose it (and the re-timing's, which is the same); None on the simulated device."""
+        if self.simulated:
+            return None
+        sizes = {*bucket.latencies_us, *(bucket.retimed_us or {})}
+        spec = self.range_spec
+        return {str(size): timing_method(spec.exact(spec.at(size)), self.model)
+                for size in sorted(sizes)}
 
     def _render(self, sprogram: SProgram) -> Any:
         """A bucket's kernel, or None (no code generation for the operator, or the renderer
@@ -325,7 +340,8 @@ class RangeFinish:
             return None
 
 
-def _bucket_json(bucket: Any, kernel: Any) -> dict[str, Any]:
+def _bucket_json(bucket: Any, kernel: Any, timing_methods: dict[str, str] | None
+                 ) -> dict[str, Any]:
     """A bucket as the range table stores it (sizes as text keys: JSON objects')."""
     return {
         "low": bucket.low,
@@ -340,6 +356,7 @@ def _bucket_json(bucket: Any, kernel: Any) -> dict[str, Any]:
         "latencies_us": {str(s): us for s, us in sorted(bucket.latencies_us.items())},
         "retimed_us": ({str(s): us for s, us in sorted(bucket.retimed_us.items())}
                        if bucket.retimed_us is not None else None),
+        "timing_methods": timing_methods,
     }
 
 

@@ -27,6 +27,8 @@ from service_helpers import bench_module, wait_for
 
 from codegen import KernelArtifact
 from scheduler_search.cost_model import Calibration
+from scheduler_search.ops import parse_spec
+from scheduler_search.search.presets import timing_method
 from service.core.config import Settings
 from service.core.db import Database
 from service.db import repositories as repo
@@ -35,6 +37,7 @@ from service.main import create_app
 from service.runs import devices as devices_module
 from service.runs.devices import DeviceError, resolve_device
 from service.runs.executors import ExecutorRegistry
+from service.schemas import TIMING_METHOD_TEXT
 from workers import Job, SimulatedDevice, fingerprint_key
 
 GEMM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}
@@ -398,7 +401,10 @@ def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "on cuda:0 (run 1, 8 measured in" in out
-    assert f"vs cublas: {CUBLAS_US:.3f} us -> " in out and "x (" in out
+    # ... timed by the GEMM's method, said with the speedup.
+    method = timing_method(parse_spec("gemm", GEMM), resolve_device("cuda:0").model)
+    assert f"vs cublas ({TIMING_METHOD_TEXT[method]}): {CUBLAS_US:.3f} us -> " in out
+    assert "x (" in out
     assert "kernel: " in out and "(GET /v1/kernels/" in out
     artifact = KernelArtifact.from_dict(json.loads(out_file.read_text()))
     assert artifact.hash in out and artifact.op == "gemm"
@@ -429,8 +435,10 @@ def test_cli_tune_of_attention_prints_both_peers(
             "--database-url", gpu_settings.database_url]
     assert main(argv) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert f"vs sdpa_cudnn: {SDPA_CUDNN_US:.3f} us -> " in out
-    assert f"vs sdpa_flash: {SDPA_FLASH_US:.3f} us -> " in out
+    assert main([*argv, "--json"]) == 0  # the cache hit: how the run timed them
+    timed = TIMING_METHOD_TEXT[json.loads(capsys.readouterr().out)["timing_method"]]
+    assert f"vs sdpa_cudnn ({timed}): {SDPA_CUDNN_US:.3f} us -> " in out
+    assert f"vs sdpa_flash ({timed}): {SDPA_FLASH_US:.3f} us -> " in out
 
 
 @pytest.mark.slow
