@@ -293,6 +293,8 @@ def _stored_peers(database_url: str, run_id: int) -> dict[str, float] | None:
 def test_gpu_attention_run_times_and_stores_both_peers(
     fake_gpu: FakeProbe, gpu_settings: Settings
 ) -> None:
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops.attention import AttentionSpec
     from scheduler_search.search import FINAL_TIMING
     from service.runs.jobs import timing_config
 
@@ -318,7 +320,9 @@ def test_gpu_attention_run_times_and_stores_both_peers(
         assert len(flash) == 3
         kernel = gpu.kernel_jobs[0]
         assert all(j.workload == kernel.workload and j.seed == kernel.seed
-                   and j.timing == timing_config(FINAL_TIMING)
+                   and j.timing.method == kernel.timing.method
+                   and j.timing == timing_config(FINAL_TIMING.for_workload(
+                       AttentionSpec(**ATTENTION), get_device("h200")))
                    and j.deadline_s == FINAL_TIMING.deadline_s
                    for j in flash)
 
