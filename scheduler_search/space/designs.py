@@ -195,11 +195,13 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
 
 #: Decode GEMMs (a few tokens against a weight stored n x k: memory-bound), measured on an
 #: H200 by graph replay over weights larger than the L2 (bf16, 2026-12-04,
-#: bench/decode_designs.py): swapped 8-token tiles over 64 rows of n with a 12-deep ring
-#: streamed 1 x 4096 x 4096 at 3.0 TB/s (1.18x cuBLAS) and 16 x 4096 x 4096 at 2.9
-#: (1.14x); over 128 rows of n with 128-deep k steps, 1 x 14336 x 4096 at 4.0 TB/s (1.04x);
-#: at 64..128 tokens unswapped 64 x 64 tiles with 128-deep k steps led (1.02-1.11x).
-GEMM_DECODE_SWAP: Choices = {**GEMM_SWAP_WIDE, "tile_m": 8, "tile_n": 64, "tile_k": 64,
+#: bench/decode_designs.py): swapped 8-token tiles over 64 rows of n, 128-deep k steps in
+#: an 11-12-deep ring streamed 1 x 4096 x 4096 at 3.0 TB/s (1.18x cuBLAS) and 1 x 4096 x
+#: 14336 at 3.9 (1.06x; 64-deep k steps: 0.99x); over 128 rows of n, 1 x 14336 x 4096 at
+#: 4.0 TB/s (1.04x); at 64..128 tokens unswapped 64 x 64 tiles with 128-deep k steps led
+#: (1.02-1.11x), and where those tiles fill one and a half waves (128 x 6144 x 4096: 192
+#: tiles on 132 SMs) their stream-K twin evens the last one out.
+GEMM_DECODE_SWAP: Choices = {**GEMM_SWAP_WIDE, "tile_m": 8, "tile_n": 64, "tile_k": 128,
                              "consumer_warpgroups": 1, "stages_ab": 12, "stream_k": 0}
 GEMM_DECODE_SWAP_WIDE_N: Choices = {**GEMM_DECODE_SWAP, "tile_n": 128, "tile_k": 128,
                                     "stages_ab": 5}
@@ -230,7 +232,7 @@ def designs_for(spec: OperatorSpec) -> list[Choices]:
         tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
         designs += [{**GEMM_DECODE_SWAP, "tile_m": tokens},
                     {**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens}]
-    return [*designs, GEMM_DECODE_NARROW]
+    return [*designs, GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
 
 
 #: The most tokens a seeded swapped design holds in one tile (past it, unswapped 64-row
