@@ -1,0 +1,82 @@
+"""Decode GEMMs (few tokens against a weight stored n x k) in the exact-shape space: swap-AB
+with token tiles of 8..32 and deep rings are offered where they can be lowered, and the
+decode designs a search measures first are points of that space."""
+
+from __future__ import annotations
+
+import pytest
+
+from codegen import feasibility, render
+from scheduler_search.hardware import get_device
+from scheduler_search.ops.gemm import GemmSpec
+from scheduler_search.search.warm_start import fit_to_space
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import DESIGNS, designs_for
+from scheduler_search.space.tables import FEW_TOKENS, knob_table, swap_applies
+
+H200 = get_device("h200")
+
+
+def _spec(m: int, **overrides: object) -> GemmSpec:
+    params = {"m": m, "n": 4096, "k": 4096, "dtype": "bfloat16", "b_layout": "nk", **overrides}
+    return GemmSpec(**params)
+
+
+def _knobs(spec: GemmSpec) -> dict[str, tuple]:
+    return {k.name: k.options for k in knob_table(spec, H200)}
+
+
+@pytest.mark.parametrize("m", [1, 16, FEW_TOKENS])
+def test_few_token_nk_gemms_offer_swap_narrow_token_tiles_and_deep_rings(m: int) -> None:
+    knobs = _knobs(_spec(m))
+    assert knobs["swap_ab"] == (False, True)
+    assert {8, 16, 32} <= set(knobs["tile_m"])
+    assert {8, 12} <= set(knobs["stages_ab"])
+
+
+@pytest.mark.parametrize("overrides", [
+    {"m": FEW_TOKENS + 1},              # enough rows for unswapped tiles
+    {"b_layout": "kn"},                 # swap reads the weight as wgmma's K-major A
+    {"dtype": "float8_e4m3"},           # 16-bit inputs only
+    {"epilogue": {"bias": True}},       # the transposed store has no fused epilogue
+])
+def test_swap_is_not_offered_where_it_cannot_be_lowered(overrides: dict) -> None:
+    spec = _spec(**{"m": 16, **overrides})
+    assert not swap_applies(spec)
+    knobs = _knobs(spec)
+    assert "swap_ab" not in knobs
+    assert min(knobs["tile_m"]) == 64 and max(knobs["stages_ab"]) == 6
+
+
+@pytest.mark.parametrize("m", [1, 7, 16, 64, 128, 256])
+def test_decode_designs_are_valid_points_of_the_space(m: int) -> None:
+    spec = _spec(m)
+    space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+    designs = designs_for(spec)
+    assert designs[: len(DESIGNS["gemm"])] == list(DESIGNS["gemm"].values())
+    decode = designs[len(DESIGNS["gemm"]):]
+    assert decode and any(d.get("stream_k") for d in decode)
+    assert any(d.get("swap_ab") for d in decode) == (m <= 64)
+    valid = 0
+    for design in decode:
+        fitted = fit_to_space(space, design)
+        assert all(fitted[k] == v for k, v in design.items() if k in fitted)
+        for knob in ("tile_m", "tile_n", "tile_k", "stages_ab", "stream_k"):
+            assert fitted[knob] == design[knob]  # kept, not left to the sampler
+        assert fitted.get("swap_ab", False) == design.get("swap_ab", False)
+        sprogram, validity = space.build(fitted)
+        if validity.ok:
+            valid += 1
+            assert render(sprogram, spec, H200).source
+    assert valid >= 2
+
+
+def test_swapped_token_tiles_fit_the_tokens() -> None:
+    for m, tokens in ((1, 8), (8, 8), (9, 16), (30, 32), (64, 64)):
+        swapped = [d for d in designs_for(_spec(m)) if d.get("swap_ab")]
+        assert {d["tile_m"] for d in swapped} == {tokens}
+
+
+def test_large_gemms_keep_their_designs() -> None:
+    spec = _spec(4096)
+    assert designs_for(spec) == list(DESIGNS["gemm"].values())
