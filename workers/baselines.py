@@ -10,8 +10,10 @@ workload's output tensor (so the same reference check applies). Peers:
   - ``scaled_mm`` (gemm of 8-bit floats): ``torch._scaled_mm`` (cuBLASLt) with the
     workload's per-tensor scales, into ``c``'s dtype.
   - ``torch_epilogue`` / ``cublaslt_epilogue`` (gemm with a fused epilogue): the matmul
-    then PyTorch's ops for the epilogue, one kernel each, as a user writes it; and
-    cuBLASLt's own fused bias (+ ReLU or tanh GELU) through ``torch._addmm_activation``.
+    then PyTorch's ops for the epilogue, one kernel each, as a user first writes it; and
+    the strongest calls a user has, cuBLASLt's own fused bias (+ ReLU or tanh GELU, scale
+    as alpha) through ``torch._addmm_activation`` / ``torch.addmm``, then PyTorch's ops
+    for what it cannot fuse (see :func:`_torch_epilogue`).
   - ``sdpa_cudnn`` / ``sdpa_flash`` (attention): PyTorch's
     ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
     on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 BASELINE_OPS = {
@@ -90,22 +93,45 @@ def _cublas(
 def _torch_epilogue(
     name: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
 ) -> tuple[Launch, Launch]:
-    """A GEMM with its epilogue in PyTorch: ``torch_epilogue`` as a user writes it (the
-    matmul, then one op per step, each a kernel), ``cublaslt_epilogue`` through
-    ``torch._addmm_activation`` / ``torch.addmm`` (cuBLASLt's fused bias, ReLU and tanh
-    GELU). Each launch allocates its result; ``finish`` copies it into ``c``."""
-    from scheduler_search.ops.gemm import GemmEpilogue, cublaslt_fuses
+    """A GEMM with its epilogue ``act(scale · (a @ b) + bias) + residual`` in PyTorch. Each
+    launch allocates its result; ``finish`` copies it into ``c``.
 
+    ``torch_epilogue`` is the unfused sequence as a user first writes it: ``torch.matmul``
+    (cuBLAS), then one op per step (``* scale``, ``+ bias``, the activation, ``+
+    residual``), each its own kernel.
+
+    ``cublaslt_epilogue`` is the strongest call a user has: cuBLASLt's fused epilogue
+    computes ``act(scale · (a @ b) + bias)`` inside the GEMM, through
+    ``torch._addmm_activation(bias, a, b, alpha=scale, use_gelu=...)`` for ReLU and tanh
+    GELU or ``torch.addmm(bias, a, b, alpha=scale)`` without an activation (``F.linear(x,
+    w, bias)`` runs the latter); what it cannot fuse follows as PyTorch ops on its result:
+    an activation it has not (erf GELU, SiLU) and a residual (one add, in place). That is
+    the whole epilogue in one call where ``cublaslt_fuses`` says so, and the bias (and the
+    activation) fused otherwise. PyTorch takes cuBLASLt's epilogue path for a 1-D bias of
+    the inputs' type only, so this peer needs a bias and 16-bit inputs written in their
+    own type.
+
+    Why a residual is not handed to cuBLAS as its C matrix (``beta = 1``): ``torch.addmm``
+    with a full (m, n) input leaves cuBLASLt's bias path and first copies that input into
+    the output, for the GEMM to read back (aten/src/ATen/native/cuda/Blas.cpp,
+    ``addmm_out_cuda_impl``): as many passes over m x n as the add it replaces, and no
+    bias with it. ``torch.addmm(residual + bias, a, b)`` adds a pass, and the in-place
+    ``residual.addmm_(a, b)`` (no copy) overwrites the residual a model still holds. So
+    bias + residual is ``torch.addmm(bias, a, b).add_(residual)``, what ``F.linear(x, w,
+    bias) + residual`` runs, two kernels where pipetune's is one: the unfused sequence stays
+    the run's baseline there (``GemmSpec.run_baseline``) and this sequence is reported
+    beside it."""
     epilogue = params.get("epilogue") or {}
     scale, act = float(epilogue.get("scale", 1.0)), epilogue.get("act", "none")
-    if name == "cublaslt_epilogue" and not cublaslt_fuses(GemmEpilogue.model_validate(epilogue)):
-        raise BaselineUnavailable(f"{name}: cuBLASLt fuses a bias with ReLU or tanh GELU only")
+    if name == "cublaslt_epilogue" and (not epilogue.get("bias") or dtypes["a"] in _TORCH_FP8
+                                        or dtypes["a"] != dtypes["c"]):
+        raise BaselineUnavailable(f"{name}: cuBLASLt's epilogue through PyTorch needs a bias "
+                                  "and 16-bit inputs written in their own type")
     torch = _import_torch()
     import torch.nn.functional as F
 
     dtype = dtypes["c"]
     c = _as_torch(torch, tensors["c"], dtype)
-    product = _torch_product(torch, params, tensors, dtypes)
     bias = _as_torch(torch, tensors["bias"], dtype) if epilogue.get("bias") else None
     residual = (_as_torch(torch, tensors["residual"], dtype) if epilogue.get("residual")
                 else None)
@@ -113,27 +139,40 @@ def _torch_epilogue(
                    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
     result: list[Any] = [None]
 
-    def unfused() -> None:
-        y = product()
-        if scale != 1.0:
-            y = y * scale
-        if bias is not None:
-            y = y + bias
-        y = activations[act](y)
-        result[0] = y + residual if residual is not None else y
+    def finish() -> None:
+        c.copy_(result[0])
 
     if name != "cublaslt_epilogue":
-        return unfused, (lambda: c.copy_(result[0]))
+        product = _torch_product(torch, params, tensors, dtypes)
+
+        def unfused() -> None:
+            y = product()
+            if scale != 1.0:
+                y = y * scale
+            if bias is not None:
+                y = y + bias
+            y = activations[act](y)
+            result[0] = y + residual if residual is not None else y
+
+        return unfused, finish
     a, b = (_as_torch(torch, tensors[n], dtype) for n in ("a", "b"))
     b_op = b.t() if params.get("b_layout", "kn") == "nk" else b
+    if act in ("relu", "gelu_tanh"):  # cuBLASLt's RELU_BIAS / GELU_BIAS epilogue
+        lt = partial(torch._addmm_activation, bias, a, b_op, alpha=scale,
+                     use_gelu=act == "gelu_tanh")
+        rest = activations["none"]
+    else:  # its BIAS epilogue; another activation follows as a kernel of its own
+        lt, rest = partial(torch.addmm, bias, a, b_op, alpha=scale), activations[act]
 
     def fused() -> None:
-        if act == "none":
-            result[0] = torch.addmm(bias, a, b_op)
-        else:
-            result[0] = torch._addmm_activation(bias, a, b_op, use_gelu=act == "gelu_tanh")
+        y = rest(lt())
+        result[0] = y.add_(residual) if residual is not None else y
 
-    return fused, (lambda: c.copy_(result[0]))
+    try:
+        fused()
+    except RuntimeError as exc:
+        raise BaselineUnavailable(f"{name}: {exc}") from exc
+    return fused, finish
 
 
 #: PyTorch's names of the 8-bit float types.
@@ -142,12 +181,12 @@ _TORCH_FP8 = {"float8_e4m3": "float8_e4m3fn", "float8_e5m2": "float8_e5m2"}
 
 def _torch_product(torch: Any, params: dict[str, Any], tensors: dict[str, Any],
                    dtypes: dict[str, str]) -> Callable[[], Any]:
-    """``a @ b`` in PyTorch, in ``c``'s dtype: ``torch.matmul`` (cuBLAS), or for 8-bit
+    """``a @ b`` in PyTorch: ``torch.matmul`` (cuBLAS) in the inputs' type, or for 8-bit
     floats ``torch._scaled_mm`` (cuBLASLt: B column-major, i.e. the n x k matrix's
     transpose, with the workload's per-tensor scales)."""
     nk = params.get("b_layout", "kn") == "nk"
     if dtypes["a"] not in _TORCH_FP8:
-        a, b = (_as_torch(torch, tensors[n], dtypes["c"]) for n in ("a", "b"))
+        a, b = (_as_torch(torch, tensors[n], dtypes[n]) for n in ("a", "b"))
         b_op = b.t() if nk else b
         return lambda: torch.matmul(a, b_op)
     if not nk:

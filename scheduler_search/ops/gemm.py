@@ -107,18 +107,31 @@ class GemmSpec(OperatorSpec):
             values["epilogue"] = GemmEpilogue.model_validate(values["epilogue"])
         return super().model_construct(_fields_set, **values)
 
+    @property
+    def cublaslt_fusable(self) -> bool:
+        """Whether one cuBLASLt call through PyTorch computes this GEMM with its whole
+        epilogue (:func:`cublaslt_fuses`): 16-bit inputs, written in their own type."""
+        return (not self.fp8 and self.c_dtype == self.dtype
+                and cublaslt_fuses(self.epilogue))
+
     def run_baseline(self) -> str | None:
-        # With an epilogue: cuBLAS's matmul followed by PyTorch's ops for it, unfused; 8-bit
-        # inputs: cuBLASLt's scaled matmul.
+        # With an epilogue: the call a user would otherwise make. cuBLASLt's own fused
+        # epilogue where it computes the whole of it; else the matmul followed by PyTorch's
+        # ops for it, unfused (8-bit inputs: after cuBLASLt's scaled matmul).
         if self.epilogue.fused:
-            return "torch_epilogue"
+            return "cublaslt_epilogue" if self.cublaslt_fusable else "torch_epilogue"
         return "scaled_mm" if self.fp8 else self.baseline
 
     def run_peers(self) -> tuple[str, ...]:
-        # cuBLASLt's own fused bias (+ ReLU / tanh GELU), where PyTorch exposes it.
-        if self.fp8:
+        # Beside cuBLASLt's fused call, the unfused sequence; beside the unfused sequence,
+        # cuBLASLt's fused bias (and activation) followed by PyTorch's ops for the rest
+        # (a residual add, an activation it lacks), where there is a bias to fuse.
+        if not self.epilogue.fused or self.fp8:
             return ()
-        return ("cublaslt_epilogue",) if cublaslt_fuses(self.epilogue) else ()
+        if self.cublaslt_fusable:
+            return ("torch_epilogue",)
+        partial = self.epilogue.bias and self.c_dtype == self.dtype
+        return ("cublaslt_epilogue",) if partial else ()
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         # Rows that TMA loads: a's rows hold k elements; b's rows hold n (kn) or k (nk).
@@ -209,7 +222,10 @@ class GemmSpec(OperatorSpec):
 
 
 def cublaslt_fuses(epilogue: GemmEpilogue) -> bool:
-    """Whether ``torch._addmm_activation`` computes this epilogue in cuBLASLt: a bias with
-    ReLU or tanh GELU (or none), no scale, no residual."""
-    return (epilogue.bias and epilogue.scale == 1.0 and not epilogue.residual
+    """Whether one call, ``torch._addmm_activation(bias, a, b, alpha=scale, use_gelu=...)``
+    or ``torch.addmm(bias, a, b, alpha=scale)``, computes this epilogue in cuBLASLt's:
+    ``act(scale · (a @ b) + bias)`` with a bias (PyTorch takes cuBLASLt's epilogue path for
+    a 1-D bias only), ReLU, tanh GELU or no activation, and no residual (see
+    ``workers.baselines`` for why a residual is no part of that call)."""
+    return (epilogue.bias and not epilogue.residual
             and epilogue.act in ("none", "relu", "gelu_tanh"))

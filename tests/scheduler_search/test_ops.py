@@ -216,12 +216,32 @@ def test_a_gemm_epilogue_adds_its_tensors_and_changes_the_peers() -> None:
                                           "residual": True}
     assert "epilogue" not in plain.params()
     assert (plain.run_baseline(), plain.run_peers()) == ("cublas", ())
-    assert (fused.run_baseline(), fused.run_peers()) == ("torch_epilogue", ())
-    lt = parse_spec("gemm", with_("gemm", epilogue={"bias": True, "act": "gelu_tanh"}))
-    assert lt.run_peers() == ("cublaslt_epilogue",)
     graph = fused.build_graph({"m": 128, "n": 128, "k": 64})
     assert [t.name for t in graph.stasks][-2:] == ["epilogue", "store"]
     assert fused.epilogue.describe() == "2·acc + bias, gelu, + residual"
+
+
+@pytest.mark.parametrize(("params", "baseline", "peers"), [
+    # cuBLASLt fuses the whole epilogue (scale as its alpha): its call is the baseline.
+    ({"epilogue": {"bias": True, "act": "gelu_tanh"}}, "cublaslt_epilogue", ("torch_epilogue",)),
+    ({"epilogue": {"bias": True, "act": "relu", "scale": 2.0}}, "cublaslt_epilogue",
+     ("torch_epilogue",)),
+    ({"epilogue": {"bias": True}, "dtype": "bfloat16"}, "cublaslt_epilogue", ("torch_epilogue",)),
+    # It fuses the bias, not the rest: the unfused sequence, with the partly fused one beside.
+    ({"epilogue": {"bias": True, "residual": True}}, "torch_epilogue", ("cublaslt_epilogue",)),
+    ({"epilogue": {"bias": True, "act": "gelu"}}, "torch_epilogue", ("cublaslt_epilogue",)),
+    # Nothing for it to fuse, or an output type addmm does not write.
+    ({"epilogue": {"act": "gelu_tanh", "residual": True}}, "torch_epilogue", ()),
+    ({"epilogue": {"bias": True}, "dtype": "bfloat16", "out_dtype": "float16"}, "torch_epilogue",
+     ()),
+    ({"epilogue": {"bias": True, "act": "gelu_tanh"}, "dtype": "float8_e4m3", "b_layout": "nk"},
+     "torch_epilogue", ()),
+], ids=["bias-gelu_tanh", "bias-relu-scale", "bias", "bias-residual", "bias-gelu-erf",
+        "gelu_tanh-residual", "fp16-out", "fp8"])
+def test_the_gemm_baseline_is_cublaslts_fused_epilogue_where_it_has_one(
+        params: dict[str, Any], baseline: str, peers: tuple[str, ...]) -> None:
+    spec = parse_spec("gemm", with_("gemm", **params))
+    assert (spec.run_baseline(), spec.run_peers()) == (baseline, peers)
 
 
 @pytest.mark.parametrize("bad", ["false", 0, None], ids=repr)

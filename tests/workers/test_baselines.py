@@ -1,13 +1,15 @@
 """The Mamba2 peers (mamba_ssm's Triton kernels) on a machine without them: unavailable
 with a message saying what to install, and, over stand-in torch and mamba_ssm modules
 computing the NumPy reference, the wiring of the workload's tensors into the peer's call and
-of its result into the workload's output."""
+of its result into the workload's output. The GEMM epilogue peers over a stand-in torch
+computing in NumPy: which PyTorch calls each makes (cuBLASLt's fused epilogue where it
+has one), and that their result is the fp32 reference's."""
 
 from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -226,12 +228,163 @@ def test_every_operator_declares_peers_the_worker_runs_for_it() -> None:
             assert BASELINE_OPS[name] == op, (op, name)
 
 
-@pytest.mark.parametrize("epilogue", [{"bias": True, "act": "gelu"},
-                                      {"bias": True, "residual": True},
-                                      {"act": "relu"},
-                                      {"bias": True, "act": "relu", "scale": 2.0}])
-def test_cublaslt_fuses_only_a_bias_with_relu_or_tanh_gelu(epilogue: dict[str, Any]) -> None:
-    params = {"m": 64, "n": 64, "k": 64, "dtype": "float16", "epilogue": epilogue}
+@pytest.mark.parametrize(("params", "why"), [
+    ({"epilogue": {"act": "relu"}}, "no bias"),
+    ({"epilogue": {"residual": True, "scale": 2.0}}, "no bias"),
+    ({"epilogue": {"bias": True}, "dtype": "bfloat16", "out_dtype": "float16"},
+     "written in another type"),
+    ({"epilogue": {"bias": True}, "dtype": "float8_e4m3", "b_layout": "nk"}, "8-bit inputs"),
+])
+def test_the_cublaslt_peer_needs_a_bias_and_16_bit_inputs_in_their_type(
+        params: dict[str, Any], why: str) -> None:
+    params = {"m": 64, "n": 64, "k": 64, "dtype": "float16", **params}
     tensors, dtypes = _workload("gemm", params)
-    with pytest.raises(BaselineUnavailable, match="fuses a bias with ReLU or tanh GELU only"):
+    with pytest.raises(BaselineUnavailable, match="needs a bias and 16-bit inputs"):
         prepare_baseline("cublaslt_epilogue", "gemm", params, tensors, dtypes)
+
+
+class _Mat:
+    """A torch tensor as the GEMM peers use it: fp32 values, over a workload array
+    (``storage``) where it is a view of one."""
+
+    def __init__(self, values: np.ndarray, storage: np.ndarray | None = None) -> None:
+        self.values, self.storage = values.astype(np.float32), storage
+
+    def t(self) -> _Mat:
+        return _Mat(self.values.T)
+
+    def __add__(self, other: _Mat) -> _Mat:
+        return _Mat(self.values + other.values)
+
+    def __mul__(self, scale: float) -> _Mat:
+        return _Mat(self.values * np.float32(scale))
+
+    def add_(self, other: _Mat) -> _Mat:
+        _GemmTorch.calls.append(("add_", {}))
+        self.values = self.values + other.values
+        return self
+
+    def copy_(self, other: _Mat) -> None:
+        assert self.storage is not None
+        np.copyto(self.storage, other.values.astype(self.storage.dtype))
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+class _GemmTorch(types.ModuleType):
+    """PyTorch's GEMM calls over NumPy, each recorded with its keyword arguments."""
+
+    calls: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+
+    @staticmethod
+    def from_dlpack(array: np.ndarray) -> _Mat:
+        assert array.dtype == np.float16  # the fp16 workloads of these tests
+        return _Mat(array, storage=array)
+
+    @classmethod
+    def matmul(cls, a: _Mat, b: _Mat) -> _Mat:
+        cls.calls.append(("matmul", {}))
+        return _Mat(a.values @ b.values)
+
+    @classmethod
+    def addmm(cls, bias: _Mat, a: _Mat, b: _Mat, *, alpha: float = 1.0) -> _Mat:
+        cls.calls.append(("addmm", {"alpha": alpha}))
+        return _Mat(np.float32(alpha) * (a.values @ b.values) + bias.values)
+
+    @classmethod
+    def _addmm_activation(cls, bias: _Mat, a: _Mat, b: _Mat, *, alpha: float = 1.0,
+                          use_gelu: bool = False) -> _Mat:
+        cls.calls.append(("_addmm_activation", {"alpha": alpha, "use_gelu": use_gelu}))
+        y = np.float32(alpha) * (a.values @ b.values) + bias.values
+        return _Mat(_gelu_tanh(y) if use_gelu else np.maximum(y, 0.0))
+
+
+def _functional() -> types.ModuleType:
+    from workers.verify import _erf
+
+    def recorded(name: str, fn: Any) -> Any:
+        def call(y: _Mat, approximate: str = "none") -> _Mat:
+            _GemmTorch.calls.append((name, {"approximate": approximate}))
+            return _Mat(fn(y.values, approximate))
+        return call
+
+    functional = types.ModuleType("torch.nn.functional")
+    functional.relu = recorded("relu", lambda x, _: np.maximum(x, 0.0))
+    functional.silu = recorded("silu", lambda x, _: x / (1.0 + np.exp(-x)))
+    functional.gelu = recorded("gelu", lambda x, approximate: _gelu_tanh(x) if approximate
+                               == "tanh" else 0.5 * x * (1.0 + _erf(np, x / np.sqrt(2.0))))
+    return functional
+
+
+@pytest.fixture
+def gemm_torch(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    torch = _GemmTorch()
+    torch.nn = types.ModuleType("torch.nn")
+    torch.nn.functional = _functional()
+    for name, module in (("torch", torch), ("torch.nn", torch.nn),
+                         ("torch.nn.functional", torch.nn.functional)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(_GemmTorch, "calls", [])
+    return _GemmTorch.calls
+
+
+#: Epilogue -> the calls of one cublaslt_epilogue launch: the whole epilogue in one
+#: cuBLASLt call where it fuses it; its bias (and activation) fused, the rest after, else.
+CUBLASLT_CALLS = [
+    ({"bias": True, "act": "gelu_tanh"},
+     [("_addmm_activation", {"alpha": 1.0, "use_gelu": True})]),
+    ({"bias": True, "act": "relu", "scale": 0.5},
+     [("_addmm_activation", {"alpha": 0.5, "use_gelu": False})]),
+    ({"bias": True}, [("addmm", {"alpha": 1.0})]),
+    ({"bias": True, "residual": True}, [("addmm", {"alpha": 1.0}), ("add_", {})]),
+    ({"bias": True, "act": "gelu", "residual": True},
+     [("addmm", {"alpha": 1.0}), ("gelu", {"approximate": "none"}), ("add_", {})]),
+    ({"bias": True, "act": "gelu_tanh", "residual": True, "scale": 2.0},
+     [("_addmm_activation", {"alpha": 2.0, "use_gelu": True}), ("add_", {})]),
+]
+
+
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+@pytest.mark.parametrize(("epilogue", "calls"), CUBLASLT_CALLS,
+                         ids=[str(sorted(e.items())) for e, _ in CUBLASLT_CALLS])
+def test_the_cublaslt_peer_fuses_what_cublaslt_can_and_computes_the_epilogue(
+        gemm_torch: list[tuple[str, dict[str, Any]]], b_layout: str, epilogue: dict[str, Any],
+        calls: list[tuple[str, dict[str, Any]]]) -> None:
+    from scheduler_search.ops.gemm import GemmEpilogue, cublaslt_fuses
+    from workers.verify import reference
+
+    params = {"m": 40, "n": 24, "k": 32, "dtype": "float16", "b_layout": b_layout,
+              "epilogue": epilogue}
+    tensors, dtypes = _workload("gemm", params)
+    launch, finish = prepare_baseline("cublaslt_epilogue", "gemm", params, tensors, dtypes)
+    gemm_torch.clear()  # prepare ran it once to see that it runs
+    launch()
+    finish()
+    assert gemm_torch == calls
+    assert cublaslt_fuses(GemmEpilogue(**epilogue)) == (len(calls) == 1)
+    inputs32 = {n: t.astype(np.float32) for n, t in tensors.items() if n != "c"}
+    want = reference(np, "gemm", params, inputs32)["c"]
+    got = tensors["c"].astype(np.float32)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+def test_the_unfused_peer_runs_one_op_per_step(
+        gemm_torch: list[tuple[str, dict[str, Any]]]) -> None:
+    from workers.verify import reference
+
+    epilogue = {"bias": True, "act": "gelu_tanh", "residual": True, "scale": 2.0}
+    params = {"m": 40, "n": 24, "k": 32, "dtype": "float16", "epilogue": epilogue}
+    tensors, dtypes = _workload("gemm", params)
+    launch, finish = prepare_baseline("torch_epilogue", "gemm", params, tensors, dtypes)
+    launch()
+    finish()
+    assert [name for name, _ in gemm_torch] == ["matmul", "gelu"]  # * scale, + bias: operators
+    inputs32 = {n: t.astype(np.float32) for n, t in tensors.items() if n != "c"}
+    want = reference(np, "gemm", params, inputs32)["c"]
+    got = tensors["c"].astype(np.float32)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
