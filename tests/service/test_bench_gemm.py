@@ -37,7 +37,9 @@ def _winner(bench: ModuleType, params: dict[str, Any],
 @pytest.mark.parametrize(("params", "peers"), [
     ({"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"}, ["cublas"]),
     ({"m": 1024, "n": 1024, "k": 1024, "dtype": "float16",
-      "epilogue": {"bias": True, "act": "gelu_tanh"}}, ["torch_epilogue", "cublaslt_epilogue"]),
+      "epilogue": {"bias": True, "act": "gelu_tanh"}}, ["cublaslt_epilogue", "torch_epilogue"]),
+    ({"m": 1024, "n": 1024, "k": 1024, "dtype": "float16",
+      "epilogue": {"bias": True, "residual": True}}, ["torch_epilogue", "cublaslt_epilogue"]),
     ({"m": 1024, "n": 1024, "k": 1024, "dtype": "float8_e4m3", "b_layout": "nk"},
      ["scaled_mm"]),
 ])
@@ -71,6 +73,37 @@ def test_the_leader_fastest_by_the_final_timing_is_kept(bench: ModuleType) -> No
     assert record["ratio"] == pytest.approx(1.1)
 
 
+@pytest.mark.parametrize(("suite", "latencies", "peer", "floor", "met"), [
+    ("bias_gelu", (100.0, 95.0, 130.0), "cublaslt_epilogue", 1.0, False),
+    ("bias_residual", (100.0, 120.0, 110.0), "torch_epilogue", 1.15, True),
+])
+def test_an_epilogue_suite_reports_each_peer_and_its_floor(
+        bench: ModuleType, capsys: pytest.CaptureFixture[str], suite: str,
+        latencies: tuple[float, ...], peer: str, floor: float, met: bool) -> None:
+    """Each case's ratio against cuBLASLt's call and against the unfused sequence, the
+    geometric mean against each, and the suite judged by the peer that counts."""
+    params = {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "b_layout": "nk",
+              "epilogue": bench.EPILOGUES[suite]}
+    args = SimpleNamespace(rounds=1, deadline=20.0, top=1, leaders=1)
+    record = bench._retime(FixedLatencyPool(*latencies), params, [_winner(bench, params)],
+                           final=None, args=args)
+    results = [{"case": bench._case_name(params), "params": params, **record,
+                "candidates_ok": "1/1"}]
+    timing = SimpleNamespace(to_dict=dict)
+    doc = {"epilogue": suite, "cases": [{"params": params}]}
+    summary = bench._summary(args, doc, timing, timing, {}, results, 0.0)
+    assert summary["epilogue"]["bias"] and summary["acceptance"]["peer"] == peer
+    assert summary["acceptance"]["floor"] == floor and summary["acceptance"]["met"] is met
+    ratios = {name: g["geomean"] for name, g in summary["geomean_vs_peers"].items()}
+    baseline_us, other_us = latencies[1:]
+    other = "torch_epilogue" if peer == "cublaslt_epilogue" else "cublaslt_epilogue"
+    assert ratios == pytest.approx({peer: baseline_us / 100.0, other: other_us / 100.0})
+    bench.print_table(summary)
+    table = capsys.readouterr().out
+    assert "cuBLASLt us" in table and "unfused us" in table
+    assert f"acceptance: vs {peer}" in table and ("NOT met" in table) is not met
+
+
 @pytest.mark.slow
 def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: Path) -> None:
     out = tmp_path / "fp8.json.gz"
@@ -83,7 +116,7 @@ def test_prepare_renders_the_suite_the_flags_name(bench: ModuleType, tmp_path: P
     (case,) = doc["cases"]
     assert doc["epilogue"] == "bias_gelu"
     assert case["params"]["dtype"] == "float8_e4m3" and case["params"]["b_layout"] == "nk"
-    assert case["params"]["epilogue"] == {"scale": 1.0, "bias": True, "act": "gelu",
+    assert case["params"]["epilogue"] == {"scale": 1.0, "bias": True, "act": "gelu_tanh",
                                           "residual": False}
     assert {k for k in case["candidates"][0] if k.startswith("float")} == {"float8_e4m3"}
     # --fix ranked only its slice of the space.
