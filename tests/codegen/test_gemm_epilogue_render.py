@@ -49,6 +49,21 @@ def test_the_store_applies_the_epilogue_to_each_pair(store: str) -> None:
     assert "erff" in art.source
 
 
+def test_activations_run_on_the_sfu_without_ieee_division() -> None:
+    """tanh GELU is one tanh.approx (CUDA's tanhf compiled to MUFU.EX2, MUFU.RCP and about
+    20 more instructions an element, 2026-12-04), SiLU an approximate division."""
+    spec = GemmSpec(m=4096, n=4096, k=4096, dtype="bfloat16", b_layout="nk",
+                    epilogue={"bias": True, "act": "gelu_tanh"})
+    sprogram, validity = _build(spec)
+    assert validity.ok, validity
+    source = render(sprogram, spec, DEVICE).source
+    assert 'asm("tanh.approx.f32 %0, %1;"' in source and "tanhf" not in source
+    assert source.index("float tanh_approx(") < source.index("float act_gelu_tanh(")
+    silu = GemmSpec(m=4096, n=4096, k=4096, epilogue={"bias": True, "act": "silu"})
+    sprogram, _ = _build(silu)
+    assert "__fdividef(x, 1.0f + __expf(-x))" in render(sprogram, silu, DEVICE).source
+
+
 def test_a_plain_gemm_has_no_epilogue_and_keeps_its_key() -> None:
     plain = GemmSpec(m=4096, n=4096, k=4096)
     assert "epilogue" not in plain.params()
@@ -87,7 +102,9 @@ def test_sampled_epilogue_schedules_compile_without_spills() -> None:
                    {"m": 777, "n": 1000, "k": 520, "dtype": "bfloat16",
                     "epilogue": {"bias": True, "act": "silu"}},
                    {"m": 513, "n": 1001, "k": 776, "b_layout": "nk",
-                    "epilogue": {"act": "gelu_tanh", "residual": True}}):
+                    "epilogue": {"act": "gelu_tanh", "residual": True}},
+                   {"m": 4096, "n": 4096, "k": 4096, "dtype": "bfloat16", "b_layout": "nk",
+                    "epilogue": {"bias": True, "act": "gelu_tanh"}}):
         spec = GemmSpec(**params)
         sources += [render(sp, spec, DEVICE).source
                     for sp in sample_schedules(spec, DEVICE, 4, seed=2026)]

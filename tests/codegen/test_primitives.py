@@ -58,6 +58,7 @@ CALLS = {
     "act_gelu": "acc[3] = act_gelu(f);",
     "act_gelu_tanh": "acc[4] = act_gelu_tanh(f);",
     "act_silu": "acc[5] = act_silu(f);",
+    "tanh_approx": "acc[6] = tanh_approx(f);",
     "exp2_approx": "acc[0] = exp2_approx(f);",
     "rcp_approx": "acc[1] = rcp_approx(f);",
     "tma_store_2d": "tma_store_2d(&map, 0, 64, a);",
