@@ -53,10 +53,11 @@ def few_tile_designs() -> list[dict[str, Any]]:
         designs.append({**GEMM_SWAP_WIDE, "tile_m": tile_m, "tile_n": tile_n,
                         "tile_k": tile_k, "consumer_warpgroups": max(1, tile_n // 128),
                         "stages_ab": min(12, RING_BYTES // stage_bytes), "stream_k": waves})
-    for tile_n, tile_k, waves in itertools.product((64, 128, 256), (64, 128), (0, 1, 2)):
-        stage_bytes = (64 + tile_n) * tile_k * 2
-        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": tile_n,
-                        "tile_k": tile_k, "consumer_warpgroups": 1,
+    for tile_m, tile_n, tile_k, waves in itertools.product(
+            (64, 128), (64, 128, 256), (64, 128), (0, 1, 2)):
+        stage_bytes = (tile_m + tile_n) * tile_k * 2
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                        "tile_k": tile_k, "consumer_warpgroups": tile_m // 64,
                         "stages_ab": min(6, RING_BYTES // stage_bytes), "stream_k": waves})
     return designs
 
