@@ -28,6 +28,10 @@ class Knob:
         default: the option a schedule has when its choices leave the knob out (choices
             written before the knob existed: a cached schedule, a hand-written design), so
             that a seed keeps its schedule instead of having the knob sampled.
+        viable: the options worth enumerating after earlier choices (default: all), for
+            walks of the whole space: the others are invalid there. The sampler is still
+            offered every option (Optuna wants one distribution per name); what it picks
+            outside them is rejected as invalid.
     """
 
     name: str
@@ -35,9 +39,13 @@ class Knob:
     when: Callable[[Choices], bool] | None = None
     structural: bool = True
     default: Any = None
+    viable: Callable[[Choices], tuple[Any, ...]] | None = None
 
     def applies(self, choices: Choices) -> bool:
         return self.when is None or self.when(choices)
+
+    def viable_options(self, choices: Choices) -> tuple[Any, ...]:
+        return self.options if self.viable is None else self.viable(choices)
 
 
 def needs_two_consumers(choices: Choices) -> bool:

@@ -142,10 +142,10 @@ class ScheduleSpace:
         if not knob.applies(choices):
             yield from self._walk(knobs, index + 1, choices)
             return
-        for option in knob.options:
+        for option in knob.viable_options(choices):
             choices[knob.name] = option
             yield from self._walk(knobs, index + 1, choices)
-        del choices[knob.name]
+        choices.pop(knob.name, None)
 
     def structural_choices(self) -> Iterator[Choices]:
         """Every combination of the structural knobs, in table order."""

@@ -144,6 +144,33 @@ def swap_applies(spec: OperatorSpec) -> bool:
             and not spec.epilogue.fused)
 
 
+def _swappable(choices: dict) -> bool:
+    """Swap is asked for with token tiles of at most 64 rows (wgmma's N) fed by a
+    producer warp."""
+    return is_warp_specialized(choices) and choices.get("tile_m", 64) <= 64
+
+
+def _token_tiles_specialized(choices: dict) -> tuple[bool, ...]:
+    """A token tile (under 64 rows) runs only swapped, which needs a producer warp."""
+    return (True,) if choices.get("tile_m", 64) < 64 else (True, False)
+
+
+def _swap_viable(choices: dict) -> tuple[bool, ...]:
+    """A tile of fewer than 64 rows runs only swapped (wgmma's M is 64 a warpgroup)."""
+    return (True,) if choices.get("tile_m", 64) < 64 else (False, True)
+
+
+def _swapped_store(options: tuple[str, ...]) -> Callable[[dict], tuple[str, ...]]:
+    """A swapped tile's transposed output is stored by the consumers' threads."""
+    return lambda choices: ("cuda_core",) if choices.get("swap_ab") else options
+
+
+def _stages_viable(shallow: tuple[int, ...]) -> Callable[[dict], tuple[int, ...]]:
+    """Deep rings only where a stage is small: swapped token tiles."""
+    deep = shallow + _DEEP_STAGES
+    return lambda choices: deep if choices.get("swap_ab") else shallow
+
+
 #: GEMM's N tiles fitted to the shape: multiples of wgmma's N step in this range.
 _FITTED_N_RANGE, _FITTED_N_STEP = (160, 256), 16
 
@@ -193,7 +220,9 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     graph = spec.graph({})
     hopper = device.has_tma and device.unit(UnitKind.TENSOR_CORE).is_async
     knobs = [Knob(f"tile_{axis}", options) for axis, options in _tile_options(spec).items()]
-    knobs.append(Knob("warp_specialized", (True, False) if hopper else (False,)))
+    swap = hopper and swap_applies(spec)
+    knobs.append(Knob("warp_specialized", (True, False) if hopper else (False,),
+                      viable=_token_tiles_specialized if swap else None))
     knobs.append(Knob("consumer_warpgroups", (1, 2, 3)))
     knobs.append(
         Knob(
@@ -204,15 +233,22 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     )
     knobs.append(Knob("wg_schedule", ("free", "alternate"), when=needs_two_consumers))
     knobs.append(Knob("producer_regs", _PRODUCER_REGS, when=is_warp_specialized))
-    stages = _STAGES[op] + (_DEEP_STAGES if swap_applies(spec) else ())
+    if swap:
+        knobs.append(Knob("swap_ab", (False, True), when=_swappable, default=False,
+                          viable=_swap_viable))
     for stream in type(spec).streams:
-        knobs.append(Knob(f"stages_{stream}", stages))
+        if swap:
+            knobs.append(Knob(f"stages_{stream}", _STAGES[op] + _DEEP_STAGES,
+                              viable=_stages_viable(_STAGES[op])))
+        else:
+            knobs.append(Knob(f"stages_{stream}", _STAGES[op]))
     knobs.append(Knob("order", _ORDERS[op] if hopper else ("serial",)))
     have = device.unit_kinds()
     for name in _MAPPABLE[op]:
         options = tuple(u.value for u in graph.stask(name).units if u in have)
         if len(options) > 1:
-            knobs.append(Knob(f"map_{name}", options))
+            viable = _swapped_store(options) if swap and name == "store" else None
+            knobs.append(Knob(f"map_{name}", options, viable=viable))
     if op in _VECTOR_LOAD_OPTIONS:
         options = tuple(u for u in _VECTOR_LOAD_OPTIONS[op] if UnitKind(u) in have)
         if len(options) > 1:
@@ -222,8 +258,6 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
                           default=1))
         knobs.append(Knob("cluster_axis", graph.spatial_axes[:2], when=_clustered))
     knobs.append(Knob("persistent", (False, True)))
-    if hopper and swap_applies(spec):
-        knobs.append(Knob("swap_ab", (False, True), when=is_warp_specialized, default=False))
     if hopper and op in _STREAM_K_WAVES:
         knobs.append(Knob("stream_k", _STREAM_K_WAVES[op], when=_stream_k_applies(spec, device),
                           default=0))

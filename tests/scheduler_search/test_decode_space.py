@@ -80,3 +80,26 @@ def test_swapped_token_tiles_fit_the_tokens() -> None:
 def test_large_gemms_keep_their_designs() -> None:
     spec = _spec(4096)
     assert designs_for(spec) == list(DESIGNS["gemm"].values())
+
+
+def test_the_walk_of_the_space_skips_what_cannot_run_but_the_sampler_sees_all() -> None:
+    """Token tiles under 64 rows are walked only swapped, deep rings only swapped and a
+    swapped output only through the consumers' stores; the knobs still offer every option
+    to the sampler (one distribution per name)."""
+    import itertools
+
+    space = ScheduleSpace(_spec(1), H200, feasibility("gemm", H200))
+    seen_swapped = seen_deep = 0
+    for choices in itertools.islice(space.structural_choices(), 200_000):
+        swapped = choices.get("swap_ab", False)
+        if choices["tile_m"] < 64:
+            assert swapped
+        if choices["stages_ab"] > 6:
+            assert swapped
+            seen_deep += 1
+        if swapped:
+            assert choices["map_store"] == "cuda_core" and choices["tile_m"] <= 64
+            seen_swapped += 1
+    assert seen_swapped and seen_deep
+    knobs = {k.name: k.options for k in space.knobs}
+    assert knobs["swap_ab"] == (False, True) and knobs["map_store"] == ("tma", "cuda_core")
