@@ -153,10 +153,16 @@ def compile_server(conn: Connection) -> None:
 
 
 class _CompileProcess:
-    """One compile process, started on first use and again after it is killed."""
+    """One compile process, started on first use and again after it is killed.
+
+    One question at a time: a pool's warm-up and a batch's compile may ask the same
+    process from two threads, and interleaved on one pipe each would read the other's
+    answer (a warm-up's ``True`` taken for a compile's result).
+    """
 
     def __init__(self) -> None:
         self._child: Child | None = None
+        self._asking = threading.Lock()
 
     @property
     def alive(self) -> bool:
@@ -165,6 +171,10 @@ class _CompileProcess:
     def ask(self, request: CompileJob, timeout_s: float) -> tuple[str, Any]:
         """The answer to ``request``, or ``("timeout", None)`` (the process is killed) or
         ``("error", text)`` when it dies."""
+        with self._asking:
+            return self._ask(request, timeout_s)
+
+    def _ask(self, request: CompileJob, timeout_s: float) -> tuple[str, Any]:
         if not self.alive:
             self.stop()
             self._child = Child(compile_server, name="pipetune-compile")

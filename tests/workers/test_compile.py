@@ -102,3 +102,25 @@ def test_warm_starts_every_pool_process_before_any_source(tmp_path: Path) -> Non
     finally:
         compiler.close()
     assert compiler._processes == []
+
+
+def test_a_warm_up_and_a_compile_on_one_process_get_their_own_answers(tmp_path: Path) -> None:
+    """The pool's warm-up (answered True) and a batch's compiles asked of the same cold
+    process from two threads: each gets its own answer (interleaved on one pipe, a compile
+    once read the warm-up's True: "'bool' object has no attribute 'ok'", H200 2026-12-04)."""
+    import threading
+
+    broken = 'extern "C" __global__ void broken( { }'
+    compiler = ParallelCompiler(cache_dir=tmp_path, max_workers=1)
+    try:
+        for _ in range(5):
+            results: list = []
+            warming = threading.Thread(target=compiler.warm)
+            warming.start()
+            results = compiler.compile_many([(broken, ())], default_arch="90")
+            warming.join()
+            assert [type(r).__name__ for r in results] == ["CompileResult"]
+            assert not results[0].ok
+            compiler.close()  # cold again for the next round
+    finally:
+        compiler.close()
