@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from workers.protocol import TimingConfig
-from workers.timing import HostLead
+from workers.timing import collect_samples
 
-_CHUNK = 10
 #: Most operand copies a workload keeps for this method (tiny operands would otherwise
 #: want thousands; past this they are read from the L2, as a model's tiny layers are).
 MAX_COPIES = 256
@@ -43,8 +41,6 @@ def copies_for_cold_l2(bytes_per_copy: int, l2_bytes: int) -> int:
 def time_graph_replays(launches: Sequence[Callable[[], Any]], config: TimingConfig) -> list[float]:
     """Per-launch latencies in microseconds: each sample is a graph replay of launches
     cycling through ``launches`` (one per operand copy), divided by its launch count."""
-    import cupy
-
     with _capture_stream() as (stream, capture):
         for launch in launches:  # first launches outside a capture: lazy initialisation
             launch()
@@ -57,24 +53,7 @@ def time_graph_replays(launches: Sequence[Callable[[], Any]], config: TimingConf
         for _ in range(max(1, config.warmup_launches)):
             replay()
         stream.synchronize()
-        lead = HostLead(config.host_lead_us) if config.host_lead_us > 0 else None
-        events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(_CHUNK)]
-        samples: list[float] = []
-        start = time.perf_counter()
-        while True:
-            for begin, end in events:
-                if lead is not None:
-                    lead()
-                begin.record(stream)
-                replay()
-                end.record(stream)
-            events[-1][1].synchronize()
-            samples.extend(cupy.cuda.get_elapsed_time(b, e) * 1e3 / count for b, e in events)
-            if len(samples) >= config.max_samples:
-                return samples[: config.max_samples]
-            wall_ms = (time.perf_counter() - start) * 1e3
-            if len(samples) >= config.min_samples and wall_ms >= config.min_time_ms:
-                return samples
+        return collect_samples(replay, config, stream=stream, launches_per_run=count)
 
 
 def _cycle(launches: Sequence[Callable[[], Any]], count: int) -> Callable[[], None]:

@@ -76,21 +76,34 @@ def time_launches(
 
     if not config.flush_l2:
         flush = None
+    return collect_samples(launch, config, before=flush)
+
+
+def collect_samples(run: Callable[[], Any], config: TimingConfig, *,
+                    before: Callable[[], None] | None = None, stream: Any = None,
+                    launches_per_run: int = 1) -> list[float]:
+    """Samples in microseconds per launch: ``before()`` (an L2 flush), the host lead,
+    then ``run()`` between two events on ``stream`` (the current one by default), divided
+    by its ``launches_per_run``; taken in chunks synchronised once each, until ``config``'s
+    counts and wall time are reached."""
+    import cupy
+
     lead = HostLead(config.host_lead_us) if config.host_lead_us > 0 else None
     events = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(_CHUNK)]
     samples: list[float] = []
     start = time.perf_counter()
     while True:
         for begin, end in events:
-            if flush is not None:
-                flush()
+            if before is not None:
+                before()
             if lead is not None:
                 lead()
-            begin.record()
-            launch()
-            end.record()
+            begin.record(stream)
+            run()
+            end.record(stream)
         events[-1][1].synchronize()
-        samples.extend(cupy.cuda.get_elapsed_time(b, e) * 1e3 for b, e in events)
+        samples.extend(cupy.cuda.get_elapsed_time(b, e) * 1e3 / launches_per_run
+                       for b, e in events)
         if len(samples) >= config.max_samples:
             return samples[: config.max_samples]
         if len(samples) >= config.min_samples and _ms_since(start) >= config.min_time_ms:
