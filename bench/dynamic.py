@@ -31,12 +31,17 @@ to neither of the two runs whose wall times are compared. Then, per dtype:
 
     PYTHONPATH=. python3 bench/dynamic.py --op gemm --dtypes float16 \\
         --out bench/results/dynamic-DATE.json
+
+``--draw-pairs 3 --layouts nk kn`` runs the GEMM range on three (n, k) pairs drawn with
+``--pair-seed`` (logged in the results; neither a power of two nor a GEMM suite dimension),
+in both B layouts, and adds the geometric mean over every size of every case.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import logging
 import math
 import random
@@ -91,11 +96,40 @@ class Workload:
 def workload(args: argparse.Namespace, dtype: str) -> Workload:
     if args.op == "gemm":
         return Workload("gemm", ("m",), {"n": args.n, "k": args.k, "dtype": dtype,
-                                         "b_layout": "nk"}, "cublas")
+                                         "b_layout": args.layout}, "cublas")
     return Workload("attention", ("seq_q", "seq_kv"),
                     {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads,
                      "head_dim": args.head_dim, "causal": args.causal, "dtype": dtype,
                      "layout": "bhsd"}, "cudnn")
+
+
+#: Drawn (n, k) pairs: multiples of PAIR_STEP in PAIR_RANGE, log-uniform, neither a power
+#: of two nor a dimension of the GEMM suite, so that a range run is judged on weights that
+#: development never tuned for (issue 44: dynamic m that holds on any (n, k)).
+PAIR_RANGE, PAIR_STEP = (1024, 16384), 64
+
+
+def draw_pairs(count: int, seed: int) -> list[tuple[int, int]]:
+    """``count`` distinct (n, k) pairs drawn with ``seed`` (logged with the results)."""
+    from scheduler_search.ops.suites import GEMM_SHAPES
+
+    suite = {dim for shape in GEMM_SHAPES for dim in shape}
+    rng = random.Random(seed)
+    low, high = PAIR_RANGE
+
+    def one() -> int:
+        while True:
+            value = round(math.exp(rng.uniform(math.log(low), math.log(high))) / PAIR_STEP)
+            value *= PAIR_STEP
+            if low <= value <= high and value & (value - 1) and value not in suite:
+                return value
+
+    pairs: list[tuple[int, int]] = []
+    while len(pairs) < count:
+        pair = (one(), one())
+        if pair not in pairs:
+            pairs.append(pair)
+    return pairs
 
 
 def unseen_sizes(low: int, high: int, count: int, sampled: set[int], seed: int) -> list[int]:
@@ -245,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--n", type=int, default=4096, help="gemm")
     parser.add_argument("--k", type=int, default=4096, help="gemm")
+    parser.add_argument("--layouts", nargs="+", choices=("nk", "kn"), default=["nk"],
+                        help="gemm: B stored n x k (a linear layer's weight) and/or k x n")
+    parser.add_argument("--draw-pairs", type=int, default=0,
+                        help="gemm: tune this many drawn (n, k) pairs instead of --n --k")
+    parser.add_argument("--pair-seed", type=int, default=44, help="the pairs' seed")
     parser.add_argument("--batch", type=int, default=1, help="attention")
     parser.add_argument("--heads", type=int, default=32, help="attention")
     parser.add_argument("--kv-heads", type=int, default=8, help="attention")
@@ -277,13 +316,21 @@ def main(argv: list[str] | None = None) -> int:
     args.exact = args.exact or exact
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    pairs = draw_pairs(args.draw_pairs, args.pair_seed) if args.draw_pairs else [
+        (args.n, args.k)]
+    args.layout = args.layouts[0]
     with tempfile.TemporaryDirectory() as scratch:
         workdir = args.keep_db or Path(scratch)
         workdir.mkdir(parents=True, exist_ok=True)
         # Once a process: the machine, not the dtype, is what warms up.
         warm_up_s = warm_up(workload(args, args.dtypes[0]), args.warm_up_trials,
                             f"sqlite:///{workdir / 'warm-up.db'}")
-        cases = [run_dtype(dtype, args, workdir) for dtype in args.dtypes]
+        cases = []
+        for (n, k), layout in itertools.product(pairs, args.layouts):
+            weight = argparse.Namespace(**{**vars(args), "n": n, "k": k, "layout": layout})
+            folder = workdir / f"{n}x{k}-{layout}"
+            folder.mkdir(exist_ok=True)
+            cases += [run_dtype(dtype, weight, folder) for dtype in args.dtypes]
     ok = [c for c in cases if "error" not in c]
     for case in ok:
         print(f"{args.op} {case['dtype']}: range run {case['range_run']['wall_s']:.1f} s "
@@ -291,8 +338,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{case['exact_run']['wall_s']:.1f} s: {case['range_over_exact_wall']:.2f}x; "
               + "  ".join(f"{f} {case[f'{f}_geomean']:.3f} (min {case[f'{f}_min']:.3f})"
                           for f in FIGURES))
+    every = [row for case in ok for row in case["sizes"]]
+    overall = {f"{f}_geomean": geomean([r[f"{f}_ratio"] for r in every]) for f in FIGURES}
     write_json(args.out, {"date": datetime.date.today().isoformat(), "suite": "dynamic",
-                          **tree_state(), "warm_up": {"size": WARM_UP_SIZE,
+                          **tree_state(), "overall": overall,
+                          "pairs": {"seed": args.pair_seed if args.draw_pairs else None,
+                                    "drawn": pairs, "layouts": args.layouts},
+                          "warm_up": {"size": WARM_UP_SIZE,
                                                        "trials": args.warm_up_trials,
                                                        "wall_s": warm_up_s},
                           "cases": cases})
