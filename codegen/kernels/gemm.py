@@ -253,13 +253,14 @@ class GemmHooks(OperatorHooks):
         return self.tile_problem(self.params, self.sprogram.tile) or self._swap_problem()
 
     def _swap_problem(self) -> str | None:
-        """Swapped, B's tile is wgmma's A: K-major (``nk``), 16-bit; the transposed
-        fragment is stored element by element with st.global, unfused."""
+        """Swapped, B's tile is wgmma's A: K-major (``nk``); the transposed fragment is
+        stored element by element with st.global, with no fused epilogue (8-bit inputs'
+        dequantising scale, which reads no position, is applied on the way)."""
         if not self.swap:
             return None
-        if self.b_layout != "nk" or self.fp8:
-            return "swap_ab reads B as wgmma's K-major A: b_layout nk, 16-bit inputs"
-        if self.element_stasks:
+        if self.b_layout != "nk":
+            return "swap_ab reads B as wgmma's K-major A: b_layout nk"
+        if self.epilogue.fused:
             return "swap_ab stores the output transposed, without a fused epilogue"
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
             return "swap_ab stores the transposed output with st.global (store on cuda_core)"

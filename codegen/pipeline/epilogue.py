@@ -205,7 +205,7 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
     applied to each pair first."""
     c, out = code, layout.output
     if out.transposed:
-        _emit_transposed_store(code, layout)
+        _emit_transposed_store(code, layout, element)
         return
     pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
     cols = out.extent_names[1]
@@ -234,10 +234,17 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
                 c(f"if (col + 1 < {cols}) out_row[col + 1] = {c.call(single, hi)};")
 
 
-def _emit_transposed_store(code: Code, layout: PipelineLayout) -> None:
+def _emit_transposed_store(code: Code, layout: PipelineLayout,
+                           element: ElementMath | None = None) -> None:
     """st.global of a transposed fragment: a thread's pair (columns c, c + 1 of fragment
     row r) goes to two global rows, one element each; the eight rows a warp's lanes hold
-    for one column are contiguous in memory (16 bytes of 16-bit outputs)."""
+    for one column are contiguous in memory (16 bytes of 16-bit outputs).
+
+    ``element`` is applied to each pair first, with the pair's global row ``g`` and column
+    ``r``; the pair's second element is at row ``g + 1`` of the same column, not at the
+    next column, so only element math that reads no position (a scale, an activation)
+    may be given here: an operator keeps bias and residual epilogues from transposed
+    stores (GEMM's ``swap_ab`` refuses them)."""
     c, out = code, layout.output
     rows, cols = out.extent_names  # the fragment's: global columns, then global rows
     single = convert.single(out.dtype) if out.dtype != "float32" else ""
@@ -249,8 +256,9 @@ def _emit_transposed_store(code: Code, layout: PipelineLayout) -> None:
         c("#pragma unroll")
         with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
             c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")
-            for e in (0, 1):
-                value = f"{out.fragment}[mi][4 * j + 2 * h + {e}]"
+            pair = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
+                         f"{out.fragment}[mi][4 * j + 2 * h + 1]", "g", "r")
+            for e, value in enumerate(pair):
                 if single:
                     value = c.call(single, value)
                 store = f"{out.tensor}[(unsigned long long)(g + {e}) * {rows} + r] = {value};"

@@ -135,13 +135,11 @@ def few_token_gemm(spec: OperatorSpec) -> bool:
 
 def swap_applies(spec: OperatorSpec) -> bool:
     """Whether ``swap_ab`` is offered: a few-token GEMM whose weight is stored n x k (read
-    as wgmma's K-major A), of 16-bit inputs, without a fused epilogue (the transposed
-    output is stored by the consumers' threads)."""
+    as wgmma's K-major A), without a fused epilogue (the transposed output is stored by the
+    consumers' threads; 8-bit inputs' dequantising scale is applied on the way)."""
     if not few_token_gemm(spec):
         return False
-    params = spec.params()
-    return (params.get("b_layout") == "nk" and params.get("dtype") in ("float16", "bfloat16")
-            and not spec.epilogue.fused)
+    return spec.params().get("b_layout") == "nk" and not spec.epilogue.fused
 
 
 def _swappable(choices: dict) -> bool:

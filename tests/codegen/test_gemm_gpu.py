@@ -1,7 +1,8 @@
 """Generated GEMM kernels on a real GPU: correct on every suite shape and on odd shapes,
 both B layouts, fp16 and bf16, with fused epilogues (every activation, bias, residual
 and scale; rows and columns past the output, an odd n; both stores), of 8-bit floats
-(e4m3 and e5m2, per-tensor scales, bf16 or fp16 out), and with stream-K (checked by the
+(e4m3 and e5m2, per-tensor scales, bf16 or fp16 out), with stream-K, and the decode
+designs (swapped token tiles, 16- and 8-bit inputs) (checked by the
 workers against the fp32 reference, with poisoned outputs, on seeded random inputs).
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU.
@@ -23,8 +24,9 @@ from codegen import feasibility
 from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.suites import GEMM_SHAPES
+from scheduler_search.search.warm_start import fit_to_space
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+from scheduler_search.space.designs import DESIGNS, GEMM_WARP_SPECIALIZED, designs_for
 from scheduler_search.sprogram import SProgram, plan_sprogram
 
 pytestmark = pytest.mark.gpu
@@ -78,7 +80,30 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
                 programs = sample_schedules(spec, DEVICE, SAMPLES_PER_ODD_CASE, seed=11)
                 cases += [(f"odd-{m}x{n}x{k}-{dtype}-{layout}", spec, p) for p in programs]
     return (cases + _epilogue_cases() + _fp8_cases() + _cluster_cases() + _fitted_cases()
-            + _stream_k_cases())
+            + _stream_k_cases() + _decode_cases())
+
+
+#: (m, n, k) of the decode cases: a few tokens against weights stored n x k, one with an n
+#: of 20 tiles of 64 rows (the stream-K twins split its k), one with m past a token tile.
+DECODE_SHAPES = ((1, 4096, 4096), (7, 1280, 8192), (16, 6144, 4096), (100, 4104, 272))
+
+
+def _decode_cases() -> list[tuple[str, GemmSpec, SProgram]]:
+    """Every decode design a search measures first (swapped token tiles, their stream-K
+    twins, the narrow unswapped tiles), 16-bit and 8-bit inputs: the swapped FP8 kernels
+    dequantise on their transposed stores."""
+    cases = []
+    for (m, n, k), dtype in itertools.product(DECODE_SHAPES,
+                                              ("bfloat16", "float16", "float8_e4m3")):
+        spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout="nk")
+        space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+        programs = {}
+        for design in designs_for(spec)[len(DESIGNS["gemm"]):]:
+            sprogram, validity = space.build(fit_to_space(space, design))
+            if validity.ok:
+                programs[sprogram.hash] = sprogram
+        cases += [(f"decode-{m}x{n}x{k}-{dtype}", spec, p) for p in programs.values()]
+    return cases
 
 
 #: (m, n, k, epilogue) of the fitted-tile cases: N tiles of 240 (the space's fitted tile for

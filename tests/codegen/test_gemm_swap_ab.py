@@ -83,6 +83,21 @@ def test_what_a_swapped_kernel_cannot_lower_is_named(params: dict, choices: dict
     assert reason in (unsupported(sprogram, DEVICE) or "")
 
 
+def test_an_fp8_swapped_kernel_dequantises_on_the_transposed_store() -> None:
+    """8-bit inputs: both tiles K-major, wgmma's k32 FP8 form with the tokens along N, and
+    the per-tensor scales applied to each pair before its two one-element stores (a scale
+    reads no position, so the pair's two global rows do not matter to it)."""
+    sprogram, spec = _plan(1, params={"dtype": "float8_e4m3"}, tile_m=8, tile_k=128,
+                           stages_ab=12)
+    assert unsupported(sprogram, DEVICE) is None and check_valid(sprogram, spec, DEVICE).ok
+    source = render(sprogram, spec, DEVICE).source
+    assert "m64n8k32.f32.e4m3.e4m3" in source
+    store = source[source.index("store: acc transposed"):]
+    scaled = store.index("v0 *= scale_a[0] * scale_b[0]")
+    assert scaled < store.index("c[(unsigned long long)(g + 0) * N + r] = to_bf16(v0)")
+    assert "c[(unsigned long long)(g + 1) * N + r] = to_bf16(v1)" in store
+
+
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 def test_swapped_kernels_compile_without_spills() -> None:
     sources = []
@@ -92,6 +107,11 @@ def test_swapped_kernels_compile_without_spills() -> None:
         sprogram, spec = _plan(16384, runtime=True, params={"dtype": dtype}, tile_m=tile_m,
                                tile_n=tile_n, consumer_warpgroups=consumers,
                                stream_k=stream_k, stages_ab=12 if tile_m < 32 else 4)
+        assert unsupported(sprogram, DEVICE) is None
+        sources.append(render(sprogram, spec, DEVICE).source)
+    for tile_m, stream_k in ((8, 0), (16, 1)):  # 8-bit inputs, static m (decode)
+        sprogram, spec = _plan(tile_m, params={"dtype": "float8_e4m3"}, tile_m=tile_m,
+                               tile_k=128, stream_k=stream_k, stages_ab=12)
         assert unsupported(sprogram, DEVICE) is None
         sources.append(render(sprogram, spec, DEVICE).source)
     assert_compile_clean(sources)

@@ -37,7 +37,6 @@ def test_few_token_nk_gemms_offer_swap_narrow_token_tiles_and_deep_rings(m: int)
 @pytest.mark.parametrize("overrides", [
     {"m": FEW_TOKENS + 1},              # enough rows for unswapped tiles
     {"b_layout": "kn"},                 # swap reads the weight as wgmma's K-major A
-    {"dtype": "float8_e4m3"},           # 16-bit inputs only
     {"epilogue": {"bias": True}},       # the transposed store has no fused epilogue
 ])
 def test_swap_is_not_offered_where_it_cannot_be_lowered(overrides: dict) -> None:
@@ -48,9 +47,16 @@ def test_swap_is_not_offered_where_it_cannot_be_lowered(overrides: dict) -> None
     assert min(knobs["tile_m"]) == 64 and max(knobs["stages_ab"]) == 6
 
 
+def test_fp8_decode_gemms_offer_swap_too() -> None:
+    """8-bit inputs: the transposed store applies the dequantising scale on the way."""
+    spec = _spec(1, dtype="float8_e4m3")
+    assert swap_applies(spec) and _knobs(spec)["swap_ab"] == (False, True)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
 @pytest.mark.parametrize("m", [1, 7, 16, 64, 128, 256])
-def test_decode_designs_are_valid_points_of_the_space(m: int) -> None:
-    spec = _spec(m)
+def test_decode_designs_are_valid_points_of_the_space(m: int, dtype: str) -> None:
+    spec = _spec(m, dtype=dtype)
     space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
     designs = designs_for(spec)
     assert designs[: len(DESIGNS["gemm"])] == list(DESIGNS["gemm"].values())
