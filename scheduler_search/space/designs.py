@@ -208,6 +208,9 @@ GEMM_DECODE_SWAP_WIDE_N: Choices = {**GEMM_DECODE_SWAP, "tile_n": 128, "tile_k":
 GEMM_DECODE_NARROW: Choices = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 64,
                                "tile_k": 128, "consumer_warpgroups": 1, "stages_ab": 6,
                                "stream_k": 0}
+#: ... and over 128 rows of n, the grid's best at 128 tokens on three of four weights
+#: (7168 x 8192, 8192 x 3584, 8192 x 1024: 0.95-0.98x cuBLAS, 2026-12-04b).
+GEMM_DECODE_NARROW_WIDE_N: Choices = {**GEMM_DECODE_NARROW, "tile_n": 128, "stages_ab": 4}
 
 #: Known designs by operator.
 DESIGNS: dict[str, dict[str, Choices]] = {
@@ -235,7 +238,10 @@ def designs_for(spec: OperatorSpec) -> list[Choices]:
         # tiles of 64 rows; 0.68x cuBLAS without, 2026-12-04).
         designs += [swapped, {**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens},
                     {**swapped, "stream_k": 1}]
-    return [*designs, GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
+    unswapped = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
+    if m > _SWAPPED_TOKENS_MAX:
+        unswapped.append(GEMM_DECODE_NARROW_WIDE_N)
+    return [*designs, *unswapped]
 
 
 #: The most tokens a seeded swapped design holds in one tile (past it, unswapped 64-row
