@@ -175,7 +175,9 @@ class ScheduleSpace:
         """All valid structural candidates, and the count of the whole space.
 
         Tile knobs come first in every table; a tile that fails the tile-only rules is
-        rejected with all its completions at once, counted without being built.
+        rejected with all its completions at once, counted without being built. Options a
+        knob's ``viable`` leaves out after earlier choices are not walked, and neither
+        counted valid nor rejected (the count is then below the knobs' product).
         ``on_tile(done, tiles)`` is called after each tile (a command's progress bar).
         """
         structural = self.structural_knobs
