@@ -120,7 +120,7 @@ def _stream_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bo
 #: along its N, which steps by 8), so a tile holds 8..32 token rows instead of 64 rows of
 #: padding, and rings run deeper to keep a weight's bytes in flight on every SM. On an
 #: H200 (bf16, 2026-12-04, graph replay) swapped 8-row tiles over 64-row n tiles with 11-12
-#: stages streamed 1 x 4096 x 4096 at 3.0 TB/s and 1 x 14336 x 4096 at 4.0 TB/s, where the
+#: stages streamed 1 x 4096 x 4096 at 3.0 TB/s and 1 x 14336 x 4096 at 3.9 TB/s, where the
 #: space's best unswapped pick reached 1.9 and 3.4 (bench/decode_designs.py).
 FEW_TOKENS = 256
 _SWAP_TILE_M = (8, 16, 32)
