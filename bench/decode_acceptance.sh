@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU walk of "decode GEMMs" (docs/gemm.md, docs/timing.md), on one machine with a GPU,
+# from empty databases. Run from the repository root with the service's packages importable
+# (PYTHONPATH=.); logs and results go to $OUT (default ./decode-acceptance).
+#
+#   tests   the graph timing's GPU tests and the decode kernels' correctness (every decode
+#           design, bf16 / fp16 / e4m3, checked against the fp32 reference);
+#   speed   bench/tuning_speed.py on two decode cases (seconds until within 2% of the best);
+#   MODEL-DTYPE   bench/decode.py for one model's layers in one dtype (e.g. llama-3-8b-bfloat16,
+#           mixtral-8x7b-float8_e4m3), every m of the suite unless M says fewer.
+#
+# The whole suite (3 models x 2 dtypes x 9 m) takes about 30 minutes of GPU time at 6 s of
+# search a case: more than one device session holds, so STEPS picks what a session runs,
+# in its order. Each step has a time cap so that the next ones still run if one hangs.
+set -u
+OUT=${OUT:-$PWD/decode-acceptance}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.}
+STEPS=${STEPS:-tests speed llama-3-8b-bfloat16}
+M=${M:-1 2 4 8 16 32 64 128 256}
+SECONDS_A_CASE=${SECONDS_A_CASE:-6}
+BENCH_CAP=${BENCH_CAP:-540}
+
+step() { echo; echo "=== $1 ($(date -u +%T))"; }
+
+for name in $STEPS; do
+  case $name in
+    tests)
+      step "GPU tests: graph timing, decode kernels"
+      timeout ${TESTS_CAP:-300} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
+        tests/workers/test_graph_timing_gpu.py "tests/codegen/test_gemm_gpu.py" -k \
+        "graph or decode or bandwidth or replay or copies" 2>&1 | tail -30 \
+        | tee "$OUT/gpu_tests.txt"
+      ;;
+    speed)
+      step "tuning speed on decode cases"
+      timeout "$BENCH_CAP" python3 bench/tuning_speed.py --cases gemm:1x4096x4096 \
+        gemm:16x14336x4096 --seconds 20 --dtype bfloat16 --layout nk \
+        --out "$OUT/tuning_speed-decode.json" > "$OUT/speed.log" 2>&1
+      echo "exit $?"; tail -4 "$OUT/speed.log"
+      ;;
+    *)
+      model=${name%-*}; dtype=${name##*-}
+      step "bench/decode.py $model $dtype"
+      # shellcheck disable=SC2086  # M is a list of sizes
+      timeout "$BENCH_CAP" python3 bench/decode.py --models "$model" --dtypes "$dtype" \
+        --m $M --seconds "$SECONDS_A_CASE" --rounds ${ROUNDS:-3} \
+        --out "$OUT/decode-$name.json" > "$OUT/$name.log" 2>&1
+      echo "exit $?"; tail -6 "$OUT/$name.log"
+      ;;
+  esac
+done
