@@ -41,9 +41,10 @@ SHAPES = ("1x4096x4096", "16x4096x4096", "128x4096x4096", "1x14336x4096", "16x14
 RING_BYTES = 200 * 1024
 
 
-def few_tile_designs() -> list[dict[str, Any]]:
+def few_tile_designs(m: int) -> list[dict[str, Any]]:
     """The grid: swapped designs (tokens along wgmma's N: 8..64) and plain ones with a
-    64-row m tile, each n tile, k tile and stream-K share, the ring as deep as fits."""
+    64-row m tile, each n tile, k tile and stream-K share, the ring as deep as fits; for
+    more than 64 tokens also :func:`many_token_designs`."""
     from scheduler_search.space.designs import GEMM_SWAP_WIDE, GEMM_WARP_SPECIALIZED
 
     designs = []
@@ -59,6 +60,28 @@ def few_tile_designs() -> list[dict[str, Any]]:
         designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
                         "tile_k": tile_k, "consumer_warpgroups": tile_m // 64,
                         "stages_ab": min(6, RING_BYTES // stage_bytes), "stream_k": waves})
+    return designs + (many_token_designs(m) if m > 64 else [])
+
+
+def many_token_designs(m: int) -> list[dict[str, Any]]:
+    """Designs that read the weight once at 65..256 tokens, where 64-row m tiles read it
+    once a tile: every token in one swapped tile (wgmma's N up to 256), with stream-K
+    spreading the few n tiles over the SMs, and pairs of 64-row m tiles in a cluster
+    that share each weight tile by TMA multicast."""
+    from scheduler_search.space.designs import GEMM_SWAP_WIDE, GEMM_WARP_SPECIALIZED
+
+    tokens = -(-m // 8) * 8
+    designs = []
+    for tile_n, tile_k, waves in itertools.product((64, 128), (64, 128), (0, 1, 2)):
+        stage_bytes = (tokens + tile_n) * tile_k * 2
+        designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": tile_n,
+                        "tile_k": tile_k, "consumer_warpgroups": tile_n // 64,
+                        "stages_ab": min(12, RING_BYTES // stage_bytes), "stream_k": waves})
+    for tile_n, tile_k in itertools.product((64, 96, 128, 192), (64, 128)):
+        stage_bytes = (64 + tile_n) * tile_k * 2
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": tile_n,
+                        "tile_k": tile_k, "consumer_warpgroups": 1, "cluster_size": 2,
+                        "cluster_axis": "m", "stages_ab": min(8, RING_BYTES // stage_bytes)})
     return designs
 
 
@@ -83,7 +106,7 @@ def prepare(args: argparse.Namespace) -> None:
         candidates, _ = space.enumerate()
         picks = [item.sprogram.choices for item in rank_top(space, candidates, args.pool)]
         entries, seen = [], set()
-        for source, choices in [("grid", c) for c in few_tile_designs()] + \
+        for source, choices in [("grid", c) for c in few_tile_designs(spec.m)] + \
                 [("cost_model", c) for c in picks[: args.top]]:
             sprogram, validity = space.build(choices)
             if not validity.ok:
