@@ -211,6 +211,15 @@ GEMM_DECODE_NARROW: Choices = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 
 #: ... and over 128 rows of n, the grid's best at 128 tokens on three of four weights
 #: (7168 x 8192, 8192 x 3584, 8192 x 1024: 0.95-0.98x cuBLAS, 2026-12-04b).
 GEMM_DECODE_NARROW_WIDE_N: Choices = {**GEMM_DECODE_NARROW, "tile_n": 128, "stages_ab": 4}
+#: Past 64 tokens a tile of 64 rows of m reads the weight once a tile: on an H200
+#: (2026-12-04, many-token grid of bench/decode_designs.py) two designs that read it once
+#: led at 128 tokens: every token in one swapped tile over 64 rows of n (128 x 6144 x 4096:
+#: 17.6 us, 128 x 8192 x 3584: 18.7 us) and pairs of 64-row m tiles in a cluster that
+#: share each weight tile by TMA multicast (128 x 7168 x 8192: 34.6 us, the grid's best;
+#: cuBLAS's own plan at these sizes is such a pair, 64-row m tiles over 96-128 rows of n).
+GEMM_DECODE_M_PAIR: Choices = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 128,
+                               "tile_k": 64, "consumer_warpgroups": 1, "stages_ab": 8,
+                               "cluster_size": 2, "cluster_axis": "m"}
 
 #: Known designs by operator.
 DESIGNS: dict[str, dict[str, Choices]] = {
@@ -240,12 +249,15 @@ def designs_for(spec: OperatorSpec) -> list[Choices]:
                     {**swapped, "stream_k": 1}]
     unswapped = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
     if m > _SWAPPED_TOKENS_MAX:
-        unswapped.append(GEMM_DECODE_NARROW_WIDE_N)
+        unswapped += [GEMM_DECODE_NARROW_WIDE_N, GEMM_DECODE_M_PAIR]
+        if swap_applies(spec):
+            tokens = next(t for t in (128, 192, 256) if t >= m)  # every token in one tile
+            designs.append(_swapped(tokens))
     return [*designs, *unswapped]
 
 
-#: The most tokens a seeded swapped design holds in one tile (past it, unswapped 64-row
-#: tiles read the weight once as well).
+#: The most tokens a seeded swapped design of :data:`GEMM_DECODE_SWAP`'s deep ring holds in
+#: one tile (past it, every token in one shallower swapped tile, beside unswapped ones).
 _SWAPPED_TOKENS_MAX = 64
 
 

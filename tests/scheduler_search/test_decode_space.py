@@ -62,13 +62,16 @@ def test_decode_designs_are_valid_points_of_the_space(m: int, dtype: str) -> Non
     assert designs[: len(DESIGNS["gemm"])] == list(DESIGNS["gemm"].values())
     decode = designs[len(DESIGNS["gemm"]):]
     assert decode and any(d.get("stream_k") for d in decode)
-    assert any(d.get("swap_ab") for d in decode) == (m <= 64)
+    swapped = [d for d in decode if d.get("swap_ab")]
+    assert swapped and max(d["tile_m"] for d in swapped) >= m  # one tile holds every token
+    assert any(d.get("cluster_axis") == "m" for d in decode) == (m > 64)
     valid = 0
     for design in decode:
         fitted = fit_to_space(space, design)
         assert all(fitted[k] == v for k, v in design.items() if k in fitted)
-        for knob in ("tile_m", "tile_n", "tile_k", "stages_ab", "stream_k"):
-            assert fitted[knob] == design[knob]  # kept, not left to the sampler
+        for knob in ("tile_m", "tile_n", "tile_k", "stages_ab", "stream_k", "cluster_size"):
+            if knob in design:
+                assert fitted[knob] == design[knob]  # kept, not left to the sampler
         assert fitted.get("swap_ab", False) == design.get("swap_ab", False)
         sprogram, validity = space.build(fitted)
         if validity.ok:
