@@ -539,7 +539,8 @@ def model_steps(models: Sequence[str], ms: Sequence[int], dtypes: Sequence[str],
 
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Every case, then every model step, in this process; the results document."""
+    """Every case, then every model step, in this process; the results document (also
+    written to ``--out`` after every case, so a run cut short keeps what it measured)."""
     import torch
 
     torch.manual_seed(args.seed)
@@ -549,6 +550,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     url = f"sqlite:///{workdir / 'decode.db'}"
     cases = decode_cases(args.models, args.m, args.dtypes, args.limit)
     rows, kernels = [], {}
+
+    def document(steps: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"date": datetime.date.today().isoformat(), "suite": "decode", **tree_state(),
+                **device, "settings": {k: str(v) if isinstance(v, Path) else v
+                                       for k, v in vars(args).items() if k != "out"},
+                "cases": rows, "steps": steps, "summary": summarise(rows, steps)}
+
     print_header()
     for case in cases:
         row, kernel = measure_case(torch, case, args, url, l2_bytes)
@@ -556,6 +564,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         if kernel is not None:
             kernels[case.key] = kernel
         print_case(row)
+        write_json(args.out, document([]))
     steps = []
     for model, m, dtype in (model_steps(args.models, args.m, args.dtypes, cases)
                             if args.layers > 0 else []):
@@ -566,10 +575,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                           "error": f"step failed: {exc!r}"})
             torch.cuda.empty_cache()
         print_step(steps[-1])
-    return {"date": datetime.date.today().isoformat(), "suite": "decode", **tree_state(),
-            **device, "settings": {k: str(v) if isinstance(v, Path) else v
-                         for k, v in vars(args).items() if k != "out"},
-            "cases": rows, "steps": steps, "summary": summarise(rows, steps)}
+    return document(steps)
 
 
 def main(argv: list[str] | None = None) -> int:

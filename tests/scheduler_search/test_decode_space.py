@@ -112,3 +112,15 @@ def test_the_walk_of_the_space_skips_what_cannot_run_but_the_sampler_sees_all() 
     assert seen_swapped and seen_deep
     knobs = {k.name: k.options for k in space.knobs}
     assert knobs["swap_ab"] == (False, True) and knobs["map_store"] == ("tma", "cuda_core")
+
+
+@pytest.mark.parametrize("axis", ["m", "n"])
+def test_swapped_tiles_are_never_clustered(axis: str) -> None:
+    """Swapped clusters summed wrong on the H200 (codegen's ``_swap_problem``): the space
+    rejects them, naming why."""
+    spec = _spec(128)
+    space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+    swapped = {**fit_to_space(space, designs_for(spec)[1]), "swap_ab": True}
+    assert space.build(swapped)[1].ok
+    _, validity = space.build({**swapped, "cluster_size": 2, "cluster_axis": axis})
+    assert not validity.ok and "cluster" in str(validity.rejections)
