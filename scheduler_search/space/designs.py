@@ -7,6 +7,7 @@ experts write) and good seeds for a search's first trials.
 from __future__ import annotations
 
 from scheduler_search.ops import OperatorSpec
+from scheduler_search.ops.gemm import FP8_DTYPES
 from scheduler_search.space.knobs import Choices
 from scheduler_search.space.tables import few_token_gemm, swap_applies
 
@@ -253,7 +254,25 @@ def designs_for(spec: OperatorSpec) -> list[Choices]:
         if swap_applies(spec):
             tokens = next(t for t in (128, 192, 256) if t >= m)  # every token in one tile
             designs.append(_swapped(tokens))
-    return [*designs, *unswapped]
+    operator = designs[: len(DESIGNS["gemm"])]
+    decode = [*designs[len(operator):], *unswapped]
+    if spec.params()["dtype"] in FP8_DTYPES:
+        decode = [_same_stage_bytes_in_8_bits(d) for d in decode]
+    return [*operator, *decode]
+
+
+def _same_stage_bytes_in_8_bits(design: Choices) -> Choices:
+    """A 16-bit design's ring for 8-bit inputs: k steps twice as deep where the space has
+    them, so a stage carries the bytes it was measured with (at 128 tokens on the H200,
+    2026-12-04, the 16-bit seeds' 64-deep k steps left 8-bit kernels at 0.72-0.73x
+    ``torch._scaled_mm``, whose own plan there streams 128-deep k steps in 10 stages)."""
+    if design["tile_k"] >= _DEEPEST_K_STEP:
+        return design
+    return {**design, "tile_k": design["tile_k"] * 2}
+
+
+#: The deepest k step of the GEMM space's tiles.
+_DEEPEST_K_STEP = 128
 
 
 #: The most tokens a seeded swapped design of :data:`GEMM_DECODE_SWAP`'s deep ring holds in
