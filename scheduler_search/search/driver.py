@@ -80,7 +80,7 @@ class SearchDriver:
             distinct structures, computed elsewhere while the search starts).
         estimator: predicted latency of an sProgram; the cost model by default.
         make_final_job: the job of a finalist's re-timing (default ``make_job``).
-        reference_job: a baseline job, measured with the first batch and re-timed with
+        reference_job: a baseline job, measured with the second batch and re-timed with
             the finalists (``SearchResult.reference``).
         peer_jobs: further baseline jobs by name, timed only in the final interleaved
             re-timing, after the finalists and the reference job in the same call

@@ -30,8 +30,9 @@ logger = logging.getLogger(__name__)
 class Baselines:
     """The jobs a search compares its kernels with, and their measurements.
 
-    The ``reference`` job is measured with the first batch that has jobs (so progress can
-    report it early) and re-timed with the finalists; ``peers`` are timed only in the
+    The ``reference`` job is measured with the second batch that has jobs (so progress can
+    report it early, and the first kernel is not held up by the vendor library's loading)
+    and re-timed with the finalists; ``peers`` are timed only in the
     final re-timing: compared only with the winner, timed in the same interleaved rounds
     they meet the GPU's drift as the finalists do.
     """

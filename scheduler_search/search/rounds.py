@@ -59,7 +59,10 @@ class Rounds:
         sources: the other sources, in the order they are asked.
         deal_order: source names in the order free slots are dealt to them.
         ledger: the records so far (updated as results come back).
-        baselines: the reference job rides with the first batch that has jobs.
+        baselines: the reference job rides with the second batch that has jobs (the
+            first, a few seeds, reports the search's first kernel without waiting for the
+            vendor's library to load in the worker: PyTorch's first import took seconds
+            more than the batch on a fresh H200, 2026-12-04).
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class Rounds:
         self.deal_order = deal_order
         self.ledger = ledger
         self.baselines = baselines
+        self._batches_with_jobs = 0
 
     def next_batch(self, study: optuna.Study, free: int) -> Batch:
         """The next batch of at most ``free`` proposals, with their jobs (the invalid
@@ -100,8 +104,10 @@ class Rounds:
                 logger.warning("no job for %s: %s", proposal.sprogram.hash[:12], error)
             batch.items.append((proposal, job, error))
             self.ledger.inflight[proposal.sprogram.hash] = proposal
-        if batch.jobs and self.baselines.reference_pending:
-            batch.carries_reference, self.baselines.reference_pending = True, False
+        if batch.jobs:
+            if self.baselines.reference_pending and self._batches_with_jobs:
+                batch.carries_reference, self.baselines.reference_pending = True, False
+            self._batches_with_jobs += 1
         return batch
 
     def _choose(self, round: Round) -> list[Proposal]:

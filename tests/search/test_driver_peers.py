@@ -50,8 +50,8 @@ def test_peers_are_retimed_after_the_finalists_and_the_reference() -> None:
     executor = _executor()
     result = _driver(executor, reference_job=REFERENCE,
                      peer_jobs={"flash": "flash", "triton": "triton"}).run()
-    # The reference still rides with the first batch; the peers never ride with any.
-    assert executor.batches[0][0] == REFERENCE
+    # The reference rides with the second batch; the peers never ride with any.
+    assert executor.batches[1][0] == REFERENCE and REFERENCE not in executor.batches[0]
     assert not any(job in ("flash", "triton") for batch in executor.batches for job in batch)
     # One interleaved re-timing: the two finalists, the reference, then the peers in order.
     (retimed,) = executor.retimed
