@@ -233,10 +233,14 @@ DESIGNS: dict[str, dict[str, Choices]] = {
 }
 
 
-def designs_for(spec: OperatorSpec) -> list[Choices]:
+#: Blocks an H200 runs at once, one an SM (the default wave of :func:`designs_for`).
+H200_SMS = 132
+
+
+def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     """The designs a search of ``spec`` measures first: the operator's, and for a GEMM of
     few tokens the decode designs its space holds (the swapped ones where ``swap_ab`` is
-    offered)."""
+    offered; past 64 tokens also the tile that fills ``blocks`` a wave best)."""
     designs = list(DESIGNS.get(spec.op, {}).values())
     if not few_token_gemm(spec):
         return designs
@@ -250,7 +254,8 @@ def designs_for(spec: OperatorSpec) -> list[Choices]:
                     {**swapped, "stream_k": 1}]
     unswapped = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
     if m > _SWAPPED_TOKENS_MAX:
-        unswapped += [GEMM_DECODE_NARROW_WIDE_N, GEMM_DECODE_M_PAIR]
+        unswapped += [GEMM_DECODE_NARROW_WIDE_N, GEMM_DECODE_M_PAIR,
+                      wave_fitted(m, spec.params()["n"], blocks)]
         if swap_applies(spec):
             tokens = next(t for t in (128, 192, 256) if t >= m)  # every token in one tile
             designs.append(_swapped(tokens))
@@ -259,6 +264,35 @@ def designs_for(spec: OperatorSpec) -> list[Choices]:
     if spec.params()["dtype"] in FP8_DTYPES:
         decode = [_same_stage_bytes_in_8_bits(d) for d in decode]
     return [*operator, *decode]
+
+
+#: The decode tiles :func:`wave_fitted` chooses among: 64- or 128-row m tiles (one
+#: consumer warpgroup per 64 rows) over the GEMM space's n tiles.
+_WAVE_TILES_M = (64, 128)
+_WAVE_TILES_N = (64, 96, 128, 160, 192, 224, 256)
+#: Ring bytes of :func:`wave_fitted`'s tile (its depth follows), and the space's deepest.
+_WAVE_RING_BYTES = 200 * 1024
+_WAVE_STAGES_MAX = 6
+
+
+def wave_fitted(m: int, n: int, blocks: int) -> Choices:
+    """The unswapped tile whose grid fills the waves of ``blocks`` best (then the fewest
+    waves, then the largest tile). Past 64 tokens every tile streams its part of the
+    weight, so a part-empty last wave is time the weight is not streamed: at 256 x 6144
+    x 4096, 64 x 128 tiles make 192 (1.45 waves of 132), and pipetune ran at 0.80x cuBLAS
+    (H200, 2026-12-04), whose own plan there is 128 tokens by 96 weight rows: 128 tiles."""
+    def score(tile: tuple[int, int]) -> tuple[float, int, int]:
+        tiles = -(-m // tile[0]) * -(-n // tile[1])
+        waves = -(-tiles // blocks)
+        return (tiles / (waves * blocks), -waves, tile[0] * tile[1])
+
+    tile_m, tile_n = max(((tm, tn) for tm in _WAVE_TILES_M for tn in _WAVE_TILES_N
+                          if tm <= -(-m // 64) * 64), key=score)
+    stage_bytes = (tile_m + tile_n) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
+    return {**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+            "consumer_warpgroups": tile_m // 64,
+            "stages_ab": min(_WAVE_STAGES_MAX, _WAVE_RING_BYTES // stage_bytes),
+            "stream_k": 0}
 
 
 def _same_stage_bytes_in_8_bits(design: Choices) -> Choices:

@@ -225,7 +225,8 @@ class RunExecution:
             storage=RetryingStorage(self.context.db.optuna_storage(), settings),
             study_name=run.study_name,
             warm_start=self.warm,
-            designs=designs_for(self.spec) if self.gpu and not self.resuming else (),
+            designs=(designs_for(self.spec, self.model.clusters_at_once(1))
+                     if self.gpu and not self.resuming else ()),
             seed_source=seeds.poll if seeds is not None else None,
             estimator=(
                 (lambda sp: calibration.predict_us(sp, self.spec, self.model))

@@ -11,7 +11,7 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.search.warm_start import fit_to_space
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import DESIGNS, designs_for
+from scheduler_search.space.designs import DESIGNS, designs_for, wave_fitted
 from scheduler_search.space.tables import FEW_TOKENS, knob_table, swap_applies
 
 H200 = get_device("h200")
@@ -124,3 +124,15 @@ def test_swapped_tiles_are_never_clustered(axis: str) -> None:
     assert space.build(swapped)[1].ok
     _, validity = space.build({**swapped, "cluster_size": 2, "cluster_axis": axis})
     assert not validity.ok and "cluster" in str(validity.rejections)
+
+
+@pytest.mark.parametrize(("m", "n", "tiles"), [(256, 6144, 128), (256, 7168, 128),
+                                               (128, 6144, 128), (256, 4096, 128)])
+def test_the_wave_fitted_seed_fills_the_sms(m: int, n: int, tiles: int) -> None:
+    """Past 64 tokens one seed's grid fills the waves of the SMs best: at 256 x 6144 the
+    64 x 128 tiles of the other seeds make 192 (1.45 waves of 132); it makes 128."""
+    design = wave_fitted(m, n, 132)
+    assert -(-m // design["tile_m"]) * -(-n // design["tile_n"]) == tiles
+    assert design in designs_for(_spec(m, n=n))
+    assert design not in designs_for(_spec(m, n=n), blocks=114)  # an H100 PCIe's wave
+    assert wave_fitted(m, n, 114) in designs_for(_spec(m, n=n), blocks=114)
