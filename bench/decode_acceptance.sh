@@ -7,7 +7,13 @@
 #           design, bf16 / fp16 / e4m3, checked against the fp32 reference);
 #   speed   bench/tuning_speed.py on two decode cases (seconds until within 2% of the best);
 #   MODEL-DTYPE   bench/decode.py for one model's layers in one dtype (e.g. llama-3-8b-bfloat16,
-#           mixtral-8x7b-float8_e4m3), every m of the suite unless M says fewer.
+#           mixtral-8x7b-float8_e4m3), every m of the suite unless M says fewer;
+#   profile Nsight Compute on PROFILE_CASES of PROFILE_RESULTS (bench/decode_profile.py):
+#           pipetune's kernel and the peer side by side.
+#
+# Run "speed" after "tests": on a freshly started machine the first tune also pays CuPy's
+# one-time compiles of its own kernels (2026-12-04: 15.6 s to the first result on a fresh
+# H200), which a machine that has run anything before does not.
 #
 # The whole suite (3 models x 2 dtypes x 9 m) takes about 30 minutes of GPU time at 6 s of
 # search a case: more than one device session holds, so STEPS picks what a session runs,
@@ -38,6 +44,16 @@ for name in $STEPS; do
         gemm:16x14336x4096 --seconds 20 --dtype bfloat16 --layout nk \
         --out "$OUT/tuning_speed-decode.json" > "$OUT/speed.log" 2>&1
       echo "exit $?"; tail -4 "$OUT/speed.log"
+      ;;
+    profile)
+      step "Nsight Compute: pipetune and the peer on ${PROFILE_CASES:-every case}"
+      # shellcheck disable=SC2086  # PROFILE_CASES is a list of case names
+      timeout "$BENCH_CAP" ncu --nvtx --nvtx-include "pipetune/" --nvtx-include "peer/" \
+        --launch-skip 4 --launch-count 2 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+        python3 bench/decode_profile.py --results "${PROFILE_RESULTS:?a decode results file}" \
+        --cases ${PROFILE_CASES:-} > "$OUT/ncu-decode.txt" 2>&1
+      echo "exit $?"; grep -c "Duration" "$OUT/ncu-decode.txt"
       ;;
     *)
       model=${name%-*}; dtype=${name##*-}
