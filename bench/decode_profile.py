@@ -7,8 +7,8 @@ the kernel is rebuilt from the stored choices (``ScheduleSpace.build`` and ``ren
 the profile is of the kernel the bench timed, and it is checked against the peer's output
 before it is profiled.
 
-    ncu --nvtx --nvtx-include "pipetune/" --nvtx-include "peer/" --launch-skip 4 \\
-        --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \\
+    ncu --nvtx --nvtx-include "pipetune/" --nvtx-include "peer/" \\
+        --section SpeedOfLight --section MemoryWorkloadAnalysis \\
         --section WarpStateStats --section LaunchStats \\
         python3 bench/decode_profile.py --results bench/results/decode-....json \\
         --cases gemm-128x1280x8192-bf16-nk > $OUT/ncu-decode.txt
