@@ -49,7 +49,7 @@ for name in $STEPS; do
       step "Nsight Compute: pipetune and the peer on ${PROFILE_CASES:-every case}"
       # shellcheck disable=SC2086  # PROFILE_CASES is a list of case names
       timeout "$BENCH_CAP" ncu --nvtx --nvtx-include "pipetune/" --nvtx-include "peer/" \
-        --launch-skip 4 --launch-count 2 --section SpeedOfLight \
+        --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
         python3 bench/decode_profile.py --results "${PROFILE_RESULTS:?a decode results file}" \
         --cases ${PROFILE_CASES:-} > "$OUT/ncu-decode.txt" 2>&1
