@@ -152,9 +152,12 @@ def test_unsupported_schedules_are_rejected_by_render_and_by_the_space() -> None
 @pytest.mark.slow
 def test_space_keeps_the_warp_specialised_two_consumer_design() -> None:
     spec = _spec(m=8192, n=8192, k=8192)
-    # The slice with two warp-specialised consumers (the whole space takes a minute).
+    # The slice with two warp-specialised consumers and the design's 64-deep k steps (3 s;
+    # the whole space takes a minute, and without fixing tile_k the slice takes 8 s and
+    # holds the same 14 tile and split designs).
     space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE),
-                          fixed={"warp_specialized": True, "consumer_warpgroups": 2})
+                          fixed={"warp_specialized": True, "consumer_warpgroups": 2,
+                                 "tile_k": 64})
     candidates, count = space.enumerate()
     assert count.rejected["unsupported_by_codegen"] > 0
     designs = {

@@ -13,6 +13,7 @@ the source.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 from schedule_samples import sample_schedules
@@ -38,6 +39,13 @@ ATTENTION = (
 )
 
 
+#: How many schedules are sampled: the sample itself is drawn when a test first uses it,
+#: not when the module is collected (every pytest-xdist worker collects it; drawing it
+#: takes seconds).
+COUNT = (len(SHAPES) + len(ATTENTION)) * PER_SHAPE
+
+
+@functools.cache
 def _samples() -> list[SProgram]:
     out = []
     for m, n, k, layout in SHAPES:
@@ -46,9 +54,6 @@ def _samples() -> list[SProgram]:
     for params in ATTENTION:
         out += list(sample_schedules(parse_spec("attention", params), DEVICE, PER_SHAPE, seed=11))
     return out
-
-
-SAMPLES = _samples()
 
 
 def _expected_rings(sp: SProgram) -> dict[str, tuple[int, int, str, str]]:
@@ -110,15 +115,15 @@ def test_the_sample_covers_the_structures_of_the_space() -> None:
     kinds = {(sp.roles.warp_specialized, sp.roles.consumer_warpgroups, sp.consumer_split,
               any(b.kind == "named" for b in sp.barriers),
               any(b.kind == "wgmma_wait" for b in sp.barriers), sp.mapping["store"], sp.persistent)
-             for sp in SAMPLES}
-    assert len(SAMPLES) == (len(SHAPES) + len(ATTENTION)) * PER_SHAPE
+             for sp in _samples()}
+    assert len(_samples()) == COUNT
     for index in range(len(next(iter(kinds)))):
         assert len({k[index] for k in kinds}) > 1, f"field {index} never varies"
 
 
-@pytest.mark.parametrize("index", range(len(SAMPLES)))
+@pytest.mark.parametrize("index", range(COUNT))
 def test_emitted_structure_equals_the_sprogram(index: int) -> None:
-    sp = SAMPLES[index]
+    sp = _samples()[index]
     _check(sp, lowering(sp, DEVICE).record)
 
 

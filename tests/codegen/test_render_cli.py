@@ -10,7 +10,6 @@ from codegen import KernelArtifact
 from service.cli import main
 
 
-@pytest.mark.slow
 def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
     out = tmp_path / "kernels"
     code = main(
@@ -29,9 +28,14 @@ def test_render_writes_sources_and_launch_contracts(tmp_path: Path) -> None:
             "nk",
             "--top",
             "2",
-            "--fix",  # the slice with two warp-specialised consumers: seconds, not a minute
+            # The slice with two warp-specialised consumers, 8-row tiles and no cluster: a
+            # second to rank, not 15 (its top two, one persistent, are the whole ws x 2
+            # slice's top two).
+            "--fix",
             "warp_specialized=true",
             "consumer_warpgroups=2",
+            "tile_m=8",
+            "cluster_size=1",
             "--out",
             str(out),
         ]

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,15 @@ def postgres_problem() -> str | None:
         return f"{type(exc).__name__}: {exc}"
 
 
+@functools.cache
+def _admin_engine() -> Any:
+    """One engine per test process for creating and dropping the tests' schemas (an
+    engine made per test cost its own connection and dialect set-up each time)."""
+    from sqlalchemy import create_engine
+
+    return create_engine(postgres_url(), isolation_level="AUTOCOMMIT")
+
+
 @contextmanager
 def fresh_database(kind: str, directory: Path) -> Iterator[str]:
     """The URL of a new, empty database: a SQLite file in ``directory``, or a PostgreSQL
@@ -58,10 +68,10 @@ def fresh_database(kind: str, directory: Path) -> Iterator[str]:
         if postgres_required():
             pytest.fail(message)
         pytest.skip(message)
-    from sqlalchemy import create_engine, text
+    from sqlalchemy import text
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(postgres_url(), isolation_level="AUTOCOMMIT")
+    admin = _admin_engine()
     with admin.connect() as connection:
         connection.execute(text(f'CREATE SCHEMA "{schema}"'))
     separator = "&" if "?" in postgres_url() else "?"
@@ -70,4 +80,3 @@ def fresh_database(kind: str, directory: Path) -> Iterator[str]:
     finally:
         with admin.connect() as connection:
             connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()

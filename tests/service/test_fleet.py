@@ -137,9 +137,11 @@ def _sessions(settings: Settings) -> Any:
     return Database(settings.database_url).sessions
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
-    """A local Ray instance whose node offers 2 simulated H100s and 1 simulated A100."""
+    """A local Ray instance whose node offers 2 simulated H100s and 1 simulated A100, one
+    for the module (starting and stopping one takes seconds): the app of each test closes
+    its executors, so their actors give the resources back."""
     ray = pytest.importorskip("ray")
     resources = {resource_name(fleet.placement_key(fleet.simulated_entry(name, 1).identity)):
                  count for name, count in (("h100", 2), ("a100", 1))}

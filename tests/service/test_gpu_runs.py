@@ -459,9 +459,11 @@ def test_seed_process_ranks_distinct_structures_in_the_background() -> None:
     from service.runs.seeds import SeedProcess
 
     spec, device = parse_spec("gemm", GEMM), get_device("h200")
-    # The slice with two warp-specialised consumers (the whole space takes a minute).
+    # The slice with two warp-specialised consumers and 64-deep k steps: 5 s of ranking in
+    # the child (the whole space takes a minute, the slice without tile_k fixed 12 s).
     seeds = SeedProcess(spec, device, structures=6, raster_structures=2,
-                        fixed={"warp_specialized": True, "consumer_warpgroups": 2})
+                        fixed={"warp_specialized": True, "consumer_warpgroups": 2,
+                               "tile_k": 64})
     started = time.monotonic()
     first = seeds.poll()
     assert first is None  # not ready at once: the search starts without it
@@ -620,7 +622,11 @@ def test_cancel_acts_at_once_while_the_gpu_is_busy(
         cancelled = client.delete(f"/v1/runs/{run['id']}").json()
         assert time.monotonic() - asked < 2.0
         assert cancelled["status"] == "cancelled" and cancelled["phase"] == "stopping"
-        assert client.post("/v1/tune", json=body).json()["run"]["id"] != run["id"]
+        again = client.post("/v1/tune", json=body).json()["run"]
+        assert again["id"] != run["id"]
+        # The new run is cancelled while it waits for the stopping one (it would measure,
+        # and the app's shutdown wait for its batches and re-timing: seconds).
+        assert client.delete(f"/v1/runs/{again['id']}").json()["status"] == "cancelled"
         done = wait_for(client, run["id"], lambda r: r["phase"] == "done", timeout_s=30.0)
         cached = client.get("/v1/schedules", params={"device": "cuda:0",
                                                      "params": json.dumps(GEMM)}).json()
