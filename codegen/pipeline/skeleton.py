@@ -549,7 +549,8 @@ class PipelineSkeleton:
         if self.layout.stream_k is None:
             self._epilogue()
             return
-        stream_k.emit_fixup(c, self.hooks.trips, self.layout.output.fragment)
+        stream_k.emit_fixup(c, self.hooks.trips, self.layout.output.fragment,
+                           self.layout.stream_k_part_floats)
         with c.block("if (store_tile)"):
             self._epilogue()
 

@@ -114,10 +114,12 @@ def units(code: Code, trips: str) -> Iterator[None]:
         yield
 
 
-def emit_fixup(code: Code, trips: str, frag: str) -> None:
+def emit_fixup(code: Code, trips: str, frag: str, part_floats: int) -> None:
     """A part of a shared tile goes to this block's slot; the block that counts the
     tile's last part adds every part in block order (the same sums whatever finished
-    first) into the fragment ``frag``, and only it stores the tile (``store_tile``)."""
+    first) into the fragment ``frag``, and only it stores the tile (``store_tile``).
+    ``part_floats`` is a consumer's floats of a part (how many parts it reads at
+    once follows from it: :func:`parts_at_once`)."""
     c = code
     threads = f"CONSUMERS * {WARPGROUP}"
     c("bool store_tile = true;")
@@ -139,13 +141,40 @@ def emit_fixup(code: Code, trips: str, frag: str) -> None:
           + ";")
         with c.block("if (store_tile)"):
             c("__threadfence();  // the other blocks' parts are read after their counts")
-            c(f"const float* first = sk_part({WORKSPACE}, sk_first, sk_tile, "
-              "consumer);")
-            _fragment_loop(c, f"{frag}[mi][r] = __ldcg(first + FRAGMENT_AT);")
-            with c.block("for (int b = sk_first + 1; b <= sk_last; ++b)"):
-                c(f"const float* other = sk_part({WORKSPACE}, b, sk_tile, "
-                  "consumer);")
-                _fragment_loop(c, f"{frag}[mi][r] += __ldcg(other + FRAGMENT_AT);")
+            _fragment_loop(c, f"{frag}[mi][r] = 0.f;")
+            _sum_parts(c, frag, parts_at_once(part_floats))
+
+
+#: Loads in flight a consumer thread aims for while it sums parts: a part's loads wait
+#: one L2 round trip (~0.4 us), and a swapped decode tile's part is 4 floats a thread, so
+#: one part at a time made the finisher's time a round trip a part (~11 parts a tile).
+SUM_LOADS_IN_FLIGHT = 128
+#: The most parts summed at once (their pointers and sums stay in registers).
+SUM_PARTS_MAX = 8
+
+
+def parts_at_once(part_floats: int) -> int:
+    """Parts the finisher loads together: enough for :data:`SUM_LOADS_IN_FLIGHT` loads a
+    thread, one part at least, :data:`SUM_PARTS_MAX` at most."""
+    per_thread = max(1, part_floats // WARPGROUP)
+    return max(1, min(SUM_PARTS_MAX, SUM_LOADS_IN_FLIGHT // per_thread))
+
+
+def _sum_parts(code: Code, frag: str, batch: int) -> None:
+    """Adds the tile's parts to ``frag`` (zeroed), in block order, ``batch`` parts' loads
+    issued together and summed left to right before they join the fragment (a fixed
+    order: the same bits whatever finished first)."""
+    c = code
+    c("int b = sk_first;")
+    if batch > 1:
+        with c.block(f"for (; b + {batch - 1} <= sk_last; b += {batch})"):
+            for i in range(batch):
+                c(f"const float* part{i} = sk_part({WORKSPACE}, b + {i}, sk_tile, consumer);")
+            loads = " + ".join(f"__ldcg(part{i} + FRAGMENT_AT)" for i in range(batch))
+            _fragment_loop(c, f"{frag}[mi][r] += {loads};")
+    with c.block("for (; b <= sk_last; ++b)"):
+        c(f"const float* other = sk_part({WORKSPACE}, b, sk_tile, consumer);")
+        _fragment_loop(c, f"{frag}[mi][r] += __ldcg(other + FRAGMENT_AT);")
 
 
 def _fragment_loop(code: Code, statement: str) -> None:
@@ -162,4 +191,4 @@ def _fragment_loop(code: Code, statement: str) -> None:
 
 
 __all__ = ["WORKSPACE", "emit_constants", "emit_fixup", "emit_helpers", "emit_runtime_share",
-           "units"]
+           "parts_at_once", "units"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.ops.gemm import FP8_DTYPES
 from scheduler_search.space.knobs import Choices
-from scheduler_search.space.tables import few_token_gemm, swap_applies
+from scheduler_search.space.tables import few_token_gemm, swap_applies, swapped_ring_depths
 
 #: CUTLASS-style warp-specialised GEMM: one producer warp issuing TMA into a 4-stage ring,
 #: two consumer warpgroups splitting a 128x256 tile, wgmma kept one group in flight.
@@ -247,10 +247,10 @@ def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     m = spec.params()["m"]
     if swap_applies(spec) and m <= _SWAPPED_TOKENS_MAX:
         tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
-        swapped = {**GEMM_DECODE_SWAP, "tile_m": tokens}
+        swapped = _ring_fitted({**GEMM_DECODE_SWAP, "tile_m": tokens})
         # Its stream-K twin splits k over the SMs where n has few tiles (1280 x 8192: 20
         # tiles of 64 rows; 0.68x cuBLAS without, 2026-12-04).
-        designs += [swapped, {**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens},
+        designs += [swapped, _ring_fitted({**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens}),
                     {**swapped, "stream_k": 1}]
     unswapped = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
     if m > _SWAPPED_TOKENS_MAX:
@@ -264,6 +264,23 @@ def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     if spec.params()["dtype"] in FP8_DTYPES:
         decode = [_same_stage_bytes_in_8_bits(d) for d in decode]
     return [*operator, *decode]
+
+
+#: Shared memory a swapped decode seed's ring may take (with the barriers, under the
+#: H200's 227 KB a block): its depth is the deepest of the space's that fits. 12 stages of
+#: a 16-token tile (20 KB each) did not, and the seeds that asked for them were dropped
+#: before they ran: 16 x 1280 x 8192 tuned without its stream-K seed at 0.76x cuBLAS
+#: (H200, 2026-12-04), where the same tile in 10 stages had run at 0.96x.
+_DECODE_RING_BYTES = 224 * 1024
+
+
+def _ring_fitted(design: Choices) -> Choices:
+    """``design`` with its ring no deeper than it asks and as deep as fits in
+    :data:`_DECODE_RING_BYTES` (stages of 16-bit elements: 8-bit ones take half)."""
+    stage_bytes = (design["tile_m"] + design["tile_n"]) * design["tile_k"] * 2
+    depth = max(d for d in swapped_ring_depths()
+                if d <= design["stages_ab"] and d * stage_bytes <= _DECODE_RING_BYTES)
+    return {**design, "stages_ab": depth}
 
 
 #: The decode tiles :func:`wave_fitted` chooses among: 64- or 128-row m tiles (one

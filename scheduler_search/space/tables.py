@@ -124,7 +124,13 @@ def _stream_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bo
 #: space's best unswapped pick reached 1.9 and 3.4 (bench/decode_designs.py).
 FEW_TOKENS = 256
 _SWAP_TILE_M = (8, 16, 32)
-_DEEP_STAGES = (8, 12)
+#: 10 stages: a 16-token tile's deepest ring that fits (12 of its 20 KB stages do not).
+_DEEP_STAGES = (8, 10, 12)
+
+
+def swapped_ring_depths() -> tuple[int, ...]:
+    """The ring depths a swapped GEMM tile may take."""
+    return _STAGES["gemm"] + _DEEP_STAGES
 
 
 def few_token_gemm(spec: OperatorSpec) -> bool:
