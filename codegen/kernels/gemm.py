@@ -40,6 +40,8 @@ from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
+#: Bytes of a 128-byte swizzle atom (8 rows): every stage of a ring starts on one.
+SWIZZLE_ATOM_BYTES = 1024
 #: Registers a consumer thread needs for a fused epilogue, beyond a plain store's: the
 #: pair and what it loads, the bias, the residual's row pointer, each activation's
 #: temporaries. Counted only above ``EPILOGUE_FREE_ACC_REGS`` accumulators a thread:
@@ -250,7 +252,17 @@ class GemmHooks(OperatorHooks):
         return acc + per_row_block * blocks
 
     def problem(self) -> str | None:
-        return self.tile_problem(self.params, self.sprogram.tile) or self._swap_problem()
+        return (self.tile_problem(self.params, self.sprogram.tile) or self._swap_problem()
+                or self._stage_problem())
+
+    def _stage_problem(self) -> str | None:
+        """Each operand's stage starts on a 1024-byte swizzle atom: a swapped 8-token tile
+        with 32-deep k steps (512 bytes of tokens) does not, and failed to compile."""
+        for t in (self.a, self.b):
+            if t.stage_bytes % SWIZZLE_ATOM_BYTES:
+                return (f"{t.const}'s stage of {t.stage_bytes} B is not whole "
+                        f"{SWIZZLE_ATOM_BYTES} B swizzle atoms (tile_k={self.tile_k})")
+        return None
 
     def _swap_problem(self) -> str | None:
         """Swapped, B's tile is wgmma's A: K-major (``nk``); the transposed fragment is
@@ -333,8 +345,8 @@ class GemmHooks(OperatorHooks):
         c(f"static_assert(A_STAGE_BYTES == {a.box_count} * A_BOX_BYTES && "
           f'B_STAGE_BYTES == {b.box_count} * B_BOX_BYTES, "boxes per stage");')
         c("static_assert(K_ITERS * TILE_K >= K, \"the trips cover K\");")
-        c('static_assert(A_STAGE_BYTES % 1024 == 0 && B_STAGE_BYTES % 1024 == 0, '
-          '"stages start on swizzle-atom boundaries");')
+        c(f"static_assert(A_STAGE_BYTES % {SWIZZLE_ATOM_BYTES} == 0 && B_STAGE_BYTES % "
+          f'{SWIZZLE_ATOM_BYTES} == 0, "stages start on swizzle-atom boundaries");')
         if self.swap:
             c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS && TILE_M % 8 == 0 && '
               'TILE_M <= 256, "wgmma m64nNk16 shape, n along M, m along N");')

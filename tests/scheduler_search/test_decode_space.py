@@ -141,3 +141,17 @@ def test_the_wave_fitted_seed_fills_the_sms(m: int, n: int, tiles: int) -> None:
     assert design in designs_for(_spec(m, n=n))
     assert design not in designs_for(_spec(m, n=n), blocks=114)  # an H100 PCIe's wave
     assert wave_fitted(m, n, 114) in designs_for(_spec(m, n=n), blocks=114)
+
+
+@pytest.mark.parametrize(("tile_k", "ok"), [(32, False), (64, True)])
+def test_stages_that_miss_a_swizzle_atom_are_kept_out(tile_k: int, ok: bool) -> None:
+    """8 tokens by 32-deep k steps are 512 bytes a stage: the ring's stages would not start
+    on 1024-byte swizzle atoms, and the kernel failed to compile (H200 GPU tests,
+    2026-12-04, 65 x 4104 x 264); the space rejects it, naming why."""
+    spec = _spec(1)
+    space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+    swapped = {**fit_to_space(space, designs_for(spec)[1]), "tile_k": tile_k, "stages_ab": 5}
+    _, validity = space.build(swapped)
+    assert validity.ok == ok
+    if not ok:
+        assert "swizzle atom" in str(validity.rejections)
