@@ -223,7 +223,3 @@ def error_bounds(specs: dict[str, Any], dtypes: dict[str, str]) -> dict[str, flo
             loosest = max(_dtypes.REL_ERROR_BOUND[d] for d in (*inputs, dtypes[name]))
             bounds[name] = spec.rel_error_bound or loosest
     return bounds
-
-
-def count_nonfinite(xp: Any, out32: Any) -> int:
-    return int((~xp.isfinite(out32)).sum())

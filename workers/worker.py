@@ -35,11 +35,12 @@ from workers.contract import Contract, check_tensor_args, contract
 from workers.device import read_fingerprint
 from workers.graph_timing import copies_for_cold_l2, time_graph_replays
 from workers.inputs import build_inputs
+from workers.l2_check import l2_check
 from workers.launch import pack_arguments
 from workers.protocol import GRAPH, Job, Measurement, MeasurementStatus
 from workers.tensor_maps import encode_tensor_map
 from workers.timing import L2Flusher, time_launches
-from workers.verify import count_nonfinite, error_bounds, reference, rel_l2_error
+from workers.verify import error_bounds, reference
 
 # CUDA errors after which the context is unusable (CUDA runtime / driver API error codes,
 # same numbers in both): illegal address, launch timeout, device assert, hardware stack
@@ -288,8 +289,7 @@ class GpuWorker:
         checks = []
         for name in outputs:
             out32 = _dtypes.to_float32(cupy, workload.tensors[name], workload.dtypes[name])
-            rel_error = rel_l2_error(cupy, out32, workload.ref32[name])
-            nonfinite = count_nonfinite(cupy, out32) if math.isnan(rel_error) else 0
+            rel_error, nonfinite = l2_check(out32, workload.ref32[name])
             checks.append(_Check(name, rel_error, workload.bounds[name], nonfinite))
         return next((c for c in checks if not c.rel_error <= c.bound), checks[0])
 
