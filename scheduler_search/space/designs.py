@@ -238,32 +238,43 @@ H200_SMS = 132
 
 
 def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
-    """The designs a search of ``spec`` measures first: the operator's, and for a GEMM of
-    few tokens the decode designs its space holds (the swapped ones where ``swap_ab`` is
-    offered; past 64 tokens also the tile that fills ``blocks`` a wave best)."""
-    designs = list(DESIGNS.get(spec.op, {}).values())
+    """The designs a search of ``spec`` measures first, in order: for a GEMM of few tokens
+    its decode designs (:func:`decode_designs`) before the operator's (a search's first
+    round measures two seeds: a fresh H200's first decode tune, 2026-12-04, spent it on
+    the 128 x 256 GEMM design and a cost-model pick, 27 us where a decode seed runs 13.6);
+    for any other spec the operator's."""
+    operator = list(DESIGNS.get(spec.op, {}).values())
     if not few_token_gemm(spec):
-        return designs
-    m = spec.params()["m"]
-    if swap_applies(spec) and m <= _SWAPPED_TOKENS_MAX:
-        tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
-        swapped = _ring_fitted({**GEMM_DECODE_SWAP, "tile_m": tokens})
-        # Its stream-K twin splits k over the SMs where n has few tiles (1280 x 8192: 20
-        # tiles of 64 rows; 0.68x cuBLAS without, 2026-12-04).
-        designs += [swapped, _ring_fitted({**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens}),
-                    {**swapped, "stream_k": 1}]
-    unswapped = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
-    if m > _SWAPPED_TOKENS_MAX:
-        unswapped += [GEMM_DECODE_NARROW_WIDE_N, GEMM_DECODE_M_PAIR,
-                      wave_fitted(m, spec.params()["n"], blocks)]
+        return operator
+    return [*decode_designs(spec, blocks), *operator]
+
+
+def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
+    """A few-token GEMM's decode designs its space holds, likeliest first: up to 64 tokens
+    the swapped tile and its stream-K twin (where ``swap_ab`` is offered), then the narrow
+    unswapped tiles; past 64 tokens the tile that fills ``blocks`` a wave best first, then
+    the narrow, wide-n, m-pair and every-token-swapped tiles (each led some weight's grid
+    on the H200, 2026-12-04)."""
+    m, n = spec.params()["m"], spec.params()["n"]
+    narrow = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
+    if m <= _SWAPPED_TOKENS_MAX:
+        designs = narrow
+        if swap_applies(spec):
+            tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
+            swapped = _ring_fitted({**GEMM_DECODE_SWAP, "tile_m": tokens})
+            # Its stream-K twin splits k over the SMs where n has few tiles (1280 x 8192:
+            # 20 tiles of 64 rows; 0.68x cuBLAS without, 2026-12-04).
+            designs = [swapped, {**swapped, "stream_k": 1},
+                       _ring_fitted({**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens}), *narrow]
+    else:
+        designs = [wave_fitted(m, n, blocks), *narrow, GEMM_DECODE_NARROW_WIDE_N,
+                   GEMM_DECODE_M_PAIR]
         if swap_applies(spec):
             tokens = next(t for t in (128, 192, 256) if t >= m)  # every token in one tile
             designs.append(_swapped(tokens))
-    operator = designs[: len(DESIGNS["gemm"])]
-    decode = [*designs[len(operator):], *unswapped]
     if spec.params()["dtype"] in FP8_DTYPES:
-        decode = [_same_stage_bytes_in_8_bits(d) for d in decode]
-    return [*operator, *decode]
+        designs = [_same_stage_bytes_in_8_bits(d) for d in designs]
+    return designs
 
 
 #: Shared memory a swapped decode seed's ring may take (with the barriers, under the

@@ -11,7 +11,7 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.search.warm_start import fit_to_space
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import DESIGNS, designs_for, wave_fitted
+from scheduler_search.space.designs import DESIGNS, decode_designs, designs_for, wave_fitted
 from scheduler_search.space.tables import FEW_TOKENS, knob_table, swap_applies
 
 H200 = get_device("h200")
@@ -58,9 +58,9 @@ def test_fp8_decode_gemms_offer_swap_too() -> None:
 def test_decode_designs_are_valid_points_of_the_space(m: int, dtype: str) -> None:
     spec = _spec(m, dtype=dtype)
     space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
-    designs = designs_for(spec)
-    assert designs[: len(DESIGNS["gemm"])] == list(DESIGNS["gemm"].values())
-    decode = designs[len(DESIGNS["gemm"]):]
+    designs, decode = designs_for(spec), decode_designs(spec)
+    assert designs == [*decode, *DESIGNS["gemm"].values()]  # a first round measures decode
+    assert decode[0].get("swap_ab", False) == (m <= 64)
     assert decode and any(d.get("stream_k") for d in decode)
     swapped = [d for d in decode if d.get("swap_ab")]
     assert swapped and max(d["tile_m"] for d in swapped) >= m  # one tile holds every token
@@ -125,7 +125,8 @@ def test_swapped_tiles_are_never_clustered(axis: str) -> None:
     rejects them, naming why."""
     spec = _spec(128)
     space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
-    swapped = {**fit_to_space(space, designs_for(spec)[1]), "swap_ab": True}
+    design = next(d for d in decode_designs(spec) if d.get("swap_ab"))
+    swapped = fit_to_space(space, design)
     assert space.build(swapped)[1].ok
     _, validity = space.build({**swapped, "cluster_size": 2, "cluster_axis": axis})
     assert not validity.ok and "cluster" in str(validity.rejections)
@@ -150,7 +151,7 @@ def test_stages_that_miss_a_swizzle_atom_are_kept_out(tile_k: int, ok: bool) -> 
     2026-12-04, 65 x 4104 x 264); the space rejects it, naming why."""
     spec = _spec(1)
     space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
-    swapped = {**fit_to_space(space, designs_for(spec)[1]), "tile_k": tile_k, "stages_ab": 5}
+    swapped = {**fit_to_space(space, decode_designs(spec)[0]), "tile_k": tile_k, "stages_ab": 5}
     _, validity = space.build(swapped)
     assert validity.ok == ok
     if not ok:
