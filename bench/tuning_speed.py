@@ -106,6 +106,23 @@ def _best_so_far(rows: list[tuple], wall0: datetime.datetime) -> tuple[list, lis
     return points, steps
 
 
+#: The choices a trial's row in the results keeps (enough to tell the schedules apart).
+_TRIAL_KNOBS = ("tile_m", "tile_n", "tile_k", "stages_ab", "swap_ab", "stream_k",
+                "cluster_size", "persistent")
+
+
+def _trial_rows(rows: list[tuple], wall0: datetime.datetime) -> list[list[Any]]:
+    """Every trial as ``[t_s, source, status, latency_us, {knob: value}]``, in time order:
+    which seeds a round measured, and what each cost."""
+    trials = []
+    for created, status, latency, _, choices, source in rows:
+        created = created if created.tzinfo else created.replace(tzinfo=datetime.UTC)
+        knobs = {k: choices[k] for k in _TRIAL_KNOBS if choices and k in choices}
+        trials.append([round((created - wall0).total_seconds(), 3), source, status, latency,
+                       knobs])
+    return sorted(trials, key=lambda t: t[0])
+
+
 def _first_measured(rows: list[tuple], digest: str, wall0: datetime.datetime) -> float | None:
     """Seconds from the request until the kernel ``digest`` was first measured correct."""
     times = [(created if created.tzinfo else created.replace(tzinfo=datetime.UTC)) - wall0
@@ -241,6 +258,7 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
             "best_so_far_curve": points,
             "best_so_far_steps": steps,
             "rounds": [(round(t, 3), done, lat) for t, done, lat in rounds],
+            "trials": _trial_rows(rows, wall0),
             "run": public,
         }
     finally:
@@ -291,7 +309,7 @@ def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = Non
         out.write_text(json.dumps(doc, indent=1, default=str))
         print(json.dumps({k: v for k, v in case.items()
                           if k not in ("best_so_far_steps", "rounds", "run", "best_so_far_curve",
-                                       "winner_choices", "traceback")}), flush=True)
+                                       "winner_choices", "traceback", "trials")}), flush=True)
         if "traceback" in case:
             print(case["traceback"], flush=True)
     print(f"wrote {out}")
