@@ -63,7 +63,7 @@ class OperatorSpec(BaseModel):
     #: Axes whose tile must divide the extent (a tile may not straddle a chunk).
     exact_axes: ClassVar[tuple[str, ...]] = ()
     #: The vendor peer a GPU run compares with (a ``workers.baselines`` name): timed with
-    #: the second batch and with the finalists. A peer that cannot run on the worker fails
+    #: the finalists. A peer that cannot run on the worker fails
     #: its measurement; the run goes on without a baseline latency.
     baseline: ClassVar[str | None] = None
     #: Further peers, timed with the finalists only and stored with the run.

@@ -80,8 +80,8 @@ class SearchDriver:
             distinct structures, computed elsewhere while the search starts).
         estimator: predicted latency of an sProgram; the cost model by default.
         make_final_job: the job of a finalist's re-timing (default ``make_job``).
-        reference_job: a baseline job, measured with the second batch and re-timed with
-            the finalists (``SearchResult.reference``).
+        reference_job: the vendor's baseline job, timed in the final interleaved re-timing
+            with the finalists (``SearchResult.reference``).
         peer_jobs: further baseline jobs by name, timed only in the final interleaved
             re-timing, after the finalists and the reference job in the same call
             (``SearchResult.peers``; see :class:`~scheduler_search.search.retiming.Baselines`).
@@ -139,7 +139,7 @@ class SearchDriver:
         self._rounds = Rounds(
             space, executor, make_job, estimator or self._cost_model,
             seeds=self._seeds, sources=build_sources(space, self.config, rng),
-            deal_order=self.config.sources, ledger=self._ledger, baselines=self._baselines,
+            deal_order=self.config.sources, ledger=self._ledger,
         )
         self._retiming = FinalRetiming(
             executor, self.make_final_job, self._baselines,

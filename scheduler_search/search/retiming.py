@@ -30,22 +30,20 @@ logger = logging.getLogger(__name__)
 class Baselines:
     """The jobs a search compares its kernels with, and their measurements.
 
-    The ``reference`` job is measured with the second batch that has jobs (so progress can
-    report it early, and the first kernel is not held up by the vendor library's loading)
-    and re-timed with the finalists; ``peers`` are timed only in the
-    final re-timing: compared only with the winner, timed in the same interleaved rounds
-    they meet the GPU's drift as the finalists do.
+    The ``reference`` and the ``peers`` are timed only in the final re-timing, in the same
+    interleaved rounds as the finalists (they meet the GPU's drift as the finalists do).
+    Not before: the vendor's library loads in the worker on its first call (PyTorch's
+    import took 3.3-4.5 s on an H200, 2026-12-04), and a search round that carried the
+    reference waited for it: the first decode tunes' second round came 6 s after the first.
     """
 
     reference_job: Any = None
     peer_jobs: Mapping[str, Any] = field(default_factory=dict)
     reference: MeasurementLike | None = None
     peers: dict[str, MeasurementLike] = field(default_factory=dict)
-    reference_pending: bool = False
 
     def __post_init__(self) -> None:
         self.peer_jobs = dict(self.peer_jobs)
-        self.reference_pending = self.reference_job is not None
 
 
 class FinalRetiming:

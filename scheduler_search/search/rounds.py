@@ -23,7 +23,6 @@ from scheduler_search.search.executor import ExecutorLike, MeasurementLike
 from scheduler_search.search.ledger import Ledger
 from scheduler_search.search.proposals import Proposal, ProposalSource, Round, SeedsSource
 from scheduler_search.search.records import CODEGEN_ERROR, TrialRecord
-from scheduler_search.search.retiming import Baselines
 from scheduler_search.search.studies import add_measured, tell_measured
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram
@@ -36,7 +35,6 @@ class Batch:
     """One round's proposals, each with its job or the reason it has none."""
 
     items: list[tuple[Proposal, Any, str]] = field(default_factory=list)
-    carries_reference: bool = False
 
     @property
     def jobs(self) -> list[Any]:
@@ -59,10 +57,6 @@ class Rounds:
         sources: the other sources, in the order they are asked.
         deal_order: source names in the order free slots are dealt to them.
         ledger: the records so far (updated as results come back).
-        baselines: the reference job rides with the second batch that has jobs (the
-            first, a few seeds, reports the search's first kernel without waiting for the
-            vendor's library to load in the worker: PyTorch's first import took seconds
-            more than the batch on a fresh H200, 2026-12-04).
     """
 
     def __init__(
@@ -76,7 +70,6 @@ class Rounds:
         sources: Mapping[str, ProposalSource],
         deal_order: tuple[str, ...],
         ledger: Ledger,
-        baselines: Baselines,
     ) -> None:
         self.space = space
         self.executor = executor
@@ -86,8 +79,6 @@ class Rounds:
         self.sources = dict(sources)
         self.deal_order = deal_order
         self.ledger = ledger
-        self.baselines = baselines
-        self._batches_with_jobs = 0
 
     def next_batch(self, study: optuna.Study, free: int) -> Batch:
         """The next batch of at most ``free`` proposals, with their jobs (the invalid
@@ -104,10 +95,6 @@ class Rounds:
                 logger.warning("no job for %s: %s", proposal.sprogram.hash[:12], error)
             batch.items.append((proposal, job, error))
             self.ledger.inflight[proposal.sprogram.hash] = proposal
-        if batch.jobs:
-            if self.baselines.reference_pending and self._batches_with_jobs:
-                batch.carries_reference, self.baselines.reference_pending = True, False
-            self._batches_with_jobs += 1
         return batch
 
     def _choose(self, round: Round) -> list[Proposal]:
@@ -140,23 +127,15 @@ class Rounds:
 
     def drop(self, study: optuna.Study, batch: Batch) -> None:
         """Forget a batch that will not be measured: out of flight, its trials pruned."""
-        if batch.carries_reference:
-            self.baselines.reference_pending = True
         for proposal, _, _ in batch.items:
             self.ledger.inflight.pop(proposal.sprogram.hash, None)
             for trial in proposal.trials:
                 study.tell(trial, state=TrialState.PRUNED)
 
     def measure(self, batch: Batch) -> list[MeasurementLike]:
-        """Measure a batch's jobs (the reference job first, once); runs in a thread when
-        rounds overlap."""
+        """Measure a batch's jobs; runs in a thread when rounds overlap."""
         jobs = batch.jobs
-        if batch.carries_reference:
-            jobs = [self.baselines.reference_job, *jobs]
-        results = list(self.executor.measure(jobs)) if jobs else []
-        if batch.carries_reference:
-            self.baselines.reference = results.pop(0)
-        return results
+        return list(self.executor.measure(jobs)) if jobs else []
 
     def complete(
         self, study: optuna.Study, batch: Batch, results: list[MeasurementLike],

@@ -24,9 +24,9 @@ the hand-written designs and the cost model's best distinct structures go first 
 latter computed in another process meanwhile, ``service.runs.seeds``), then each batch
 mixes the sampler's asks, neighbours of the best measured kernels and the cost model's
 picks; candidates are ranked with the device's calibrated cost model when one is stored.
-The operator's vendor baseline (``spec.run_baseline()``) is measured with the second batch
-and re-timed interleaved with the finalists, and so are its further peers
-(``spec.run_peers()``), in the final re-timing only. Without a GPU the preset is
+The operator's vendor baseline (``spec.run_baseline()``) and its further peers
+(``spec.run_peers()``) are timed interleaved with the finalists, in the final re-timing
+only (no search round waits for a vendor library to load). Without a GPU the preset is
 ``SIMULATED``: the cost model measures. The outcome is stored by
 :class:`~service.runs.finish.RunFinish`; a GPU run's measurements then refine the device's
 calibration (``service.runs.calibration``).

@@ -50,9 +50,9 @@ def test_peers_are_retimed_after_the_finalists_and_the_reference() -> None:
     executor = _executor()
     result = _driver(executor, reference_job=REFERENCE,
                      peer_jobs={"flash": "flash", "triton": "triton"}).run()
-    # The reference rides with the second batch; the peers never ride with any.
-    assert executor.batches[1][0] == REFERENCE and REFERENCE not in executor.batches[0]
-    assert not any(job in ("flash", "triton") for batch in executor.batches for job in batch)
+    # No search round waits for a vendor library: baselines are timed only at the end.
+    assert executor.batches and not any(
+        job in (REFERENCE, "flash", "triton") for batch in executor.batches for job in batch)
     # One interleaved re-timing: the two finalists, the reference, then the peers in order.
     (retimed,) = executor.retimed
     assert len(retimed) == 5 and not any(isinstance(job, str) for job in retimed[:2])
@@ -95,9 +95,8 @@ def test_no_peers_keeps_the_retiming_as_it_was() -> None:
     assert result.peers == {}
 
 
-def test_peers_are_not_timed_without_a_finalist() -> None:
+def test_baselines_are_not_timed_without_a_finalist() -> None:
     executor = _executor(kernels_fail=True)  # every kernel fails: nothing to re-time
     result = _driver(executor, reference_job=REFERENCE, peer_jobs={"flash": "flash"}).run()
     assert executor.retimed == [] and result.best is None
-    assert result.peers == {}
-    assert result.reference is not None and result.reference.latency_us == 11.0  # batch one
+    assert result.peers == {} and result.reference is None
