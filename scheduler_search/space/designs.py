@@ -201,9 +201,14 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
 #: 14336 at 3.9 (1.06x; 64-deep k steps: 0.99x); over 128 rows of n, 1 x 14336 x 4096 at
 #: 4.0 TB/s (1.04x); at 64..128 tokens unswapped 64 x 64 tiles with 128-deep k steps led
 #: (1.02-1.11x), and where those tiles fill one and a half waves (128 x 6144 x 4096: 192
-#: tiles on 132 SMs) their stream-K twin evens the last one out.
+#: tiles on 132 SMs) their stream-K twin evens the last one out. Two tunes later that day
+#: timed the 8-token tile's rings side by side many times (bench/tuning_speed.py, trials):
+#: 8 stages 10.9 us (median of 10), 10 stages 11.1, 12 stages 11.9; the seed takes 8, and
+#: the 12-deep ring stays a later seed (1 x 4096 x 14336 still led with it at m = 2).
 GEMM_DECODE_SWAP: Choices = {**GEMM_SWAP_WIDE, "tile_m": 8, "tile_n": 64, "tile_k": 128,
-                             "consumer_warpgroups": 1, "stages_ab": 12, "stream_k": 0}
+                             "consumer_warpgroups": 1, "stages_ab": 8, "stream_k": 0}
+#: The deepest ring the swapped tiles may take.
+_DECODE_DEEP_STAGES = 12
 GEMM_DECODE_SWAP_WIDE_N: Choices = {**GEMM_DECODE_SWAP, "tile_n": 128, "tile_k": 128,
                                     "stages_ab": 5}
 GEMM_DECODE_NARROW: Choices = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 64,
@@ -260,12 +265,7 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     if m <= _SWAPPED_TOKENS_MAX:
         designs = narrow
         if swap_applies(spec):
-            tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
-            swapped = _ring_fitted({**GEMM_DECODE_SWAP, "tile_m": tokens})
-            # Its stream-K twin splits k over the SMs where n has few tiles (1280 x 8192:
-            # 20 tiles of 64 rows; 0.68x cuBLAS without, 2026-12-04).
-            designs = [swapped, {**swapped, "stream_k": 1},
-                       _ring_fitted({**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens}), *narrow]
+            designs = [*_swapped_decode_designs(m, n, blocks), *narrow]
     else:
         designs = [wave_fitted(m, n, blocks), *narrow, GEMM_DECODE_NARROW_WIDE_N,
                    GEMM_DECODE_M_PAIR]
@@ -275,6 +275,22 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     if spec.params()["dtype"] in FP8_DTYPES:
         designs = [_same_stage_bytes_in_8_bits(d) for d in designs]
     return designs
+
+
+def _swapped_decode_designs(m: int, n: int, blocks: int) -> list[Choices]:
+    """The swapped seeds for ``m`` tokens, the likeliest two first (a search's first round):
+    the token tile over 64 rows of n, then its stream-K twin where those tiles fill less
+    than half the SMs (it splits k over the idle ones: 1280 x 8192 makes 20 tiles, 0.68x
+    cuBLAS without it, 2026-12-04), else the tile over 128 rows of n (16 x 14336 x 4096:
+    30.2 us against 33.7 over 64 rows); then the other, and the deepest ring."""
+    tokens = next(t for t in (8, 16, 32, 64) if t >= m)  # the least padding
+    swapped = _ring_fitted({**GEMM_DECODE_SWAP, "tile_m": tokens})
+    twin = {**swapped, "stream_k": 1}
+    wide = _ring_fitted({**GEMM_DECODE_SWAP_WIDE_N, "tile_m": tokens})
+    deep = _ring_fitted({**swapped, "stages_ab": _DECODE_DEEP_STAGES})
+    few_tiles = -(-n // swapped["tile_n"]) < blocks // 2
+    designs = [swapped, *((twin, wide) if few_tiles else (wide, twin))]
+    return designs + ([deep] if deep != swapped else [])
 
 
 #: Shared memory a swapped decode seed's ring may take (with the barriers, under the

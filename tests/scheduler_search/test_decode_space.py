@@ -156,3 +156,19 @@ def test_stages_that_miss_a_swizzle_atom_are_kept_out(tile_k: int, ok: bool) -> 
     assert validity.ok == ok
     if not ok:
         assert "swizzle atom" in str(validity.rejections)
+
+
+@pytest.mark.parametrize(("n", "second"), [(1280, "stream_k"), (4096, "stream_k"),
+                                           (14336, "wide"), (28672, "wide")])
+def test_the_first_round_pairs_the_swapped_tile_with_what_the_weight_needs(
+        n: int, second: str) -> None:
+    """A search's first round measures two seeds: the swapped tile, then its stream-K twin
+    where 64-row tiles leave most SMs idle (n = 1280: 20 tiles), else the 128-row tile."""
+    first, next_one, *rest = decode_designs(_spec(1, n=n))
+    assert first["swap_ab"] and first["tile_n"] == 64 and not first["stream_k"]
+    assert first["stages_ab"] == 8
+    if second == "stream_k":
+        assert next_one == {**first, "stream_k": 1}
+    else:
+        assert next_one["tile_n"] == 128 and not next_one["stream_k"]
+    assert {**first, "stages_ab": 12} in rest  # the deepest ring stays a seed
