@@ -80,8 +80,8 @@ class PipelineLayout:
         (as many as the device runs at once: a second wave would run after the first).
         A kernel that counts its tiles at run time launches the whole wave."""
         size = self.structure.cluster_size
-        if self.structure.sprogram.stream_k is not None:
-            return self.device.clusters_at_once(1)  # every SM: fewer tiles are split more
+        if self.structure.sprogram.stream_k is not None:  # every SM: fewer tiles split more
+            return self.device.clusters_at_once(size) * size
         if self.structure.persistent and self.runtime_axes:
             return self.device.clusters_at_once(size) * size
         if self.structure.persistent:
@@ -120,21 +120,22 @@ class PipelineLayout:
     # ----- stream-K ------------------------------------------------------------------
     @cached_property
     def stream_k(self) -> StreamKShare | None:
-        """Which block runs which trips of the last tiles (over this grid), or None."""
+        """Which block (cluster) runs which trips of the last tiles (over this grid), or
+        None: a cluster's blocks take their tiles' trips together."""
         sk = self.structure.sprogram.stream_k
         if sk is None:
             return None
-        return StreamKShare(tiles=self.tiles, trips=self.hooks.trip_count, blocks=self.grid,
-                            waves=sk.waves)
+        return StreamKShare(tiles=self.tiles, trips=self.hooks.trip_count,
+                            blocks=self.grid // self.structure.cluster_size, waves=sk.waves)
 
     @property
     def stream_k_count_bytes(self) -> int:
-        """The workspace's head: a counter of finished parts for each shared tile (at a
-        run-time size, as many as the most tiles the waves can share: fewer than
-        ``waves`` grids)."""
+        """The workspace's head: a counter of finished parts for each shared tile and
+        block of a cluster (at a run-time size, as many as the most tiles the waves can
+        share: fewer than ``waves`` grids)."""
         assert self.stream_k is not None
         counts = (self.stream_k.waves * self.grid if self.runtime_axes
-                  else self.stream_k.sk_tiles)
+                  else self.stream_k.sk_tiles * self.structure.cluster_size)
         return _ceil_div(4 * counts, STREAM_K_COUNT_ALIGN) * STREAM_K_COUNT_ALIGN
 
     @property
@@ -157,8 +158,10 @@ class PipelineLayout:
             return None
         if not self.hooks.shares_reduction:
             return f"{s.sprogram.op} lowers no stream-K"
-        if not (s.persistent and s.warp_specialized) or s.pingpong or s.cluster_size > 1:
+        if not (s.persistent and s.warp_specialized) or s.pingpong:
             return "stream-K needs a persistent grid, a producer warp, cooperative consumers"
+        if s.cluster_size > 1 and self.runtime_axes:
+            return "stream-K over clusters at a run-time size"
         if self.hooks.tile_trips() is not None:
             return "stream-K over tiles of different trip counts"
         acc = self.stream_k_part_floats // WARPGROUP

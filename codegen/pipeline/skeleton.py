@@ -133,7 +133,8 @@ class PipelineSkeleton:
         emit_tile_origin(self.code, self.hooks.grid_axes, self.structure.raster,
                          self.structure.sprogram.cluster, in_kernel=in_kernel)
         if self.layout.stream_k is not None:
-            stream_k.emit_helpers(self.code, self.hooks.trips, in_kernel=in_kernel)
+            stream_k.emit_helpers(self.code, self.hooks.trips, in_kernel=in_kernel,
+                                  clustered=self.structure.cluster_size > 1)
 
     def _runtime_sizes(self) -> None:
         """The grid of tiles counted from the size arguments, then the helpers that read
@@ -396,7 +397,7 @@ class PipelineSkeleton:
         block, blocks = (("cluster_id", "clusters") if self.structure.cluster_size > 1
                          else ("blockIdx.x", "gridDim.x"))
         if self.layout.stream_k is not None:
-            with stream_k.units(c, self.hooks.trips):
+            with stream_k.units(c, self.hooks.trips, block):
                 yield
         elif self.structure.persistent and self.hooks.tile_trips() is not None:
             c.comment("tiles of unequal trips: every other wave of units in reverse block "
@@ -550,7 +551,8 @@ class PipelineSkeleton:
             self._epilogue()
             return
         stream_k.emit_fixup(c, self.hooks.trips, self.layout.output.fragment,
-                           self.layout.stream_k_part_floats)
+                           self.layout.stream_k_part_floats,
+                           clustered=self.structure.cluster_size > 1)
         with c.block("if (store_tile)"):
             self._epilogue()
 

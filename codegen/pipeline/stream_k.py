@@ -33,16 +33,20 @@ def emit_constants(code: Code, layout: PipelineLayout) -> None:
     the kernel: :func:`emit_runtime_share`)."""
     c, share, trips = code, layout.stream_k, layout.hooks.trips
     assert share is not None
+    clustered = layout.structure.cluster_size > 1
     c.comment(f"Stream-K: the last SK_TILES tiles ({share.waves} wave(s)' worth) are "
-              "shared out by loop trips, an equal range to each of the GRID blocks.")
-    c(f"constexpr int GRID = {layout.grid};  // persistent blocks (the launch's grid)")
+              "shared out by loop trips, an equal range to each of the GRID "
+              + ("clusters (a cluster's blocks run their tiles' trips together)." if clustered
+                 else "blocks."))
+    c(f"constexpr int GRID = {share.blocks};  // persistent "
+      + ("clusters (the launch's grid / CLUSTER)" if clustered else "blocks (the launch's grid)"))
     if layout.runtime_axes:
         c(f"constexpr int SK_WAVES = {share.waves};  // waves of tiles shared out")
     else:
         c(f"constexpr int SK_TILES = {share.sk_tiles}, DP_TILES = TILES - SK_TILES;")
         c(f"constexpr int SK_TRIPS = SK_TILES * {trips};")
     c(f"constexpr u32 SK_COUNT_BYTES = {layout.stream_k_count_bytes};  // workspace: a count "
-      "a shared tile, then two parts a block")
+      "a shared tile (and block of a cluster), then two parts a block")
     c(f"constexpr int SK_PART_FLOATS = {layout.stream_k_part_floats};  // one consumer's rows "
       "of a tile")
     if not layout.runtime_axes:
@@ -63,9 +67,12 @@ def emit_runtime_share(code: Code, trips: str) -> None:
     c("const int SK_BLOCKS = SK_TRIPS < GRID ? SK_TRIPS : GRID;  // blocks sharing the trips")
 
 
-def emit_helpers(code: Code, trips: str, *, in_kernel: bool = False) -> None:
-    """``sk_begin``, ``sk_block_of`` and ``sk_part``: a block's range and its slots
-    (``in_kernel``: lambdas over the share counted in the kernel, among ``SK_BLOCKS``)."""
+def emit_helpers(code: Code, trips: str, *, in_kernel: bool = False,
+                 clustered: bool = False) -> None:
+    """``sk_begin``, ``sk_block_of`` and ``sk_part``: a block's (a cluster's) range and
+    its slots (``in_kernel``: lambdas over the share counted in the kernel, among
+    ``SK_BLOCKS``; ``clustered``: the share is over clusters, and each block of one keeps
+    its own slots, by its rank)."""
     c = code
     blocks = "SK_BLOCKS" if in_kernel else "GRID"
     c.comment(f"Stream-K: the first trip of block b's share (sk_begin({blocks}) ends the "
@@ -88,24 +95,26 @@ def emit_helpers(code: Code, trips: str, *, in_kernel: bool = False) -> None:
             "int t, int consumer)")
     with c.block(head, tail="};" if in_kernel else "}"):
         c(f"const int slot = sk_begin(b) / {trips} == t ? 0 : 1;")
+        block = f"(b * CLUSTER + (int){c.call('cluster_ctarank')})" if clustered else "b"
         c("return reinterpret_cast<float*>(workspace + SK_COUNT_BYTES) + "
-          "((unsigned long long)(b * 2 + slot) * CONSUMERS + consumer) * SK_PART_FLOATS;")
+          f"((unsigned long long)({block} * 2 + slot) * CONSUMERS + consumer) * "
+          "SK_PART_FLOATS;")
     c("")
 
 
 @contextmanager
-def units(code: Code, trips: str) -> Iterator[None]:
-    """The block's whole tiles, strided over the grid, then its range of the shared
-    tiles' trips, one unit a tile it touches: ``unit`` (the tile), ``trip0`` and
-    ``unit_trips`` in the body."""
+def units(code: Code, trips: str, block: str = "blockIdx.x") -> Iterator[None]:
+    """The block's (``block``: the cluster's) whole tiles, strided over the grid, then its
+    range of the shared tiles' trips, one unit a tile it touches: ``unit`` (the tile),
+    ``trip0`` and ``unit_trips`` in the body."""
     c = code
     c.comment("stream-K: this block's whole tiles, then its share of the last tiles' trips")
-    c("const int dp_units = (int)blockIdx.x < DP_TILES ? (DP_TILES - 1 - (int)blockIdx.x) "
-      "/ GRID + 1 : 0;")
-    c("int sk_next = sk_begin(blockIdx.x);")
-    c("const int sk_end = sk_begin(blockIdx.x + 1);")
+    c(f"const int sk_block = (int){block};  // whose share")
+    c("const int dp_units = sk_block < DP_TILES ? (DP_TILES - 1 - sk_block) / GRID + 1 : 0;")
+    c("int sk_next = sk_begin(sk_block);")
+    c("const int sk_end = sk_begin(sk_block + 1);")
     with c.block("for (int work = 0; work < dp_units || sk_next < sk_end; ++work)"):
-        c(f"int unit = blockIdx.x + work * GRID, trip0 = 0, unit_trips = {trips};")
+        c(f"int unit = sk_block + work * GRID, trip0 = 0, unit_trips = {trips};")
         with c.block("if (work >= dp_units)"):
             c(f"unit = DP_TILES + sk_next / {trips};")
             c(f"trip0 = sk_next % {trips};")
@@ -114,12 +123,14 @@ def units(code: Code, trips: str) -> Iterator[None]:
         yield
 
 
-def emit_fixup(code: Code, trips: str, frag: str, part_floats: int) -> None:
+def emit_fixup(code: Code, trips: str, frag: str, part_floats: int,
+               clustered: bool = False) -> None:
     """A part of a shared tile goes to this block's slot; the block that counts the
     tile's last part adds every part in block order (the same sums whatever finished
     first) into the fragment ``frag``, and only it stores the tile (``store_tile``).
     ``part_floats`` is a consumer's floats of a part (how many parts it reads at
-    once follows from it: :func:`parts_at_once`)."""
+    once follows from it: :func:`parts_at_once`). ``clustered``: each block of a cluster
+    sums its own rows of the cluster's tile, with its own count."""
     c = code
     threads = f"CONSUMERS * {WARPGROUP}"
     c("bool store_tile = true;")
@@ -128,13 +139,15 @@ def emit_fixup(code: Code, trips: str, frag: str, part_floats: int) -> None:
         c("const int sk_tile = unit - DP_TILES;")
         c(f"const int sk_first = sk_block_of(sk_tile * {trips});")
         c(f"const int sk_last = sk_block_of(sk_tile * {trips} + {trips} - 1);")
-        c(f"float* part = sk_part({WORKSPACE}, blockIdx.x, sk_tile, consumer);")
+        c(f"float* part = sk_part({WORKSPACE}, sk_block, sk_tile, consumer);")
         _fragment_loop(c, f"__stcg(part + FRAGMENT_AT, {frag}[mi][r]);")
         c("__threadfence();  // the part is visible before its count")
         c(c.call("named_barrier_sync", BAR_CONSUMERS, threads) + ";")
         c("bool finisher = false;")
         with c.block("if (consumer == 0 && thread_in_wg == 0)"):
-            c(f"u32* count = reinterpret_cast<u32*>({WORKSPACE}) + sk_tile;")
+            counted = (f"sk_tile * CLUSTER + (int){c.call('cluster_ctarank')}" if clustered
+                       else "sk_tile")
+            c(f"u32* count = reinterpret_cast<u32*>({WORKSPACE}) + {counted};")
             c("finisher = atomicAdd(count, 1u) == (u32)(sk_last - sk_first);")
             c("if (finisher) *count = 0;  // every part counted: ready for the next launch")
         c("store_tile = " + c.call("named_barrier_or", BAR_CONSUMERS, threads, "finisher")

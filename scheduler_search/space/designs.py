@@ -360,9 +360,9 @@ _SWAPPED_TOKENS_MAX = 64
 
 def stream_k_designs() -> list[Choices]:
     """One design per shape of stream-K's part of the kernel (the fragment a consumer
-    writes and sums: its rows, its warpgroups, swapped or not; the store after the sum;
-    one or two waves shared out), for checks that must cover every stream-K kernel the
-    space can build (the same bits on every call)."""
+    writes and sums: its rows, its warpgroups, swapped or not, clustered or not; the store
+    after the sum; one or two waves shared out), for checks that must cover every stream-K
+    kernel the space can build (the same bits on every call)."""
     designs: list[Choices] = []
     for waves in (1, 2):
         for tile_m, tile_n, consumers, stages in ((128, 256, 2, 4), (128, 128, 2, 4),
@@ -375,4 +375,8 @@ def stream_k_designs() -> list[Choices]:
         designs.append({**GEMM_WARP_SPECIALIZED, "order": "serial", "stream_k": waves})
         for swapped in (GEMM_SWAP_NARROW, _swapped(64), _swapped(128, 128)):
             designs.append({**swapped, "stream_k": waves})
+        for axis in ("m", "n"):  # a cluster's blocks share their tiles' trips out together
+            designs.append({**GEMM_WARP_SPECIALIZED, "cluster_size": 2, "cluster_axis": axis,
+                            "stream_k": waves})
+        designs.append({**GEMM_DECODE_M_PAIR, "stream_k": waves})
     return designs

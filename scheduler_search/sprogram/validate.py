@@ -411,16 +411,19 @@ def _cluster_problems(
 
 def stream_k_share(sprogram: SProgram, graph: STaskGraph, device: Device) -> StreamKShare | None:
     """The stream-K share of ``sprogram``'s persistent grid (one block an SM, every SM:
-    fewer tiles than SMs are split among them all), or None."""
+    fewer tiles than SMs are split among them all), or None. A cluster's blocks share out
+    their tiles together: the share is over clusters and the tiles they take as one."""
     if sprogram.stream_k is None:
         return None
-    return StreamKShare(tiles=graph.tile_count(), trips=graph.loop_trips(),
-                        blocks=device.clusters_at_once(1), waves=sprogram.stream_k.waves)
+    size = sprogram.cluster.size if sprogram.cluster is not None else 1
+    return StreamKShare(tiles=graph.tile_count() // size, trips=graph.loop_trips(),
+                        blocks=device.clusters_at_once(size), waves=sprogram.stream_k.waves)
 
 
 def _stream_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) -> list[Rejection]:
     """Stream-K is lowered for persistent grids of cooperative consumers fed by a producer
-    warp, one block an SM, over a reduction loop; and only where it evens out a wave."""
+    warp, one block an SM (or one cluster a group of SMs), over a reduction loop; and only
+    where it evens out a wave."""
     share = stream_k_share(sprogram, graph, device)
     if share is None:
         return []
@@ -428,7 +431,6 @@ def _stream_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) ->
         (not sprogram.persistent, "stream-K needs a persistent grid"),
         (not sprogram.roles.warp_specialized, "stream-K needs a producer warp"),
         (sprogram.consumer_split == "pingpong", "stream-K is lowered for cooperative consumers"),
-        (sprogram.cluster is not None, "stream-K is not lowered with clusters"),
         (not graph.reduction_axes, "stream-K needs a reduction loop to share"),
     ]
     problems = [Rejection(RejectReason.UNSUPPORTED, why) for failed, why in needs if failed]

@@ -63,6 +63,10 @@ def test_stream_k_tiles_never_overlap_so_every_element_has_one_writer() -> None:
     ((4000, 6000, 2000), {"stream_k": 1, "tile_n": 128, "stages_ab": 5}),
     ((128, 8192, 8192), {"stream_k": 1, "tile_m": 64, "consumer_warpgroups": 1,
                          "tile_n": 192, "tile_k": 32, "stages_ab": 6}),
+    ((4000, 6000, 2000), {"stream_k": 1, "cluster_size": 2, "cluster_axis": "n"}),
+    ((128, 1280, 8192), {"stream_k": 1, "tile_m": 64, "consumer_warpgroups": 1,
+                         "tile_n": 128, "stages_ab": 8, "cluster_size": 2,
+                         "cluster_axis": "m"}),
 ])
 def test_stream_k_kernels_compile_clean(shape: tuple[int, int, int], choices: dict) -> None:
     spec = _spec(*shape, b_layout="nk", epilogue={"bias": True, "act": "gelu"})
@@ -84,3 +88,21 @@ def test_operators_without_a_stream_k_lowering_say_so() -> None:
     design = {**FLASH_ATTENTION_3, "map_store": "cuda_core", "persistent": True, "stream_k": 1}
     problem = unsupported(plan_sprogram(spec, H200, design), H200)
     assert problem is not None and "attention lowers no stream-K" in problem
+
+
+def test_a_clustered_share_counts_and_keeps_each_blocks_rows_apart() -> None:
+    """A cluster's blocks share out their tiles' trips together (the share is over the 66
+    pairs of blocks), and each block sums its own rows of a pair's tile: its own count and
+    its own slots, by its rank in the cluster."""
+    spec = _spec(128, 1280, 8192, dtype="bfloat16", b_layout="nk")
+    choices = {**PERSISTENT, "tile_m": 64, "tile_n": 128, "consumer_warpgroups": 1,
+               "stages_ab": 8, "cluster_size": 2, "cluster_axis": "m", "stream_k": 1}
+    artifact = render(plan_sprogram(spec, H200, choices), spec, H200)
+    text = artifact.source
+    assert "constexpr int GRID = 66;" in text and artifact.grid == (132, 1, 1)
+    assert "const int sk_block = (int)cluster_id;" in text
+    assert "+ sk_tile * CLUSTER + (int)cluster_ctarank();" in text
+    assert "(b * CLUSTER + (int)cluster_ctarank()) * 2 + slot" in text
+    # 10 shared pair-tiles' counts for each of two blocks (256 bytes aligned), then 132
+    # blocks' two 64 x 128 parts.
+    assert artifact.args[-1].bytes == 256 + 132 * 2 * 64 * 128 * 4

@@ -2,7 +2,8 @@
 same bits on every call and close to the fp32 product.
 
 Every stream-K design of the space (:func:`stream_k_designs`: each shape of the fix-up's
-fragment, both stores, swapped or not, one and two waves shared out) at three shapes,
+fragment, both stores, swapped or not, clustered or not, one and two waves shared out) at
+four shapes,
 100 calls each, and the stream-K kernels that take m at run time at sizes whose last m
 tile is partial. The parts of a shared tile are summed in block order, so the sum is the
 same whatever finished first; and no two tiles write one element (a stream-K kernel's
@@ -30,8 +31,9 @@ DEVICE = get_device("h200")
 CALLS = 100
 
 #: Partial tiles on both axes (the shape this test once failed at), a large suite shape,
-#: and one whose 128 x 256 tiles leave the last wave of 132 blocks 2% full (135 tiles).
-SHAPES = ((4000, 6000, 2000), (8192, 14336, 4096), (1152, 3840, 4096))
+#: one whose 128 x 256 tiles leave the last wave of 132 blocks 2% full (135 tiles), and a
+#: decode shape of few tiles (20 pairs of 64-row m tiles share k over 66 clusters).
+SHAPES = ((4000, 6000, 2000), (8192, 14336, 4096), (1152, 3840, 4096), (128, 1280, 8192))
 
 
 def _inputs(m: int, n: int, k: int) -> tuple:
@@ -63,7 +65,7 @@ def test_every_stream_k_design_gives_the_same_bits_on_every_call(shape: tuple) -
     m, n, k = shape
     spec = parse_spec("gemm", {"m": m, "n": n, "k": k, "dtype": "bfloat16", "b_layout": "nk"})
     a, b = _inputs(m, n, k)
-    checked, failures = 0, []
+    checked, clustered, failures = 0, 0, []
     for choices in stream_k_designs():
         try:
             sprogram = plan_sprogram(spec, DEVICE, dict(choices))
@@ -73,9 +75,10 @@ def test_every_stream_k_design_gives_the_same_bits_on_every_call(shape: tuple) -
             continue
         differing, error = _unstable_calls(load(render(sprogram, spec, DEVICE)), a, b)
         checked += 1
+        clustered += sprogram.cluster is not None
         if differing or not error < 1e-2:
             failures.append((sprogram.hash[:12], differing, error))
-    assert checked >= 10
+    assert checked >= 4 and clustered >= 1
     assert not failures, failures
 
 

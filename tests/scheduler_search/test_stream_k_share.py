@@ -80,7 +80,6 @@ def test_stream_k_is_part_of_the_sprogram_and_its_identity() -> None:
     ({"warp_specialized": False}, "producer warp"),
     ({"consumer_split": "pingpong", "wg_schedule": "alternate", "tile_m": 64},
      "cooperative consumers"),
-    ({"cluster_size": 2, "cluster_axis": "m"}, "clusters"),
     ({"stream_k": 5}, "fewer than 5 waves"),
 ])
 def test_stream_k_outside_its_lowering_is_rejected_with_a_reason(
@@ -89,3 +88,17 @@ def test_stream_k_outside_its_lowering_is_rejected_with_a_reason(
     _, validity = _gemm(**{"stream_k": 1, **choices})
     assert not validity.ok
     assert any(why in r.detail for r in validity.rejections), validity.rejections
+
+
+def test_a_clustered_share_is_over_clusters_and_their_tiles() -> None:
+    """A cluster's blocks run their tiles' trips together: 4096^2 in 128 x 256 tiles is 512
+    tiles, 256 pairs along m, shared over the 66 pairs of blocks the H200 runs at once."""
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.sprogram import stream_k_share
+
+    sprogram, validity = _gemm(stream_k=1, cluster_size=2, cluster_axis="m")
+    assert validity.ok, validity.rejections
+    spec = parse_spec("gemm", {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"})
+    share = stream_k_share(sprogram, spec.graph(sprogram.tile), H200)
+    assert (share.tiles, share.blocks) == (256, H200.clusters_at_once(2))
+    assert share.sk_tiles == 256 % share.blocks
