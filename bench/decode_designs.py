@@ -67,7 +67,8 @@ def many_token_designs(m: int) -> list[dict[str, Any]]:
     """Designs that read the weight once at 65..256 tokens, where 64-row m tiles read it
     once a tile: every token in one swapped tile (wgmma's N up to 256), with stream-K
     spreading the few n tiles over the SMs, and pairs of 64-row m tiles in a cluster
-    that share each weight tile by TMA multicast."""
+    that share each weight tile by TMA multicast, with and without stream-K over the
+    pairs (cuBLAS's plan where the weight has few tiles)."""
     from scheduler_search.space.designs import GEMM_SWAP_WIDE, GEMM_WARP_SPECIALIZED
 
     tokens = -(-m // 8) * 8
@@ -77,11 +78,12 @@ def many_token_designs(m: int) -> list[dict[str, Any]]:
         designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": tile_n,
                         "tile_k": tile_k, "consumer_warpgroups": tile_n // 64,
                         "stages_ab": min(12, RING_BYTES // stage_bytes), "stream_k": waves})
-    for tile_n, tile_k in itertools.product((64, 96, 128, 192), (64, 128)):
+    for tile_n, tile_k, waves in itertools.product((64, 96, 128, 192), (64, 128), (0, 1)):
         stage_bytes = (64 + tile_n) * tile_k * 2
         designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": tile_n,
                         "tile_k": tile_k, "consumer_warpgroups": 1, "cluster_size": 2,
-                        "cluster_axis": "m", "stages_ab": min(8, RING_BYTES // stage_bytes)})
+                        "cluster_axis": "m", "stages_ab": min(8, RING_BYTES // stage_bytes),
+                        "stream_k": waves})
     return designs
 
 
