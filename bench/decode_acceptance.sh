@@ -9,7 +9,9 @@
 #   MODEL-DTYPE   bench/decode.py for one model's layers in one dtype (e.g. llama-3-8b-bfloat16,
 #           mixtral-8x7b-float8_e4m3), every m of the suite unless M says fewer;
 #   profile Nsight Compute on PROFILE_CASES of PROFILE_RESULTS (bench/decode_profile.py):
-#           pipetune's kernel and the peer side by side.
+#           pipetune's kernel and the peer side by side;
+#   timeline  each block's start, first stream-K part and end for PROFILE_CASES of
+#           PROFILE_RESULTS (bench/decode_timeline.py).
 #
 # Run "speed" after "tests": on a freshly started machine the first tune also pays CuPy's
 # one-time compiles of its own kernels (2026-12-04: 15.6 s to the first result on a fresh
@@ -54,6 +56,14 @@ for name in $STEPS; do
         python3 bench/decode_profile.py --results "${PROFILE_RESULTS:?a decode results file}" \
         --cases ${PROFILE_CASES:-} > "$OUT/ncu-decode.txt" 2>&1
       echo "exit $?"; grep -c "Duration" "$OUT/ncu-decode.txt"
+      ;;
+    timeline)
+      step "block clock: ${PROFILE_CASES:-every case}"
+      # shellcheck disable=SC2086  # PROFILE_CASES is a list of case names
+      timeout "$BENCH_CAP" python3 bench/decode_timeline.py --results \
+        "${PROFILE_RESULTS:?a decode results file}" --cases ${PROFILE_CASES:-} \
+        --out "$OUT/decode-timeline.json" > "$OUT/timeline.log" 2>&1
+      echo "exit $?"; tail -4 "$OUT/timeline.log"
       ;;
     *)
       model=${name%-*}; dtype=${name##*-}

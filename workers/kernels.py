@@ -302,6 +302,18 @@ class KernelModule:
                 function = self._load(entry, device, dynamic_smem_bytes)
         return function
 
+    def global_array(self, name: str, device: int, dtype: str, size: int) -> Any:
+        """A CuPy view of the module's ``__device__`` array ``name`` of ``size`` elements
+        on ``device``, once a launch has loaded the module there: what an instrumented
+        source records (``bench/decode_timeline.py``), read back or reset between calls."""
+        import cupy
+
+        if self._raw is None:
+            raise RuntimeError("the module is loaded by its first launch")
+        with cupy.cuda.Device(device):
+            pointer = self._raw.get_global(name)
+            return cupy.ndarray((size,), dtype=dtype, memptr=pointer)
+
     def _load(self, entry: str, device: int, dynamic_smem_bytes: int) -> int:
         import cupy
 
