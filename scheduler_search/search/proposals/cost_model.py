@@ -42,11 +42,11 @@ class CostModelSource:
         samples = round.free * self.per_slot
         found: list[Proposal] = []
         taken = round.taken()
-        trial = _RandomTrial(self.rng)
         for _ in range(samples * 20):
             if len(found) >= samples:
                 break
-            proposal = valid_proposal(self.space, self.space.suggest(trial), SOURCE_MODEL, taken)
+            proposal = valid_proposal(self.space, self.space.sample(self.rng), SOURCE_MODEL,
+                                      taken)
             if proposal is not None:
                 found.append(proposal)
         round.predict(found)
