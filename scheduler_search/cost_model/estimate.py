@@ -204,12 +204,17 @@ def _global(
 
 def _stream_k_cycles(share: StreamKShare, tile_time: _TileTime, graph: STaskGraph) -> float:
     """A stream-K block: its whole tiles, then an equal share of the last tiles' trips,
-    one pipeline fill in all; its shared tiles' parts go to L2 and one is read back and
-    stored (two epilogues' worth), each part the tile's fp32 sums."""
+    one pipeline fill in all; its shared tiles' parts go to L2, and the block that counts
+    a tile's last part reads every contributor's back and stores it (two epilogues'
+    worth), each part the tile's fp32 sums. The finisher of the tile with the most
+    contributors sets the pace: 128 x 128 tiles over 1280 x 8192 have ~14 (10 tiles'
+    trips over 132 blocks), and ran 3x the estimate that charged two parts (H200,
+    2026-12-04, bench/decode_designs.py)."""
     whole = share.dp_tiles // share.blocks
     trips = whole * share.trips + share.sk_trips / share.blocks
     part_bytes = 4 * _tile_elements(graph)
-    parts = 2 * part_bytes / STREAM_K_PART_BYTES_PER_CYCLE
+    contributors = max((len(share.contributors(t)) for t in range(share.sk_tiles)), default=1)
+    parts = (1 + contributors) * part_bytes / STREAM_K_PART_BYTES_PER_CYCLE
     return (BLOCK_OVERHEAD_CYCLES + tile_time.first - tile_time.slope + trips * tile_time.slope
             + (whole + 2) * tile_time.epilogue + parts)
 

@@ -14,7 +14,7 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_range_spec
 from scheduler_search.ops.ranges import SizeRange
 from scheduler_search.search import Budget, StopReason
-from scheduler_search.search.range_cut import anchor_sizes, near_best
+from scheduler_search.search.range_cut import CONTENDER_SLACK, anchor_sizes, near_best
 from scheduler_search.search.range_search import (
     RangeConfig,
     RangeSearch,
@@ -326,9 +326,17 @@ def test_refining_measures_the_contenders_between_samples_where_things_change() 
     gaps = [(a, b) for a, b in itertools.pairwise(planned)
             if round(math.sqrt(a * b)) in added]
     assert gaps and all(a < m < b for a, b in gaps for m in [round(math.sqrt(a * b))])
+    def near(size: int) -> set[str]:
+        return {h for h, us in by_size[size].items()
+                if us <= CONTENDER_SLACK * min(by_size[size].values())}
+
     for m in added:
-        # Only the contenders: those within the slack of the best at a neighbour.
-        assert 1 <= len(by_size[m]) < 10
+        # Only the contenders: those within the slack of the best at either end of the
+        # gap it splits (two disjoint sets of near-best may make them all).
+        ends = [(a, b) for a, b in itertools.combinations(sorted(set(by_size) - {m}), 2)
+                if round(math.sqrt(a * b)) == m]
+        assert by_size[m] and any(set(by_size[m]) <= near(a) | near(b) for a, b in ends)
+    assert any(len(by_size[m]) < 10 for m in added)
     for a, b in gaps:  # the winners at both ends were measured in the middle
         winners = {min(by_size[s], key=by_size[s].get) for s in (a, b)}
         assert winners <= set(by_size[round(math.sqrt(a * b))])
