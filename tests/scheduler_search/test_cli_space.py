@@ -10,7 +10,6 @@ naming the field as the API does (docs/architecture.md, "API": errors name the b
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from knob_counts import count_points
 
 from scheduler_search.hardware import H200
 from scheduler_search.ops import parse_spec
@@ -65,33 +65,6 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = main(["space", *argv])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def count_points(knobs: list) -> int:
-    """Points of a define-by-run knob table, walked independently of ScheduleSpace.
-
-    The knobs after the last one with a condition are asked in every point: they multiply
-    the count of the walk of the knobs before them instead of being walked."""
-    free = len(knobs)
-    while free > 0 and knobs[free - 1].when is None:
-        free -= 1
-    tail = math.prod(len(k.options) for k in knobs[free:])
-    choices: dict[str, Any] = {}
-
-    def walk(index: int) -> int:
-        if index == free:
-            return tail
-        knob = knobs[index]
-        if not knob.applies(choices):
-            return walk(index + 1)
-        total = 0
-        for option in knob.options:
-            choices[knob.name] = option
-            total += walk(index + 1)
-        del choices[knob.name]
-        return total
-
-    return walk(0)
 
 
 def check_top_entry(entry: dict[str, Any], rank: int, op: str, params: dict[str, Any]) -> None:

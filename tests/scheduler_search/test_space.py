@@ -16,12 +16,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from knob_counts import count_points
 
 from scheduler_search.cost_model import MeasuredTimings, estimate
 from scheduler_search.hardware import A100_SXM, H200, UnitKind
 from scheduler_search.ops import OPERATORS, OperatorSpec, parse_spec
 from scheduler_search.ops.suites import REFERENCE_WORKLOADS
-from scheduler_search.space import Candidate, Knob, ScheduleSpace, SpaceCount, knob_table, rank_top
+from scheduler_search.space import Candidate, ScheduleSpace, SpaceCount, knob_table, rank_top
 from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
 from scheduler_search.space.tables import fitted_tile
@@ -84,34 +85,6 @@ def candidate_keys(
 
     yield get
     done.clear()
-
-
-def count_points(knobs: list[Knob]) -> int:
-    """Points of a define-by-run knob table, walked independently of ScheduleSpace.
-
-    The knobs after the last one with a condition are asked in every point: they multiply
-    the count of the walk of the knobs before them instead of being walked (the walk of a
-    suite space takes a tenth of a second, not one or two)."""
-    free = len(knobs)
-    while free > 0 and knobs[free - 1].when is None:
-        free -= 1
-    tail = math.prod(len(k.options) for k in knobs[free:])
-    choices: dict[str, Any] = {}
-
-    def walk(index: int) -> int:
-        if index == free:
-            return tail
-        knob = knobs[index]
-        if knob.when is not None and not knob.when(choices):
-            return walk(index + 1)
-        total = 0
-        for option in knob.options:
-            choices[knob.name] = option
-            total += walk(index + 1)
-        del choices[knob.name]
-        return total
-
-    return walk(0)
 
 
 def key(choices: dict[str, Any]) -> tuple[tuple[str, str, Any], ...]:
