@@ -99,7 +99,9 @@ def test_identical_range_requests_share_a_run(idle_client: TestClient) -> None:
 def test_a_range_run_stores_a_table_covering_the_range(
         tuned: tuple[TestClient, dict[str, Any]]) -> None:
     client, run = tuned
-    assert run["kind"] == "range" and run["trials_done"] == 24 and run["best"] is None
+    # 18 trials of the first pass (3 kernels at 6 sizes), then refining where the winner or
+    # the best time changes between sizes, within the budget of 24.
+    assert run["kind"] == "range" and 18 <= run["trials_done"] <= 24 and run["best"] is None
     listed = client.get("/v1/ranges", params={"run_id": run["id"]}).json()
     assert listed["count"] == 1
     table = client.get(f"/v1/ranges/{listed['data'][0]['id']}").json()
@@ -118,7 +120,7 @@ def test_a_range_run_stores_a_table_covering_the_range(
         assert set(bucket["samples"]) <= set(table["sizes"])
     # Each measurement is a trial at its size.
     trials = client.get(f"/v1/runs/{run['id']}/trials").json()
-    assert trials["count"] == 24
+    assert trials["count"] == run["trials_done"]
     assert {t["params"]["m"] for t in trials["data"]} == set(table["sizes"])
     # The table's kernels as one RangeArtifact.
     artifact = RangeArtifact.from_dict(client.get(f"/v1/ranges/{table['id']}/artifact").json())
@@ -309,7 +311,7 @@ def test_a_range_run_on_a_gpu_measures_one_kernel_per_candidate_bound_to_each_si
     jobs = gpu.kernel_jobs
     quick = jobs[0].timing
     searched = [j for j in jobs if j.timing == quick]
-    assert len(searched) == 24 and any(j.timing != quick for j in jobs)
+    assert len(searched) == run["trials_done"] and any(j.timing != quick for j in jobs)
     sources: dict[str, set[str]] = {}
     for job in searched:
         m = job.workload["params"]["m"]
@@ -318,7 +320,8 @@ def test_a_range_run_on_a_gpu_measures_one_kernel_per_candidate_bound_to_each_si
         assert {a.name: a.value for a in job.artifact.args if a.kind == "scalar"}["M"] == m
         sources.setdefault(job.artifact.schedule_hash, set()).add(job.artifact.source)
     # 18 trials of the first pass (a quarter kept for refining) over 6 sizes: 3 kernels,
-    # each at every one of those sizes; the refining rounds measure some at more.
+    # each at every one of those sizes; the refining rounds (where the winner or the best
+    # time changes between sizes) measure some at more.
     assert len(sources) == 3
     per_size = {m: sum(j.workload["params"]["m"] == m for j in searched)
                 for m in table["sizes"]}
