@@ -256,10 +256,10 @@ def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
 
 def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     """A few-token GEMM's decode designs its space holds, likeliest first: up to 64 tokens
-    the swapped tile and its stream-K twin (where ``swap_ab`` is offered), then the narrow
-    unswapped tiles; past 64 tokens the tile that fills ``blocks`` a wave best first, then
-    the narrow, wide-n, m-pair and every-token-swapped tiles (each led some weight's grid
-    on the H200, 2026-12-04)."""
+    the swapped ones (where ``swap_ab`` is offered: :func:`_swapped_decode_designs`), then
+    the narrow unswapped tiles; past 64 tokens the tile that fills ``blocks`` a wave best
+    first, then the narrow, wide-n, m-pair and every-token-swapped tiles (each led some
+    weight's grid on the H200, 2026-12-04)."""
     m, n = spec.params()["m"], spec.params()["n"]
     narrow = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
     if m <= _SWAPPED_TOKENS_MAX:
