@@ -172,3 +172,20 @@ def test_the_first_round_pairs_the_swapped_tile_with_what_the_weight_needs(
     else:
         assert next_one["tile_n"] == 128 and not next_one["stream_k"]
     assert {**first, "stages_ab": 12} in rest  # the deepest ring stays a seed
+
+
+def test_random_points_are_drawn_among_the_viable_options() -> None:
+    """``ScheduleSpace.sample`` (the cost model's random picks) draws each knob among the
+    options its ``viable`` leaves, as the walk does: token tiles only swapped, deep rings
+    only swapped, a swapped output stored by the consumers' threads."""
+    import random
+
+    space = ScheduleSpace(_spec(1), H200, feasibility("gemm", H200))
+    rng = random.Random(3)
+    points = [space.sample(rng) for _ in range(400)]
+    for choices in points:
+        swapped = choices.get("swap_ab", False)
+        assert choices["tile_m"] >= 64 or swapped
+        assert choices["stages_ab"] <= 6 or swapped
+        assert not swapped or choices["map_store"] == "cuda_core"
+    assert any(c.get("swap_ab") for c in points) and any(c["stages_ab"] > 6 for c in points)
