@@ -129,7 +129,7 @@ def emit_fixup(code: Code, trips: str, frag: str, part_floats: int,
     tile's last part adds every part in block order (the same sums whatever finished
     first) into the fragment ``frag``, and only it stores the tile (``store_tile``).
     ``part_floats`` is a consumer's floats of a part (how many parts it reads at
-    once follows from it: :func:`parts_at_once`). ``clustered``: each block of a cluster
+    once follows from it: :func:`_parts_at_once`). ``clustered``: each block of a cluster
     sums its own rows of the cluster's tile, with its own count."""
     c = code
     threads = f"CONSUMERS * {WARPGROUP}"
@@ -155,7 +155,7 @@ def emit_fixup(code: Code, trips: str, frag: str, part_floats: int,
         with c.block("if (store_tile)"):
             c("__threadfence();  // the other blocks' parts are read after their counts")
             _fragment_loop(c, f"{frag}[mi][r] = 0.f;")
-            _sum_parts(c, frag, parts_at_once(part_floats))
+            _sum_parts(c, frag, _parts_at_once(part_floats))
 
 
 #: Loads in flight a consumer thread aims for while it sums parts: a part's loads wait
@@ -166,7 +166,7 @@ SUM_LOADS_IN_FLIGHT = 128
 SUM_PARTS_MAX = 8
 
 
-def parts_at_once(part_floats: int) -> int:
+def _parts_at_once(part_floats: int) -> int:
     """Parts the finisher loads together: enough for :data:`SUM_LOADS_IN_FLIGHT` loads a
     thread, one part at least, :data:`SUM_PARTS_MAX` at most."""
     per_thread = max(1, part_floats // WARPGROUP)
@@ -204,4 +204,4 @@ def _fragment_loop(code: Code, statement: str) -> None:
 
 
 __all__ = ["WORKSPACE", "emit_constants", "emit_fixup", "emit_helpers", "emit_runtime_share",
-           "parts_at_once", "units"]
+           "units"]
