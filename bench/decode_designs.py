@@ -68,7 +68,8 @@ def many_token_designs(m: int) -> list[dict[str, Any]]:
     once a tile: every token in one swapped tile (wgmma's N up to 256), with stream-K
     spreading the few n tiles over the SMs, and pairs of 64-row m tiles in a cluster
     that share each weight tile by TMA multicast, with and without stream-K over the
-    pairs (cuBLAS's plan where the weight has few tiles)."""
+    pairs (cuBLAS's plan where the weight has few tiles); every token in one 128-row tile
+    in clusters along n that share it, and four m tiles in a cluster sharing the weight."""
     from scheduler_search.space.designs import GEMM_SWAP_WIDE, GEMM_WARP_SPECIALIZED
 
     tokens = -(-m // 8) * 8
@@ -84,6 +85,18 @@ def many_token_designs(m: int) -> list[dict[str, Any]]:
                         "tile_k": tile_k, "consumer_warpgroups": 1, "cluster_size": 2,
                         "cluster_axis": "m", "stages_ab": min(8, RING_BYTES // stage_bytes),
                         "stream_k": waves})
+    for tile_n, tile_k, size, waves in itertools.product((64, 128), (64, 128), (2, 4), (1, 2)):
+        # every token in one 128-row tile, the token slice multicast along n (cuBLAS's
+        # plan at 128 x 1280 x 8192: split k over clusters that share the activations)
+        stage_bytes = (128 + tile_n) * tile_k * 2
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": 128, "tile_n": tile_n,
+                        "tile_k": tile_k, "consumer_warpgroups": 2, "cluster_size": size,
+                        "cluster_axis": "n", "stages_ab": min(8, RING_BYTES // stage_bytes),
+                        "stream_k": waves})
+    for tile_n, waves in itertools.product((64, 128), (0, 1)):  # four m tiles share B
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": tile_n,
+                        "tile_k": 64, "consumer_warpgroups": 1, "cluster_size": 4,
+                        "cluster_axis": "m", "stages_ab": 8, "stream_k": waves})
     return designs
 
 

@@ -99,20 +99,18 @@ def _clustered(choices: dict) -> bool:
 def _stream_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bool]:
     """Stream-K is asked for where it is lowered (a persistent grid of cooperative
     consumers fed by a producer warp) and can even out a wave: the tile grid leaves the
-    last (or only) wave of one block an SM part-empty. Not yet with a cluster: stream-K
-    over clusters is lowered (``stream_k_designs`` and the decode grid reach it) but the
-    search offers it once it has run on a GPU."""
+    last (or only) wave of one block (one cluster) an SM (a group of SMs) part-empty. A
+    cluster's blocks take their tiles' trips together, so the share is over clusters."""
     graph = spec.graph({})
-    blocks = device.clusters_at_once(1)
 
     def applies(c: dict) -> bool:
         if not (c.get("persistent") and c.get("warp_specialized")
-                and c.get("consumer_split", "cooperative") == "cooperative"
-                and not _clustered(c)):
+                and c.get("consumer_split", "cooperative") == "cooperative"):
             return False
+        size = c.get("cluster_size", 1) if _clustered(c) else 1
         tiles = math.prod(-(-graph.extents[a] // c.get(f"tile_{a}", graph.extents[a]))
                           for a in graph.spatial_axes)
-        return tiles % blocks != 0
+        return (tiles // size) % device.clusters_at_once(size) != 0
 
     return applies
 

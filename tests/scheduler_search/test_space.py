@@ -289,12 +289,13 @@ class RecordingTrial:
 
 
 def _partial_last_wave(space: ScheduleSpace, choices: dict[str, Any]) -> bool:
-    """Whether the tiles of ``choices`` leave a persistent grid's last wave part-empty."""
+    """Whether the tiles of ``choices`` leave a persistent grid's last wave part-empty
+    (a cluster's blocks take their tiles together: the wave is of clusters)."""
     graph = space.spec.graph({})
     tiles = math.prod(-(-graph.extents[a] // choices.get(f"tile_{a}", graph.extents[a]))
                       for a in graph.spatial_axes)
-    blocks = space.device.clusters_at_once(1)
-    return tiles % blocks != 0
+    size = choices.get("cluster_size", 1)
+    return (tiles // size) % space.device.clusters_at_once(size) != 0
 
 
 def expected_questions(space: ScheduleSpace, choices: dict[str, Any]) -> list[str]:
@@ -302,7 +303,7 @@ def expected_questions(space: ScheduleSpace, choices: dict[str, Any]) -> list[st
     consumers = choices.get("consumer_warpgroups", 1)
     ws = choices.get("warp_specialized", False)
     skipped = set()
-    if not (choices.get("persistent") and ws and choices.get("cluster_size", 1) == 1
+    if not (choices.get("persistent") and ws
             and choices.get("consumer_split", "cooperative") == "cooperative"
             and _partial_last_wave(space, choices)):
         skipped.add("stream_k")
