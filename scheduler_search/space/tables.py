@@ -83,6 +83,10 @@ _ORDERS = {
 #: blocks on every suite shape and clusters of 4 11-16% slower (on a grid of the 30 that
 #: run at once), so the cost model's multicast credit would only spend measurements on them.
 _CLUSTER_SIZES = {"gemm": (1, 2)}
+#: Few-token GEMMs also take clusters of 4: where the weight makes few tiles, stream-K
+#: over four blocks that share one operand led 128 and 256 x 1280 x 8192 (H200,
+#: 2026-12-04: 14.8 and 17.2 us, where pairs ran 15.2 and 20.8).
+_FEW_TOKEN_CLUSTER_SIZES = (1, 2, 4)
 
 #: Stream-K (waves of the last tiles shared out by trips; 0: whole tiles) for the
 #: operators whose code generation lowers it.
@@ -260,8 +264,8 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
         if len(options) > 1:
             knobs.append(Knob("map_vector_loads", options))
     if hopper and op in _CLUSTER_SIZES:
-        knobs.append(Knob("cluster_size", _CLUSTER_SIZES[op], when=is_warp_specialized,
-                          default=1))
+        sizes = _FEW_TOKEN_CLUSTER_SIZES if few_token_gemm(spec) else _CLUSTER_SIZES[op]
+        knobs.append(Knob("cluster_size", sizes, when=is_warp_specialized, default=1))
         knobs.append(Knob("cluster_axis", graph.spatial_axes[:2], when=_clustered))
     knobs.append(Knob("persistent", (False, True)))
     if hopper and op in _STREAM_K_WAVES:

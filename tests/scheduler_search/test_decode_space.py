@@ -77,6 +77,28 @@ def test_decode_designs_are_valid_points_of_the_space(m: int, dtype: str) -> Non
         assert render(sprogram, spec, H200).source
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3"])
+@pytest.mark.parametrize(("m", "leader"), [(96, ("n", 4)), (128, ("n", 4)), (256, ("m", 4))])
+def test_few_weight_tiles_past_64_tokens_lead_with_stream_k_over_clusters(
+        m: int, leader: tuple, dtype: str) -> None:
+    """A 1280-row weight makes 10 tiles of 128 rows: the first seeds share k over
+    clusters whose blocks multicast the operand they have in common, and they run."""
+    spec = _spec(m, n=1280, k=8192, dtype=dtype)
+    space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+    first = decode_designs(spec)[0]
+    assert (first["cluster_axis"], first["cluster_size"], first["stream_k"]) == (*leader, 1)
+    for design in decode_designs(spec):
+        sprogram, validity = space.build(fit_to_space(space, design))
+        assert validity.ok, (design, validity.rejections)
+        if design.get("stream_k") and design.get("cluster_size", 1) > 1:
+            assert sprogram.stream_k is not None and sprogram.cluster is not None
+
+
+def test_many_weight_tiles_keep_the_wave_fitted_tile_first() -> None:
+    spec = _spec(256, n=7168, k=8192)
+    assert decode_designs(spec)[0] == wave_fitted(256, 7168, 132)
+
+
 @pytest.mark.parametrize("m", [8, 16, 32, 64])
 def test_swapped_seeds_take_the_deepest_ring_that_fits(m: int) -> None:
     """12 stages of a 16-token tile overflow shared memory; the seed takes 10."""
