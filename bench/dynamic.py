@@ -330,7 +330,10 @@ def main(argv: list[str] | None = None) -> int:
             weight = argparse.Namespace(**{**vars(args), "n": n, "k": k, "layout": layout})
             folder = workdir / f"{n}x{k}-{layout}"
             folder.mkdir(exist_ok=True)
-            cases += [run_dtype(dtype, weight, folder) for dtype in args.dtypes]
+            for dtype in args.dtypes:
+                cases.append(run_dtype(dtype, weight, folder))
+                # after every case: a run cut at its time cap keeps what it measured
+                write_results(args, pairs, warm_up_s, cases, complete=False)
     ok = [c for c in cases if "error" not in c]
     for case in ok:
         print(f"{args.op} {case['dtype']}: range run {case['range_run']['wall_s']:.1f} s "
@@ -338,17 +341,23 @@ def main(argv: list[str] | None = None) -> int:
               f"{case['exact_run']['wall_s']:.1f} s: {case['range_over_exact_wall']:.2f}x; "
               + "  ".join(f"{f} {case[f'{f}_geomean']:.3f} (min {case[f'{f}_min']:.3f})"
                           for f in FIGURES))
-    every = [row for case in ok for row in case["sizes"]]
-    overall = {f"{f}_geomean": geomean([r[f"{f}_ratio"] for r in every]) for f in FIGURES}
+    write_results(args, pairs, warm_up_s, cases, complete=True)
+    return 0 if len(ok) == len(cases) else 1
+
+
+def write_results(args: argparse.Namespace, pairs: list[tuple[int, int]], warm_up_s: float,
+                  cases: list[dict[str, Any]], *, complete: bool) -> None:
+    """The results file so far (``complete``: every case of the run has run)."""
+    every = [row for case in cases if "error" not in case for row in case["sizes"]]
+    overall = ({f"{f}_geomean": geomean([r[f"{f}_ratio"] for r in every]) for f in FIGURES}
+               if every else {})
     write_json(args.out, {"date": datetime.date.today().isoformat(), "suite": "dynamic",
-                          **tree_state(), "overall": overall,
+                          **tree_state(), "complete": complete, "overall": overall,
                           "pairs": {"seed": args.pair_seed if args.draw_pairs else None,
                                     "drawn": pairs, "layouts": args.layouts},
-                          "warm_up": {"size": WARM_UP_SIZE,
-                                                       "trials": args.warm_up_trials,
-                                                       "wall_s": warm_up_s},
+                          "warm_up": {"size": WARM_UP_SIZE, "trials": args.warm_up_trials,
+                                      "wall_s": warm_up_s},
                           "cases": cases})
-    return 0 if len(ok) == len(cases) else 1
 
 
 if __name__ == "__main__":

@@ -50,3 +50,33 @@ def test_the_command_line_takes_pairs_and_layouts(monkeypatch, tmp_path) -> None
     assert doc["pairs"] == {"seed": 44, "drawn": [list(p) for p in pairs],
                             "layouts": ["nk", "kn"]}
     assert doc["overall"]["graph_geomean"] > 1.0
+
+
+def test_a_run_cut_at_its_cap_keeps_the_cases_it_measured(monkeypatch, tmp_path) -> None:
+    """The results file is written after every case: a run killed during its second case
+    (a device call's time cap) leaves the first, marked incomplete."""
+    import json
+
+    import bench.dynamic as dynamic
+
+    out = tmp_path / "dynamic.json"
+    calls = []
+
+    def fake_run(dtype, args, folder):
+        calls.append(args.n)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the cap's kill, during the second case
+        return {"dtype": dtype, "params": {"n": args.n, "k": args.k},
+                "sizes": [{f"{f}_ratio": 0.9 for f in dynamic.FIGURES}]}
+
+    monkeypatch.setattr(dynamic, "run_dtype", fake_run)
+    monkeypatch.setattr(dynamic, "warm_up", lambda *a: 0.0)
+    try:
+        main(["--draw-pairs", "2", "--layouts", "nk", "--dtypes", "bfloat16",
+              "--out", str(out)])
+    except KeyboardInterrupt:
+        pass
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False
+    assert [c["params"]["n"] for c in doc["cases"]] == [draw_pairs(2, seed=44)[0][0]]
+    assert abs(doc["overall"]["graph_geomean"] - 0.9) < 1e-9
