@@ -206,8 +206,13 @@ class PipelineSkeleton:
             c(f"constexpr int UNITS = {lay.units};")
         c(f"constexpr int CONSUMER_ROWS = {lay.consumer_rows};  // tile rows one consumer owns")
         if s.cluster_size > 1:
+            axis = s.sprogram.cluster.axis
             c(f"constexpr int CLUSTER = {s.cluster_size};  // blocks per cluster, neighbours "
-              f"along {s.sprogram.cluster.axis}; units count clusters")
+              f"along {axis}; units count clusters")
+            along = next((a for a in self.hooks.grid_axes if a.name == axis), None)
+            if along is not None and not along.runtime:  # else its tiles run past the grid
+                c(f'static_assert(TILES_{along.const} % CLUSTER == 0, "clusters cover whole '
+                  f'tiles along {axis}");')
         c("")
         self.hooks.constants(c, lay.consumer_rows)
         if lay.stream_k is not None:

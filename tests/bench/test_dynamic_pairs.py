@@ -3,6 +3,8 @@ never a power of two or a dimension development tuned for (the GEMM suite's)."""
 
 from __future__ import annotations
 
+import pytest
+
 from bench.dynamic import PAIR_RANGE, PAIR_STEP, draw_pairs, main
 from scheduler_search.ops.suites import GEMM_SHAPES
 
@@ -71,11 +73,9 @@ def test_a_run_cut_at_its_cap_keeps_the_cases_it_measured(monkeypatch, tmp_path)
 
     monkeypatch.setattr(dynamic, "run_dtype", fake_run)
     monkeypatch.setattr(dynamic, "warm_up", lambda *a: 0.0)
-    try:
+    with pytest.raises(KeyboardInterrupt):
         main(["--draw-pairs", "2", "--layouts", "nk", "--dtypes", "bfloat16",
               "--out", str(out)])
-    except KeyboardInterrupt:
-        pass
     doc = json.loads(out.read_text())
     assert doc["complete"] is False
     assert [c["params"]["n"] for c in doc["cases"]] == [draw_pairs(2, seed=44)[0][0]]

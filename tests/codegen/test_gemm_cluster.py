@@ -19,7 +19,7 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
-from scheduler_search.sprogram import plan_sprogram
+from scheduler_search.sprogram import check_valid, plan_sprogram
 
 DEVICE = get_device("h200")
 DESIGN = {**GEMM_WARP_SPECIALIZED, "cluster_size": 2}
@@ -95,6 +95,25 @@ def test_clustered_variants_compile_without_spills() -> None:
                            "tile_m": 64, "stages_ab": 3}):
                 spec = _spec(layout, m=4000, n=6000, k=2000)
                 sp = plan_sprogram(spec, DEVICE, {**DESIGN, "cluster_axis": axis, **extra})
+                if not check_valid(sp, spec, DEVICE).ok:  # 63 m tiles of 64 rows: no pairs
+                    continue
                 assert unsupported(sp, DEVICE) is None, (layout, axis, extra)
                 variants.append(render(sp, spec, DEVICE).source)
+    assert len(variants) == 14
     assert_compile_clean(variants)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_a_cluster_that_cannot_cover_the_tiles_does_not_compile() -> None:
+    """63 m tiles of 64 rows cannot pair: the space rejects the schedule, and a kernel
+    rendered from it anyway (as a test once did, and ran it past the tile grid into an
+    illegal instruction on the GPU) stops at nvcc with the reason."""
+    from codegen.nvcc import compile_report
+
+    spec = _spec("nk", m=4000, n=6000, k=2000)
+    pair = {**DESIGN, "cluster_axis": "m", "tile_m": 64, "tile_n": 128,
+            "consumer_warpgroups": 1}
+    source = render(plan_sprogram(spec, DEVICE, pair), spec, DEVICE).source
+    assert "static_assert(TILES_M % CLUSTER == 0" in source
+    report = compile_report(source)
+    assert not report.ok and "clusters cover whole tiles along m" in report.log
