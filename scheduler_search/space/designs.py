@@ -6,7 +6,7 @@ experts write) and good seeds for a search's first trials.
 
 from __future__ import annotations
 
-from scheduler_search.ops import OperatorSpec
+from scheduler_search.ops import OperatorSpec, RangeSpec
 from scheduler_search.ops.gemm import FP8_DTYPES
 from scheduler_search.space.knobs import Choices
 from scheduler_search.space.tables import few_token_gemm, swap_applies, swapped_ring_depths
@@ -172,7 +172,9 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #: (two consumers), halving that traffic; its m tiles step so that four of them (one
 #: wave of 128 tiles) fit each stretch of m (a 136-wide one ran m = 337 in 96 tiles at
 #: 0.72 of cuBLAS, the same time as m = 522). The swapped designs name their stream-K
-#: share (none but the narrow one's), so a range run adds no stream-K variants of them:
+#: share (none but the narrow one's), and so do the banded ones (none: the operator's
+#: design brings its stream-K twins, and six more 128 x 256 kernels took a quarter of a
+#: 24-candidate pool), so a range run adds no stream-K variants of them:
 #: on the H200 stream-K's fix-up cost swapped tiles more than idle SMs did (m = 68..124
 #: over 64-row n tiles: 26 us with stream-K, 19-20 us without). Past m = 800 (compute
 #: bound, four m tiles a wave) the m tile steps by 8 rows: m = 811 in 208-wide tiles does
@@ -185,14 +187,40 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #: winners took on the H200's GEMM suite, 2026-12-02: 16 m tiles' A and 8 n tiles' B in
 #: flight, 32 MB), keeps the operands of the tiles in flight in L2.
 RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
-    "gemm": {"n_banded": {**GEMM_WARP_SPECIALIZED, "raster_major": "n", "raster_swizzle": 16},
-             "m_banded": {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 8},
+    "gemm": {"n_banded": {**GEMM_WARP_SPECIALIZED, "raster_major": "n", "raster_swizzle": 16,
+                          "stream_k": 0},
+             "m_banded": {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 8, "stream_k": 0},
              "swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
                                                                     192)},
              **{f"swap_{tile_m}x128": _swapped(tile_m, 128)
                 for tile_m in (88, 104, 120, 136, 168, 200, 208, 216, 224, 232, 256)}},
 }
+
+#: Few-token sizes whose likeliest decode designs a GEMM range over m starts its pool
+#: with, where the range holds them (:func:`range_designs`).
+_RANGE_DECODE_SIZES = (1, 16, 128)
+
+
+def range_designs(range_spec: RangeSpec) -> list[Choices]:
+    """The designs a range run's pool starts with, in order: the operator's, then for a
+    GEMM range reaching few tokens the first two decode designs of its weight at
+    1, 16 and 128 tokens (:func:`decode_designs`: they know the weight's n, where
+    :data:`RANGE_DESIGNS` were measured at n = k = 4096 only), then the range designs.
+    On three (n, k) pairs drawn away from 4096 (H200, 2026-12-04) a pool of the operator's
+    and the range designs alone served m = 3..119 of an 11200 x 1664 weight at 0.67-0.85
+    of cuBLAS's speed (graph replay), where exact decode tunes of such weights reach
+    about 1.0; in the simulated run of that pair every one of its 24 candidates was a
+    hand-written design, nine of them 128 x 256 tiles."""
+    designs = [dict(d) for d in DESIGNS.get(range_spec.op, {}).values()]
+    if range_spec.op == "gemm" and range_spec.dim == "m":
+        low, high = range_spec.axis.low, range_spec.axis.high
+        for size in _RANGE_DECODE_SIZES:
+            spec = range_spec.exact(range_spec.at(min(max(size, low), high)))
+            if few_token_gemm(spec):
+                designs += [d for d in decode_designs(spec)[:2] if d not in designs]
+    return designs + [dict(d) for d in RANGE_DESIGNS.get(range_spec.op, {}).values()]
+
 
 #: Decode GEMMs (a few tokens against a weight stored n x k: memory-bound), measured on an
 #: H200 by graph replay over weights larger than the L2 (bf16, 2026-12-04,

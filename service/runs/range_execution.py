@@ -42,7 +42,7 @@ from scheduler_search.search.range_search import (
     RangeSearch,
     plan_at,
 )
-from scheduler_search.space.designs import DESIGNS, RANGE_DESIGNS
+from scheduler_search.space.designs import range_designs
 from scheduler_search.sprogram import SProgram
 from service.db import ranges as ranges_repo
 from service.db import repositories as repo
@@ -153,8 +153,7 @@ class RangeExecution:
             config=self.config,
             feasible=_feasibility(self.range_spec.op, self.model),
             estimator=self._estimator(),
-            designs=[*DESIGNS.get(self.range_spec.op, {}).values(),
-                     *RANGE_DESIGNS.get(self.range_spec.op, {}).values()],
+            designs=range_designs(self.range_spec),
             history=self.history,
             elapsed_before_s=run.elapsed_s,
             on_trials=self.on_trials,

@@ -24,11 +24,11 @@ def test_a_structure_has_twins_alone_and_paired_along_each_axis_that_are_valid()
     paired = {**GEMM_WARP_SPECIALIZED, "cluster_size": 2, "cluster_axis": "n"}
     assert [(t["cluster_size"], t.get("cluster_axis")) for t in cluster_twins(space, paired)] \
         == [(1, None), (2, "m")]
-    # One row of tiles along m: pairs only along n.
+    # One row of tiles along m: clusters only along n (a few-token GEMM also offers 4).
     thin = GemmSpec(m=128, n=8192, k=8192, dtype="float16", b_layout="nk")
     thin_space = ScheduleSpace(thin, H200, feasibility("gemm", H200))
-    assert [t.get("cluster_axis") for t in cluster_twins(thin_space, GEMM_WARP_SPECIALIZED)] \
-        == ["n"]
+    assert [(t["cluster_size"], t.get("cluster_axis"))
+            for t in cluster_twins(thin_space, GEMM_WARP_SPECIALIZED)] == [(2, "n"), (4, "n")]
     assert cluster_twins(space, {**GEMM_WARP_SPECIALIZED, "warp_specialized": False}) == []
 
 
