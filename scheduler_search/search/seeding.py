@@ -46,7 +46,7 @@ def cluster_twins(space: ScheduleSpace, choices: Choices) -> list[Choices]:
     if "cluster_size" not in knobs or not knobs["cluster_size"].applies(choices):
         return []
     alone = {k: v for k, v in choices.items() if k != "cluster_axis"} | {"cluster_size": 1}
-    # A cluster's blocks take whole tiles together: its twins share out no trips.
+    # A cluster's twins take whole tiles (stream-K over clusters is the search's to ask).
     whole = {k: v for k, v in alone.items() if k != "stream_k"}
     twins = [alone] + [whole | {"cluster_size": size, "cluster_axis": axis}
                        for size in knobs["cluster_size"].options if size > 1
