@@ -34,7 +34,9 @@ to neither of the two runs whose wall times are compared. Then, per dtype:
 
 ``--draw-pairs 3 --layouts nk kn`` runs the GEMM range on three (n, k) pairs drawn with
 ``--pair-seed`` (logged in the results; neither a power of two nor a GEMM suite dimension),
-in both B layouts, and adds the geometric mean over every size of every case.
+in both B layouts, and adds the geometric mean over every size of every case. A pair and
+layout take about three minutes on an H200, so ``--pair-indices 0`` (then 1, 2) runs
+some of the drawn pairs only: one device call each, every file naming the whole draw.
 """
 
 from __future__ import annotations
@@ -284,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draw-pairs", type=int, default=0,
                         help="gemm: tune this many drawn (n, k) pairs instead of --n --k")
     parser.add_argument("--pair-seed", type=int, default=44, help="the pairs' seed")
+    parser.add_argument("--pair-indices", type=int, nargs="+", default=None,
+                        help="gemm: run only these of the drawn pairs (0 = the first)")
     parser.add_argument("--batch", type=int, default=1, help="attention")
     parser.add_argument("--heads", type=int, default=32, help="attention")
     parser.add_argument("--kv-heads", type=int, default=8, help="attention")
@@ -318,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     pairs = draw_pairs(args.draw_pairs, args.pair_seed) if args.draw_pairs else [
         (args.n, args.k)]
+    if args.draw_pairs and args.pair_indices is not None:
+        pairs = [pairs[i] for i in args.pair_indices]
     args.layout = args.layouts[0]
     with tempfile.TemporaryDirectory() as scratch:
         workdir = args.keep_db or Path(scratch)
@@ -354,7 +360,9 @@ def write_results(args: argparse.Namespace, pairs: list[tuple[int, int]], warm_u
     write_json(args.out, {"date": datetime.date.today().isoformat(), "suite": "dynamic",
                           **tree_state(), "complete": complete, "overall": overall,
                           "pairs": {"seed": args.pair_seed if args.draw_pairs else None,
-                                    "drawn": pairs, "layouts": args.layouts},
+                                    "drawn": (draw_pairs(args.draw_pairs, args.pair_seed)
+                                              if args.draw_pairs else pairs),
+                                    "run": pairs, "layouts": args.layouts},
                           "warm_up": {"size": WARM_UP_SIZE, "trials": args.warm_up_trials,
                                       "wall_s": warm_up_s},
                           "cases": cases})

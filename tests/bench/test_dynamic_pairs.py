@@ -50,7 +50,7 @@ def test_the_command_line_takes_pairs_and_layouts(monkeypatch, tmp_path) -> None
 
     doc = json.loads(out.read_text())
     assert doc["pairs"] == {"seed": 44, "drawn": [list(p) for p in pairs],
-                            "layouts": ["nk", "kn"]}
+                            "run": [list(p) for p in pairs], "layouts": ["nk", "kn"]}
     assert doc["overall"]["graph_geomean"] > 1.0
 
 
@@ -80,3 +80,31 @@ def test_a_run_cut_at_its_cap_keeps_the_cases_it_measured(monkeypatch, tmp_path)
     assert doc["complete"] is False
     assert [c["params"]["n"] for c in doc["cases"]] == [draw_pairs(2, seed=44)[0][0]]
     assert abs(doc["overall"]["graph_geomean"] - 0.9) < 1e-9
+
+
+def test_a_run_may_take_some_of_the_drawn_pairs(monkeypatch, tmp_path) -> None:
+    """``--pair-indices`` runs the chosen pairs of the draw (one device call each); the
+    file names the whole draw and the pairs it ran."""
+    import json
+
+    import bench.dynamic as dynamic
+
+    seen = []
+
+    def fake_run(dtype, args, folder):
+        seen.append((args.n, args.k))
+        return {"dtype": dtype, "params": {}, "range_run": {"wall_s": 1.0, "buckets": []},
+                "exact_run": {"wall_s": 1.0}, "range_over_exact_wall": 1.0,
+                "sizes": [{f"{f}_ratio": 1.0 for f in dynamic.FIGURES}],
+                **{f"{f}_{s}": 1.0 for f in dynamic.FIGURES for s in ("geomean", "min")}}
+
+    monkeypatch.setattr(dynamic, "run_dtype", fake_run)
+    monkeypatch.setattr(dynamic, "warm_up", lambda *a: 0.0)
+    out = tmp_path / "dynamic.json"
+    assert main(["--draw-pairs", "3", "--pair-indices", "2", "--dtypes", "bfloat16",
+                 "--out", str(out)]) == 0
+    drawn = draw_pairs(3, seed=44)
+    assert seen == [drawn[2]]
+    doc = json.loads(out.read_text())
+    assert doc["pairs"]["drawn"] == [list(p) for p in drawn]
+    assert doc["pairs"]["run"] == [list(drawn[2])] and doc["complete"] is True
