@@ -106,6 +106,17 @@ def near_best(rows: Sequence[Sequence[float | None]]) -> list[set[int]]:
     return found
 
 
+def _best_at(sizes: Sequence[int], rows: Sequence[Sequence[float | None]]
+             ) -> dict[int, float]:
+    """The least measured latency at each size some row has one for."""
+    found: dict[int, float] = {}
+    for position, size in enumerate(sizes):
+        timed = [row[position] for row in rows if row[position] is not None]
+        if timed:
+            found[size] = min(timed)
+    return found
+
+
 class RangeCut:
     """Cuts ``size_range`` of the primary dimension ``dim`` (see the module docstring).
 
@@ -125,6 +136,8 @@ class RangeCut:
                  predict: Latency) -> None:
         self.size_range, self.dim, self.config = size_range, dim, config
         self.latency, self.attempted, self.predict = latency, attempted, predict
+        #: The least measured latency at each size of the cut in progress.
+        self._best_at: dict[int, float] = {}
 
     def cut(self, candidates: list[Candidate], sizes: list[int]
             ) -> tuple[BucketTable | None, list[int]]:
@@ -132,6 +145,7 @@ class RangeCut:
         those sizes."""
         measured_rows = [[self.latency(c, s) for s in sizes] for c in candidates]
         contenders = set().union(*near_best(measured_rows))
+        self._best_at = _best_at(sizes, measured_rows)
         rows = [self._filled(c, sizes) if position in contenders else measured_rows[position]
                 for position, c in enumerate(candidates)]
         measured = [i for i, _ in enumerate(sizes) if any(row[i] is not None for row in rows)]
@@ -214,12 +228,31 @@ class RangeCut:
     def _scaled(self, candidate: Candidate, size: int,
                 measured: dict[int, float]) -> float | None:
         """``candidate``'s latency at ``size`` from its nearest measurement, scaled by the
-        estimator's ratio (None where the estimator has no prediction)."""
+        estimator's ratio; None where the estimator has no prediction, or where the
+        candidate is out of the running near ``size`` (:meth:`_in_the_running`)."""
+        if not self._in_the_running(size, measured):
+            return None
         near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
         here, there = self.predict(candidate, size), self.predict(candidate, near)
         if here is None or there is None or there <= 0:
             return None
         return measured[near] * here / there
+
+    def _in_the_running(self, size: int, measured: dict[int, float]) -> bool:
+        """Whether the candidate is within :data:`CONTENDER_SLACK` of the best at the
+        nearest size below or above ``size`` where it has a time and some candidate was
+        measured: the refining rounds measure such contenders between two sizes and
+        no others, so an estimate of any other is a wrong predicted ratio away from
+        winning where its rivals were measured and it was not (a swapped tile over 64
+        weight rows, 1.46x and 1.61x the best at m = 8685 and 16384 of a 1920 x 1088
+        weight, was served at m = 9778..12609 on its estimate and ran m = 10090 at 0.61
+        of cuBLAS's speed, H200 2026-12-04)."""
+        timed = [s for s in self._best_at if s in measured]
+        below = max((s for s in timed if s <= size), default=None)
+        above = min((s for s in timed if s >= size), default=None)
+        sides = [s for s in (below, above) if s is not None]
+        return not sides or any(measured[s] <= CONTENDER_SLACK * self._best_at[s]
+                                for s in sides)
 
 
 __all__ = ["CONTENDER_SLACK", "JUMP", "JUMP_ROUNDS", "RangeCut", "anchor_sizes", "near_best"]

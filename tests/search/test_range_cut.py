@@ -1,0 +1,75 @@
+"""The cut of a range run's measurements: estimates between samples come only from a
+candidate's measurements where it was in the running."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import pytest
+
+from scheduler_search.ops.ranges import SizeRange
+from scheduler_search.search.range_cut import RangeCut
+
+
+@dataclass(frozen=True)
+class Knobs:
+    max_buckets: int = 8
+    tolerance: float = 0.01
+    size_tolerance: float = 0.05
+    estimated_sizes: int = 0
+
+
+@dataclass(frozen=True)
+class Fake:
+    """A candidate: its measurements and the cost model's predictions by size."""
+
+    name: str
+    measured: dict[int, float]
+    predicted: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def sprogram(self) -> SimpleNamespace:
+        return SimpleNamespace(tile={})  # no tile along m: no steps to look for
+
+
+def _cut(candidates: list[Fake], sizes: list[int], estimated_sizes: int) -> RangeCut:
+    def predict(candidate: Fake, size: int) -> float:
+        # Unlisted sizes: linear in the size (what the estimates between samples scale by).
+        return candidate.predicted.get(size, float(size))
+
+    return RangeCut(SizeRange(sizes[0], sizes[-1]), "m", Knobs(estimated_sizes=estimated_sizes),
+                    lambda c, s: c.measured.get(s), lambda c, s: s in c.measured, predict)
+
+
+@pytest.mark.parametrize("estimated_sizes", [0, 8])
+def test_a_candidate_out_of_the_running_is_not_served_on_its_estimate(
+        estimated_sizes: int) -> None:
+    """The small-size winner is 1.6x the best at the samples either side of a size the
+    refining rounds measured for its rivals alone; a predicted ratio that makes it the
+    fastest there (the cost model misjudging it) must not win it that size."""
+    small = Fake("small", {100: 10.0, 1000: 48.0, 4000: 190.0},
+                 predicted={1000: 100.0, 2000: 40.0, 4000: 400.0})
+    large = Fake("large", {100: 14.0, 1000: 30.0, 2000: 60.0, 4000: 120.0})
+    sizes = [100, 1000, 2000, 4000]
+    table, kept = _cut([small, large], sizes, estimated_sizes).cut([small, large], sizes)
+
+    assert table is not None and kept == sizes
+    served = {s: [small, large][b.choice].name for s in sizes for b in table.buckets
+              if b.low <= s <= b.high}
+    assert served == {100: "small", 1000: "large", 2000: "large", 4000: "large"}
+
+
+def test_a_contender_is_still_estimated_where_it_was_not_measured() -> None:
+    """Within the slack at its nearest measurement, a candidate's estimate stands: the
+    cut serves a refined size with it when the estimate is the best there."""
+    first = Fake("first", {100: 10.0, 1000: 31.0, 4000: 125.0},
+                 predicted={1000: 100.0, 2000: 150.0, 4000: 400.0})
+    second = Fake("second", {100: 12.0, 1000: 30.0, 2000: 60.0, 4000: 120.0})
+    sizes = [100, 1000, 2000, 4000]
+    table, _ = _cut([first, second], sizes, 0).cut([first, second], sizes)
+
+    assert table is not None
+    at_2000 = next(b for b in table.buckets if b.low <= 2000 <= b.high)
+    # 31 x 150 / 100 = 46.5 us estimated, against 60 measured for the other.
+    assert [first, second][at_2000.choice].name == "first"
