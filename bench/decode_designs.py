@@ -100,6 +100,24 @@ def many_token_designs(m: int) -> list[dict[str, Any]]:
     return designs
 
 
+def mid_token_designs() -> list[dict[str, Any]]:
+    """Designs for the middle of a range over m (a few hundred to a few thousand tokens,
+    where tiles fill one to three waves and the GPU is nearly compute-bound): 128-, 192-
+    and 256-row m tiles over every n tile the space has from 128 to 256 rows, with and
+    without stream-K's last wave, in both tile orders."""
+    from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+
+    designs = []
+    for (tile_m, warpgroups), tile_n, waves, raster in itertools.product(
+            ((128, 2), (192, 3), (256, 2)), (128, 160, 192, 224, 256), (0, 1), ("m", "n")):
+        stage_bytes = (tile_m + tile_n) * 64 * 2
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                        "tile_k": 64, "consumer_warpgroups": warpgroups,
+                        "stages_ab": min(6, RING_BYTES // stage_bytes), "stream_k": waves,
+                        "raster_major": raster})
+    return designs
+
+
 def _spec(shape: str, dtype: str) -> Any:
     from scheduler_search.ops.gemm import GemmSpec
 
@@ -121,9 +139,14 @@ def prepare(args: argparse.Namespace) -> None:
         candidates, _ = space.enumerate()
         picks = [item.sprogram.choices for item in rank_top(space, candidates, args.pool)]
         entries, seen = [], set()
-        for source, choices in [("grid", c) for c in few_tile_designs(spec.m)] + \
+        grid = mid_token_designs() if args.grid == "mid" else few_tile_designs(spec.m)
+        for source, choices in [("grid", c) for c in grid] + \
                 [("cost_model", c) for c in picks[: args.top]]:
             sprogram, validity = space.build(choices)
+            while (source == "grid" and not validity.ok and choices["stages_ab"] > 2
+                   and all(r.reason.value == "smem_exceeded" for r in validity.rejections)):
+                choices = {**choices, "stages_ab": choices["stages_ab"] - 1}  # the ring fits
+                sprogram, validity = space.build(choices)
             if not validity.ok:
                 entries.append({"source": source, "choices": choices,
                                 "invalid": str(validity.rejections)[:200]})
@@ -231,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shapes", nargs="+", default=list(SHAPES))
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--top", type=int, default=24, help="cost-model picks per shape")
+    p.add_argument("--grid", choices=("few", "mid"), default="few",
+                   help="few: decode's few-tile levers; mid: the middle of a range over m")
     p.add_argument("--pool", type=int, default=400)
     p.add_argument("--out", default=str(ROOT / ".bench" / "decode-designs.json.gz"))
     r = sub.add_parser("run")

@@ -153,7 +153,7 @@ class RangeConfig:
 
     seed: int = 0
     sizes: int = 10
-    pool: int = 24
+    pool: int = 40
     max_pool: int = 96
     min_candidates: int = 4
     anchors: int = 5

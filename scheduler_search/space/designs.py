@@ -202,11 +202,62 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
 _RANGE_DECODE_SIZES = (1, 16, 128)
 
 
+#: Blocks an H200 runs at once, one an SM (the default wave of :func:`designs_for`).
+H200_SMS = 132
+
+#: The middle of a range over m (a few hundred to a few thousand tokens: one to a few
+#: waves of tiles, nearly compute-bound) is served by whichever tile leaves the busiest
+#: SM the least work, waves x tile area, which depends on the weight's n: on an H200
+#: (bf16, graph replay, 2026-12-04, ``bench/decode_designs.py --grid mid``) 128 x 192
+#: tiles led 442 x 11200 x 1664 (29.1 us; the 128 x 256 design 36.7), 128 x 224 ones
+#: 836 x 11200 x 1664 (48.8; 54.5) and 192 x 192 ones 2484 x 1920 x 1088 (17.2, one wave;
+#: 0.96x cuBLAS), the order waves x area gives. (m rows, consumer warpgroups, n rows):
+_MID_TILES = (*((128, 2, n) for n in (128, 160, 192, 224, 256)),
+              *((192, 3, n) for n in (128, 160, 192)))
+#: Sizes of a range whose busiest-SM order ranks :data:`_MID_TILES` (every quarter
+#: octave from 256 to 4096 tokens).
+_MID_SIZES = tuple(round(256 * 2 ** (i / 4)) for i in range(17))
+#: Shared memory of a block (H200), and a 64-column output slot's bytes a row (two
+#: slots stage the output for its TMA store), which the ring shares.
+_BLOCK_SMEM_BYTES = 227 * 1024
+_STORE_SLOTS_BYTES_A_ROW = 2 * 64 * 2
+_MID_STAGES_MAX = 6
+
+
+def mid_range_designs(n: int, low: int, high: int, blocks: int = H200_SMS) -> list[Choices]:
+    """The :data:`_MID_TILES` designs for sizes ``low..high`` of a weight of ``n`` rows,
+    those that leave the busiest of ``blocks`` SMs the least work (waves x tile area,
+    the larger tile on ties) at more of the range's :data:`_MID_SIZES` first, each with
+    the deepest ring that fits beside the output's staging; none where the range holds
+    none of those sizes."""
+    sizes = [m for m in _MID_SIZES if low <= m <= high]
+    if not sizes:
+        return []
+
+    def busiest_sm_work(m: int, tile: tuple[int, int, int]) -> tuple[int, int]:
+        tiles = -(-m // tile[0]) * -(-n // tile[2])
+        return (-(-tiles // blocks) * tile[0] * tile[2], -tile[0] * tile[2])
+
+    wins = {tile: 0 for tile in _MID_TILES}
+    for m in sizes:
+        wins[min(_MID_TILES, key=lambda tile: busiest_sm_work(m, tile))] += 1
+    designs = []
+    for tile_m, warpgroups, tile_n in sorted(_MID_TILES, key=lambda t: -wins[t]):
+        ring = _BLOCK_SMEM_BYTES - 1024 - tile_m * _STORE_SLOTS_BYTES_A_ROW
+        stage_bytes = (tile_m + tile_n) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                        "consumer_warpgroups": warpgroups, "stream_k": 0,
+                        "stages_ab": min(_MID_STAGES_MAX, ring // stage_bytes)})
+    return designs
+
+
 def range_designs(range_spec: RangeSpec) -> list[Choices]:
     """The designs a range run's pool starts with, in order: the operator's, then for a
     GEMM range reaching few tokens the first two decode designs of its weight at
     1, 16 and 128 tokens (:func:`decode_designs`: they know the weight's n, where
-    :data:`RANGE_DESIGNS` were measured at n = k = 4096 only), then the range designs.
+    :data:`RANGE_DESIGNS` were measured at n = k = 4096 only), then for a GEMM range
+    over the middle sizes the tiles fitted to its weight there (:func:`mid_range_designs`),
+    then the range designs.
     On three (n, k) pairs drawn away from 4096 (H200, 2026-12-04) a pool of the operator's
     and the range designs alone served m = 3..119 of an 11200 x 1664 weight at 0.67-0.85
     of cuBLAS's speed (graph replay), where exact decode tunes of such weights reach
@@ -219,6 +270,8 @@ def range_designs(range_spec: RangeSpec) -> list[Choices]:
             spec = range_spec.exact(range_spec.at(min(max(size, low), high)))
             if few_token_gemm(spec):
                 designs += [d for d in decode_designs(spec)[:2] if d not in designs]
+        designs += [d for d in mid_range_designs(range_spec.fixed["n"], low, high)
+                    if d not in designs]
     return designs + [dict(d) for d in RANGE_DESIGNS.get(range_spec.op, {}).values()]
 
 
@@ -265,9 +318,6 @@ DESIGNS: dict[str, dict[str, Choices]] = {
                           "packed_heads": MAMBA2_CHUNK_SCAN_PACKED},
 }
 
-
-#: Blocks an H200 runs at once, one an SM (the default wave of :func:`designs_for`).
-H200_SMS = 132
 
 
 def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
