@@ -93,6 +93,13 @@ RUNTIME_FIXED: Choices = {"persistent": True}
 #: hundred m, bound by reading B) nothing is gained by looking closer.
 REFINE_STEP = 1.15
 
+#: Rounds of measuring the buckets' kernels where they won a sampled size on an estimate
+#: (:meth:`RangeSearch._confirm`). A 1920 x 1088 weight's table (H200, 2026-12-04) served
+#: m = 9778..12609 with a swapped tile estimated from m = 8685, where it ran 1.22x the
+#: best, to beat the measured kernels at 11929; re-timed there it ran 1.25x the best, and
+#: m = 10090 at 0.79 of cuBLAS's speed.
+CONFIRM_ROUNDS = 3
+
 #: ``make_jobs(sprogram, sizes, final)``: one job per size (``{dim: size}`` for every
 #: dimension of the range axis, ``RangeSpec.at``) of the
 #: candidate ``sprogram`` (planned at the range's high end, with ``runtime_dims``), timed
@@ -554,6 +561,8 @@ class RangeSearch:
         cancelled = reason is StopReason.CANCELLED
         started_s = time.perf_counter()
         table, measured_sizes = self.cut.cut(candidates, sizes)
+        if not cancelled:
+            table, measured_sizes = self._confirm(table, candidates, sizes, measured_sizes)
         buckets = self._buckets(table, candidates, measured_sizes)
         logger.info("range search: cut into %d buckets in %.1f s", len(buckets),
                     time.perf_counter() - started_s)
@@ -582,6 +591,35 @@ class RangeSearch:
             cancelled=cancelled,
         )
 
+    def _confirm(self, table: BucketTable | None, candidates: list[RangeCandidate],
+                 sizes: list[int], measured_sizes: list[int]
+                 ) -> tuple[BucketTable | None, list[int]]:
+        """Rounds (at most :data:`CONFIRM_ROUNDS`) of measuring each bucket's kernel at
+        the bucket's sampled sizes it won on an estimate alone, then cutting again: a
+        bucket is never served on a predicted ratio where a measurement could say
+        otherwise. The trials come from those the refining rounds left
+        (:meth:`confirm_trials` of them are kept for this)."""
+        for _ in range(CONFIRM_ROUNDS):
+            if table is None:
+                break
+            wanted = {(candidates[b.choice].index, s) for b in table.buckets
+                      for s in measured_sizes if b.low <= s <= b.high
+                      and (candidates[b.choice].sprogram.hash, s) not in self._known}
+            if not wanted or self._stopper.remaining_trials(self._trials_done) <= 0:
+                break
+            unconfirmed = [candidates[i] for i in sorted({i for i, _ in wanted})]
+            self._measure_all(unconfirmed, sorted({s for _, s in wanted}), wanted=wanted)
+            logger.info("range search: confirmed %d estimated bucket sizes, %d measurements",
+                        len(wanted), self._trials_done)
+            table, measured_sizes = self.cut.cut(candidates, sizes)
+        return table, measured_sizes
+
+    def confirm_trials(self) -> int:
+        """Trials the refining rounds leave for the confirmations after the cut: a
+        quarter of theirs, at most one a bucket."""
+        refining = self.budget.trials - self.pool_trials()
+        return min(self.config.max_buckets, refining // 4)
+
     def pool_trials(self) -> int:
         """Trials of the first pass over the sampled sizes (the rest refines)."""
         if self.config.refine_rounds <= 0:
@@ -593,8 +631,9 @@ class RangeSearch:
         """Rounds of measuring the contenders at the middles of the gaps where the
         winner or the best time changes (:meth:`_gaps_to_refine`); all sizes measured
         so far, sorted, and why the measuring stopped."""
+        kept = self.confirm_trials()
         for _ in range(self.config.refine_rounds):
-            if self._stopper.remaining_trials(self._trials_done) <= 0:
+            if self._stopper.remaining_trials(self._trials_done) <= kept:
                 break
             middles = self._gaps_to_refine(candidates, sizes)
             if not middles:
@@ -602,7 +641,8 @@ class RangeSearch:
             wanted = {(c.index, middle) for middle, contenders in middles for c in contenders}
             union = sorted({c.index: c for _, cs in middles for c in cs}.values(),
                            key=lambda c: c.index)
-            reason = self._measure_all(union, sorted(m for m, _ in middles), wanted=wanted)
+            reason = self._measure_all(union, sorted(m for m, _ in middles), wanted=wanted,
+                                       keep=kept)
             sizes = sorted({*sizes, *(m for m, cs in middles
                                       if any(self._latency(c, m) is not None for c in cs))})
             logger.info("range search: refined at %s (%d contenders), %d measurements in "
@@ -637,10 +677,12 @@ class RangeSearch:
                 in gaps[: self.config.refine_sizes] if middle not in sizes]
 
     def _measure_all(self, candidates: list[RangeCandidate], sizes: list[int], *,
-                     wanted: set[tuple[int, int]] | None = None) -> StopReason:
+                     wanted: set[tuple[int, int]] | None = None, keep: int = 0
+                     ) -> StopReason:
         """Every (candidate, size) not measured yet (only the ``wanted`` (candidate
-        index, size) pairs when given), in batches; why it stopped. Without ``wanted``
-        the time budget waits until some candidate has run at every size."""
+        index, size) pairs when given), in batches, leaving ``keep`` trials of the
+        budget unspent; why it stopped. Without ``wanted`` the time budget waits until
+        some candidate has run at every size."""
         width = max(1, self.config.batch_size or self.executor.batch_size())
         pending = [(c, i) for start in range(0, len(candidates), width)
                    for i in range(len(sizes))
@@ -660,7 +702,9 @@ class RangeSearch:
                 reason = None
             if reason is not None:
                 return reason
-            batch = batch[: self._stopper.remaining_trials(self._trials_done)]
+            batch = batch[: max(0, self._stopper.remaining_trials(self._trials_done) - keep)]
+            if not batch:
+                return StopReason.TRIALS
             jobs = [self._job(c, i, sizes, final=False) for c, i in batch]
             if index + 1 < len(batches):
                 ahead = [self._job(c, i, sizes, final=False) for c, i in batches[index + 1]]

@@ -413,3 +413,18 @@ def test_near_best_names_the_candidates_within_the_slack_at_each_size() -> None:
     rows = [[10.0, None, 30.0], [12.4, 5.0, None], [12.6, None, None]]
     assert near_best(rows) == [{0, 1}, {1}, {0}]
     assert near_best([[None, 1.0]]) == [set(), {0}]
+
+
+def test_no_bucket_is_served_on_an_estimate_at_a_size_it_sampled() -> None:
+    """After the cut each bucket's kernel is measured at the bucket's sampled sizes it
+    won on an estimate alone, and the range is cut again: every bucket's kernel has a
+    measurement at each of its samples (on the simulated device, 240 trials, three of
+    ten buckets were served on estimates there before the confirmations)."""
+    config = replace(CONFIG, sizes=8, pool=10, estimated_sizes=8, refine_rounds=2,
+                     refine_sizes=4)
+    search = _search(Recording(), trials=240, config=config)
+    result = search.run()
+    assert len(result.buckets) > 3 and result.trials_done <= 240
+    for bucket in result.buckets:
+        assert set(bucket.samples) <= set(bucket.latencies_us), (bucket.low, bucket.high)
+    assert search.confirm_trials() == min(config.max_buckets, (240 - 180) // 4)
