@@ -13,8 +13,9 @@ over a denser grid:
    measured for other candidates), a contender's time is its nearest measurement scaled
    by the cost model's ratio between the two sizes.
 3. **Cut**: :func:`~scheduler_search.search.buckets.partition` over the grid.
-4. **Steps**: each bucket's kernel is asked where inside the bucket its predicted time
-   jumps by :data:`JUMP` from one size to the next (``k * tile`` to ``k * tile + 1``);
+4. **Steps**: each bucket's kernel is asked where inside the bucket or its neighbours
+   its predicted time jumps by :data:`JUMP` from one size to the next (``k * tile`` to
+   ``k * tile + 1``);
    those sizes join the grid and the range is cut again, until the buckets hold no step
    the cut has not looked at (at most :data:`JUMP_ROUNDS` times).
 
@@ -175,18 +176,25 @@ class RangeCut:
         return table, kept_sizes
 
     def jumps(self, table: BucketTable, candidates: list[Candidate]) -> set[int]:
-        """Sizes on both sides of each step inside a bucket where the cost model has its
-        kernel's time jump by ``JUMP`` or more: one more tile along the range's dimension
-        (``k * tile``, ``k * tile + 1``) that spills into another wave. Estimates on a
-        log-spaced grid step over them (a 104-wide m tile served m = 442 in a second wave
-        at 0.56 of cuBLAS, its bucket cut at 448 between samples at 411 and 512)."""
+        """Sizes on both sides of each step inside a bucket or its neighbours where the
+        cost model has the bucket's kernel's time jump by ``JUMP`` or more: one more tile
+        along the range's dimension (``k * tile``, ``k * tile + 1``) that spills into
+        another wave. Estimates on a log-spaced grid step over them (a 104-wide m tile
+        served m = 442 in a second wave at 0.56 of cuBLAS, its bucket cut at 448 between
+        samples at 411 and 512); and a step in the next bucket is where this kernel's
+        bucket should end (a 192 x 192 tile that holds a 1920-row weight in one wave up
+        to m = 2496 had its bucket end at 2358, between estimates, and m = 2484 ran at
+        0.82 of cuBLAS's speed in another kernel's two waves, H200 2026-12-04)."""
         found: set[int] = set()
-        for bucket in table.buckets:
+        buckets = table.buckets
+        for index, bucket in enumerate(buckets):
             candidate = candidates[bucket.choice]
             tile = candidate.sprogram.tile.get(self.dim)
             if not tile:
                 continue
-            for step in range(-(-bucket.low // tile) * tile, bucket.high, tile):
+            low = buckets[index - 1].low if index > 0 else bucket.low
+            high = buckets[index + 1].high if index + 1 < len(buckets) else bucket.high
+            for step in range(-(-low // tile) * tile, high, tile):
                 before, after = self.predict(candidate, step), self.predict(candidate, step + 1)
                 if before and after and after >= JUMP * before:
                     found |= {step, step + 1}

@@ -3,6 +3,7 @@ candidate's measurements where it was in the running."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -22,21 +23,31 @@ class Knobs:
 
 @dataclass(frozen=True)
 class Fake:
-    """A candidate: its measurements and the cost model's predictions by size."""
+    """A candidate: its measurements and the cost model's predictions by size (or
+    ``wave_us`` a wave of ``tile``-row tiles, four tiles a wave: steps at every fourth
+    tile)."""
 
     name: str
     measured: dict[int, float]
     predicted: dict[int, float] = field(default_factory=dict)
+    tile: int = 0
+    wave_us: float = 0.0
 
     @property
     def sprogram(self) -> SimpleNamespace:
-        return SimpleNamespace(tile={})  # no tile along m: no steps to look for
+        return SimpleNamespace(tile={"m": self.tile} if self.tile else {})
+
+    def predict(self, size: int) -> float:
+        if self.tile:
+            tiles = math.ceil(size / self.tile)
+            return self.wave_us * math.ceil(tiles / 4)
+        # Unlisted sizes: linear in the size (what the estimates between samples scale by).
+        return self.predicted.get(size, float(size))
 
 
 def _cut(candidates: list[Fake], sizes: list[int], estimated_sizes: int) -> RangeCut:
     def predict(candidate: Fake, size: int) -> float:
-        # Unlisted sizes: linear in the size (what the estimates between samples scale by).
-        return candidate.predicted.get(size, float(size))
+        return candidate.predict(size)
 
     return RangeCut(SizeRange(sizes[0], sizes[-1]), "m", Knobs(estimated_sizes=estimated_sizes),
                     lambda c, s: c.measured.get(s), lambda c, s: s in c.measured, predict)
@@ -73,3 +84,21 @@ def test_a_contender_is_still_estimated_where_it_was_not_measured() -> None:
     at_2000 = next(b for b in table.buckets if b.low <= 2000 <= b.high)
     # 31 x 150 / 100 = 46.5 us estimated, against 60 measured for the other.
     assert [first, second][at_2000.choice].name == "first"
+
+
+def test_a_bucket_ends_at_its_kernels_step_in_the_next_bucket() -> None:
+    """A kernel holds the range in one wave up to m = 2400 (four 600-row tiles) and in
+    two past it; the other kernel takes the same time everywhere. Between samples at
+    2000 and 4000 the log-spaced estimates put the boundary at the geometric middle of
+    2000 and 2520, below the step, and serve m = 2300 with the slower kernel; the step
+    the first kernel takes inside the next bucket is looked at, and its bucket ends there."""
+    waves = Fake("waves", {1000: 10.0, 2000: 10.0, 4000: 20.0}, tile=600, wave_us=10.0)
+    flat = Fake("flat", {1000: 12.0, 2000: 12.0, 4000: 12.0}, predicted={
+        s: 12.0 for s in range(1000, 4001)})
+    sizes = [1000, 2000, 4000]
+    table, _ = _cut([waves, flat], sizes, 4).cut([waves, flat], sizes)
+
+    assert table is not None
+    served = {m: [waves, flat][b.choice].name for m in (2300, 2400, 2401, 2500)
+              for b in table.buckets if b.low <= m <= b.high}
+    assert served == {2300: "waves", 2400: "waves", 2401: "flat", 2500: "flat"}
