@@ -102,7 +102,8 @@ class PipelineLayout:
 
     def runtime_problem(self) -> str | None:
         """Sizes are taken at run time by persistent kernels (their grid is one wave,
-        whatever the size), along axes no cluster spans."""
+        whatever the size); a cluster along a run-time axis counts whole clusters
+        (:meth:`PipelineSkeleton._runtime_sizes`)."""
         s, dims = self.structure, self.hooks.runtime_dims
         if not dims:
             return None
@@ -113,8 +114,12 @@ class PipelineLayout:
         if not s.persistent and self.runtime_axes:
             return "tiles counted at run time need a persistent grid"
         cluster = s.sprogram.cluster
-        if cluster is not None and cluster.axis in {a.name for a in self.runtime_axes}:
-            return f"a cluster along {cluster.axis}, which is taken at run time"
+        spanned = [a for a in self.runtime_axes if cluster is not None and a.name == cluster.axis]
+        if spanned and not spanned[0].last_inside and s.sprogram.stream_k is None:
+            # A whole cluster's blocks past the size would start outside the tensor
+            # (stream-K's own check names why its clusters cannot take the size).
+            return (f"a cluster along {spanned[0].name} at a run-time size needs its last "
+                    "tiles pulled back inside it")
         return None
 
     # ----- stream-K ------------------------------------------------------------------

@@ -150,9 +150,17 @@ class PipelineSkeleton:
         if not lay.runtime_axes:
             c("")
             return
+        cluster_axis = s.sprogram.cluster.axis if s.cluster_size > 1 else None
         for axis in lay.runtime_axes:
-            c(f"const int TILES_{axis.const} = ({axis.runtime_extent} + {axis.tile - 1}) / "
-              f"{axis.tile};")
+            tiles = f"({axis.runtime_extent} + {axis.tile - 1}) / {axis.tile}"
+            if axis.name == cluster_axis:
+                # Whole clusters: a last cluster's blocks past the size load zeros (TMA
+                # fills what lies outside the tensor) and store nothing, and still share
+                # their slices of the other operand with the blocks inside it.
+                c(f"const int TILES_{axis.const} = ({tiles} + CLUSTER - 1) / CLUSTER * "
+                  "CLUSTER;  // whole clusters")
+            else:
+                c(f"const int TILES_{axis.const} = {tiles};")
         count = " * ".join(f"TILES_{a.const}" for a in self.hooks.grid_axes)
         cluster = " / CLUSTER" if s.cluster_size > 1 else ""
         c(f"const int TILES = {count}{cluster};")

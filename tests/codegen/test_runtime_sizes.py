@@ -15,7 +15,7 @@ from codegen.nvcc import nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
-from scheduler_search.sprogram import Cluster, plan_sprogram
+from scheduler_search.sprogram import plan_sprogram
 
 DEVICE = get_device("h200")
 
@@ -84,8 +84,9 @@ def test_schedules_that_cannot_take_a_size_at_run_time_are_named() -> None:
                                                       "persistent": False}))
     assert "persistent" in (unsupported(one_wave, DEVICE) or "")
     base = plan_sprogram(spec, DEVICE, GEMM_WARP_SPECIALIZED)
-    along_m = runtime_m(replace(base, cluster=Cluster("m", 2, ("load_b",))))
-    assert "cluster along m" in (unsupported(along_m, DEVICE) or "")
+    shared = plan_sprogram(spec, DEVICE, {**GEMM_WARP_SPECIALIZED, "stream_k": 1,
+                                          "cluster_size": 2, "cluster_axis": "m"})
+    assert "stream-K over clusters" in (unsupported(runtime_m(shared), DEVICE) or "")
     by_n = replace(base, runtime_dims=("n",))
     assert "takes m at run time, not n" in (unsupported(by_n, DEVICE) or "")
 
@@ -101,3 +102,20 @@ def test_runtime_m_kernels_compile_without_spills() -> None:
         sources += [render(s, spec, DEVICE).source for s in schedules]
     assert len(set(sources)) >= 12
     assert_compile_clean(sources)
+
+
+def test_a_cluster_along_m_counts_whole_clusters_at_run_time() -> None:
+    """Blocks of a cluster along m share their weight slices by multicast: at a run-time
+    m the tiles along m are counted in whole clusters (an odd count's last block takes
+    the last rows again, clamped inside m, and stores what its partner stores), and
+    no static count of m tiles is asserted."""
+    spec = _spec(16384)
+    sprogram = runtime_m(plan_sprogram(spec, DEVICE, {
+        **GEMM_WARP_SPECIALIZED, "tile_n": 192, "stages_ab": 4, "stream_k": 0,
+        "cluster_size": 2, "cluster_axis": "m"}))
+    assert unsupported(sprogram, DEVICE) is None
+    source = render(sprogram, device=DEVICE).source
+    assert ("const int TILES_M = ((M + 127) / 128 + CLUSTER - 1) / CLUSTER * CLUSTER;"
+            in source)
+    assert "TILES_M % CLUSTER" not in source
+    assert "max((M) - 128, 0)" in source  # the tile origin stays inside m
