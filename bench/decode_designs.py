@@ -100,21 +100,24 @@ def many_token_designs(m: int) -> list[dict[str, Any]]:
     return designs
 
 
-def mid_token_designs() -> list[dict[str, Any]]:
+def mid_token_designs(m: int) -> list[dict[str, Any]]:
     """Designs for the middle of a range over m (a few hundred to a few thousand tokens,
     where tiles fill one to three waves and the GPU is nearly compute-bound): 128-, 192-
     and 256-row m tiles over every n tile the space has from 128 to 256 rows, with and
-    without stream-K's last wave, in both tile orders."""
+    without stream-K's last wave, in both tile orders; and pairs of m tiles in a cluster
+    sharing each weight slice (cuBLAS's plan there) where the m tiles pair up."""
     from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 
     designs = []
     for (tile_m, warpgroups), tile_n, waves, raster in itertools.product(
             ((128, 2), (192, 3), (256, 2)), (128, 160, 192, 224, 256), (0, 1), ("m", "n")):
         stage_bytes = (tile_m + tile_n) * 64 * 2
-        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
-                        "tile_k": 64, "consumer_warpgroups": warpgroups,
-                        "stages_ab": min(6, RING_BYTES // stage_bytes), "stream_k": waves,
-                        "raster_major": raster})
+        design = {**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n, "tile_k": 64,
+                  "consumer_warpgroups": warpgroups, "raster_major": raster,
+                  "stages_ab": min(6, RING_BYTES // stage_bytes), "stream_k": waves}
+        designs.append(design)
+        if -(-m // tile_m) % 2 == 0:
+            designs.append({**design, "cluster_size": 2, "cluster_axis": "m"})
     return designs
 
 
@@ -139,7 +142,7 @@ def prepare(args: argparse.Namespace) -> None:
         candidates, _ = space.enumerate()
         picks = [item.sprogram.choices for item in rank_top(space, candidates, args.pool)]
         entries, seen = [], set()
-        grid = mid_token_designs() if args.grid == "mid" else few_tile_designs(spec.m)
+        grid = mid_token_designs(spec.m) if args.grid == "mid" else few_tile_designs(spec.m)
         for source, choices in [("grid", c) for c in grid] + \
                 [("cost_model", c) for c in picks[: args.top]]:
             sprogram, validity = space.build(choices)
