@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from range_checks import errors_by_size, rel_l2
 
 from codegen import render
 from codegen.artifact import RangeArtifact, RangeBucket
@@ -44,13 +45,6 @@ def _range() -> RangeArtifact:
                                   RangeBucket(EDGE + 1, M, kernels[1])))
 
 
-def _rel_l2(out, ref) -> float:
-    import torch
-
-    out, ref = out.float(), ref.float()
-    return float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref))
-
-
 def test_a_range_kernel_matches_torch_at_every_size() -> None:
     import torch
 
@@ -58,18 +52,14 @@ def test_a_range_kernel_matches_torch_at_every_size() -> None:
     assert isinstance(kernel, RangeKernel)
     gen = torch.Generator(device="cuda").manual_seed(11)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16, generator=gen)
-    errors = {}
-    for size in SIZES:
-        a = torch.randn(size, K, device="cuda", dtype=torch.float16, generator=gen)
-        c = kernel(a, b)
-        assert c.shape == (size, N) and c.dtype == torch.float16
-        errors[size] = max(errors.get(size, 0.0), _rel_l2(c, a @ b))
+    errors: dict[int | str, float] = dict(
+        errors_by_size(kernel, b, SIZES, K, gen, lambda a, b: a @ b))
     # The same size twice on the same tensors, output passed by name.
     a = torch.randn(300, K, device="cuda", dtype=torch.float16, generator=gen)
     out = torch.empty(300, N, device="cuda", dtype=torch.float16)
     for _ in range(2):
         assert kernel(a, b, c=out) is out
-        errors["300 by name"] = _rel_l2(out, a @ b)
+        errors["300 by name"] = rel_l2(out, a @ b)
     torch.cuda.synchronize()
     assert all(error <= BOUND for error in errors.values()), errors
     small, large = kernel.kernel_for(1), kernel.kernel_for(16384)
@@ -109,7 +99,7 @@ def test_cupy_arrays_and_a_captured_graph() -> None:
     graph.replay()
     graph.replay()
     torch.cuda.synchronize()
-    assert _rel_l2(captured, ta @ tb) <= BOUND
+    assert rel_l2(captured, ta @ tb) <= BOUND
 
 
 def test_the_registered_range_compiles_with_dynamic_shapes() -> None:
@@ -126,4 +116,4 @@ def test_the_registered_range_compiles_with_dynamic_shapes() -> None:
         a = torch.randn(size, K, device="cuda", dtype=torch.float16)
         c = model(a, b)
         assert c.shape == (size, N)
-        assert _rel_l2(c, torch.relu(a @ b)) <= BOUND
+        assert rel_l2(c, torch.relu(a @ b)) <= BOUND

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from range_checks import errors_by_size
 
 from codegen import render
 from codegen.artifact import RangeArtifact, RangeBucket
@@ -56,13 +57,7 @@ def test_clusters_along_a_run_time_m_match_torch_at_every_size() -> None:
     kernel = load(_range().to_json())
     gen = torch.Generator(device="cuda").manual_seed(12)
     b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16, generator=gen)
-    errors = {}
-    for size in SIZES:
-        a = torch.randn(size, K, device="cuda", dtype=torch.bfloat16, generator=gen)
-        c = kernel(a, b)
-        ref = torch.nn.functional.linear(a.float(), b.float())
-        assert c.shape == (size, N)
-        error = float(torch.linalg.vector_norm(c.float() - ref) / torch.linalg.vector_norm(ref))
-        errors[size] = max(errors.get(size, 0.0), error)
+    errors = errors_by_size(kernel, b, SIZES, K, gen,
+                            lambda a, b: torch.nn.functional.linear(a.float(), b.float()))
     torch.cuda.synchronize()
     assert all(error <= BOUND for error in errors.values()), errors
