@@ -117,7 +117,11 @@ class RangeConfig:
         seed: seeds the sampled sizes and the anchors' random samples.
         sizes: sizes measured (fewer when the budget cannot give ``min_candidates``
             candidates that many, never fewer than 2 unless the range has one size).
-        pool: candidates of a default budget (``default_trials`` is ``pool * sizes``).
+        pool: candidates of a default budget (``default_trials`` is ``pool * sizes``
+            over the first pass's share). A GEMM range over m from a few tokens to
+            thousands starts with 36-38 designs (the operator's and its stream-K twins,
+            its weight's decode and middle tiles, the range designs): 24 left no room
+            for a cost-model pick and cut the widest swapped tiles.
         max_pool: the most candidates a larger budget buys.
         min_candidates: candidates the sizes leave room for in a small budget.
         anchors: sizes across the range whose spaces the cost model ranks.
