@@ -154,9 +154,10 @@ class PipelineSkeleton:
         for axis in lay.runtime_axes:
             tiles = f"({axis.runtime_extent} + {axis.tile - 1}) / {axis.tile}"
             if axis.name == cluster_axis:
-                # Whole clusters: a last cluster's blocks past the size load zeros (TMA
-                # fills what lies outside the tensor) and store nothing, and still share
-                # their slices of the other operand with the blocks inside it.
+                # Whole clusters: a last cluster's block past the size has its origin
+                # pulled back inside it (``tile_origin``), computes the last rows again
+                # and stores what its partner stores, and still shares its slices of
+                # the other operand with the blocks inside the size.
                 c(f"const int TILES_{axis.const} = ({tiles} + CLUSTER - 1) / CLUSTER * "
                   "CLUSTER;  // whole clusters")
             else:

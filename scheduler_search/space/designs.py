@@ -217,9 +217,11 @@ _MID_TILES = (*((128, 2, n) for n in (128, 160, 192, 224, 256)),
 #: Sizes of a range whose busiest-SM order ranks :data:`_MID_TILES` (every quarter
 #: octave from 256 to 4096 tokens).
 _MID_SIZES = tuple(round(256 * 2 ** (i / 4)) for i in range(17))
-#: Shared memory of a block (H200), and a 64-column output slot's bytes a row (two
-#: slots stage the output for its TMA store), which the ring shares.
+#: Shared memory of a block (H200), what its barriers and 1024-byte alignment take,
+#: and a 64-column output slot's bytes a row (two slots stage the output for its TMA
+#: store): the ring has the rest (its stages sized for 16-bit operands).
 _BLOCK_SMEM_BYTES = 227 * 1024
+_SMEM_HEADROOM_BYTES = 1024
 _STORE_SLOTS_BYTES_A_ROW = 2 * 64 * 2
 _MID_STAGES_MAX = 6
 
@@ -243,7 +245,7 @@ def mid_range_designs(n: int, low: int, high: int, blocks: int = H200_SMS) -> li
         wins[min(_MID_TILES, key=lambda tile: busiest_sm_work(m, tile))] += 1
     designs = []
     for tile_m, warpgroups, tile_n in sorted(_MID_TILES, key=lambda t: -wins[t]):
-        ring = _BLOCK_SMEM_BYTES - 1024 - tile_m * _STORE_SLOTS_BYTES_A_ROW
+        ring = _BLOCK_SMEM_BYTES - _SMEM_HEADROOM_BYTES - tile_m * _STORE_SLOTS_BYTES_A_ROW
         stage_bytes = (tile_m + tile_n) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
         designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
                         "consumer_warpgroups": warpgroups, "stream_k": 0,
@@ -317,7 +319,6 @@ DESIGNS: dict[str, dict[str, Choices]] = {
     "mamba2_chunk_scan": {"triton_tiling": MAMBA2_CHUNK_SCAN,
                           "packed_heads": MAMBA2_CHUNK_SCAN_PACKED},
 }
-
 
 
 def designs_for(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
