@@ -144,21 +144,25 @@ def _ptx_type(dtype: str) -> str:
     raise ValueError(f"wgmma: unsupported dtype {dtype}")
 
 
-def mma_name(n: int, dtype: str, b_major: str) -> str:
-    return f"wgmma_m64n{n}k{k_step(dtype)}_{_ptx_type(dtype)}_b{b_major}"
+def mma_name(n: int, dtype: str, b_major: str, a_major: str = "k") -> str:
+    a = "_amn" if a_major == "mn" else ""
+    return f"wgmma_m64n{n}k{k_step(dtype)}_{_ptx_type(dtype)}{a}_b{b_major}"
 
 
 def mma_rs_name(n: int, dtype: str, b_major: str) -> str:
     return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_rs_b{b_major}"
 
 
-def mma(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
+def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
+        a_major: Literal["k", "mn"] = "k") -> Snippet:
     """The wrapper of ``wgmma.mma_async m64n{n}k16`` with fp32 accumulation.
 
     ``d`` holds the n / 2 accumulators of this thread; ``scale_d == 0`` ignores their old
-    values (the first MMA of a tile), otherwise they accumulate.
+    values (the first MMA of a tile), otherwise they accumulate. An MN-major A (a weight
+    stored K x N read as a swapped GEMM's M side) sets the instruction's transpose bit
+    for A, as an MN-major B sets B's (16-bit inputs only).
     """
-    return _mma_snippet(n, dtype, b_major, a_in_registers=False)
+    return _mma_snippet(n, dtype, b_major, a_in_registers=False, a_major=a_major)
 
 
 def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
@@ -173,16 +177,20 @@ def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
     return _mma_snippet(n, dtype, b_major, a_in_registers=True)
 
 
-def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool) -> Snippet:
+def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool,
+                 a_major: str = "k") -> Snippet:
     """Both forms of the instruction: operands ``%0..%{n/2-1}`` are the accumulators, then
     A (a descriptor, or four registers), B's descriptor and ``scale_d``."""
     if n % WGMMA_N_STEP or not WGMMA_N_STEP <= n <= WGMMA_N_MAX:
         raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
     ptx, k = _ptx_type(dtype), k_step(dtype)
     fp8 = dtype in PTX_FP8_TYPE
-    if fp8 and (a_in_registers or b_major != "k"):
+    if fp8 and (a_in_registers or b_major != "k" or a_major != "k"):
         raise ValueError("wgmma: 8-bit floats are read K-major from shared memory only")
+    if a_in_registers and a_major != "k":
+        raise ValueError("wgmma: A from registers has no transpose")
     regs = n // 2
+    trans_a = 1 if a_major == "mn" else 0
     trans_b = 1 if b_major == "mn" else 0
     per_line = 16
     asm_regs = "".join(
@@ -206,13 +214,13 @@ def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool) -> S
         modes = f"p, 1, 1, {trans_b}"  # no transpose of A from registers
         inputs = '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)'
     else:
-        name = mma_name(n, dtype, b_major)
-        head = (f"// D(64x{n}, fp32) += A(64x{k}, smem, K-major) * B({k}x{n}, smem, "
-                f"{b_major.upper()}-major), {ptx} inputs.\n")
+        name = mma_name(n, dtype, b_major, a_major)
+        head = (f"// D(64x{n}, fp32) += A(64x{k}, smem, {a_major.upper()}-major) * B({k}x{n}, "
+                f"smem, {b_major.upper()}-major), {ptx} inputs.\n")
         params = "u64 desc_a, u64 desc_b, int scale_d"
         scale = regs + 2
         a_b = f"%{regs}, %{regs + 1}"
-        modes = "p, 1, 1" if fp8 else f"p, 1, 1, 0, {trans_b}"
+        modes = "p, 1, 1" if fp8 else f"p, 1, 1, {trans_a}, {trans_b}"
         inputs = '"l"(desc_a), "l"(desc_b), "r"(scale_d)'
     code = (
         head

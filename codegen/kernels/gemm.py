@@ -265,13 +265,14 @@ class GemmHooks(OperatorHooks):
         return None
 
     def _swap_problem(self) -> str | None:
-        """Swapped, B's tile is wgmma's A: K-major (``nk``); the transposed fragment is
+        """Swapped, B's tile is wgmma's A: K-major (``nk``), or MN-major (``kn``, 16-bit
+        inputs: the instruction transposes it) in 64-column boxes; the transposed fragment is
         stored element by element with st.global, with no fused epilogue (8-bit inputs'
         dequantising scale, which reads no position, is applied on the way)."""
         if not self.swap:
             return None
-        if self.b_layout != "nk":
-            return "swap_ab reads B as wgmma's K-major A: b_layout nk"
+        if self.b.rows_problem():
+            return f"swap_ab reads B's tile as wgmma's A: {self.b.rows_problem()}"
         if self.epilogue.fused:
             return "swap_ab stores the output transposed, without a fused epilogue"
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
@@ -378,7 +379,7 @@ class GemmHooks(OperatorHooks):
         # wgmma's A (rows, split among the consumers) and B: swapped, B's tile and A's.
         a, b = (self.b, self.a) if self.swap else (self.a, self.b)
         stage = stages["ab"]
-        mma = wgmma.mma(self.mma_n, self.dtype, b.major)
+        mma = wgmma.mma(self.mma_n, self.dtype, b.major, a.major)
         product = "B_s x A_s^T = C^T" if self.swap else "A_s x B_s"
         c.comment(f"{issue.stask}  stage={stage}: acc[CONSUMER_ROWS x {self.mma_n}] += "
                   f"{product} (ROW_BLOCKS x {self.k_steps} wgmma m64n{self.mma_n}k16)")
@@ -386,7 +387,7 @@ class GemmHooks(OperatorHooks):
         self.pin(c)
         c(c.call("wgmma_fence") + ";")
         c(f"const u32 a_stage = smem + SMEM_{a.const} + {stage} * {a.const}_STAGE_BYTES + "
-          f"row0 * {a.swizzle.span_bytes};")
+          f"{a.rows_offset('row0')};")
         c(f"const u32 b_stage = smem + SMEM_{b.const} + {stage} * {b.const}_STAGE_BYTES;")
         c("#pragma unroll")
         with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):

@@ -112,8 +112,27 @@ class OperandTile:
 
     @property
     def row_block_bytes(self) -> int:
-        """Offset of the next 64 rows (wgmma M) of a K-major tile."""
+        """Offset of the next 64 rows (wgmma M): 64 swizzled rows of a K-major tile; the
+        next box of an MN-major one (whose boxes are 64 elements wide, see
+        :meth:`rows_offset`)."""
+        if self.major == "mn":
+            return self.box_bytes
         return wgmma.WGMMA_M * self.swizzle.span_bytes
+
+    def rows_offset(self, rows: str) -> str:
+        """Byte offset in a stage of row ``rows`` (a multiple of 64 rows) of M / N, as a C++
+        expression: K-major rows lie one swizzle span apart, MN-major ones a box per 64."""
+        if self.major == "mn":
+            return f"{rows} / {wgmma.WGMMA_M} * {self.box_bytes}"
+        return f"{rows} * {self.swizzle.span_bytes}"
+
+    def rows_problem(self) -> str | None:
+        """Why wgmma cannot read this tile's rows as M in 64-row blocks, or None: an
+        MN-major tile must come in boxes of exactly 64 elements."""
+        if self.major == "mn" and self.box_inner != wgmma.WGMMA_M:
+            return (f"{self.name}: MN-major rows as wgmma's M need 64-element boxes, not "
+                    f"{self.box_inner}")
+        return None
 
     def box_coords(self, box: int, row0: str, k0: str) -> tuple[str, str]:
         """Global (innermost, outer) coordinates of box ``box`` of the tile at

@@ -144,12 +144,12 @@ def few_token_gemm(spec: OperatorSpec) -> bool:
 
 
 def swap_applies(spec: OperatorSpec) -> bool:
-    """Whether ``swap_ab`` is offered: a few-token GEMM whose weight is stored n x k (read
-    as wgmma's K-major A), without a fused epilogue (the transposed output is stored by the
-    consumers' threads; 8-bit inputs' dequantising scale is applied on the way)."""
-    if not few_token_gemm(spec):
-        return False
-    return spec.params().get("b_layout") == "nk" and not spec.epilogue.fused
+    """Whether ``swap_ab`` is offered: a few-token GEMM without a fused epilogue (the
+    transposed output is stored by the consumers' threads; 8-bit inputs' dequantising
+    scale is applied on the way). The weight is wgmma's A either way it is stored: n x k
+    read K-major, k x n read MN-major (the instruction transposes 16-bit inputs; 8-bit
+    ones are refused k x n by the tile rules)."""
+    return few_token_gemm(spec) and not spec.epilogue.fused
 
 
 def _swappable(choices: dict) -> bool:

@@ -91,18 +91,22 @@ DECODE_SHAPES = ((1, 4096, 4096), (7, 1280, 8192), (16, 6144, 4096), (100, 4104,
 def _decode_cases() -> list[tuple[str, GemmSpec, SProgram]]:
     """Every decode design a search measures first (swapped token tiles, their stream-K
     twins, the narrow unswapped tiles), 16-bit and 8-bit inputs: the swapped FP8 kernels
-    dequantise on their transposed stores."""
+    dequantise on their transposed stores; 16-bit weights stored k x n too (the swapped
+    kernels read them as wgmma's MN-major A)."""
     cases = []
-    for (m, n, k), dtype in itertools.product(DECODE_SHAPES,
-                                              ("bfloat16", "float16", "float8_e4m3")):
-        spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout="nk")
+    for (m, n, k), dtype, layout in itertools.product(
+            DECODE_SHAPES, ("bfloat16", "float16", "float8_e4m3"), ("nk", "kn")):
+        if layout == "kn" and dtype == "float8_e4m3":
+            continue  # 8-bit B is K-major only
+        spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
         space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
         programs = {}
         for design in decode_designs(spec):
             sprogram, validity = space.build(fit_to_space(space, design))
             if validity.ok:
                 programs[sprogram.hash] = sprogram
-        cases += [(f"decode-{m}x{n}x{k}-{dtype}", spec, p) for p in programs.values()]
+        cases += [(f"decode-{m}x{n}x{k}-{dtype}-{layout}", spec, p)
+                  for p in programs.values()]
     return cases
 
 

@@ -72,8 +72,19 @@ def test_a_static_m_that_fills_its_tiles_stores_unmasked() -> None:
     assert "if (g + 0 < M)" not in source
 
 
+def test_a_weight_stored_k_by_n_is_read_as_wgmma_mn_major_a() -> None:
+    """B stored k x n: its tile (64-column boxes, n contiguous) is wgmma's A with the
+    transpose bit set, each consumer's 64 rows of n one box further on."""
+    sprogram, spec = _plan(260, params={"b_layout": "kn"}, tile_m=64, tile_n=128,
+                           consumer_warpgroups=2)
+    assert unsupported(sprogram, DEVICE) is None and check_valid(sprogram, spec, DEVICE).ok
+    source = render(sprogram, spec, DEVICE).source
+    assert "wgmma_m64n64k16_f16_amn_bk(" in source
+    assert "p, 1, 1, 1, 0;" in source  # transpose A, not B
+    assert "a_stage = smem + SMEM_B + ab_stage * B_STAGE_BYTES + row0 / 64 * 8192;" in source
+
+
 @pytest.mark.parametrize(("params", "choices", "reason"), [
-    ({"b_layout": "kn"}, {}, "b_layout nk"),
     ({"epilogue": {"bias": True}}, {}, "fused epilogue"),
     ({}, {"map_store": "tma"}, "st.global"),
 ])

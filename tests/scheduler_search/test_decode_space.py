@@ -26,9 +26,11 @@ def _knobs(spec: GemmSpec) -> dict[str, tuple]:
     return {k.name: k.options for k in knob_table(spec, H200)}
 
 
+@pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("m", [1, 16, FEW_TOKENS])
-def test_few_token_nk_gemms_offer_swap_narrow_token_tiles_and_deep_rings(m: int) -> None:
-    knobs = _knobs(_spec(m))
+def test_few_token_gemms_offer_swap_narrow_token_tiles_and_deep_rings(m: int,
+                                                                       layout: str) -> None:
+    knobs = _knobs(_spec(m, b_layout=layout))
     assert knobs["swap_ab"] == (False, True)
     assert {8, 16, 32} <= set(knobs["tile_m"])
     assert {8, 12} <= set(knobs["stages_ab"])
@@ -36,7 +38,6 @@ def test_few_token_nk_gemms_offer_swap_narrow_token_tiles_and_deep_rings(m: int)
 
 @pytest.mark.parametrize("overrides", [
     {"m": FEW_TOKENS + 1},              # enough rows for unswapped tiles
-    {"b_layout": "kn"},                 # swap reads the weight as wgmma's K-major A
     {"epilogue": {"bias": True}},       # the transposed store has no fused epilogue
 ])
 def test_swap_is_not_offered_where_it_cannot_be_lowered(overrides: dict) -> None:
