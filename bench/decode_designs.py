@@ -121,6 +121,61 @@ def mid_token_designs(m: int) -> list[dict[str, Any]]:
     return designs
 
 
+#: Consumer warpgroups of an unswapped m tile (a 256-row one: two of two row blocks).
+WARPGROUPS = {64: 1, 128: 2, 192: 3, 256: 2}
+
+
+def fitted_token_designs(m: int, n: int, blocks: int = 132) -> list[dict[str, Any]]:
+    """Tiles sized so the grid fills whole waves of ``blocks`` (cuBLAS's plan in the middle
+    of a range: 256 weight rows by 152 tokens at 442 x 11200 x 1664, 132 tiles): swapped
+    tiles over 128 or 256 weight rows (two consumers) with the tokens on wgmma's N, that N
+    the least multiple of 8 giving ``t`` token tiles, for each ``t`` it fits in 8..256;
+    and unswapped 64- to 256-row m tiles with the n tile the least multiple of 16 making
+    a whole wave count. Each with and without stream-K's last wave."""
+    from scheduler_search.space.designs import GEMM_SWAP_WIDE, GEMM_WARP_SPECIALIZED
+
+    designs = []
+    for tile_n in (128, 256):
+        n_tiles = -(-n // tile_n)
+        for token_tiles in range(1, 9):
+            tokens = -(-m // (8 * token_tiles)) * 8
+            if not 8 <= tokens <= 256 or -(-m // tokens) != token_tiles:
+                continue
+            if n_tiles * token_tiles > 3 * blocks:
+                continue
+            stage_bytes = (tokens + tile_n) * 64 * 2
+            for waves in (0, 1):
+                designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": tile_n,
+                                "tile_k": 64, "consumer_warpgroups": 2,
+                                "stages_ab": min(8, RING_BYTES // stage_bytes),
+                                "stream_k": waves})
+    for tile_m in (64, 128, 192, 256):
+        m_tiles = -(-m // tile_m)
+        for wave_count in (1, 2, 3):
+            per_wave = blocks * wave_count // m_tiles
+            if per_wave < 1:
+                continue
+            tile_n = -(-n // per_wave // 16) * 16
+            if not 64 <= tile_n <= 256:
+                continue
+            stage_bytes = (tile_m + tile_n) * 64 * 2
+            for waves in (0, 1):
+                designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                                "tile_k": 64, "consumer_warpgroups": WARPGROUPS[tile_m],
+                                "stages_ab": min(6, RING_BYTES // stage_bytes),
+                                "stream_k": waves})
+    return designs
+
+
+def _grid(name: str, m: int, n: int) -> list[dict[str, Any]]:
+    """The designs of grid ``name`` at m tokens against a weight of n rows."""
+    if name == "mid":
+        return mid_token_designs(m)
+    if name == "fitted":
+        return fitted_token_designs(m, n)
+    return few_tile_designs(m)
+
+
 def _spec(shape: str, dtype: str) -> Any:
     from scheduler_search.ops.gemm import GemmSpec
 
@@ -142,7 +197,7 @@ def prepare(args: argparse.Namespace) -> None:
         candidates, _ = space.enumerate()
         picks = [item.sprogram.choices for item in rank_top(space, candidates, args.pool)]
         entries, seen = [], set()
-        grid = mid_token_designs(spec.m) if args.grid == "mid" else few_tile_designs(spec.m)
+        grid = _grid(args.grid, spec.m, spec.n)
         for source, choices in [("grid", c) for c in grid] + \
                 [("cost_model", c) for c in picks[: args.top]]:
             sprogram, validity = space.build(choices)
@@ -257,8 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shapes", nargs="+", default=list(SHAPES))
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--top", type=int, default=24, help="cost-model picks per shape")
-    p.add_argument("--grid", choices=("few", "mid"), default="few",
-                   help="few: decode's few-tile levers; mid: the middle of a range over m")
+    p.add_argument("--grid", choices=("few", "mid", "fitted"), default="few",
+                   help="few: decode's few-tile levers; mid: the middle of a range over m; "
+                        "fitted: tiles sized to fill whole waves there")
     p.add_argument("--pool", type=int, default=400)
     p.add_argument("--out", default=str(ROOT / ".bench" / "decode-designs.json.gz"))
     r = sub.add_parser("run")
