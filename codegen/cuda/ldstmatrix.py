@@ -23,6 +23,31 @@ STMATRIX_X4 = Snippet(
     section='9.7.14.5.16 "stmatrix"',
 )
 
+STMATRIX_X4_TRANS = Snippet(
+    "stmatrix_x4_trans",
+    "// Store four 8x8 b16 matrices transposed: register i of lane l holds row l / 4,\n"
+    "// columns 2 (l % 4) and +1 of matrix i's transpose; this lane's address is row\n"
+    "// (lane % 8) of stored matrix lane / 8 (a C^T fragment written as C).\n"
+    "__device__ __forceinline__ void stmatrix_x4_trans(u32 addr, u32 r0, u32 r1, u32 r2,\n"
+    "                                                  u32 r3) {\n"
+    '  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"\n'
+    '               :: "r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.14.5.16 "stmatrix"',
+)
+
+STMATRIX_X2_TRANS = Snippet(
+    "stmatrix_x2_trans",
+    "// Two 8x8 b16 matrices transposed, as stmatrix_x4_trans; lanes 0-15 give the rows.\n"
+    "__device__ __forceinline__ void stmatrix_x2_trans(u32 addr, u32 r0, u32 r1) {\n"
+    '  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};"\n'
+    '               :: "r"(addr), "r"(r0), "r"(r1) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.14.5.16 "stmatrix"',
+)
+
 LDMATRIX_X4 = Snippet(
     "ldmatrix_x4",
     "// Load four 8x8 b16 matrices; this lane's address is row (lane % 8) of matrix lane / 8.\n"
@@ -83,5 +108,5 @@ ST_SHARED_F32X2 = Snippet(
     section='9.7.9.10 "st"',
 )
 
-register(STMATRIX_X4, LDMATRIX_X4, LDMATRIX_X4_TRANS, LD_SHARED_F32X2, LD_SHARED_F32,
-         ST_SHARED_F32X2)
+register(STMATRIX_X4, STMATRIX_X4_TRANS, STMATRIX_X2_TRANS, LDMATRIX_X4, LDMATRIX_X4_TRANS,
+         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2)

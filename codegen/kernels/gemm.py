@@ -36,7 +36,6 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
-from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
@@ -267,16 +266,15 @@ class GemmHooks(OperatorHooks):
     def _swap_problem(self) -> str | None:
         """Swapped, B's tile is wgmma's A: K-major (``nk``), or MN-major (``kn``, 16-bit
         inputs: the instruction transposes it) in 64-column boxes; the transposed fragment is
-        stored element by element with st.global, with no fused epilogue (8-bit inputs'
-        dequantising scale, which reads no position, is applied on the way)."""
+        stored element by element with st.global, or staged transposed for a TMA store
+        (``PipelineLayout`` says where that cannot be), with no fused epilogue (8-bit
+        inputs' dequantising scale, which reads no position, is applied on the way)."""
         if not self.swap:
             return None
         if self.b.rows_problem():
             return f"swap_ab reads B's tile as wgmma's A: {self.b.rows_problem()}"
         if self.epilogue.fused:
             return "swap_ab stores the output transposed, without a fused epilogue"
-        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
-            return "swap_ab stores the transposed output with st.global (store on cuda_core)"
         if self.tile_m % wgmma.WGMMA_N_STEP or self.tile_m > wgmma.WGMMA_N_MAX:
             return f"swap_ab: tile_m={self.tile_m} is wgmma's N (a multiple of 8, <= 256)"
         if self.structure.cluster_size > 1:

@@ -3,8 +3,8 @@
 Two emitters, one per sEU a store sTask can be mapped to:
 
 - TMA (:func:`emit_tma_store`): registers -> swizzled shared memory (``stmatrix`` for 16-bit
-  outputs, 8-byte ``st.shared`` for fp32), one swizzle-span-wide sub-tile at a time ->
-  ``cp.async.bulk.tensor`` store. The staging
+  outputs, 8-byte ``st.shared`` for fp32, ``stmatrix.trans`` for a transposed fragment),
+  one swizzle-span-wide sub-tile at a time -> ``cp.async.bulk.tensor`` store. The staging
   buffer is the idle ring stages (``operands``) or slots of its own (``ring``), as
   :attr:`PipelineLayout.staging` decides.
 - CUDA cores (:func:`emit_direct_store`): two elements a thread with ``st.global``,
@@ -60,18 +60,26 @@ def store_constants(code: Code, layout: PipelineLayout) -> None:
          f"sub-tiles ({layout.staging})")
     code(f"constexpr u32 C_ROW_BYTES = {layout.store_cols * out.elem_bytes}, "
          f"C_SLOT_BYTES = {layout.c_slot_bytes};")
+    if out.transposed:
+        code(f"constexpr u32 C_BLOCK_BYTES = {layout.c_block_bytes};  // one consumer's 64 "
+             f"fragment rows as {out.cols} output rows")
 
 
 def store_tensor_map(layout: PipelineLayout) -> TensorMapArg:
-    """The output's tensor map: one box is one consumer's rows of one sub-tile."""
+    """The output's tensor map: one box is one consumer's rows of one sub-tile (of a
+    transposed fragment: one 64-row block, as the output's rows of 64 columns)."""
     out = layout.output
+    if out.transposed:  # the fragment's rows are the output's columns
+        dims, box = (out.global_rows, out.global_cols), (layout.store_cols, out.cols)
+    else:
+        dims, box = (out.global_cols, out.global_rows), (layout.store_cols, layout.consumer_rows)
     return TensorMapArg(
         name=out.map_name,
         tensor=out.tensor,
         dtype=out.dtype,
-        global_dims=(out.global_cols, out.global_rows),
-        global_strides_bytes=(out.global_cols * out.elem_bytes,),
-        box_dims=(layout.store_cols, layout.consumer_rows),
+        global_dims=dims,
+        global_strides_bytes=(dims[0] * out.elem_bytes,),
+        box_dims=box,
         swizzle=layout.store_swizzle.tma,  # type: ignore[arg-type]
     )
 
@@ -79,16 +87,18 @@ def store_tensor_map(layout: PipelineLayout) -> TensorMapArg:
 def _staging_buffer(code: Code, layout: PipelineLayout, bar: str) -> None:
     """``buf``: where this warpgroup stages sub-tile ``s``, once it is free again."""
     c = code
+    # A consumer's part of a slot: its rows, or its block of a transposed fragment.
+    mine = ("consumer * C_BLOCK_BYTES" if layout.output.transposed
+            else "row0 * C_ROW_BYTES")
     if layout.staging == "operands":
-        c("const u32 buf = smem + SMEM_C + s * C_SLOT_BYTES + row0 * C_ROW_BYTES;")
+        c(f"const u32 buf = smem + SMEM_C + s * C_SLOT_BYTES + {mine};")
     elif layout.structure.pingpong:
         c("const u32 buf = smem + SMEM_C + consumer * C_SLOT_BYTES;")
         c.comment("this warpgroup's previous store finished reading its slot")
         c("if (thread_in_wg == 0) " + c.call("tma_store_wait_reads<0>") + ";")
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
     else:
-        c("const u32 buf = smem + SMEM_C + (store_round % 2) * C_SLOT_BYTES + "
-          "row0 * C_ROW_BYTES;")
+        c(f"const u32 buf = smem + SMEM_C + (store_round % 2) * C_SLOT_BYTES + {mine};")
         c.comment("the store that last used this slot finished reading it")
         c("if (thread_in_wg == 0) " + c.call("tma_store_wait_reads<1>") + ";")
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
@@ -100,7 +110,8 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
     by sub-tile; ``element`` applied to each pair on its way."""
     c, out = code, layout.output
     swz = layout.store_swizzle
-    staging = "8-byte st.shared" if out.dtype == "float32" else "stmatrix"
+    staging = ("stmatrix.trans" if out.transposed
+               else "8-byte st.shared" if out.dtype == "float32" else "stmatrix")
     c.comment(f"store: {out.fragment} -> shared memory ({staging}, {swz.span_bytes}B swizzle) "
               f"-> {out.tensor} via TMA, {layout.store_cols}-column sub-tiles")
     if layout.staging == "operands":
@@ -111,15 +122,20 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
     c("#pragma unroll")
     with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
         _staging_buffer(c, layout, bar)
-        if out.dtype == "float32":
+        if out.transposed:
+            _stage_transposed(c, layout, element)
+        elif out.dtype == "float32":
             _stage_fp32_pairs(c, layout, element)
         else:
             _stage_stmatrix(c, layout, element)
         c(c.call("fence_proxy_async_smem") + ";")
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
         with c.block("if (thread_in_wg == 0)"):
-            c(c.call("tma_store_2d", f"&{out.map_name}", f"{out.col_origin} + s * STORE_COLS",
-                     f"{out.row_origin} + row0", "buf") + ";")
+            if out.transposed:  # block s of this consumer's rows: 64 output columns
+                origin = (f"{out.row_origin} + row0 + s * STORE_COLS", out.col_origin)
+            else:
+                origin = (f"{out.col_origin} + s * STORE_COLS", f"{out.row_origin} + row0")
+            c(c.call("tma_store_2d", f"&{out.map_name}", *origin, "buf") + ";")
             c(c.call("tma_store_commit") + ";")
         if layout.staging == "ring" and not layout.structure.pingpong:
             c("++store_round;")
@@ -148,6 +164,38 @@ def _stage_stmatrix(code: Code, layout: PipelineLayout, element: ElementMath | N
                 regs.append(c.call(pack, lo, hi))
             addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
             c(c.call("stmatrix_x4", addr, *regs) + ";")
+
+
+def _stage_transposed(code: Code, layout: PipelineLayout, element: ElementMath | None) -> None:
+    """A transposed fragment's 64-row block ``s`` (``swap_ab``: rows along n, columns
+    along m) staged as the output's rows: ``stmatrix.trans`` stores each 8x8 matrix of
+    pairs as its transpose, so lane ``l`` addresses output row ``8 group + l % 8`` (a
+    fragment column) at the 16 bytes of the 8 fragment rows the matrix holds (output
+    columns). Sixteen fragment columns a ``.x4``; an odd last 8-column group a ``.x2``.
+    ``element`` may read no position (as the direct transposed store's)."""
+    c, out, swz = code, layout.output, layout.store_swizzle
+    pack = convert.pack2(out.dtype)
+    groups = out.cols // 8
+
+    def stage(first_group: str, matrices: int) -> None:
+        regs = []
+        for i in range(matrices):  # matrix i: rows +8 (i & 1) of 8-column group i / 2
+            index = f"4 * ({first_group} + {i // 2}) + {2 * (i % 2)}"
+            lo, hi = _pair(c, element, f"{out.fragment}[s][{index}]",
+                           f"{out.fragment}[s][{index} + 1]", "0", "0", name=f"p{i}_")
+            regs.append(c.call(pack, lo, hi))
+        c(f"const int out_row = ({first_group} + (lane >> 4)) * 8 + (lane & 7);  "
+          "// a fragment column")
+        c("const u32 col_bytes = (warp * 16 + ((lane >> 3) & 1) * 8) * 2;  // its 8 rows")
+        addr = f"buf + {c.call(swz.function, 'out_row * C_ROW_BYTES + col_bytes')}"
+        c(c.call(f"stmatrix_x{matrices}_trans", addr, *regs) + ";")
+
+    c("#pragma unroll")
+    with c.block(f"for (int j = 0; j < {groups // 2}; ++j)"):
+        stage("2 * j", 4)
+    if groups % 2:
+        with c.block(""):
+            stage(str(groups - 1), 2)
 
 
 def _stage_fp32_pairs(code: Code, layout: PipelineLayout, element: ElementMath | None) -> None:

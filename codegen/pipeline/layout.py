@@ -212,8 +212,11 @@ class PipelineLayout:
     @property
     def store_cols(self) -> int:
         """Columns of one stored sub-tile: the widest swizzle span (128, 64 or 32 bytes)
-        whose columns divide the tile's (a 240-column tile: 16-column sub-tiles)."""
+        whose columns divide the tile's (a 240-column tile: 16-column sub-tiles). A
+        transposed fragment's sub-tile is one of its 64-row blocks: 64 output columns."""
         widest = 128 // self.output.elem_bytes
+        if self.output.transposed:
+            return widest
         return next((cols for cols in (widest, widest // 2) if self.output.cols % cols == 0),
                     widest // 4)
 
@@ -223,11 +226,24 @@ class PipelineLayout:
 
     @property
     def store_subtiles(self) -> int:
+        """Sub-tiles a consumer stores in turn: column slabs of its rows, or the 64-row
+        blocks of its transposed fragment."""
+        if self.output.transposed:
+            return self.consumer_rows // wgmma.WGMMA_M
         return self.output.cols // self.store_cols
 
     @property
+    def c_block_bytes(self) -> int:
+        """One 64-row block of a transposed fragment, staged as the output's rows (the
+        fragment's columns) of 64 output columns."""
+        return self.output.cols * self.store_cols * self.output.elem_bytes
+
+    @property
     def c_slot_bytes(self) -> int:
-        """One staged sub-tile of the whole output tile (every warpgroup's rows)."""
+        """One staged sub-tile of the whole output tile (every warpgroup's rows; of a
+        transposed fragment, one block of every consumer)."""
+        if self.output.transposed:
+            return self.structure.consumers * self.c_block_bytes
         return self.output.rows * self.store_cols * self.output.elem_bytes
 
     @property
@@ -386,6 +402,18 @@ class PipelineLayout:
                 return f"a wgmma group in flight needs {ring.stream} stages >= 2"
         return None
 
+    def _transposed_store_problem(self) -> str | None:
+        """A transposed fragment goes to shared memory with ``stmatrix.trans`` (16-bit
+        outputs), in 64-row blocks one consumer each (cooperative consumers)."""
+        out = self.output
+        if out.elem_bytes != 2:
+            return f"a transposed TMA store of {out.dtype} (stmatrix moves 16-bit elements)"
+        if self.structure.pingpong:
+            return "a transposed TMA store with pingpong consumers"
+        if out.cols % 8 or out.cols > BOX_DIM_MAX:
+            return f"a transposed TMA store of {out.cols} columns (8-column groups, <= 256)"
+        return None
+
     def resource_problem(self) -> str | None:
         """Shared memory, TMA boxes and registers against the device."""
         s = self.structure
@@ -396,8 +424,12 @@ class PipelineLayout:
                  for load in loads + [t.load for t in s.tile_buffers]]
         if max([*boxes, self.consumer_rows]) > BOX_DIM_MAX:
             return "TMA box over 256 rows"
-        if self.tma_store and self.output.cols % self.store_cols:
+        if self.tma_store and not self.output.transposed and self.output.cols % self.store_cols:
             return f"a TMA store of {self.output.cols} columns in 32-byte sub-tiles"
+        if self.tma_store and self.output.transposed:
+            problem = self._transposed_store_problem()
+            if problem:
+                return problem
         limit = self.device.smem_per_block_bytes
         if self.smem.dynamic_bytes > limit:
             return f"{self.smem.dynamic_bytes} B of shared memory (with alignment) > {limit} B"

@@ -253,6 +253,19 @@ def mid_range_designs(n: int, low: int, high: int, blocks: int = H200_SMS) -> li
     return designs
 
 
+def with_transposed_tma_store(design: Choices) -> Choices:
+    """A swapped design whose transposed output is staged in shared memory and stored by
+    TMA (two slots, each 64 output columns of the tile's tokens a consumer), its ring as
+    deep as still fits beside them, where its own direct store writes every element with
+    its own 2-byte ``st.global``."""
+    tokens, warpgroups = design["tile_m"], design["consumer_warpgroups"]
+    staging = warpgroups * tokens * _STORE_SLOTS_BYTES_A_ROW
+    ring = _BLOCK_SMEM_BYTES - 2 * _SMEM_HEADROOM_BYTES - staging  # both regions aligned
+    stage_bytes = (tokens + design["tile_n"]) * design.get("tile_k", 64) * 2
+    return {**design, "map_store": "tma",
+            "stages_ab": max(2, min(design["stages_ab"], ring // stage_bytes))}
+
+
 def range_designs(range_spec: RangeSpec) -> list[Choices]:
     """The designs a range run's pool starts with, in order: the operator's, then for a
     GEMM range reaching few tokens the first two decode designs of its weight at

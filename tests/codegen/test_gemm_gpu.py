@@ -26,7 +26,11 @@ from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.suites import GEMM_SHAPES
 from scheduler_search.search.warm_start import fit_to_space
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED, decode_designs
+from scheduler_search.space.designs import (
+    GEMM_WARP_SPECIALIZED,
+    decode_designs,
+    with_transposed_tma_store,
+)
 from scheduler_search.sprogram import SProgram, plan_sprogram
 
 pytestmark = pytest.mark.gpu
@@ -92,7 +96,8 @@ def _decode_cases() -> list[tuple[str, GemmSpec, SProgram]]:
     """Every decode design a search measures first (swapped token tiles, their stream-K
     twins, the narrow unswapped tiles), 16-bit and 8-bit inputs: the swapped FP8 kernels
     dequantise on their transposed stores; 16-bit weights stored k x n too (the swapped
-    kernels read them as wgmma's MN-major A)."""
+    kernels read them as wgmma's MN-major A); and the swapped designs' twins that stage
+    the transposed output for a TMA store."""
     cases = []
     for (m, n, k), dtype, layout in itertools.product(
             DECODE_SHAPES, ("bfloat16", "float16", "float8_e4m3"), ("nk", "kn")):
@@ -101,7 +106,9 @@ def _decode_cases() -> list[tuple[str, GemmSpec, SProgram]]:
         spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
         space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
         programs = {}
-        for design in decode_designs(spec):
+        designs = decode_designs(spec)
+        designs += [with_transposed_tma_store(d) for d in designs if d.get("swap_ab")]
+        for design in designs:
             sprogram, validity = space.build(fit_to_space(space, design))
             if validity.ok:
                 programs[sprogram.hash] = sprogram

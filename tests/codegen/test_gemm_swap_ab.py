@@ -1,7 +1,8 @@
 """GEMM with ``swap_ab``: the tensor cores compute Cᵀ = B Aᵀ, so m runs along wgmma's N
 (any multiple of 8) and n along its M (the consumers' 64-row blocks). The schedule is
-validated with its rows along n, the kernel reads B's tile as wgmma's A and stores the
-transposed fragment element by element, masked at the run-time m; what it cannot lower is
+validated with its rows along n, the kernel reads B's tile as wgmma's A (K-major, or
+MN-major with the transpose bit) and stores the transposed fragment element by element,
+masked at the run-time m, or stages it transposed for a TMA store; what it cannot lower is
 refused with a reason; and the kernels compile for sm_90a without spills."""
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from codegen import render, unsupported
 from codegen.nvcc import nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
-from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED, RANGE_DESIGNS
+from scheduler_search.space.designs import (
+    GEMM_WARP_SPECIALIZED,
+    RANGE_DESIGNS,
+    with_transposed_tma_store,
+)
 from scheduler_search.sprogram import SProgram, check_valid, plan_sprogram
 
 DEVICE = get_device("h200")
@@ -86,7 +91,6 @@ def test_a_weight_stored_k_by_n_is_read_as_wgmma_mn_major_a() -> None:
 
 @pytest.mark.parametrize(("params", "choices", "reason"), [
     ({"epilogue": {"bias": True}}, {}, "fused epilogue"),
-    ({}, {"map_store": "tma"}, "st.global"),
 ])
 def test_what_a_swapped_kernel_cannot_lower_is_named(params: dict, choices: dict,
                                                        reason: str) -> None:
@@ -146,3 +150,55 @@ def test_the_two_consumer_swapped_designs_compile_without_spills() -> None:
     names = [n for n in RANGE_DESIGNS["gemm"] if n.endswith("x128")]
     assert len(names) >= 4
     assert_compile_clean([render(*_range_design(n), DEVICE).source for n in names])
+
+
+def test_a_tma_store_stages_the_transposed_fragment_as_the_output_rows() -> None:
+    """map_store tma: each consumer's 64-row block (64 output columns) is written to its
+    part of a staging slot with stmatrix.trans, 16 tokens a .x4 and an odd last 8-token
+    group a .x2, then stored as a box of 64 columns by the tile's tokens at the block's
+    first weight row; the output's tensor map is n wide and m (a run-time extent) high."""
+    sprogram, spec = _plan(16384, runtime=True, map_store="tma", tile_m=104, tile_n=128,
+                           consumer_warpgroups=2, stages_ab=5)
+    assert unsupported(sprogram, DEVICE) is None and check_valid(sprogram, spec, DEVICE).ok
+    artifact = render(sprogram, spec, DEVICE)
+    store = artifact.source[artifact.source.index("for (int s = 0; s < STORE_SUBTILES"):]
+    assert "consumer * C_BLOCK_BYTES" in store
+    assert "for (int j = 0; j < 6; ++j)" in store and "stmatrix_x4_trans(" in store
+    assert "const int out_row = (12 + (lane >> 4)) * 8 + (lane & 7);" in store
+    assert "stmatrix_x2_trans(" in store
+    assert "tma_store_2d(&c_map, n0 + row0 + s * STORE_COLS, m0, buf);" in store
+    assert "constexpr u32 C_BLOCK_BYTES = 13312;" in artifact.source  # 104 rows x 128 B
+    c_map = next(a for a in artifact.args if a.name == "c_map")
+    assert c_map.global_dims == (4096, 16384) and c_map.box_dims == (64, 104)
+    assert ("m", "c_map", "global_dims", 1) in {(s.dim, s.arg, s.field, s.index)
+                                                 for s in artifact.size_slots}
+
+
+def test_a_tma_store_of_a_transposed_fragment_keeps_to_what_it_can_stage() -> None:
+    sprogram, _ = _plan(16384, runtime=True, map_store="tma", tile_m=64, stages_ab=12)
+    assert "shared memory" in (unsupported(sprogram, DEVICE) or "")
+    twin = with_transposed_tma_store({**SWAP, "tile_m": 64, "stages_ab": 12})
+    assert twin["map_store"] == "tma" and twin["stages_ab"] < 12
+    sprogram, spec = _plan(16384, runtime=True, **twin)
+    assert unsupported(sprogram, DEVICE) is None and check_valid(sprogram, spec, DEVICE).ok
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_swapped_kernels_with_tma_stores_compile_without_spills() -> None:
+    """The range designs' TMA-store twins at a run-time m, B n x k and k x n, and an
+    8-bit decode tile (dequantised on the way to shared memory)."""
+    sources = []
+    for name, layout in (("swap_16x64", "nk"), ("swap_136x128", "nk"), ("swap_88x128", "kn"),
+                         ("swap_232x128", "kn")):
+        spec = _spec(16384, b_layout=layout)
+        choices = {**with_transposed_tma_store(RANGE_DESIGNS["gemm"][name]), "persistent": True}
+        sprogram = replace(plan_sprogram(spec, DEVICE, choices), runtime_dims=("m",))
+        assert unsupported(sprogram, DEVICE) is None, name
+        sources.append(render(sprogram, spec, DEVICE).source)
+    sprogram, spec = _plan(16, params={"dtype": "float8_e4m3"},
+                           **with_transposed_tma_store({**SWAP, "tile_m": 16, "tile_k": 128,
+                                                        "stages_ab": 12}))
+    assert unsupported(sprogram, DEVICE) is None
+    source = render(sprogram, spec, DEVICE).source
+    assert "v0 *= scale_a[0] * scale_b[0]" in source and "stmatrix_x4_trans(" in source
+    assert_compile_clean([*sources, source])

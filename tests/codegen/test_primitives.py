@@ -25,6 +25,8 @@ CALLS = {
     "named_barrier_arrive": "named_barrier_arrive(2, 256);",
     "named_barrier_or": "r[0] = named_barrier_or(1, 128, f > 0.0f) ? 1u : 0u;",
     "stmatrix_x4": "stmatrix_x4(a, r[0], r[1], r[2], r[3]);",
+    "stmatrix_x4_trans": "stmatrix_x4_trans(a, r[0], r[1], r[2], r[3]);",
+    "stmatrix_x2_trans": "stmatrix_x2_trans(a, r[0], r[1]);",
     "ldmatrix_x4": "ldmatrix_x4(a, r[0], r[1], r[2], r[3]);",
     "ldmatrix_x4_trans": "ldmatrix_x4_trans(a, r[0], r[1], r[2], r[3]);",
     "ld_shared_f32": "acc[0] = ld_shared_f32(a);",
@@ -103,11 +105,14 @@ def test_primitive_compiles_alone(name: str) -> None:
 @pytest.mark.parametrize(
     ("n", "dtype", "major", "a_from"),
     [(256, "float16", "mn", "smem"), (96, "bfloat16", "k", "smem"), (8, "float16", "k", "smem"),
-     (128, "float16", "mn", "registers"), (64, "bfloat16", "k", "registers")],
+     (128, "float16", "mn", "registers"), (64, "bfloat16", "k", "registers"),
+     (64, "bfloat16", "k", "smem_mn")],
 )
 def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str, a_from: str) -> None:
-    if a_from == "smem":
-        mma, a = wgmma.mma(n, dtype, major), "(u64)a"
+    """``smem_mn``: A MN-major in shared memory (a swapped GEMM's weight stored k x n)."""
+    if a_from.startswith("smem"):
+        a_major = "mn" if a_from == "smem_mn" else "k"
+        mma, a = wgmma.mma(n, dtype, major, a_major), "(u64)a"
     else:
         mma, a = wgmma.mma_rs(n, dtype, major), "r[0], r[1], r[2], r[3]"
     body = (
