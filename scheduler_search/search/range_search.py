@@ -67,7 +67,7 @@ from scheduler_search.search.buckets import BucketTable
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
 from scheduler_search.search.proposals.cost_model import _RandomTrial
 from scheduler_search.search.proposals.neighbours import neighbours
-from scheduler_search.search.range_cut import RangeCut, anchor_sizes, near_best
+from scheduler_search.search.range_cut import CONTENDER_SLACK, RangeCut, anchor_sizes, near_best
 from scheduler_search.search.records import (
     CODEGEN_ERROR,
     SOURCE_COST_MODEL,
@@ -92,6 +92,11 @@ RUNTIME_FIXED: Choices = {"persistent": True}
 #: into another wave in it. Where time hardly moves with the size (a GEMM's first few
 #: hundred m, bound by reading B) nothing is gained by looking closer.
 REFINE_STEP = 1.15
+
+#: Candidates a refining round also measures at a gap's middle because the cost model,
+#: scaled from their nearest measurement, has them near the best there
+#: (:meth:`RangeSearch._predicted_contenders`).
+PREDICTED_CONTENDERS = 3
 
 #: Rounds of measuring the buckets' kernels where they won a sampled size on an estimate
 #: (:meth:`RangeSearch._confirm`). A 1920 x 1088 weight's table (H200, 2026-12-04) served
@@ -661,7 +666,8 @@ class RangeSearch:
         """Up to ``refine_sizes`` (middle, contenders) of the widest gaps (in log) between
         measured sizes whose ends have different winners or best times more than
         ``REFINE_STEP`` apart; the contenders are the candidates within
-        ``CONTENDER_SLACK`` of the best at either end."""
+        ``CONTENDER_SLACK`` of the best at either end, and those predicted to be at the
+        middle (:meth:`_predicted_contenders`)."""
         ordered = sorted(sizes)
         rows = [[self._latency(c, size) for size in ordered] for c in candidates]
         ends: list[tuple[int, float, list[RangeCandidate]]] = []
@@ -674,11 +680,41 @@ class RangeSearch:
             changes = (low_top[0] is not high_top[0]
                        or max(low_us, high_us) > REFINE_STEP * min(low_us, high_us))
             if changes and high - low >= 2:
-                contenders = list({c.index: c for c in low_top + high_top}.values())
-                gaps.append((math.log(high / low), round(math.sqrt(low * high)), contenders))
+                middle = round(math.sqrt(low * high))
+                contenders = list({c.index: c for c in low_top + high_top
+                                   + self._predicted_contenders(candidates, middle)}.values())
+                gaps.append((math.log(high / low), middle, contenders))
         gaps.sort(key=lambda gap: -gap[0])
         return [(middle, contenders) for _, middle, contenders
                 in gaps[: self.config.refine_sizes] if middle not in sizes]
+
+    def _predicted_contenders(self, candidates: list[RangeCandidate], size: int
+                              ) -> list[RangeCandidate]:
+        """Up to :data:`PREDICTED_CONTENDERS` candidates whose nearest measurement,
+        scaled by the cost model's ratio, is within ``CONTENDER_SLACK`` of the least such
+        estimate at ``size``: a tile whose count fills a wave only between two sampled
+        sizes loses at both and would never be measured where it wins (on an H200,
+        2026-12-04, a 104-token swapped tile over 128 weight rows of a 3200 x 4608
+        weight fills one wave at m = 441..520, where the table served a 128 x 192 tile
+        at 0.70 of cuBLAS's speed; a 96-token one ran m = 478 at 1.08). They are only
+        measured: a bucket is still served on measurements and on the estimates of
+        candidates in the running."""
+        estimates = []
+        for candidate in candidates:
+            measured = {s: us for (h, s), record in self._known.items()
+                        if h == candidate.sprogram.hash and record.ok
+                        and (us := record.latency_us) is not None}
+            if not measured or size in measured:
+                continue
+            near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
+            here, there = self._predict(candidate, size), self._predict(candidate, near)
+            if here is not None and there:
+                estimates.append((measured[near] * here / there, candidate.index, candidate))
+        if not estimates:
+            return []
+        best = min(us for us, _, _ in estimates)
+        near_best_ones = sorted(e for e in estimates if e[0] <= CONTENDER_SLACK * best)
+        return [candidate for _, _, candidate in near_best_ones[:PREDICTED_CONTENDERS]]
 
     def _measure_all(self, candidates: list[RangeCandidate], sizes: list[int], *,
                      wanted: set[tuple[int, int]] | None = None, keep: int = 0
