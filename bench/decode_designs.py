@@ -131,8 +131,13 @@ def fitted_token_designs(m: int, n: int, blocks: int = 132) -> list[dict[str, An
     tiles over 128 or 256 weight rows (two consumers) with the tokens on wgmma's N, that N
     the least multiple of 8 giving ``t`` token tiles, for each ``t`` it fits in 8..256;
     and unswapped 64- to 256-row m tiles with the n tile the least multiple of 16 making
-    a whole wave count. Each with and without stream-K's last wave."""
-    from scheduler_search.space.designs import GEMM_SWAP_WIDE, GEMM_WARP_SPECIALIZED
+    a whole wave count. Each with and without stream-K's last wave; the swapped ones
+    also with their transposed output staged for a TMA store."""
+    from scheduler_search.space.designs import (
+        GEMM_SWAP_WIDE,
+        GEMM_WARP_SPECIALIZED,
+        with_transposed_tma_store,
+    )
 
     designs = []
     for tile_n in (128, 256):
@@ -145,10 +150,10 @@ def fitted_token_designs(m: int, n: int, blocks: int = 132) -> list[dict[str, An
                 continue
             stage_bytes = (tokens + tile_n) * 64 * 2
             for waves in (0, 1):
-                designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": tile_n,
-                                "tile_k": 64, "consumer_warpgroups": 2,
-                                "stages_ab": min(8, RING_BYTES // stage_bytes),
-                                "stream_k": waves})
+                design = {**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": tile_n,
+                          "tile_k": 64, "consumer_warpgroups": 2,
+                          "stages_ab": min(8, RING_BYTES // stage_bytes), "stream_k": waves}
+                designs += [design, with_transposed_tma_store(design)]
     for tile_m in (64, 128, 192, 256):
         m_tiles = -(-m // tile_m)
         for wave_count in (1, 2, 3):
