@@ -7,7 +7,11 @@
 #      stream-K and swapped kernels), range kernels loaded and dispatched against torch,
 #      attention range kernels against SDPA;
 #   2. bench/dynamic.py for GEMM (fp16, then bf16) and attention (fp16, then bf16), each
-#      in a process of its own, the range search's log beside its results.
+#      in a process of its own, the range search's log beside its results;
+#   3. (step "drawn") bf16 GEMM ranges on the (n, k) pairs drawn with seed 44, the pairs
+#      DRAWN_PAIRS (default "0 1 2") in the layouts DRAWN_LAYOUTS (default "nk kn"), 16
+#      unseen sizes each, all in one process (results written after each pair and
+#      layout; about 80 s each on an H200, so two calls hold the six).
 #
 # Each figure is the median of ROUNDS interleaved rounds (default 3: with two, one slow
 # round moved a 14 us kernel's back-to-back figure by 2 us). Each step has a time cap so
@@ -32,8 +36,19 @@ if [[ " $STEPS " == *" tests "* ]]; then
     tests/codegen/test_runtime_sizes_gpu.py} 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 fi
 
+if [[ " $STEPS " == *" drawn "* ]]; then
+  pairs=${DRAWN_PAIRS:-0 1 2}
+  step "bench/dynamic.py on drawn pairs ${pairs} (${DRAWN_LAYOUTS:-nk kn})"
+  # shellcheck disable=SC2086  # the lists are words
+  timeout "$BENCH_CAP" python3 bench/dynamic.py --op gemm --dtypes bfloat16 --draw-pairs 3 \
+    --pair-seed 44 --pair-indices $pairs --layouts ${DRAWN_LAYOUTS:-nk kn} --sizes 16 \
+    --keep-db "$OUT/db" --out "$OUT/dynamic-drawn-${pairs// /}.json" \
+    > "$OUT/drawn-${pairs// /}.log" 2>&1
+  echo "exit $?"; grep "range run" "$OUT/drawn-${pairs// /}.log"
+fi
+
 for op_dtype in $STEPS; do
-  [[ $op_dtype == tests ]] && continue
+  [[ $op_dtype == tests || $op_dtype == drawn ]] && continue
   op=${op_dtype%%-*}; dtype=${op_dtype#*-}
   step "bench/dynamic.py $op $dtype"
   # Processes still on the GPU (a second bench process once ran 5-10x slower than the
