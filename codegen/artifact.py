@@ -15,11 +15,12 @@ the workers (``workers.contract``) and ``load`` check an artifact's arguments ag
 from __future__ import annotations
 
 import bisect
-import hashlib
 import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
+
+from scheduler_search.canonical import canonical_json, sha256_hex
 
 ARTIFACT_VERSION = 1
 
@@ -129,12 +130,12 @@ class KernelArtifact:
         return json.loads(json.dumps(asdict(self)))
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return canonical_json(self.to_dict())
 
     @property
     def hash(self) -> str:
         """sha256 of the canonical JSON: the kernel's identity (``/v1/kernels/{hash}``)."""
-        return hashlib.sha256(self.to_json().encode()).hexdigest()
+        return sha256_hex(self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> KernelArtifact:
@@ -332,11 +333,11 @@ class RangeArtifact:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return canonical_json(self.to_dict())
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()
+        return sha256_hex(self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RangeArtifact:

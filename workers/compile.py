@@ -11,7 +11,6 @@ so a broken source is not compiled twice.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import queue
@@ -24,6 +23,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from scheduler_search.canonical import canonical_sha256
 from workers.spawn import Child
 
 # What CuPy's RawModule appends to the user's options (CuPy 14.2, cupy/cuda/compiler.py:
@@ -68,8 +68,7 @@ def nvrtc_options(options: tuple[str, ...], default_arch: str) -> tuple[str, ...
 
 
 def compile_key(source: str, options: tuple[str, ...], nvrtc_version: tuple[int, int]) -> str:
-    blob = json.dumps([source, list(options), list(nvrtc_version)], separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return canonical_sha256([source, list(options), list(nvrtc_version)])
 
 
 def compile_to_cache(

@@ -7,11 +7,11 @@ code generation) changes the key.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from pathlib import Path
 from typing import Any
+
+from scheduler_search.canonical import canonical_sha256
 
 _DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
@@ -39,8 +39,7 @@ def read_fingerprint(device_index: int = 0, codegen_version: str = "") -> dict[s
 
 def fingerprint_key(fingerprint: dict[str, Any]) -> str:
     """sha256 of the fingerprint's canonical JSON (sorted keys, no whitespace)."""
-    canonical = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return canonical_sha256(fingerprint)
 
 
 def arch_of(fingerprint: dict[str, Any]) -> str:

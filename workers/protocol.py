@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codegen.artifact import KernelArtifact
+from scheduler_search.canonical import canonical_json
 from scheduler_search.ops import TensorSpec
 
 PROTOCOL_VERSION = 1
@@ -217,7 +218,7 @@ class Measurement:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return canonical_json(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:

@@ -9,12 +9,13 @@ issuing warps until done. Rates are per EU so that the cost model can simulate o
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import cached_property
 from typing import Any
+
+from scheduler_search.canonical import canonical_sha256
 
 
 class UnitKind(StrEnum):
@@ -127,8 +128,7 @@ class Device:
 
     def fingerprint(self) -> str:
         """Stable sha256 of :meth:`identity`: the cache's device key."""
-        text = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return canonical_sha256(self.identity())
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))

@@ -10,8 +10,6 @@ spec classes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from abc import abstractmethod
 from collections.abc import Iterator
 from functools import lru_cache
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from scheduler_search.canonical import canonical_json, sha256_hex
 from scheduler_search.ops._contract import DTYPE_BYTES, TensorSpec
 
 if TYPE_CHECKING:
@@ -161,13 +160,11 @@ class OperatorSpec(BaseModel):
 
     def canonical_json(self) -> str:
         """Canonical JSON of op and params: sorted keys, no whitespace."""
-        return json.dumps(
-            {"op": self.op, "params": self.params()}, sort_keys=True, separators=(",", ":")
-        )
+        return canonical_json({"op": self.op, "params": self.params()})
 
     def workload_key(self) -> str:
         """sha256 of the canonical JSON: equal specs give equal keys whatever the field order."""
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        return sha256_hex(self.canonical_json())
 
     def check_fits(self, device: Device) -> None:
         """Raise :class:`SpecError` when the workload cannot be held by ``device``."""

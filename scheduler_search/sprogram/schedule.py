@@ -9,12 +9,12 @@ JSON whose sha256 is its identity (and the compiled kernel's cache key).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from scheduler_search.canonical import canonical_json, sha256_hex
 from scheduler_search.hardware.model import UnitKind
 
 #: 128 threads: wgmma, setmaxnreg and the consumer roles work in units of warpgroups.
@@ -185,7 +185,7 @@ class SProgram:
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, no whitespace (stable across runs and machines)."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return canonical_json(self.to_dict())
 
     @cached_property
     def hash(self) -> str:
@@ -196,7 +196,7 @@ class SProgram:
         far more than the lookup). The cached value lives in the instance's ``__dict__``,
         which equality and ``to_dict`` ignore (they read the fields) and pickling copies.
         """
-        return hashlib.sha256(self.to_json().encode()).hexdigest()
+        return sha256_hex(self.to_json())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SProgram:

@@ -15,8 +15,6 @@ another with :func:`set_gpu_probe`.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import threading
@@ -24,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from scheduler_search.canonical import canonical_sha256
 from scheduler_search.hardware import CATALOG, Device, device_from_properties, get_device
 
 logger = logging.getLogger(__name__)
@@ -58,8 +57,7 @@ class ResolvedDevice:
 
 
 def _key(identity: dict[str, Any]) -> str:
-    text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_sha256(identity)
 
 
 def simulated(short: str) -> ResolvedDevice:

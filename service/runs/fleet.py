@@ -13,11 +13,10 @@ model on the node.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from scheduler_search.canonical import canonical_sha256
 from scheduler_search.hardware import CATALOG, get_device
 from service.db.fleet import FleetDevice, FleetEntry
 from service.runs.devices import DeviceError, GpuProbe, ResolvedDevice, model_of
@@ -33,8 +32,7 @@ PROPERTY_KEYS = ("name", "major", "minor", "multiProcessorCount", "sharedMemPerM
 
 
 def _sha256(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_sha256(value)
 
 
 def placement_key(identity: Mapping[str, Any]) -> str:

@@ -15,14 +15,13 @@ they are equal.
 from __future__ import annotations
 
 import bisect
-import hashlib
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from codegen.artifact import KernelArtifact, RangeArtifact, RangeBucket
+from scheduler_search.canonical import canonical_sha256
 from scheduler_search.ops import OperatorSpec, RangeSpec, parse_range_spec
 from service.core.db import Database
 from service.db import ranges as ranges_repo
@@ -40,8 +39,7 @@ RUNTIME_DIMS: dict[str, tuple[str, ...]] = {
 
 
 def _canonical_sha(data: Mapping[str, Any]) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_sha256(data)
 
 
 def fixed_params(range_spec: RangeSpec) -> dict[str, Any]:
