@@ -68,6 +68,7 @@ from bench.launch_overhead import (  # noqa: E402
     interleaved,
     replay_us,
 )
+from scheduler_search.ops import DTYPE_BYTES  # noqa: E402
 
 #: model -> layer -> (n, k) of its weight (n x k, as ``nn.Linear`` stores it). Llama-3-8B:
 #: hidden 4096, 32 query heads and 8 KV heads of 128, FFN 14336 (gate and up fused);
@@ -82,8 +83,7 @@ MODELS: dict[str, dict[str, tuple[int, int]]] = {
 }
 M_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DTYPES = ("bfloat16", "float8_e4m3")
-#: Bytes per element of the inputs; the output is bf16 for both (2 bytes).
-ELEMENT_BYTES = {"bfloat16": 2, "float8_e4m3": 1}
+#: The output is bf16 for both input types (2 bytes).
 OUT_BYTES = 2
 #: PyTorch's name of each input dtype.
 TORCH_DTYPES = {"bfloat16": "bfloat16", "float8_e4m3": "float8_e4m3fn"}
@@ -126,7 +126,7 @@ class Case:
 
     @property
     def weight_bytes(self) -> int:
-        return self.n * self.k * ELEMENT_BYTES[self.dtype]
+        return self.n * self.k * DTYPE_BYTES[self.dtype]
 
     @property
     def traffic_bytes(self) -> int:
@@ -137,7 +137,7 @@ class Case:
 
 def traffic_bytes(m: int, n: int, k: int, dtype: str) -> int:
     """Weight + activation + output bytes of one ``m x n x k`` decode GEMM."""
-    return (n * k + m * k) * ELEMENT_BYTES[dtype] + m * n * OUT_BYTES
+    return (n * k + m * k) * DTYPE_BYTES[dtype] + m * n * OUT_BYTES
 
 
 def weight_layers(models: Iterable[str]) -> dict[tuple[int, int], tuple[str, ...]]:
@@ -424,7 +424,7 @@ def measure_step(torch: Any, model: str, m: int, dtype: str, kernels: dict[tuple
     missing = [layer for layer, (n, k) in matrices.items() if (n, k, m, dtype) not in kernels]
     if missing:
         return row | {"error": f"no checked kernel for {missing}"}
-    layer_bytes = sum(n * k for n, k in matrices.values()) * ELEMENT_BYTES[dtype]
+    layer_bytes = sum(n * k for n, k in matrices.values()) * DTYPE_BYTES[dtype]
     layers = step_layers(layer_bytes, l2_bytes, args.layers)
     scales = random_scales(torch, dtype)
     acts = {k: random_operand(torch, (m, k), dtype) for _, k in matrices.values()}

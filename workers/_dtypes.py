@@ -14,6 +14,8 @@ import math
 from functools import cache
 from typing import Any
 
+from scheduler_search.ops import DTYPE_BYTES
+
 # Relative L2 error bound ‖out − ref‖ / ‖ref‖ per element type, for an fp32-accumulating
 # kernel checked against an fp32 reference computed from the same (rounded) inputs. The
 # reference takes 8-bit inputs exactly too, so they add no error of their own: what is
@@ -23,7 +25,6 @@ REL_ERROR_BOUND = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3,
 
 _STORAGE = {"float16": "float16", "bfloat16": "uint16", "float32": "float32",
             "float8_e4m3": "uint8", "float8_e5m2": "uint8"}
-_ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3": 1, "float8_e5m2": 1}
 _BF16_QUIET_NAN = 0x7FC0
 #: (exponent bits, mantissa bits, exponent bias, codes whose exponent is all ones are
 #: finite) of each 8-bit float.
@@ -60,7 +61,7 @@ def storage_dtype(xp: Any, dtype: str) -> Any:
 
 
 def itemsize(dtype: str) -> int:
-    return _ITEMSIZE[dtype]
+    return DTYPE_BYTES[dtype]
 
 
 def to_float32(xp: Any, array: Any, dtype: str) -> Any:

@@ -42,9 +42,11 @@ from codegen.pipeline import (
 )
 from codegen.pipeline.pipelined import loop_stream
 from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.attention import packed_heads
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
+#: The input types attention lowers, with their sizes (``DTYPE_BYTES``).
+ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16")}
 #: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
 NEG_INF = "__int_as_float(0xff800000)"
 POS_INF = "__int_as_float(0x7f800000)"

@@ -36,9 +36,12 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
+from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float8_e4m3": 1, "float8_e5m2": 1}
+#: The input types GEMM lowers, with their sizes (``DTYPE_BYTES``, their one home).
+ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16", "float8_e4m3",
+                                            "float8_e5m2")}
 #: Bytes of a 128-byte swizzle atom (8 rows): every stage of a ring starts on one.
 SWIZZLE_ATOM_BYTES = 1024
 #: Registers a consumer thread needs for a fused epilogue, beyond a plain store's: the

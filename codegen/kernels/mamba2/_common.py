@@ -25,9 +25,11 @@ from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
 from codegen.pipeline import Code, GridAxis, OperandTile, OperatorHooks, VectorTile
 from scheduler_search.hardware.model import UnitKind
+from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.attention import packed_heads
 
-ELEMENT_BYTES = {"float16": 2, "bfloat16": 2}
+#: The input types the Mamba2 kernels lower, with their sizes (``DTYPE_BYTES``).
+ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16")}
 LOG2E = math.log2(math.e)
 #: Every 16-bit tile that TMA loads here is cut into 128-byte (64-element) swizzle boxes.
 BOX_ELEMS = 64
