@@ -172,7 +172,7 @@ class PipelineStructure:
     @property
     def owners(self) -> int:
         """Tiles one unit of work holds: one per consumer warpgroup with pingpong."""
-        return self.consumers if self.pingpong else 1
+        return self.sprogram.owners
 
     @property
     def threads(self) -> int:

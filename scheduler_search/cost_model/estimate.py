@@ -157,7 +157,7 @@ def _global(
     per SM instead of being dispatched one by one.
     """
     tile = tuple(sorted(graph.tile.items()))
-    owners = sprogram.roles.consumer_warpgroups if sprogram.consumer_split == "pingpong" else 1
+    owners = sprogram.owners
     slots = device.sm_count
     stats = _blocks(spec, tile, sprogram.raster, owners)
     groups, blocks, tiles = stats.trips, len(stats.trips), stats.tiles
@@ -289,7 +289,7 @@ def estimate(
     timings = timings or AnalyticTimings()
     graph = spec.graph(sprogram.tile)
     order_trips = max(_ordered_trips(spec, tuple(sorted(graph.tile.items())), sprogram.raster))
-    owners = sprogram.roles.consumer_warpgroups if sprogram.consumer_split == "pingpong" else 1
+    owners = sprogram.owners
     iterations = min(order_trips, max(2, SIM_ITERATIONS // owners))
     sim = _simulate(sprogram, graph, device, timings, iterations)
     tile_time = _tile_time(sim)
@@ -328,7 +328,7 @@ def lower_bound_us(
         busy = timings.busy_cycles(task, device.unit(unit), work)
         shared_load = unit in (UnitKind.TMA, UnitKind.LSU) and sprogram.consumer_split != "pingpong"
         per_unit[unit] = per_unit.get(unit, 0.0) + busy * (1 if shared_load else copies)
-    owners = copies if sprogram.consumer_split == "pingpong" else 1
+    owners = sprogram.owners
     # Per owner-iteration: _global multiplies trips by the owners of a pingpong block.
     slope = max(per_unit.values()) / owners
     bound = _TileTime(first=slope, slope=slope, epilogue=0.0)

@@ -48,6 +48,7 @@ from scheduler_search.sprogram.schedule import (
     SProgram,
     StreamK,
     WarpRoles,
+    tile_owners,
 )
 
 ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
@@ -139,6 +140,11 @@ class Decisions:
             if stask in members:
                 return name
         return None
+
+    @property
+    def owners(self) -> int:
+        """Tiles one unit of work holds (:func:`tile_owners`)."""
+        return tile_owners(self.consumer_split, self.roles.consumer_warpgroups)
 
 
 def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any]) -> Decisions:

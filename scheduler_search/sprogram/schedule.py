@@ -24,6 +24,12 @@ WARP_THREADS = 32
 SCHEDULE_VERSION = 1
 
 
+def tile_owners(consumer_split: str, consumer_warpgroups: int) -> int:
+    """Tiles one unit of work holds: one per consumer warpgroup when the consumers ping-pong
+    (each owns a tile of its own), else one (they split its rows)."""
+    return consumer_warpgroups if consumer_split == "pingpong" else 1
+
+
 @dataclass(frozen=True)
 class UnitOp:
     """One sTask instance in an sEU's ordered list.
@@ -162,6 +168,11 @@ class SProgram:
     swap_ab: bool = False
 
     # ----- views -------------------------------------------------------------------------
+    @property
+    def owners(self) -> int:
+        """Tiles one unit of work holds (:func:`tile_owners`)."""
+        return tile_owners(self.consumer_split, self.roles.consumer_warpgroups)
+
     def role_stream(self, role: str) -> list[tuple[UnitKind, UnitOp]]:
         """The ordered instruction stream of one role, across sEUs."""
         ops = [(unit, op) for unit, unit_ops in self.programs.items() for op in unit_ops]
