@@ -30,13 +30,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.decode import (  # noqa: E402
-    ELEMENT_BYTES,
     check,
     gemm_calls,
     random_operand,
     random_scales,
     weight_copies,
 )
+from scheduler_search.ops import DTYPE_BYTES  # noqa: E402
 
 #: Launches of each kernel in its NVTX range (Nsight Compute skips and profiles some).
 LAUNCHES = 8
@@ -79,7 +79,7 @@ def profile_case(torch: Any, case: dict[str, Any], l2_bytes: int) -> dict[str, A
     m, n, k, dtype = params["m"], params["n"], params["k"], params["dtype"]
     kernel = pipetune.load(artifact_of(case))
     a, scales = random_operand(torch, (m, k), dtype), random_scales(torch, dtype)
-    copies = weight_copies(n * k * ELEMENT_BYTES[dtype], l2_bytes)
+    copies = weight_copies(n * k * DTYPE_BYTES[dtype], l2_bytes)
     weights = [random_operand(torch, (n, k), dtype) for _ in range(copies)]
     per_copy = [gemm_calls(torch, kernel, a, w, scales) for w in weights]
     errors = check(torch, per_copy[0], a, weights[0], scales)

@@ -30,8 +30,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import write_json  # noqa: E402
-from bench.decode import ELEMENT_BYTES, check, gemm_calls, random_operand, random_scales  # noqa: E402
+from bench.decode import check, gemm_calls, random_operand, random_scales  # noqa: E402
 from bench.decode_profile import artifact_of, stored_cases  # noqa: E402
+from scheduler_search.ops import DTYPE_BYTES  # noqa: E402
 
 #: The clock's slots a block: start, first stream-K part, end (global timer, ns), then
 #: the same three on the SM's cycle counter, then the SM.
@@ -140,7 +141,7 @@ def clock_case(torch: Any, case: dict[str, Any], l2_bytes: int) -> dict[str, Any
         raise SystemExit(f"{case['case']}: {blocks} blocks, the clock holds {MAX_BLOCKS}")
     kernel = pipetune.load(artifact)
     a, scales = random_operand(torch, (m, k), dtype), random_scales(torch, dtype)
-    copies = weight_copies(n * k * ELEMENT_BYTES[dtype], l2_bytes)
+    copies = weight_copies(n * k * DTYPE_BYTES[dtype], l2_bytes)
     weights = [random_operand(torch, (n, k), dtype) for _ in range(copies)]
     calls = [gemm_calls(torch, kernel, a, w, scales)["pipetune"] for w in weights]
     errors = check(torch, gemm_calls(torch, kernel, a, weights[0], scales), a, weights[0],
