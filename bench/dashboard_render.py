@@ -205,8 +205,8 @@ def fill(url: str, seed: int = 0) -> dict[str, Any]:
     """Migrate ``url`` and insert the benchmark's rows; what was inserted."""
     from sqlalchemy import insert
 
-    import migrations
     from service.core.db import Database
+    from service.db import schema
     from service.db.models import (
         DeviceModel,
         RunModel,
@@ -219,7 +219,7 @@ def fill(url: str, seed: int = 0) -> dict[str, Any]:
 
     rng = random.Random(seed)
     db = Database(url)
-    migrations.upgrade(db.url, engine=db.engine)
+    schema.migrate(db)
     now = utcnow()
     started = time.perf_counter()
     workloads = _workloads()

@@ -191,9 +191,9 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
     """Tune ``case`` from an empty database for ``seconds`` on this GPU (its pool warmed
     first with ``warm``); the best-so-far curve, its steps re-timed with the winner, and
     the run."""
-    import migrations
     from service.core.config import Settings
     from service.core.db import Database
+    from service.db import schema
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
@@ -205,7 +205,7 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
     workdir = Path(tempfile.mkdtemp(prefix="pipetune-speed-"))
     settings = Settings(database_url=f"sqlite:///{workdir / 'pipetune.db'}", data_dir=workdir)
     db = Database(settings.database_url)
-    migrations.upgrade(db.url, engine=db.engine)
+    schema.migrate(db)
     executors = ExecutorRegistry.from_settings(settings)
     manager = RunManager(db, settings, executors)
     rounds: list[tuple[float, int, float | None]] = []

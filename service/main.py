@@ -15,7 +15,6 @@ import anyio
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-import migrations
 from service.api import errors
 from service.api.answers import AnswerMemo
 from service.api.auth import install_auth
@@ -28,6 +27,7 @@ from service.core.config import Settings
 from service.core.db import Database
 from service.core.metrics import Metrics
 from service.dashboard import mount_dashboard
+from service.db import schema
 from service.runs.events import EventHub
 from service.runs.executors import ExecutorRegistry, GpuPoolFactory
 from service.runs.insights import Insights
@@ -63,7 +63,7 @@ def create_app(
 ) -> FastAPI:
     """The pipetune API.
 
-    On start it migrates the database (``migrations.upgrade``), recovers runs left by a
+    On start it migrates the database (``schema.migrate``), recovers runs left by a
     dead process, and starts the run manager's threads; on stop it closes them.
 
     Args:
@@ -81,7 +81,7 @@ def create_app(
         app.state.gate = anyio.Semaphore(settings.api_threads)
         db = Database(settings.database_url, pool_size=settings.api_threads
                       + settings.max_concurrent_runs + _SPARE_CONNECTIONS)
-        migrations.upgrade(db.url, engine=db.engine)
+        schema.migrate(db)
         db.remember_file()
         executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
         manager = RunManager(db, settings, executors, app.state.metrics)

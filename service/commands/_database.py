@@ -21,13 +21,13 @@ def add_database_option(parser: argparse.ArgumentParser) -> None:
 @contextmanager
 def open_database(url: str | None) -> Iterator[Database]:
     """The database at ``url`` (or the settings' default), migrated; disposed after."""
-    import migrations
     from service.core.config import get_settings
     from service.core.db import Database
+    from service.db import schema
 
     db = Database(get_settings(database_url=url).database_url)
     try:
-        migrations.upgrade(db.url, engine=db.engine)
+        schema.migrate(db)
         yield db
     finally:
         db.dispose()

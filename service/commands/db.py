@@ -19,18 +19,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    import migrations
     from service.core.config import get_settings
     from service.core.db import Database
+    from service.db import schema
     from service.main import _redacted
 
     settings = get_settings(database_url=args.database_url)
     db = Database(settings.database_url)
     try:
         if args.db_command == "upgrade":
-            migrations.upgrade(db.url, engine=db.engine)
-        revision = migrations.current(db.url, engine=db.engine)
+            schema.migrate(db)
+        revision = schema.revision(db)
     finally:
         db.dispose()
-    print(f"{_redacted(db.url)}: schema revision {revision} (head {migrations.head()})")
+    print(f"{_redacted(db.url)}: schema revision {revision} (head {schema.head()})")
     return 0

@@ -131,10 +131,10 @@ def tune_in_process(
     Raises:
         InvalidRequest: the parameters or the device are wrong (each error names its field).
     """
-    import migrations
     from service.core.config import get_settings
     from service.core.db import Database
     from service.db import repositories as repo
+    from service.db import schema
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
@@ -146,7 +146,7 @@ def tune_in_process(
     db = Database(settings.database_url)
     executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
     try:
-        migrations.upgrade(db.url, engine=db.engine)
+        schema.migrate(db)
         tune = prepare_any(request, settings)
         manager = RunManager(db, settings, executors)
         manager.recover()  # a run left `running` by a killed tune must not be waited on
@@ -208,15 +208,15 @@ def _tune_range_in_process(manager: RunManager, db: Any, tune: Any,
 def _cache_lookup(request: TuneRequest, database_url: str | None) -> Iterator[tuple[Any, Any]]:
     """The cache's database (migrated) and the request prepared against it, for a lookup
     that starts nothing; the database is let go after."""
-    import migrations
     from service.core.config import get_settings
     from service.core.db import Database
+    from service.db import schema
     from service.runs.tune import prepare
 
     settings = get_settings(database_url=database_url)
     db = Database(settings.database_url)
     try:
-        migrations.upgrade(db.url, engine=db.engine)
+        schema.migrate(db)
         yield db, prepare(request, settings)
     finally:
         db.dispose()

@@ -41,10 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    import migrations
     from service.commands.serve import describe_database, log_to_stderr
     from service.core.config import get_settings
     from service.core.db import Database
+    from service.db import schema
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
     executors = ExecutorRegistry.from_settings(settings, None)
     manager = RunManager(db, settings, executors)
     try:
-        migrations.upgrade(db.url, engine=db.engine)
+        schema.migrate(db)
         db.remember_file()
         manager.start()
         print(f"pipetune worker {os.getpid()}: {settings.max_concurrent_runs} runs at once, "

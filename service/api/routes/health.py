@@ -11,10 +11,10 @@ import anyio
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-import migrations
 from service.api.deps import DatabaseDep, MetricsDep, RunManagerDep
 from service.core.db import Database
 from service.core.metrics import CONTENT_TYPE_LATEST
+from service.db.schema import revision as schema_revision
 from service.schemas import HealthPublic
 
 router = APIRouter(tags=["health"])
@@ -43,7 +43,7 @@ _last_ok: weakref.WeakKeyDictionary[Database, tuple[float, str | None]] = (
 def _query(db: Database) -> tuple[str | None, str]:
     """The schema version and ``ok``, or None and why the database is unusable."""
     try:
-        return migrations.current(db.url, engine=db.read_engine), "ok"
+        return schema_revision(db, read=True), "ok"
     except Exception as exc:  # any driver error means "not healthy", not a 500
         return None, f"unavailable: {type(exc).__name__}"
 
