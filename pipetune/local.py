@@ -55,8 +55,8 @@ def tune(
     """
     from pydantic import ValidationError
 
-    from service.commands.tune import tune_in_process
     from service.errors import InvalidRequest, error_item
+    from service.runs.in_process import tune_in_process
     from service.schemas import TuneRequest
 
     try:

@@ -224,7 +224,7 @@ class DropIns:
         threading.Thread(target=tune, name=f"pipetune-tune-{op}", daemon=True).start()
 
     def _lookup_local(self, op: str, params: dict[str, Any], device: int) -> Any:
-        from service.commands.tune import cached_kernel
+        from service.runs.in_process import cached_kernel
         from service.schemas import TuneRequest
 
         return cached_kernel(TuneRequest(op=op, params=params, device=f"cuda:{device}"),
@@ -232,7 +232,7 @@ class DropIns:
 
     def _range_lookup_local(self, op: str, params: dict[str, Any], device: int) -> Any:
         try:
-            from service.commands.tune import cached_range
+            from service.runs.in_process import cached_range
         except ImportError:  # a service without tuned ranges
             return None
         from service.schemas import TuneRequest

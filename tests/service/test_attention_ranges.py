@@ -126,7 +126,7 @@ def test_an_exact_self_attention_size_inside_the_range_is_served_by_its_bucket(
 
 def test_cached_range_finds_the_tied_range_of_equal_lengths(
         tuned: tuple[TestClient, dict[str, Any]], settings: Settings) -> None:
-    from service.commands.tune import cached_range
+    from service.runs.in_process import cached_range
     from service.schemas import TuneRequest
 
     def lookup(seq_q: int, seq_kv: int) -> dict[str, Any] | None:

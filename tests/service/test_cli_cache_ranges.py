@@ -94,7 +94,7 @@ def _assert_serves_inside_the_range(url: str, tmp_path: Path) -> None:
     """An exact size inside the imported range is a hit served by its bucket's kernel
     (no run in that database; the dashboard says imported), and the drop-ins' lookup
     finds the table."""
-    from service.commands.tune import cached_range
+    from service.runs.in_process import cached_range
     from service.schemas import TuneRequest
 
     body = {"op": "gemm", "params": {**FIXED, "m": 300}, "device": "sim:h200",

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from service.commands.tune import _follow
+from service.runs.in_process import _follow
 
 
 class _RequeuedOnce:

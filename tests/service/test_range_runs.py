@@ -204,7 +204,7 @@ def test_an_exact_cached_schedule_wins_over_the_range(
 
 def test_cached_range_finds_the_range_holding_an_exact_size(
         tuned: tuple[TestClient, dict[str, Any]], settings: Settings) -> None:
-    from service.commands.tune import cached_range
+    from service.runs.in_process import cached_range
     from service.schemas import TuneRequest
 
     def lookup(**params: Any) -> dict[str, Any] | None:
