@@ -121,8 +121,9 @@ class CodegenCheck:
 def feasibility(op: str, device: Device) -> Feasibility | None:
     """The check a schedule space of ``op`` on ``device`` is restricted by, or None where
     code generation does not apply: operators without hooks and architectures without
-    wgmma (sm_80) are tuned on the simulated device, over the cost model's whole space."""
-    if op not in HOOKS or not device.has_wgmma:
+    wgmma (sm_80, and any GPU the catalog does not state it for) are tuned on the simulated
+    device, over the cost model's whole space."""
+    if op not in HOOKS or not device.capabilities.wgmma:
         return None
     return CodegenCheck(device)
 

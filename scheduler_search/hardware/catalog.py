@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler_search.hardware.model import SEU, Device, UnitKind
+from scheduler_search.hardware.model import HOPPER_CAPABILITIES, SEU, Device, UnitKind
 
 _MIB = 1 << 20
 
@@ -52,6 +52,7 @@ H100_SXM = Device(
     tensor_flops_per_cycle_per_sm={"float16": 4096.0, "bfloat16": 4096.0,
                                    "float8_e4m3": 8192.0, "float8_e5m2": 8192.0},
     units=_HOPPER_UNITS,
+    capabilities=HOPPER_CAPABILITIES,
 )
 
 # Same die as H100 SXM with 141 GB of HBM3e at 4.8 TB/s (datasheet). L2: 60 MiB as

@@ -13,14 +13,17 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler_search.hardware.catalog import A100_SXM, H100_SXM, H200
-from scheduler_search.hardware.model import Device
+from scheduler_search.hardware.model import Capabilities, Device
 
 
 def _family(name: str, major: int) -> Device:
-    if "H200" in name:
-        return H200
-    if major >= 9:
-        return H100_SXM
+    """The catalog entry whose figures a live device of ``name`` and compute capability
+    ``major`` starts from. Past Hopper (10 and up) the H100's figures stand in, without
+    its capabilities: code built for sm_90a does not run there."""
+    if major == 9:
+        return H200 if "H200" in name else H100_SXM
+    if major > 9:
+        return replace(H100_SXM, capabilities=Capabilities())
     return A100_SXM
 
 

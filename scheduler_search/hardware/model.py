@@ -37,6 +37,33 @@ class UnitKind(StrEnum):
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What an architecture's SMs offer code generation, stated with the architecture and
+    never read off a compute capability: a later architecture does not run an earlier
+    one's architecture-specific (``sm_90a``) features, so a GPU of compute capability 10
+    must not be offered Hopper's code.
+
+    Attributes:
+        tma: bulk tensor copies (``cp.async.bulk.tensor``) completing on an mbarrier.
+        wgmma: warpgroup MMAs (``wgmma.mma_async``), issued asynchronously.
+        clusters: thread-block clusters, with TMA multicast to their blocks.
+        setmaxnreg: registers moved between warpgroups at run time.
+        fp8_mma: tensor-core MMAs on 8-bit floats (e4m3, e5m2).
+    """
+
+    tma: bool = False
+    wgmma: bool = False
+    clusters: bool = False
+    setmaxnreg: bool = False
+    fp8_mma: bool = False
+
+
+#: Hopper (sm_90a): every capability pipetune's code generation uses.
+HOPPER_CAPABILITIES = Capabilities(tma=True, wgmma=True, clusters=True, setmaxnreg=True,
+                                   fp8_mma=True)
+
+
+@dataclass(frozen=True)
 class SEU:
     """One specialised execution unit of an SM.
 
@@ -82,14 +109,13 @@ class Device:
     #: Clusters of each size (blocks of one SM each) that run at once, where fewer than
     #: ``sm_count // size``: a cluster's blocks share a GPC, so SMs a GPC cannot group idle.
     resident_clusters: dict[int, int] = field(default_factory=dict)
+    #: What code generation may use (not part of :meth:`identity`: it follows from the
+    #: architecture the rest names).
+    capabilities: Capabilities = field(default_factory=Capabilities)
 
     def clusters_at_once(self, size: int) -> int:
         """How many clusters of ``size`` one-SM blocks run at the same time."""
         return self.resident_clusters.get(size, self.sm_count // size)
-
-    @property
-    def has_wgmma(self) -> bool:
-        return self.compute_capability >= (9, 0)
 
     @cached_property
     def has_tma(self) -> bool:

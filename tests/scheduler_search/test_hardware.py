@@ -14,6 +14,8 @@ from scheduler_search.hardware import (
     CATALOG,
     H100_SXM,
     H200,
+    HOPPER_CAPABILITIES,
+    Capabilities,
     Device,
     UnitKind,
     device_from_properties,
@@ -92,7 +94,7 @@ def test_memory_and_bandwidth_match_the_datasheet(
 @pytest.mark.parametrize("device", [H100_SXM, H200])
 def test_hopper_has_tma_and_wgmma(device: Device) -> None:
     assert device.arch == "sm_90a" and device.compute_capability == (9, 0)
-    assert device.has_tma and device.has_wgmma
+    assert device.has_tma and device.capabilities == HOPPER_CAPABILITIES
     assert device.unit(UnitKind.TMA).is_async
     assert device.unit(UnitKind.TENSOR_CORE).is_async
     assert not device.unit(UnitKind.CUDA_CORE).is_async
@@ -104,7 +106,7 @@ def test_hopper_has_tma_and_wgmma(device: Device) -> None:
 def test_ampere_copies_through_the_lsu_and_has_sync_tensor_cores() -> None:
     device = A100_SXM
     assert device.arch == "sm_80" and device.compute_capability == (8, 0)
-    assert not device.has_tma and not device.has_wgmma
+    assert not device.has_tma and device.capabilities == Capabilities()
     assert device.unit(UnitKind.LSU).is_async
     assert not device.unit(UnitKind.TENSOR_CORE).is_async
     with pytest.raises(KeyError, match="tma"):
@@ -233,7 +235,7 @@ def test_device_from_h200_properties() -> None:
     assert device.tensor_flops_per_cycle_per_sm == H200.tensor_flops_per_cycle_per_sm
     assert device.tensor_tflops("float16") == pytest.approx(H200.tensor_tflops("float16"))
     assert device.units == H200.units
-    assert device.has_tma and device.has_wgmma
+    assert device.has_tma and device.capabilities == HOPPER_CAPABILITIES
     assert device.software == SOFTWARE
 
 
@@ -289,7 +291,7 @@ def test_device_from_a100_properties_is_sm80_without_tma() -> None:
     device = device_from_properties(props)
     assert device.arch == "sm_80"
     assert device.compute_capability == (8, 0)
-    assert not device.has_tma and not device.has_wgmma
+    assert not device.has_tma and device.capabilities == Capabilities()
     assert device.units == A100_SXM.units
     assert device.sm_count == 108
 
@@ -297,6 +299,29 @@ def test_device_from_a100_properties_is_sm80_without_tma() -> None:
 def test_missing_memory_clock_falls_back_to_the_catalog_bandwidth() -> None:
     device = device_from_properties({**H200_PROPS, "memoryClockRate": 0})
     assert device.mem_bandwidth_gbps == H200.mem_bandwidth_gbps
+
+
+def test_a_gpu_past_hopper_is_offered_no_hopper_code() -> None:
+    """Compute capability 10 runs no sm_90a code: the live device keeps the H100's figures
+    for the cost model but states no capability, so code generation does not apply and
+    its runs are tuned on the cost model (the check once compared ``cc >= 9.0``)."""
+    from codegen import feasibility
+
+    device = device_from_properties({**H200_PROPS, "name": "NVIDIA B200", "major": 10,
+                                     "minor": 0})
+    assert device.compute_capability == (10, 0)
+    assert device.capabilities == Capabilities()
+    assert feasibility("gemm", device) is None
+    assert feasibility("gemm", H200) is not None
+    assert device.identity()["name"] == "NVIDIA B200"
+
+
+def test_capabilities_are_not_part_of_the_fingerprint() -> None:
+    """A stated capability follows from the architecture the identity names already, so
+    stating it changed no stored device key."""
+    assert "capabilities" not in H200.identity()
+    assert H200.fingerprint() == dataclasses.replace(
+        H200, capabilities=Capabilities()).fingerprint()
 
 
 def test_live_device_does_not_alter_the_catalog() -> None:
