@@ -269,38 +269,20 @@ class RunManager:
             InvalidRequest: ``extend`` names a run whose outcome is still being stored.
             TooManyRequests: a new run would exceed the key's or the server's quota.
         """
-        spec, device = tune.spec, tune.device
+        spec = tune.spec
         if not (tune.force or tune.extend) and (hit := self._cache_hit(tune)) is not None:
             return hit
-        with repo.session_scope(self.db.sessions) as session:
-            workload_row = repo.get_or_create_workload(
-                session, key=spec.workload_key(), op=spec.op, params=spec.params()
-            )
-            device_row = _device_row(session, device)
-            cached = repo.find_schedule(
-                session, workload_id=workload_row.id, device_id=device_row.id
-            )
-            if cached is not None and not (tune.force or tune.extend):
-                return self._hit(session, cached)  # stored since the read above
-            self._admit_unless_joining(session, workload_row, device_row, key_id)
-            if tune.extend:
-                run, created = self._extend(session, workload_row, device_row, tune, key_id,
-                                            may_reopen=may_reopen)
-            else:
-                run, created = repo.create_run(
-                    session,
-                    workload=workload_row,
-                    device=device_row,
-                    budget_trials=tune.trials,
-                    budget_seconds=tune.seconds,
-                    patience=tune.patience,
-                    seed=tune.seed,
-                    key_id=key_id,
-                )
-        self._count_tune("new_run" if created else "joined_run")
-        if created:
-            self._wake.set()
-        return Submitted(run=self.get(run.id), created=created)
+
+        def stored_since(session: Any, workload: WorkloadModel,
+                         device: DeviceModel) -> Submitted | None:
+            """The schedule stored since the read above, in the queuing transaction."""
+            if tune.force or tune.extend:
+                return None
+            cached = repo.find_schedule(session, workload_id=workload.id, device_id=device.id)
+            return self._hit(session, cached) if cached is not None else None
+
+        return self._queue(tune, spec.workload_key(), spec.op, spec.params(),
+                           RunKind.EXACT.value, key_id, may_reopen, found=stored_since)
 
     def _cache_hit(self, tune: TuneInput) -> Submitted | None:
         """The cached schedule of ``tune``'s workload and device, read without a write
@@ -347,20 +329,34 @@ class RunManager:
                 self._count_tune("cache_hit")
                 return Submitted(range_table=table, run=self._found_by(table.run_id))
         key, params = range_workload(range_spec)
+        return self._queue(tune, key, range_spec.op, params, RunKind.RANGE.value, key_id,
+                           may_reopen)
+
+    def _queue(self, tune: TuneInput | RangeTuneInput, workload_key: str, op: str,
+               params: dict[str, Any], kind: str, key_id: int | None,
+               may_reopen: ReopenCheck | None,
+               found: Callable[[Any, WorkloadModel, DeviceModel], Submitted | None]
+               | None = None) -> Submitted:
+        """The run of ``kind`` for ``tune``'s workload (by ``workload_key``) on its device:
+        a new one, the active one it joins, or (``extend``) the newest one queued again;
+        one path for exact and range requests. ``found``, asked in the same transaction
+        before anything is queued, may answer instead (a result stored meanwhile)."""
         with repo.session_scope(self.db.sessions) as session:
-            workload_row = repo.get_or_create_workload(session, key=key, op=range_spec.op,
+            workload_row = repo.get_or_create_workload(session, key=workload_key, op=op,
                                                        params=params)
-            device_row = _device_row(session, device)
+            device_row = _device_row(session, tune.device)
+            if found is not None and (answer := found(session, workload_row,
+                                                      device_row)) is not None:
+                return answer
             self._admit_unless_joining(session, workload_row, device_row, key_id)
             if tune.extend:
                 run, created = self._extend(session, workload_row, device_row, tune, key_id,
-                                            kind=RunKind.RANGE.value, may_reopen=may_reopen)
+                                            kind=kind, may_reopen=may_reopen)
             else:
                 run, created = repo.create_run(
                     session, workload=workload_row, device=device_row,
                     budget_trials=tune.trials, budget_seconds=tune.seconds,
-                    patience=tune.patience, seed=tune.seed, key_id=key_id,
-                    kind=RunKind.RANGE.value)
+                    patience=tune.patience, seed=tune.seed, key_id=key_id, kind=kind)
         self._count_tune("new_run" if created else "joined_run")
         if created:
             self._wake.set()
