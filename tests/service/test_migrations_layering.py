@@ -5,8 +5,9 @@ go through the same module)."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from module_imports import imported_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The one module that imports ``migrations``.
@@ -14,14 +15,7 @@ GATE = Path("service/db/schema.py")
 
 
 def _imports_migrations(path: Path) -> bool:
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import) and any(
-                alias.name.split(".")[0] == "migrations" for alias in node.names):
-            return True
-        if (isinstance(node, ast.ImportFrom) and not node.level and node.module
-                and node.module.split(".")[0] == "migrations"):
-            return True
-    return False
+    return any(name.split(".")[0] == "migrations" for name in imported_modules(path))
 
 
 def test_only_the_schema_module_imports_the_migrations() -> None:
