@@ -107,6 +107,18 @@ def near_best(rows: Sequence[Sequence[float | None]]) -> list[set[int]]:
     return found
 
 
+def scaled_estimate(size: int, measured: dict[int, float],
+                    predict: Callable[[int], float | None]) -> float | None:
+    """A latency at ``size`` from the nearest measured size (in log; the smaller on a tie),
+    scaled by the cost model's ratio ``predict(size) / predict(nearest)``; None where
+    either prediction is missing."""
+    near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
+    here, there = predict(size), predict(near)
+    if here is None or there is None or there <= 0:
+        return None
+    return measured[near] * here / there
+
+
 def _best_at(sizes: Sequence[int], rows: Sequence[Sequence[float | None]]
              ) -> dict[int, float]:
     """The least measured latency at each size some row has one for."""
@@ -240,11 +252,7 @@ class RangeCut:
         candidate is out of the running near ``size`` (:meth:`_in_the_running`)."""
         if not self._in_the_running(size, measured):
             return None
-        near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
-        here, there = self.predict(candidate, size), self.predict(candidate, near)
-        if here is None or there is None or there <= 0:
-            return None
-        return measured[near] * here / there
+        return scaled_estimate(size, measured, lambda s: self.predict(candidate, s))
 
     def _in_the_running(self, size: int, measured: dict[int, float]) -> bool:
         """Whether the candidate is within :data:`CONTENDER_SLACK` of the best at the
@@ -263,4 +271,5 @@ class RangeCut:
                                 for s in sides)
 
 
-__all__ = ["CONTENDER_SLACK", "JUMP", "JUMP_ROUNDS", "RangeCut", "anchor_sizes", "near_best"]
+__all__ = ["CONTENDER_SLACK", "JUMP", "JUMP_ROUNDS", "RangeCut", "anchor_sizes", "near_best",
+           "scaled_estimate"]

@@ -64,7 +64,12 @@ from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, RangeSpec, parse_spec
 from scheduler_search.search.buckets import BucketTable
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
-from scheduler_search.search.range_cut import CONTENDER_SLACK, RangeCut, near_best
+from scheduler_search.search.range_cut import (
+    CONTENDER_SLACK,
+    RangeCut,
+    near_best,
+    scaled_estimate,
+)
 from scheduler_search.search.range_pool import Estimator, RangeCandidate, RangePool
 from scheduler_search.search.records import (
     CODEGEN_ERROR,
@@ -561,10 +566,9 @@ class RangeSearch:
                         and (us := record.latency_us) is not None}
             if not measured or size in measured:
                 continue
-            near = min(measured, key=lambda s: (abs(math.log(s / size)), s))
-            here, there = self._predict(candidate, size), self._predict(candidate, near)
-            if here is not None and there:
-                estimates.append((measured[near] * here / there, candidate.index, candidate))
+            us = scaled_estimate(size, measured, lambda s, c=candidate: self._predict(c, s))
+            if us is not None:
+                estimates.append((us, candidate.index, candidate))
         if not estimates:
             return []
         best = min(us for us, _, _ in estimates)
