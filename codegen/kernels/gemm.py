@@ -274,8 +274,8 @@ class GemmHooks(OperatorHooks):
         inputs' dequantising scale, which reads no position, is applied on the way)."""
         if not self.swap:
             return None
-        if self.b.rows_problem():
-            return f"swap_ab reads B's tile as wgmma's A: {self.b.rows_problem()}"
+        if problem := self.b.rows_problem():
+            return f"swap_ab reads B's tile as wgmma's A: {problem}"
         if self.epilogue.fused:
             return "swap_ab stores the output transposed, without a fused epilogue"
         if self.tile_m % wgmma.WGMMA_N_STEP or self.tile_m > wgmma.WGMMA_N_MAX:
