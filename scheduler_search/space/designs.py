@@ -166,19 +166,15 @@ def _swapped(tile_m: int, tile_n: int = 64) -> Choices:
 #: beside :data:`DESIGNS`): the ends of a range want what one exact size never does. On
 #: an H200 (n = k = 4096 fp16, L2 flushed) swapped 16- and 32-wide m tiles over 64-row n
 #: tiles ran m = 8 at 18.1-19.5 us (cuBLAS 18.4) and a 136-wide one m = 260 at 22.4 us
-#: (cuBLAS 23.1); between them the m tile that fits the size in one wave wins. Wider m
-#: tiles over 64-row n tiles lose: each of the 64 n tiles reads all of A again (a 256-wide
-#: one ran m = 522 at 0.33 of cuBLAS), so past a few hundred rows the n tile is 128 rows
-#: (two consumers), halving that traffic; its m tiles step so that four of them (one
-#: wave of 128 tiles) fit each stretch of m (a 136-wide one ran m = 337 in 96 tiles at
-#: 0.72 of cuBLAS, the same time as m = 522). The swapped designs name their stream-K
+#: (cuBLAS 23.1). Wider m tiles over 64-row n tiles lose: each of the 64 n tiles reads
+#: all of A again (a 256-wide one ran m = 522 at 0.33 of cuBLAS), so past a few hundred
+#: rows the swapped tiles are those fitted to the weight's waves
+#: (:func:`swapped_wave_designs`). The swapped designs name their stream-K
 #: share (none but the narrow one's), and so do the banded ones (none: the operator's
 #: design brings its stream-K twins, and six more 128 x 256 kernels took a quarter of a
 #: 24-candidate pool), so a range run adds no stream-K variants of them:
 #: on the H200 stream-K's fix-up cost swapped tiles more than idle SMs did (m = 68..124
-#: over 64-row n tiles: 26 us with stream-K, 19-20 us without). Past m = 800 (compute
-#: bound, four m tiles a wave) the m tile steps by 8 rows: m = 811 in 208-wide tiles does
-#: a fifth less work per SM than in 256-wide ones.
+#: over 64-row n tiles: 26 us with stream-K, 19-20 us without).
 #:
 #: At large m the order of the tiles matters as much: the default raster walks m first, so
 #: the 132 tiles in flight span all of m for one or two n tiles and every n tile reads A
@@ -192,9 +188,7 @@ RANGE_DESIGNS: dict[str, dict[str, Choices]] = {
              "m_banded": {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 8, "stream_k": 0},
              "swap_narrow": GEMM_SWAP_NARROW, "swap_wide": GEMM_SWAP_WIDE,
              **{f"swap_{tile_m}x64": _swapped(tile_m) for tile_m in (16, 32, 64, 96, 136,
-                                                                    192)},
-             **{f"swap_{tile_m}x128": _swapped(tile_m, 128)
-                for tile_m in (88, 104, 120, 136, 168, 200, 208, 216, 224, 232, 256)}},
+                                                                    192)}},
 }
 
 #: Few-token sizes whose likeliest decode designs a GEMM range over m starts its pool
@@ -211,9 +205,13 @@ H200_SMS = 132
 #: (bf16, graph replay, 2026-12-04, ``bench/decode_designs.py --grid mid``) 128 x 192
 #: tiles led 442 x 11200 x 1664 (29.1 us; the 128 x 256 design 36.7), 128 x 224 ones
 #: 836 x 11200 x 1664 (48.8; 54.5) and 192 x 192 ones 2484 x 1920 x 1088 (17.2, one wave;
-#: 0.96x cuBLAS), the order waves x area gives. (m rows, consumer warpgroups, n rows):
+#: 0.96x cuBLAS), the order waves x area gives. A 256-row m tile (two consumers of 128
+#: rows) over 128 weight rows quantises waves differently from its transpose: a
+#: 3200-row weight at m = 6493 fills five waves with it and six with 128 x 256 tiles
+#: (13 n tiles, the last half empty), which served that size at 0.85 of cuBLAS (H200,
+#: 2026-12-04). (m rows, consumer warpgroups, n rows):
 _MID_TILES = (*((128, 2, n) for n in (128, 160, 192, 224, 256)),
-              *((192, 3, n) for n in (128, 160, 192)))
+              *((192, 3, n) for n in (128, 160, 192)), (256, 2, 128))
 #: Sizes of a range whose busiest-SM order ranks :data:`_MID_TILES` (every quarter
 #: octave from 256 to 4096 tokens).
 _MID_SIZES = tuple(round(256 * 2 ** (i / 4)) for i in range(17))
@@ -266,6 +264,77 @@ def with_transposed_tma_store(design: Choices) -> Choices:
             "stages_ab": max(2, min(design["stages_ab"], ring // stage_bytes))}
 
 
+#: Sizes of a range (every quarter octave from 128 to 1024 tokens) whose wave-fitted
+#: swapped tile (:func:`swapped_wave_tile`) a GEMM range's pool takes.
+_SWAPPED_WAVE_SIZES = tuple(round(128 * 2 ** (i / 4)) for i in range(13))
+#: The weight rows of a two-consumer swapped tile (64 or 128 a consumer).
+_SWAPPED_WAVE_TILES_N = (128, 256)
+#: fp32 accumulators a consumer thread of a swapped tile may hold: the kernel is compiled
+#: for 384 threads (168 registers each); 136 tokens over 128 weight rows a consumer
+#: compiled without spills, 152 did not.
+_SWAPPED_ACCUMULATORS_MAX = 136
+#: Past three waves a token tile of 64 or more rows has no wave left to fill.
+_SWAPPED_WAVES_MAX = 3
+#: Token tiles narrower than this re-read the weight once a tile: only where one holds m.
+_SWAPPED_TOKENS_MIN = 64
+#: A tile's fixed cost (its prologue and epilogue, the weight slice each token tile
+#: streams again) in tokens' worth of work: with none, 780 tokens of an 11200-row weight
+#: took nine 88-token tiles (three waves) over six 136-token ones (two), which led there.
+_TILE_OVERHEAD_TOKENS = 24
+#: The shallowest ring a swapped tile keeps beside a staged TMA store.
+_STAGED_RING_MIN = 3
+
+
+def swapped_wave_tile(m: int, n: int, blocks: int = H200_SMS) -> tuple[int, int] | None:
+    """(tokens, weight rows) of the two-consumer swapped tile that leaves the busiest of
+    ``blocks`` SMs the least work at ``m`` tokens (waves x tile area with a tile's fixed
+    cost; then the wider token tile, wgmma's N, then more weight rows), its token tile
+    the least multiple of 8 that
+    splits m into whole tiles; None where none fits. On an H200 (bf16, graph replay,
+    2026-12-04, ``bench/decode_designs.py --grid fitted``) this is the tile that led each
+    of 260, 442 and 780 x 11200 x 1664 (88 x 256, 152 x 128, 136 x 256: 18.0, 26.5 and
+    46.6 us, cuBLAS 17.2, 25.2 and 41.9) and 478 x 3200 x 4608 (96 x 128: 22.7, cuBLAS
+    23.8), where the range run's table had served them at 0.70-0.85 of cuBLAS."""
+    best: tuple[tuple[int, int, int], int, int] | None = None
+    for tile_n in _SWAPPED_WAVE_TILES_N:
+        n_tiles = -(-n // tile_n)
+        for token_tiles in range(1, -(-m // 8) + 1):
+            tokens = -(-m // (8 * token_tiles)) * 8
+            if tokens < _SWAPPED_TOKENS_MIN and token_tiles > 1:
+                break
+            if (-(-m // tokens) != token_tiles or tokens > 256
+                    or tokens * tile_n // 256 > _SWAPPED_ACCUMULATORS_MAX):
+                continue
+            waves = -(-token_tiles * n_tiles // blocks)
+            score = (waves * (tokens + _TILE_OVERHEAD_TOKENS) * tile_n, -tokens, -tile_n)
+            if waves <= _SWAPPED_WAVES_MAX and (best is None or score < best[0]):
+                best = (score, tokens, tile_n)
+    return None if best is None else best[1:]
+
+
+def swapped_wave_designs(n: int, low: int, high: int,
+                         blocks: int = H200_SMS) -> list[Choices]:
+    """The wave-fitted swapped tiles (:func:`swapped_wave_tile`) of a weight of ``n`` rows
+    at the :data:`_SWAPPED_WAVE_SIZES` in ``low..high``, each once, two consumers and the
+    deepest ring that fits; with the transposed output staged for a TMA store where the
+    ring keeps :data:`_STAGED_RING_MIN` stages beside the staging. On the H200 (the grid
+    above, tiles without stream-K) the staged store ran 24 of 31 such tiles faster than
+    the direct one, up to 1.19x; with its ring cut to 2 stages it ran 224 and 240 tokens
+    at 0.68x and 0.60x."""
+    designs: list[Choices] = []
+    for m in (size for size in _SWAPPED_WAVE_SIZES if low <= size <= high):
+        tile = swapped_wave_tile(m, n, blocks)
+        if tile is None:
+            continue
+        design = {**_swapped(*tile), "consumer_warpgroups": 2}
+        staged = with_transposed_tma_store(design)
+        if staged["stages_ab"] >= _STAGED_RING_MIN:
+            design = staged
+        if design not in designs:
+            designs.append(design)
+    return designs
+
+
 def range_designs(range_spec: RangeSpec) -> list[Choices]:
     """The designs a range run's pool starts with, in order: the operator's, then for a
     GEMM range reaching few tokens the first two decode designs of its weight at
@@ -285,7 +354,9 @@ def range_designs(range_spec: RangeSpec) -> list[Choices]:
             spec = range_spec.exact(range_spec.at(min(max(size, low), high)))
             if few_token_gemm(spec):
                 designs += [d for d in decode_designs(spec)[:2] if d not in designs]
-        designs += [d for d in mid_range_designs(range_spec.fixed["n"], low, high)
+        n = range_spec.fixed["n"]
+        designs += [d for d in (*mid_range_designs(n, low, high),
+                                *swapped_wave_designs(n, low, high))
                     if d not in designs]
     return designs + [dict(d) for d in RANGE_DESIGNS.get(range_spec.op, {}).values()]
 

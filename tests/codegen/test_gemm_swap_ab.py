@@ -19,6 +19,7 @@ from scheduler_search.ops import parse_spec
 from scheduler_search.space.designs import (
     GEMM_WARP_SPECIALIZED,
     RANGE_DESIGNS,
+    swapped_wave_designs,
     with_transposed_tma_store,
 )
 from scheduler_search.sprogram import SProgram, check_valid, plan_sprogram
@@ -132,6 +133,11 @@ def test_swapped_kernels_compile_without_spills() -> None:
     assert_compile_clean(sources)
 
 
+def _two_consumers(tokens: int) -> dict:
+    """A swapped tile of ``tokens`` over 128 weight rows, two consumers."""
+    return {**SWAP, "tile_m": tokens, "consumer_warpgroups": 2, "stages_ab": 4}
+
+
 def _range_design(name: str) -> tuple[SProgram, object]:
     spec = _spec(16384)
     choices = {**RANGE_DESIGNS["gemm"][name], "persistent": True}
@@ -146,10 +152,18 @@ def test_every_range_design_is_valid_and_lowered_with_m_at_run_time(name: str) -
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
-def test_the_two_consumer_swapped_designs_compile_without_spills() -> None:
-    names = [n for n in RANGE_DESIGNS["gemm"] if n.endswith("x128")]
-    assert len(names) >= 4
-    assert_compile_clean([render(*_range_design(n), DEVICE).source for n in names])
+def test_the_wave_fitted_swapped_designs_compile_without_spills() -> None:
+    """Two consumers over 128 or 256 weight rows, up to 256 tokens (136 over 256 rows),
+    the output staged for TMA or stored directly, at a run-time m."""
+    spec = parse_spec("gemm", {"m": 16384, "n": 11200, "k": 1664, "dtype": "bfloat16",
+                               "b_layout": "nk"})
+    designs = swapped_wave_designs(11200, 1, 16384)
+    assert {d["map_store"] for d in designs} == {"tma", "cuda_core"}
+    assert {d["tile_n"] for d in designs} == {128, 256}
+    sprograms = [replace(plan_sprogram(spec, DEVICE, {**d, "persistent": True}),
+                         runtime_dims=("m",)) for d in designs]
+    assert all(unsupported(s, DEVICE) is None for s in sprograms)
+    assert_compile_clean([render(s, spec, DEVICE).source for s in sprograms])
 
 
 def test_a_tma_store_stages_the_transposed_fragment_as_the_output_rows() -> None:
@@ -188,12 +202,13 @@ def test_swapped_kernels_with_tma_stores_compile_without_spills() -> None:
     """The range designs' TMA-store twins at a run-time m, B n x k and k x n, and an
     8-bit decode tile (dequantised on the way to shared memory)."""
     sources = []
-    for name, layout in (("swap_16x64", "nk"), ("swap_136x128", "nk"), ("swap_88x128", "kn"),
-                         ("swap_232x128", "kn")):
+    for design, layout in ((RANGE_DESIGNS["gemm"]["swap_16x64"], "nk"),
+                           (_two_consumers(136), "nk"), (_two_consumers(88), "kn"),
+                           (_two_consumers(232), "kn")):
         spec = _spec(16384, b_layout=layout)
-        choices = {**with_transposed_tma_store(RANGE_DESIGNS["gemm"][name]), "persistent": True}
+        choices = {**with_transposed_tma_store(design), "persistent": True}
         sprogram = replace(plan_sprogram(spec, DEVICE, choices), runtime_dims=("m",))
-        assert unsupported(sprogram, DEVICE) is None, name
+        assert unsupported(sprogram, DEVICE) is None, (design["tile_m"], layout)
         sources.append(render(sprogram, spec, DEVICE).source)
     sprogram, spec = _plan(16, params={"dtype": "float8_e4m3"},
                            **with_transposed_tma_store({**SWAP, "tile_m": 16, "tile_k": 128,

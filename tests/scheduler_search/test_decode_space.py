@@ -121,12 +121,14 @@ def test_large_gemms_keep_their_designs() -> None:
 
 def test_the_walk_of_the_space_skips_what_cannot_run_but_the_sampler_sees_all() -> None:
     """Token tiles under 64 rows are walked only swapped, deep rings only swapped and a
-    swapped output only through the consumers' stores; the knobs still offer every option
-    to the sampler (one distribution per name)."""
+    swapped output of pingpong consumers only through the consumers' stores (a staged
+    transposed store takes cooperative ones); the knobs still offer every option to the
+    sampler (one distribution per name)."""
     import itertools
 
     space = ScheduleSpace(_spec(1), H200, feasibility("gemm", H200))
     seen_swapped = seen_deep = 0
+    swapped_stores = set()
     for choices in itertools.islice(space.structural_choices(), 200_000):
         swapped = choices.get("swap_ab", False)
         if choices["tile_m"] < 64:
@@ -135,9 +137,12 @@ def test_the_walk_of_the_space_skips_what_cannot_run_but_the_sampler_sees_all() 
             assert swapped
             seen_deep += 1
         if swapped:
-            assert choices["map_store"] == "cuda_core" and choices["tile_m"] <= 64
+            assert choices["tile_m"] <= 64
+            if choices.get("consumer_split") == "pingpong":
+                assert choices["map_store"] == "cuda_core"
+            swapped_stores.add(choices["map_store"])
             seen_swapped += 1
-    assert seen_swapped and seen_deep
+    assert seen_swapped and seen_deep and swapped_stores == {"tma", "cuda_core"}
     knobs = {k.name: k.options for k in space.knobs}
     assert knobs["swap_ab"] == (False, True) and knobs["map_store"] == ("tma", "cuda_core")
 
@@ -200,7 +205,7 @@ def test_the_first_round_pairs_the_swapped_tile_with_what_the_weight_needs(
 def test_random_points_are_drawn_among_the_viable_options() -> None:
     """``ScheduleSpace.sample`` (the cost model's random picks) draws each knob among the
     options its ``viable`` leaves, as the walk does: token tiles only swapped, deep rings
-    only swapped, a swapped output stored by the consumers' threads."""
+    only swapped, a swapped output of pingpong consumers stored by their threads."""
     import random
 
     space = ScheduleSpace(_spec(1), H200, feasibility("gemm", H200))
@@ -210,5 +215,6 @@ def test_random_points_are_drawn_among_the_viable_options() -> None:
         swapped = choices.get("swap_ab", False)
         assert choices["tile_m"] >= 64 or swapped
         assert choices["stages_ab"] <= 6 or swapped
-        assert not swapped or choices["map_store"] == "cuda_core"
+        if swapped and choices.get("consumer_split") == "pingpong":
+            assert choices["map_store"] == "cuda_core"
     assert any(c.get("swap_ab") for c in points) and any(c["stages_ab"] > 6 for c in points)

@@ -14,6 +14,9 @@ from scheduler_search.space.designs import (
     decode_designs,
     mid_range_designs,
     range_designs,
+    swapped_wave_designs,
+    swapped_wave_tile,
+    with_transposed_tma_store,
 )
 
 
@@ -27,7 +30,8 @@ def test_a_range_reaching_few_tokens_starts_with_its_weights_decode_designs() ->
     designs = range_designs(range_spec)
     operator, ranged = list(DESIGNS["gemm"].values()), list(RANGE_DESIGNS["gemm"].values())
     assert designs[:1] == operator and designs[-len(ranged):] == ranged
-    middle = mid_range_designs(11200, 1, 16384)
+    middle = [*mid_range_designs(11200, 1, 16384),
+              *swapped_wave_designs(11200, 1, 16384)]
     decode = designs[1:-len(ranged) - len(middle)]
     assert designs[-len(ranged) - len(middle):-len(ranged)] == middle
     for tokens in (1, 16, 128):
@@ -40,6 +44,7 @@ def test_a_range_reaching_few_tokens_starts_with_its_weights_decode_designs() ->
 def test_a_range_of_many_tokens_or_of_another_operator_has_no_decode_designs() -> None:
     many = range_designs(_gemm_range(1000, 16384))
     assert many == [*DESIGNS["gemm"].values(), *mid_range_designs(11200, 1000, 16384),
+                    *swapped_wave_designs(11200, 1000, 16384),
                     *RANGE_DESIGNS["gemm"].values()]
     attention = parse_range_spec("attention", {
         "batch": 1, "heads": 8, "kv_heads": 8, "seq_q": {"min": 1, "max": 4096},
@@ -51,8 +56,9 @@ def test_a_narrow_range_takes_the_decode_designs_of_the_sizes_it_holds() -> None
     range_spec = _gemm_range(100, 200)
     at_100 = decode_designs(range_spec.exact(range_spec.at(100)))[:2]
     at_128 = decode_designs(range_spec.exact(range_spec.at(128)))[:2]
-    decode = range_designs(range_spec)[1:-len(RANGE_DESIGNS["gemm"])
-                                        - len(mid_range_designs(11200, 100, 200))]
+    middle = [*mid_range_designs(11200, 100, 200),
+              *swapped_wave_designs(11200, 100, 200)]
+    decode = range_designs(range_spec)[1:-len(RANGE_DESIGNS["gemm"]) - len(middle)]
     assert all(d in decode for d in at_100 + at_128)
 
 
@@ -82,3 +88,35 @@ def test_every_middle_tile_is_valid_with_its_ring(dtype: str, n: int, k: int) ->
     for design in mid_range_designs(n, 256, 4096):
         _, validity = space.build(design)
         assert validity.ok, (design, validity.rejections)
+
+
+@pytest.mark.parametrize(("m", "n", "tile"), [
+    (260, 11200, (88, 256)),   # 3 token tiles x 44: one wave
+    (442, 11200, (152, 128)),  # 3 x 88: two waves (152 over 256 rows holds too many)
+    (780, 11200, (136, 256)),  # 6 x 44: two waves
+    (478, 3200, (96, 128)),    # 5 x 25: one wave
+])
+def test_the_swapped_tile_fitted_to_the_waves_is_the_one_that_led_on_the_gpu(
+        m: int, n: int, tile: tuple[int, int]) -> None:
+    """On an H200 (2026-12-04, the fitted grid) these tiles led their shapes, at 0.90-1.05x
+    cuBLAS where the range run's table had served them at 0.70-0.85."""
+    assert swapped_wave_tile(m, n) == tile
+
+
+def test_a_swapped_tile_holds_no_more_accumulators_than_a_consumer_thread_can() -> None:
+    for m in range(64, 2048, 7):
+        tile = swapped_wave_tile(m, 11200)
+        if tile is not None:
+            tokens, rows = tile
+            assert tokens % 8 == 0 and tokens <= 256 and tokens * rows // 256 <= 136
+            assert -(-m // tokens) * tokens - m < 8 * -(-m // tokens)  # no spare tile
+
+
+def test_wave_fitted_designs_stage_their_store_only_where_the_ring_stays_deep() -> None:
+    designs = swapped_wave_designs(11200, 1, 16384)
+    for design in designs:
+        assert design["consumer_warpgroups"] == 2 and design["swap_ab"]
+        assert design["map_store"] == "cuda_core" or design["stages_ab"] >= 3
+        if design["map_store"] == "cuda_core":  # its staged twin keeps 2 stages or fewer
+            assert with_transposed_tma_store(design)["stages_ab"] < 3
+    assert {d["map_store"] for d in designs} == {"tma", "cuda_core"}

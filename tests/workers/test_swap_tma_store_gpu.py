@@ -22,7 +22,6 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space.designs import (
     GEMM_DECODE_SWAP,
-    RANGE_DESIGNS,
     with_transposed_tma_store,
 )
 from scheduler_search.sprogram import plan_sprogram
@@ -37,8 +36,10 @@ EDGES = (32, 400)  # 1..32, 33..400, 401..2048
 SIZES = (1, 7, 16, 32, 33, 104, 105, 400, 401, 479, 1000, 2048)
 DESIGNS = (
     {**GEMM_DECODE_SWAP, "tile_m": 16},
-    RANGE_DESIGNS["gemm"]["swap_104x128"],
-    {**RANGE_DESIGNS["gemm"]["swap_88x128"], "tile_n": 256},
+    {**GEMM_DECODE_SWAP, "tile_m": 104, "tile_n": 128, "tile_k": 64,
+     "consumer_warpgroups": 2, "stages_ab": 6},
+    {**GEMM_DECODE_SWAP, "tile_m": 88, "tile_n": 256, "tile_k": 64,
+     "consumer_warpgroups": 2, "stages_ab": 4},
 )
 
 
