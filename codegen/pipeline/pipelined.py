@@ -32,7 +32,7 @@ from codegen.pipeline.structure import Issue, PipelineStructure
 from scheduler_search.ir import STaskKind
 
 if TYPE_CHECKING:
-    from codegen.pipeline.skeleton import PipelineSkeleton
+    from codegen.pipeline.consumers import Consumers
 
 
 class Part(enum.Enum):
@@ -161,10 +161,11 @@ def lead_problem(structure: PipelineStructure) -> str | None:
 class PipelinedLoop:
     """Writes the software-pipelined consumer loop of one output tile."""
 
-    def __init__(self, skeleton: PipelineSkeleton, x0: str, trips: str) -> None:
-        self.k = skeleton
-        self.s = skeleton.structure
-        self.code = skeleton.code
+    def __init__(self, consumers: Consumers, x0: str, trips: str) -> None:
+        self.consumers = consumers
+        self.k = consumers.k
+        self.s = consumers.structure
+        self.code = consumers.code
         self.loop = loop_stream(self.s)
         self.waits = group_waits(self.s)
         self.releases = release_points(self.s)
@@ -197,11 +198,11 @@ class PipelinedLoop:
                     self._group_wait(wait, pending)
                     self._releases_at(position, t)
             if part is not Part.PROLOGUE:
-                k.turn_wait(issue.stask)
+                self.consumers.turn_wait(issue.stask)
             if self._runs(issue, part):
                 self._issue(issue, at)
             if part is not Part.PROLOGUE:
-                k.turn_pass(issue.stask)
+                self.consumers.turn_pass(issue.stask)
 
     @staticmethod
     def _runs(issue: Issue, part: Part) -> bool:

@@ -1,0 +1,127 @@
+"""The loader's part of a kernel: one device function per ring (wait for the slot, arm the
+stage's bytes, the loads through the emitter table) and per tile buffer, and the role
+that calls them: the producer warp, or, without one, the first consumer's thread 0
+loading each ring's stages ahead."""
+
+from __future__ import annotations
+
+from codegen.pipeline.structure import Ring, TileBuffer
+from codegen.pipeline.writer import RoleWriter
+
+
+class Loader(RoleWriter):
+    """Writes the load functions and the loop of the role that issues them."""
+
+    def _load_params(self, ring: Ring) -> list[str]:
+        maps = dict.fromkeys(self.hooks.tensor_map(t) for t in ring.loads)
+        return [f"const TensorMap* {m}" for m in maps]
+
+    def load_function(self, ring: Ring) -> None:
+        """``load_<stream>``: wait for the slot's release, arm its full barrier with the
+        stage's bytes, then the ring's load sTasks."""
+        c, s = self.code, self.structure
+        origins = ", ".join(f"int {a.origin}" for a in self.hooks.grid_axes)
+        c.comment(f"One stage of the {ring.stream} stream: wait for the slot, then "
+                  + ", ".join(ring.loads) + " into it.")
+        head = (f"__device__ __forceinline__ void load_{ring.stream}(int stage, u32 empty_parity, "
+                f"{origins}, int trip, u32 smem, {', '.join(self._load_params(ring))})")
+        with c.block(head):
+            if ring.cluster_blocks > 1:
+                c("const u32 cta_rank = " + c.call("cluster_ctarank") + ";  // its slices")
+            c(f"const u32 full = {ring.full('stage')};")
+            c.comment(f"{ring.empty_name}[stage]: the consumers released the slot "
+                      f"({ring.last_reader}, {ring.const}_STAGES trips ago)")
+            c(c.call("mbarrier_wait", ring.empty("stage"), "empty_parity") + ";")
+            c(c.call("mbarrier_arrive_expect_tx", "full", f"{ring.const}_TX_BYTES") + ";")
+            for issue in s.load_stream(ring.loader):
+                if issue.stask in ring.loads:
+                    self.k.emit((ring.loader,), issue)
+        c("")
+
+    def tile_load_function(self, buffer: TileBuffer) -> None:
+        """``load_tile_<load>``: a tile buffer's load, once per output tile."""
+        c, s = self.code, self.structure
+        tile = self.hooks.operand(buffer.load)
+        tmap = self.hooks.tensor_map(buffer.load)
+        origins = ", ".join(f"int {a.origin}" for a in self.hooks.grid_axes)
+        c.comment(f"{buffer.load}, once per output tile: wait until the consumers released the "
+                  "previous tile's copy, then load it.")
+        head = (f"__device__ __forceinline__ void load_tile_{buffer.load}(u32 empty_parity, "
+                f"{origins}, u32 smem, const TensorMap* {tmap})")
+        with c.block(head):
+            c(f"const u32 full = {buffer.full()};")
+            c(c.call("mbarrier_wait", buffer.empty(), "empty_parity") + ";")
+            c(c.call("mbarrier_arrive_expect_tx", "full", f"{tile.const}_STAGE_BYTES") + ";")
+            issue = next(i for i in s.load_stream(buffer.loader) if i.stask == buffer.load)
+            self.k.emit((buffer.loader,), issue)
+        c("")
+
+    def tile_load_call(self, buffer: TileBuffer, parity: str) -> str:
+        """The call of a tile buffer\'s load function."""
+        origins = ", ".join(a.origin for a in self.hooks.grid_axes)
+        tmap = self.hooks.tensor_map(buffer.load)
+        return f"load_tile_{buffer.load}({parity}, {origins}, smem, &{tmap});"
+
+    def load_call(self, ring: Ring, stage: str, parity: str, trip: str) -> str:
+        """The call of a ring\'s load function for one stage."""
+        origins = ", ".join(a.origin for a in self.hooks.grid_axes)
+        maps = ", ".join(f"&{m}" for m in dict.fromkeys(
+            self.hooks.tensor_map(t) for t in ring.loads))
+        return f"load_{ring.stream}({stage}, {parity}, {origins}, {trip}, smem, {maps});"
+
+    def producer(self) -> None:
+        """The producer warpgroup: gives its registers away; one thread walks the units
+        and issues every trip's loads, ring slot by ring slot."""
+        c, s = self.code, self.structure
+        c.comment("Producer warpgroup: registers go to the consumers; one thread issues the loads.")
+        c(c.call("setmaxnreg_dec<PRODUCER_REGS>") + ";")
+        self.record.register_budgets["producer"] = s.sprogram.roles.producer_regs
+        with c.block("if (threadIdx.x == 0)"):
+            self.k.tiles.prefetch_maps()
+            for ring in s.rings:
+                c(f"int {ring.stream}_stage = 0;  // {ring.stream} ring slot of the next load")
+                c(f"u32 {ring.stream}_phase = 0;  // flips at each pass over the ring")
+            if s.tile_buffers:
+                c("u32 tile_phase = 0;  // flips at each output tile of this block")
+            owners = "OWNERS" if s.pingpong else 1
+            with self.k.tiles.units(), c.block(f"for (int owner = 0; owner < {owners}; ++owner)"):
+                c("const int tile = unit * OWNERS + owner;")
+                c("if (tile >= TILES) break;")
+                self.k.tiles.origins("tile")
+                for buffer in s.tile_buffers:
+                    c(self.tile_load_call(buffer, "tile_phase ^ 1"))
+                if s.tile_buffers:
+                    c("tile_phase ^= 1;")
+                trips = self.k.tiles.trips()
+                with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
+                    for ring in s.rings:
+                        st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
+                        trip = "trip0 + trip" if self.layout.stream_k is not None else "trip"
+                        c(self.load_call(ring, st, f"{ph} ^ 1", trip))
+                        c(f"if (++{st} == {ring.const}_STAGES) {{ {st} = 0; {ph} ^= 1; }}")
+
+    def load_ahead(self) -> None:
+        """No producer: the loader's thread 0 issues each ring's loads STAGES ahead."""
+        c, s, trips = self.code, self.structure, self.hooks.trips
+        c.comment(f"No producer: {s.loader}'s thread 0 issues the loads, STAGES ahead of the "
+                  "slowest reader.")
+        c("const int block_tiles = (TILES - blockIdx.x + gridDim.x - 1) / gridDim.x;"
+          if s.persistent else "const int block_tiles = 1;")
+        c(f"const int block_loads = block_tiles * {trips};")
+        for ring in s.rings:
+            c.comment(f"{ring.stream} load x of this block's sequence: trip x % {trips} of "
+                      f"the block's tile x / {trips}")
+            with c.block(f"auto load_ahead_{ring.stream} = [&](int x)", tail="};"):
+                tile = (f"blockIdx.x + (x / {trips}) * gridDim.x" if s.persistent
+                        else "blockIdx.x")
+                c(f"const int tile = {tile};")
+                self.k.tiles.origins("tile")
+                c(self.load_call(ring, ring.stage("x"), f"({ring.parity('x')}) ^ 1",
+                                  f"x % {trips}"))
+        with c.block("if (threadIdx.x == 0)"):
+            self.k.tiles.prefetch_maps()
+            for ring in s.rings:
+                with c.block(f"for (int ahead = 0; ahead < {ring.const}_STAGES && ahead < "
+                             "block_loads; ++ahead)"):
+                    c(f"load_ahead_{ring.stream}(ahead);")
+        c("__syncwarp();")
