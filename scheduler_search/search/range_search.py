@@ -52,7 +52,6 @@ callbacks.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import time
@@ -64,13 +63,9 @@ from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, RangeSpec, parse_spec
 from scheduler_search.search.buckets import BucketTable
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
-from scheduler_search.search.range_cut import (
-    CONTENDER_SLACK,
-    RangeCut,
-    near_best,
-    scaled_estimate,
-)
+from scheduler_search.search.range_cut import RangeCut
 from scheduler_search.search.range_pool import Estimator, RangeCandidate, RangePool
+from scheduler_search.search.range_refine import RefinePlanner
 from scheduler_search.search.records import (
     CODEGEN_ERROR,
     Progress,
@@ -86,17 +81,6 @@ logger = logging.getLogger(__name__)
 #: loops over the tiles of whatever size it is given (``codegen.unsupported`` refuses a
 #: run-time size on a grid of one block per tile).
 RUNTIME_FIXED: Choices = {"persistent": True}
-
-#: A gap between measured sizes whose best times differ by more than this factor is
-#: refined (so is one whose ends have different winners): the kernels' tiles may spill
-#: into another wave in it. Where time hardly moves with the size (a GEMM's first few
-#: hundred m, bound by reading B) nothing is gained by looking closer.
-REFINE_STEP = 1.15
-
-#: Candidates a refining round also measures at a gap's middle because the cost model,
-#: scaled from their nearest measurement, has them near the best there
-#: (:meth:`RangeSearch._predicted_contenders`).
-PREDICTED_CONTENDERS = 3
 
 #: Rounds of measuring the buckets' kernels where they won a sampled size on an estimate
 #: (:meth:`RangeSearch._confirm`). A 1920 x 1088 weight's table (H200, 2026-12-04) served
@@ -393,6 +377,8 @@ class RangeSearch:
         self.cut = RangeCut(self.size_range, self.dim, self.config, self._latency,
                             lambda c, size: (c.sprogram.hash, size) in self._known,
                             self._predict)
+        self.refiner = RefinePlanner(self._latency, self._measured_at, self._predict,
+                                     self.config.refine_sizes)
 
     # ----- the plan ------------------------------------------------------------------------
     def plan_sizes(self) -> list[int]:
@@ -498,13 +484,13 @@ class RangeSearch:
     def _refine(self, candidates: list[RangeCandidate], sizes: list[int],
                 reason: StopReason) -> tuple[list[int], StopReason]:
         """Rounds of measuring the contenders at the middles of the gaps where the
-        winner or the best time changes (:meth:`_gaps_to_refine`); all sizes measured
+        winner or the best time changes (:meth:`RefinePlanner.gaps`); all sizes measured
         so far, sorted, and why the measuring stopped."""
         kept = self.confirm_trials()
         for _ in range(self.config.refine_rounds):
             if self._stopper.remaining_trials(self._trials_done) <= kept:
                 break
-            middles = self._gaps_to_refine(candidates, sizes)
+            middles = self.refiner.gaps(candidates, sizes)
             if not middles:
                 break
             wanted = {(c.index, middle) for middle, contenders in middles for c in contenders}
@@ -520,60 +506,6 @@ class RangeSearch:
             if reason not in (StopReason.TRIALS, StopReason.EXHAUSTED):
                 break
         return sizes, reason
-
-    def _gaps_to_refine(self, candidates: list[RangeCandidate], sizes: list[int]
-                        ) -> list[tuple[int, list[RangeCandidate]]]:
-        """Up to ``refine_sizes`` (middle, contenders) of the widest gaps (in log) between
-        measured sizes whose ends have different winners or best times more than
-        ``REFINE_STEP`` apart; the contenders are the candidates within
-        ``CONTENDER_SLACK`` of the best at either end, and those predicted to be at the
-        middle (:meth:`_predicted_contenders`)."""
-        ordered = sorted(sizes)
-        rows = [[self._latency(c, size) for size in ordered] for c in candidates]
-        ends: list[tuple[int, float, list[RangeCandidate]]] = []
-        for column, (size, near) in enumerate(zip(ordered, near_best(rows), strict=True)):
-            if near:
-                top = sorted(near, key=lambda i: (rows[i][column], i))
-                ends.append((size, rows[top[0]][column], [candidates[i] for i in top]))
-        gaps = []
-        for (low, low_us, low_top), (high, high_us, high_top) in itertools.pairwise(ends):
-            changes = (low_top[0] is not high_top[0]
-                       or max(low_us, high_us) > REFINE_STEP * min(low_us, high_us))
-            if changes and high - low >= 2:
-                middle = round(math.sqrt(low * high))
-                contenders = list({c.index: c for c in low_top + high_top
-                                   + self._predicted_contenders(candidates, middle)}.values())
-                gaps.append((math.log(high / low), middle, contenders))
-        gaps.sort(key=lambda gap: -gap[0])
-        return [(middle, contenders) for _, middle, contenders
-                in gaps[: self.config.refine_sizes] if middle not in sizes]
-
-    def _predicted_contenders(self, candidates: list[RangeCandidate], size: int
-                              ) -> list[RangeCandidate]:
-        """Up to :data:`PREDICTED_CONTENDERS` candidates whose nearest measurement,
-        scaled by the cost model's ratio, is within ``CONTENDER_SLACK`` of the least such
-        estimate at ``size``: a tile whose count fills a wave only between two sampled
-        sizes loses at both and would never be measured where it wins (on an H200,
-        2026-12-04, a 104-token swapped tile over 128 weight rows of a 3200 x 4608
-        weight fills one wave at m = 441..520, where the table served a 128 x 192 tile
-        at 0.70 of cuBLAS's speed; a 96-token one ran m = 478 at 1.08). They are only
-        measured: a bucket is still served on measurements and on the estimates of
-        candidates in the running."""
-        estimates = []
-        for candidate in candidates:
-            measured = {s: us for (h, s), record in self._known.items()
-                        if h == candidate.sprogram.hash and record.ok
-                        and (us := record.latency_us) is not None}
-            if not measured or size in measured:
-                continue
-            us = scaled_estimate(size, measured, lambda s, c=candidate: self._predict(c, s))
-            if us is not None:
-                estimates.append((us, candidate.index, candidate))
-        if not estimates:
-            return []
-        best = min(us for us, _, _ in estimates)
-        near_best_ones = sorted(e for e in estimates if e[0] <= CONTENDER_SLACK * best)
-        return [candidate for _, _, candidate in near_best_ones[:PREDICTED_CONTENDERS]]
 
     def _measure_all(self, candidates: list[RangeCandidate], sizes: list[int], *,
                      wanted: set[tuple[int, int]] | None = None, keep: int = 0
@@ -676,6 +608,12 @@ class RangeSearch:
             except Exception:
                 self._predicted[key] = None
         return self._predicted[key]
+
+    def _measured_at(self, candidate: RangeCandidate) -> dict[int, float]:
+        """``candidate``'s measured latency at each size it ran at."""
+        return {s: us for (h, s), record in self._known.items()
+                if h == candidate.sprogram.hash and record.ok
+                and (us := record.latency_us) is not None}
 
     def _latency(self, candidate: RangeCandidate, size: int) -> float | None:
         record = self._known.get((candidate.sprogram.hash, size))

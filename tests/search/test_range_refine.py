@@ -7,11 +7,8 @@ from __future__ import annotations
 
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_range_spec
-from scheduler_search.search.range_search import (
-    PREDICTED_CONTENDERS,
-    RangeCandidate,
-    RangeSearch,
-)
+from scheduler_search.search.range_refine import PREDICTED_CONTENDERS
+from scheduler_search.search.range_search import RangeCandidate, RangeSearch
 from scheduler_search.search.records import TrialRecord
 from scheduler_search.space.designs import DESIGNS
 from scheduler_search.sprogram import plan_sprogram
@@ -50,10 +47,10 @@ def test_a_candidate_slow_at_both_ends_but_predicted_best_between_is_measured_th
     candidates = list(by_name.values())
     # Scaled from 900 (the nearer): sweet 45 x 14 / 45 = 14, steady 30 x 20 / 30 = 20
     # (over 1.25 x 14), slow 40.
-    predicted = search._predicted_contenders(candidates, 424)
+    predicted = search.refiner.predicted_contenders(candidates, 424)
     assert [c.index for c in predicted] == [by_name["sweet"].index]
     assert len(predicted) <= PREDICTED_CONTENDERS
-    [(middle, contenders)] = search._gaps_to_refine(candidates, list(SIZES))
+    [(middle, contenders)] = search.refiner.gaps(candidates, list(SIZES))
     assert middle == 424
     # steady leads both ends; sweet joins on its prediction; slow is in no one's running.
     assert {c.index for c in contenders} == {by_name["steady"].index, by_name["sweet"].index}
