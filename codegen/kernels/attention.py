@@ -16,7 +16,8 @@ or (batch, heads, seq, head_dim) as PyTorch's SDPA does (``bhsd``); query head
   and the factor ``alpha`` that rescales what came before), ``softmax_exp2`` (``2^(s c -
   m c)`` with ``c = log2(e) / √d``, one FMA, on the SFU with ``ex2.approx`` or on the CUDA
   cores with ``exp2f``, as the sProgram maps it), ``softmax_sum`` (this thread's part of the row
-  sum; the four threads of a row add theirs in ``normalize``), ``rescale``;
+  sum; the four threads of a row add theirs in ``normalize``), ``rescale``, written by
+  :class:`~codegen.kernels.attention_softmax.OnlineSoftmax`;
 - ``mma_pv``: ``O += P V`` with P straight from the S accumulators converted to 16-bit
   pairs (the register-A form of wgmma) and V MN-major in shared memory;
 - ``normalize`` and ``store``: ``O / l`` written with st.global, and the row's fp32
@@ -30,7 +31,8 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda import convert, swizzle, wgmma
+from codegen.cuda import swizzle, wgmma
+from codegen.kernels.attention_softmax import OnlineSoftmax
 from codegen.pipeline import (
     Code,
     GridAxis,
@@ -47,10 +49,6 @@ from scheduler_search.ops.attention import packed_heads
 
 #: The input types attention lowers, with their sizes (``DTYPE_BYTES``).
 ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16")}
-#: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
-NEG_INF = "__int_as_float(0xff800000)"
-POS_INF = "__int_as_float(0x7f800000)"
-LN2 = math.log(2.0)
 #: Registers a thread holds per 64-row block besides the S and O accumulators: the row
 #: max, sum and rescale factor of its two rows.
 ROW_STATE_REGS = 6
@@ -298,12 +296,7 @@ class AttentionHooks(OperatorHooks):
              "// rows lane/4 and +8")
 
     def begin_tile(self, code: Code) -> None:
-        c = code
-        c.comment("row statistics of the new tile: max -inf, sum 0")
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c(f"m_row[mi][0] = m_row[mi][1] = {NEG_INF};")
-            c("l_row[mi][0] = l_row[mi][1] = 0.f;")
+        self.softmax.begin_tile(code)
 
     def pin(self, code: Code, stask: str = "mma_qk") -> None:
         fragments = ["s_acc"] if stask == "mma_qk" else ["o_acc", "p"]
@@ -360,121 +353,13 @@ class AttentionHooks(OperatorHooks):
         c(c.call("wgmma_commit") + ";")
 
     # ----- the online softmax ----------------------------------------------------------
-    def _exp2(self, code: Code) -> str:
-        """The exp2 of the sEU the sProgram maps ``softmax_exp2`` to."""
-        if self.structure.units["softmax_exp2"] is UnitKind.SFU:
-            code.use("exp2_approx")
-            return "exp2_approx"
-        return "exp2f"
+    @cached_property
+    def softmax(self) -> OnlineSoftmax:
+        """Writer of :attr:`math_stasks`: the register math on the accumulators' values."""
+        return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"])
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
-        {
-            "softmax_max": self._softmax_max,
-            "softmax_exp2": self._softmax_exp2,
-            "softmax_sum": self._softmax_sum,
-            "rescale": self._rescale,
-            "normalize": self._normalize,
-        }[issue.stask](code, at)
-
-    def _each_score(self, code: Code, at: TripAt, body: list[str],
-                    after: list[str] | None = None, before: list[str] | None = None) -> None:
-        """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``."""
-        c = code
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int h = 0; h < 2; ++h)"):
-                for line in before or []:
-                    c(line)
-                c("#pragma unroll")
-                with c.block("for (int g = 0; g < S_REGS / 4; ++g)"):
-                    c("#pragma unroll")
-                    with c.block("for (int e = 0; e < 2; ++e)"):
-                        c("float& s = s_acc[mi][4 * g + 2 * h + e];")
-                        for line in body:
-                            c(line)
-                for line in after or []:
-                    c(line)
-
-    def _softmax_max(self, code: Code, at: TripAt) -> None:
-        """Mask (only on the tiles that cross the diagonal or the end of the keys), then the
-        row max of the raw scores and ``alpha``, the factor that rescales what came before;
-        the scale by log2(e)/sqrt(d) is folded into softmax_exp2's FMA."""
-        c = code
-        exp2 = self._exp2(c)
-        c.comment("masked: keys past SEQ_KV, and with CAUSAL key > query")
-        c(f"const int kv0 = {at.index} * TILE_KV;")
-        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > (q0 + "
-          "row0) / PACK);")
-        with c.block("if (masked)"):
-            self._each_score(
-                c, at,
-                before=["const int row = (q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)) "
-                        "/ PACK;  // the query position"],
-                body=["const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
-                      f"if (col >= SEQ_KV || (CAUSAL && col > row)) s = {NEG_INF};"])
-        self._each_score(
-            c, at,
-            before=["float mx = m_row[mi][h];"],
-            body=["mx = fmaxf(mx, s);"],
-            after=["mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the row's 4 threads",
-                   "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));",
-                   f"const float m_new = mx == {NEG_INF} ? 0.f : mx;  // a row with no key yet",
-                   f"alpha[mi][h] = {exp2}((m_row[mi][h] - m_new) * SCALE_LOG2);  // rescales "
-                   "what came before",
-                   "m_row[mi][h] = m_new;"],
-        )
-
-    def _softmax_exp2(self, code: Code, at: TripAt) -> None:
-        exp2 = self._exp2(code)
-        self._each_score(code, at, before=["const float m_scaled = m_row[mi][h] * SCALE_LOG2;"],
-                         body=[f"s = {exp2}(fmaf(s, SCALE_LOG2, -m_scaled));  // exp(s - m) in "
-                               "base 2, one FMA"])
-
-    def _softmax_sum(self, code: Code, at: TripAt) -> None:
-        self._each_score(code, at, before=["float sum = 0.f;"], body=["sum += s;"],
-                         after=["l_row[mi][h] = l_row[mi][h] * alpha[mi][h] + sum;  // this "
-                                "thread's part"])
-
-    def _rescale(self, code: Code, at: TripAt) -> None:
-        """O scaled to the new row maxima, then P packed for ``mma_pv``: the last register
-        math before P V, after the previous P V (which read ``p``) is done."""
-        c = code
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int i = 0; i < O_REGS; ++i)"):
-                c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
-        pack = convert.pack2(self.dtype)
-        c.comment("P = the scores after exp2, as the 16-bit pairs of wgmma's A fragment")
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
-                c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
-
-    def _normalize(self, code: Code, at: TripAt) -> None:
-        c = code
-        c.comment("o / l, l summed over the row's 4 threads; lse = (m c + log2 l) ln 2 (m: the raw "
-                  "row max, c = SCALE_LOG2), written by the row's first thread")
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int h = 0; h < 2; ++h)"):
-                c("float l = l_row[mi][h];")
-                c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
-                c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
-                c("const float inv = l > 0.f ? 1.f / l : 0.f;")
-                c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
-                with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
-                    c("lse[((unsigned long long)batch0 * HEADS + heads0 + row % PACK) * SEQ_Q + "
-                      "row / PACK] = l > 0.f "
-                      f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
-                      "// no key: +inf")
-                c("#pragma unroll")
-                with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
-                    c("o_acc[mi][4 * g + 2 * h] *= inv;")
-                    c("o_acc[mi][4 * g + 2 * h + 1] *= inv;")
+        self.softmax.write(code, issue.stask, at)
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p, e = self.params, self.elem

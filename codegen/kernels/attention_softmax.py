@@ -1,0 +1,171 @@
+"""Attention's online softmax: the register math of a consumer warpgroup's rows.
+
+Kept apart from :mod:`codegen.kernels.attention` (tiles, loads, matrix products) because
+it is the one part that works on the accumulators' values rather than on shared memory:
+per loop trip ``softmax_max`` (masking, the running row max, ``alpha``),
+``softmax_exp2``, ``softmax_sum`` and ``rescale`` (which also packs P for ``mma_pv``);
+per output tile ``normalize`` (``O / l`` and the log-sum-exp side output).
+
+A thread holds two rows of each 64-row block (``lane / 4`` and ``+ 8``): their statistics
+are ``m_row``, ``l_row`` and ``alpha[ROW_BLOCKS][2]``, which the four threads of a row
+combine with shuffles.
+"""
+
+from __future__ import annotations
+
+import math
+
+from codegen.cuda import convert
+from codegen.pipeline import Code, TripAt
+from scheduler_search.hardware.model import UnitKind
+
+#: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
+NEG_INF = "__int_as_float(0xff800000)"
+POS_INF = "__int_as_float(0x7f800000)"
+LN2 = math.log(2.0)
+
+
+def each_score(code: Code, body: list[str], after: list[str] | None = None,
+               before: list[str] | None = None) -> None:
+    """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``;
+    ``before`` and ``after`` run once per row (``mi``, ``h``) around its scores."""
+    c = code
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int h = 0; h < 2; ++h)"):
+            for line in before or []:
+                c(line)
+            c("#pragma unroll")
+            with c.block("for (int g = 0; g < S_REGS / 4; ++g)"):
+                c("#pragma unroll")
+                with c.block("for (int e = 0; e < 2; ++e)"):
+                    c("float& s = s_acc[mi][4 * g + 2 * h + e];")
+                    for line in body:
+                        c(line)
+            for line in after or []:
+                c(line)
+
+
+class OnlineSoftmax:
+    """The softmax sTasks of one attention kernel: ``dtype`` is what P is packed to for
+    wgmma, ``exp2_unit`` the sEU the sProgram maps ``softmax_exp2`` to."""
+
+    def __init__(self, dtype: str, exp2_unit: UnitKind) -> None:
+        self.dtype = dtype
+        self.exp2_unit = exp2_unit
+
+    def write(self, code: Code, stask: str, at: TripAt) -> None:
+        """Write the register-math sTask ``stask`` for loop trip ``at``."""
+        {
+            "softmax_max": self.softmax_max,
+            "softmax_exp2": self.softmax_exp2,
+            "softmax_sum": self.softmax_sum,
+            "rescale": self.rescale,
+            "normalize": self.normalize,
+        }[stask](code, at)
+
+    def begin_tile(self, code: Code) -> None:
+        """Reset the row statistics for a new output tile: max -inf, sum 0."""
+        c = code
+        c.comment("row statistics of the new tile: max -inf, sum 0")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c(f"m_row[mi][0] = m_row[mi][1] = {NEG_INF};")
+            c("l_row[mi][0] = l_row[mi][1] = 0.f;")
+
+    def _exp2(self, code: Code) -> str:
+        """The exp2 of the sEU ``softmax_exp2`` is mapped to: ``ex2.approx`` on the SFU,
+        ``exp2f`` on the CUDA cores."""
+        if self.exp2_unit is UnitKind.SFU:
+            code.use("exp2_approx")
+            return "exp2_approx"
+        return "exp2f"
+
+    def softmax_max(self, code: Code, at: TripAt) -> None:
+        """Mask (only on the tiles that cross the diagonal or the end of the keys), then the
+        row max of the raw scores and ``alpha``, the factor that rescales what came before;
+        the scale by log2(e)/sqrt(d) is folded into softmax_exp2's FMA."""
+        c = code
+        exp2 = self._exp2(c)
+        c.comment("masked: keys past SEQ_KV, and with CAUSAL key > query")
+        c(f"const int kv0 = {at.index} * TILE_KV;")
+        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > (q0 + "
+          "row0) / PACK);")
+        with c.block("if (masked)"):
+            each_score(
+                c,
+                before=["const int row = (q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)) "
+                        "/ PACK;  // the query position"],
+                body=["const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
+                      f"if (col >= SEQ_KV || (CAUSAL && col > row)) s = {NEG_INF};"])
+        each_score(
+            c,
+            before=["float mx = m_row[mi][h];"],
+            body=["mx = fmaxf(mx, s);"],
+            after=["mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the row's 4 threads",
+                   "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));",
+                   f"const float m_new = mx == {NEG_INF} ? 0.f : mx;  // a row with no key yet",
+                   f"alpha[mi][h] = {exp2}((m_row[mi][h] - m_new) * SCALE_LOG2);  // rescales "
+                   "what came before",
+                   "m_row[mi][h] = m_new;"],
+        )
+
+    def softmax_exp2(self, code: Code, at: TripAt) -> None:
+        """``2^(s c - m c)`` in place of each score, one FMA (``c = SCALE_LOG2``)."""
+        exp2 = self._exp2(code)
+        each_score(code, before=["const float m_scaled = m_row[mi][h] * SCALE_LOG2;"],
+                   body=[f"s = {exp2}(fmaf(s, SCALE_LOG2, -m_scaled));  // exp(s - m) in "
+                         "base 2, one FMA"])
+
+    def softmax_sum(self, code: Code, at: TripAt) -> None:
+        """This thread's part of the row sum; ``normalize`` adds the row's four parts."""
+        each_score(code, before=["float sum = 0.f;"], body=["sum += s;"],
+                   after=["l_row[mi][h] = l_row[mi][h] * alpha[mi][h] + sum;  // this "
+                          "thread's part"])
+
+    def rescale(self, code: Code, at: TripAt) -> None:
+        """O scaled to the new row maxima, then P packed for ``mma_pv``: the last register
+        math before P V, after the previous P V (which read ``p``) is done."""
+        c = code
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int i = 0; i < O_REGS; ++i)"):
+                c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
+        pack = convert.pack2(self.dtype)
+        c.comment("P = the scores after exp2, as the 16-bit pairs of wgmma's A fragment")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
+                c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
+
+    def normalize(self, code: Code, at: TripAt) -> None:
+        """``O / l`` before the store, and the row's fp32 log-sum-exp
+        ``lse = (m c + log2 l) ln 2`` (FlashAttention's softmax_lse; +inf for a row with no
+        key) written by the row's first thread."""
+        c = code
+        c.comment("o / l, l summed over the row's 4 threads; lse = (m c + log2 l) ln 2 (m: the raw "
+                  "row max, c = SCALE_LOG2), written by the row's first thread")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int h = 0; h < 2; ++h)"):
+                c("float l = l_row[mi][h];")
+                c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
+                c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
+                c("const float inv = l > 0.f ? 1.f / l : 0.f;")
+                c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+                with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
+                    c("lse[((unsigned long long)batch0 * HEADS + heads0 + row % PACK) * SEQ_Q + "
+                      "row / PACK] = l > 0.f "
+                      f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
+                      "// no key: +inf")
+                c("#pragma unroll")
+                with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
+                    c("o_acc[mi][4 * g + 2 * h] *= inv;")
+                    c("o_acc[mi][4 * g + 2 * h + 1] *= inv;")
+
+
+__all__ = ["LN2", "NEG_INF", "POS_INF", "OnlineSoftmax", "each_score"]
