@@ -22,6 +22,9 @@ Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chu
 - epilogue: ``skip`` adds ``D[h] x[l, p]`` (x read from global at the tile's start, so the
   read lands while the loop runs) and
   ``store`` writes the rows with st.global.
+
+The register math's text (``decay_out``, ``decay``, ``scale_cb``, ``skip`` and the skip
+term's early reads) is in :mod:`codegen.kernels.mamba2._chunk_scan_math`.
 """
 
 from __future__ import annotations
@@ -30,7 +33,16 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda import convert, swizzle, wgmma
+from codegen.cuda import swizzle, wgmma
+from codegen.kernels.mamba2._chunk_scan_math import (
+    TILE_ROW,
+    add_skip,
+    decay,
+    decay_out,
+    each_row,
+    masked_products,
+    read_skip_inputs,
+)
 from codegen.kernels.mamba2._common import F32_BOX_ELEMS, Mamba2Hooks
 from codegen.pipeline import (
     Code,
@@ -42,9 +54,6 @@ from codegen.pipeline import (
     VectorTile,
 )
 from scheduler_search.hardware.model import UnitKind
-
-#: This thread's row of accumulator block ``mi``, half ``h``, within the tile.
-TILE_ROW = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
 
 
 class ChunkScanHooks(Mamba2Hooks):
@@ -258,16 +267,7 @@ class ChunkScanHooks(Mamba2Hooks):
                     continue
                 c(f"const float* dA_rows = dA_cumsum + vector_row(batch0, heads0 + {head}, "
                   "chunks0) * CHUNK + l0;")
-                self._each_row(c, [f"dal[{head}][mi][h] = __ldg(dA_rows + {TILE_ROW}) * LOG2E;"])
-
-    def _each_row(self, code: Code, body: list[str]) -> None:
-        c = code
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int h = 0; h < 2; ++h)"):
-                for line in body:
-                    c(line)
+                each_row(c, [f"dal[{head}][mi][h] = __ldg(dA_rows + {TILE_ROW}) * LOG2E;"])
 
     def pin(self, code: Code, stask: str = "mma_x") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
@@ -331,125 +331,31 @@ class ChunkScanHooks(Mamba2Hooks):
                     c(c.call(mma, acc, *regs, "desc_b", "true") + ";")
         c(c.call("wgmma_commit") + ";")
 
-    # ----- register math -------------------------------------------------------------
+    # ----- register math (its text in _chunk_scan_math) ------------------------------
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
-        {
-            "decay_out": self._decay_out,
-            "decay": self._decay,
-            "scale_cb": self._scale_cb,
-            "skip": self._skip,
-        }[issue.stask](code, at)
+        if issue.stask == "decay_out":
+            decay_out(code, dal_in_smem=self.vectors_by_tma)
+        elif issue.stask == "decay":
+            self._decay(code)
+        elif issue.stask == "scale_cb":
+            stage = f"{self.ring_stream('load_cb')}_stage"
+            self.per_parity(code, at.index, lambda pm: masked_products(
+                code, pm, at.index, stage, self.dtype))
+        else:  # skip
+            add_skip(code, self.dtype)
 
-    def _decay_out(self, code: Code, at: TripAt) -> None:
-        c = code
-        if self.vectors_by_tma:
-            c.comment("dA[l] of this thread's rows (each packed head's in turn), from the tile "
-                      "buffer TMA filled")
-            self._each_row(c, [
-                "#pragma unroll",
-                "for (int j = 0; j < PACK; ++j) dal[j][mi][h] = " + c.call(
-                    "ld_shared_f32", f"smem + SMEM_DAL + (j * TILE_L + {TILE_ROW}) * 4")
-                + " * LOG2E;"])
-        c.comment("the state term decays by exp(dA[l]) of each head")
-        self._each_row(c, [
-            "#pragma unroll",
-            "for (int g = 0; g < ACC_REGS / 4; ++g) {",
-            "  const float decay = exp2f(dal[(8 * g) / HEAD_COLS][mi][h]);",
-            "  acc[mi][4 * g + 2 * h] *= decay; acc[mi][4 * g + 2 * h + 1] *= decay;",
-            "}",
-        ])
-
-    def _each_value(self, code: Code, body: list[str], before: list[str] | None = None) -> None:
-        """``body`` for each (row block mi, half h, 8-column group g, element q) of ``e``:
-        ``e[mi][4 g + 2 h + q]`` is row TILE_ROW, column ``8 g + 2 (lane % 4) + q``, from
-        k16 step ``g / 2``, fragment column ``j = 2 (g % 2) + q``."""
-        c = code
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int h = 0; h < 2; ++h)"):
-                for line in before or []:
-                    c(line)
-                c("#pragma unroll")
-                with c.block("for (int g = 0; g < E_REGS / 4; ++g)"):
-                    c("#pragma unroll")
-                    with c.block("for (int q = 0; q < 2; ++q)"):
-                        for line in body:
-                            c(line)
-
-    def _decay(self, code: Code, at: TripAt) -> None:
-        c = code
-        exp2 = self.exp2(c, "decay")
+    def _decay(self, code: Code) -> None:
+        """Each packed head's e in turn, from its dt and dA (read from the stage first
+        when TMA loaded them)."""
+        exp2 = self.exp2(code, "decay")
         for head in range(self.pack):
-            self.vectors_from_stage(c, f"[{head}]", str(head))
-            self._each_value(c, [
-                f"e[{head}][mi][4 * g + 2 * h + q] = {exp2}(fmaf(-dA_v[{head}][g / 2]"
-                f"[2 * (g % 2) + q], LOG2E, dal[{head}][mi][h]));"])
-
-    def _scale_cb(self, code: Code, at: TripAt) -> None:
-        """``cb e dt`` (0 above the diagonal, tested only on a trip that crosses it), packed
-        to the 16-bit pairs of wgmma's A fragment."""
-        self.per_parity(code, at.index, lambda pm: self._scale_cb_into(code, at, pm))
-
-    def _scale_cb_into(self, code: Code, at: TripAt, pm: str) -> None:
-        c = code
-        stage = f"{self.ring_stream('load_cb')}_stage"
-        pack = convert.pack2(self.dtype)
-        c.use("swizzle_128b")
-        c(f"const u32 cb_tile = smem + SMEM_CB + {stage} * CB_STAGE_BYTES;")
-        c(f"const int s0 = {at.index} * TILE_S;")
-        c("const bool diagonal = s0 + TILE_S - 1 > l0 + row0;  // some s > l in this trip")
-        self._each_value(
-            c,
-            before=[f"const int row = {TILE_ROW};  // in the tile"],
-            body=[
-                "if (q) continue;  // a pair at a time",
-                "const int col = 8 * g + 2 * (lane & 3);",
-                "const float2 cbv = " + c.call(
-                    "ld_shared_f32x2",
-                    "cb_tile + (col / 32) * CB_BOX_BYTES + swizzle_128b(row * 128 + (col % 32) "
-                    "* 4)") + ";",
-                "const int j = 2 * (g % 2);",
-                "const bool keep0 = !diagonal || s0 + col <= l0 + row;",
-                "const bool keep1 = !diagonal || s0 + col + 1 <= l0 + row;",
-                "#pragma unroll",
-                "for (int head = 0; head < PACK; ++head) {  // cb is the same for every head",
-                "  const float v0 = keep0 ? cbv.x * e[head][mi][4 * g + 2 * h] * "
-                "dt_v[head][g / 2][j] : 0.f;",
-                "  const float v1 = keep1 ? cbv.y * e[head][mi][4 * g + 2 * h + 1] * "
-                "dt_v[head][g / 2][j + 1] : 0.f;",
-                f"  {pm}[head][mi][2 * g + h] = {c.call(pack, 'v0', 'v1')};",
-                "}",
-            ],
-        )
+            self.vectors_from_stage(code, f"[{head}]", str(head))
+            decay(code, exp2, head)
 
     def begin_tile(self, code: Code) -> None:
         """Issue the skip term's reads of x[l, p] and D[h] now: they land while the tile's
         loop runs (read in the epilogue, they cost a memory latency per tile)."""
-        c = code
-        c("#pragma unroll")
-        c("for (int j = 0; j < PACK; ++j) d_h[j] = __ldg(D + heads0 + j);")
-        self._each_row(c, [
-            f"const int row = l0 + {TILE_ROW};",
-            "const unsigned short* x_row = x + (((unsigned long long)batch0 * SEQLEN + chunks0 "
-            "* CHUNK + row) * NHEADS + heads0) * HEADDIM + p0;",
-            "#pragma unroll",
-            "for (int g = 0; g < ACC_REGS / 4; ++g) x_skip[mi][h][g] = "
-            "__ldg(reinterpret_cast<const u32*>(x_row + 8 * g + 2 * (lane & 3)));",
-        ])
-
-    def _skip(self, code: Code, at: TripAt) -> None:
-        c = code
-        unpack = convert.unpack2(self.dtype)
-        self._each_row(c, [
-            "#pragma unroll",
-            "for (int g = 0; g < ACC_REGS / 4; ++g) {",
-            f"  const float2 v = {c.call(unpack, 'x_skip[mi][h][g]')};",
-            "  const float d = d_h[(8 * g) / HEAD_COLS];  // D of the column's head",
-            "  acc[mi][4 * g + 2 * h] += d * v.x;",
-            "  acc[mi][4 * g + 2 * h + 1] += d * v.y;",
-            "}",
-        ])
+        read_skip_inputs(code)
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
