@@ -121,7 +121,7 @@ class RangePool:
     def _stream_k_variants(self, space: ScheduleSpace, design: Choices) -> list[Choices]:
         try:
             return stream_k_twins(space, {**design, **self.fixed})
-        except Exception as exc:  # a design this space cannot hold
+        except ValueError as exc:  # a design this space cannot hold
             logger.debug("no stream-K variants of a design: %s", exc)
             return []
 
@@ -130,7 +130,7 @@ class RangePool:
         valid there, or refused by the feasibility check: counted)."""
         try:
             sprogram, validity = space.build(choices)
-        except Exception:
+        except ValueError:
             self.invalid += 1
             return None
         if not validity.ok:
@@ -155,7 +155,7 @@ class RangePool:
                 return
             try:
                 predicted = float(self.estimator(sprogram, spec))
-            except Exception as exc:
+            except ValueError as exc:
                 logger.debug("no prediction of %s: %s", sprogram.hash[:12], exc)
                 return
             if math.isfinite(predicted):
@@ -219,7 +219,7 @@ def _valid(space: ScheduleSpace, choices: Choices) -> SProgram | None:
     """The sProgram of ``choices`` if it is valid (and feasible) in ``space``."""
     try:
         sprogram, validity = space.build(choices)
-    except Exception:
+    except ValueError:
         return None
     return sprogram if validity.ok else None
 

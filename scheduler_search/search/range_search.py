@@ -269,7 +269,7 @@ def size_source(range_spec: RangeSpec, dim: str) -> tuple[str, int]:
         try:
             first = parse_spec(range_spec.op, {**held, dim: a}).tensors()
             second = parse_spec(range_spec.op, {**held, dim: b}).tensors()
-        except Exception:  # a size the operator refuses: try the next pair
+        except ValueError:  # a size the operator refuses: try the next pair
             continue
         for one, other in zip(first, second, strict=True):
             if one.role != "input" or one.shape == other.shape:
@@ -575,7 +575,7 @@ class RangeSearch:
                 if len(made) != len(sizes):
                     raise ValueError(f"make_jobs gave {len(made)} jobs for {len(sizes)} sizes")
                 self._jobs[key] = made
-            except Exception as exc:  # code generation failed: each of its measurements
+            except ValueError as exc:  # code generation failed: each of its measurements
                 logger.warning("no jobs for %s: %s", candidate.sprogram.hash[:12], exc)
                 self._jobs[key] = exc
         jobs = self._jobs[key]
@@ -605,7 +605,7 @@ class RangeSearch:
                 planned = plan_at(self.range_spec, self.device, candidate.sprogram, sizes)
                 self._predicted[key] = float(self.estimator(planned,
                                                             self.range_spec.exact(sizes)))
-            except Exception:
+            except ValueError:
                 self._predicted[key] = None
         return self._predicted[key]
 
@@ -641,7 +641,7 @@ class RangeSearch:
             try:
                 made = self.make_jobs(bucket.sprogram,
                                       [self.range_spec.at(s) for s in bucket.samples], True)
-            except Exception as exc:
+            except ValueError as exc:
                 logger.warning("no re-timing jobs for %s: %s", bucket.schedule_hash[:12], exc)
                 continue
             jobs.extend(made)

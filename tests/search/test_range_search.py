@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from codegen import feasibility, unsupported
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_range_spec
@@ -168,22 +170,38 @@ def test_a_cancel_stops_between_batches_and_skips_the_retiming() -> None:
     assert result.ok and result.buckets[0].low == 1 and result.buckets[-1].high == 16384
 
 
-def test_a_candidate_without_jobs_fails_its_measurements_and_never_wins() -> None:
-    executor = Recording()
-    search = _search(executor)
+def _failing_jobs(search: RangeSearch, error: Exception) -> tuple[str, object]:
+    """make_jobs that raises ``error`` for the pool's first candidate, and its hash."""
     good = search.make_jobs
     broken = search.plan_pool(CONFIG.pool)[0].sprogram.hash
 
     def make_jobs(sprogram: SProgram, sizes: Sequence[Mapping[str, int]], final: bool):
         if sprogram.hash == broken:
-            raise RuntimeError("no kernel")
+            raise error
         return good(sprogram, sizes, final)
 
+    return broken, make_jobs
+
+
+def test_a_candidate_without_jobs_fails_its_measurements_and_never_wins() -> None:
+    """Code generation refusing a candidate (a ValueError: ``Unsupported``, a schedule or
+    spec error) fails its measurements, not the run."""
+    executor = Recording()
+    broken, make_jobs = _failing_jobs(_search(executor), ValueError("no kernel"))
     result = _search(executor, make_jobs=make_jobs).run()
     failed = [r for r in result.measurements if r.schedule_hash == broken]
     assert len(failed) == 6 and all(r.status == "render_error" for r in failed)
     assert "no kernel" in failed[0].error
     assert broken not in {b.schedule_hash for b in result.buckets}
+
+
+def test_a_bug_in_making_jobs_stops_the_run_instead_of_failing_a_candidate() -> None:
+    """Any other exception is a bug: it ends the search loudly rather than passing for a
+    candidate that cannot run."""
+    executor = Recording()
+    _, make_jobs = _failing_jobs(_search(executor), KeyError("tile_m"))
+    with pytest.raises(KeyError, match="tile_m"):
+        _search(executor, make_jobs=make_jobs).run()
 
 
 def test_listed_sizes_are_the_sizes_measured() -> None:
