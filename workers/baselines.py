@@ -33,21 +33,22 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-BASELINE_OPS = {
-    "cublas": "gemm",
-    "scaled_mm": "gemm",
-    "torch_epilogue": "gemm",
-    "cublaslt_epilogue": "gemm",
-    "sdpa_cudnn": "attention",
-    "sdpa_flash": "attention",
-    "mamba_ssm_chunk_state": "mamba2_chunk_state",
-    "mamba_ssm_chunk_scan": "mamba2_chunk_scan",
-}
-
 Launch = Callable[[], Any]
+#: ``prepare(params, tensors, dtypes)``: a peer's ``(launch, finish)`` over the workload's
+#: storage arrays by name.
+Prepare = Callable[[dict[str, Any], dict[str, Any], dict[str, str]], tuple[Launch, Launch]]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A peer: the operator it computes and how it is prepared."""
+
+    op: str
+    prepare: Prepare
 
 
 class BaselineUnavailable(ValueError):
@@ -58,17 +59,16 @@ def prepare_baseline(
     name: str, op: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
 ) -> tuple[Launch, Launch]:
     """``(launch, finish)`` for peer ``name`` over ``tensors`` (storage arrays by name)."""
-    if BASELINE_OPS.get(name) != op:
+    baseline = BASELINES.get(name)
+    if baseline is None or baseline.op != op:
         raise BaselineUnavailable(f"no baseline {name!r} for operator {op!r}")
-    if name == "cublas":
-        return _cublas(params, tensors, dtypes)
-    if name in ("torch_epilogue", "cublaslt_epilogue"):
-        return _torch_epilogue(name, params, tensors, dtypes)
-    if name == "scaled_mm":
-        return _scaled_mm(params, tensors, dtypes)
-    if name in _MAMBA_SSM:
-        return _mamba_ssm(name, params, tensors, dtypes)
-    return _sdpa(name, params, tensors, dtypes)
+    return baseline.prepare(params, tensors, dtypes)
+
+
+def register_baseline(name: str, op: str, prepare: Prepare) -> None:
+    """Make ``prepare`` the peer ``name`` of operator ``op`` (a new operator registers its
+    own; a second registration of a name replaces it)."""
+    BASELINES[name] = Baseline(op, prepare)
 
 
 def _cublas(
@@ -340,3 +340,17 @@ def _as_torch(torch: Any, array: Any, dtype: str) -> Any:
 
 def _nothing() -> None:
     return None
+
+
+#: Peer name -> its operator and preparation (:func:`register_baseline` adds one).
+BASELINES: dict[str, Baseline] = {
+    "cublas": Baseline("gemm", _cublas),
+    "scaled_mm": Baseline("gemm", _scaled_mm),
+    "torch_epilogue": Baseline("gemm", partial(_torch_epilogue, "torch_epilogue")),
+    "cublaslt_epilogue": Baseline("gemm", partial(_torch_epilogue, "cublaslt_epilogue")),
+    "sdpa_cudnn": Baseline("attention", partial(_sdpa, "sdpa_cudnn")),
+    "sdpa_flash": Baseline("attention", partial(_sdpa, "sdpa_flash")),
+    **{name: Baseline(op, partial(_mamba_ssm, name)) for name, op in (
+        ("mamba_ssm_chunk_state", "mamba2_chunk_state"),
+        ("mamba_ssm_chunk_scan", "mamba2_chunk_scan"))},
+}

@@ -26,6 +26,7 @@ Semantics:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from workers import _dtypes
@@ -36,38 +37,59 @@ from workers.inputs import pad_seq
 _ATTENTION_BLOCK_ELEMENTS = 1 << 28
 
 
+#: ``reference(xp, params, inputs32)``: an operator's fp32 outputs by contract name.
+Reference = Callable[[Any, dict[str, Any], dict[str, Any]], dict[str, Any]]
+
+
+def _gemm(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
+    c = gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
+    if "scale_a" in inputs32:  # 8-bit inputs: per-tensor scales, then the epilogue
+        c = c * (inputs32["scale_a"][0] * inputs32["scale_b"][0])
+    return {"c": epilogue_reference(xp, c, params.get("epilogue") or {}, inputs32)}
+
+
+def _attention(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
+    # The reference works on (batch, seq, heads, head_dim); bhsd tensors are views of it.
+    heads_second = params.get("layout", "bshd") == "bhsd"
+    q, k, v = (inputs32[n].transpose(0, 2, 1, 3) if heads_second else inputs32[n]
+               for n in "qkv")
+    o, lse = attention_reference(xp, q, k, v, bool(params["causal"]))
+    return {"o": o.transpose(0, 2, 1, 3) if heads_second else o, "lse": lse}
+
+
+def _chunk_state(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
+    return {"states": chunk_state_reference(
+        xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"])}
+
+
+def _chunk_scan(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
+    return {"out": chunk_scan_reference(
+        xp, inputs32["cb"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"],
+        inputs32["c"], inputs32["states"], inputs32["D"])}
+
+
+#: Operator -> its fp32 reference (:func:`register_reference` adds one).
+REFERENCES: dict[str, Reference] = {
+    "gemm": _gemm,
+    "attention": _attention,
+    "mamba2_chunk_state": _chunk_state,
+    "mamba2_chunk_scan": _chunk_scan,
+}
+
+
+def register_reference(op: str, reference_fn: Reference) -> None:
+    """Make ``reference_fn`` the fp32 reference of operator ``op`` (a new operator
+    registers its own; a second registration of one replaces it)."""
+    REFERENCES[op] = reference_fn
+
+
 def reference(
     xp: Any, op: str, params: dict[str, Any], inputs32: dict[str, Any]
 ) -> dict[str, Any]:
     """The fp32 outputs of ``op`` (by contract name) for float32 ``inputs32``."""
-    if op == "gemm":
-        c = gemm_reference(xp, inputs32["a"], inputs32["b"], params.get("b_layout", "kn"))
-        if "scale_a" in inputs32:  # 8-bit inputs: per-tensor scales, then the epilogue
-            c = c * (inputs32["scale_a"][0] * inputs32["scale_b"][0])
-        return {"c": epilogue_reference(xp, c, params.get("epilogue") or {}, inputs32)}
-    if op == "attention":
-        # The reference works on (batch, seq, heads, head_dim); bhsd tensors are views of it.
-        heads_second = params.get("layout", "bshd") == "bhsd"
-        q, k, v = (inputs32[n].transpose(0, 2, 1, 3) if heads_second else inputs32[n]
-                   for n in "qkv")
-        o, lse = attention_reference(xp, q, k, v, bool(params["causal"]))
-        return {"o": o.transpose(0, 2, 1, 3) if heads_second else o, "lse": lse}
-    if op == "mamba2_chunk_state":
-        return {"states": chunk_state_reference(
-            xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"]
-        )}
-    if op == "mamba2_chunk_scan":
-        return {"out": chunk_scan_reference(
-            xp,
-            inputs32["cb"],
-            inputs32["x"],
-            inputs32["dt"],
-            inputs32["dA_cumsum"],
-            inputs32["c"],
-            inputs32["states"],
-            inputs32["D"],
-        )}
-    raise ValueError(f"no reference for operator {op!r}")
+    if op not in REFERENCES:
+        raise ValueError(f"no reference for operator {op!r}")
+    return REFERENCES[op](xp, params, inputs32)
 
 
 def gemm_reference(xp: Any, a: Any, b: Any, b_layout: str) -> Any:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from workers import _dtypes, baselines
-from workers.baselines import BASELINE_OPS, BaselineUnavailable, prepare_baseline
+from workers.baselines import BASELINES, BaselineUnavailable, prepare_baseline
 from workers.contract import contract
 from workers.inputs import build_inputs
 from workers.verify import chunk_scan_reference, chunk_state_reference
@@ -117,7 +117,7 @@ def fake_peers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple, dict]]
 
 def test_mamba2_peers_are_named_for_their_operators() -> None:
     for op, name in PEERS.items():
-        assert BASELINE_OPS[name] == op
+        assert BASELINES[name].op == op
     tensors, dtypes = _workload("mamba2_chunk_scan", PARAMS)
     with pytest.raises(BaselineUnavailable, match="no baseline 'mamba_ssm_chunk_state'"):
         prepare_baseline("mamba_ssm_chunk_state", "mamba2_chunk_scan", PARAMS, tensors, dtypes)
@@ -225,7 +225,7 @@ def test_every_operator_declares_peers_the_worker_runs_for_it() -> None:
     for op, spec_class in OPERATORS.items():
         assert spec_class.baseline is not None, op
         for name in (spec_class.baseline, *spec_class.peers):
-            assert BASELINE_OPS[name] == op, (op, name)
+            assert BASELINES[name].op == op, (op, name)
 
 
 @pytest.mark.parametrize(("params", "why"), [
@@ -388,3 +388,21 @@ def test_the_unfused_peer_runs_one_op_per_step(
     want = reference(np, "gemm", params, inputs32)["c"]
     got = tensors["c"].astype(np.float32)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+def test_an_operator_registers_its_own_peer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Peers are a registry: a new operator's peer is prepared by name, and asked for
+    another operator it is refused as any peer is."""
+    from workers import baselines
+
+    monkeypatch.setattr(baselines, "BASELINES", dict(baselines.BASELINES))
+    calls: list[str] = []
+    baselines.register_baseline(
+        "toy_peer", "toy_scale",
+        lambda params, tensors, dtypes: (lambda: calls.append("launch"),
+                                         lambda: calls.append("finish")))
+    launch, finish = prepare_baseline("toy_peer", "toy_scale", {}, {}, {})
+    launch(), finish()
+    assert calls == ["launch", "finish"]
+    with pytest.raises(BaselineUnavailable, match="toy_peer"):
+        prepare_baseline("toy_peer", "gemm", {}, {}, {})

@@ -302,3 +302,17 @@ def test_check_tensor_args_names_the_disagreement() -> None:
         [TensorArg("states", "float16", (2, 2, 4, 3, 5), "input")],
     )
     assert scan["states"] == "float16" and scan["out"] == "float16"
+
+
+def test_an_operator_registers_its_own_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """References are a registry: a new operator adds one without touching this module,
+    and an operator without one is refused by name."""
+    from workers import verify
+
+    monkeypatch.setattr(verify, "REFERENCES", dict(verify.REFERENCES))
+    with pytest.raises(ValueError, match="toy_scale"):
+        reference(np, "toy_scale", {}, {"x": np.ones(3, np.float32)})
+    verify.register_reference(
+        "toy_scale", lambda xp, params, inputs: {"y": inputs["x"] * params["factor"]})
+    out = reference(np, "toy_scale", {"factor": 3.0}, {"x": np.arange(3, dtype=np.float32)})
+    assert out["y"].tolist() == [0.0, 3.0, 6.0]
