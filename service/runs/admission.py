@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from service.core.config import Settings
 from service.db import keys as keys_repo
+from service.db.models import DeviceModel, RunModel, WorkloadModel
 from service.errors import TooManyRequests
 
 #: What a 429 for a full queue suggests: runs take seconds to minutes, so a retry sooner
@@ -42,3 +43,18 @@ def admit(session: Session, settings: Settings, *, key_id: int | None) -> None:
         raise TooManyRequests(
             f"the server's queue is full ({queued} runs queued); try again later",
             retry_after_s=QUEUE_RETRY_AFTER_S, field="max_queued_runs")
+
+
+def admit_unless_joining(session: Session, settings: Settings, workload: WorkloadModel,
+                         device: DeviceModel, *, key_id: int | None) -> None:
+    """:func:`admit` a new run unless one of (workload, device) is active, which the
+    request joins. The admission lock comes first, so that a request racing another for
+    the same workload sees the run that one queued and joins it rather than being counted
+    against the quota.
+
+    Raises:
+        TooManyRequests: as :func:`admit`, for a run the request would add.
+    """
+    keys_repo.lock_admission(session)
+    if RunModel.find_active(session, workload.id, device.id) is None:
+        admit(session, settings, key_id=key_id)

@@ -2,10 +2,11 @@
 and the lease by which one execution holds its run.
 
 :class:`~service.runs.manager.RunManager` builds one :class:`RunContext`;
-:class:`~service.runs.execution.RunExecution` and :mod:`service.runs.finish` read it rather
-than reaching back into the manager. Each claim gives a :class:`RunLease`; every write of
-the run's execution begins with :meth:`RunContext.hold`, so a run queued again and taken
-over elsewhere (its heartbeat went stale) is never written by the search that lost it.
+:class:`~service.runs.claimed.ClaimedRuns`, :class:`~service.runs.execution.RunExecution`
+and :mod:`service.runs.finish` read it rather than reaching back into the manager. Each
+claim gives a :class:`RunLease`; every write of the run's execution begins with
+:meth:`RunContext.hold`, so a run queued again and taken over elsewhere (its heartbeat
+went stale) is never written by the search that lost it.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def test_its_own_recovery_never_requeues_a_run_it_claimed(
         settings: Settings, managers: Callable[..., RunManager],
         monkeypatch: pytest.MonkeyPatch) -> None:
     manager = managers(settings)
-    real_execute, recovered = manager._execute, []
+    real_execute, recovered = manager._claimed.execute, []
 
     def execute_after_a_recovery(*args: Any, **kwargs: Any) -> None:
         # The recovery thread runs between the claim and the run's registration.
@@ -54,7 +54,7 @@ def test_its_own_recovery_never_requeues_a_run_it_claimed(
             recovered.append(manager.recover())
         real_execute(*args, **kwargs)
 
-    monkeypatch.setattr(manager, "_execute", execute_after_a_recovery)
+    monkeypatch.setattr(manager._claimed, "execute", execute_after_a_recovery)
     manager.start()
     run_id = queue_run(manager, settings, trials=16)
     until(lambda: finished(manager, run_id))
