@@ -254,9 +254,9 @@ def _no_range(op: str, params: dict[str, Any], device: int) -> None:
 @functools.cache
 def _range_dims(op: str) -> tuple[str, ...]:
     """The dimensions of ``op`` a range may span (a GEMM's m)."""
-    from scheduler_search.ops import RANGE_DIMS
+    from scheduler_search.ops import runtime_dims
 
-    return RANGE_DIMS.get(op, ())
+    return runtime_dims(op)
 
 
 def _dtype_name(tensor: Any) -> str:

@@ -12,17 +12,12 @@ from scheduler_search.ops.attention import AttentionSpec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
 from scheduler_search.ops.ranges import (
-    RANGE_DIMS,
     RangeSpec,
     SizeRange,
     is_range_params,
     parse_range_spec,
 )
-
-#: Operator name -> spec class (the table the API, CLI and space dispatch on).
-OPERATORS: dict[str, type[OperatorSpec]] = {
-    spec.op: spec for spec in (GemmSpec, AttentionSpec, Mamba2ChunkScanSpec, Mamba2ChunkStateSpec)
-}
+from scheduler_search.ops.registry import OPERATORS, register_operator, runtime_dims
 
 
 def parse_spec(op: str, params: dict[str, Any]) -> OperatorSpec:
@@ -56,7 +51,6 @@ def workload_tensors(op: str, params: dict[str, Any]) -> list[TensorSpec]:
 __all__ = [
     "DTYPE_BYTES",
     "OPERATORS",
-    "RANGE_DIMS",
     "AttentionSpec",
     "GemmSpec",
     "InputInit",
@@ -71,5 +65,7 @@ __all__ = [
     "is_range_params",
     "parse_range_spec",
     "parse_spec",
+    "register_operator",
+    "runtime_dims",
     "workload_tensors",
 ]

@@ -67,6 +67,9 @@ class OperatorSpec(BaseModel):
     baseline: ClassVar[str | None] = None
     #: Further peers, timed with the finalists only and stored with the run.
     peers: ClassVar[tuple[str, ...]] = ()
+    #: Dimensions its generated kernels may take at run time (grid, bounds and TMA
+    #: descriptors built for the actual size, tails masked): the ranges a run may tune.
+    runtime_dims: ClassVar[tuple[str, ...]] = ()
     #: Fields left out of :meth:`params` (so of the workload key) while at their default:
     #: fields added after specs of the operator were cached, whose keys stay as they were.
     keyed_when_set: ClassVar[tuple[str, ...]] = ()

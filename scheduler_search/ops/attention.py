@@ -46,6 +46,8 @@ class AttentionSpec(OperatorSpec):
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"k": ("load_k",), "v": ("load_v",)}
     op: ClassVar[str] = "attention"
+    #: Attention's seq_q and seq_kv are one range alone or both tied to one axis.
+    runtime_dims: ClassVar[tuple[str, ...]] = ("seq_q", "seq_kv")
     baseline: ClassVar[str | None] = "sdpa_cudnn"
     #: FlashAttention-2 as well as cuDNN's SDPA.
     peers: ClassVar[tuple[str, ...]] = ("sdpa_flash",)

@@ -69,6 +69,7 @@ class GemmSpec(OperatorSpec):
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"ab": ("load_a", "load_b")}
     op: ClassVar[str] = "gemm"
+    runtime_dims: ClassVar[tuple[str, ...]] = ("m",)
     baseline: ClassVar[str | None] = "cublas"
 
     keyed_when_set: ClassVar[tuple[str, ...]] = ("epilogue", "out_dtype")

@@ -8,7 +8,7 @@ and every other parameter as one value, as an exact spec does:
     {"m": {"min": 1, "max": 16384}, "n": 4096, "k": 4096, "dtype": "float16"}
 
 Only the dimensions an operator's kernels can take at run time may be ranges
-(:data:`RANGE_DIMS`). A range spec is validated as strictly as an exact one: the range
+(the spec's ``runtime_dims``). A range spec is validated as strictly as an exact one: the range
 itself (``min <= max``, within the dimension's bounds), and the exact spec at both ends
 of the range axis (its smallest and its largest size): the operators' other checks grow
 with a dimension (memory footprint) or do not involve it, so the ends stand for every
@@ -36,13 +36,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler_search.ops._base import MAX_DIM, OperatorSpec, SpecError
-
-#: Operator -> the dimensions its kernels may take at run time (grid, bounds and TMA
-#: descriptors built for the actual size, tails masked).
-RANGE_DIMS: dict[str, tuple[str, ...]] = {
-    "gemm": ("m",),
-    "attention": ("seq_q", "seq_kv"),
-}
+from scheduler_search.ops.registry import runtime_dims
 
 #: The golden ratio's fractional part: steps of it around the unit interval leave no
 #: large gap at any prefix length (a low-discrepancy sequence).
@@ -112,9 +106,9 @@ class RangeSpec:
 
     @property
     def dims(self) -> tuple[str, ...]:
-        """The range dimensions in the operator's :data:`RANGE_DIMS` order, the primary
+        """The range dimensions in the operator's ``runtime_dims`` order, the primary
         (where a bucket table's sizes are named) first; several only when tied."""
-        order = RANGE_DIMS.get(self.op, ())
+        order = runtime_dims(self.op)
         return tuple(sorted(self.ranges, key=lambda n: (order.index(n) if n in order
                                                         else len(order), n)))
 
@@ -203,11 +197,11 @@ def parse_range_spec(op: str, params: Mapping[str, Any]) -> RangeSpec:
             spec at one of its corners is invalid; ``field`` names the parameter (``m``,
             ``m.min``).
     """
-    from scheduler_search.ops import OPERATORS
+    from scheduler_search.ops.registry import OPERATORS
 
     if op not in OPERATORS:
         raise SpecError("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
-    allowed = RANGE_DIMS.get(op, ())
+    allowed = runtime_dims(op)
     ranges: dict[str, SizeRange] = {}
     fixed: dict[str, Any] = {}
     for name, value in params.items():
@@ -280,5 +274,5 @@ def _is_size(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_DIM
 
 
-__all__ = ["MAX_LISTED_SIZES", "RANGE_DIMS", "RangeSpec", "SizeRange", "is_range_params",
+__all__ = ["MAX_LISTED_SIZES", "RangeSpec", "SizeRange", "is_range_params",
            "is_range_value", "parse_range_spec"]

@@ -1,8 +1,8 @@
 """The knob table of each operator on each architecture.
 
-Tables are data, in the style of Kernel Tuner's option tables: extending the space is a
-matter of adding a row. Options that the device cannot run (TMA or async wgmma on
-sm_80) are removed here, so the enumerator never builds what cannot exist.
+Each operator's rows are data (:mod:`scheduler_search.space.knob_rows`); this module
+turns them into knobs on a device. Options that the device cannot run (TMA or async
+wgmma on sm_80) are removed here, so the enumerator never builds what cannot exist.
 """
 
 from __future__ import annotations
@@ -12,85 +12,13 @@ from collections.abc import Callable
 
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ops import OperatorSpec
+from scheduler_search.space.knob_rows import KNOB_ROWS
 from scheduler_search.space.knobs import Knob, is_warp_specialized, needs_two_consumers
 
-_TILE_OPTIONS: dict[str, dict[str, tuple[int, ...]]] = {
-    "gemm": {
-        "m": (64, 128, 192, 256),
-        "n": (64, 96, 128, 160, 192, 224, 256),
-        "k": (32, 64, 128),
-    },
-    "attention": {
-        "q": (64, 128, 192, 256),
-        "kv": (64, 96, 128, 160, 176, 192, 224, 256),
-        # Query heads of a kv group per tile (GQA): k and v tiles shared by them.
-        "g": (1, 2, 4, 8),
-    },
-    "mamba2_chunk_state": {
-        "p": (64, 128),
-        "n": (32, 64, 128, 256),
-        "l": (32, 64, 128, 256),
-        # Heads of a B group per tile, stacked in its rows: B tiles loaded once for them
-        # (packs of 4 heads never won on the H200, 2026-11-30; they quadrupled the space).
-        "g": (1, 2),
-    },
-    "mamba2_chunk_scan": {
-        # chunk_size is a power of two; x tiles are 64-column boxes (no 192, no p 32).
-        "l": (64, 128, 256),
-        "p": (64, 128),
-        "s": (32, 64, 128),
-        # Heads of a group per tile, side by side in its columns: cb and C tiles (the
-        # group's) loaded once for them.
-        "g": (1, 2),
-    },
-}
-
-#: sTasks with a choice of sEU, and the choices (filtered by what the device has).
-_MAPPABLE = {
-    "gemm": ("store",),
-    "attention": ("softmax_exp2", "store"),
-    "mamba2_chunk_state": ("decay", "store"),
-    "mamba2_chunk_scan": ("decay", "store"),
-}
-
-#: Operators whose 1-D loads (dt, dA) are mapped together by ``map_vector_loads``: by TMA
-#: into shared memory, or by the consumers' own threads straight into registers.
-_VECTOR_LOAD_OPTIONS = {
-    "mamba2_chunk_state": ("tma", "cuda_core"),
-    "mamba2_chunk_scan": ("tma", "cuda_core"),
-}
-
-_STAGES = {
-    "gemm": (1, 2, 3, 4, 5, 6),
-    "attention": (1, 2, 3),
-    # Persistent chunk states keep loading across tiles: rings deeper than a tile's trips.
-    "mamba2_chunk_state": (1, 2, 3, 4, 5, 6),
-    "mamba2_chunk_scan": (1, 2, 3),
-}
-
-#: Loop orders on devices with async MMA: ``rotate`` needs a loop of two MMAs.
-_ORDERS = {
-    "gemm": ("serial", "overlap"),
-    "attention": ("serial", "overlap", "rotate"),
-    "mamba2_chunk_state": ("serial", "overlap"),
-    "mamba2_chunk_scan": ("serial", "overlap"),
-}
-
-#: Thread-block clusters (TMA multicast of the operand neighbouring tiles share) for
-#: the operators whose code generation lowers them and where they can win. The chunk
-#: state's clusters along heads (B multicast, asked for by choices) are lowered and
-#: correct but not offered: on an H200 (2026-12-02) pairs ran 3-6% slower than single
-#: blocks on every suite shape and clusters of 4 11-16% slower (on a grid of the 30 that
-#: run at once), so the cost model's multicast credit would only spend measurements on them.
-_CLUSTER_SIZES = {"gemm": (1, 2)}
 #: Few-token GEMMs also take clusters of 4: where the weight makes few tiles, stream-K
 #: over four blocks that share one operand led 128 and 256 x 1280 x 8192 (H200,
 #: 2026-12-04: 14.8 and 17.2 us, where pairs ran 15.2 and 20.8).
 _FEW_TOKEN_CLUSTER_SIZES = (1, 2, 4)
-
-#: Stream-K (waves of the last tiles shared out by trips; 0: whole tiles) for the
-#: operators whose code generation lowers it.
-_STREAM_K_WAVES = {"gemm": (0, 1, 2)}
 
 _PRODUCER_REGS = (24, 40)
 _SWIZZLES = (1, 2, 4, 8, 16)
@@ -134,7 +62,7 @@ _DEEP_STAGES = (8, 10, 12)
 
 def swapped_ring_depths() -> tuple[int, ...]:
     """The ring depths a swapped GEMM tile may take."""
-    return _STAGES["gemm"] + _DEEP_STAGES
+    return KNOB_ROWS["gemm"].stages + _DEEP_STAGES
 
 
 def few_token_gemm(spec: OperatorSpec) -> bool:
@@ -208,7 +136,7 @@ def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
     shape (:func:`fitted_tile`); attention packs query heads of a kv group
     into a tile (``g``) only in divisors of the group, and only where they lie next to
     each other in memory (layout bshd); with nothing to choose, the axis is no knob."""
-    options = dict(_TILE_OPTIONS[spec.op])
+    options = dict(KNOB_ROWS[spec.op].tiles)
     if spec.op == "gemm":
         fitted = fitted_tile(spec.params()["n"], options["n"])
         if fitted is not None:
@@ -233,7 +161,7 @@ def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
 
 def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     """The ordered knobs of ``spec``'s schedule space on ``device``."""
-    op = spec.op
+    rows = KNOB_ROWS[spec.op]
     graph = spec.graph({})
     hopper = device.has_tma and device.unit(UnitKind.TENSOR_CORE).is_async
     knobs = [Knob(f"tile_{axis}", options) for axis, options in _tile_options(spec).items()]
@@ -255,29 +183,29 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
                           viable=_swap_viable))
     for stream in type(spec).streams:
         if swap:
-            knobs.append(Knob(f"stages_{stream}", _STAGES[op] + _DEEP_STAGES,
-                              viable=_stages_viable(_STAGES[op])))
+            knobs.append(Knob(f"stages_{stream}", rows.stages + _DEEP_STAGES,
+                              viable=_stages_viable(rows.stages)))
         else:
-            knobs.append(Knob(f"stages_{stream}", _STAGES[op]))
-    knobs.append(Knob("order", _ORDERS[op] if hopper else ("serial",)))
+            knobs.append(Knob(f"stages_{stream}", rows.stages))
+    knobs.append(Knob("order", rows.orders if hopper else ("serial",)))
     have = device.unit_kinds()
-    for name in _MAPPABLE[op]:
+    for name in rows.mappable:
         options = tuple(u.value for u in graph.stask(name).units if u in have)
         if len(options) > 1:
             viable = _swapped_store(options) if swap and name == "store" else None
             knobs.append(Knob(f"map_{name}", options, viable=viable))
-    if op in _VECTOR_LOAD_OPTIONS:
-        options = tuple(u for u in _VECTOR_LOAD_OPTIONS[op] if UnitKind(u) in have)
+    if rows.vector_loads:
+        options = tuple(u for u in rows.vector_loads if UnitKind(u) in have)
         if len(options) > 1:
             knobs.append(Knob("map_vector_loads", options))
-    if hopper and op in _CLUSTER_SIZES:
-        sizes = _FEW_TOKEN_CLUSTER_SIZES if few_token_gemm(spec) else _CLUSTER_SIZES[op]
+    if hopper and rows.cluster_sizes:
+        sizes = _FEW_TOKEN_CLUSTER_SIZES if few_token_gemm(spec) else rows.cluster_sizes
         knobs.append(Knob("cluster_size", sizes, when=is_warp_specialized, default=1))
         knobs.append(Knob("cluster_axis", graph.spatial_axes[:2], when=_clustered))
     knobs.append(Knob("persistent", (False, True)))
-    if hopper and op in _STREAM_K_WAVES:
-        knobs.append(Knob("stream_k", _STREAM_K_WAVES[op], when=_stream_k_applies(spec, device),
-                          default=0))
+    if hopper and rows.stream_k_waves:
+        knobs.append(Knob("stream_k", rows.stream_k_waves,
+                          when=_stream_k_applies(spec, device), default=0))
     order_axes = graph.spatial_axes + tuple(graph.grid_axes)
     knobs.append(Knob("raster_major", order_axes[:2], structural=False))
     knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))

@@ -18,9 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError
+from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError, runtime_dims
 from scheduler_search.ops.aliases import DTYPE_PARAMS, PARAM_ALIASES, canonical_dtype
-from scheduler_search.ops.ranges import RANGE_DIMS
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 
@@ -86,7 +85,7 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
             i += 1
         elif not has_value:
             raise SpecError(name, "missing value")
-        elif (all(t in RANGE_DIMS.get(op, ()) for t in targets)
+        elif (all(t in runtime_dims(op) for t in targets)
               and any(c in extra[i + 1] for c in ":,")):
             # ``--seq 128:16384`` sets seq_q and seq_kv to one range: a tied axis.
             value = _size_range(extra[i + 1], name)

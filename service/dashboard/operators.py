@@ -33,30 +33,34 @@ class OperatorText:
     baseline: str | None
 
 
-_TIMELINES = {
-    "gemm": "Each k-step copies an A and a B tile on TMA (load_a, load_b) while the tensor "
-            "cores' wgmma (mma) works on the previous stage: that overlap is the pipeline. "
-            "The store writes the C tile after the k-loop.",
-    "attention": "load_q copies the Q tile once, before the loop. Each step copies a K and "
-                 "a V tile (load_k, load_v) while the tensor cores compute QKᵀ (mma_qk) and "
-                 "PV (mma_pv), the online softmax between them on the CUDA cores and SFU. "
-                 "normalize and store write O after the loop.",
-    "mamba2_chunk_scan": "Before the loop the C tile, the entering states and dA are loaded "
-                         "and the inter-chunk term C·states (mma_state, decay_out) computed. "
-                         "Each step loads a cb and an x tile with dt and dA, masks and "
-                         "decays cb (decay, scale_cb) and accumulates the intra-chunk term "
-                         "(mma_x). The D skip term and the store follow the loop.",
-    "mamba2_chunk_state": "Each step loads x, B, dt and dA for a slice of the chunk, weights "
-                          "x by the decay (decay, scale_x) and accumulates x·B on the tensor "
-                          "cores (mma). The store writes the chunk's final state after the "
-                          "loop.",
+#: Operator -> (title, how to read its timeline) (:func:`register_operator_text` adds one).
+OPERATOR_WORDS: dict[str, tuple[str, str]] = {
+    "gemm": ("GEMM", "Each k-step copies an A and a B tile on TMA (load_a, load_b) while the "
+             "tensor cores' wgmma (mma) works on the previous stage: that overlap is the "
+             "pipeline. The store writes the C tile after the k-loop."),
+    "attention": ("Attention", "load_q copies the Q tile once, before the loop. Each step "
+                  "copies a K and a V tile (load_k, load_v) while the tensor cores compute "
+                  "QKᵀ (mma_qk) and PV (mma_pv), the online softmax between them on the CUDA "
+                  "cores and SFU. normalize and store write O after the loop."),
+    "mamba2_chunk_scan": ("Mamba2 chunk scan", "Before the loop the C tile, the entering "
+                          "states and dA are loaded and the inter-chunk term C·states "
+                          "(mma_state, decay_out) computed. Each step loads a cb and an x "
+                          "tile with dt and dA, masks and decays cb (decay, scale_cb) and "
+                          "accumulates the intra-chunk term (mma_x). The D skip term and the "
+                          "store follow the loop."),
+    "mamba2_chunk_state": ("Mamba2 chunk state", "Each step loads x, B, dt and dA for a slice "
+                           "of the chunk, weights x by the decay (decay, scale_x) and "
+                           "accumulates x·B on the tensor cores (mma). The store writes the "
+                           "chunk's final state after the loop."),
 }
-_TITLES = {
-    "gemm": "GEMM",
-    "attention": "Attention",
-    "mamba2_chunk_scan": "Mamba2 chunk scan",
-    "mamba2_chunk_state": "Mamba2 chunk state",
-}
+#: The timeline's words for an operator without its own.
+_NEUTRAL_TIMELINE = "Each bar is one sTask instance on the sEU that runs it."
+
+
+def register_operator_text(op: str, title: str, timeline: str) -> None:
+    """Give operator ``op``'s pages their heading and timeline caption (a new operator
+    registers its own; one without them gets neutral words)."""
+    OPERATOR_WORDS[op] = (title, timeline)
 
 
 def peer_name(name: str | None) -> str | None:
@@ -67,8 +71,6 @@ def peer_name(name: str | None) -> str | None:
 def operator_text(op: str) -> OperatorText:
     """The words for ``op``'s pages; an operator without its own row gets neutral ones."""
     spec = OPERATORS.get(op)
-    return OperatorText(
-        title=_TITLES.get(op, op),
-        timeline=_TIMELINES.get(op, "Each bar is one sTask instance on the sEU that runs it."),
-        baseline=peer_name(spec.baseline if spec is not None else None),
-    )
+    title, timeline = OPERATOR_WORDS.get(op, (op, _NEUTRAL_TIMELINE))
+    return OperatorText(title=title, timeline=timeline,
+                        baseline=peer_name(spec.baseline if spec is not None else None))

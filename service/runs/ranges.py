@@ -22,20 +22,12 @@ from typing import Any
 
 from codegen.artifact import KernelArtifact, RangeArtifact, RangeBucket
 from scheduler_search.canonical import canonical_sha256
-from scheduler_search.ops import OperatorSpec, RangeSpec, parse_range_spec
+from scheduler_search.ops import OperatorSpec, RangeSpec, parse_range_spec, runtime_dims
 from service.core.db import Database
 from service.db import ranges as ranges_repo
 from service.db import repositories as repo
 from service.db import results as results_repo
 from service.db.models import RangeTableModel
-
-#: Operator -> the dimensions its generated kernels take at run time: the ranges a run
-#: may tune (``RANGE_DIMS`` lists what specs allow). Attention's seq_q and seq_kv are one
-#: range alone or both tied to one axis (``RangeSpec.dims``).
-RUNTIME_DIMS: dict[str, tuple[str, ...]] = {
-    "gemm": ("m",),
-    "attention": ("seq_q", "seq_kv"),
-}
 
 
 def _canonical_sha(data: Mapping[str, Any]) -> str:
@@ -119,7 +111,7 @@ def _tied(table: RangeTableModel) -> tuple[tuple[str, str, int], ...]:
     from scheduler_search.search.range_search import tied_sources
 
     ranged = [name for name, value in table.params.items() if name != table.dim
-              and name in RUNTIME_DIMS.get(table.op, ()) and not isinstance(value, int)]
+              and name in runtime_dims(table.op) and not isinstance(value, int)]
     if not ranged:
         return ()
     return tied_sources(parse_range_spec(table.op, table.params))
@@ -145,7 +137,7 @@ def range_axes(op: str) -> list[tuple[str, ...]]:
     """The range axes a table of ``op`` may be over, as its lookups try them: all of the
     operator's run-time dimensions tied (where it has several: self-attention), then
     each alone."""
-    dims = RUNTIME_DIMS.get(op, ())
+    dims = runtime_dims(op)
     return ([dims] if len(dims) > 1 else []) + [(dim,) for dim in dims]
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from scheduler_search.ops import OperatorSpec, RangeSpec, SpecError, parse_spec
-from scheduler_search.ops.ranges import RANGE_DIMS, is_range_value, parse_range_spec
+from scheduler_search.ops import OperatorSpec, RangeSpec, SpecError, parse_spec, runtime_dims
+from scheduler_search.ops.ranges import is_range_value, parse_range_spec
 from service.core.config import Settings
 from service.db.fleet import FleetDevice
 from service.errors import InvalidRequest
@@ -21,7 +21,6 @@ from service.runs.devices import (
     resolve_device,
     simulated,
 )
-from service.runs.ranges import RUNTIME_DIMS
 from service.schemas import BudgetIn, TuneRequest
 
 
@@ -107,9 +106,9 @@ def prepare_any(request: TuneRequest, settings: Settings,
 
 
 def ranged(op: str, params: dict[str, object]) -> bool:
-    """Whether ``params`` give one of ``op``'s range dimensions (``RANGE_DIMS``) as a range
+    """Whether ``params`` give one of ``op``'s range dimensions (``runtime_dims``) as a range
     or a list of sizes (a nested model's object, a GEMM's ``epilogue``, is not one)."""
-    dims = RANGE_DIMS.get(op, ())
+    dims = runtime_dims(op)
     return any(is_range_value(v, range_dim=True) and k in dims for k, v in params.items())
 
 
@@ -126,8 +125,8 @@ def prepare_range(request: TuneRequest, settings: Settings,
                   ) -> RangeTuneInput:
     """Validate a range request: the range spec (``parse_range_spec``: a malformed range
     is named by its field, ``params.m.min``; attention's two lengths as two different
-    ranges, ``params.seq_kv``), dimensions the operator's kernels take at run time
-    (:data:`RUNTIME_DIMS`), the device (as :func:`prepare`; the
+    ranges, ``params.seq_kv``; only dimensions the operator's kernels take at run time,
+    its spec's ``runtime_dims``), the device (as :func:`prepare`; the
     workload at the range's high end must fit it), the budget (``trials`` default: the
     range search's, ``RangeConfig.default_trials``).
 
@@ -144,14 +143,6 @@ def prepare_range(request: TuneRequest, settings: Settings,
         errors.append(_spec_error_item(exc))
     except ValidationError as exc:
         errors.extend(_spec_errors(exc))
-    if range_spec is not None:
-        supported = RUNTIME_DIMS.get(range_spec.op, ())
-        for name in sorted(range_spec.ranges):
-            if name not in supported:
-                errors.append({"loc": ("params", name), "type": "spec_error", "msg": (
-                    f"{range_spec.op} cannot be tuned over a range of {name} yet: its "
-                    f"kernels do not take {name} at run time; give one size" + (
-                        f" (ranges: {', '.join(supported)})" if supported else ""))})
     device = _checked_device(request, fleet_devices, errors,
                              range_spec.op if range_spec is not None else None)
     if request.budget.patience is not None:
