@@ -20,6 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from codegen.targets import HOPPER
 from scheduler_search.canonical import canonical_json, sha256_hex
 
 ARTIFACT_VERSION = 1
@@ -120,7 +121,7 @@ class KernelArtifact:
     block: tuple[int, int, int]
     dynamic_smem_bytes: int
     args: tuple[KernelArg, ...]
-    compile_options: tuple[str, ...] = ("-std=c++17", "-arch=sm_90a")
+    compile_options: tuple[str, ...] = HOPPER.compile_options
     cluster: tuple[int, int, int] = (1, 1, 1)
     version: int = ARTIFACT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)

@@ -25,6 +25,7 @@ from codegen.artifact import (
     TensorMapArg,
     WorkspaceArg,
 )
+from codegen.targets import HOPPER
 from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
@@ -32,8 +33,7 @@ _C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32"
             "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char"}
 #: Devices a process's workspaces are kept for (CUDA device ordinals below this).
 MAX_DEVICES = 16
-BUILD_LINE = ("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 -o example example.cu "
-              "launch.cu -lcuda")
+BUILD_LINE = HOPPER.nvcc_build_line("example", "example.cu", "launch.cu")
 
 
 def launch_name(artifact: KernelArtifact) -> str:
@@ -272,7 +272,7 @@ def export_files(artifact: KernelArtifact) -> dict[str, str]:
         f"{name}.h": _header(artifact),
         "launch.cu": _launch(artifact),
         "example.cu": _example(artifact),
-        "BUILD.txt": (f"Needs an sm_90a GPU and the CUDA driver.\n\n    {BUILD_LINE}\n\n"
+        "BUILD.txt": (f"Needs an {HOPPER.arch} GPU and the CUDA driver.\n\n    {BUILD_LINE}\n\n"
                       "./example DIR reads each input from DIR/<name>.bin (raw row-major "
                       "elements, the header's shapes)\nand writes each output to "
                       "DIR/<name>.bin; ./example alone runs on seeded random inputs.\n"),

@@ -1,7 +1,7 @@
 """Compile a generated source with ``nvcc`` (no GPU needed) and read ptxas's report.
 
-``nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -Xptxas -v`` compiles the same
-source that NVRTC compiles on a GPU machine; its resource report gives registers, spill
+``nvcc -cubin -Xptxas -v`` for the target's architecture (``codegen.targets``) compiles
+the same source that NVRTC compiles on a GPU machine; its resource report gives registers, spill
 stores / loads, stack frame and shared memory per kernel. Used by the tests and by
 ``pipetune render --check``.
 """
@@ -15,7 +15,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-NVCC_ARCH = ("-gencode=arch=compute_90a,code=sm_90a",)
+from codegen.targets import HOPPER
+
+NVCC_ARCH = HOPPER.nvcc_arch
 _USED = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 
@@ -41,7 +43,7 @@ def nvcc_path() -> str | None:
 
 
 def compile_report(source: str, timeout_s: float = 300.0) -> PtxasReport:
-    """Compile ``source`` to a cubin for sm_90a; the report of its (one) kernel."""
+    """Compile ``source`` to a cubin for Hopper; the report of its (one) kernel."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH")

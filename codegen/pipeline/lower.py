@@ -20,14 +20,13 @@ from codegen.pipeline.layout import PipelineLayout
 from codegen.pipeline.record import EmissionRecord
 from codegen.pipeline.skeleton import PipelineSkeleton
 from codegen.pipeline.structure import PipelineStructure
+from codegen.targets import HOPPER
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import SProgram
 
 #: Bumped whenever the skeleton's text changes for the same schedule.
 PIPELINE_VERSION = "pipeline-5"
-
-COMPILE_OPTIONS = ("-std=c++17", "-arch=sm_90a")
 
 
 class Unsupported(ValueError):
@@ -66,7 +65,7 @@ class Lowered:
             cluster=(lay.structure.cluster_size, 1, 1),
             dynamic_smem_bytes=lay.smem.dynamic_bytes,
             args=launch_args(lay),
-            compile_options=COMPILE_OPTIONS,
+            compile_options=HOPPER.compile_options,
             extra={
                 "smem_layout": lay.smem.layout(),
                 "staging": lay.staging,

@@ -1,0 +1,42 @@
+"""A target owns one architecture's compile options: NVRTC's, nvcc's and the exported
+kernel's build line all come from it, so no other module of code generation spells them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from codegen import render
+from codegen.export import BUILD_LINE
+from codegen.nvcc import NVCC_ARCH
+from codegen.targets import HOPPER, Target
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import parse_spec
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
+from scheduler_search.sprogram import plan_sprogram
+
+CODEGEN = Path(__file__).resolve().parents[2] / "codegen"
+
+
+def test_a_target_writes_its_compile_options_from_its_architecture() -> None:
+    target = Target(arch="sm_80")
+    assert target.compile_options == ("-std=c++17", "-arch=sm_80")
+    assert target.nvcc_arch == ("-gencode=arch=compute_80,code=sm_80",)
+    assert target.nvcc_build_line("app", "a.cu") == (
+        "nvcc -gencode=arch=compute_80,code=sm_80 -std=c++17 -o app a.cu -lcuda")
+
+
+def test_hopper_kernels_nvcc_and_the_export_take_the_hopper_target() -> None:
+    spec = parse_spec("gemm", {"m": 256, "n": 256, "k": 256, "dtype": "float16"})
+    device = get_device("h200")
+    artifact = render(plan_sprogram(spec, device, GEMM_WARP_SPECIALIZED), spec, device)
+    assert artifact.compile_options == HOPPER.compile_options == ("-std=c++17", "-arch=sm_90a")
+    assert HOPPER.nvcc_arch == NVCC_ARCH
+    assert BUILD_LINE.startswith("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 ")
+
+
+def test_no_module_outside_the_targets_spells_a_compile_option() -> None:
+    option = re.compile(r"-arch=sm_|compute_\d+a?,code=")
+    spelled = [path.relative_to(CODEGEN).as_posix() for path in CODEGEN.rglob("*.py")
+               if "targets" not in path.parts and option.search(path.read_text())]
+    assert spelled == []
