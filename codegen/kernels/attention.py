@@ -43,6 +43,7 @@ from codegen.pipeline import (
     TripAt,
 )
 from codegen.pipeline.pipelined import loop_stream
+from codegen.targets import Mma, MmaPart, write_mma
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.attention import packed_heads
@@ -312,45 +313,28 @@ class AttentionHooks(OperatorHooks):
 
     def _mma_qk(self, code: Code, stage: str, at: TripAt) -> None:
         c, q = code, self.q
-        mma = wgmma.mma(self.tile_kv, self.dtype, "k")
         c.comment(f"mma_qk  stage={stage}: s_acc[CONSUMER_ROWS x {self.tile_kv}] = Q_s K_s^T "
                   f"(ROW_BLOCKS x {self.head_dim // 16} wgmma m64n{self.tile_kv}k16)")
-        c("#pragma unroll")
-        self.pin(c, "mma_qk")
-        c(c.call("wgmma_fence") + ";")
-        c(f"const u32 q_tile = smem + SMEM_Q + row0 * {q.swizzle.span_bytes};")
-        c(f"const u32 k_tile = smem + SMEM_K + {stage} * K_STAGE_BYTES;")
-        c("#pragma unroll")
-        with c.block(f"for (int kk = 0; kk < {self.head_dim // 16}; ++kk)"):
-            c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", "k_tile + k_kstep_bytes(kk)", "K_DESC_LAYOUT") + ";")
-            c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                desc_a = c.call("wgmma_descriptor",
-                                f"q_tile + q_kstep_bytes(kk) + mi * {q.row_block_bytes}",
-                                "Q_DESC_LAYOUT")
-                c(c.call(mma, "s_acc[mi]", desc_a, "desc_b", "kk > 0") + ";")
-        c(c.call("wgmma_commit") + ";")
+        write_mma(c, Mma(
+            n=self.tile_kv, dtype=self.dtype, b_major="k", k_steps=str(self.head_dim // 16),
+            b_layout="K_DESC_LAYOUT", a_layout="Q_DESC_LAYOUT", accumulate="kk > 0",
+            parts=(MmaPart("s_acc[mi]", "k_tile + k_kstep_bytes(kk)",
+                           a_address=f"q_tile + q_kstep_bytes(kk) + mi * {q.row_block_bytes}"),),
+            pin=lambda: self.pin(c, "mma_qk"),
+            bases=(f"const u32 q_tile = smem + SMEM_Q + row0 * {q.swizzle.span_bytes};",
+                   f"const u32 k_tile = smem + SMEM_K + {stage} * K_STAGE_BYTES;")))
 
     def _mma_pv(self, code: Code, stage: str, at: TripAt) -> None:
         c = code
-        mma = wgmma.mma_rs(self.head_dim, self.dtype, "mn")
         c.comment(f"mma_pv  stage={stage}: o_acc[CONSUMER_ROWS x {self.head_dim}] += P V_s, P "
                   "in registers as 16-bit pairs (A fragment of k16 step kk: p[4kk..4kk+3])")
-        c("#pragma unroll")
-        self.pin(c, "mma_pv")
-        c(c.call("wgmma_fence") + ";")
-        c(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;")
-        c("#pragma unroll")
-        with c.block(f"for (int kk = 0; kk < {self.tile_kv // 16}; ++kk)"):
-            c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", "v_tile + v_kstep_bytes(kk)", "V_DESC_LAYOUT") + ";")
-            c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                regs = [f"p[mi][4 * kk + {i}]" for i in range(4)]
-                c(c.call(mma, "o_acc[mi]", *regs, "desc_b", f"{at.accumulates} || kk > 0")
-                  + ";")
-        c(c.call("wgmma_commit") + ";")
+        write_mma(c, Mma(
+            n=self.head_dim, dtype=self.dtype, b_major="mn", k_steps=str(self.tile_kv // 16),
+            b_layout="V_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
+            parts=(MmaPart("o_acc[mi]", "v_tile + v_kstep_bytes(kk)",
+                           a_registers="p[mi][4 * kk + {i}]"),),
+            pin=lambda: self.pin(c, "mma_pv"),
+            bases=(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;",)))
 
     # ----- the online softmax ----------------------------------------------------------
     @cached_property

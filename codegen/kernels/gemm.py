@@ -36,6 +36,7 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
+from codegen.targets import Mma, MmaPart, write_mma
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
@@ -380,30 +381,24 @@ class GemmHooks(OperatorHooks):
         # wgmma's A (rows, split among the consumers) and B: swapped, B's tile and A's.
         a, b = (self.b, self.a) if self.swap else (self.a, self.b)
         stage = stages["ab"]
-        mma = wgmma.mma(self.mma_n, self.dtype, b.major, a.major)
         product = "B_s x A_s^T = C^T" if self.swap else "A_s x B_s"
         c.comment(f"{issue.stask}  stage={stage}: acc[CONSUMER_ROWS x {self.mma_n}] += "
                   f"{product} (ROW_BLOCKS x {self.k_steps} wgmma m64n{self.mma_n}k16)")
-        c("#pragma unroll")
-        self.pin(c)
-        c(c.call("wgmma_fence") + ";")
-        c(f"const u32 a_stage = smem + SMEM_{a.const} + {stage} * {a.const}_STAGE_BYTES + "
-          f"{a.rows_offset('row0')};")
-        c(f"const u32 b_stage = smem + SMEM_{b.const} + {stage} * {b.const}_STAGE_BYTES;")
-        c("#pragma unroll")
-        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
-            if self.trims_tail:
-                c(f"if (kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1) break;  // past K")
-            c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", f"b_stage + {b.name}_kstep_bytes(kk)",
-                       f"{b.const}_DESC_LAYOUT") + ";")
-            c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                desc_a = c.call("wgmma_descriptor",
-                                f"a_stage + {a.name}_kstep_bytes(kk) + mi * {a.row_block_bytes}",
-                                f"{a.const}_DESC_LAYOUT")
-                c(c.call(mma, "acc[mi]", desc_a, "desc_b", f"{at.accumulates} || kk > 0") + ";")
-        c(c.call("wgmma_commit") + ";")
+        tail = (f"kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1" if self.trims_tail
+                else None)
+        write_mma(c, Mma(
+            n=self.mma_n, dtype=self.dtype, b_major=b.major, a_major=a.major,
+            k_steps="K_STEPS", b_layout=f"{b.const}_DESC_LAYOUT",
+            a_layout=f"{a.const}_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
+            parts=(MmaPart("acc[mi]", f"b_stage + {b.name}_kstep_bytes(kk)",
+                           a_address=f"a_stage + {a.name}_kstep_bytes(kk) + "
+                                     f"mi * {a.row_block_bytes}"),),
+            pin=lambda: self.pin(c),
+            bases=(f"const u32 a_stage = smem + SMEM_{a.const} + {stage} * "
+                   f"{a.const}_STAGE_BYTES + {a.rows_offset('row0')};",
+                   f"const u32 b_stage = smem + SMEM_{b.const} + {stage} * "
+                   f"{b.const}_STAGE_BYTES;"),
+            tail_break=tail))
 
     def element_math(self, code: Code, stask: str, row: str, col: str) -> None:
         """The fused epilogue on the pair ``v0, v1`` at (``row``, ``col``): bias and

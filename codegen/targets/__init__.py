@@ -5,7 +5,8 @@ architecture. Today a target owns the compile options (NVRTC's and nvcc's) and t
 line of an exported kernel; Hopper (sm_90a) is the one target.
 """
 
-from codegen.targets.hopper import HOPPER
+from codegen.targets.hopper import HOPPER, write_mma
+from codegen.targets.mma import Mma, MmaPart
 from codegen.targets.target import Target
 
-__all__ = ["HOPPER", "Target"]
+__all__ = ["HOPPER", "Mma", "MmaPart", "Target", "write_mma"]

@@ -1,8 +1,46 @@
 """Hopper (H100, H200): TMA, wgmma and setmaxnreg, which the ``a`` suffix of sm_90a
-enables; code built so runs on compute capability 9.0 only."""
+enables; code built so runs on compute capability 9.0 only.
+
+Its matrix products are wgmma groups: the accumulators pinned, a ``wgmma.fence``, per k
+step one ``m64nNk16`` per 64-row block (A from shared memory through a descriptor, or
+from registers), then ``commit_group``; the waits are the pipeline's."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from codegen.cuda import wgmma
+from codegen.targets.mma import Mma
 from codegen.targets.target import Target
 
+if TYPE_CHECKING:
+    from codegen.pipeline.code import Code
+
 HOPPER = Target(arch="sm_90a")
+
+
+def write_mma(code: Code, mma: Mma) -> None:
+    """One wgmma group computing ``mma``."""
+    c = code
+    instruction = (wgmma.mma_rs(mma.n, mma.dtype, mma.b_major) if mma.a_in_registers
+                   else wgmma.mma(mma.n, mma.dtype, mma.b_major, mma.a_major))
+    c("#pragma unroll")
+    mma.pin()
+    c(c.call("wgmma_fence") + ";")
+    for line in mma.bases:
+        c(line)
+    for part in mma.parts:
+        c("#pragma unroll")
+        with c.block(f"for (int kk = 0; kk < {mma.k_steps}; ++kk)"):
+            if mma.tail_break:
+                c(f"if ({mma.tail_break}) break;  // past K")
+            c("const u64 desc_b = "
+              + c.call("wgmma_descriptor", part.b_address, mma.b_layout) + ";")
+            c("#pragma unroll")
+            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                if part.a_registers is not None:
+                    a = [part.a_registers.format(i=i) for i in range(4)]
+                else:
+                    a = [c.call("wgmma_descriptor", part.a_address, mma.a_layout)]
+                c(c.call(instruction, part.accumulator, *a, "desc_b", mma.accumulate) + ";")
+    c(c.call("wgmma_commit") + ";")

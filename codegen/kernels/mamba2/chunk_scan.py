@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda import swizzle, wgmma
+from codegen.cuda import swizzle
 from codegen.kernels.mamba2._chunk_scan_math import (
     TILE_ROW,
     add_skip,
@@ -53,6 +53,7 @@ from codegen.pipeline import (
     TripAt,
     VectorTile,
 )
+from codegen.targets import Mma, MmaPart, write_mma
 from scheduler_search.hardware.model import UnitKind
 
 
@@ -287,49 +288,34 @@ class ChunkScanHooks(Mamba2Hooks):
 
     def _mma_state(self, code: Code) -> None:
         c, ct = code, self.c
-        mma = wgmma.mma(self.tile_p, self.dtype, "k")
         c.comment(f"mma_state: acc[CONSUMER_ROWS x {self.tile_p}] = C_s states_s^T (ROW_BLOCKS "
                   f"x {self._p('dstate') // 16} wgmma m64n{self.tile_p}k16)")
-        c("#pragma unroll")
-        self.pin(c, "mma_state")
-        c(c.call("wgmma_fence") + ";")
-        c(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};")
-        c("#pragma unroll")
-        with c.block("for (int kk = 0; kk < N_STEPS; ++kk)"):
-            c("const u64 desc_b = " + c.call(
-                "wgmma_descriptor", "smem + SMEM_ST + st_kstep_bytes(kk)", "ST_DESC_LAYOUT") + ";")
-            c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                desc_a = c.call("wgmma_descriptor",
-                                f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}",
-                                "C_DESC_LAYOUT")
-                c(c.call(mma, "acc[mi]", desc_a, "desc_b", "kk > 0") + ";")
-        c(c.call("wgmma_commit") + ";")
+        write_mma(c, Mma(
+            n=self.tile_p, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
+            b_layout="ST_DESC_LAYOUT", a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
+            parts=(MmaPart("acc[mi]", "smem + SMEM_ST + st_kstep_bytes(kk)",
+                           a_address=f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}"),),
+            pin=lambda: self.pin(c, "mma_state"),
+            bases=(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};",)))
 
     def _mma_x(self, code: Code, stage: str, pm: str) -> None:
         """Per packed head j: its columns of acc += P_j x_j (x_j: the tile's boxes of head j)."""
         c = code
-        mma = wgmma.mma_rs(self.head_cols, self.dtype, "mn")
         c.comment(f"mma_x  stage={stage}: acc[CONSUMER_ROWS x {self.tile_p}] += P x_s, per "
                   f"head a wgmma m64n{self.head_cols} (P in registers: k16 step kk is "
                   "pm[head][.][4kk..4kk+3])")
-        c("#pragma unroll")
-        self.pin(c)
-        c(c.call("wgmma_fence") + ";")
-        c(f"const u32 x_tile = smem + SMEM_X + {stage} * X_STAGE_BYTES;")
+        parts = []
         for head in range(self.pack):
             acc = (f"*reinterpret_cast<float(*)[HEAD_COLS / 2]>(&acc[mi][{head} * "
                    "(HEAD_COLS / 2)])") if self.pack > 1 else "acc[mi]"
             box = f" + {head} * (HEAD_COLS / 64) * X_BOX_BYTES" if head else ""
-            c("#pragma unroll")
-            with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
-                c("const u64 desc_b = " + c.call(
-                    "wgmma_descriptor", f"x_tile{box} + x_kstep_bytes(kk)", "X_DESC_LAYOUT") + ";")
-                c("#pragma unroll")
-                with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                    regs = [f"{pm}[{head}][mi][4 * kk + {i}]" for i in range(4)]
-                    c(c.call(mma, acc, *regs, "desc_b", "true") + ";")
-        c(c.call("wgmma_commit") + ";")
+            parts.append(MmaPart(acc, f"x_tile{box} + x_kstep_bytes(kk)",
+                                 a_registers=f"{pm}[{head}]" + "[mi][4 * kk + {i}]"))
+        write_mma(c, Mma(
+            n=self.head_cols, dtype=self.dtype, b_major="mn", k_steps="K_STEPS",
+            b_layout="X_DESC_LAYOUT", accumulate="true", parts=tuple(parts),
+            pin=lambda: self.pin(c),
+            bases=(f"const u32 x_tile = smem + SMEM_X + {stage} * X_STAGE_BYTES;",)))
 
     # ----- register math (its text in _chunk_scan_math) ------------------------------
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda import convert, wgmma
+from codegen.cuda import convert
 from codegen.kernels.mamba2._common import Mamba2Hooks
 from codegen.pipeline import (
     Code,
@@ -37,6 +37,7 @@ from codegen.pipeline import (
     TripAt,
     VectorTile,
 )
+from codegen.targets import Mma, MmaPart, write_mma
 from scheduler_search.ops import DTYPE_BYTES
 
 
@@ -265,22 +266,15 @@ class ChunkStateHooks(Mamba2Hooks):
 
     def _mma(self, code: Code, stage: str, at: TripAt, xa: str) -> None:
         c = code
-        mma = wgmma.mma_rs(self.tile_n, self.dtype, "mn")
         c.comment(f"mma  stage={stage}: acc[CONSUMER_ROWS x {self.tile_n}] += (x w)^T B_s "
                   f"(ROW_BLOCKS x {self.k_steps} wgmma m64n{self.tile_n}k16, A in registers)")
-        c("#pragma unroll")
-        self.pin(c)
-        c(c.call("wgmma_fence") + ";")
-        c(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;")
-        c("#pragma unroll")
-        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
-            c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", "b_stage + b_kstep_bytes(kk)", "B_DESC_LAYOUT") + ";")
-            c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                regs = [f"{xa}[mi][4 * kk + {i}]" for i in range(4)]
-                c(c.call(mma, "acc[mi]", *regs, "desc_b", f"{at.accumulates} || kk > 0") + ";")
-        c(c.call("wgmma_commit") + ";")
+        write_mma(c, Mma(
+            n=self.tile_n, dtype=self.dtype, b_major="mn", k_steps="K_STEPS",
+            b_layout="B_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
+            parts=(MmaPart("acc[mi]", "b_stage + b_kstep_bytes(kk)",
+                           a_registers=xa + "[mi][4 * kk + {i}]"),),
+            pin=lambda: self.pin(c),
+            bases=(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;",)))
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
