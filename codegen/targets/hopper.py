@@ -7,7 +7,7 @@ from registers), then ``commit_group``; the waits are the pipeline's."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from codegen.cuda import wgmma
 from codegen.targets.mma import Mma
@@ -44,3 +44,23 @@ def write_mma(code: Code, mma: Mma) -> None:
                     a = [c.call("wgmma_descriptor", part.a_address, mma.a_layout)]
                 c(c.call(instruction, part.accumulator, *a, "desc_b", mma.accumulate) + ";")
     c(c.call("wgmma_commit") + ";")
+
+
+def write_mma_wait(code: Code, pending: int | str) -> None:
+    """Wait until at most ``pending`` of this warpgroup's products are still running
+    (``wgmma.wait_group``)."""
+    code(code.call(f"wgmma_wait<{pending}>") + ";")
+
+
+def write_arm_stage(code: Code, full: str, bytes_expr: str) -> None:
+    """Arm a stage's full barrier with the bytes its asynchronous copies will land
+    (``mbarrier.arrive.expect_tx``: TMA completes the barrier as they arrive)."""
+    code(code.call("mbarrier_arrive_expect_tx", full, bytes_expr) + ";")
+
+
+def write_register_budget(code: Code, role: Literal["producer", "consumer"]) -> None:
+    """Give a warpgroup its role's register budget (``setmaxnreg``): the producer gives
+    registers up, the consumers take them."""
+    budget = ("setmaxnreg_dec<PRODUCER_REGS>" if role == "producer"
+              else "setmaxnreg_inc<CONSUMER_REGS>")
+    code(code.call(budget) + ";")
