@@ -17,6 +17,7 @@ import math
 
 from codegen.cuda import convert
 from codegen.pipeline import Code, TripAt
+from codegen.targets.hopper import accumulator_rows, each_accumulator_value
 from scheduler_search.hardware.model import UnitKind
 
 #: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
@@ -29,22 +30,8 @@ def each_score(code: Code, body: list[str], after: list[str] | None = None,
                before: list[str] | None = None) -> None:
     """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``;
     ``before`` and ``after`` run once per row (``mi``, ``h``) around its scores."""
-    c = code
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-        c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            for line in before or []:
-                c(line)
-            c("#pragma unroll")
-            with c.block("for (int g = 0; g < S_REGS / 4; ++g)"):
-                c("#pragma unroll")
-                with c.block("for (int e = 0; e < 2; ++e)"):
-                    c("float& s = s_acc[mi][4 * g + 2 * h + e];")
-                    for line in body:
-                        c(line)
-            for line in after or []:
-                c(line)
+    each_accumulator_value(code, "S_REGS", "e",
+                           ["float& s = s_acc[mi][4 * g + 2 * h + e];", *body], before, after)
 
 
 class OnlineSoftmax:
@@ -148,24 +135,21 @@ class OnlineSoftmax:
         c = code
         c.comment("o / l, l summed over the row's 4 threads; lse = (m c + log2 l) ln 2 (m: the raw "
                   "row max, c = SCALE_LOG2), written by the row's first thread")
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        with accumulator_rows(c):
+            c("float l = l_row[mi][h];")
+            c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
+            c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
+            c("const float inv = l > 0.f ? 1.f / l : 0.f;")
+            c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+            with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
+                c("lse[((unsigned long long)batch0 * HEADS + heads0 + row % PACK) * SEQ_Q + "
+                  "row / PACK] = l > 0.f "
+                  f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
+                  "// no key: +inf")
             c("#pragma unroll")
-            with c.block("for (int h = 0; h < 2; ++h)"):
-                c("float l = l_row[mi][h];")
-                c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
-                c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
-                c("const float inv = l > 0.f ? 1.f / l : 0.f;")
-                c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
-                with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
-                    c("lse[((unsigned long long)batch0 * HEADS + heads0 + row % PACK) * SEQ_Q + "
-                      "row / PACK] = l > 0.f "
-                      f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
-                      "// no key: +inf")
-                c("#pragma unroll")
-                with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
-                    c("o_acc[mi][4 * g + 2 * h] *= inv;")
-                    c("o_acc[mi][4 * g + 2 * h + 1] *= inv;")
+            with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
+                c("o_acc[mi][4 * g + 2 * h] *= inv;")
+                c("o_acc[mi][4 * g + 2 * h + 1] *= inv;")
 
 
 __all__ = ["LN2", "NEG_INF", "POS_INF", "OnlineSoftmax", "each_score"]

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert
 from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
+from codegen.targets.hopper import accumulator_rows
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
@@ -203,20 +204,17 @@ def _stage_fp32_pairs(code: Code, layout: PipelineLayout, element: ElementMath |
     accumulators per row and 8-column group with one 8-byte ``st.shared``; the swizzle
     spreads a warp's eight rows over distinct 16-byte chunks."""
     c, out, swz = code, layout.output, layout.store_swizzle
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+    with accumulator_rows(c):
+        c("const int row = mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
         c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            c("const int row = mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
-            c("#pragma unroll")
-            with c.block("for (int j = 0; j < STORE_COLS / 8; ++j)"):
-                c("const int group = s * (STORE_COLS / 8) + j;  // 8-column group in tile")
-                c("const u32 col_bytes = (j * 8 + (lane & 3) * 2) * 4;")
-                addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
-                lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * group + 2 * h]",
-                               f"{out.fragment}[mi][4 * group + 2 * h + 1]",
-                               f"({out.row_origin} + row0 + row)", _tile_col(out, "group"))
-                c(c.call("st_shared_f32x2", addr, lo, hi) + ";")
+        with c.block("for (int j = 0; j < STORE_COLS / 8; ++j)"):
+            c("const int group = s * (STORE_COLS / 8) + j;  // 8-column group in tile")
+            c("const u32 col_bytes = (j * 8 + (lane & 3) * 2) * 4;")
+            addr = f"buf + {c.call(swz.function, 'row * C_ROW_BYTES + col_bytes')}"
+            lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * group + 2 * h]",
+                           f"{out.fragment}[mi][4 * group + 2 * h + 1]",
+                           f"({out.row_origin} + row0 + row)", _tile_col(out, "group"))
+            c(c.call("st_shared_f32x2", addr, lo, hi) + ";")
 
 
 def _tile_row(out: OutputTile, h: str) -> str:
@@ -236,15 +234,12 @@ def _each_fragment_row(code: Code, out: OutputTile, name: str, *, masked: bool,
     8-row halves), ``name`` the row's index in the fragment's global matrix; rows past
     its extent are skipped when ``masked``."""
     c = code
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-        c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            c(f"const int {name} = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
-              f"(lane >> 2);{note}")
-            if masked:
-                c(f"if ({name} >= {out.extent_names[0]}) continue;")
-            yield
+    with accumulator_rows(c):
+        c(f"const int {name} = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
+          f"(lane >> 2);{note}")
+        if masked:
+            c(f"if ({name} >= {out.extent_names[0]}) continue;")
+        yield
 
 
 def emit_direct_store(code: Code, layout: PipelineLayout,

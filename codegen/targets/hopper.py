@@ -7,6 +7,8 @@ from registers), then ``commit_group``; the waits are the pipeline's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 from codegen.cuda import wgmma
@@ -64,3 +66,35 @@ def write_register_budget(code: Code, role: Literal["producer", "consumer"]) -> 
     budget = ("setmaxnreg_dec<PRODUCER_REGS>" if role == "producer"
               else "setmaxnreg_inc<CONSUMER_REGS>")
     code(code.call(budget) + ";")
+
+
+@contextmanager
+def accumulator_rows(code: Code) -> Iterator[None]:
+    """The rows of an m64 accumulator fragment this thread holds: per row block ``mi``,
+    the halves ``h`` (rows ``lane / 4`` and ``+ 8`` of the warp's 16)."""
+    c = code
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int h = 0; h < 2; ++h)"):
+            yield
+
+
+def each_accumulator_value(code: Code, regs: str, element: str, body: list[str],
+                           before: list[str] | None = None,
+                           after: list[str] | None = None) -> None:
+    """``body`` for each value this thread holds of a fragment of ``regs`` registers a row
+    block: per row (:func:`accumulator_rows`), 8-column group ``g`` and ``element`` of the
+    group's pair (value ``4 g + 2 h + element``); ``before`` and ``after`` once a row."""
+    c = code
+    with accumulator_rows(c):
+        for line in before or []:
+            c(line)
+        c("#pragma unroll")
+        with c.block(f"for (int g = 0; g < {regs} / 4; ++g)"):
+            c("#pragma unroll")
+            with c.block(f"for (int {element} = 0; {element} < 2; ++{element})"):
+                for line in body:
+                    c(line)
+        for line in after or []:
+            c(line)

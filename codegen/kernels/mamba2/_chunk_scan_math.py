@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from codegen.cuda import convert
 from codegen.pipeline import Code
+from codegen.targets.hopper import accumulator_rows, each_accumulator_value
 
 #: This thread's row of accumulator block ``mi``, half ``h``, within the tile.
 TILE_ROW = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
@@ -21,32 +22,16 @@ TILE_ROW = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
 def each_row(code: Code, body: list[str]) -> None:
     """``body`` for each of this thread's rows (row block ``mi``, half ``h``): row
     ``TILE_ROW`` of the tile, its accumulator values ``acc[mi][4 g + 2 h]`` and ``+1``."""
-    c = code
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-        c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            for line in body:
-                c(line)
+    with accumulator_rows(code):
+        for line in body:
+            code(line)
 
 
 def each_value(code: Code, body: list[str], before: list[str] | None = None) -> None:
     """``body`` for each (row block mi, half h, 8-column group g, element q) of ``e``:
     ``e[mi][4 g + 2 h + q]`` is row TILE_ROW, column ``8 g + 2 (lane % 4) + q``, from
     k16 step ``g / 2``, fragment column ``j = 2 (g % 2) + q``; ``before`` once per row."""
-    c = code
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-        c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            for line in before or []:
-                c(line)
-            c("#pragma unroll")
-            with c.block("for (int g = 0; g < E_REGS / 4; ++g)"):
-                c("#pragma unroll")
-                with c.block("for (int q = 0; q < 2; ++q)"):
-                    for line in body:
-                        c(line)
+    each_accumulator_value(code, "E_REGS", "q", body, before)
 
 
 def decay_out(code: Code, dal_in_smem: bool) -> None:
