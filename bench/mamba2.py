@@ -396,9 +396,9 @@ def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: A
 
 
 def _codegen_version() -> str:
-    from codegen import CODEGEN_VERSION
+    from codegen import codegen_version
 
-    return CODEGEN_VERSION
+    return codegen_version()
 
 
 def print_table(summary: dict[str, Any]) -> None:

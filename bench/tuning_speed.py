@@ -277,10 +277,10 @@ def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = Non
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "tuning_speed.json"))
     args = parser.parse_args(argv)
     if fingerprint is None:
-        from codegen import CODEGEN_VERSION
+        from codegen import codegen_version
         from workers import read_fingerprint
 
-        fingerprint = read_fingerprint(0, CODEGEN_VERSION)
+        fingerprint = read_fingerprint(0, codegen_version())
     # A copy of the tree without .git (a lent GPU machine) says so instead of a commit.
     commit = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()

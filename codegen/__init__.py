@@ -16,18 +16,18 @@ from codegen.artifact import (
     WorkspaceArg,
 )
 from codegen.render import (
-    CODEGEN_VERSION,
     HOOKS,
     Unsupported,
+    codegen_version,
     feasibility,
     has_renderer,
     lowering,
+    register_hooks,
     render,
     unsupported,
 )
 
 __all__ = [
-    "CODEGEN_VERSION",
     "HOOKS",
     "KernelArtifact",
     "RangeArtifact",
@@ -38,9 +38,11 @@ __all__ = [
     "TensorMapArg",
     "Unsupported",
     "WorkspaceArg",
+    "codegen_version",
     "feasibility",
     "has_renderer",
     "lowering",
+    "register_hooks",
     "render",
     "unsupported",
 ]

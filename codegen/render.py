@@ -1,9 +1,10 @@
 """The one entry of code generation: an sProgram to a KernelArtifact.
 
 Each operator with code generation is a set of hooks on the pipeline skeleton
-(:mod:`codegen.pipeline`), looked up in :data:`HOOKS`. :func:`unsupported` says why a
-schedule cannot be generated; the schedule space is given it as its feasibility check
-(:func:`feasibility`), so such schedules never reach a compiler.
+(:mod:`codegen.pipeline`), looked up in :data:`HOOKS` (:func:`register_hooks` adds one).
+:func:`unsupported` says why a schedule cannot be generated; the schedule space is given
+it as its feasibility check (:func:`feasibility`), so such schedules never reach a
+compiler.
 """
 
 from __future__ import annotations
@@ -28,19 +29,34 @@ from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, parse_spec
 from scheduler_search.sprogram import SProgram
 
-#: op -> its hooks on the pipeline skeleton.
+#: op -> its hooks on the pipeline skeleton and their version (:func:`register_hooks`).
 HOOKS: dict[str, type[OperatorHooks]] = {
     "gemm": GemmHooks,
     "attention": AttentionHooks,
     "mamba2_chunk_state": ChunkStateHooks,
     "mamba2_chunk_scan": ChunkScanHooks,
 }
+HOOKS_VERSIONS: dict[str, str] = {
+    "gemm": GEMM_HOOKS_VERSION,
+    "attention": ATTENTION_HOOKS_VERSION,
+    "mamba2_chunk_state": CHUNK_STATE_HOOKS_VERSION,
+    "mamba2_chunk_scan": CHUNK_SCAN_HOOKS_VERSION,
+}
 
-#: Version of code generation as a whole, part of a GPU's device fingerprint (cache key):
-#: a change to the skeleton's or any operator's output must change it, so cached kernels
-#: are re-tuned.
-CODEGEN_VERSION = "+".join((PIPELINE_VERSION, GEMM_HOOKS_VERSION, ATTENTION_HOOKS_VERSION,
-                            CHUNK_STATE_HOOKS_VERSION, CHUNK_SCAN_HOOKS_VERSION))
+
+def register_hooks(op: str, hooks: type[OperatorHooks], version: str) -> None:
+    """Give operator ``op`` code generation: ``hooks`` on the pipeline skeleton, whose
+    ``version`` changes whenever their text does (it joins :func:`codegen_version`)."""
+    HOOKS[op] = hooks
+    HOOKS_VERSIONS[op] = version
+
+
+def codegen_version() -> str:
+    """Version of code generation as a whole, part of a GPU's device fingerprint (cache
+    key): a change to the skeleton's or any operator's output must change it, so cached
+    kernels are re-tuned."""
+    return "+".join((PIPELINE_VERSION, *HOOKS_VERSIONS.values()))
+
 
 Feasibility = Callable[[SProgram], "str | None"]
 
@@ -88,7 +104,7 @@ def render(
         raise ValueError("spec and sProgram describe different workloads")
     lowered = lowering(sprogram, device)
     return lowered.artifact({
-        "codegen_version": CODEGEN_VERSION,
+        "codegen_version": codegen_version(),
         "flops": parse_spec(sprogram.op, sprogram.params).flops(),
         # Which point of the search space this is, for the artifact's readers; code
         # generation itself never reads the choices.
@@ -129,15 +145,17 @@ def feasibility(op: str, device: Device) -> Feasibility | None:
 
 
 __all__ = [
-    "CODEGEN_VERSION",
     "HOOKS",
+    "HOOKS_VERSIONS",
     "CodegenCheck",
     "Feasibility",
     "Unsupported",
+    "codegen_version",
     "default_device",
     "feasibility",
     "has_renderer",
     "lowering",
+    "register_hooks",
     "render",
     "unsupported",
 ]

@@ -1,8 +1,9 @@
 """An operator is one registered unit: a toy operator, defined and registered in this
-module alone (its spec, its rows of the knob table, its fp32 reference and its dashboard
-words), is validated, tuned on the simulated device end to end, cached and described, with
-no other file of pipetune naming it. It computes GEMM's product under its own name, with
-its own narrower knob table and no peer."""
+module alone (its spec, its rows of the knob table, its kernel hooks, its fp32 reference
+and its dashboard words), is validated, generated, tuned on the simulated device end to
+end, cached and described, with no other file of pipetune naming it. It computes GEMM's
+product under its own name (so GEMM's hooks write its kernels), with its own narrower knob
+table and no peer."""
 
 from __future__ import annotations
 
@@ -14,11 +15,16 @@ import numpy as np
 import pytest
 
 import pipetune
+from codegen import codegen_version, register_hooks, render
+from codegen.kernels.gemm import GemmHooks
+from codegen.render import HOOKS, HOOKS_VERSIONS
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import OPERATORS, parse_spec, register_operator
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.space import ScheduleSpace
+from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
 from scheduler_search.space.knob_rows import KNOB_ROWS, KnobRows, register_knob_rows
+from scheduler_search.sprogram import plan_sprogram
 from service.dashboard.operators import (
     OPERATOR_WORDS,
     operator_text,
@@ -45,12 +51,13 @@ def register_toy() -> None:
     register_reference("toy_matmul", lambda xp, params, inputs: {
         "c": xp.matmul(inputs["a"], inputs["b"])})
     register_operator_text("toy_matmul", "Toy matmul", "One bar per sTask of the toy.")
+    register_hooks("toy_matmul", GemmHooks, "toy-matmul-1")
 
 
 @pytest.fixture
 def toy() -> Iterator[None]:
     """The toy registered for one test; every registry as it was afterwards."""
-    registries = (OPERATORS, KNOB_ROWS, REFERENCES, OPERATOR_WORDS)
+    registries = (OPERATORS, KNOB_ROWS, REFERENCES, OPERATOR_WORDS, HOOKS, HOOKS_VERSIONS)
     saved = [dict(registry) for registry in registries]
     register_toy()
     yield
@@ -75,6 +82,10 @@ def test_a_registered_toy_operator_is_validated_spaced_referenced_and_described(
     np.testing.assert_allclose(reference(np, "toy_matmul", {}, {"a": a, "b": b})["c"], a @ b,
                                rtol=1e-6)
     assert operator_text("toy_matmul").title == "Toy matmul"
+    sprogram = plan_sprogram(spec, get_device("h200"), {**GEMM_WARP_SPECIALIZED, "tile_n": 128})
+    artifact = render(sprogram, spec, get_device("h200"))
+    assert artifact.entry.startswith("pipetune_toy_matmul_") and "wgmma" in artifact.source
+    assert codegen_version().endswith("+toy-matmul-1")
 
 
 @pytest.mark.usefixtures("toy")

@@ -99,10 +99,10 @@ class CupyProbe:
         return runtime.getDeviceProperties(index)
 
     def fingerprint(self, index: int) -> dict[str, Any]:
-        from codegen import CODEGEN_VERSION
+        from codegen import codegen_version
         from workers import read_fingerprint
 
-        return read_fingerprint(index, CODEGEN_VERSION)
+        return read_fingerprint(index, codegen_version())
 
 
 gpu_probe: GpuProbe = CupyProbe()

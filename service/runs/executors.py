@@ -29,7 +29,7 @@ def local_gpu_pool(
     device: ResolvedDevice, cubin_dir: Path | None = None, batch_size: int | None = None
 ) -> Executor:
     """A LocalGpuPool with one worker on ``device`` (``cuda:N``)."""
-    from codegen import CODEGEN_VERSION
+    from codegen import codegen_version
     from workers import LocalGpuPool, ParallelCompiler
     from workers.executors import visible_devices
 
@@ -38,7 +38,7 @@ def local_gpu_pool(
     return LocalGpuPool(
         [visible[index]],
         compiler=ParallelCompiler(cache_dir=cubin_dir),
-        codegen_version=CODEGEN_VERSION,
+        codegen_version=codegen_version(),
         batch_size=batch_size,
     )
 
@@ -47,12 +47,12 @@ def actor_gpu_pool(compile_farm: bool = False) -> Executor:
     """What a fleet actor measures with, built in its process: a LocalGpuPool of the GPU
     Ray gave the actor (its ``CUDA_VISIBLE_DEVICES``), compiling on the cluster's compile
     farm where it has one, else on the node's own cores."""
-    from codegen import CODEGEN_VERSION
+    from codegen import codegen_version
     from workers import LocalGpuPool, ParallelCompiler
     from workers.compile_farm import RayCompiler
 
     compiler = RayCompiler() if compile_farm else ParallelCompiler()
-    return LocalGpuPool(compiler=compiler, codegen_version=CODEGEN_VERSION)
+    return LocalGpuPool(compiler=compiler, codegen_version=codegen_version())
 
 
 def ray_fleet_pool(device: ResolvedDevice, ray_address: str,
