@@ -43,7 +43,7 @@ from codegen.pipeline import (
     TripAt,
 )
 from codegen.pipeline.pipelined import loop_stream
-from codegen.targets import Mma, MmaPart, write_mma
+from codegen.targets import Mma, MmaPart
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.attention import packed_heads
@@ -315,7 +315,7 @@ class AttentionHooks(OperatorHooks):
         c, q = code, self.q
         c.comment(f"mma_qk  stage={stage}: s_acc[CONSUMER_ROWS x {self.tile_kv}] = Q_s K_s^T "
                   f"(ROW_BLOCKS x {self.head_dim // 16} wgmma m64n{self.tile_kv}k16)")
-        write_mma(c, Mma(
+        self.target.write_mma(c, Mma(
             n=self.tile_kv, dtype=self.dtype, b_major="k", k_steps=str(self.head_dim // 16),
             b_layout="K_DESC_LAYOUT", a_layout="Q_DESC_LAYOUT", accumulate="kk > 0",
             parts=(MmaPart("s_acc[mi]", "k_tile + k_kstep_bytes(kk)",
@@ -328,7 +328,7 @@ class AttentionHooks(OperatorHooks):
         c = code
         c.comment(f"mma_pv  stage={stage}: o_acc[CONSUMER_ROWS x {self.head_dim}] += P V_s, P "
                   "in registers as 16-bit pairs (A fragment of k16 step kk: p[4kk..4kk+3])")
-        write_mma(c, Mma(
+        self.target.write_mma(c, Mma(
             n=self.head_dim, dtype=self.dtype, b_major="mn", k_steps=str(self.tile_kv // 16),
             b_layout="V_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
             parts=(MmaPart("o_acc[mi]", "v_tile + v_kstep_bytes(kk)",
@@ -340,7 +340,7 @@ class AttentionHooks(OperatorHooks):
     @cached_property
     def softmax(self) -> OnlineSoftmax:
         """Writer of :attr:`math_stasks`: the register math on the accumulators' values."""
-        return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"])
+        return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"], self.target)
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         self.softmax.write(code, issue.stask, at)

@@ -17,7 +17,7 @@ import math
 
 from codegen.cuda import convert
 from codegen.pipeline import Code, TripAt
-from codegen.targets.hopper import accumulator_rows, each_accumulator_value
+from codegen.targets import Target
 from scheduler_search.hardware.model import UnitKind
 
 #: fp32 -inf and +inf, spelled without math headers (NVRTC has none).
@@ -26,21 +26,23 @@ POS_INF = "__int_as_float(0x7f800000)"
 LN2 = math.log(2.0)
 
 
-def each_score(code: Code, body: list[str], after: list[str] | None = None,
-               before: list[str] | None = None) -> None:
-    """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``;
-    ``before`` and ``after`` run once per row (``mi``, ``h``) around its scores."""
-    each_accumulator_value(code, "S_REGS", "e",
-                           ["float& s = s_acc[mi][4 * g + 2 * h + e];", *body], before, after)
-
-
 class OnlineSoftmax:
     """The softmax sTasks of one attention kernel: ``dtype`` is what P is packed to for
-    wgmma, ``exp2_unit`` the sEU the sProgram maps ``softmax_exp2`` to."""
+    wgmma, ``exp2_unit`` the sEU the sProgram maps ``softmax_exp2`` to, ``target`` the
+    architecture whose accumulator fragment the scores are in."""
 
-    def __init__(self, dtype: str, exp2_unit: UnitKind) -> None:
+    def __init__(self, dtype: str, exp2_unit: UnitKind, target: Target) -> None:
         self.dtype = dtype
         self.exp2_unit = exp2_unit
+        self.target = target
+
+    def each_score(self, code: Code, body: list[str], after: list[str] | None = None,
+                   before: list[str] | None = None) -> None:
+        """``body`` for every score of this thread: ``s`` is ``s_acc[mi][4 g + 2 h + e]``;
+        ``before`` and ``after`` run once per row (``mi``, ``h``) around its scores."""
+        self.target.each_accumulator_value(
+            code, "S_REGS", "e", ["float& s = s_acc[mi][4 * g + 2 * h + e];", *body],
+            before, after)
 
     def write(self, code: Code, stask: str, at: TripAt) -> None:
         """Write the register-math sTask ``stask`` for loop trip ``at``."""
@@ -80,13 +82,13 @@ class OnlineSoftmax:
         c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > (q0 + "
           "row0) / PACK);")
         with c.block("if (masked)"):
-            each_score(
+            self.each_score(
                 c,
                 before=["const int row = (q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)) "
                         "/ PACK;  // the query position"],
                 body=["const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
                       f"if (col >= SEQ_KV || (CAUSAL && col > row)) s = {NEG_INF};"])
-        each_score(
+        self.each_score(
             c,
             before=["float mx = m_row[mi][h];"],
             body=["mx = fmaxf(mx, s);"],
@@ -101,13 +103,13 @@ class OnlineSoftmax:
     def softmax_exp2(self, code: Code, at: TripAt) -> None:
         """``2^(s c - m c)`` in place of each score, one FMA (``c = SCALE_LOG2``)."""
         exp2 = self._exp2(code)
-        each_score(code, before=["const float m_scaled = m_row[mi][h] * SCALE_LOG2;"],
+        self.each_score(code, before=["const float m_scaled = m_row[mi][h] * SCALE_LOG2;"],
                    body=[f"s = {exp2}(fmaf(s, SCALE_LOG2, -m_scaled));  // exp(s - m) in "
                          "base 2, one FMA"])
 
     def softmax_sum(self, code: Code, at: TripAt) -> None:
         """This thread's part of the row sum; ``normalize`` adds the row's four parts."""
-        each_score(code, before=["float sum = 0.f;"], body=["sum += s;"],
+        self.each_score(code, before=["float sum = 0.f;"], body=["sum += s;"],
                    after=["l_row[mi][h] = l_row[mi][h] * alpha[mi][h] + sum;  // this "
                           "thread's part"])
 
@@ -135,7 +137,7 @@ class OnlineSoftmax:
         c = code
         c.comment("o / l, l summed over the row's 4 threads; lse = (m c + log2 l) ln 2 (m: the raw "
                   "row max, c = SCALE_LOG2), written by the row's first thread")
-        with accumulator_rows(c):
+        with self.target.accumulator_rows(c):
             c("float l = l_row[mi][h];")
             c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
             c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
@@ -152,4 +154,4 @@ class OnlineSoftmax:
                 c("o_acc[mi][4 * g + 2 * h + 1] *= inv;")
 
 
-__all__ = ["LN2", "NEG_INF", "POS_INF", "OnlineSoftmax", "each_score"]
+__all__ = ["LN2", "NEG_INF", "POS_INF", "OnlineSoftmax"]

@@ -36,7 +36,7 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
-from codegen.targets import Mma, MmaPart, write_mma
+from codegen.targets import Mma, MmaPart
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
@@ -386,7 +386,7 @@ class GemmHooks(OperatorHooks):
                   f"{product} (ROW_BLOCKS x {self.k_steps} wgmma m64n{self.mma_n}k16)")
         tail = (f"kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1" if self.trims_tail
                 else None)
-        write_mma(c, Mma(
+        self.target.write_mma(c, Mma(
             n=self.mma_n, dtype=self.dtype, b_major=b.major, a_major=a.major,
             k_steps="K_STEPS", b_layout=f"{b.const}_DESC_LAYOUT",
             a_layout=f"{a.const}_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",

@@ -14,7 +14,6 @@ from codegen.pipeline.pipelined import PipelinedLoop, TripAt, is_pipelined
 from codegen.pipeline.record import EmittedTurn
 from codegen.pipeline.structure import Issue, Ring
 from codegen.pipeline.writer import RoleWriter
-from codegen.targets.hopper import write_mma_wait
 from scheduler_search.ir import STaskKind
 
 if TYPE_CHECKING:
@@ -98,7 +97,7 @@ class Consumers(RoleWriter):
                 continue
             self.k.emit_at(issue, TripAt("0"))
             if issue.kind is STaskKind.MMA:
-                write_mma_wait(c, 0)
+                self.target.write_mma_wait(c, 0)
                 c("#pragma unroll")
                 self.hooks.pin(c, issue.stask)
 
@@ -183,7 +182,7 @@ class Consumers(RoleWriter):
         self._pass_pending = False
         for issue in loop:
             if issue.kind is STaskKind.MMA and s.inflight.get(issue.stask):
-                write_mma_wait(c, 0)
+                self.target.write_mma_wait(c, 0)
                 c("#pragma unroll")
                 self.hooks.pin(c, issue.stask)
                 self._release(issue.stask, f"{x0} + {trips} - 1")
@@ -197,7 +196,7 @@ class Consumers(RoleWriter):
         if pending:
             c.comment(f"{issue.stask}_inflight: keep this wgmma group in flight; the previous "
                       "one is done")
-        write_mma_wait(c, pending)
+        self.target.write_mma_wait(c, pending)
         c("#pragma unroll")
         self.hooks.pin(c, issue.stask)
         if not pending:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert
 from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
-from codegen.targets.hopper import accumulator_rows
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
@@ -204,7 +203,7 @@ def _stage_fp32_pairs(code: Code, layout: PipelineLayout, element: ElementMath |
     accumulators per row and 8-column group with one 8-byte ``st.shared``; the swizzle
     spreads a warp's eight rows over distinct 16-byte chunks."""
     c, out, swz = code, layout.output, layout.store_swizzle
-    with accumulator_rows(c):
+    with layout.hooks.target.accumulator_rows(c):
         c("const int row = mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
         c("#pragma unroll")
         with c.block("for (int j = 0; j < STORE_COLS / 8; ++j)"):
@@ -228,13 +227,13 @@ def _tile_col(out: OutputTile, group: str) -> str:
 
 
 @contextmanager
-def _each_fragment_row(code: Code, out: OutputTile, name: str, *, masked: bool,
+def _each_fragment_row(code: Code, layout: PipelineLayout, name: str, *, masked: bool,
                        note: str = "") -> Iterator[None]:
     """The loops over a thread's fragment rows (its wgmma m64 blocks, then their two
     8-row halves), ``name`` the row's index in the fragment's global matrix; rows past
     its extent are skipped when ``masked``."""
-    c = code
-    with accumulator_rows(c):
+    c, out = code, layout.output
+    with layout.hooks.target.accumulator_rows(c):
         c(f"const int {name} = {out.row_origin} + row0 + mi * 64 + warp * 16 + h * 8 + "
           f"(lane >> 2);{note}")
         if masked:
@@ -256,7 +255,7 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
               "per 8-column group")
     full_rows = not out.runtime_rows and out.global_rows % out.rows == 0
     full_cols = out.global_cols % out.cols == 0
-    with _each_fragment_row(c, out, "row", masked=not full_rows):
+    with _each_fragment_row(c, layout, "row", masked=not full_rows):
         row_pointer = out.row_pointer or f"{out.tensor} + (unsigned long long){{row}} * {cols}"
         c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
         c("#pragma unroll")
@@ -295,7 +294,8 @@ def _emit_transposed_store(code: Code, layout: PipelineLayout,
               "a global row")
     full_rows = out.global_rows % out.rows == 0
     full_cols = not out.runtime_cols and out.global_cols % out.cols == 0
-    with _each_fragment_row(c, out, "r", masked=not full_rows, note="  // the global column"):
+    with _each_fragment_row(c, layout, "r", masked=not full_rows,
+                            note="  // the global column"):
         c("#pragma unroll")
         with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
             c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")

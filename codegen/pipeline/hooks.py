@@ -27,6 +27,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from codegen.artifact import TensorMapArg
@@ -36,6 +37,7 @@ from codegen.pipeline.limits import CONSUMER_OVERHEAD_REGS
 from codegen.pipeline.operand import OperandTile, VectorTile
 from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.structure import Issue, PipelineStructure
+from codegen.targets import Target, target_for
 
 #: Producer registers with multicast loads (see :attr:`OperatorHooks.producer_min_regs`).
 MULTICAST_PRODUCER_REGS = 40
@@ -164,6 +166,12 @@ class OperatorHooks(ABC):
         self.structure = structure
         self.sprogram = structure.sprogram
         self.params: dict[str, Any] = dict(structure.sprogram.params)
+
+    @cached_property
+    def target(self) -> Target:
+        """The instructions of the schedule's architecture for what the operator
+        describes (asked for only when text is written)."""
+        return target_for(self.sprogram.arch)
 
     @property
     def runtime_dims(self) -> tuple[str, ...]:

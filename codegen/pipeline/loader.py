@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from codegen.pipeline.structure import Ring, TileBuffer
 from codegen.pipeline.writer import RoleWriter
-from codegen.targets.hopper import write_arm_stage, write_register_budget
 
 
 class Loader(RoleWriter):
@@ -33,7 +32,7 @@ class Loader(RoleWriter):
             c.comment(f"{ring.empty_name}[stage]: the consumers released the slot "
                       f"({ring.last_reader}, {ring.const}_STAGES trips ago)")
             c(c.call("mbarrier_wait", ring.empty("stage"), "empty_parity") + ";")
-            write_arm_stage(c, "full", f"{ring.const}_TX_BYTES")
+            self.target.write_arm_stage(c, "full", f"{ring.const}_TX_BYTES")
             for issue in s.load_stream(ring.loader):
                 if issue.stask in ring.loads:
                     self.k.emit((ring.loader,), issue)
@@ -52,7 +51,7 @@ class Loader(RoleWriter):
         with c.block(head):
             c(f"const u32 full = {buffer.full()};")
             c(c.call("mbarrier_wait", buffer.empty(), "empty_parity") + ";")
-            write_arm_stage(c, "full", f"{tile.const}_STAGE_BYTES")
+            self.target.write_arm_stage(c, "full", f"{tile.const}_STAGE_BYTES")
             issue = next(i for i in s.load_stream(buffer.loader) if i.stask == buffer.load)
             self.k.emit((buffer.loader,), issue)
         c("")
@@ -75,7 +74,7 @@ class Loader(RoleWriter):
         and issues every trip's loads, ring slot by ring slot."""
         c, s = self.code, self.structure
         c.comment("Producer warpgroup: registers go to the consumers; one thread issues the loads.")
-        write_register_budget(c, "producer")
+        self.target.write_register_budget(c, "producer")
         self.record.register_budgets["producer"] = s.sprogram.roles.producer_regs
         with c.block("if (threadIdx.x == 0)"):
             self.k.tiles.prefetch_maps()

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from codegen.pipeline.structure import Issue, PipelineStructure
-from codegen.targets.hopper import write_mma_wait
 from scheduler_search.ir import STaskKind
 
 if TYPE_CHECKING:
@@ -258,7 +257,7 @@ class PipelinedLoop:
         c = self.code
         c.comment(f"{wait.mma}_done_for_{wait.waiter}: its group done, {pending} newer may "
                   "stay in flight")
-        write_mma_wait(c, pending)
+        self.consumers.target.write_mma_wait(c, pending)
         c("#pragma unroll")
         self.k.hooks.pin(c, wait.mma)
         self.k.record.result_waits[f"{wait.mma}_done_for_{wait.waiter}"] = wait.mma
@@ -283,7 +282,7 @@ class PipelinedLoop:
         after the one released by the last iteration (``t - back + lead``, or one less
         where the last iteration has no such wait)."""
         c = self.code
-        write_mma_wait(c, 0)
+        self.consumers.target.write_mma_wait(c, 0)
         for issue in self.loop:
             if issue.kind is STaskKind.MMA:
                 c("#pragma unroll")

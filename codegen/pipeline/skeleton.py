@@ -42,7 +42,6 @@ from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing
 from codegen.pipeline.smem import SMEM_ALIGN
 from codegen.pipeline.structure import Issue, Ring
 from codegen.pipeline.tile_loop import TileLoop
-from codegen.targets.hopper import write_register_budget
 
 
 class PipelineSkeleton:
@@ -316,7 +315,7 @@ class PipelineSkeleton:
                 with c.block("if (warpgroup == 0)"):
                     self.loader.producer()
                 with c.block("else"):
-                    write_register_budget(c, "consumer")
+                    self.hooks.target.write_register_budget(c, "consumer")
                     for role in s.consumer_roles:
                         self.record.register_budgets[role] = s.sprogram.roles.consumer_regs
                     c("const int consumer = warpgroup - 1;")

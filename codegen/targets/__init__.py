@@ -1,12 +1,30 @@
 """Code generation's targets: what one GPU architecture needs of the text and its build.
 
 The sProgram says what runs on which sEU in which order; a target says how, on one
-architecture. Today a target owns the compile options (NVRTC's and nvcc's) and the build
-line of an exported kernel; Hopper (sm_90a) is the one target.
+architecture: the compile options (NVRTC's and nvcc's, an exported kernel's build line)
+and the instructions of the matrix products, their waits, a stage's arming, the register
+budgets and the accumulator fragment's layout. A kernel's target is its sProgram's
+architecture (:func:`target_for`); Hopper (sm_90a) is the one target today.
 """
 
-from codegen.targets.hopper import HOPPER, write_mma
+from codegen.targets.hopper import HOPPER, HopperTarget
 from codegen.targets.mma import Mma, MmaPart
 from codegen.targets.target import Target
 
-__all__ = ["HOPPER", "Mma", "MmaPart", "Target", "write_mma"]
+#: Architecture -> its target.
+TARGETS: dict[str, Target] = {HOPPER.arch: HOPPER}
+
+
+def target_for(arch: str) -> Target:
+    """The target of architecture ``arch``.
+
+    Raises:
+        ValueError: no target generates code for ``arch``.
+    """
+    if arch not in TARGETS:
+        raise ValueError(f"no code generation target for {arch} (targets: "
+                         f"{', '.join(sorted(TARGETS))})")
+    return TARGETS[arch]
+
+
+__all__ = ["HOPPER", "TARGETS", "HopperTarget", "Mma", "MmaPart", "Target", "target_for"]

@@ -3,12 +3,15 @@ enables; code built so runs on compute capability 9.0 only.
 
 Its matrix products are wgmma groups: the accumulators pinned, a ``wgmma.fence``, per k
 step one ``m64nNk16`` per 64-row block (A from shared memory through a descriptor, or
-from registers), then ``commit_group``; the waits are the pipeline's."""
+from registers), then ``commit_group``; ``wgmma.wait_group`` waits for them. A stage is
+armed with ``mbarrier.arrive.expect_tx`` (TMA completes it as its bytes land), and
+``setmaxnreg`` moves registers from the producer warpgroup to the consumers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from codegen.cuda import wgmma
@@ -18,83 +21,82 @@ from codegen.targets.target import Target
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
 
-HOPPER = Target(arch="sm_90a")
 
+@dataclass(frozen=True)
+class HopperTarget(Target):
+    """sm_90a's instructions for what the pipeline and the operators ask for."""
 
-def write_mma(code: Code, mma: Mma) -> None:
-    """One wgmma group computing ``mma``."""
-    c = code
-    instruction = (wgmma.mma_rs(mma.n, mma.dtype, mma.b_major) if mma.a_in_registers
-                   else wgmma.mma(mma.n, mma.dtype, mma.b_major, mma.a_major))
-    c("#pragma unroll")
-    mma.pin()
-    c(c.call("wgmma_fence") + ";")
-    for line in mma.bases:
-        c(line)
-    for part in mma.parts:
+    def write_mma(self, code: Code, mma: Mma) -> None:
+        """One wgmma group computing ``mma``."""
+        c = code
+        instruction = (wgmma.mma_rs(mma.n, mma.dtype, mma.b_major) if mma.a_in_registers
+                       else wgmma.mma(mma.n, mma.dtype, mma.b_major, mma.a_major))
         c("#pragma unroll")
-        with c.block(f"for (int kk = 0; kk < {mma.k_steps}; ++kk)"):
-            if mma.tail_break:
-                c(f"if ({mma.tail_break}) break;  // past K")
-            c("const u64 desc_b = "
-              + c.call("wgmma_descriptor", part.b_address, mma.b_layout) + ";")
-            c("#pragma unroll")
-            with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                if part.a_registers is not None:
-                    a = [part.a_registers.format(i=i) for i in range(4)]
-                else:
-                    a = [c.call("wgmma_descriptor", part.a_address, mma.a_layout)]
-                c(c.call(instruction, part.accumulator, *a, "desc_b", mma.accumulate) + ";")
-    c(c.call("wgmma_commit") + ";")
-
-
-def write_mma_wait(code: Code, pending: int | str) -> None:
-    """Wait until at most ``pending`` of this warpgroup's products are still running
-    (``wgmma.wait_group``)."""
-    code(code.call(f"wgmma_wait<{pending}>") + ";")
-
-
-def write_arm_stage(code: Code, full: str, bytes_expr: str) -> None:
-    """Arm a stage's full barrier with the bytes its asynchronous copies will land
-    (``mbarrier.arrive.expect_tx``: TMA completes the barrier as they arrive)."""
-    code(code.call("mbarrier_arrive_expect_tx", full, bytes_expr) + ";")
-
-
-def write_register_budget(code: Code, role: Literal["producer", "consumer"]) -> None:
-    """Give a warpgroup its role's register budget (``setmaxnreg``): the producer gives
-    registers up, the consumers take them."""
-    budget = ("setmaxnreg_dec<PRODUCER_REGS>" if role == "producer"
-              else "setmaxnreg_inc<CONSUMER_REGS>")
-    code(code.call(budget) + ";")
-
-
-@contextmanager
-def accumulator_rows(code: Code) -> Iterator[None]:
-    """The rows of an m64 accumulator fragment this thread holds: per row block ``mi``,
-    the halves ``h`` (rows ``lane / 4`` and ``+ 8`` of the warp's 16)."""
-    c = code
-    c("#pragma unroll")
-    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-        c("#pragma unroll")
-        with c.block("for (int h = 0; h < 2; ++h)"):
-            yield
-
-
-def each_accumulator_value(code: Code, regs: str, element: str, body: list[str],
-                           before: list[str] | None = None,
-                           after: list[str] | None = None) -> None:
-    """``body`` for each value this thread holds of a fragment of ``regs`` registers a row
-    block: per row (:func:`accumulator_rows`), 8-column group ``g`` and ``element`` of the
-    group's pair (value ``4 g + 2 h + element``); ``before`` and ``after`` once a row."""
-    c = code
-    with accumulator_rows(c):
-        for line in before or []:
+        mma.pin()
+        c(c.call("wgmma_fence") + ";")
+        for line in mma.bases:
             c(line)
-        c("#pragma unroll")
-        with c.block(f"for (int g = 0; g < {regs} / 4; ++g)"):
+        for part in mma.parts:
             c("#pragma unroll")
-            with c.block(f"for (int {element} = 0; {element} < 2; ++{element})"):
-                for line in body:
-                    c(line)
-        for line in after or []:
-            c(line)
+            with c.block(f"for (int kk = 0; kk < {mma.k_steps}; ++kk)"):
+                if mma.tail_break:
+                    c(f"if ({mma.tail_break}) break;  // past K")
+                c("const u64 desc_b = "
+                  + c.call("wgmma_descriptor", part.b_address, mma.b_layout) + ";")
+                c("#pragma unroll")
+                with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                    if part.a_registers is not None:
+                        a = [part.a_registers.format(i=i) for i in range(4)]
+                    else:
+                        a = [c.call("wgmma_descriptor", part.a_address, mma.a_layout)]
+                    c(c.call(instruction, part.accumulator, *a, "desc_b", mma.accumulate)
+                      + ";")
+        c(c.call("wgmma_commit") + ";")
+
+    def write_mma_wait(self, code: Code, pending: int | str) -> None:
+        """``wgmma.wait_group``: at most ``pending`` groups of this warpgroup left."""
+        code(code.call(f"wgmma_wait<{pending}>") + ";")
+
+    def write_arm_stage(self, code: Code, full: str, bytes_expr: str) -> None:
+        """``mbarrier.arrive.expect_tx``: TMA completes the barrier as the bytes land."""
+        code(code.call("mbarrier_arrive_expect_tx", full, bytes_expr) + ";")
+
+    def write_register_budget(self, code: Code,
+                              role: Literal["producer", "consumer"]) -> None:
+        """``setmaxnreg``: the producer gives registers up, the consumers take them."""
+        budget = ("setmaxnreg_dec<PRODUCER_REGS>" if role == "producer"
+                  else "setmaxnreg_inc<CONSUMER_REGS>")
+        code(code.call(budget) + ";")
+
+    @contextmanager
+    def accumulator_rows(self, code: Code) -> Iterator[None]:
+        """The rows of an m64 accumulator fragment this thread holds: per row block
+        ``mi``, the halves ``h`` (rows ``lane / 4`` and ``+ 8`` of the warp's 16)."""
+        c = code
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int h = 0; h < 2; ++h)"):
+                yield
+
+    def each_accumulator_value(self, code: Code, regs: str, element: str, body: list[str],
+                               before: list[str] | None = None,
+                               after: list[str] | None = None) -> None:
+        """``body`` for each value of a fragment of ``regs`` registers a row block: per
+        row, 8-column group ``g`` and ``element`` of the group's pair (value
+        ``4 g + 2 h + element``); ``before`` and ``after`` once a row."""
+        c = code
+        with self.accumulator_rows(c):
+            for line in before or []:
+                c(line)
+            c("#pragma unroll")
+            with c.block(f"for (int g = 0; g < {regs} / 4; ++g)"):
+                c("#pragma unroll")
+                with c.block(f"for (int {element} = 0; {element} < 2; ++{element})"):
+                    for line in body:
+                        c(line)
+            for line in after or []:
+                c(line)
+
+
+HOPPER = HopperTarget(arch="sm_90a")

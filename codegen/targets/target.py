@@ -1,12 +1,21 @@
-"""A code-generation target: one architecture's compile options."""
+"""A code-generation target: one architecture's compile options and the instructions of
+what the sProgram asks for on it (matrix products, their waits, a stage's arming, register
+budgets, the accumulator fragment's layout)."""
 
 from __future__ import annotations
 
+import abc
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from codegen.pipeline.code import Code
+    from codegen.targets.mma import Mma
 
 
 @dataclass(frozen=True)
-class Target:
+class Target(abc.ABC):
     """An architecture kernels are generated for.
 
     Args:
@@ -33,3 +42,33 @@ class Target:
         """The nvcc command that builds ``sources`` into ``output`` for this target."""
         return " ".join(("nvcc", *self.nvcc_arch, f"-std={self.language}", "-o", output,
                          *sources, "-lcuda"))
+
+    @abc.abstractmethod
+    def write_mma(self, code: Code, mma: Mma) -> None:
+        """The instructions computing the matrix product ``mma``."""
+
+    @abc.abstractmethod
+    def write_mma_wait(self, code: Code, pending: int | str) -> None:
+        """Wait until at most ``pending`` of this warpgroup's products still run."""
+
+    @abc.abstractmethod
+    def write_arm_stage(self, code: Code, full: str, bytes_expr: str) -> None:
+        """Arm a stage's full barrier with the bytes its copies will land."""
+
+    @abc.abstractmethod
+    def write_register_budget(self, code: Code,
+                              role: Literal["producer", "consumer"]) -> None:
+        """Give a warpgroup its role's register budget."""
+
+    @abc.abstractmethod
+    def accumulator_rows(self, code: Code) -> AbstractContextManager[None]:
+        """The loops over the accumulator fragment's rows this thread holds."""
+
+    @abc.abstractmethod
+    def each_accumulator_value(self, code: Code, regs: str, element: str, body: list[str],
+                               before: list[str] | None = None,
+                               after: list[str] | None = None) -> None:
+        """``body`` for each accumulator value this thread holds."""
+
+
+__all__ = ["Target"]

@@ -1,15 +1,19 @@
-"""A target owns one architecture's compile options: NVRTC's, nvcc's and the exported
-kernel's build line all come from it, so no other module of code generation spells them."""
+"""A target owns one architecture's compile options (NVRTC's, nvcc's and the exported
+kernel's build line all come from it, so no other module of code generation spells them)
+and is found by the schedule's architecture."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from codegen import render
 from codegen.export import BUILD_LINE
 from codegen.nvcc import NVCC_ARCH
-from codegen.targets import HOPPER, Target
+from codegen.targets import HOPPER, Target, target_for
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED
@@ -19,7 +23,7 @@ CODEGEN = Path(__file__).resolve().parents[2] / "codegen"
 
 
 def test_a_target_writes_its_compile_options_from_its_architecture() -> None:
-    target = Target(arch="sm_80")
+    target = replace(HOPPER, arch="sm_80")
     assert target.compile_options == ("-std=c++17", "-arch=sm_80")
     assert target.nvcc_arch == ("-gencode=arch=compute_80,code=sm_80",)
     assert target.nvcc_build_line("app", "a.cu") == (
@@ -40,3 +44,9 @@ def test_no_module_outside_the_targets_spells_a_compile_option() -> None:
     spelled = [path.relative_to(CODEGEN).as_posix() for path in CODEGEN.rglob("*.py")
                if "targets" not in path.parts and option.search(path.read_text())]
     assert spelled == []
+
+
+def test_a_kernel_s_target_is_its_schedule_s_architecture() -> None:
+    assert target_for("sm_90a") is HOPPER and isinstance(HOPPER, Target)
+    with pytest.raises(ValueError, match="sm_80"):
+        target_for("sm_80")

@@ -3,7 +3,8 @@ products and the skip term (the text of ``ChunkScanHooks``' math sTasks and of t
 term's reads at the tile's start).
 
 Each function writes loops over this thread's rows (``ROW_BLOCKS`` x 2 halves, row
-``TILE_ROW`` of the tile) or values of the accumulator layout, in the kernel text's names
+``TILE_ROW`` of the tile) or values of the target's accumulator layout, in the kernel
+text's names
 (``acc``, ``e``, ``dal``, ``x_skip``, ``d_h``, ``dt_v``, ``dA_v``). What depends on the
 schedule (the sEU's exp2, the ring stage, the dtype) comes in as arguments, so the hooks
 keep the tiles, loads and products and only pick these.
@@ -13,28 +14,29 @@ from __future__ import annotations
 
 from codegen.cuda import convert
 from codegen.pipeline import Code
-from codegen.targets.hopper import accumulator_rows, each_accumulator_value
+from codegen.targets import Target
 
 #: This thread's row of accumulator block ``mi``, half ``h``, within the tile.
 TILE_ROW = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
 
 
-def each_row(code: Code, body: list[str]) -> None:
+def each_row(target: Target, code: Code, body: list[str]) -> None:
     """``body`` for each of this thread's rows (row block ``mi``, half ``h``): row
     ``TILE_ROW`` of the tile, its accumulator values ``acc[mi][4 g + 2 h]`` and ``+1``."""
-    with accumulator_rows(code):
+    with target.accumulator_rows(code):
         for line in body:
             code(line)
 
 
-def each_value(code: Code, body: list[str], before: list[str] | None = None) -> None:
+def each_value(target: Target, code: Code, body: list[str],
+               before: list[str] | None = None) -> None:
     """``body`` for each (row block mi, half h, 8-column group g, element q) of ``e``:
     ``e[mi][4 g + 2 h + q]`` is row TILE_ROW, column ``8 g + 2 (lane % 4) + q``, from
     k16 step ``g / 2``, fragment column ``j = 2 (g % 2) + q``; ``before`` once per row."""
-    each_accumulator_value(code, "E_REGS", "q", body, before)
+    target.each_accumulator_value(code, "E_REGS", "q", body, before)
 
 
-def decay_out(code: Code, dal_in_smem: bool) -> None:
+def decay_out(target: Target, code: Code, dal_in_smem: bool) -> None:
     """``acc *= exp(dA[l])`` of each column's head: the state term's decay. With
     ``dal_in_smem`` (TMA filled the tile buffer) dA[l] is first read from shared memory;
     otherwise the threads loaded it into ``dal`` already."""
@@ -42,13 +44,13 @@ def decay_out(code: Code, dal_in_smem: bool) -> None:
     if dal_in_smem:
         c.comment("dA[l] of this thread's rows (each packed head's in turn), from the tile "
                   "buffer TMA filled")
-        each_row(c, [
+        each_row(target, c, [
             "#pragma unroll",
             "for (int j = 0; j < PACK; ++j) dal[j][mi][h] = " + c.call(
                 "ld_shared_f32", f"smem + SMEM_DAL + (j * TILE_L + {TILE_ROW}) * 4")
             + " * LOG2E;"])
     c.comment("the state term decays by exp(dA[l]) of each head")
-    each_row(c, [
+    each_row(target, c, [
         "#pragma unroll",
         "for (int g = 0; g < ACC_REGS / 4; ++g) {",
         "  const float decay = exp2f(dal[(8 * g) / HEAD_COLS][mi][h]);",
@@ -57,15 +59,16 @@ def decay_out(code: Code, dal_in_smem: bool) -> None:
     ])
 
 
-def decay(code: Code, exp2: str, head: int) -> None:
+def decay(target: Target, code: Code, exp2: str, head: int) -> None:
     """``e[head] = exp(dA[l] - dA[s])`` of packed head ``head`` (its ``dA_v`` in registers),
     as one ``exp2`` of an fma: dA is scaled by log2(e) on the fly."""
-    each_value(code, [
+    each_value(target, code, [
         f"e[{head}][mi][4 * g + 2 * h + q] = {exp2}(fmaf(-dA_v[{head}][g / 2]"
         f"[2 * (g % 2) + q], LOG2E, dal[{head}][mi][h]));"])
 
 
-def masked_products(code: Code, pm: str, trip: str, cb_stage: str, dtype: str) -> None:
+def masked_products(target: Target, code: Code, pm: str, trip: str, cb_stage: str,
+                    dtype: str) -> None:
     """``pm = cb e dt`` (0 above the diagonal, tested only on a trip that crosses it),
     packed to the 16-bit pairs of wgmma's A fragment. cb (fp32, ring stage ``cb_stage``)
     is read from shared memory straight in that layout, a pair at a time, once for every
@@ -77,7 +80,7 @@ def masked_products(code: Code, pm: str, trip: str, cb_stage: str, dtype: str) -
     c(f"const int s0 = {trip} * TILE_S;")
     c("const bool diagonal = s0 + TILE_S - 1 > l0 + row0;  // some s > l in this trip")
     each_value(
-        c,
+        target, c,
         before=[f"const int row = {TILE_ROW};  // in the tile"],
         body=[
             "if (q) continue;  // a pair at a time",
@@ -101,14 +104,14 @@ def masked_products(code: Code, pm: str, trip: str, cb_stage: str, dtype: str) -
     )
 
 
-def read_skip_inputs(code: Code) -> None:
+def read_skip_inputs(target: Target, code: Code) -> None:
     """``d_h`` (D of the tile's heads) and ``x_skip`` (x[l, p] pairs of this thread's
     outputs) from global memory, issued at the tile's start so that they land while the
     loop runs (read in the epilogue, they would cost a memory latency per tile)."""
     c = code
     c("#pragma unroll")
     c("for (int j = 0; j < PACK; ++j) d_h[j] = __ldg(D + heads0 + j);")
-    each_row(c, [
+    each_row(target, c, [
         f"const int row = l0 + {TILE_ROW};",
         "const unsigned short* x_row = x + (((unsigned long long)batch0 * SEQLEN + chunks0 "
         "* CHUNK + row) * NHEADS + heads0) * HEADDIM + p0;",
@@ -118,11 +121,11 @@ def read_skip_inputs(code: Code) -> None:
     ])
 
 
-def add_skip(code: Code, dtype: str) -> None:
+def add_skip(target: Target, code: Code, dtype: str) -> None:
     """``acc += D[h] x[l, p]`` from the registers :func:`read_skip_inputs` filled."""
     c = code
     unpack = convert.unpack2(dtype)
-    each_row(c, [
+    each_row(target, c, [
         "#pragma unroll",
         "for (int g = 0; g < ACC_REGS / 4; ++g) {",
         f"  const float2 v = {c.call(unpack, 'x_skip[mi][h][g]')};",

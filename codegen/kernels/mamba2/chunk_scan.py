@@ -53,7 +53,7 @@ from codegen.pipeline import (
     TripAt,
     VectorTile,
 )
-from codegen.targets import Mma, MmaPart, write_mma
+from codegen.targets import Mma, MmaPart
 from scheduler_search.hardware.model import UnitKind
 
 
@@ -268,7 +268,8 @@ class ChunkScanHooks(Mamba2Hooks):
                     continue
                 c(f"const float* dA_rows = dA_cumsum + vector_row(batch0, heads0 + {head}, "
                   "chunks0) * CHUNK + l0;")
-                each_row(c, [f"dal[{head}][mi][h] = __ldg(dA_rows + {TILE_ROW}) * LOG2E;"])
+                each_row(self.target, c,
+                         [f"dal[{head}][mi][h] = __ldg(dA_rows + {TILE_ROW}) * LOG2E;"])
 
     def pin(self, code: Code, stask: str = "mma_x") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
@@ -290,7 +291,7 @@ class ChunkScanHooks(Mamba2Hooks):
         c, ct = code, self.c
         c.comment(f"mma_state: acc[CONSUMER_ROWS x {self.tile_p}] = C_s states_s^T (ROW_BLOCKS "
                   f"x {self._p('dstate') // 16} wgmma m64n{self.tile_p}k16)")
-        write_mma(c, Mma(
+        self.target.write_mma(c, Mma(
             n=self.tile_p, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
             b_layout="ST_DESC_LAYOUT", a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
             parts=(MmaPart("acc[mi]", "smem + SMEM_ST + st_kstep_bytes(kk)",
@@ -311,7 +312,7 @@ class ChunkScanHooks(Mamba2Hooks):
             box = f" + {head} * (HEAD_COLS / 64) * X_BOX_BYTES" if head else ""
             parts.append(MmaPart(acc, f"x_tile{box} + x_kstep_bytes(kk)",
                                  a_registers=f"{pm}[{head}]" + "[mi][4 * kk + {i}]"))
-        write_mma(c, Mma(
+        self.target.write_mma(c, Mma(
             n=self.head_cols, dtype=self.dtype, b_major="mn", k_steps="K_STEPS",
             b_layout="X_DESC_LAYOUT", accumulate="true", parts=tuple(parts),
             pin=lambda: self.pin(c),
@@ -320,15 +321,15 @@ class ChunkScanHooks(Mamba2Hooks):
     # ----- register math (its text in _chunk_scan_math) ------------------------------
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         if issue.stask == "decay_out":
-            decay_out(code, dal_in_smem=self.vectors_by_tma)
+            decay_out(self.target, code, dal_in_smem=self.vectors_by_tma)
         elif issue.stask == "decay":
             self._decay(code)
         elif issue.stask == "scale_cb":
             stage = f"{self.ring_stream('load_cb')}_stage"
             self.per_parity(code, at.index, lambda pm: masked_products(
-                code, pm, at.index, stage, self.dtype))
+                self.target, code, pm, at.index, stage, self.dtype))
         else:  # skip
-            add_skip(code, self.dtype)
+            add_skip(self.target, code, self.dtype)
 
     def _decay(self, code: Code) -> None:
         """Each packed head's e in turn, from its dt and dA (read from the stage first
@@ -336,12 +337,12 @@ class ChunkScanHooks(Mamba2Hooks):
         exp2 = self.exp2(code, "decay")
         for head in range(self.pack):
             self.vectors_from_stage(code, f"[{head}]", str(head))
-            decay(code, exp2, head)
+            decay(self.target, code, exp2, head)
 
     def begin_tile(self, code: Code) -> None:
         """Issue the skip term's reads of x[l, p] and D[h] now: they land while the tile's
         loop runs (read in the epilogue, they cost a memory latency per tile)."""
-        read_skip_inputs(code)
+        read_skip_inputs(self.target, code)
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params

@@ -37,7 +37,7 @@ from codegen.pipeline import (
     TripAt,
     VectorTile,
 )
-from codegen.targets import Mma, MmaPart, write_mma
+from codegen.targets import Mma, MmaPart
 from scheduler_search.ops import DTYPE_BYTES
 
 
@@ -268,7 +268,7 @@ class ChunkStateHooks(Mamba2Hooks):
         c = code
         c.comment(f"mma  stage={stage}: acc[CONSUMER_ROWS x {self.tile_n}] += (x w)^T B_s "
                   f"(ROW_BLOCKS x {self.k_steps} wgmma m64n{self.tile_n}k16, A in registers)")
-        write_mma(c, Mma(
+        self.target.write_mma(c, Mma(
             n=self.tile_n, dtype=self.dtype, b_major="mn", k_steps="K_STEPS",
             b_layout="B_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
             parts=(MmaPart("acc[mi]", "b_stage + b_kstep_bytes(kk)",
