@@ -34,6 +34,7 @@ from scheduler_search.search.records import (
     SOURCE_SEARCH,
     SOURCE_WARM_START,
     Progress,
+    SearchCallbacks,
     SearchResult,
     TrialRecord,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "ProposalSource",
     "Round",
     "SamplerSource",
+    "SearchCallbacks",
     "SearchConfig",
     "SearchDriver",
     "SearchPreset",

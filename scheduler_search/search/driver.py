@@ -47,7 +47,7 @@ from scheduler_search.search.config import SearchConfig
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, ok_latency
 from scheduler_search.search.ledger import Ledger
 from scheduler_search.search.proposals import SeedSource, SeedsSource, build_sources
-from scheduler_search.search.records import Progress, SearchResult, TrialRecord
+from scheduler_search.search.records import Progress, SearchCallbacks, SearchResult, TrialRecord
 from scheduler_search.search.retiming import Baselines, FinalRetiming, LeaderRetiming
 from scheduler_search.search.rounds import Batch, Rounds
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
@@ -87,12 +87,10 @@ class SearchDriver:
             (``SearchResult.peers``; see :class:`~scheduler_search.search.retiming.Baselines`).
         history: trials of an earlier, interrupted attempt of the same run: their hashes
             are never measured again, they count against the budget, and the persistent
-            study gets those it lacks (stored through ``on_trials``, never mirrored).
+            study gets those it lacks (stored through ``callbacks.on_trials``, never mirrored).
         elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
-        on_trials: called with each round's measured records (an invalid point is never
-            a trial: it is only counted, ``SearchResult.invalid``).
-        on_progress: called after each round and phase change.
-        should_stop: polled between rounds; true ends the search as cancelled.
+        callbacks: what the search tells its caller (each round's records, progress) and
+            asks it (whether to stop), :class:`~scheduler_search.search.records.SearchCallbacks`.
     """
 
     def __init__(
@@ -114,9 +112,7 @@ class SearchDriver:
         peer_jobs: Mapping[str, Any] | None = None,
         history: Sequence[TrialRecord] = (),
         elapsed_before_s: float = 0.0,
-        on_trials: Callable[[list[TrialRecord]], None] | None = None,
-        on_progress: Callable[[Progress], None] | None = None,
-        should_stop: Callable[[], bool] | None = None,
+        callbacks: SearchCallbacks | None = None,
     ) -> None:
         self.space = space
         self.executor = executor
@@ -124,9 +120,7 @@ class SearchDriver:
         self.make_final_job = make_final_job or make_job
         self.budget = budget or Budget()
         self.config = config or SearchConfig()
-        self._on_trials = on_trials or (lambda records: None)
-        self._on_progress = on_progress or (lambda progress: None)
-        self._should_stop = should_stop or (lambda: False)
+        self._callbacks = callbacks or SearchCallbacks()
         self._stopper = Stopper(self.budget, elapsed_before_s=elapsed_before_s)
         self._studies = Studies(storage, study_name, mirror_pruned=self.config.mirror_pruned)
         self._ledger = Ledger()
@@ -188,7 +182,7 @@ class SearchDriver:
             while (reason := self._stop_reason(empty_rounds)) is None:
                 batch = self._rounds.next_batch(study, self._free_slots(first=rounds == 0))
                 rounds += 1
-                if self._should_stop():  # cancelled while proposing: measure nothing new
+                if self._callbacks.should_stop():  # cancelled while proposing: measure nothing new
                     self._rounds.drop(study, batch)
                     continue
                 if self.config.overlap:
@@ -224,7 +218,7 @@ class SearchDriver:
     def _end_round(self, study: optuna.Study, records: list[TrialRecord]) -> None:
         if records:
             self._ledger.note_round(records)
-            self._on_trials(records)
+            self._callbacks.on_trials(records)
             self._leaders.after_round(self._ledger)
         self._studies.sync(study)
         self._progress("search")
@@ -233,7 +227,7 @@ class SearchDriver:
         reason = self._stopper.reason(
             trials_done=self._ledger.trials_committed,
             since_improvement=self._ledger.since_improvement,
-            cancelled=self._should_stop(),
+            cancelled=self._callbacks.should_stop(),
         )
         if reason is None and empty_rounds >= self.config.exhausted_after:
             reason = StopReason.EXHAUSTED
@@ -260,7 +254,7 @@ class SearchDriver:
         else:
             best = best or self._ledger.best
             latency_us = best.latency_us if best else None
-        self._on_progress(
+        self._callbacks.on_progress(
             Progress(
                 phase=phase,
                 trials_done=self._ledger.trials_done,

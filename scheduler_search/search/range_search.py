@@ -69,6 +69,7 @@ from scheduler_search.search.range_refine import RefinePlanner
 from scheduler_search.search.records import (
     CODEGEN_ERROR,
     Progress,
+    SearchCallbacks,
     TrialRecord,
 )
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
@@ -320,9 +321,8 @@ class RangeSearch:
         history: an earlier attempt's records (sizes in their choices): counted, never
             measured again.
         elapsed_before_s: time the earlier attempt spent (counts against ``seconds``).
-        on_trials: called with each batch's records.
-        on_progress: called after each batch and phase change.
-        should_stop: polled between batches; true ends the search as cancelled.
+        callbacks: each batch's records and progress to the caller, and whether to stop
+            (:class:`~scheduler_search.search.records.SearchCallbacks`).
     """
 
     def __init__(
@@ -340,9 +340,7 @@ class RangeSearch:
         fixed: Choices | None = None,
         history: Sequence[TrialRecord] = (),
         elapsed_before_s: float = 0.0,
-        on_trials: Callable[[list[TrialRecord]], None] | None = None,
-        on_progress: Callable[[Progress], None] | None = None,
-        should_stop: Callable[[], bool] | None = None,
+        callbacks: SearchCallbacks | None = None,
     ) -> None:
         self.range_spec = range_spec
         self.dim = range_dim(range_spec)
@@ -357,9 +355,7 @@ class RangeSearch:
         self.estimator = estimator or _cost_model(device)
         self.designs = [dict(d) for d in designs]
         self.fixed = dict(RUNTIME_FIXED if fixed is None else fixed)
-        self._on_trials = on_trials or (lambda records: None)
-        self._on_progress = on_progress or (lambda progress: None)
-        self._should_stop = should_stop or (lambda: False)
+        self._callbacks = callbacks or SearchCallbacks()
         self._stopper = Stopper(self.budget, elapsed_before_s=elapsed_before_s)
         #: (schedule hash, size) -> the latest record of that measurement.
         self._known: dict[tuple[str, int], TrialRecord] = {}
@@ -523,7 +519,7 @@ class RangeSearch:
         batches = [pending[i : i + width] for i in range(0, len(pending), width)]
         for index, batch in enumerate(batches):
             reason = self._stopper.reason(trials_done=self._trials_done, since_improvement=0,
-                                          cancelled=self._should_stop())
+                                          cancelled=self._callbacks.should_stop())
             if (reason is StopReason.SECONDS and wanted is None
                     and not self._every_size_ran(candidates, sizes)):
                 # A table cut over part of the range serves the rest with a kernel chosen
@@ -552,9 +548,9 @@ class RangeSearch:
             self._measured.extend(records)
             for record in records:
                 self._known[(record.schedule_hash or "", record.choices[self.dim])] = record
-            self._on_trials(records)
+            self._callbacks.on_trials(records)
             self._progress("search")
-        if self._should_stop():
+        if self._callbacks.should_stop():
             return StopReason.CANCELLED
         done = self._trials_done >= self.budget.trials
         return StopReason.TRIALS if done else StopReason.EXHAUSTED
@@ -657,7 +653,7 @@ class RangeSearch:
                 for b, bucket in enumerate(buckets)]
 
     def _progress(self, phase: str) -> None:
-        self._on_progress(Progress(
+        self._callbacks.on_progress(Progress(
             phase=phase,
             trials_done=self._trials_done,
             trials_budget=self.budget.trials,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,30 @@ class Progress:
     best_schedule_hash: str | None
     elapsed_s: float
     reference_latency_us: float | None = None
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class SearchCallbacks:
+    """What a search (exact or range) tells its caller, and asks it, while it runs.
+
+    Args:
+        on_trials: called with each batch's measured records (an invalid point is never
+            a trial: it is only counted).
+        on_progress: called after each batch and phase change.
+        should_stop: polled between batches; true ends the search as cancelled.
+    """
+
+    on_trials: Callable[[list[TrialRecord]], None] = _ignore
+    on_progress: Callable[[Progress], None] = _ignore
+    should_stop: Callable[[], bool] = _never
 
 
 @dataclass

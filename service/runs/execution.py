@@ -48,6 +48,7 @@ from scheduler_search.search import (
     Budget,
     CachedSchedule,
     Progress,
+    SearchCallbacks,
     SearchDriver,
     SearchResult,
     TrialRecord,
@@ -241,9 +242,7 @@ class RunExecution:
                        for name in self.peers},
             history=self.history,
             elapsed_before_s=run.elapsed_s,
-            on_trials=self.on_trials,
-            on_progress=self.on_progress,
-            should_stop=self.should_stop,
+            callbacks=SearchCallbacks(self.on_trials, self.on_progress, self.should_stop),
         )
         return driver.run()
 

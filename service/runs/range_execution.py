@@ -34,7 +34,15 @@ from typing import Any
 
 from scheduler_search.cost_model import Calibration, shipped_calibration
 from scheduler_search.ops import OperatorSpec, parse_range_spec
-from scheduler_search.search import GPU, INVALID, SIMULATED, Budget, Progress, TrialRecord
+from scheduler_search.search import (
+    GPU,
+    INVALID,
+    SIMULATED,
+    Budget,
+    Progress,
+    SearchCallbacks,
+    TrialRecord,
+)
 from scheduler_search.search.presets import timing_method
 from scheduler_search.search.range_search import (
     RangeConfig,
@@ -156,9 +164,7 @@ class RangeExecution:
             designs=range_designs(self.range_spec),
             history=self.history,
             elapsed_before_s=run.elapsed_s,
-            on_trials=self.on_trials,
-            on_progress=self.on_progress,
-            should_stop=self.should_stop,
+            callbacks=SearchCallbacks(self.on_trials, self.on_progress, self.should_stop),
         )
         result = search.run()
         RangeFinish(self.context, self.lease, self.device_row.id, self.range_spec, self.model,

@@ -13,6 +13,7 @@ from scheduler_search.search import (
     INVALID,
     SOURCE_WARM_START,
     Budget,
+    SearchCallbacks,
     SearchConfig,
     SearchDriver,
     StopReason,
@@ -44,7 +45,8 @@ def test_real_space_never_measures_invalid_or_repeated_points() -> None:
     space = _gemm_space()
     executor = RecordingExecutor(width=4, latency=_by_tile)
     seen: list = []
-    result = _driver(space, executor, budget=Budget(trials=24), on_trials=seen.extend).run()
+    result = _driver(space, executor, budget=Budget(trials=24),
+                     callbacks=SearchCallbacks(on_trials=seen.extend)).run()
     assert result.stop_reason is StopReason.TRIALS and result.trials_done == 24
     measured = executor.measured
     assert len(measured) == 24
@@ -111,8 +113,8 @@ def test_patience_seconds_and_cancel() -> None:
     calls = []
     result = _driver(
         TinySpace(size=6), RecordingExecutor(width=2), budget=Budget(trials=30),
-        should_stop=lambda: len(calls) >= 2, on_progress=calls.append,
-    ).run()
+        callbacks=SearchCallbacks(should_stop=lambda: len(calls) >= 2,
+                                  on_progress=calls.append)).run()
     assert result.stop_reason is StopReason.CANCELLED and result.trials_done == 4
 
 
@@ -120,7 +122,7 @@ def test_failed_measurements_are_kept_but_never_win() -> None:
     executor = RecordingExecutor(width=3, fail=lambda p: dict(p.choices)["a"] == 2)
     records = []
     result = _driver(TinySpace(size=3), executor, budget=Budget(trials=9),
-                     on_trials=records.extend).run()
+                     callbacks=SearchCallbacks(on_trials=records.extend)).run()
     failed = [r for r in records if r.status == "launch_error"]
     assert failed and all(r.latency_us is None and r.error == "boom" for r in failed)
     assert result.best is not None and result.best.choices["a"] != 2
@@ -147,7 +149,7 @@ def test_persistent_study_and_resume(tmp_path) -> None:
     first_executor = RecordingExecutor(width=2)
     records = []
     _driver(TinySpace(size=5), first_executor, budget=Budget(trials=6), storage=storage,
-            study_name="run-1", on_trials=records.extend).run()
+            study_name="run-1", callbacks=SearchCallbacks(on_trials=records.extend)).run()
     study = optuna.load_study(study_name="run-1", storage=storage)
     complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(complete) == 6  # the measured trials, mirrored
@@ -194,7 +196,7 @@ def test_ties_stop_the_search_and_the_first_measured_wins() -> None:
         records: list = []
         result = _driver(_gemm_space(), executor, budget=Budget(trials=200),
                          config=SearchConfig(seed=3, stop_when_tied=2),
-                         on_trials=records.extend).run()
+                         callbacks=SearchCallbacks(on_trials=records.extend)).run()
         return result, records
 
     result, records = run()
@@ -223,8 +225,7 @@ def test_the_simulated_preset_measures_only_valid_points_and_finds_the_models_be
         space, SimulatedDevice("sim:h200", capacity=4),
         lambda sp: Job({"op": "gemm", "params": spec.params()}, schedule=sp.to_dict()),
         budget=Budget(trials=64), config=SIMULATED.config(seed=0),
-        on_trials=records.extend,
-    ).run()
+        callbacks=SearchCallbacks(on_trials=records.extend)).run()
     assert records and all(r.status == "ok" for r in records)
     assert result.invalid > 0  # the sampler's rejected asks, counted, never trials
     calibration = shipped_calibration(space.device.name, "gemm")  # what the device measures
@@ -244,7 +245,7 @@ def test_a_cancel_drops_the_batch_it_interrupts_and_skips_the_retiming() -> None
         return asked["rounds"] > 4  # two rounds measured, the third dropped
 
     result = _driver(TinySpace(size=6), executor, budget=Budget(trials=30),
-                     should_stop=cancelled).run()
+                     callbacks=SearchCallbacks(should_stop=cancelled)).run()
     assert result.stop_reason is StopReason.CANCELLED
     assert len(executor.batches) == 2 and result.trials_done == 4
     assert executor.retimed == []

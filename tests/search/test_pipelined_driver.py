@@ -21,6 +21,7 @@ from scheduler_search.search import (
     SOURCE_DESIGN,
     SOURCE_WARM_START,
     Budget,
+    SearchCallbacks,
     SearchConfig,
     SearchDriver,
     StopReason,
@@ -132,7 +133,8 @@ def test_priority_candidates_wait_for_room_in_order_of_source() -> None:
     designs = [{"a": 1, "b": 2}, {"a": 1, "b": 3}]
     records = []
     _driver(executor, warm_start=warm, designs=designs, budget=Budget(trials=8),
-            config=SearchConfig(overlap=True), on_trials=records.extend).run()
+            config=SearchConfig(overlap=True),
+            callbacks=SearchCallbacks(on_trials=records.extend)).run()
     first_three = [dict(p.choices) for p in executor.measured[:3]]
     assert first_three == [*warm, *designs]  # none was ranked out for want of room
     sources = {r.source for r in records}
@@ -150,7 +152,7 @@ def test_late_cost_model_seeds_go_first_once_they_arrive() -> None:
     executor = PipelineExecutor(batch=2, measure_s=0.0)
     records = []
     _driver(executor, seed_source=seed_source, budget=Budget(trials=12),
-            on_trials=records.extend).run()
+            callbacks=SearchCallbacks(on_trials=records.extend)).run()
     measured = [dict(p.choices) for p in executor.measured]
     assert measured[4:7] == seeds  # rounds 1-2 searched; the seeds come next, in order
     assert [r.source for r in records if r.status == "ok"][4:7] == [SOURCE_COST_MODEL] * 3
@@ -162,7 +164,7 @@ def test_reference_job_is_timed_only_with_the_finalists() -> None:
     progress = []
     result = _driver(executor, reference_job=REFERENCE, budget=Budget(trials=6),
                      config=SearchConfig(overlap=True, retime_top_k=2),
-                     on_progress=progress.append).run()
+                     callbacks=SearchCallbacks(on_progress=progress.append)).run()
     assert executor.batches and all(REFERENCE not in batch for batch in executor.batches)
     (retimed,) = executor.retimed
     assert retimed[-1] == REFERENCE and len(retimed) == 3
@@ -179,7 +181,8 @@ def test_a_job_that_cannot_be_made_is_a_failed_trial() -> None:
     executor = PipelineExecutor(batch=4, measure_s=0.0)
     records = []
     result = SearchDriver(TinySpace(size=5), executor, make_job, estimator=latency_of,
-                          budget=Budget(trials=6), on_trials=records.extend).run()
+                          budget=Budget(trials=6),
+                          callbacks=SearchCallbacks(on_trials=records.extend)).run()
     # A renderer failure has its own status, not the compiler's compile_error.
     failed = [r for r in records if r.status == "render_error"]
     assert failed and all("codegen: ValueError: unsupported tile" in r.error for r in failed)
@@ -215,11 +218,12 @@ def test_mixed_batches_draw_on_the_sampler_the_neighbours_and_the_model() -> Non
         executor = PipelineExecutor(batch=6, measure_s=0.0, latency=by_tile)
         records = []
         driver = SearchDriver(space, executor, lambda p: p, estimator=by_tile,
-                              budget=Budget(trials=30), on_trials=records.extend,
+                              budget=Budget(trials=30),
                               config=SearchConfig(seed=seed, pool_factor=None,
                                                   sources=(SOURCE_LOCAL, SOURCE_SEARCH,
                                                            SOURCE_MODEL),
-                                                  sampler_asks_per_slot=1, random_per_slot=2))
+                                                  sampler_asks_per_slot=1, random_per_slot=2),
+                                                  callbacks=SearchCallbacks(on_trials=records.extend))
         return driver.run(), executor, records
 
     result, executor, records = run(5)
@@ -296,7 +300,7 @@ def test_progress_reports_the_best_so_far_by_the_final_method(leaders: int) -> N
     config = SearchConfig(overlap=True, retime_top_k=2, retime_leaders=leaders, seed=3)
     progress = []
     result = _driver(executor, TinySpace(size=4), budget=Budget(trials=16), config=config,
-                     on_progress=progress.append).run()
+                     callbacks=SearchCallbacks(on_progress=progress.append)).run()
     searching = [p for p in progress if p.phase == "search" and p.best_latency_us is not None]
     last = searching[-1]
     if leaders:

@@ -29,6 +29,7 @@ from scheduler_search.search import (
     ProposalSource,
     Round,
     SamplerSource,
+    SearchCallbacks,
     SearchConfig,
     SearchDriver,
     SeedsSource,
@@ -215,7 +216,7 @@ def test_a_composition_of_sources_runs_in_the_driver() -> None:
                           random_per_slot=1)
     result = SearchDriver(SPACE, executor, lambda p: p, estimator=_by_tile,
                           budget=Budget(trials=12), config=config,
-                          on_trials=records.extend).run()
+                          callbacks=SearchCallbacks(on_trials=records.extend)).run()
     assert result.trials_done == 12
     sources = [r.source for r in records if r.status == "ok"]
     assert sources[:2] == [SOURCE_MODEL, SOURCE_SEARCH]  # dealt in turns, in that order

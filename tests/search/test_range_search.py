@@ -15,7 +15,7 @@ from codegen import feasibility, unsupported
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_range_spec
 from scheduler_search.ops.ranges import SizeRange
-from scheduler_search.search import Budget, StopReason
+from scheduler_search.search import Budget, SearchCallbacks, StopReason
 from scheduler_search.search.range_cut import CONTENDER_SLACK, anchor_sizes, near_best
 from scheduler_search.search.range_search import (
     RangeConfig,
@@ -91,7 +91,7 @@ def _search(executor: Recording, *, trials: int | None = None, params: Mapping =
 def test_the_buckets_cover_the_range_each_with_a_run_time_m_kernel() -> None:
     executor = Recording()
     trials: list[Any] = []
-    result = _search(executor, on_trials=trials.extend).run()
+    result = _search(executor, callbacks=SearchCallbacks(on_trials=trials.extend)).run()
 
     assert result.ok and result.dim == "m" and result.size_from == ("a", 0)
     ends = [(b.low, b.high) for b in result.buckets]
@@ -162,7 +162,8 @@ def test_a_resumed_search_measures_nothing_twice() -> None:
 def test_a_cancel_stops_between_batches_and_skips_the_retiming() -> None:
     executor = Recording(width=4)
     calls = iter(range(100))
-    result = _search(executor, should_stop=lambda: next(calls) >= 2).run()
+    result = _search(executor,
+                     callbacks=SearchCallbacks(should_stop=lambda: next(calls) >= 2)).run()
     assert result.stop_reason is StopReason.CANCELLED and result.cancelled
     assert len(executor.batches) == 2 and not executor.retimed
     assert result.trials_done == 8
