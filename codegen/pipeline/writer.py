@@ -19,7 +19,3 @@ class RoleWriter:
         self.code, self.record = k.code, k.record
         self.layout, self.structure, self.hooks = k.layout, k.structure, k.hooks
         self.target = k.hooks.target
-
-    @property
-    def tiles(self):
-        return self.k.tiles
