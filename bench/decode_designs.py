@@ -172,8 +172,31 @@ def fitted_token_designs(m: int, n: int, blocks: int = 132) -> list[dict[str, An
     return designs
 
 
+def split_designs(m: int, n: int, blocks: int = 132) -> list[dict[str, Any]]:
+    """Split-K over clusters (the space's ``split_k``) for weights of few tiles: every
+    tile shape :func:`split_k_designs` seeds, with each split from 2 to 8 that keeps the
+    grid in one wave of ``blocks``, both k tiles, one tile a cluster or persistent."""
+    from scheduler_search.space.designs import split_k_designs
+
+    designs = []
+    for seed in split_k_designs(m, n, blocks):
+        tiles = -(-m // seed["tile_m"]) * -(-n // seed["tile_n"])
+        for split, tile_k, persistent in itertools.product(range(2, 9), (64, 128),
+                                                            (False, True)):
+            if tiles * split > blocks:
+                continue
+            stage_bytes = (seed["tile_m"] + seed["tile_n"]) * tile_k * 2
+            design = {**seed, "split_k": split, "tile_k": tile_k, "persistent": persistent,
+                      "stages_ab": min(12, 176 * 1024 // stage_bytes)}
+            if design not in designs:
+                designs.append(design)
+    return designs
+
+
 def _grid(name: str, m: int, n: int) -> list[dict[str, Any]]:
     """The designs of grid ``name`` at m tokens against a weight of n rows."""
+    if name == "split":
+        return split_designs(m, n) + few_tile_designs(m)
     if name == "mid":
         return mid_token_designs(m)
     if name == "fitted":
@@ -254,7 +277,8 @@ def _measure_case(pool: Any, case: dict[str, Any], args: argparse.Namespace) -> 
                      next(e for e in entries if e["hash"] == t["hash"])["artifact"]),
                      timing=timing, deadline_s=args.deadline)
                  for timing in (graph, events) for t in leaders]
-        batch += [Job(workload, baseline="cublas", timing=timing, deadline_s=args.deadline)
+        peer = _spec_of(params).run_baseline() or "cublas"  # scaled_mm for 8-bit inputs
+        batch += [Job(workload, baseline=peer, timing=timing, deadline_s=args.deadline)
                   for timing in (graph, events)]
         rounds.append([m.latency_us for m in pool.measure(batch)])
     n = len(leaders)
@@ -317,9 +341,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shapes", nargs="+", default=list(SHAPES))
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--top", type=int, default=24, help="cost-model picks per shape")
-    p.add_argument("--grid", choices=("few", "mid", "fitted"), default="few",
+    p.add_argument("--grid", choices=("few", "mid", "fitted", "split"), default="few",
                    help="few: decode's few-tile levers; mid: the middle of a range over m; "
-                        "fitted: tiles sized to fill whole waves there")
+                        "fitted: tiles sized to fill whole waves there; split: split-K "
+                        "over clusters beside the few-tile levers")
     p.add_argument("--pool", type=int, default=400)
     p.add_argument("--out", default=str(ROOT / ".bench" / "decode-designs.json.gz"))
     r = sub.add_parser("run")

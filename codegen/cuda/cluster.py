@@ -68,4 +68,51 @@ ARRIVE_CLUSTER_WARP = Snippet(
     section='9.7.13.15.13 "mbarrier.arrive"',
 )
 
-register(CTARANK, SYNC, ARRIVE_REMOTE, ARRIVE_CLUSTER_WARP)
+ARRIVE_REMOTE_RELEASE = Snippet(
+    "mbarrier_arrive_cluster_release",
+    "// Arrive once on the mbarrier at shared offset `bar` of block `cta`, releasing this\n"
+    "// thread's (and, through the barrier before it, its block's) shared-memory writes to\n"
+    "// the cluster: a split-K partial read by a peer after its acquiring wait.\n"
+    "__device__ __forceinline__ void mbarrier_arrive_cluster_release(u32 bar, u32 cta) {\n"
+    '  asm volatile("{\\n"\n'
+    '               ".reg .b32 remote;\\n"\n'
+    '               "mapa.shared::cluster.u32 remote, %0, %1;\\n"\n'
+    '               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n"\n'
+    '               "}" :: "r"(bar), "r"(cta) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.23 "mapa"; 9.7.13.15.13 "mbarrier.arrive"',
+)
+
+WAIT_CLUSTER = Snippet(
+    "mbarrier_wait_cluster",
+    "// Block until the phase of parity `parity` of this block's barrier `bar` has\n"
+    "// completed, acquiring at cluster scope what the arriving peers released.\n"
+    "__device__ __forceinline__ void mbarrier_wait_cluster(u32 bar, u32 parity) {\n"
+    '  asm volatile("{\\n"\n'
+    '               ".reg .pred done;\\n"\n'
+    '               "WAIT:\\n"\n'
+    '               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\\n"\n'
+    '               "@!done bra WAIT;\\n"\n'
+    '               "}\\n" :: "r"(bar), "r"(parity) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.13.15.16 "mbarrier.test_wait/try_wait"',
+)
+
+MAPA = Snippet(
+    "mapa_generic",
+    "// The generic address of what `p` (a generic pointer into this block's shared\n"
+    "// memory) points at in block `cta` of this cluster: plain loads through it read the\n"
+    "// peer's shared memory, and the compiler may batch them like any other load.\n"
+    "__device__ __forceinline__ const float* mapa_generic(const float* p, u32 cta) {\n"
+    "  const float* remote;\n"
+    '  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(cta));\n'
+    "  return remote;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.23 "mapa"',
+)
+
+register(CTARANK, SYNC, ARRIVE_REMOTE, ARRIVE_CLUSTER_WARP, ARRIVE_REMOTE_RELEASE, WAIT_CLUSTER,
+         MAPA)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from codegen.pipeline import stream_k
+from codegen.pipeline import split_k, stream_k
 from codegen.pipeline.limits import WARPGROUP
 from codegen.pipeline.pipelined import PipelinedLoop, TripAt, is_pipelined
 from codegen.pipeline.record import EmittedTurn
@@ -33,8 +33,10 @@ class Consumers(RoleWriter):
         """The consumers' state, their units of work, and what the block owes before it
         exits (the last turn's hand-over, the output's TMA stores)."""
         c, s, lay = self.code, self.structure, self.layout
-        if lay.tma_store or lay.stream_k is not None:
+        if lay.tma_store or lay.stream_k is not None or lay.split_blocks > 1:
             c(f"const int thread_in_wg = threadIdx.x % {WARPGROUP};")
+        if lay.split_blocks > 1:
+            c("u32 split_round = 0;  // tiles whose sums met in the first block")
         self.hooks.consumer_state(c)
         c("int loads_before = 0;  // loads of this block's sequence before the current unit")
         if lay.staging == "ring" and not s.pingpong:
@@ -79,6 +81,11 @@ class Consumers(RoleWriter):
         self._tile_buffers_release(held=True)
         if self.structure.tile_buffers:
             c("tile_phase ^= 1;")
+        if self.layout.split_blocks > 1:
+            split_k.emit_sum(c, self.layout.output.fragment)
+            with c.block("if (store_tile)"):
+                self._epilogue()
+            return
         if self.layout.stream_k is None:
             self._epilogue()
             return

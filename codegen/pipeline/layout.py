@@ -15,6 +15,7 @@ from functools import cached_property
 from codegen.cuda import Swizzle, swizzle, wgmma
 from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.cuda.tma import BOX_DIM_MAX
+from codegen.pipeline import split_k, stream_k
 from codegen.pipeline.emitters import EMITTERS, MATH_KINDS
 from codegen.pipeline.hooks import GridAxis, OperatorHooks, OutputTile, ctype
 from codegen.pipeline.limits import (
@@ -33,12 +34,6 @@ from scheduler_search.sprogram import StreamKShare
 
 #: Stream-K's workspace: one counter a shared tile, padded so the parts start aligned.
 STREAM_K_COUNT_ALIGN = 256
-#: Accumulators a consumer thread may sum a tile's parts into: ptxas 13.0 (sm_90a,
-#: 2026-12-02) spilled 36 and 304 bytes at 160 and 192 (8192^3 GEMMs, fp16 and e4m3, one
-#: consumer), none at 128 or fewer, where the same tiles without stream-K spilled none;
-#: with a fused epilogue (bias + GELU + residual, 4096^3 fp16), 128 in two row blocks
-#: spilled 12 bytes (4 without stream-K), 128 in one row block none.
-STREAM_K_ACC_REGS_MAX = 128
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -79,7 +74,7 @@ class PipelineLayout:
         """Blocks launched: a whole number of clusters, one wave of them when persistent
         (as many as the device runs at once: a second wave would run after the first).
         A kernel that counts its tiles at run time launches the whole wave."""
-        size = self.structure.cluster_size
+        size = self.launch_cluster
         if self.structure.sprogram.stream_k is not None:  # every SM: fewer tiles split more
             return self.device.clusters_at_once(size) * size
         if self.structure.persistent and self.runtime_axes:
@@ -87,6 +82,17 @@ class PipelineLayout:
         if self.structure.persistent:
             return min(self.device.clusters_at_once(size), self.units) * size
         return self.units * size
+
+    @property
+    def split_blocks(self) -> int:
+        """Blocks that split each tile's loop trips (1: no split-K)."""
+        split = self.structure.sprogram.split_k
+        return split.blocks if split else 1
+
+    @property
+    def launch_cluster(self) -> int:
+        """Blocks of a launched cluster: a multicast cluster's, or split-K's (1: none)."""
+        return self.structure.cluster_size * self.split_blocks
 
     # ----- run-time sizes --------------------------------------------------------------
     @property
@@ -153,29 +159,6 @@ class PipelineLayout:
         """Counters, then two parts (slots) a block, each every consumer's rows."""
         parts = 2 * self.grid * self.structure.consumers * self.stream_k_part_floats
         return self.stream_k_count_bytes + 4 * parts
-
-    def stream_k_problem(self) -> str | None:
-        """Stream-K is lowered for operators whose loop trips may be split among blocks, on
-        a persistent grid of cooperative consumers fed by a producer warp, one block a
-        tile; and where it evens out a wave."""
-        s, share = self.structure, self.stream_k
-        if share is None:
-            return None
-        if not self.hooks.shares_reduction:
-            return f"{s.sprogram.op} lowers no stream-K"
-        if not (s.persistent and s.warp_specialized) or s.pingpong:
-            return "stream-K needs a persistent grid, a producer warp, cooperative consumers"
-        if s.cluster_size > 1 and self.runtime_axes:
-            return "stream-K over clusters at a run-time size"
-        if self.hooks.tile_trips() is not None:
-            return "stream-K over tiles of different trip counts"
-        acc = self.stream_k_part_floats // WARPGROUP
-        fused = bool(self.hooks.element_stasks) and self.hooks.row_blocks(self.consumer_rows) > 1
-        if acc > STREAM_K_ACC_REGS_MAX or (fused and acc == STREAM_K_ACC_REGS_MAX):
-            return f"stream-K's sums of {acc} accumulators a thread spill"
-        if self.runtime_axes:
-            return None if share.waves >= 1 else f"stream_k={share.waves}: waves are >= 1"
-        return share.problem()
 
     # ----- tensors -------------------------------------------------------------------
     @cached_property
@@ -285,12 +268,17 @@ class PipelineLayout:
             plan.alias("C", of=self.hooks.operand(rings[0].loads[0]).const)
         elif self.staging == "ring":
             plan.add("C", self.c_slots * self.c_slot_bytes)
+        if self.structure.sprogram.split_k is not None:
+            plan.add(split_k.PART, 4 * self.structure.consumers * self.stream_k_part_floats)
         for ring in rings:
             plan.add(ring.full_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
             plan.add(ring.empty_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
         for buffer in self.structure.tile_buffers:
             plan.add(buffer.full_name.upper(), MBARRIER_BYTES, BARRIER_ALIGN)
             plan.add(buffer.empty_name.upper(), MBARRIER_BYTES, BARRIER_ALIGN)
+        if self.structure.sprogram.split_k is not None:
+            plan.add(split_k.FULL, MBARRIER_BYTES, BARRIER_ALIGN)
+            plan.add(split_k.FREE, MBARRIER_BYTES, BARRIER_ALIGN)
         return plan
 
     # ----- named barriers ------------------------------------------------------------
@@ -317,7 +305,8 @@ class PipelineLayout:
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
         return (self.hooks.problem() or self.runtime_problem() or self.structure_problem()
-                or self.cluster_problem() or self.stream_k_problem() or self.resource_problem())
+                or self.cluster_problem() or stream_k.problem(self) or split_k.problem(self)
+                or self.resource_problem())
 
     def cluster_problem(self) -> str | None:
         """Clusters are lowered with a producer warp (a consumer that waited on a peer

@@ -96,7 +96,8 @@ class Loader(RoleWriter):
                 with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
                     for ring in s.rings:
                         st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
-                        trip = "trip0 + trip" if self.layout.stream_k is not None else "trip"
+                        shared = self.layout.stream_k is not None or self.layout.split_blocks > 1
+                        trip = "trip0 + trip" if shared else "trip"
                         c(self.load_call(ring, st, f"{ph} ^ 1", trip))
                         c(f"if (++{st} == {ring.const}_STAGES) {{ {st} = 0; {ph} ^= 1; }}")
 

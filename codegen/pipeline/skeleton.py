@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from codegen.cuda import prelude
 from codegen.cuda.mbarrier import MBARRIER_BYTES
-from codegen.pipeline import epilogue, stream_k
+from codegen.pipeline import epilogue, split_k, stream_k
 from codegen.pipeline.code import Code
 from codegen.pipeline.consumers import Consumers
 from codegen.pipeline.emitters import EMITTERS
@@ -231,6 +231,8 @@ class PipelineSkeleton:
         self.hooks.constants(c, lay.consumer_rows)
         if lay.stream_k is not None:
             stream_k.emit_constants(c, lay)
+        if lay.split_blocks > 1:
+            split_k.emit_constants(c, lay)
         for ring in s.rings:
             c(f"constexpr int {ring.const}_STAGES = {ring.depth};  // {ring.stream} ring depth")
             c(f"constexpr u32 {ring.const}_TX_BYTES = {lay.stage_bytes(ring)};  // "
@@ -299,7 +301,7 @@ class PipelineSkeleton:
         if lay.stream_k is not None:
             params.append(f"unsigned char* __restrict__ {stream_k.WORKSPACE}")
         params += [f"const int {self.hooks.size_arg(d)}" for d in lay.runtime_dims]
-        cluster = f"__cluster_dims__({s.cluster_size}, 1, 1) " if s.cluster_size > 1 else ""
+        cluster = f"__cluster_dims__({lay.launch_cluster}, 1, 1) " if lay.launch_cluster > 1 else ""
         c(f'extern "C" __global__ void {cluster}__launch_bounds__({s.threads}, 1)')
         with c.block(f"{self.entry}({', '.join(params)})"):
             c("extern __shared__ __align__(1024) unsigned char smem_raw[];")
@@ -308,6 +310,9 @@ class PipelineSkeleton:
             c(f"const int warp = (threadIdx.x / {WARP}) % 4, lane = threadIdx.x % {WARP};")
             if s.cluster_size > 1:
                 c("const int cluster_id = blockIdx.x / CLUSTER, clusters = gridDim.x / CLUSTER;")
+            if lay.split_blocks > 1:
+                c("const int cluster_id = blockIdx.x / SPLIT, clusters = gridDim.x / SPLIT;")
+                split_k.emit_block_state(c)
             c("")
             self._runtime_sizes()
             self._init_rings()
@@ -323,8 +328,9 @@ class PipelineSkeleton:
             else:
                 c("const int consumer = warpgroup;")
                 self.consumers.write()
-            if s.cluster_size > 1:
-                c.comment("no block exits while a peer may still arrive on its barriers")
+            if lay.launch_cluster > 1:
+                c.comment("no block exits while a peer may still arrive on its barriers"
+                          + (" or read its shared memory" if lay.split_blocks > 1 else ""))
                 c(c.call("cluster_sync") + ";")
         c("")
 
@@ -348,8 +354,10 @@ class PipelineSkeleton:
                 c(c.call("mbarrier_init", buffer.full(), 1) + ";")
                 c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
                 self.record.tile_buffers[buffer.load] = (buffer.full_name, buffer.empty_name)
+            if self.layout.split_blocks > 1:
+                split_k.emit_barrier_init(c)
             c(c.call("mbarrier_init_fence") + ";")
-        if self.structure.cluster_size > 1:
+        if self.layout.launch_cluster > 1:
             c.comment("every block's barriers are initialised before any block multicasts")
             c(c.call("cluster_sync") + ";")
         else:

@@ -25,6 +25,48 @@ if TYPE_CHECKING:
 
 #: The kernel parameter of the workspace (counts and parts of shared tiles).
 WORKSPACE = "sk_workspace"
+#: Accumulators a consumer thread may sum a tile's parts into: ptxas 13.0 (sm_90a,
+#: 2026-12-02) spilled 36 and 304 bytes at 160 and 192 (8192^3 GEMMs, fp16 and e4m3, one
+#: consumer), none at 128 or fewer, where the same tiles without stream-K spilled none;
+#: with a fused epilogue (bias + GELU + residual, 4096^3 fp16), 128 in two row blocks
+#: spilled 12 bytes (4 without stream-K), 128 in one row block none.
+STREAM_K_ACC_REGS_MAX = 128
+
+
+def problem(layout: PipelineLayout) -> str | None:
+    """Stream-K is lowered for operators whose loop trips may be split among blocks, on
+    a persistent grid of cooperative consumers fed by a producer warp, one block a
+    tile; and where it evens out a wave."""
+    s, share, hooks = layout.structure, layout.stream_k, layout.hooks
+    if share is None:
+        return None
+    if not hooks.shares_reduction:
+        return f"{s.sprogram.op} lowers no stream-K"
+    if not (s.persistent and s.warp_specialized) or s.pingpong:
+        return "stream-K needs a persistent grid, a producer warp, cooperative consumers"
+    if s.cluster_size > 1 and layout.runtime_axes:
+        return "stream-K over clusters at a run-time size"
+    if hooks.tile_trips() is not None:
+        return "stream-K over tiles of different trip counts"
+    spill = sums_spill(layout)
+    if spill:
+        return spill
+    if layout.runtime_axes:
+        return None if share.waves >= 1 else f"stream_k={share.waves}: waves are >= 1"
+    return share.problem()
+
+
+def sums_spill(layout: PipelineLayout) -> str | None:
+    """Why a kernel that adds other blocks' sums of its tile (stream-K's parts, split-K's
+    partials) into its accumulators would spill, or None: more than
+    :data:`STREAM_K_ACC_REGS_MAX` a thread, or that many in two row blocks with a fused
+    epilogue (split-K too: 80 bytes at 513 x 1001 x 776, GELU and residual, 2026-12-04)."""
+    hooks = layout.hooks
+    acc = layout.stream_k_part_floats // WARPGROUP
+    fused = bool(hooks.element_stasks) and hooks.row_blocks(layout.consumer_rows) > 1
+    if acc > STREAM_K_ACC_REGS_MAX or (fused and acc == STREAM_K_ACC_REGS_MAX):
+        return f"sums of {acc} accumulators a thread from other blocks spill"
+    return None
 
 
 def emit_constants(code: Code, layout: PipelineLayout) -> None:
@@ -140,7 +182,7 @@ def emit_fixup(code: Code, trips: str, frag: str, part_floats: int,
         c(f"const int sk_first = sk_block_of(sk_tile * {trips});")
         c(f"const int sk_last = sk_block_of(sk_tile * {trips} + {trips} - 1);")
         c(f"float* part = sk_part({WORKSPACE}, sk_block, sk_tile, consumer);")
-        _fragment_loop(c, f"__stcg(part + FRAGMENT_AT, {frag}[mi][r]);")
+        fragment_loop(c, f"__stcg(part + FRAGMENT_AT, {frag}[mi][r]);")
         c("__threadfence();  // the part is visible before its count")
         c(c.call("named_barrier_sync", BAR_CONSUMERS, threads) + ";")
         c("bool finisher = false;")
@@ -154,7 +196,7 @@ def emit_fixup(code: Code, trips: str, frag: str, part_floats: int,
           + ";")
         with c.block("if (store_tile)"):
             c("__threadfence();  // the other blocks' parts are read after their counts")
-            _fragment_loop(c, f"{frag}[mi][r] = 0.f;")
+            fragment_loop(c, f"{frag}[mi][r] = 0.f;")
             _sum_parts(c, frag, _parts_at_once(part_floats))
 
 
@@ -184,13 +226,13 @@ def _sum_parts(code: Code, frag: str, batch: int) -> None:
             for i in range(batch):
                 c(f"const float* part{i} = sk_part({WORKSPACE}, b + {i}, sk_tile, consumer);")
             loads = " + ".join(f"__ldcg(part{i} + FRAGMENT_AT)" for i in range(batch))
-            _fragment_loop(c, f"{frag}[mi][r] += {loads};")
+            fragment_loop(c, f"{frag}[mi][r] += {loads};")
     with c.block("for (; b <= sk_last; ++b)"):
         c(f"const float* other = sk_part({WORKSPACE}, b, sk_tile, consumer);")
-        _fragment_loop(c, f"{frag}[mi][r] += __ldcg(other + FRAGMENT_AT);")
+        fragment_loop(c, f"{frag}[mi][r] += __ldcg(other + FRAGMENT_AT);")
 
 
-def _fragment_loop(code: Code, statement: str) -> None:
+def fragment_loop(code: Code, statement: str) -> None:
     """``statement`` for each fp32 register ``[mi][r]`` of the output's fragment;
     ``FRAGMENT_AT`` is its place in a part (register-major: a warpgroup's 128 threads
     write each register's values side by side, in whole lines)."""
@@ -203,5 +245,6 @@ def _fragment_loop(code: Code, statement: str) -> None:
             c(statement.replace("FRAGMENT_AT", at))
 
 
-__all__ = ["WORKSPACE", "emit_constants", "emit_fixup", "emit_helpers", "emit_runtime_share",
+__all__ = ["STREAM_K_ACC_REGS_MAX", "WORKSPACE", "emit_constants", "emit_fixup",
+           "emit_helpers", "emit_runtime_share", "fragment_loop", "problem", "sums_spill",
            "units"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from codegen.pipeline import stream_k
+from codegen.pipeline import split_k, stream_k
 from codegen.pipeline.writer import RoleWriter
 
 
@@ -20,10 +20,13 @@ class TileLoop(RoleWriter):
         tiles differ in trips) or its own."""
         c = self.code
         # A cluster's blocks work on one unit together.
-        block, blocks = (("cluster_id", "clusters") if self.structure.cluster_size > 1
+        block, blocks = (("cluster_id", "clusters") if self.layout.launch_cluster > 1
                          else ("blockIdx.x", "gridDim.x"))
         if self.layout.stream_k is not None:
             with stream_k.units(c, self.hooks.trips, block):
+                yield
+        elif self.layout.split_blocks > 1:
+            with self._tiles(block, blocks), split_k.trip_range(c, self.hooks.trips):
                 yield
         elif self.structure.persistent and self.hooks.tile_trips() is not None:
             c.comment("tiles of unequal trips: every other wave of units in reverse block "
@@ -34,7 +37,15 @@ class TileLoop(RoleWriter):
                   f"+ (wave & 1 ? {blocks} - 1 - {block} : {block});")
                 c("if (unit >= UNITS) break;  // the last wave is partial")
                 yield
-        elif self.structure.persistent:
+        else:
+            with self._tiles(block, blocks):
+                yield
+
+    @contextmanager
+    def _tiles(self, block: str, blocks: str) -> Iterator[None]:
+        """Units strided over the grid (persistent) or one a block (a cluster)."""
+        c = self.code
+        if self.structure.persistent:
             with c.block(f"for (int unit = {block}; unit < UNITS; unit += {blocks})"):
                 yield
         else:
@@ -46,7 +57,7 @@ class TileLoop(RoleWriter):
 
     def trips(self) -> str:
         """The current tile's loop trips: a constant, or ``trips`` declared here."""
-        if self.layout.stream_k is not None:
+        if self.layout.stream_k is not None or self.layout.split_blocks > 1:
             return "unit_trips"
         expr = self.hooks.tile_trips()
         if expr is None:

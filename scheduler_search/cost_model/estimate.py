@@ -46,6 +46,9 @@ BLOCK_OVERHEAD_CYCLES = 800.0
 #: L2 bytes a cycle one SM writes or reads stream-K's parts at (estimate: about a 132nd
 #: of the H200's L2 bandwidth at its clock).
 STREAM_K_PART_BYTES_PER_CYCLE = 48.0
+#: Bytes a split-K cluster's first block reads a cycle from a peer's shared memory
+#: (distributed shared memory; a lead, not yet a reading).
+SPLIT_K_PART_BYTES_PER_CYCLE = 64.0
 
 
 @dataclass
@@ -165,7 +168,9 @@ def _global(
     if not graph.causal_pairs:
         cold = tile_time.cold(groups[0]) + BLOCK_OVERHEAD_CYCLES
         waves = -(-blocks // slots)
-        if share is not None and share.problem() is None:
+        if sprogram.split_k is not None:
+            cycles = _split_k_cycles(sprogram, device, graph, tile_time, groups[0], tiles)
+        elif share is not None and share.problem() is None:
             cycles = _stream_k_cycles(share, tile_time, graph)
         elif sprogram.persistent:
             cycles = cold + (waves - 1) * tile_time.warm(groups[0])
@@ -217,6 +222,21 @@ def _stream_k_cycles(share: StreamKShare, tile_time: _TileTime, graph: STaskGrap
     parts = (1 + contributors) * part_bytes / STREAM_K_PART_BYTES_PER_CYCLE
     return (BLOCK_OVERHEAD_CYCLES + tile_time.first - tile_time.slope + trips * tile_time.slope
             + (whole + 2) * tile_time.epilogue + parts)
+
+
+def _split_k_cycles(sprogram: SProgram, device: Device, graph: STaskGraph,
+                    tile_time: _TileTime, tile_trips: int, tiles: int) -> float:
+    """A split-K cluster per tile: each block runs its share of the trips, then the first
+    block reads the others' fp32 partials from their shared memory, one after another,
+    and stores the tile; clusters run in waves of those the device holds at once."""
+    blocks = sprogram.split_k.blocks
+    trips = -(-tile_trips // blocks)
+    waves = -(-tiles // device.clusters_at_once(blocks))
+    partials = (blocks - 1) * 4 * _tile_elements(graph) / SPLIT_K_PART_BYTES_PER_CYCLE
+    cold = tile_time.cold(trips) + BLOCK_OVERHEAD_CYCLES + partials
+    if sprogram.persistent:
+        return cold + (waves - 1) * (tile_time.warm(trips) + partials)
+    return waves * cold
 
 
 def _tile_elements(graph: STaskGraph) -> int:

@@ -423,7 +423,11 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     the narrow unswapped tiles; past 64 tokens, where the weight makes few tiles, stream-K
     over clusters (:func:`_clustered_stream_k_designs`), then the tile that fills
     ``blocks`` a wave best, then the narrow, wide-n, m-pair and every-token-swapped tiles
-    (each led some weight's grid on the H200, 2026-12-04)."""
+    (each led some weight's grid on the H200, 2026-12-04). Where the weight's 64-row
+    tiles would leave two thirds of the SMs idle, the first split-K design
+    (:func:`split_k_designs`) comes first past 16 tokens (it led 1280 x 8192 at 32, 64
+    and 128) and second up to 16 (a search's first round measures both); the other
+    split-K designs, and all of them for larger weights, come last."""
     m, n = spec.params()["m"], spec.params()["n"]
     narrow = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
     if m <= _SWAPPED_TOKENS_MAX:
@@ -438,6 +442,13 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
         if swap_applies(spec):
             tokens = next(t for t in (128, 192, 256) if t >= m)  # every token in one tile
             designs.append(_swapped(tokens))
+    split = split_k_designs(m, n, blocks)
+    if not split or -(-n // 64) >= blocks // 3:  # measured where 64-row tiles are few
+        designs = [*designs, *split]
+    elif m > 16:  # each tile's loop over a cluster, its sums met on chip
+        designs = [split[0], *designs, *split[1:]]
+    else:
+        designs = [designs[0], split[0], *designs[1:], *split[1:]]
     if spec.params()["dtype"] in FP8_DTYPES:
         designs = [_same_stage_bytes_in_8_bits(d) for d in designs]
     return designs
@@ -543,6 +554,75 @@ _DEEPEST_K_STEP = 128
 #: The most tokens a seeded swapped design of :data:`GEMM_DECODE_SWAP`'s deep ring holds in
 #: one tile (past it, every token in one shallower swapped tile, beside unswapped ones).
 _SWAPPED_TOKENS_MAX = 64
+
+
+#: Shared memory a split-K design's ring may take beside its fp32 partial (a 128 x 64
+#: tile's 32 KB): the ring is the deepest that fits.
+_SPLIT_RING_BYTES = 176 * 1024
+#: The share of the SMs a split-K grid's seeds fill: on an H200 (bf16, graph replay,
+#: 2026-12-04, ``bench/decode_designs.py --grid split``) the 20 tiles of 1280 x 8192 ran
+#: fastest split 4 or 5 ways (80-100 blocks: 9.2, 10.6 and 13.5 us at 32, 64 and 128
+#: tokens, cuBLAS 11.1, 11.6 and 11.8), 2-5% slower split 6 (the first block adds more
+#: peers' sums than the extra SMs save).
+_SPLIT_K_SM_SHARE = 0.76
+
+
+def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
+    """Split-K over clusters for a weight of few tiles, each tile's loop shared by the
+    most blocks (2 to 8) that keep the grid within :data:`_SPLIT_K_SM_SHARE` of ``blocks``
+    SMs, likeliest first (the H200's leaders of 1280 x 8192, 2026-12-04): the tokens
+    along wgmma's N over 64 weight rows (32 and 128 tokens), 64 x 64 unswapped tiles (64
+    tokens), every token up to 128 in one unswapped tile over 64 weight rows, and the
+    tokens over 128 weight rows. None where the tiles already fill half the SMs."""
+    tokens = next((t for t in (8, 16, 32, 64, 128) if t >= m), 256)  # the space's tiles
+    swapped = {**GEMM_SWAP_WIDE, "tile_m": tokens, "consumer_warpgroups": 1}
+    square = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 64, "consumer_warpgroups": 1}
+    shapes: list[tuple[Choices, int]] = [(square, -(-m // 64) * -(-n // 64))]
+    if m <= 128:
+        rows = 64 if m <= 64 else 128
+        shapes.append(({**GEMM_WARP_SPECIALIZED, "tile_m": rows, "tile_n": 64,
+                        "consumer_warpgroups": rows // 64}, -(-n // 64)))
+    if tokens <= 128:
+        first = [] if 32 < m <= 64 else [(swapped, -(-n // 64))]
+        shapes = [*first, *shapes]
+        if not first:
+            shapes.append((swapped, -(-n // 64)))
+        shapes.append(({**swapped, "tile_n": 128, "consumer_warpgroups": 2}, -(-n // 128)))
+    designs: list[Choices] = []
+    for design, tiles in shapes:
+        split = max((s for s in range(2, 9) if tiles * s <= _SPLIT_K_SM_SHARE * blocks),
+                    default=1)
+        if split == 1 or 2 * tiles > blocks:
+            continue
+        # 128-deep k steps where the ring still holds five of them (the leaders' at 8 to
+        # 64 tokens), else 64-deep (128 tokens: 6 stages of 24 KB)
+        deep = (design["tile_m"] + design["tile_n"]) * 128 * 2 * 5 <= _SPLIT_RING_BYTES
+        design = {**design, "tile_k": 128 if deep else 64}
+        stage_bytes = (design["tile_m"] + design["tile_n"]) * design["tile_k"] * 2
+        depth = max(d for d in swapped_ring_depths() if d * stage_bytes <= _SPLIT_RING_BYTES)
+        # persistent: a range run's kernels count their tiles at run time
+        design = {**design, "stages_ab": depth, "stream_k": 0, "persistent": True,
+                  "split_k": split}
+        if design not in designs:
+            designs.append(design)
+    return designs
+
+
+def split_k_check_designs() -> list[Choices]:
+    """One design per shape of split-K's part of the kernel (the fragment a consumer
+    writes and the first block sums: its rows and warpgroups, swapped or not; the store
+    after the sum; one tile a cluster or persistent clusters), for checks that must cover
+    every split-K kernel the space can build."""
+    designs: list[Choices] = []
+    for tile_m, tile_n, consumers in ((128, 64, 2), (64, 64, 1), (128, 128, 2), (64, 256, 1)):
+        for store, persistent in (("tma", False), ("cuda_core", True)):
+            designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                            "consumer_warpgroups": consumers, "stages_ab": 4,
+                            "map_store": store, "persistent": persistent, "split_k": 4})
+    for tokens, rows, split in ((8, 64, 6), (32, 128, 3), (128, 64, 2)):
+        designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": rows,
+                        "consumer_warpgroups": rows // 64, "stages_ab": 6, "split_k": split})
+    return designs
 
 
 def stream_k_designs() -> list[Choices]:

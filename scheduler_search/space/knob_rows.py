@@ -27,6 +27,8 @@ class KnobRows:
             lowers them and where they can win (none: no knob).
         stream_k_waves: stream-K's shared waves (0: whole tiles), for operators whose
             code generation lowers it (none: no knob).
+        split_k_blocks: blocks of a split-K cluster (1: a tile's loop on one block), for
+            operators whose code generation lowers it (none: no knob).
     """
 
     tiles: dict[str, tuple[int, ...]]
@@ -36,6 +38,7 @@ class KnobRows:
     vector_loads: tuple[str, ...] = ()
     cluster_sizes: tuple[int, ...] = ()
     stream_k_waves: tuple[int, ...] = ()
+    split_k_blocks: tuple[int, ...] = ()
 
 
 KNOB_ROWS: dict[str, KnobRows] = {
@@ -46,6 +49,8 @@ KNOB_ROWS: dict[str, KnobRows] = {
         # Clusters: TMA multicast of the operand neighbouring tiles share.
         cluster_sizes=(1, 2),
         stream_k_waves=(0, 1, 2),
+        # Split-K over a cluster: few weight tiles (decode) still use every SM.
+        split_k_blocks=(1, 2, 3, 4, 6, 8),
     ),
     "attention": KnobRows(
         tiles={"q": (64, 128, 192, 256), "kv": (64, 96, 128, 160, 176, 192, 224, 256),

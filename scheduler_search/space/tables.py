@@ -47,6 +47,23 @@ def _stream_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bo
     return applies
 
 
+def _split_k_applies(spec: OperatorSpec, device: Device) -> Callable[[dict], bool]:
+    """Split-K is asked for where it is lowered (cooperative consumers fed by a producer
+    warp, no multicast cluster, no stream-K) and where the tiles leave SMs idle: fewer
+    tiles than half the SMs (a decode GEMM's few weight tiles)."""
+    graph = spec.graph({})
+
+    def applies(c: dict) -> bool:
+        if not (c.get("warp_specialized") and not _clustered(c) and not c.get("stream_k")
+                and c.get("consumer_split", "cooperative") == "cooperative"):
+            return False
+        tiles = math.prod(-(-graph.extents[a] // c.get(f"tile_{a}", graph.extents[a]))
+                          for a in graph.spatial_axes)
+        return 2 * tiles <= device.sm_count
+
+    return applies
+
+
 #: Few-token GEMMs (decode: m rows of tokens against an n x k weight, memory-bound): the
 #: tensor cores may compute Cᵀ (``swap_ab``: the weight's n along wgmma's M, the tokens
 #: along its N, which steps by 8), so a tile holds 8..32 token rows instead of 64 rows of
@@ -206,6 +223,9 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     if hopper and rows.stream_k_waves:
         knobs.append(Knob("stream_k", rows.stream_k_waves,
                           when=_stream_k_applies(spec, device), default=0))
+    if hopper and rows.split_k_blocks:
+        knobs.append(Knob("split_k", rows.split_k_blocks,
+                          when=_split_k_applies(spec, device), default=1))
     order_axes = graph.spatial_axes + tuple(graph.grid_axes)
     knobs.append(Knob("raster_major", order_axes[:2], structural=False))
     knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))

@@ -30,6 +30,8 @@ Choice keys:
     ``stream_k``: waves of a persistent grid's last tiles shared out by loop trips
         (0: every tile whole; see :class:`StreamK`).
     ``swap_ab``: the tensor cores compute the output transposed (``SProgram.swap_ab``).
+    ``split_k``: blocks of a cluster that split each tile's loop trips and add their sums
+        in distributed shared memory (1: a tile's loop on one block; see :class:`SplitK`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from scheduler_search.sprogram.schedule import (
     WARPGROUP_THREADS,
     Cluster,
     Raster,
+    SplitK,
     SProgram,
     StreamK,
     WarpRoles,
@@ -134,6 +137,7 @@ class Decisions:
     cluster: Cluster | None = None
     stream_k: StreamK | None = None
     swap_ab: bool = False
+    split_k: SplitK | None = None
 
     def stream_of(self, stask: str) -> str | None:
         for name, members in self.streams.items():
@@ -231,6 +235,7 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         cluster=_resolve_cluster(spec, graph, mapping, choices),
         stream_k=_resolve_stream_k(choices),
         swap_ab=bool(choices.get("swap_ab", False)),
+        split_k=_resolve_split_k(choices),
     )
 
 
@@ -239,6 +244,13 @@ def _resolve_stream_k(choices: dict[str, Any]) -> StreamK | None:
     if waves < 0:
         raise ScheduleError(f"stream_k: {waves} is not >= 0")
     return StreamK(waves) if waves else None
+
+
+def _resolve_split_k(choices: dict[str, Any]) -> SplitK | None:
+    blocks = int(choices.get("split_k", 1))
+    if blocks < 1:
+        raise ScheduleError(f"split_k: {blocks} is not >= 1")
+    return SplitK(blocks) if blocks > 1 else None
 
 
 def _resolve_cluster(
@@ -382,4 +394,5 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         cluster=decided.cluster,
         stream_k=decided.stream_k,
         swap_ab=decided.swap_ab,
+        split_k=decided.split_k,
     )

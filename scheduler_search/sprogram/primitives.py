@@ -16,6 +16,7 @@ from scheduler_search.sprogram.schedule import (
     BarrierTask,
     Cluster,
     Raster,
+    SplitK,
     SProgram,
     StreamK,
     UnitOp,
@@ -101,6 +102,7 @@ class SProgramBuilder:
         cluster: Cluster | None = None,
         stream_k: StreamK | None = None,
         swap_ab: bool = False,
+        split_k: SplitK | None = None,
     ) -> SProgram:
         return SProgram(
             op=self.graph.op,
@@ -121,4 +123,5 @@ class SProgramBuilder:
             cluster=cluster,
             stream_k=stream_k,
             swap_ab=swap_ab,
+            split_k=split_k,
         )

@@ -132,6 +132,18 @@ class StreamK:
 
 
 @dataclass(frozen=True)
+class SplitK:
+    """Split-K over a thread-block cluster: the ``blocks`` blocks of one cluster run one
+    output tile together, each an equal range of its reduction-loop trips, so a grid of
+    few tiles still puts every SM on the loop (a decode GEMM's few weight tiles). Their
+    fp32 partial sums meet in distributed shared memory: the cluster's first block adds
+    the others' in rank order (deterministic) and stores the tile. Unlike stream-K's
+    parts, no sum goes through L2 and no block waits on another's global-memory count."""
+
+    blocks: int
+
+
+@dataclass(frozen=True)
 class SProgram:
     """A complete schedule of one operator workload on one architecture."""
 
@@ -166,6 +178,8 @@ class SProgram:
     #: N instead of a 64-row block mostly of padding (cuBLAS's small-m kernels, "swap
     #: AB"). Serialised only when set, as ``cluster``.
     swap_ab: bool = False
+    #: Each tile's loop over one block when None; serialised only when set, as ``cluster``.
+    split_k: SplitK | None = None
 
     # ----- views -------------------------------------------------------------------------
     @property
@@ -189,7 +203,7 @@ class SProgram:
         data = asdict(self)
         data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
         data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
-        for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab"):
+        for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab", "split_k"):
             if not data[optional]:
                 del data[optional]
         return json.loads(json.dumps(data))
@@ -247,6 +261,7 @@ class SProgram:
             stream_k=StreamK(**data["stream_k"]) if data.get("stream_k") else None,
             runtime_dims=tuple(data.get("runtime_dims", ())),
             swap_ab=bool(data.get("swap_ab", False)),
+            split_k=SplitK(**data["split_k"]) if data.get("split_k") else None,
         )
 
     @classmethod

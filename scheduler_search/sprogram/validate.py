@@ -29,6 +29,7 @@ from scheduler_search.sprogram.schedule import (
     WARPGROUP_THREADS,
     Cluster,
     Raster,
+    SplitK,
     StreamK,
     WarpRoles,
 )
@@ -46,6 +47,11 @@ TMA_MIN_INNER_BYTES = 16
 TMA_BOXES_PER_TILE_MAX = 32
 #: The portable cluster sizes (a cluster of up to 8 blocks runs on every Hopper part).
 CLUSTER_SIZES = (2, 4, 8)
+#: Blocks a split-K cluster may have (any cluster of up to 8 blocks is portable).
+SPLIT_K_BLOCKS = (2, 3, 4, 5, 6, 7, 8)
+#: A split-K block's barriers: its partial is ready (the first block waits on it), and
+#: the first block has read it (the block may write its next one).
+SPLIT_K_BARRIERS = 2
 WGMMA_M, WGMMA_N_STEP, WGMMA_N_MAX, WGMMA_K = 64, 8, 256, 16
 #: Registers every consumer thread needs besides its tiles: addresses, loop state,
 #: barrier phases, descriptors (estimate; ptxas reports the truth at compile time).
@@ -67,6 +73,7 @@ class ScheduleLike(Protocol):
     cluster: Cluster | None
     stream_k: StreamK | None
     swap_ab: bool
+    split_k: SplitK | None
 
     def stream_of(self, stask: str) -> str | None: ...
 
@@ -142,7 +149,7 @@ def rows_per_consumer(sprogram: SProgram, graph: STaskGraph) -> int:
 def smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
     """Dynamic shared memory the kernel needs."""
     key = ("smem", _units(sprogram), tuple(sorted(sprogram.stages.items())),
-           sprogram.persistent, sprogram.consumer_split)
+           sprogram.persistent, sprogram.consumer_split, sprogram.split_k)
     return graph.memoised(key, lambda: _smem_bytes(sprogram, graph, plan))
 
 
@@ -164,7 +171,19 @@ def _smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
     for task in graph.phase_tasks("epilogue"):
         if task.kind is STaskKind.STORE and sprogram.mapping[task.name] is UnitKind.TMA:
             total += _store_staging_bytes(sprogram, graph, plan, task.name, operand_bytes)
+    if sprogram.split_k is not None:
+        total += split_k_partial_bytes(graph)
+        barriers += SPLIT_K_BARRIERS
     return total + _align(barriers * MBARRIER_BYTES, 16)
+
+
+def split_k_partial_bytes(graph: STaskGraph) -> int:
+    """A split-K block's fp32 partial sums of its tile, where the cluster's first block
+    reads them (distributed shared memory)."""
+    elements = 1
+    for axis in graph.spatial_axes:
+        elements *= graph.step(axis)
+    return _align(4 * elements, SWIZZLE_ALIGN_BYTES)
 
 
 def _store_staging_bytes(
@@ -440,6 +459,29 @@ def _stream_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) ->
     return problems
 
 
+def _split_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) -> list[Rejection]:
+    """Split-K is lowered for cooperative consumers fed by a producer warp, over a
+    reduction loop of at least a trip a block, in a cluster of its own (not beside a
+    multicast cluster or stream-K's shares)."""
+    split = sprogram.split_k
+    if split is None:
+        return []
+    trips = graph.loop_trips()
+    needs = [
+        (split.blocks not in SPLIT_K_BLOCKS, f"split_k={split.blocks} is not one of "
+                                             f"{SPLIT_K_BLOCKS}"),
+        (not device.has_tma, f"split-K's cluster needs TMA and clusters ({device.arch})"),
+        (not sprogram.roles.warp_specialized, "split-K needs a producer warp"),
+        (sprogram.consumer_split == "pingpong", "split-K is lowered for cooperative consumers"),
+        (not graph.reduction_axes, "split-K needs a reduction loop to split"),
+        (bool(graph.causal_pairs), "split-K over tiles of different trip counts"),
+        (sprogram.cluster is not None, "split-K's cluster cannot also multicast along a tile axis"),
+        (sprogram.stream_k is not None, "split-K and stream-K both split the loop"),
+        (trips < split.blocks, f"{trips} loop trips do not give {split.blocks} blocks one each"),
+    ]
+    return [Rejection(RejectReason.UNSUPPORTED, why) for failed, why in needs if failed]
+
+
 def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Validity:
     """Check ``sprogram`` against ``device``; every failing rule gives a Rejection."""
     graph = spec.graph(sprogram.tile)
@@ -493,6 +535,7 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
     problems += _check_tma(sprogram, graph, plan, spec)
     problems += _cluster_problems(sprogram.cluster, graph, spec, device)
     problems += _stream_k_problems(sprogram, graph, device)
+    problems += _split_k_problems(sprogram, graph, device)
 
     smem = smem_bytes(sprogram, graph, plan)
     if smem > device.smem_per_block_bytes:

@@ -79,7 +79,7 @@ def test_sums_that_would_spill_are_kept_out_with_a_reason() -> None:
     one_wide = {**PERSISTENT, "stream_k": 1, "tile_m": 128, "tile_n": 192,
                 "consumer_warpgroups": 1, "stages_ab": 3}
     problem = feasibility("gemm", H200)(plan_sprogram(spec, H200, one_wide))
-    assert problem is not None and "192 accumulators a thread spill" in problem
+    assert problem is not None and "192 accumulators a thread from other blocks spill" in problem
 
 
 def test_operators_without_a_stream_k_lowering_say_so() -> None:

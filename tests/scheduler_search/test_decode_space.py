@@ -86,7 +86,9 @@ def test_few_weight_tiles_past_64_tokens_lead_with_stream_k_over_clusters(
     clusters whose blocks multicast the operand they have in common, and they run."""
     spec = _spec(m, n=1280, k=8192, dtype=dtype)
     space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
-    first = decode_designs(spec)[0]
+    seeds = decode_designs(spec)
+    first = seeds[0] if m > 128 else seeds[1]  # up to 128 tokens split-K leads
+    assert m > 128 or seeds[0]["split_k"] > 1
     assert (first["cluster_axis"], first["cluster_size"], first["stream_k"]) == (*leader, 1)
     for design in decode_designs(spec):
         sprogram, validity = space.build(fit_to_space(space, design))
@@ -186,7 +188,7 @@ def test_stages_that_miss_a_swizzle_atom_are_kept_out(tile_k: int, ok: bool) -> 
         assert "swizzle atom" in str(validity.rejections)
 
 
-@pytest.mark.parametrize(("n", "second"), [(1280, "stream_k"), (4096, "stream_k"),
+@pytest.mark.parametrize(("n", "second"), [(1280, "split_k"), (4096, "stream_k"),
                                            (14336, "wide"), (28672, "wide")])
 def test_the_first_round_pairs_the_swapped_tile_with_what_the_weight_needs(
         n: int, second: str) -> None:
@@ -195,7 +197,10 @@ def test_the_first_round_pairs_the_swapped_tile_with_what_the_weight_needs(
     first, next_one, *rest = decode_designs(_spec(1, n=n))
     assert first["swap_ab"] and first["tile_n"] == 64 and not first["stream_k"]
     assert first["stages_ab"] == 8
-    if second == "stream_k":
+    if second == "split_k":  # 20 tiles: split-K over a cluster, its stream-K twin later
+        assert next_one["split_k"] > 1 and next_one["swap_ab"]
+        assert {**first, "stream_k": 1} in rest
+    elif second == "stream_k":
         assert next_one == {**first, "stream_k": 1}
     else:
         assert next_one["tile_n"] == 128 and not next_one["stream_k"]

@@ -288,12 +288,16 @@ class RecordingTrial:
         return self.pick(choices)
 
 
+def _tiles(space: ScheduleSpace, choices: dict[str, Any]) -> int:
+    graph = space.spec.graph({})
+    return math.prod(-(-graph.extents[a] // choices.get(f"tile_{a}", graph.extents[a]))
+                     for a in graph.spatial_axes)
+
+
 def _partial_last_wave(space: ScheduleSpace, choices: dict[str, Any]) -> bool:
     """Whether the tiles of ``choices`` leave a persistent grid's last wave part-empty
     (a cluster's blocks take their tiles together: the wave is of clusters)."""
-    graph = space.spec.graph({})
-    tiles = math.prod(-(-graph.extents[a] // choices.get(f"tile_{a}", graph.extents[a]))
-                      for a in graph.spatial_axes)
+    tiles = _tiles(space, choices)
     size = choices.get("cluster_size", 1)
     return (tiles // size) % space.device.clusters_at_once(size) != 0
 
@@ -307,6 +311,10 @@ def expected_questions(space: ScheduleSpace, choices: dict[str, Any]) -> list[st
             and choices.get("consumer_split", "cooperative") == "cooperative"
             and _partial_last_wave(space, choices)):
         skipped.add("stream_k")
+    if not (ws and choices.get("cluster_size", 1) < 2 and not choices.get("stream_k")
+            and choices.get("consumer_split", "cooperative") == "cooperative"
+            and 2 * _tiles(space, choices) <= space.device.sm_count):
+        skipped.add("split_k")
     if not (consumers >= 2 and ws):
         skipped.add("consumer_split")
     if consumers < 2:

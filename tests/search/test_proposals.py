@@ -44,8 +44,10 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 SPACE = ScheduleSpace(parse_spec("gemm", {"m": 1024, "n": 1024, "k": 1024,
                                           "dtype": "float16"}), get_device("sim:h200"))
-#: As the sampler would ask for it (32 tiles on 132 SMs: stream-K is asked for, and off).
-BEST = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzle": 8, "stream_k": 0}
+#: As the sampler would ask for it (32 tiles on 132 SMs: stream-K and split-K are asked
+#: for, and off).
+BEST = {**GEMM_WARP_SPECIALIZED, "raster_major": "m", "raster_swizzle": 8, "stream_k": 0,
+        "split_k": 1}
 
 
 def _by_tile(sprogram) -> float:
