@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from scheduler_search.ops import OperatorSpec, RangeSpec
 from scheduler_search.ops.gemm import FP8_DTYPES
+from scheduler_search.space.knob_rows import KNOB_ROWS
 from scheduler_search.space.knobs import Choices
 from scheduler_search.space.tables import few_token_gemm, swap_applies, swapped_ring_depths
 
@@ -569,7 +570,7 @@ _SPLIT_K_SM_SHARE = 0.76
 
 def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
     """Split-K over clusters for a weight of few tiles, each tile's loop shared by the
-    most blocks (2 to 8) that keep the grid within :data:`_SPLIT_K_SM_SHARE` of ``blocks``
+    most blocks the space offers that keep the grid within :data:`_SPLIT_K_SM_SHARE` of ``blocks``
     SMs, likeliest first (the H200's leaders of 1280 x 8192, 2026-12-04): the tokens
     along wgmma's N over 64 weight rows (32 and 128 tokens), 64 x 64 unswapped tiles (64
     tokens), every token up to 128 in one unswapped tile over 64 weight rows, and the
@@ -590,8 +591,8 @@ def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
         shapes.append(({**swapped, "tile_n": 128, "consumer_warpgroups": 2}, -(-n // 128)))
     designs: list[Choices] = []
     for design, tiles in shapes:
-        split = max((s for s in range(2, 9) if tiles * s <= _SPLIT_K_SM_SHARE * blocks),
-                    default=1)
+        split = max((s for s in KNOB_ROWS["gemm"].split_k_blocks
+                     if tiles * s <= _SPLIT_K_SM_SHARE * blocks), default=1)
         if split == 1 or 2 * tiles > blocks:
             continue
         # 128-deep k steps where the ring still holds five of them (the leaders' at 8 to

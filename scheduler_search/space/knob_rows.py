@@ -50,7 +50,7 @@ KNOB_ROWS: dict[str, KnobRows] = {
         cluster_sizes=(1, 2),
         stream_k_waves=(0, 1, 2),
         # Split-K over a cluster: few weight tiles (decode) still use every SM.
-        split_k_blocks=(1, 2, 3, 4, 6, 8),
+        split_k_blocks=(1, 2, 3, 4, 5, 6, 8),
     ),
     "attention": KnobRows(
         tiles={"q": (64, 128, 192, 256), "kv": (64, 96, 128, 160, 176, 192, 224, 256),

@@ -69,7 +69,8 @@ def test_decode_designs_are_valid_points_of_the_space(m: int, dtype: str) -> Non
     for design in decode:
         fitted = fit_to_space(space, design)
         assert all(fitted[k] == v for k, v in design.items() if k in fitted)
-        for knob in ("tile_m", "tile_n", "tile_k", "stages_ab", "stream_k", "cluster_size"):
+        for knob in ("tile_m", "tile_n", "tile_k", "stages_ab", "stream_k", "cluster_size",
+                     "split_k"):
             if knob in design:
                 assert fitted[knob] == design[knob]  # kept, not left to the sampler
         assert fitted.get("swap_ab", False) == design.get("swap_ab", False)
