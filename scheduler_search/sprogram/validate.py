@@ -470,7 +470,8 @@ def _split_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) -> 
     needs = [
         (split.blocks not in SPLIT_K_BLOCKS, f"split_k={split.blocks} is not one of "
                                              f"{SPLIT_K_BLOCKS}"),
-        (not device.has_tma, f"split-K's cluster needs TMA and clusters ({device.arch})"),
+        (not device.capabilities.clusters,
+         f"split-K's blocks share a tile in a thread-block cluster ({device.arch} has none)"),
         (not sprogram.roles.warp_specialized, "split-K needs a producer warp"),
         (sprogram.consumer_split == "pingpong", "split-K is lowered for cooperative consumers"),
         (not graph.reduction_axes, "split-K needs a reduction loop to split"),

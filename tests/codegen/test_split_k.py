@@ -63,6 +63,17 @@ def test_what_split_k_cannot_pair_with_is_refused_with_its_reason(choices: dict,
     assert any(why in r.detail for r in rejections), rejections
 
 
+def test_a_device_without_clusters_is_not_offered_split_k() -> None:
+    from dataclasses import replace
+
+    from scheduler_search.hardware.model import Capabilities
+
+    bare = replace(H200, capabilities=Capabilities(tma=True, wgmma=True))
+    spec = _spec()
+    sprogram = plan_sprogram(spec, bare, {**TILE_128X64, "split_k": 4})
+    assert any("cluster" in r.detail for r in check_valid(sprogram, spec, bare).rejections)
+
+
 def test_a_block_without_a_trip_is_refused() -> None:
     spec = _spec(k=128)  # two trips of 64
     sprogram = plan_sprogram(spec, H200, {**TILE_128X64, "tile_k": 64, "split_k": 3})
