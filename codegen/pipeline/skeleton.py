@@ -197,7 +197,8 @@ class PipelineSkeleton:
             lines.append(f"//   {role}: {stream}")
         for barrier in sp.barriers:
             deps = ", ".join(f"{d}-{dist}" if dist else d for d, dist in barrier.deps)
-            lines.append(f"//   barrier {barrier.name} ({barrier.kind}, {barrier.slots} slot(s)): "
+            kind = self.hooks.target.barrier_name(barrier.kind)
+            lines.append(f"//   barrier {barrier.name} ({kind}, {barrier.slots} slot(s)): "
                          f"{barrier.waiter} waits for {deps}")
         return "\n".join(lines) + "\n"
 

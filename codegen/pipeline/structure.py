@@ -23,7 +23,7 @@ from functools import cached_property
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind
 from scheduler_search.ops import parse_spec
-from scheduler_search.sprogram import BarrierTask, Raster, SProgram
+from scheduler_search.sprogram import BarrierKind, BarrierTask, Raster, SProgram
 from scheduler_search.sprogram.plan import ASYNC_COPY_UNITS
 from scheduler_search.sprogram.schedule import WARP_THREADS, WARPGROUP_THREADS
 
@@ -220,14 +220,14 @@ class PipelineStructure:
         return "producer" if self.warp_specialized else self.consumer_roles[0]
 
     # ----- barriers ------------------------------------------------------------------
-    def _barriers(self, kind: str) -> list[BarrierTask]:
+    def _barriers(self, kind: BarrierKind) -> list[BarrierTask]:
         return [b for b in self.sprogram.barriers if b.kind == kind]
 
     @cached_property
     def rings(self) -> tuple[Ring, ...]:
         """One ring per operand stream whose loads are async copies, in stream order."""
         sp = self.sprogram
-        mbarriers = self._barriers("mbarrier")
+        mbarriers = self._barriers(BarrierKind.STAGE)
         rings = []
         for stream in sp.streams:
             full = [b for b in mbarriers if b.deps and all(
@@ -270,7 +270,7 @@ class PipelineStructure:
         """One buffer per async copy of the prologue (loaded once per output tile)."""
         buffers = []
         readers = 1 if self.pingpong else self.consumers
-        for b in self._barriers("mbarrier"):
+        for b in self._barriers(BarrierKind.STAGE):
             (dep, _), *rest = b.deps
             if rest or not self.is_async_copy(dep) or self.graph.stask(dep).phase != "prologue":
                 continue
@@ -283,12 +283,12 @@ class PipelineStructure:
         """mbarriers that belong to no ring and no tile buffer."""
         named = {r.full_name for r in self.rings} | {r.empty_name for r in self.rings}
         named |= {t.full_name for t in self.tile_buffers}
-        return [b for b in self._barriers("mbarrier") if b.name not in named]
+        return [b for b in self._barriers(BarrierKind.STAGE) if b.name not in named]
 
     @cached_property
     def turns(self) -> tuple[Turn, ...]:
         turns = []
-        for b in self._barriers("named"):
+        for b in self._barriers(BarrierKind.TURN):
             (after, distance), = b.deps
             index = self.consumer_roles.index(b.role)
             turns.append(Turn(b.name, b.waiter, after, self.consumer_roles[index - 1], b.role,
@@ -299,7 +299,7 @@ class PipelineStructure:
     def inflight(self) -> dict[str, int]:
         """wgmma groups an MMA sTask leaves pending after it issues (0: waits for itself)."""
         pending = {}
-        for b in self._barriers("wgmma_wait"):
+        for b in self._barriers(BarrierKind.MMA_WAIT):
             if b.deps == ((b.waiter, 1),):
                 pending[b.waiter] = 1
         return pending
@@ -307,7 +307,7 @@ class PipelineStructure:
     def result_waits(self) -> list[BarrierTask]:
         """wgmma waits other than an MMA's own in-flight group: an MMA's result read by the
         CUDA cores (``mma_qk_done_for_softmax_max``)."""
-        return [b for b in self._barriers("wgmma_wait") if b.deps != ((b.waiter, 1),)]
+        return [b for b in self._barriers(BarrierKind.MMA_WAIT) if b.deps != ((b.waiter, 1),)]
 
     # ----- the tile loop and the epilogue --------------------------------------------
     @property

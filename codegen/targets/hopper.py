@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from codegen.cuda import wgmma
 from codegen.targets.mma import Mma
 from codegen.targets.target import Target
+from scheduler_search.sprogram import BarrierKind
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
@@ -25,6 +26,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class HopperTarget(Target):
     """sm_90a's instructions for what the pipeline and the operators ask for."""
+
+    def barrier_name(self, kind: BarrierKind) -> str:
+        """A ring stage is an mbarrier, a turn a named barrier, an MMA's completion
+        ``wgmma.wait_group``."""
+        return {BarrierKind.STAGE: "mbarrier", BarrierKind.TURN: "named",
+                BarrierKind.MMA_WAIT: "wgmma_wait"}[kind]
 
     def write_mma(self, code: Code, mma: Mma) -> None:
         """One wgmma group computing ``mma``."""

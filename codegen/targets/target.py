@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
     from codegen.targets.mma import Mma
+    from scheduler_search.sprogram import BarrierKind
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class Target(abc.ABC):
         """The nvcc command that builds ``sources`` into ``output`` for this target."""
         return " ".join(("nvcc", *self.nvcc_arch, f"-std={self.language}", "-o", output,
                          *sources, "-lcuda"))
+
+    @abc.abstractmethod
+    def barrier_name(self, kind: BarrierKind) -> str:
+        """How this target keeps a barrier of ``kind`` (the kernel's header says it)."""
 
     @abc.abstractmethod
     def write_mma(self, code: Code, mma: Mma) -> None:

@@ -17,7 +17,7 @@ from scheduler_search.cost_model.timings import TimingModel, Work
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STask, STaskGraph, STaskKind
 from scheduler_search.ops import DTYPE_BYTES
-from scheduler_search.sprogram.schedule import SProgram, UnitOp
+from scheduler_search.sprogram.schedule import BarrierKind, SProgram, UnitOp
 from scheduler_search.sprogram.validate import row_axis
 
 #: Cycles from a plain ld.global/st.global to its data (estimate, L2 hit).
@@ -154,7 +154,7 @@ class BlockScheduler:
         self.depth_of = {m: sprogram.stages[s] for s, ms in sprogram.streams.items() for m in ms}
         self.empty_wait = self._empty_waits()
         self.alternate = len(self.consumers) > 1 and any(
-            b.kind == "named" for b in sprogram.barriers)
+            b.kind is BarrierKind.TURN for b in sprogram.barriers)
         self.loop_mmas = [(o.stask, o.lead) for _, o in sprogram.role_stream(self.consumers[0])
                           if o.stask in self.mmas]
         self.streams = self._streams()

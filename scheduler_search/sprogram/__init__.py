@@ -8,6 +8,7 @@ from scheduler_search.sprogram.plan import (
 )
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
 from scheduler_search.sprogram.schedule import (
+    BarrierKind,
     BarrierTask,
     Cluster,
     Raster,
@@ -28,6 +29,7 @@ from scheduler_search.sprogram.validate import (
 )
 
 __all__ = [
+    "BarrierKind",
     "BarrierTask",
     "Cluster",
     "Decisions",

@@ -45,6 +45,7 @@ from scheduler_search.ops import OperatorSpec
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
 from scheduler_search.sprogram.schedule import (
     WARPGROUP_THREADS,
+    BarrierKind,
     Cluster,
     Raster,
     SplitK,
@@ -363,7 +364,7 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
                 mmas[0],
                 [(mmas[-1], 0 if index > 0 else 1)],
                 name=f"tc_turn_{previous}_to_{role}",
-                kind="named",
+                kind=BarrierKind.TURN,
                 role=role,
             )
     # An MMA result read by the CUDA cores: wait for its wgmma group.
@@ -371,10 +372,12 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         for dep, distance in deps[name]:
             if dep in mmas and mapping[name] is not UnitKind.TENSOR_CORE:
                 builder.wait(
-                    name, [(dep, distance)], name=f"{dep}_done_for_{name}", kind="wgmma_wait"
+                    name, [(dep, distance)], name=f"{dep}_done_for_{name}",
+                    kind=BarrierKind.MMA_WAIT
                 )
     if mmas and order == "overlap" and not lead_first_mma:
-        builder.wait(mmas[-1], [(mmas[-1], 1)], name=f"{mmas[-1]}_inflight", kind="wgmma_wait")
+        builder.wait(mmas[-1], [(mmas[-1], 1)], name=f"{mmas[-1]}_inflight",
+                     kind=BarrierKind.MMA_WAIT)
 
     # Epilogue.
     for task in graph.phase_tasks("epilogue"):

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph
 from scheduler_search.sprogram.schedule import (
+    BarrierKind,
     BarrierTask,
     Cluster,
     Raster,
@@ -70,7 +71,7 @@ class SProgramBuilder:
         deps: list[tuple[str, int]],
         *,
         name: str,
-        kind: Literal["mbarrier", "named", "wgmma_wait"] = "mbarrier",
+        kind: BarrierKind = BarrierKind.STAGE,
         slots: int = 1,
         role: str = "consumer",
     ) -> BarrierTask:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, Literal
 
@@ -49,20 +50,46 @@ class UnitOp:
     lead: int = 0
 
 
+class BarrierKind(StrEnum):
+    """What a barrier sTask waits for, in words of no architecture (a code-generation
+    target says how it keeps each: Hopper with an mbarrier ring, a named barrier, and
+    wgmma's ``wait_group``)."""
+
+    #: A stage of a ring (or a tile buffer): its loads have landed, or its readers are
+    #: done with it.
+    STAGE = "stage"
+    #: The consumer warpgroups' turns on the tensor cores.
+    TURN = "turn"
+    #: An MMA group's completion: its result is read, or its own group stays in flight.
+    MMA_WAIT = "mma_wait"
+
+
+#: Each kind as schedules spell it when serialised: the names the kinds had before they
+#: were made architecture-neutral, kept so that every schedule keeps its sha256 (its
+#: identity, its cache key and its kernel's name).
+SERIALISED_KINDS: dict[BarrierKind, str] = {
+    BarrierKind.STAGE: "mbarrier", BarrierKind.TURN: "named", BarrierKind.MMA_WAIT: "wgmma_wait"}
+_KINDS_BY_SERIALISED = {spelling: kind for kind, spelling in SERIALISED_KINDS.items()}
+
+
+def barrier_kind(spelling: str) -> BarrierKind:
+    """The kind a serialised schedule spells ``spelling`` (its old name or its own)."""
+    return _KINDS_BY_SERIALISED.get(spelling) or BarrierKind(spelling)
+
+
 @dataclass(frozen=True)
 class BarrierTask:
     """A barrier sTask created by Wait: ``waiter`` starts after every ``(sTask, distance)``
     dependency of iteration ``j - distance`` has completed.
 
-    ``kind`` says how the generated code realises it: an mbarrier ring of ``slots`` entries
-    (``mbarrier``), a named barrier between consumer warpgroups (``named``), or waiting on
-    in-flight wgmma groups (``wgmma_wait``).
+    ``kind`` says what it waits for (:class:`BarrierKind`): a ring stage of ``slots``
+    entries, the consumers' turns on the tensor cores, or an MMA group.
     """
 
     name: str
     waiter: str
     deps: tuple[tuple[str, int], ...]
-    kind: Literal["mbarrier", "named", "wgmma_wait"] = "mbarrier"
+    kind: BarrierKind = BarrierKind.STAGE
     slots: int = 1
     role: str = "consumer"
 
@@ -203,6 +230,8 @@ class SProgram:
         data = asdict(self)
         data["programs"] = {str(u): [asdict(op) for op in ops] for u, ops in self.programs.items()}
         data["mapping"] = {k: str(v) for k, v in self.mapping.items()}
+        for barrier in data["barriers"]:
+            barrier["kind"] = SERIALISED_KINDS[barrier["kind"]]
         for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab", "split_k"):
             if not data[optional]:
                 del data[optional]
@@ -242,7 +271,7 @@ class SProgram:
                     name=b["name"],
                     waiter=b["waiter"],
                     deps=tuple((d[0], d[1]) for d in b["deps"]),
-                    kind=b["kind"],
+                    kind=barrier_kind(b["kind"]),
                     slots=b["slots"],
                     role=b["role"],
                 )

@@ -62,10 +62,10 @@ def _expected_rings(sp: SProgram) -> dict[str, tuple[int, int, str, str]]:
     loads = {m for members in sp.streams.values() for m in members
              if sp.mapping[m] is UnitKind.TMA}
     for full in sp.barriers:
-        if full.kind != "mbarrier" or not all(d in loads for d, _ in full.deps):
+        if full.kind != "stage" or not all(d in loads for d, _ in full.deps):
             continue
         stream = sp.stream_of(full.deps[0][0])
-        empty = next(b for b in sp.barriers if b.kind == "mbarrier" and b.waiter in loads
+        empty = next(b for b in sp.barriers if b.kind == "stage" and b.waiter in loads
                      and sp.stream_of(b.waiter) == stream)
         readers = 1 if sp.consumer_split == "pingpong" else sp.roles.consumer_warpgroups
         # A stage the cluster's blocks multicast into is released by all their readers.
@@ -86,13 +86,13 @@ def _check(sp: SProgram, record: EmissionRecord) -> None:
         assert record.sequence(role) == expected, role
     assert {s: (r.depth, r.empty_arrivals, r.full, r.empty) for s, r in record.rings.items()} \
         == _expected_rings(sp)
-    named = {b.name: b for b in sp.barriers if b.kind == "named"}
+    named = {b.name: b for b in sp.barriers if b.kind == "turn"}
     assert set(record.turns) == set(named)
     for name, turn in record.turns.items():
         assert turn.waits == named[name].role and turn.stask == named[name].waiter
     ids = sorted(t.barrier_id for t in record.turns.values())
     assert len(set(ids)) == len(ids)  # one named barrier per turn
-    waits = [b for b in sp.barriers if b.kind == "wgmma_wait"]
+    waits = [b for b in sp.barriers if b.kind == "mma_wait"]
     inflight = {b.waiter for b in waits if b.deps == ((b.waiter, 1),)}
     mmas = [op.stask for op in sp.programs[UnitKind.TENSOR_CORE] if op.role == "consumer0"]
     assert record.wgmma_pending == {m: 1 if m in inflight else 0 for m in mmas}
@@ -101,7 +101,7 @@ def _check(sp: SProgram, record: EmissionRecord) -> None:
     loaded_once = {name for name, unit in sp.mapping.items() if unit is UnitKind.TMA
                    and name.startswith("load_") and sp.stream_of(name) is None}
     once = {b.deps[0][0]: b.name for b in sp.barriers
-            if b.kind == "mbarrier" and b.deps[0][0] in loaded_once}
+            if b.kind == "stage" and b.deps[0][0] in loaded_once}
     assert record.tile_buffers == {load: (full, f"{load}_empty") for load, full in once.items()}
     if sp.roles.warp_specialized:
         budgets = {"producer": sp.roles.producer_regs}
@@ -113,8 +113,8 @@ def _check(sp: SProgram, record: EmissionRecord) -> None:
 
 def test_the_sample_covers_the_structures_of_the_space() -> None:
     kinds = {(sp.roles.warp_specialized, sp.roles.consumer_warpgroups, sp.consumer_split,
-              any(b.kind == "named" for b in sp.barriers),
-              any(b.kind == "wgmma_wait" for b in sp.barriers), sp.mapping["store"], sp.persistent)
+              any(b.kind == "turn" for b in sp.barriers),
+              any(b.kind == "mma_wait" for b in sp.barriers), sp.mapping["store"], sp.persistent)
              for sp in _samples()}
     assert len(_samples()) == COUNT
     for index in range(len(next(iter(kinds)))):
@@ -137,7 +137,7 @@ def test_a_different_sprogram_gives_a_different_kernel() -> None:
     kernel: the record says the wgmma group is waited for at once."""
     overlap = _design(order="overlap", stages_ab=4)
     assert lowering(overlap, DEVICE).record.wgmma_pending == {"mma": 1}
-    barriers = tuple(b for b in overlap.barriers if b.kind != "wgmma_wait")
+    barriers = tuple(b for b in overlap.barriers if b.kind != "mma_wait")
     serial = dataclasses.replace(overlap, barriers=barriers)
     lowered = lowering(serial, DEVICE)
     assert lowered.record.wgmma_pending == {"mma": 0}

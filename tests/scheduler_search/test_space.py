@@ -258,7 +258,7 @@ def test_fa3_plan_is_a_candidate(enumerated: Callable[..., Enumerated]) -> None:
     assert {c.choices["persistent"] for c in members} == {True, False}
     sprogram = members[0].sprogram
     assert sprogram.roles.consumer_warpgroups == 2 and sprogram.roles.warp_specialized
-    assert any(b.kind == "named" for b in sprogram.barriers)
+    assert any(b.kind == "turn" for b in sprogram.barriers)
 
 
 @pytest.mark.parametrize("op", ["attention", "mamba2_chunk_state"])

@@ -279,13 +279,13 @@ def test_warp_specialised_gemm_sprogram() -> None:
         assert all(name not in ("load_a", "load_b") for _, name in stream)
 
     full = {b.name: b for b in sprogram.barriers}
-    assert full["ab_full"].kind == "mbarrier" and full["ab_full"].slots == 4
+    assert full["ab_full"].kind == "stage" and full["ab_full"].slots == 4
     assert full["ab_full"].waiter == "mma"
     assert set(full["ab_full"].deps) == {("load_a", 0), ("load_b", 0)}
     # The producer refills a slot once the mma of 4 iterations ago has read it.
     empty = full["ab_empty"]
     assert (empty.kind, empty.slots, empty.role, empty.waiter) == (
-        "mbarrier",
+        "stage",
         4,
         "producer",
         "load_a",
@@ -297,10 +297,10 @@ def test_overlapped_gemm_keeps_one_wgmma_group_in_flight() -> None:
     sprogram = plan_sprogram(GEMM_SPEC, H200, GEMM_WS)
     # The loop's only MMA is its last sTask: overlap waits for it one iteration late.
     assert all(op.lead == 0 for ops in sprogram.programs.values() for op in ops)
-    inflight = [b for b in sprogram.barriers if b.kind == "wgmma_wait" and b.waiter == "mma"]
+    inflight = [b for b in sprogram.barriers if b.kind == "mma_wait" and b.waiter == "mma"]
     assert [b.deps for b in inflight] == [(("mma", 1),)]
     serial = plan_sprogram(GEMM_SPEC, H200, {**GEMM_WS, "order": "serial"})
-    assert not [b for b in serial.barriers if b.kind == "wgmma_wait"]
+    assert not [b for b in serial.barriers if b.kind == "mma_wait"]
 
 
 def fa3_sprogram() -> SProgram:
@@ -370,17 +370,17 @@ def test_fa3_issues_the_next_qk_and_this_pv_back_to_back() -> None:
 
 def test_fa3_consumers_take_turns_on_the_tensor_cores() -> None:
     sprogram = fa3_sprogram()
-    named = [b for b in sprogram.barriers if b.kind == "named"]
+    named = [b for b in sprogram.barriers if b.kind == "turn"]
     assert named, "alternate needs a named barrier between the consumer warpgroups"
     turn = next(b for b in named if b.role == "consumer1")
     # consumer1 starts its QK once consumer0 has issued its PV of the same iteration.
     assert turn.waiter == "mma_qk" and turn.deps == (("mma_pv", 0),)
     free = plan_sprogram(suite_spec("attention"), H200, {**FA3, "wg_schedule": "free"})
-    assert not [b for b in free.barriers if b.kind == "named"]
+    assert not [b for b in free.barriers if b.kind == "turn"]
 
 
 def test_every_fa3_consumer_waits_for_its_turn() -> None:
-    named = [b for b in fa3_sprogram().barriers if b.kind == "named"]
+    named = [b for b in fa3_sprogram().barriers if b.kind == "turn"]
     assert {b.role for b in named} == {"consumer0", "consumer1"}
 
 
@@ -586,7 +586,7 @@ def test_json_round_trip(op: str, device_name: str) -> None:
 def test_round_trip_keeps_barriers_lead_ops_and_roles() -> None:
     back = SProgram.from_json(fa3_sprogram().to_json())
     assert any(op.lead == 1 for op in back.programs[UnitKind.TENSOR_CORE])
-    assert {b.kind for b in back.barriers} == {"mbarrier", "named", "wgmma_wait"}
+    assert {b.kind for b in back.barriers} == {"stage", "turn", "mma_wait"}
     assert all(isinstance(d, tuple) for b in back.barriers for d in b.deps)
     assert all(isinstance(u, UnitKind) for u in back.programs)
     assert all(isinstance(u, UnitKind) for u in back.mapping.values())
@@ -671,3 +671,17 @@ def test_hash_is_the_same_in_a_fresh_process() -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == fa3_sprogram().hash
+
+
+def test_barrier_kinds_keep_the_spelling_schedules_were_hashed_with() -> None:
+    """The kinds have architecture-neutral names in the sProgram; serialised, they keep
+    the names they had before (``mbarrier``, ``named``, ``wgmma_wait``), so every
+    schedule keeps its sha256, its cache entries and its kernel's name; either spelling
+    reads back."""
+    sprogram = fa3_sprogram()
+    serialised = {b["kind"] for b in sprogram.to_dict()["barriers"]}
+    assert serialised == {"mbarrier", "named", "wgmma_wait"}
+    neutral = sprogram.to_dict()
+    for barrier, kind in zip(neutral["barriers"], sprogram.barriers, strict=True):
+        barrier["kind"] = kind.kind.value
+    assert SProgram.from_dict(neutral) == sprogram
