@@ -20,7 +20,14 @@ from codegen.cuda import (
     tma,
     wgmma,
 )
-from codegen.cuda._snippet import Snippet, prelude, register, registered, snippet
+from codegen.cuda._snippet import (
+    Snippet,
+    prelude,
+    prelude_rank,
+    register,
+    registered,
+    snippet,
+)
 from codegen.cuda.swizzle import SWIZZLES, Swizzle
 from codegen.cuda.wgmma import SmemMatrix
 
@@ -37,6 +44,7 @@ __all__ = [
     "ldstmatrix",
     "mbarrier",
     "prelude",
+    "prelude_rank",
     "register",
     "registered",
     "regs",

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 #: Registered snippets by name, in registration order (which is the emission order).
 _REGISTRY: dict[str, Snippet] = {}
+#: Each registered snippet's place in a prelude: its family's rank, then registration.
+_PLACES: dict[str, tuple[int, int]] = {}
 
 
 @dataclass(frozen=True)
@@ -36,12 +38,16 @@ class Snippet:
         return head + self.code
 
 
-def register(*snippets: Snippet) -> None:
-    """Add ``snippets`` to the registry (a name may be registered once)."""
+def register(*snippets: Snippet, rank: int) -> None:
+    """Add ``snippets`` to the registry (a name may be registered once). ``rank`` places
+    the family in every prelude: families by rank, a family's snippets in the order
+    given, whatever order their modules are imported in (so a family can move to another
+    package without changing any kernel's text)."""
     for snippet in snippets:
         if snippet.name in _REGISTRY and _REGISTRY[snippet.name] != snippet:
             raise ValueError(f"snippet {snippet.name!r} registered twice with different code")
         _REGISTRY[snippet.name] = snippet
+        _PLACES.setdefault(snippet.name, (rank, len(_PLACES)))
 
 
 def snippet(name: str) -> Snippet:
@@ -52,15 +58,21 @@ def snippet(name: str) -> Snippet:
         raise KeyError(f"no device primitive {name!r}; known: {', '.join(_REGISTRY)}") from None
 
 
+def prelude_rank(name: str) -> int:
+    """The rank of registered snippet ``name``'s family (:func:`register`)."""
+    return _PLACES[name][0]
+
+
 def registered() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+    """Every registered snippet's name, in prelude order."""
+    return tuple(sorted(_REGISTRY, key=_PLACES.__getitem__))
 
 
 def prelude(uses: Iterable[str | Snippet]) -> str:
     """The text of every snippet in ``uses`` and of what they require, each once.
 
-    Registered snippets come in registration order; generated ones (``Snippet`` objects,
-    e.g. one wgmma variant) after them, in the order given.
+    Registered snippets come in prelude order (:func:`register`); generated ones
+    (``Snippet`` objects, e.g. one wgmma variant) after them, in the order given.
     """
     generated: dict[str, Snippet] = {}
     wanted: set[str] = set()
@@ -79,6 +91,6 @@ def prelude(uses: Iterable[str | Snippet]) -> str:
             want(use.name)
         else:
             want(use)
-    ordered = [s for name, s in _REGISTRY.items() if name in wanted]
+    ordered = [_REGISTRY[name] for name in registered() if name in wanted]
     ordered += [s for name, s in generated.items() if name not in _REGISTRY]
     return "\n".join(s.text() for s in ordered)

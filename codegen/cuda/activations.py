@@ -46,10 +46,13 @@ _ACTIVATIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "silu": ("return __fdividef(x, 1.0f + __expf(-x));", ()),
 }
 
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 10
+
 register(TANH, *(Snippet(f"act_{name}",
                          f"__device__ __forceinline__ float act_{name}(float x) {{\n  {body}\n}}\n",
                          requires=requires)
-                 for name, (body, requires) in _ACTIVATIONS.items()))
+                 for name, (body, requires) in _ACTIVATIONS.items()), rank=PRELUDE_RANK)
 
 
 def activation(name: str) -> str | None:

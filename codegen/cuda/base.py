@@ -20,4 +20,7 @@ SMEM_U32 = Snippet(
     section='9.7.9.21 "cvta" (through __cvta_generic_to_shared)',
 )
 
-register(TYPES, SMEM_U32)
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 20
+
+register(TYPES, SMEM_U32, rank=PRELUDE_RANK)

@@ -114,5 +114,8 @@ MAPA = Snippet(
     section='9.7.9.23 "mapa"',
 )
 
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 30
+
 register(CTARANK, SYNC, ARRIVE_REMOTE, ARRIVE_CLUSTER_WARP, ARRIVE_REMOTE_RELEASE, WAIT_CLUSTER,
-         MAPA)
+         MAPA, rank=PRELUDE_RANK)

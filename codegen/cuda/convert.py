@@ -64,8 +64,11 @@ UNPACK_BF16X2 = Snippet(
     section='9.7.9.21 "cvt"',
 )
 
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 40
+
 register(*(_pack(p) for p in PTX_TYPE.values()), *(_single(p) for p in PTX_TYPE.values()),
-         UNPACK_F16X2, UNPACK_BF16X2)
+         UNPACK_F16X2, UNPACK_BF16X2, rank=PRELUDE_RANK)
 
 
 def pack2(dtype: str) -> str:

@@ -60,4 +60,7 @@ NAMED_OR = Snippet(
     section='9.7.13.1 "bar/barrier"',
 )
 
-register(PROXY_ASYNC, NAMED_SYNC, NAMED_ARRIVE, NAMED_OR)
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 50
+
+register(PROXY_ASYNC, NAMED_SYNC, NAMED_ARRIVE, NAMED_OR, rank=PRELUDE_RANK)

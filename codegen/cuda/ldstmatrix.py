@@ -108,5 +108,8 @@ ST_SHARED_F32X2 = Snippet(
     section='9.7.9.10 "st"',
 )
 
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 60
+
 register(STMATRIX_X4, STMATRIX_X4_TRANS, STMATRIX_X2_TRANS, LDMATRIX_X4, LDMATRIX_X4_TRANS,
-         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2)
+         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, rank=PRELUDE_RANK)

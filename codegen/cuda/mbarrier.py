@@ -88,4 +88,7 @@ WAIT = Snippet(
     section='9.7.13.15.16 "mbarrier.test_wait/try_wait"',
 )
 
-register(INIT, INIT_FENCE, ARRIVE, ARRIVE_WARP, ARRIVE_EXPECT_TX, WAIT)
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 70
+
+register(INIT, INIT_FENCE, ARRIVE, ARRIVE_WARP, ARRIVE_EXPECT_TX, WAIT, rank=PRELUDE_RANK)

@@ -37,4 +37,7 @@ DEC = Snippet(
     section='9.7.17.1 "setmaxnreg"',
 )
 
-register(INC, DEC)
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 80
+
+register(INC, DEC, rank=PRELUDE_RANK)

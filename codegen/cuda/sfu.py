@@ -32,4 +32,7 @@ RCP = Snippet(
     section='9.7.3.16 "rcp"',
 )
 
-register(EXP2, RCP)
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 90
+
+register(EXP2, RCP, rank=PRELUDE_RANK)

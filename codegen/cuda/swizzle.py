@@ -74,7 +74,10 @@ class Swizzle:
 
 
 SWIZZLES = {n: Swizzle(n) for n in (32, 64, 128)}
-register(*(s.snippet() for s in SWIZZLES.values()))
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 100
+
+register(*(s.snippet() for s in SWIZZLES.values()), rank=PRELUDE_RANK)
 
 
 def widest(row_bytes: int) -> Swizzle:

@@ -147,9 +147,13 @@ STORE_WAIT = Snippet(
     section='9.7.9.28 "cp.async.bulk.wait_group"',
 )
 
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 110
+
 register(
     TENSOR_MAP, PREFETCH, LOAD_2D, LOAD_2D_MULTICAST, LOAD_3D, LOAD_3D_MULTICAST, LOAD_4D,
     STORE_2D, STORE_COMMIT, STORE_WAIT_READS, STORE_WAIT,
+    rank=PRELUDE_RANK,
 )
 
 #: Largest box extent per dimension (cuTensorMapEncodeTiled).

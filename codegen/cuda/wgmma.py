@@ -86,7 +86,10 @@ DESCRIPTOR = Snippet(
     section='9.7.15.5.1.2.2 "Matrix Descriptor Format"',
 )
 
-register(FENCE, COMMIT, WAIT, FENCE_OPERANDS, DESCRIPTOR)
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
+PRELUDE_RANK = 120
+
+register(FENCE, COMMIT, WAIT, FENCE_OPERANDS, DESCRIPTOR, rank=PRELUDE_RANK)
 
 
 @dataclass(frozen=True)

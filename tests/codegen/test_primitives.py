@@ -167,3 +167,18 @@ def test_descriptor_layout_bits() -> None:
     assert mn_major.layout_bits >> 16 & 0x3FFF == 512
     with pytest.raises(ValueError):
         SmemMatrix("k", SWIZZLES[128], lbo_bytes=8, sbo_bytes=1024)
+
+
+def test_preludes_order_families_by_rank_not_by_import() -> None:
+    """Snippets come in their family's rank (each family module's ``PRELUDE_RANK``), then
+    in the order the family gives them: a family that moves to another package, or is
+    imported first, leaves every kernel's text as it was."""
+    families = [cuda.activations, cuda.base, cuda.cluster, cuda.convert, cuda.fences,
+                cuda.ldstmatrix, cuda.mbarrier, cuda.regs, cuda.sfu, cuda.swizzle, cuda.tma,
+                cuda.wgmma]
+    ranks = [cuda.prelude_rank(name) for name in cuda.registered()]
+    assert ranks == sorted(ranks)
+    assert set(ranks) == {module.PRELUDE_RANK for module in families}
+    assert len({module.PRELUDE_RANK for module in families}) == len(families)
+    text = cuda.prelude(["wgmma_fence", "mbarrier_wait", "act_relu"])  # in any order
+    assert text.index("act_relu(") < text.index("mbarrier_wait(") < text.index("wgmma_fence(")
