@@ -101,14 +101,20 @@ def test_without_split_k_the_text_has_none_of_it() -> None:
 
 
 def test_every_split_k_kernel_compiles_clean() -> None:
+    """Every shape of split-K's part of the kernel with B n x k, and the decode seeds at
+    1 and 128 tokens. Split-K's own text does not depend on B's layout (only the loads
+    do, which the plain kernels' tests compile), so B k x n is compiled for the swapped
+    designs alone."""
     sources = []
     for layout in ("nk", "kn"):
         spec = _spec(4000, 6000, 2000, layout)
         for choices in split_k_check_designs():
+            if layout == "kn" and not choices.get("swap_ab"):
+                continue
             sprogram = plan_sprogram(spec, H200, choices)
             assert check_valid(sprogram, spec, H200).ok and unsupported(sprogram, H200) is None
             sources.append(render(sprogram, spec, H200).source)
-    for m in (1, 32, 128, 256):
+    for m in (1, 128):
         spec = _spec(m)
         for choices in split_k_designs(m, 1280):
             sources.append(render(plan_sprogram(spec, H200, choices), spec, H200).source)
