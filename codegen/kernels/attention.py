@@ -303,7 +303,7 @@ class AttentionHooks(OperatorHooks):
         fragments = ["s_acc"] if stask == "mma_qk" else ["o_acc", "p"]
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             for fragment in fragments:
-                code(code.call("wgmma_fence_operands", f"{fragment}[mi]") + ";")
+                self.target.write_fence_operands(code, f"{fragment}[mi]")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         if issue.stask == "mma_qk":

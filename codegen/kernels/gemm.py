@@ -155,7 +155,7 @@ class GemmHooks(OperatorHooks):
 
     @property
     def k_steps(self) -> int:
-        return self.tile_k // wgmma.k_step(self.dtype)
+        return self.tile_k // self.target.k_step(self.dtype)
 
     @property
     def tail_k_steps(self) -> int:
@@ -163,7 +163,7 @@ class GemmHooks(OperatorHooks):
         steps wholly past K (zero-filled by TMA) are not issued (K = 2000 in 64-wide
         tiles: 1 of the last trip's 4)."""
         left = self.k - (self.trip_count - 1) * self.tile_k
-        return _ceil_div(left, wgmma.k_step(self.dtype))
+        return _ceil_div(left, self.target.k_step(self.dtype))
 
     @property
     def trims_tail(self) -> bool:
@@ -204,14 +204,14 @@ class GemmHooks(OperatorHooks):
     def a(self) -> OperandTile:
         return OperandTile("a", "k", self.tile_m, self.tile_k,
                            swizzle.widest(self.tile_k * self.elem), self.elem,
-                           wgmma.k_step(self.dtype), self.multicast_slices("load_a"))
+                           self.target.k_step(self.dtype), self.multicast_slices("load_a"))
 
     @cached_property
     def b(self) -> OperandTile:
         if self.b_layout == "nk":
             return OperandTile("b", "k", self.tile_n, self.tile_k,
                                swizzle.widest(self.tile_k * self.elem), self.elem,
-                               wgmma.k_step(self.dtype), self.multicast_slices("load_b"))
+                               self.target.k_step(self.dtype), self.multicast_slices("load_b"))
         # MN-major B: boxes of the widest swizzle span that divides the tile's N (64
         # columns of 16-bit values; the space keeps to those, see tile_problem).
         return OperandTile("b", "mn", self.tile_n, self.tile_k,
@@ -329,7 +329,7 @@ class GemmHooks(OperatorHooks):
           f"TILE_K = {self.tile_k};")
         c(f"constexpr int K_ITERS = {self.trip_count};  // loop trips: tile_k slices of K per "
           "tile (the last one zero-filled past K)")
-        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k{wgmma.k_step(self.dtype)} "
+        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k{self.target.k_step(self.dtype)} "
           "steps per trip")
         c(f"constexpr int TAIL_K_STEPS = {self.tail_k_steps};  // steps of the last trip "
           "(the rest lie past K)")
@@ -374,7 +374,7 @@ class GemmHooks(OperatorHooks):
 
     def pin(self, code: Code, stask: str = "mma") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
+            self.target.write_fence_operands(code, "acc[mi]")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         c = code

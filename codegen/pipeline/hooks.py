@@ -31,7 +31,6 @@ from functools import cached_property
 from typing import Any
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda.wgmma import WGMMA_M
 from codegen.pipeline.code import Code
 from codegen.pipeline.limits import CONSUMER_OVERHEAD_REGS
 from codegen.pipeline.operand import OperandTile, VectorTile
@@ -207,8 +206,8 @@ class OperatorHooks(ABC):
         return self.structure.cluster_size if stask in self.structure.multicast else 1
 
     def row_blocks(self, consumer_rows: int) -> int:
-        """wgmma m64 blocks of the rows one consumer warpgroup owns."""
-        return consumer_rows // WGMMA_M
+        """MMA blocks of the rows one consumer warpgroup owns."""
+        return consumer_rows // self.target.mma_rows
 
     # ----- planning ------------------------------------------------------------------
     @abstractmethod

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from codegen.cuda import Swizzle, swizzle, wgmma
+from codegen.cuda import Swizzle, swizzle
 from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.cuda.tma import BOX_DIM_MAX
 from codegen.pipeline import split_k, stream_k
@@ -212,7 +212,7 @@ class PipelineLayout:
         """Sub-tiles a consumer stores in turn: column slabs of its rows, or the 64-row
         blocks of its transposed fragment."""
         if self.output.transposed:
-            return self.consumer_rows // wgmma.WGMMA_M
+            return self.consumer_rows // self.hooks.target.mma_rows
         return self.output.cols // self.store_cols
 
     @property
@@ -406,8 +406,8 @@ class PipelineLayout:
     def resource_problem(self) -> str | None:
         """Shared memory, TMA boxes and registers against the device."""
         s = self.structure
-        if self.consumer_rows % wgmma.WGMMA_M:
-            return "wgmma shape"
+        if self.consumer_rows % self.hooks.target.mma_rows:
+            return f"{self.consumer_rows} consumer rows in MMA blocks"
         loads = [load for ring in s.rings for load in ring.loads]
         boxes = [self.hooks.operand(load).box_outer
                  for load in loads + [t.load for t in s.tile_buffers]]

@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 class HopperTarget(Target):
     """sm_90a's instructions for what the pipeline and the operators ask for."""
 
+    @property
+    def mma_rows(self) -> int:
+        return wgmma.WGMMA_M
+
+    def k_step(self, dtype: str) -> int:
+        return wgmma.k_step(dtype)
+
+    def write_fence_operands(self, code: Code, registers: str) -> None:
+        code(code.call("wgmma_fence_operands", registers) + ";")
+
     def barrier_name(self, kind: BarrierKind) -> str:
         """A ring stage is an mbarrier, a turn a named barrier, an MMA's completion
         ``wgmma.wait_group``."""

@@ -44,6 +44,20 @@ class Target(abc.ABC):
         return " ".join(("nvcc", *self.nvcc_arch, f"-std={self.language}", "-o", output,
                          *sources, "-lcuda"))
 
+    @property
+    @abc.abstractmethod
+    def mma_rows(self) -> int:
+        """Rows of one MMA block: the consumers' accumulators are cut in blocks of them."""
+
+    @abc.abstractmethod
+    def k_step(self, dtype: str) -> int:
+        """Elements of K one MMA instruction reduces over for inputs of ``dtype``."""
+
+    @abc.abstractmethod
+    def write_fence_operands(self, code: Code, registers: str) -> None:
+        """Keep the compiler from moving reads or writes of ``registers`` (an accumulator
+        or a register operand) across the asynchronous products that use them."""
+
     @abc.abstractmethod
     def barrier_name(self, kind: BarrierKind) -> str:
         """How this target keeps a barrier of ``kind`` (the kernel's header says it)."""

@@ -50,3 +50,21 @@ def test_a_kernel_s_target_is_its_schedule_s_architecture() -> None:
     assert target_for("sm_90a") is HOPPER and isinstance(HOPPER, Target)
     with pytest.raises(ValueError, match="sm_80"):
         target_for("sm_80")
+
+
+def test_the_operators_ask_the_target_for_its_mma_geometry_and_operand_fences() -> None:
+    """An MMA's row block, its k step per input type and the fence that keeps register
+    operands in place come from the target (Hopper: 64-row blocks, k16 for 16-bit inputs
+    and k32 for 8-bit floats), and no operator imports the Hopper primitives for them."""
+    from codegen.pipeline.code import Code
+
+    assert HOPPER.mma_rows == 64
+    assert (HOPPER.k_step("bfloat16"), HOPPER.k_step("float8_e4m3")) == (16, 32)
+    code = Code()
+    HOPPER.write_fence_operands(code, "acc[mi]")
+    assert "wgmma_fence_operands(acc[mi]);" in code.text()
+    operators = [*CODEGEN.glob("kernels/**/*.py"), CODEGEN / "pipeline" / "hooks.py",
+                 CODEGEN / "pipeline" / "layout.py"]
+    for path in operators:
+        text = path.read_text()
+        assert "call(\"wgmma_fence_operands\"" not in text and "WGMMA_M" not in text, path

@@ -273,11 +273,11 @@ class ChunkScanHooks(Mamba2Hooks):
 
     def pin(self, code: Code, stask: str = "mma_x") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
+            self.target.write_fence_operands(code, "acc[mi]")
             if stask == "mma_x":
                 for pm in self.a_copies():
                     for head in range(self.pack):
-                        code(code.call("wgmma_fence_operands", f"{pm}[{head}][mi]") + ";")
+                        self.target.write_fence_operands(code, f"{pm}[{head}][mi]")
 
     # ----- matrix products -----------------------------------------------------------
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:

@@ -211,9 +211,9 @@ class ChunkStateHooks(Mamba2Hooks):
 
     def pin(self, code: Code, stask: str = "mma") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            code(code.call("wgmma_fence_operands", "acc[mi]") + ";")
+            self.target.write_fence_operands(code, "acc[mi]")
             for xa in self.a_copies():
-                code(code.call("wgmma_fence_operands", f"{xa}[mi]") + ";")
+                self.target.write_fence_operands(code, f"{xa}[mi]")
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         if issue.stask == "decay":
