@@ -36,7 +36,8 @@ class Consumers(RoleWriter):
         if lay.tma_store or lay.stream_k is not None or lay.split_blocks > 1:
             c(f"const int thread_in_wg = threadIdx.x % {WARPGROUP};")
         if lay.split_blocks > 1:
-            c("u32 split_round = 0;  // tiles whose sums met in the first block")
+            whose = "every block's share" if lay.split_scattered else "the first block"
+            c(f"u32 split_round = 0;  // tiles whose sums met in {whose}")
         self.hooks.consumer_state(c)
         c("int loads_before = 0;  // loads of this block's sequence before the current unit")
         if lay.staging == "ring" and not s.pingpong:
@@ -82,8 +83,11 @@ class Consumers(RoleWriter):
         if self.structure.tile_buffers:
             c("tile_phase ^= 1;")
         if self.layout.split_blocks > 1:
-            split_k.emit_sum(c, self.layout.output.fragment)
-            with c.block("if (store_tile)"):
+            stores = split_k.emit_sum(c, self.layout)
+            if stores is None:
+                self._epilogue()
+                return
+            with c.block(f"if ({stores})"):
                 self._epilogue()
             return
         if self.layout.stream_k is None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert
+from codegen.pipeline import split_k
 from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
     bar = f"{BAR_EPILOGUE0} + consumer" if layout.structure.consumers > 1 else str(BAR_EPILOGUE0)
     c("#pragma unroll")
     with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
+        if layout.split_scattered:
+            split_k.emit_skip_unowned(c, "s")
         _staging_buffer(c, layout, bar)
         if out.transposed:
             _stage_transposed(c, layout, element)
@@ -260,6 +263,8 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
         c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
         c("#pragma unroll")
         with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
+            if layout.split_scattered:
+                split_k.emit_skip_unowned(c, split_k.fragment_share(layout, "mi", "j"))
             c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
             lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
                            f"{out.fragment}[mi][4 * j + 2 * h + 1]", "row", "col")
@@ -298,6 +303,8 @@ def _emit_transposed_store(code: Code, layout: PipelineLayout,
                             note="  // the global column"):
         c("#pragma unroll")
         with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
+            if layout.split_scattered:
+                split_k.emit_skip_unowned(c, split_k.fragment_share(layout, "mi", "j"))
             c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")
             pair = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
                          f"{out.fragment}[mi][4 * j + 2 * h + 1]", "g", "r")

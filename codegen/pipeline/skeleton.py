@@ -356,7 +356,7 @@ class PipelineSkeleton:
                 c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
                 self.record.tile_buffers[buffer.load] = (buffer.full_name, buffer.empty_name)
             if self.layout.split_blocks > 1:
-                split_k.emit_barrier_init(c)
+                split_k.emit_barrier_init(c, self.layout)
             c(c.call("mbarrier_init_fence") + ";")
         if self.layout.launch_cluster > 1:
             c.comment("every block's barriers are initialised before any block multicasts")

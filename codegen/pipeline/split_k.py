@@ -3,14 +3,20 @@ add their sums in distributed shared memory.
 
 With an sProgram's ``split_k`` set, the kernel is launched in clusters of ``SPLIT`` blocks;
 a cluster walks its units (tiles) as a block would, and block ``r`` of it runs trips
-``[r T / SPLIT, (r + 1) T / SPLIT)`` of each. After its trips, every block but the first
-writes its fp32 sums (the output's fragment, register-major) to its own shared memory
-and each of its consumer warps arrives, releasing them, on the first block's
-``split_full`` barrier. The first block waits for every peer's arrivals, adds their sums
-in rank order (the same bits whatever finished first), tells each peer that its
-partial was read (``split_free``, which a peer waits on before it writes its next one)
-and alone runs the epilogue. Nothing goes through global memory, and only the first
-block of a cluster waits.
+``[r T / SPLIT, (r + 1) T / SPLIT)`` of each. After its trips, a block writes its fp32
+sums (the output's fragment, register-major) to its own shared memory and each of its
+consumer warps arrives, releasing them, on the ``split_full`` barrier of each block that
+reads them; a reader frees them (``split_free``, which the writer waits on before its
+next sums) once read. Who reads (``SplitK.reduce``):
+
+- ``first_block``: the first block waits for every peer's sums, adds them to its own in
+  rank order and alone runs the epilogue; the others do not wait.
+- ``scattered``: the tile's fragment is dealt out in share units (an 8-column group of
+  a row block; with a TMA store, one stored sub-tile), round robin over the blocks; every block adds the rank-ordered sums of its own units and
+  stores them, so each reads ``1 / SPLIT`` of the partials.
+
+Either way every element is the same rank-ordered sum, so the bits do not depend on
+which block finished first, or on who added. Nothing goes through global memory.
 """
 
 from __future__ import annotations
@@ -48,7 +54,35 @@ def problem(layout: PipelineLayout) -> str | None:
         return "split-K over tiles of different trip counts"
     if hooks.trip_count < layout.split_blocks:
         return f"{hooks.trip_count} loop trips for {layout.split_blocks} blocks"
+    if layout.split_scattered and share_units(layout) < layout.split_blocks:
+        return (f"{share_units(layout)} share units of the tile for {layout.split_blocks} "
+                "blocks to add")
     return sums_spill(layout)
+
+
+def share_units(layout: PipelineLayout) -> int:
+    """Units a scattered sum deals out: a consumer's stored sub-tiles (TMA store), else
+    the 8-column groups of each of its row blocks. Every consumer has the same units of
+    its own rows, and a unit's owner depends on nothing but the block's rank: a test
+    that differed between warps of a warpgroup would put the accumulators in a divergent
+    path, and ptxas then serialises every wgmma of the kernel."""
+    if layout.tma_store:
+        return layout.store_subtiles
+    return layout.consumer_rows // layout.hooks.target.mma_rows * (layout.output.cols // 8)
+
+
+def fragment_share(layout: PipelineLayout, mi: str, group: str) -> str:
+    """The share unit (C++) of a thread's registers in row block ``mi``, 8-column group
+    ``group``; the block of rank ``unit % SPLIT`` adds and stores it."""
+    if layout.tma_store:
+        return mi if layout.output.transposed else f"({group}) / (STORE_COLS / 8)"
+    return f"{mi} * (ACC_REGS / 4) + {group}"
+
+
+def emit_skip_unowned(code: Code, unit: str) -> None:
+    """In a loop over share units: go on to the next unless this block owns ``unit``."""
+    code(f"if (({unit}) % SPLIT != split_rank) continue;  // another block of the cluster's "
+         "share")
 
 
 def emit_constants(code: Code, layout: PipelineLayout) -> None:
@@ -61,16 +95,22 @@ def emit_constants(code: Code, layout: PipelineLayout) -> None:
     c(f'static_assert({layout.hooks.trips} >= SPLIT, "every block of a cluster has trips");')
 
 
-def emit_barrier_init(code: Code) -> None:
-    """``split_full`` counts every peer's consumer warps; ``split_free`` the first
-    block's."""
+def emit_barrier_init(code: Code, layout: PipelineLayout) -> None:
+    """``split_full`` counts the consumer warps of every block whose sums this one reads;
+    ``split_free`` those of every block that reads this one's."""
     c = code
-    c.comment(f"{FULL.lower()}: one arrival from each consumer warp of every other block of "
-              f"the cluster; {FREE.lower()}: one from each of the first block's.")
-    c(c.call("mbarrier_init", f"smem + SMEM_{FULL}",
-             f"(SPLIT - 1) * CONSUMERS * {WARPS_PER_WARPGROUP}") + ";")
-    c(c.call("mbarrier_init", f"smem + SMEM_{FREE}", f"CONSUMERS * {WARPS_PER_WARPGROUP}")
-      + ";")
+    peers = f"(SPLIT - 1) * CONSUMERS * {WARPS_PER_WARPGROUP}"
+    if layout.split_scattered:
+        c.comment(f"{FULL.lower()} and {FREE.lower()}: one arrival from each consumer warp of "
+                  "every other block of the cluster (each reads a share of every block's "
+                  "sums).")
+        readers = peers
+    else:
+        c.comment(f"{FULL.lower()}: one arrival from each consumer warp of every other block "
+                  f"of the cluster; {FREE.lower()}: one from each of the first block's.")
+        readers = f"CONSUMERS * {WARPS_PER_WARPGROUP}"
+    c(c.call("mbarrier_init", f"smem + SMEM_{FULL}", peers) + ";")
+    c(c.call("mbarrier_init", f"smem + SMEM_{FREE}", readers) + ";")
 
 
 def emit_block_state(code: Code) -> None:
@@ -91,9 +131,18 @@ def trip_range(code: Code, trips: str) -> Iterator[None]:
     yield
 
 
-def emit_sum(code: Code, frag: str) -> None:
-    """The cluster's sums meet in the first block's fragment ``frag``; ``store_tile`` says
-    whether this block stores the tile (``split_round`` counts the tiles summed)."""
+def emit_sum(code: Code, layout: PipelineLayout) -> str | None:
+    """The cluster's sums meet in the fragment of the block (or blocks) that store them;
+    returns the condition under which this block runs the epilogue (None: always, each
+    block its own share). ``split_round`` counts the tiles summed."""
+    if layout.split_scattered:
+        _emit_scattered_sum(code, layout)
+        return None
+    _emit_first_block_sum(code, layout.output.fragment)
+    return "store_tile"
+
+
+def _emit_first_block_sum(code: Code, frag: str) -> None:
     c = code
     c("const bool store_tile = split_rank == 0;")
     c("float* const part = split_part + consumer * SPLIT_PART_FLOATS;")
@@ -121,5 +170,34 @@ def emit_sum(code: Code, frag: str) -> None:
     c("++split_round;")
 
 
+def _emit_scattered_sum(code: Code, layout: PipelineLayout) -> None:
+    c, frag = code, layout.output.fragment
+    others = "lane < SPLIT && lane != split_rank"
+    c("float* const part = split_part + consumer * SPLIT_PART_FLOATS;")
+    c.comment("split-K: this block's sums go to its shared memory, once every peer has read "
+              "its share of the previous ones; then lane b tells block b they are there")
+    with c.block("if (split_round > 0)"):
+        c(c.call("mbarrier_wait_cluster", f"smem + SMEM_{FREE}", "(split_round - 1) & 1") + ";")
+    fragment_loop(c, f"part[FRAGMENT_AT] = {frag}[mi][r];")
+    c("__syncwarp();")
+    c(f"if ({others}) "
+      + c.call("mbarrier_arrive_cluster_release", f"smem + SMEM_{FULL}", "(u32)lane") + ";")
+    c.comment("this block's share of the tile: every block's sums in rank order "
+              "(deterministic), its own read back like the others'")
+    c(c.call("mbarrier_wait_cluster", f"smem + SMEM_{FULL}", "split_round & 1") + ";")
+    c("#pragma unroll")
+    with c.block("for (int b = 0; b < SPLIT; ++b)"):
+        c(f"const float* other = {c.call('mapa_generic', 'part', '(u32)b')};")
+        mine = f"({fragment_share(layout, 'mi', 'r / 4')}) % SPLIT == split_rank"
+        fragment_loop(c, f"if ({mine}) {frag}[mi][r] = b == 0 ? other[FRAGMENT_AT] : "
+                         f"{frag}[mi][r] + other[FRAGMENT_AT];")
+    c("__syncwarp();")
+    c.comment("each peer may write its next sums: lane b tells block b")
+    c(f"if ({others}) "
+      + c.call("mbarrier_arrive_cluster_release", f"smem + SMEM_{FREE}", "(u32)lane") + ";")
+    c("++split_round;")
+
+
 __all__ = ["FREE", "FULL", "PART", "emit_barrier_init", "emit_block_state", "emit_constants",
-           "emit_sum", "problem", "trip_range"]
+           "emit_skip_unowned", "emit_sum", "fragment_share", "problem", "share_units",
+           "trip_range"]

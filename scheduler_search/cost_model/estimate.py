@@ -228,11 +228,14 @@ def _split_k_cycles(sprogram: SProgram, device: Device, graph: STaskGraph,
                     tile_time: _TileTime, tile_trips: int, tiles: int) -> float:
     """A split-K cluster per tile: each block runs its share of the trips, then the first
     block reads the others' fp32 partials from their shared memory, one after another,
-    and stores the tile; clusters run in waves of those the device holds at once."""
+    and stores the tile (or, scattered, every block reads its ``1 / blocks`` share of
+    each peer's at once and stores it); clusters run in waves of those the device holds
+    at once."""
     blocks = sprogram.split_k.blocks
     trips = -(-tile_trips // blocks)
     waves = -(-tiles // device.clusters_at_once(blocks))
-    partials = (blocks - 1) * 4 * _tile_elements(graph) / SPLIT_K_PART_BYTES_PER_CYCLE
+    read = (blocks - 1) / blocks if sprogram.split_k.reduce == "scattered" else blocks - 1
+    partials = read * 4 * _tile_elements(graph) / SPLIT_K_PART_BYTES_PER_CYCLE
     cold = tile_time.cold(trips) + BLOCK_OVERHEAD_CYCLES + partials
     if sprogram.persistent:
         return cold + (waves - 1) * (tile_time.warm(trips) + partials)

@@ -604,9 +604,22 @@ def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
         # persistent: a range run's kernels count their tiles at run time
         design = {**design, "stages_ab": depth, "stream_k": 0, "persistent": True,
                   "split_k": split}
-        if design not in designs:
-            designs.append(design)
+        # each block adds and stores its share first, with st.global (a 64-column tile
+        # is one TMA sub-tile, too few to share out), where each has a unit to add
+        variants = [{**design, "split_k_reduce": "first_block"}]
+        if _direct_share_units(design) >= split:
+            variants.insert(0, {**design, "split_k_reduce": "scattered",
+                                "map_store": "cuda_core"})
+        designs += [v for v in variants if v not in designs]
     return designs
+
+
+def _direct_share_units(design: Choices) -> int:
+    """The units a scattered split-K sum deals out with st.global stores: the 8-column
+    groups of each 64-row block of a consumer's fragment (rows along n when swapped)."""
+    rows, cols = ((design["tile_n"], design["tile_m"]) if design.get("swap_ab")
+                  else (design["tile_m"], design["tile_n"]))
+    return rows // design["consumer_warpgroups"] // 64 * (cols // 8)
 
 
 def split_k_check_designs() -> list[Choices]:
@@ -623,6 +636,20 @@ def split_k_check_designs() -> list[Choices]:
     for tokens, rows, split in ((8, 64, 6), (32, 128, 3), (128, 64, 2)):
         designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": rows,
                         "consumer_warpgroups": rows // 64, "stages_ab": 6, "split_k": split})
+    # every block adds and stores its share: by stored sub-tile (TMA store, each
+    # orientation) and by 8-column group of a row block (st.global, each orientation),
+    # a unit or more a block
+    scattered = {"split_k_reduce": "scattered", "stages_ab": 3}
+    for tile_m, tile_n, consumers, store, split in ((128, 128, 2, "tma", 2),
+                                                    (64, 256, 1, "tma", 4),
+                                                    (128, 64, 2, "cuda_core", 4)):
+        designs.append({**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
+                        "consumer_warpgroups": consumers, "map_store": store,
+                        "split_k": split, **scattered})
+    for tokens, rows, store, split in ((32, 128, "cuda_core", 4), (64, 256, "tma", 2)):
+        designs.append({**GEMM_SWAP_WIDE, "tile_m": tokens, "tile_n": rows,
+                        "consumer_warpgroups": 2, "map_store": store, "split_k": split,
+                        **scattered})
     return designs
 
 

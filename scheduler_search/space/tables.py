@@ -14,6 +14,7 @@ from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.space.knob_rows import KNOB_ROWS
 from scheduler_search.space.knobs import Knob, is_warp_specialized, needs_two_consumers
+from scheduler_search.sprogram.schedule import SPLIT_K_REDUCES
 
 #: Few-token GEMMs also take clusters of 4: where the weight makes few tiles, stream-K
 #: over four blocks that share one operand led 128 and 256 x 1280 x 8192 (H200,
@@ -226,6 +227,8 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     if hopper and rows.split_k_blocks:
         knobs.append(Knob("split_k", rows.split_k_blocks,
                           when=_split_k_applies(spec, device), default=1))
+        knobs.append(Knob("split_k_reduce", SPLIT_K_REDUCES,
+                          when=lambda c: c.get("split_k", 1) > 1, default="first_block"))
     order_axes = graph.spatial_axes + tuple(graph.grid_axes)
     knobs.append(Knob("raster_major", order_axes[:2], structural=False))
     knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))

@@ -8,6 +8,7 @@ from scheduler_search.sprogram.plan import (
 )
 from scheduler_search.sprogram.primitives import ScheduleError, SProgramBuilder
 from scheduler_search.sprogram.schedule import (
+    SPLIT_K_REDUCES,
     BarrierKind,
     BarrierTask,
     Cluster,
@@ -29,6 +30,7 @@ from scheduler_search.sprogram.validate import (
 )
 
 __all__ = [
+    "SPLIT_K_REDUCES",
     "BarrierKind",
     "BarrierTask",
     "Cluster",

@@ -32,6 +32,8 @@ Choice keys:
     ``swap_ab``: the tensor cores compute the output transposed (``SProgram.swap_ab``).
     ``split_k``: blocks of a cluster that split each tile's loop trips and add their sums
         in distributed shared memory (1: a tile's loop on one block; see :class:`SplitK`).
+    ``split_k_reduce``: who adds a split-K cluster's sums: its first block, or every
+        block a share of the tile (``SplitK.reduce``).
 """
 
 from __future__ import annotations
@@ -251,7 +253,7 @@ def _resolve_split_k(choices: dict[str, Any]) -> SplitK | None:
     blocks = int(choices.get("split_k", 1))
     if blocks < 1:
         raise ScheduleError(f"split_k: {blocks} is not >= 1")
-    return SplitK(blocks) if blocks > 1 else None
+    return SplitK(blocks, choices.get("split_k_reduce", "first_block")) if blocks > 1 else None
 
 
 def _resolve_cluster(

@@ -158,16 +158,36 @@ class StreamK:
     waves: int
 
 
+#: Who adds a split-K cluster's partial sums: the first block, all of the tile, or every
+#: block a share of the tile's output columns (``scattered``).
+SplitKReduce = Literal["first_block", "scattered"]
+SPLIT_K_REDUCES: tuple[SplitKReduce, ...] = ("first_block", "scattered")
+
+
 @dataclass(frozen=True)
 class SplitK:
     """Split-K over a thread-block cluster: the ``blocks`` blocks of one cluster run one
     output tile together, each an equal range of its reduction-loop trips, so a grid of
     few tiles still puts every SM on the loop (a decode GEMM's few weight tiles). Their
-    fp32 partial sums meet in distributed shared memory: the cluster's first block adds
-    the others' in rank order (deterministic) and stores the tile. Unlike stream-K's
-    parts, no sum goes through L2 and no block waits on another's global-memory count."""
+    fp32 partial sums meet in distributed shared memory, added in rank order
+    (deterministic: the same bits whoever adds them). Unlike stream-K's parts, no sum
+    goes through L2 and no block waits on another's global-memory count.
+
+    ``reduce`` says who adds them: the cluster's ``first_block`` reads every peer's whole
+    partial and stores the tile alone; ``scattered``, every block adds and stores its
+    own share of the tile (a reduce-scatter), so each reads ``1 / blocks`` of the
+    partials and the reading, the largest part of the sum, runs on every SM at once."""
 
     blocks: int
+    reduce: SplitKReduce = "first_block"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Only what differs from the first-block sum, so a schedule planned before
+        ``reduce`` existed keeps its identity."""
+        data: dict[str, Any] = {"blocks": self.blocks}
+        if self.reduce != "first_block":
+            data["reduce"] = self.reduce
+        return data
 
 
 @dataclass(frozen=True)
@@ -235,6 +255,8 @@ class SProgram:
         for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab", "split_k"):
             if not data[optional]:
                 del data[optional]
+        if self.split_k is not None:
+            data["split_k"] = self.split_k.to_dict()
         return json.loads(json.dumps(data))
 
     def to_json(self) -> str:

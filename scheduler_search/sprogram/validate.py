@@ -26,6 +26,7 @@ from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
 from scheduler_search.ops import DTYPE_BYTES, OperatorSpec
 from scheduler_search.sprogram.schedule import (
+    SPLIT_K_REDUCES,
     WARPGROUP_THREADS,
     Cluster,
     Raster,
@@ -470,6 +471,8 @@ def _split_k_problems(sprogram: SProgram, graph: STaskGraph, device: Device) -> 
     needs = [
         (split.blocks not in SPLIT_K_BLOCKS, f"split_k={split.blocks} is not one of "
                                              f"{SPLIT_K_BLOCKS}"),
+        (split.reduce not in SPLIT_K_REDUCES, f"split_k_reduce={split.reduce!r} is not one "
+                                              f"of {SPLIT_K_REDUCES}"),
         (not device.capabilities.clusters,
          f"split-K's blocks share a tile in a thread-block cluster ({device.arch} has none)"),
         (not sprogram.roles.warp_specialized, "split-K needs a producer warp"),

@@ -94,6 +94,48 @@ def test_the_kernel_runs_in_clusters_each_block_a_share_of_the_trips() -> None:
     assert "if (store_tile)" in text and text.count("cluster_sync();") == 2
 
 
+def test_a_scattered_sum_is_part_of_the_identity_and_the_first_block_sum_keeps_its_own(
+) -> None:
+    spec = _spec()
+    first = plan_sprogram(spec, H200, {**TILE_128X64, "split_k": 4})
+    assert first.to_dict()["split_k"] == {"blocks": 4}  # as before ``reduce`` existed
+    named = plan_sprogram(spec, H200, {**TILE_128X64, "split_k": 4,
+                                       "split_k_reduce": "first_block"})
+    assert named.split_k == first.split_k and named.to_dict()["split_k"] == {"blocks": 4}
+    scattered = plan_sprogram(spec, H200, {**TILE_128X64, "split_k": 4,
+                                           "split_k_reduce": "scattered"})
+    assert scattered.split_k == SplitK(4, "scattered") and scattered.hash != first.hash
+    assert SProgram.from_json(scattered.to_json()) == scattered
+    odd = SProgram.from_dict({**scattered.to_dict(), "split_k": {"blocks": 4, "reduce": "x"}})
+    assert any("split_k_reduce" in r.detail for r in check_valid(odd, spec, H200).rejections)
+
+
+def test_a_scattered_sum_has_every_block_add_and_store_its_share() -> None:
+    spec = _spec()
+    choices = {**TILE_128X64, "split_k": 4, "split_k_reduce": "scattered",
+               "map_store": "cuda_core"}
+    text = render(plan_sprogram(spec, H200, choices), spec, H200).source
+    # every block reads every peer's sums (its share of them), so each counts them all
+    assert text.count("(SPLIT - 1) * CONSUMERS * 4);") == 2
+    assert "for (int b = 0; b < SPLIT; ++b)" in text  # rank order, its own read back too
+    assert "% SPLIT == split_rank) acc[mi][r] = b == 0 ? other[" in text
+    assert "if (lane < SPLIT && lane != split_rank) mbarrier_arrive_cluster_release(" in text
+    assert "store_tile" not in text  # no block is the one that stores
+    skip = "if ((mi * (ACC_REGS / 4) + j) % SPLIT != split_rank) continue;"
+    assert skip in text  # the store writes this block's 8-column groups alone
+    tma = render(plan_sprogram(spec, H200, {**choices, "map_store": "tma", "tile_m": 64,
+                                            "tile_n": 256, "consumer_warpgroups": 1,
+                                            "stages_ab": 3}), spec, H200).source
+    assert "if ((s) % SPLIT != split_rank) continue;" in tma  # its stored sub-tiles
+
+
+def test_a_scattered_sum_needs_a_unit_for_every_block() -> None:
+    spec = _spec()
+    sprogram = plan_sprogram(spec, H200, {**TILE_128X64, "split_k": 4, "map_store": "tma",
+                                          "split_k_reduce": "scattered"})
+    assert "1 share units of the tile for 4 blocks" in (unsupported(sprogram, H200) or "")
+
+
 def test_without_split_k_the_text_has_none_of_it() -> None:
     spec = _spec()
     text = render(plan_sprogram(spec, H200, TILE_128X64), spec, H200).source
@@ -130,6 +172,8 @@ def test_the_space_offers_split_k_only_where_tiles_leave_sms_idle() -> None:
     assert not offered(_spec(8192, 8192, 8192), TILE_128X64)  # 8192 tiles
     assert not offered(_spec(), {**TILE_128X64, "stream_k": 1})
     assert not offered(_spec(), {**TILE_128X64, "cluster_size": 2})
+    reduce = next(k for k in ScheduleSpace(_spec(), H200).knobs if k.name == "split_k_reduce")
+    assert reduce.applies({"split_k": 4}) and not reduce.applies({"split_k": 1})
 
 
 def test_the_cost_model_sees_a_split_k_cluster_finish_a_few_tile_grid_sooner() -> None:
@@ -137,6 +181,9 @@ def test_the_cost_model_sees_a_split_k_cluster_finish_a_few_tile_grid_sooner() -
     whole = estimate(plan_sprogram(spec, H200, TILE_128X64), spec, H200)
     split = estimate(plan_sprogram(spec, H200, {**TILE_128X64, "split_k": 6}), spec, H200)
     assert split.latency_us < whole.latency_us
+    scattered = estimate(plan_sprogram(spec, H200, {**TILE_128X64, "split_k": 6,
+                                                    "split_k_reduce": "scattered"}), spec, H200)
+    assert scattered.latency_us < split.latency_us  # each block reads a sixth of the sums
 
 
 @pytest.mark.parametrize(("m", "place"), [(1, 1), (16, 1), (32, 0), (128, 0)])

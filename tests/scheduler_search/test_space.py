@@ -315,6 +315,8 @@ def expected_questions(space: ScheduleSpace, choices: dict[str, Any]) -> list[st
             and choices.get("consumer_split", "cooperative") == "cooperative"
             and 2 * _tiles(space, choices) <= space.device.sm_count):
         skipped.add("split_k")
+    if choices.get("split_k", 1) < 2:
+        skipped.add("split_k_reduce")
     if not (consumers >= 2 and ws):
         skipped.add("consumer_split")
     if consumers < 2:
