@@ -12,8 +12,9 @@ next sums) once read. Who reads (``SplitK.reduce``):
 - ``first_block``: the first block waits for every peer's sums, adds them to its own in
   rank order and alone runs the epilogue; the others do not wait.
 - ``scattered``: the tile's fragment is dealt out in share units (an 8-column group of
-  a row block; with a TMA store, one stored sub-tile), round robin over the blocks; every block adds the rank-ordered sums of its own units and
-  stores them, so each reads ``1 / SPLIT`` of the partials.
+  a row block; with a TMA store, one stored sub-tile), round robin over the blocks;
+  every block adds the rank-ordered sums of its own units and stores them, so each
+  reads ``1 / SPLIT`` of the partials.
 
 Either way every element is the same rank-ordered sum, so the bits do not depend on
 which block finished first, or on who added. Nothing goes through global memory.
