@@ -574,7 +574,9 @@ def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
     SMs, likeliest first (the H200's leaders of 1280 x 8192, 2026-12-04): the tokens
     along wgmma's N over 64 weight rows (32 and 128 tokens), 64 x 64 unswapped tiles (64
     tokens), every token up to 128 in one unswapped tile over 64 weight rows, and the
-    tokens over 128 weight rows. None where the tiles already fill half the SMs."""
+    tokens over 128 weight rows. Each comes with its sums scattered over the cluster
+    (every block adds and stores a share, with st.global) where every block has a unit,
+    then added by the first block. None where the tiles already fill half the SMs."""
     tokens = next((t for t in (8, 16, 32, 64, 128) if t >= m), 256)  # the space's tiles
     swapped = {**GEMM_SWAP_WIDE, "tile_m": tokens, "consumer_warpgroups": 1}
     square = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 64, "consumer_warpgroups": 1}
