@@ -184,14 +184,29 @@ def _emit_scattered_sum(code: Code, layout: PipelineLayout) -> None:
     c(f"if ({others}) "
       + c.call("mbarrier_arrive_cluster_release", f"smem + SMEM_{FULL}", "(u32)lane") + ";")
     c.comment("this block's share of the tile: every block's sums in rank order "
-              "(deterministic), its own read back like the others'")
+              "(deterministic), its own read back like the others'; a unit's loads all "
+              "under one test of its owner, so they are in flight together")
     c(c.call("mbarrier_wait_cluster", f"smem + SMEM_{FULL}", "split_round & 1") + ";")
+    c("const float* peer[SPLIT];")
     c("#pragma unroll")
-    with c.block("for (int b = 0; b < SPLIT; ++b)"):
-        c(f"const float* other = {c.call('mapa_generic', 'part', '(u32)b')};")
-        mine = f"({fragment_share(layout, 'mi', 'r / 4')}) % SPLIT == split_rank"
-        fragment_loop(c, f"if ({mine}) {frag}[mi][r] = b == 0 ? other[FRAGMENT_AT] : "
-                         f"{frag}[mi][r] + other[FRAGMENT_AT];")
+    c(f"for (int b = 0; b < SPLIT; ++b) peer[b] = {c.call('mapa_generic', 'part', '(u32)b')};")
+    c("#pragma unroll")
+    with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+        c("#pragma unroll")
+        with c.block("for (int j = 0; j < ACC_REGS / 4; ++j)"):
+            emit_skip_unowned(c, fragment_share(layout, "mi", "j"))
+            c("float got[SPLIT][4];")
+            c("#pragma unroll")
+            with c.block("for (int b = 0; b < SPLIT; ++b)"):
+                c("#pragma unroll")
+                c("for (int e = 0; e < 4; ++e) got[b][e] = peer[b][(mi * ACC_REGS + 4 * j + e) "
+                  f"* {WARPGROUP} + thread_in_wg];")
+            c("#pragma unroll")
+            with c.block("for (int e = 0; e < 4; ++e)"):
+                c("float sum = got[0][e];")
+                c("#pragma unroll")
+                c("for (int b = 1; b < SPLIT; ++b) sum += got[b][e];")
+                c(f"{frag}[mi][4 * j + e] = sum;")
     c("__syncwarp();")
     c.comment("each peer may write its next sums: lane b tells block b")
     c(f"if ({others}) "

@@ -426,8 +426,8 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     ``blocks`` a wave best, then the narrow, wide-n, m-pair and every-token-swapped tiles
     (each led some weight's grid on the H200, 2026-12-04). Where the weight's 64-row
     tiles would leave two thirds of the SMs idle, the first split-K design
-    (:func:`split_k_designs`) comes first past 16 tokens (it led 1280 x 8192 at 32, 64
-    and 128) and second up to 16 (a search's first round measures both); the other
+    (:func:`split_k_designs`) comes first from 17 to 128 tokens (it led 1280 x 8192 at
+    32, 64 and 128) and second elsewhere (a search's first round measures both); the other
     split-K designs, and all of them for larger weights, come last."""
     m, n = spec.params()["m"], spec.params()["n"]
     narrow = [GEMM_DECODE_NARROW, {**GEMM_DECODE_NARROW, "stream_k": 1}]
@@ -446,7 +446,7 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
     split = split_k_designs(m, n, blocks)
     if not split or -(-n // 64) >= blocks // 3:  # measured where 64-row tiles are few
         designs = [*designs, *split]
-    elif m > 16:  # each tile's loop over a cluster, its sums met on chip
+    elif 16 < m <= 128:  # each tile's loop over a cluster, its sums met on chip
         designs = [split[0], *designs, *split[1:]]
     else:
         designs = [designs[0], split[0], *designs[1:], *split[1:]]
@@ -557,9 +557,11 @@ _DEEPEST_K_STEP = 128
 _SWAPPED_TOKENS_MAX = 64
 
 
-#: Shared memory a split-K design's ring may take beside its fp32 partial (a 128 x 64
-#: tile's 32 KB): the ring is the deepest that fits.
-_SPLIT_RING_BYTES = 176 * 1024
+#: Shared memory a split-K design's ring and its fp32 partial may take together: the ring
+#: is the deepest that fits beside the partial (a 128 x 64 tile: 8 stages of 24 KB and
+#: 32 KB of sums; on an H200, 2026-12-04, 128 x 1280 x 8192 ran 11.5 us with 7 stages,
+#: 13.2 with 6).
+_SPLIT_SMEM_BYTES = 224 * 1024
 #: The share of the SMs a split-K grid's seeds fill: on an H200 (bf16, graph replay,
 #: 2026-12-04, ``bench/decode_designs.py --grid split``) the 20 tiles of 1280 x 8192 ran
 #: fastest split 4 or 5 ways (80-100 blocks: 9.2, 10.6 and 13.5 us at 32, 64 and 128
@@ -585,7 +587,7 @@ def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
         rows = 64 if m <= 64 else 128
         shapes.append(({**GEMM_WARP_SPECIALIZED, "tile_m": rows, "tile_n": 64,
                         "consumer_warpgroups": rows // 64}, -(-n // 64)))
-    if tokens <= 128:
+    if tokens <= 256:  # every token along wgmma's N (at most 256)
         first = [] if 32 < m <= 64 else [(swapped, -(-n // 64))]
         shapes = [*first, *shapes]
         if not first:
@@ -597,23 +599,31 @@ def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
                      if tiles * s <= _SPLIT_K_SM_SHARE * blocks), default=1)
         if split == 1 or 2 * tiles > blocks:
             continue
-        # 128-deep k steps where the ring still holds five of them (the leaders' at 8 to
-        # 64 tokens), else 64-deep (128 tokens: 6 stages of 24 KB)
-        deep = (design["tile_m"] + design["tile_n"]) * 128 * 2 * 5 <= _SPLIT_RING_BYTES
-        design = {**design, "tile_k": 128 if deep else 64}
-        stage_bytes = (design["tile_m"] + design["tile_n"]) * design["tile_k"] * 2
-        depth = max(d for d in swapped_ring_depths() if d * stage_bytes <= _SPLIT_RING_BYTES)
         # persistent: a range run's kernels count their tiles at run time
-        design = {**design, "stages_ab": depth, "stream_k": 0, "persistent": True,
-                  "split_k": split}
+        design = {**design, "stream_k": 0, "persistent": True, "split_k": split}
         # each block adds and stores its share first, with st.global (a 64-column tile
         # is one TMA sub-tile, too few to share out), where each has a unit to add
         variants = [{**design, "split_k_reduce": "first_block"}]
         if _direct_share_units(design) >= split:
             variants.insert(0, {**design, "split_k_reduce": "scattered",
                                 "map_store": "cuda_core"})
-        designs += [v for v in variants if v not in designs]
+        for variant in filter(None, map(_split_k_ring, variants)):
+            if variant not in designs:
+                designs.append(variant)
     return designs
+
+
+def _split_k_ring(design: Choices) -> Choices | None:
+    """``design`` with the deepest ring that fits beside its fp32 partial (and a TMA
+    store's two staging slots): 128-deep k steps where the ring still holds five of them
+    (the leaders' at 8 to 64 tokens), else 64-deep. None where not two stages fit."""
+    tile = design["tile_m"] * design["tile_n"]
+    staged = design.get("map_store", "tma") == "tma" and not design.get("swap_ab")
+    ring_bytes = _SPLIT_SMEM_BYTES - 4 * tile - (4 * tile if staged else 0)
+    rows = design["tile_m"] + design["tile_n"]
+    tile_k = 128 if rows * 128 * 2 * 5 <= ring_bytes else 64
+    depths = [d for d in swapped_ring_depths() if d >= 2 and d * rows * tile_k * 2 <= ring_bytes]
+    return {**design, "tile_k": tile_k, "stages_ab": max(depths)} if depths else None
 
 
 def _direct_share_units(design: Choices) -> int:

@@ -117,8 +117,8 @@ def test_a_scattered_sum_has_every_block_add_and_store_its_share() -> None:
     text = render(plan_sprogram(spec, H200, choices), spec, H200).source
     # every block reads every peer's sums (its share of them), so each counts them all
     assert text.count("(SPLIT - 1) * CONSUMERS * 4);") == 2
-    assert "for (int b = 0; b < SPLIT; ++b)" in text  # rank order, its own read back too
-    assert "% SPLIT == split_rank) acc[mi][r] = b == 0 ? other[" in text
+    assert "for (int b = 0; b < SPLIT; ++b) peer[b] = mapa_generic(part, (u32)b);" in text
+    assert "for (int b = 1; b < SPLIT; ++b) sum += got[b][e];" in text  # rank order
     assert "if (lane < SPLIT && lane != split_rank) mbarrier_arrive_cluster_release(" in text
     assert "store_tile" not in text  # no block is the one that stores
     skip = "if ((mi * (ACC_REGS / 4) + j) % SPLIT != split_rank) continue;"

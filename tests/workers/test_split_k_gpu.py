@@ -33,7 +33,7 @@ DEVICE = get_device("h200")
 CALLS = 20
 BOUND = 1e-2
 CASES = [((4000, 6000, 2000), layout, "check") for layout in ("nk", "kn")] + [
-    ((m, 1280, 8192), "nk", "decode") for m in (1, 32, 128)] + [
+    ((m, 1280, 8192), "nk", "decode") for m in (1, 32, 128, 256)] + [
     ((128, 7168, 8192), "kn", "decode")]
 
 
