@@ -592,7 +592,9 @@ def split_k_designs(m: int, n: int, blocks: int = H200_SMS) -> list[Choices]:
         shapes = [*first, *shapes]
         if not first:
             shapes.append((swapped, -(-n // 64)))
-        shapes.append(({**swapped, "tile_n": 128, "consumer_warpgroups": 2}, -(-n // 128)))
+        if tokens <= 128:  # 256 tokens over two warpgroups spill their sums (ptxas 13.0)
+            shapes.append(({**swapped, "tile_n": 128, "consumer_warpgroups": 2},
+                           -(-n // 128)))
     designs: list[Choices] = []
     for design, tiles in shapes:
         split = max((s for s in KNOB_ROWS["gemm"].split_k_blocks
