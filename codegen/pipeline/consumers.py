@@ -36,7 +36,7 @@ class Consumers(RoleWriter):
         if lay.tma_store or lay.stream_k is not None or lay.split_blocks > 1:
             c(f"const int thread_in_wg = threadIdx.x % {WARPGROUP};")
         if lay.split_blocks > 1:
-            whose = "every block's share" if lay.split_scattered else "the first block"
+            whose = "every block's share" if split_k.scattered(lay) else "the first block"
             c(f"u32 split_round = 0;  // tiles whose sums met in {whose}")
         self.hooks.consumer_state(c)
         c("int loads_before = 0;  // loads of this block's sequence before the current unit")

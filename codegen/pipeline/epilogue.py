@@ -122,7 +122,7 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
     bar = f"{BAR_EPILOGUE0} + consumer" if layout.structure.consumers > 1 else str(BAR_EPILOGUE0)
     c("#pragma unroll")
     with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
-        if layout.split_scattered:
+        if split_k.scattered(layout):
             split_k.emit_skip_unowned(c, "s")
         _staging_buffer(c, layout, bar)
         if out.transposed:
@@ -263,7 +263,7 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
         c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
         c("#pragma unroll")
         with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
-            if layout.split_scattered:
+            if split_k.scattered(layout):
                 split_k.emit_skip_unowned(c, split_k.fragment_share(layout, "mi", "j"))
             c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
             lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
@@ -303,7 +303,7 @@ def _emit_transposed_store(code: Code, layout: PipelineLayout,
                             note="  // the global column"):
         c("#pragma unroll")
         with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
-            if layout.split_scattered:
+            if split_k.scattered(layout):
                 split_k.emit_skip_unowned(c, split_k.fragment_share(layout, "mi", "j"))
             c(f"const int g = {out.col_origin} + j * 8 + (lane & 3) * 2;  // global row")
             pair = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",

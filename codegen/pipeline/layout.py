@@ -90,13 +90,6 @@ class PipelineLayout:
         return split.blocks if split else 1
 
     @property
-    def split_scattered(self) -> bool:
-        """Every block of a split-K cluster adds and stores a share of the tile (else
-        the first block adds and stores all of it)."""
-        split = self.structure.sprogram.split_k
-        return split is not None and split.reduce == "scattered"
-
-    @property
     def launch_cluster(self) -> int:
         """Blocks of a launched cluster: a multicast cluster's, or split-K's (1: none)."""
         return self.structure.cluster_size * self.split_blocks

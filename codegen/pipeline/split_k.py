@@ -55,10 +55,17 @@ def problem(layout: PipelineLayout) -> str | None:
         return "split-K over tiles of different trip counts"
     if hooks.trip_count < layout.split_blocks:
         return f"{hooks.trip_count} loop trips for {layout.split_blocks} blocks"
-    if layout.split_scattered and share_units(layout) < layout.split_blocks:
+    if scattered(layout) and share_units(layout) < layout.split_blocks:
         return (f"{share_units(layout)} share units of the tile for {layout.split_blocks} "
                 "blocks to add")
     return sums_spill(layout)
+
+
+def scattered(layout: PipelineLayout) -> bool:
+    """Every block of the split-K cluster adds and stores a share of the tile (else the
+    first block adds and stores all of it)."""
+    split = layout.structure.sprogram.split_k
+    return split is not None and split.reduce == "scattered"
 
 
 def share_units(layout: PipelineLayout) -> int:
@@ -101,7 +108,7 @@ def emit_barrier_init(code: Code, layout: PipelineLayout) -> None:
     ``split_free`` those of every block that reads this one's."""
     c = code
     peers = f"(SPLIT - 1) * CONSUMERS * {WARPS_PER_WARPGROUP}"
-    if layout.split_scattered:
+    if scattered(layout):
         c.comment(f"{FULL.lower()} and {FREE.lower()}: one arrival from each consumer warp of "
                   "every other block of the cluster (each reads a share of every block's "
                   "sums).")
@@ -136,7 +143,7 @@ def emit_sum(code: Code, layout: PipelineLayout) -> str | None:
     """The cluster's sums meet in the fragment of the block (or blocks) that store them;
     returns the condition under which this block runs the epilogue (None: always, each
     block its own share). ``split_round`` counts the tiles summed."""
-    if layout.split_scattered:
+    if scattered(layout):
         _emit_scattered_sum(code, layout)
         return None
     _emit_first_block_sum(code, layout.output.fragment)
@@ -215,5 +222,5 @@ def _emit_scattered_sum(code: Code, layout: PipelineLayout) -> None:
 
 
 __all__ = ["FREE", "FULL", "PART", "emit_barrier_init", "emit_block_state", "emit_constants",
-           "emit_skip_unowned", "emit_sum", "fragment_share", "problem", "share_units",
-           "trip_range"]
+           "emit_skip_unowned", "emit_sum", "fragment_share", "problem", "scattered",
+           "share_units", "trip_range"]

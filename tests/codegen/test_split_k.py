@@ -186,7 +186,15 @@ def test_the_cost_model_sees_a_split_k_cluster_finish_a_few_tile_grid_sooner() -
     assert scattered.latency_us < split.latency_us  # each block reads a sixth of the sums
 
 
-@pytest.mark.parametrize(("m", "place"), [(1, 1), (16, 1), (32, 0), (128, 0)])
+def test_split_k_seeds_take_the_deepest_ring_beside_their_sums() -> None:
+    first = split_k_designs(128, 1280)[0]  # 128 tokens over 64 weight rows
+    assert (first["split_k_reduce"], first["tile_k"], first["stages_ab"]) == ("scattered", 64, 8)
+    spec = _spec(128)
+    deeper = plan_sprogram(spec, H200, {**first, "stages_ab": 10})
+    assert not check_valid(deeper, spec, H200).ok  # 10 x 24 KB beside 32 KB of sums
+
+
+@pytest.mark.parametrize(("m", "place"), [(1, 1), (16, 1), (32, 0), (128, 0), (256, 1)])
 def test_a_decode_search_measures_a_split_k_design_in_its_first_round(m: int,
                                                                       place: int) -> None:
     spec = _spec(m)
