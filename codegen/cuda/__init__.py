@@ -1,24 +1,20 @@
-"""The project's own Hopper device primitives, one module per family.
+"""The project's own device primitives, one module per family.
 
 Each module registers small C++ snippets (one inline function per PTX instruction, named
 for its meaning, with the PTX ISA section it implements); :func:`prelude` emits only the
-ones a kernel uses. wgmma instruction wrappers are generated per shape by
-:func:`codegen.cuda.wgmma.mma`.
+ones a kernel uses. The families only one architecture has live with its target (Hopper's
+wgmma, setmaxnreg, clusters and stmatrix: :mod:`codegen.targets.hopper`).
 """
 
 from codegen.cuda import (
     activations,
     base,
-    cluster,
     convert,
     fences,
-    ldstmatrix,
     mbarrier,
-    regs,
     sfu,
     swizzle,
     tma,
-    wgmma,
 )
 from codegen.cuda._snippet import (
     Snippet,
@@ -29,28 +25,22 @@ from codegen.cuda._snippet import (
     snippet,
 )
 from codegen.cuda.swizzle import SWIZZLES, Swizzle
-from codegen.cuda.wgmma import SmemMatrix
 
 __all__ = [
     "SWIZZLES",
-    "SmemMatrix",
     "Snippet",
     "Swizzle",
     "activations",
     "base",
-    "cluster",
     "convert",
     "fences",
-    "ldstmatrix",
     "mbarrier",
     "prelude",
     "prelude_rank",
     "register",
     "registered",
-    "regs",
     "sfu",
     "snippet",
     "swizzle",
     "tma",
-    "wgmma",
 ]

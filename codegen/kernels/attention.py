@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from functools import cached_property
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda import swizzle, wgmma
+from codegen.cuda import swizzle
 from codegen.kernels.attention_softmax import OnlineSoftmax
 from codegen.pipeline import (
     Code,
@@ -44,6 +44,7 @@ from codegen.pipeline import (
 )
 from codegen.pipeline.pipelined import loop_stream
 from codegen.targets import Mma, MmaPart
+from codegen.targets.hopper import wgmma
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.attention import packed_heads

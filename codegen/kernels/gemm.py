@@ -26,7 +26,7 @@ from functools import cached_property
 from typing import Any
 
 from codegen.artifact import TensorMapArg
-from codegen.cuda import activations, convert, swizzle, wgmma
+from codegen.cuda import activations, convert, swizzle
 from codegen.pipeline import (
     Code,
     GridAxis,
@@ -37,6 +37,7 @@ from codegen.pipeline import (
     TripAt,
 )
 from codegen.targets import Mma, MmaPart
+from codegen.targets.hopper import wgmma
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 

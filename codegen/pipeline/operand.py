@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from codegen.cuda import SmemMatrix, Swizzle, wgmma
+from codegen.cuda import Swizzle
 from codegen.pipeline.code import Code
+from codegen.targets.hopper import SmemMatrix, wgmma
 
 #: Rows of one swizzle atom: a multicast slice starts on an atom, so the slices of a box
 #: land exactly where the whole box would.

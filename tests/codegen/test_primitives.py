@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from codegen import cuda
-from codegen.cuda import SWIZZLES, SmemMatrix, wgmma
+from codegen.cuda import SWIZZLES
 from codegen.nvcc import compile_report, nvcc_path
+from codegen.targets import hopper
+from codegen.targets.hopper import SmemMatrix, wgmma
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 
@@ -173,9 +175,9 @@ def test_preludes_order_families_by_rank_not_by_import() -> None:
     """Snippets come in their family's rank (each family module's ``PRELUDE_RANK``), then
     in the order the family gives them: a family that moves to another package, or is
     imported first, leaves every kernel's text as it was."""
-    families = [cuda.activations, cuda.base, cuda.cluster, cuda.convert, cuda.fences,
-                cuda.ldstmatrix, cuda.mbarrier, cuda.regs, cuda.sfu, cuda.swizzle, cuda.tma,
-                cuda.wgmma]
+    families = [cuda.activations, cuda.base, hopper.cluster, cuda.convert, cuda.fences,
+                hopper.ldstmatrix, cuda.mbarrier, hopper.regs, cuda.sfu, cuda.swizzle,
+                cuda.tma, hopper.wgmma]
     ranks = [cuda.prelude_rank(name) for name in cuda.registered()]
     assert ranks == sorted(ranks)
     assert set(ranks) == {module.PRELUDE_RANK for module in families}

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from codegen.cuda import wgmma
+from codegen.targets.hopper import wgmma
 from codegen.targets.mma import Mma
 from codegen.targets.target import Target
 from scheduler_search.sprogram import BarrierKind
