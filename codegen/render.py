@@ -24,6 +24,7 @@ from codegen.kernels.mamba2 import (
 )
 from codegen.pipeline import OperatorHooks
 from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
+from codegen.targets import target_for
 from scheduler_search.hardware.catalog import CATALOG
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, parse_spec
@@ -131,7 +132,9 @@ class CodegenCheck:
 
     def tile_problem(self, spec: OperatorSpec, tile: dict[str, int]) -> str | None:
         hooks = HOOKS.get(spec.op)
-        return hooks.tile_problem(spec.params(), tile) if hooks else None
+        if hooks is None:
+            return None
+        return hooks.tile_problem(spec.params(), tile, target_for(self.device.arch))
 
 
 def feasibility(op: str, device: Device) -> Feasibility | None:

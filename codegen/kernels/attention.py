@@ -44,7 +44,6 @@ from codegen.pipeline import (
 )
 from codegen.pipeline.pipelined import loop_stream
 from codegen.targets import Mma, MmaPart
-from codegen.targets.hopper import wgmma
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.attention import packed_heads
@@ -179,8 +178,8 @@ class AttentionHooks(OperatorHooks):
             return f"dtype {self.dtype}"
         if self.head_dim % 64:
             return f"head_dim={self.head_dim}: V tiles are 64-column 128B-swizzle boxes"
-        if self.tile_kv % 16 or self.tile_kv > wgmma.WGMMA_N_MAX:
-            return f"tile_kv={self.tile_kv}: wgmma k16 steps over the keys of P V"
+        if self.tile_kv % 16 or self.tile_kv > self.target.mma_n_max:
+            return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
         if self._qk_overwrites_scores():
             return ("mma_qk issued ahead of the softmax would overwrite the scores it reads "
                     "(a second S buffer makes ptxas serialise wgmma, C7514)")
@@ -247,25 +246,26 @@ class AttentionHooks(OperatorHooks):
             c(f"constexpr int KV_TILES = {self.trip_count};  // loop trips of a full tile")
         c(f"constexpr bool CAUSAL = {'true' if self.causal else 'false'};  // key j > query i "
           "is masked")
-        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
-          "per consumer")
+        mma, rows = self.target.mma_name, self.target.mma_rows
+        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // {mma} m{rows} "
+          "blocks per consumer")
         c(f"constexpr int S_REGS = {self.tile_kv // 2}, O_REGS = {self.head_dim // 2};  // "
           "fp32 accumulators per thread per block")
         c(f"constexpr float SCALE_LOG2 = {scale_log2!r}f;  // log2(e) / sqrt(head_dim)")
         c("")
         for t, dims in ((self.q, "D x Q"), (self.k, "D x KV"), (self.v, "D x KV")):
             c.comment(f"{t.const} tile: {t.box_count} TMA box(es) of {t.box_inner}x{t.box_outer}"
-                      f" ({dims}), {t.swizzle.span_bytes}B swizzle; wgmma: "
+                      f" ({dims}), {t.swizzle.span_bytes}B swizzle; {mma}: "
                       f"{t.matrix.describe()}.")
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
               f"{t.stage_bytes};")
             c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
-        c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS, "wgmma m64 blocks");')
+        c(f'static_assert(ROW_BLOCKS * {rows} == CONSUMER_ROWS, "{mma} m{rows} blocks");')
         keys = "HEADS % KV_HEADS == 0" if "seq_kv" in runtime else (
             "KV_TILES * TILE_KV >= SEQ_KV && HEADS % KV_HEADS == 0")
         c(f'static_assert({keys}, "the keys");')
         c("")
-        c.comment("Offsets of one wgmma k16 step inside a tile.")
+        c.comment(f"Offsets of one {mma} k16 step inside a tile.")
         for t in (self.q, self.k, self.v):
             c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
               f"return {t.kstep_expr()}; }}")
@@ -293,7 +293,8 @@ class AttentionHooks(OperatorHooks):
     def consumer_state(self, code: Code) -> None:
         code("float s_acc[ROW_BLOCKS][S_REGS];  // S = Q K^T of the current trip, then P")
         code("float o_acc[ROW_BLOCKS][O_REGS] = {};")
-        code("u32 p[ROW_BLOCKS][S_REGS / 2];  // P as 16-bit pairs: wgmma's A while P V runs")
+        code("u32 p[ROW_BLOCKS][S_REGS / 2];  // P as 16-bit pairs: "
+             f"{self.target.mma_name}'s A while P V runs")
         code("float m_row[ROW_BLOCKS][2], l_row[ROW_BLOCKS][2], alpha[ROW_BLOCKS][2];  "
              "// rows lane/4 and +8")
 
@@ -315,7 +316,8 @@ class AttentionHooks(OperatorHooks):
     def _mma_qk(self, code: Code, stage: str, at: TripAt) -> None:
         c, q = code, self.q
         c.comment(f"mma_qk  stage={stage}: s_acc[CONSUMER_ROWS x {self.tile_kv}] = Q_s K_s^T "
-                  f"(ROW_BLOCKS x {self.head_dim // 16} wgmma m64n{self.tile_kv}k16)")
+                  f"(ROW_BLOCKS x {self.head_dim // 16} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{self.tile_kv}k16)")
         self.target.write_mma(c, Mma(
             n=self.tile_kv, dtype=self.dtype, b_major="k", k_steps=str(self.head_dim // 16),
             b_layout="K_DESC_LAYOUT", a_layout="Q_DESC_LAYOUT", accumulate="kk > 0",

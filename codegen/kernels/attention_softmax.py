@@ -123,7 +123,8 @@ class OnlineSoftmax:
             with c.block("for (int i = 0; i < O_REGS; ++i)"):
                 c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
         pack = convert.pack2(self.dtype)
-        c.comment("P = the scores after exp2, as the 16-bit pairs of wgmma's A fragment")
+        c.comment("P = the scores after exp2, as the 16-bit pairs of "
+                  f"{self.target.mma_name}'s A fragment")
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             c("#pragma unroll")

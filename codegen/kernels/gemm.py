@@ -36,8 +36,7 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
-from codegen.targets import Mma, MmaPart
-from codegen.targets.hopper import wgmma
+from codegen.targets import Mma, MmaPart, Target
 from scheduler_search.ops import DTYPE_BYTES
 from scheduler_search.ops.gemm import FP8_DTYPES, GemmEpilogue
 
@@ -256,7 +255,8 @@ class GemmHooks(OperatorHooks):
         return acc + per_row_block * blocks
 
     def problem(self) -> str | None:
-        return (self.tile_problem(self.params, self.sprogram.tile) or self._swap_problem()
+        return (self.tile_problem(self.params, self.sprogram.tile, self.target)
+                or self._swap_problem()
                 or self._stage_problem())
 
     def _stage_problem(self) -> str | None:
@@ -277,11 +277,13 @@ class GemmHooks(OperatorHooks):
         if not self.swap:
             return None
         if problem := self.b.rows_problem():
-            return f"swap_ab reads B's tile as wgmma's A: {problem}"
+            return f"swap_ab reads B's tile as the MMA's A: {problem}"
         if self.epilogue.fused:
             return "swap_ab stores the output transposed, without a fused epilogue"
-        if self.tile_m % wgmma.WGMMA_N_STEP or self.tile_m > wgmma.WGMMA_N_MAX:
-            return f"swap_ab: tile_m={self.tile_m} is wgmma's N (a multiple of 8, <= 256)"
+        step, widest = self.target.mma_n_step, self.target.mma_n_max
+        if self.tile_m % step or self.tile_m > widest:
+            return (f"swap_ab: tile_m={self.tile_m} is the MMA's N (a multiple of {step}, "
+                    f"<= {widest})")
         if self.structure.cluster_size > 1:
             # On an H200 (2026-12-04, 224 swapped variants at 128 x 7168 x 8192, 256 x 4096
             # x 4096 and 16 x 4096 x 4096) clusters of 2 along m or n with 32-deep k steps,
@@ -291,7 +293,8 @@ class GemmHooks(OperatorHooks):
         return None
 
     @classmethod
-    def tile_problem(cls, params: dict[str, Any], tile: dict[str, int]) -> str | None:
+    def tile_problem(cls, params: dict[str, Any], tile: dict[str, int],
+                     target: Target) -> str | None:
         dtype, b_layout = str(params["dtype"]), str(params.get("b_layout", "kn"))
         tile_n, tile_k = tile["n"], tile["k"]
         if dtype not in ELEMENT_BYTES:
@@ -306,8 +309,8 @@ class GemmHooks(OperatorHooks):
             # (2026-12-02) 4000x6000x2000 kn at 192x240 took 184 us, 146 us with B n x k.
             return (f"b_layout=kn needs tile_n % 64 == 0 (tile_n={tile_n}): B k x n in "
                     "narrower swizzle spans loses to 128-byte boxes")
-        if tile_n % 16 or tile_n > wgmma.WGMMA_N_MAX:
-            return "wgmma shape"
+        if tile_n % 16 or tile_n > target.mma_n_max:
+            return f"tile_n={tile_n}: the MMA's N in 16-column steps up to {target.mma_n_max}"
         return None
 
     def header(self) -> str:
@@ -330,18 +333,19 @@ class GemmHooks(OperatorHooks):
           f"TILE_K = {self.tile_k};")
         c(f"constexpr int K_ITERS = {self.trip_count};  // loop trips: tile_k slices of K per "
           "tile (the last one zero-filled past K)")
-        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k{self.target.k_step(self.dtype)} "
+        mma, rows = self.target.mma_name, self.target.mma_rows
+        c(f"constexpr int K_STEPS = {self.k_steps};  // {mma} k{self.target.k_step(self.dtype)} "
           "steps per trip")
         c(f"constexpr int TAIL_K_STEPS = {self.tail_k_steps};  // steps of the last trip "
           "(the rest lie past K)")
-        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // wgmma m64 blocks "
-          "per consumer")
+        c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)};  // {mma} m{rows} "
+          "blocks per consumer")
         c(f"constexpr int ACC_REGS = {self.mma_n // 2};  // fp32 accumulators per thread per "
           "block")
         c("")
         for t, dims in ((a, "K x M"), (b, "K x N" if b.major == "k" else "N x K")):
             c.comment(f"{t.const} stage: {t.box_count} TMA box(es) of {t.box_inner}x"
-                      f"{t.box_outer} ({dims}), {t.swizzle.span_bytes}B swizzle; wgmma: "
+                      f"{t.box_outer} ({dims}), {t.swizzle.span_bytes}B swizzle; {mma}: "
                       f"{t.matrix.describe()}.")
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
               f"{t.stage_bytes};")
@@ -352,13 +356,14 @@ class GemmHooks(OperatorHooks):
         c(f"static_assert(A_STAGE_BYTES % {SWIZZLE_ATOM_BYTES} == 0 && B_STAGE_BYTES % "
           f'{SWIZZLE_ATOM_BYTES} == 0, "stages start on swizzle-atom boundaries");')
         if self.swap:
-            c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS && TILE_M % 8 == 0 && '
-              'TILE_M <= 256, "wgmma m64nNk16 shape, n along M, m along N");')
+            c(f"static_assert(ROW_BLOCKS * {rows} == CONSUMER_ROWS && TILE_M % "
+              f"{self.target.mma_n_step} == 0 && TILE_M <= {self.target.mma_n_max}, "
+              f'"{mma} m{rows}nNk16 shape, n along M, m along N");')
         else:
-            c('static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS && TILE_N % 16 == 0 && '
-              'TILE_N <= 256, "wgmma m64nNk16 shape");')
+            c(f"static_assert(ROW_BLOCKS * {rows} == CONSUMER_ROWS && TILE_N % 16 == 0 && "
+              f'TILE_N <= {self.target.mma_n_max}, "{mma} m{rows}nNk16 shape");')
         c("")
-        c.comment("Offsets of one wgmma k16 step inside a stage.")
+        c.comment(f"Offsets of one {mma} k16 step inside a stage.")
         for t in (a, b):
             c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
               f"return {t.kstep_expr()}; }}")
@@ -384,7 +389,8 @@ class GemmHooks(OperatorHooks):
         stage = stages["ab"]
         product = "B_s x A_s^T = C^T" if self.swap else "A_s x B_s"
         c.comment(f"{issue.stask}  stage={stage}: acc[CONSUMER_ROWS x {self.mma_n}] += "
-                  f"{product} (ROW_BLOCKS x {self.k_steps} wgmma m64n{self.mma_n}k16)")
+                  f"{product} (ROW_BLOCKS x {self.k_steps} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{self.mma_n}k16)")
         tail = (f"kk >= TAIL_K_STEPS && {at.index} == K_ITERS - 1" if self.trims_tail
                 else None)
         self.target.write_mma(c, Mma(

@@ -205,8 +205,8 @@ class Consumers(RoleWriter):
         pending = self.structure.inflight.get(issue.stask, 0)
         self.record.wgmma_pending[issue.stask] = pending
         if pending:
-            c.comment(f"{issue.stask}_inflight: keep this wgmma group in flight; the previous "
-                      "one is done")
+            c.comment(f"{issue.stask}_inflight: keep this {self.target.mma_name} group in "
+                      "flight; the previous one is done")
         self.target.write_mma_wait(c, pending)
         c("#pragma unroll")
         self.hooks.pin(c, issue.stask)

@@ -215,10 +215,12 @@ class OperatorHooks(ABC):
         """Why the operator cannot lower this sProgram (dtype, tile shape), or None."""
 
     @classmethod
-    def tile_problem(cls, params: dict[str, Any], tile: dict[str, int]) -> str | None:
-        """Why no schedule of this tile can be lowered for a workload of ``params``, or
-        None: the part of :meth:`problem` that follows from the shape and tile alone, so a
-        schedule space drops a tile's every completion without planning one."""
+    def tile_problem(cls, params: dict[str, Any], tile: dict[str, int],
+                     target: Target) -> str | None:
+        """Why no schedule of this tile can be lowered for a workload of ``params`` on
+        ``target``, or None: the part of :meth:`problem` that follows from the shape and
+        tile alone, so a schedule space drops a tile's every completion without planning
+        one."""
         return None
 
     @property

@@ -386,9 +386,9 @@ class PipelineLayout:
             return "more named barriers than a block has"
         for ring in s.rings:
             if s.inflight.get(ring.last_reader) and ring.depth < 2:
-                # The stage of the wgmma left in flight is the only slot: the next load
-                # waits for its release, which comes after the next wgmma: a deadlock.
-                return f"a wgmma group in flight needs {ring.stream} stages >= 2"
+                # The stage of the MMA left in flight is the only slot: the next load
+                # waits for its release, which comes after the next MMA: a deadlock.
+                return f"an MMA group in flight needs {ring.stream} stages >= 2"
         return None
 
     def _transposed_store_problem(self) -> str | None:

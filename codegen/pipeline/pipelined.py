@@ -154,7 +154,7 @@ def lead_problem(structure: PipelineStructure) -> str | None:
         return "ring stages read outside wgmma in a pipelined loop"
     points = release_points(structure)
     if set(points) != {r.last_reader for r in structure.rings}:
-        return "no wgmma wait in the loop proves a ring's stage free"
+        return "no MMA wait in the loop proves a ring's stage free"
     return None
 
 

@@ -49,6 +49,21 @@ class Target(abc.ABC):
     def mma_rows(self) -> int:
         """Rows of one MMA block: the consumers' accumulators are cut in blocks of them."""
 
+    @property
+    @abc.abstractmethod
+    def mma_name(self) -> str:
+        """The MMA instruction's name, as the generated text's comments call it."""
+
+    @property
+    @abc.abstractmethod
+    def mma_n_max(self) -> int:
+        """The widest N one MMA instruction computes."""
+
+    @property
+    @abc.abstractmethod
+    def mma_n_step(self) -> int:
+        """The step of the N widths an MMA instruction takes."""
+
     @abc.abstractmethod
     def k_step(self, dtype: str) -> int:
         """Elements of K one MMA instruction reduces over for inputs of ``dtype``."""

@@ -99,7 +99,7 @@ class Mamba2Hooks(OperatorHooks):
         if self.chunk % self.k_tile:
             return f"a loop tile of {self.k_tile} positions must divide chunk_size={self.chunk}"
         if any(self.structure.inflight.values()) and not self.a_double_buffered:
-            return ("the loop's wgmma reads its A operand from registers that the next trip's "
+            return ("the loop's MMA reads its A operand from registers that the next trip's "
                     "math rewrites while the group is in flight (order overlap)")
         return None
 
@@ -111,7 +111,8 @@ class Mamba2Hooks(OperatorHooks):
         c(f"constexpr int NGROUPS = {p['ngroups']}, GROUP_HEADS = NHEADS / NGROUPS;  // heads "
           "sharing B and C")
         c(f"constexpr int CHUNK = {self.chunk}, NCHUNKS = {self.nchunks};")
-        c(f"constexpr int K_STEPS = {self.k_steps};  // wgmma k16 steps per loop trip")
+        c(f"constexpr int K_STEPS = {self.k_steps};  // {self.target.mma_name} k16 steps per "
+          "loop trip")
         c(f"constexpr float LOG2E = {LOG2E!r}f;")
         c("__device__ __forceinline__ constexpr unsigned long long vector_row(int batch0, "
           "int heads0, int chunks0) { return ((unsigned long long)batch0 * NHEADS + heads0) * "

@@ -251,8 +251,9 @@ class ChunkScanHooks(Mamba2Hooks):
         c("float acc[ROW_BLOCKS][ACC_REGS];  // head j: columns [j HEAD_COLS, (j + 1) HEAD_COLS)")
         c("float e[PACK][ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]) per head (accumulator "
           "layout)")
+        mma = self.target.mma_name
         c(self.a_declaration("[PACK][ROW_BLOCKS][E_REGS / 2]") + "  // the masked products "
-          "as wgmma's register A (a copy per trip parity when its wgmma stays in flight)")
+          f"as {mma}'s register A (a copy per trip parity when its {mma} stays in flight)")
         c("float dal[PACK][ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
         c("u32 x_skip[ROW_BLOCKS][2][ACC_REGS / 4];  // x[l, p] pairs of this thread's "
           "outputs, for D x")
@@ -290,7 +291,8 @@ class ChunkScanHooks(Mamba2Hooks):
     def _mma_state(self, code: Code) -> None:
         c, ct = code, self.c
         c.comment(f"mma_state: acc[CONSUMER_ROWS x {self.tile_p}] = C_s states_s^T (ROW_BLOCKS "
-                  f"x {self._p('dstate') // 16} wgmma m64n{self.tile_p}k16)")
+                  f"x {self._p('dstate') // 16} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{self.tile_p}k16)")
         self.target.write_mma(c, Mma(
             n=self.tile_p, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
             b_layout="ST_DESC_LAYOUT", a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
@@ -303,7 +305,8 @@ class ChunkScanHooks(Mamba2Hooks):
         """Per packed head j: its columns of acc += P_j x_j (x_j: the tile's boxes of head j)."""
         c = code
         c.comment(f"mma_x  stage={stage}: acc[CONSUMER_ROWS x {self.tile_p}] += P x_s, per "
-                  f"head a wgmma m64n{self.head_cols} (P in registers: k16 step kk is "
+                  f"head a {self.target.mma_name} m{self.target.mma_rows}n{self.head_cols} "
+                  "(P in registers: k16 step kk is "
                   "pm[head][.][4kk..4kk+3])")
         parts = []
         for head in range(self.pack):

@@ -186,8 +186,9 @@ class ChunkStateHooks(Mamba2Hooks):
     def consumer_state(self, code: Code) -> None:
         c = code
         c("float acc[ROW_BLOCKS][ACC_REGS];")
-        c(self.a_declaration("[ROW_BLOCKS][4 * K_STEPS]") + "  // (x w)^T as wgmma's register "
-          "A, k16 step kk: xa[.][4kk..4kk+3] (a copy per trip parity when in flight)")
+        c(self.a_declaration("[ROW_BLOCKS][4 * K_STEPS]") + f"  // (x w)^T as "
+          f"{self.target.mma_name}'s register A, k16 step kk: xa[.][4kk..4kk+3] (a copy per "
+          "trip parity when in flight)")
         c("float w[ROW_BLOCKS][K_STEPS][4];  // exp(dA[last] - dA[l]) dt[l] of this thread's "
           "positions, for the block's head")
         c("float dA_last[ROW_BLOCKS];  // dA_cumsum at the chunk's last position")
@@ -267,7 +268,8 @@ class ChunkStateHooks(Mamba2Hooks):
     def _mma(self, code: Code, stage: str, at: TripAt, xa: str) -> None:
         c = code
         c.comment(f"mma  stage={stage}: acc[CONSUMER_ROWS x {self.tile_n}] += (x w)^T B_s "
-                  f"(ROW_BLOCKS x {self.k_steps} wgmma m64n{self.tile_n}k16, A in registers)")
+                  f"(ROW_BLOCKS x {self.k_steps} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{self.tile_n}k16, A in registers)")
         self.target.write_mma(c, Mma(
             n=self.tile_n, dtype=self.dtype, b_major="mn", k_steps="K_STEPS",
             b_layout="B_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",

@@ -31,6 +31,18 @@ class HopperTarget(Target):
     def mma_rows(self) -> int:
         return wgmma.WGMMA_M
 
+    @property
+    def mma_name(self) -> str:
+        return "wgmma"
+
+    @property
+    def mma_n_max(self) -> int:
+        return wgmma.WGMMA_N_MAX
+
+    @property
+    def mma_n_step(self) -> int:
+        return wgmma.WGMMA_N_STEP
+
     def k_step(self, dtype: str) -> int:
         return wgmma.k_step(dtype)
 
