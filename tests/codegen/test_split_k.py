@@ -144,22 +144,23 @@ def test_without_split_k_the_text_has_none_of_it() -> None:
 
 def test_every_split_k_kernel_compiles_clean() -> None:
     """Every shape of split-K's part of the kernel with B n x k, and the decode seeds at
-    1 and 128 tokens. Split-K's own text does not depend on B's layout (only the loads
-    do, which the plain kernels' tests compile), so B k x n is compiled for the swapped
-    designs alone."""
+    1 token and the scattered ones at 128 and 256. Split-K's own text does not depend on
+    B's layout (only the loads do, which the plain kernels' tests compile), so B k x n is
+    compiled for the swapped first-block designs alone."""
     sources = []
     for layout in ("nk", "kn"):
         spec = _spec(4000, 6000, 2000, layout)
         for choices in split_k_check_designs():
-            if layout == "kn" and not choices.get("swap_ab"):
+            if layout == "kn" and not (choices.get("swap_ab") and "split_k_reduce" not in choices):
                 continue
             sprogram = plan_sprogram(spec, H200, choices)
             assert check_valid(sprogram, spec, H200).ok and unsupported(sprogram, H200) is None
             sources.append(render(sprogram, spec, H200).source)
-    for m in (1, 128):
+    for m in (1, 128, 256):  # the seeds' scattered sums (the first block's: shapes above)
         spec = _spec(m)
         for choices in split_k_designs(m, 1280):
-            sources.append(render(plan_sprogram(spec, H200, choices), spec, H200).source)
+            if choices["split_k_reduce"] == "scattered" or m == 1:
+                sources.append(render(plan_sprogram(spec, H200, choices), spec, H200).source)
     assert_compile_clean(sources)
 
 
