@@ -24,7 +24,7 @@ from codegen.kernels.mamba2 import (
 )
 from codegen.pipeline import OperatorHooks
 from codegen.pipeline.lower import PIPELINE_VERSION, Lowered, Unsupported, lower, plan
-from codegen.targets import target_for
+from codegen.targets import TARGETS, target_for
 from scheduler_search.hardware.catalog import CATALOG
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, parse_spec
@@ -140,9 +140,10 @@ class CodegenCheck:
 def feasibility(op: str, device: Device) -> Feasibility | None:
     """The check a schedule space of ``op`` on ``device`` is restricted by, or None where
     code generation does not apply: operators without hooks and architectures without
-    wgmma (sm_80, and any GPU the catalog does not state it for) are tuned on the simulated
-    device, over the cost model's whole space."""
-    if op not in HOOKS or not device.capabilities.wgmma:
+    the asynchronous warpgroup MMA (sm_80, and any GPU the catalog does not state it for)
+    are tuned on the simulated device, over the cost model's whole space."""
+    target = TARGETS.get(device.arch)
+    if op not in HOOKS or target is None or not target.runs_on(device):
         return None
     return CodegenCheck(device)
 

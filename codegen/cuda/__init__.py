@@ -3,7 +3,7 @@
 Each module registers small C++ snippets (one inline function per PTX instruction, named
 for its meaning, with the PTX ISA section it implements); :func:`prelude` emits only the
 ones a kernel uses. The families only one architecture has live with its target (Hopper's
-wgmma, setmaxnreg, clusters and stmatrix: :mod:`codegen.targets.hopper`).
+asynchronous MMA, setmaxnreg, clusters and stmatrix: :mod:`codegen.targets.hopper`).
 """
 
 from codegen.cuda import (

@@ -1,7 +1,7 @@
 """Snippets: named pieces of CUDA C++ (one inline function per PTX instruction) and the
 prelude builder that emits only the snippets a kernel uses, with their dependencies.
 
-Every primitive family module (``mbarrier``, ``tma``, ``wgmma``, ...) registers its
+Every primitive family module (``mbarrier``, ``tma``, ``fences``, ...) registers its
 snippets here at import. A snippet is emitted once, after the snippets it requires, in a
 stable order, so the same set of names always gives byte-identical text.
 """
@@ -72,7 +72,7 @@ def prelude(uses: Iterable[str | Snippet]) -> str:
     """The text of every snippet in ``uses`` and of what they require, each once.
 
     Registered snippets come in prelude order (:func:`register`); generated ones
-    (``Snippet`` objects, e.g. one wgmma variant) after them, in the order given.
+    (``Snippet`` objects, e.g. one MMA variant) after them, in the order given.
     """
     generated: dict[str, Snippet] = {}
     wanted: set[str] = set()

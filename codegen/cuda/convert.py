@@ -10,7 +10,7 @@ from codegen.cuda._snippet import Snippet, register
 
 #: PTX type names of the 16-bit element types the renderers support (inputs and outputs).
 PTX_TYPE = {"float16": "f16", "bfloat16": "bf16"}
-#: PTX type names of the 8-bit float inputs wgmma multiplies (never an output here).
+#: PTX type names of the 8-bit float inputs the MMA multiplies (never an output here).
 PTX_FP8_TYPE = {"float8_e4m3": "e4m3", "float8_e5m2": "e5m2"}
 
 

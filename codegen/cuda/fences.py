@@ -1,7 +1,7 @@
 """Fences between memory proxies, and named barriers between warpgroups.
 
 - ``fence.proxy.async.shared::cta``: shared memory written by ordinary stores (``st``,
-  ``stmatrix``) and read next by the async proxy (a TMA store, wgmma) needs this fence in
+  ``stmatrix``) and read next by the async proxy (a TMA store, the MMA) needs this fence in
   each writing thread before the barrier that orders the two (PTX ISA 9.7.13.4, "membar /
   fence", proxy fences).
 - Named barriers (``bar.sync`` / ``bar.arrive`` with an id and a thread count): ids 1-15

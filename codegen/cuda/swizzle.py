@@ -1,4 +1,4 @@
-"""Shared-memory swizzles: one description used by TMA (tensor-map swizzle), wgmma
+"""Shared-memory swizzles: one description used by TMA (tensor-map swizzle), the MMA
 (descriptor layout type) and the kernel's own address arithmetic (stmatrix staging).
 
 An N-byte swizzle (N in 32, 64, 128) is CuTe's ``Swizzle<B, 4, 3>`` with ``2**B = N / 16``:
@@ -44,11 +44,6 @@ class Swizzle:
     def tma(self) -> str:
         """``TensorMapArg.swizzle`` spelling."""
         return f"{self.span_bytes}B"
-
-    @property
-    def wgmma_mode(self) -> int:
-        """Descriptor bits 62-63: 1 = 128B, 2 = 64B, 3 = 32B (PTX ISA matrix descriptor)."""
-        return {128: 1, 64: 2, 32: 3}[self.span_bytes]
 
     @property
     def function(self) -> str:

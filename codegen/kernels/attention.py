@@ -10,7 +10,7 @@ or (batch, heads, seq, head_dim) as PyTorch's SDPA does (``bhsd``); query head
   the trips at or below the diagonal (``tile_trips``);
 - ``load_q`` once per output tile, ``load_k`` / ``load_v`` per trip: TMA boxes of rank-4
   tensor maps over (head_dim, heads, seq, batch), so rows past the sequence read as zeros;
-- ``mma_qk``: ``S = Q Kᵀ`` with wgmma (Q and K K-major in shared memory);
+- ``mma_qk``: ``S = Q Kᵀ`` with the MMA (Q and K K-major in shared memory);
 - the online softmax on the consumers' registers: ``softmax_max`` (scores masked where a
   tile crosses the diagonal or the end of the keys, the running row max of the raw scores
   and the factor ``alpha`` that rescales what came before), ``softmax_exp2`` (``2^(s c -
@@ -19,7 +19,7 @@ or (batch, heads, seq, head_dim) as PyTorch's SDPA does (``bhsd``); query head
   sum; the four threads of a row add theirs in ``normalize``), ``rescale``, written by
   :class:`~codegen.kernels.attention_softmax.OnlineSoftmax`;
 - ``mma_pv``: ``O += P V`` with P straight from the S accumulators converted to 16-bit
-  pairs (the register-A form of wgmma) and V MN-major in shared memory;
+  pairs (the register-A form of the MMA) and V MN-major in shared memory;
 - ``normalize`` and ``store``: ``O / l`` written with st.global, and the row's fp32
   log-sum-exp ``lse = (m c + log2 l) ln 2`` (a side output, FlashAttention's softmax_lse).
 """
@@ -182,7 +182,7 @@ class AttentionHooks(OperatorHooks):
             return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
         if self._qk_overwrites_scores():
             return ("mma_qk issued ahead of the softmax would overwrite the scores it reads "
-                    "(a second S buffer makes ptxas serialise wgmma, C7514)")
+                    "(a second S buffer makes ptxas serialise the MMAs, C7514)")
         if not self._rescale_before_pv():
             return "P is packed in rescale, which must come before mma_pv of its trip"
         if self.pack > 1 and (self.heads_second or self.tile_q % self.pack):

@@ -28,7 +28,7 @@ LN2 = math.log(2.0)
 
 class OnlineSoftmax:
     """The softmax sTasks of one attention kernel: ``dtype`` is what P is packed to for
-    wgmma, ``exp2_unit`` the sEU the sProgram maps ``softmax_exp2`` to, ``target`` the
+    the MMA, ``exp2_unit`` the sEU the sProgram maps ``softmax_exp2`` to, ``target`` the
     architecture whose accumulator fragment the scores are in."""
 
     def __init__(self, dtype: str, exp2_unit: UnitKind, target: Target) -> None:

@@ -1,6 +1,6 @@
 """GEMM as hooks on the pipeline skeleton: ``C[m, n] = A[m, k] @ B`` with fp32 accumulation.
 
-A is row-major (K-major for wgmma); B is K x N (``kn``: MN-major, read with the transpose
+A is row-major (K-major for the MMA); B is K x N (``kn``: MN-major, read with the transpose
 bit) or N x K (``nk``: K-major). The kernel is specialised to the shape (m, n, k are
 compile-time constants). What is GEMM's own:
 
@@ -8,8 +8,8 @@ compile-time constants). What is GEMM's own:
   ``tile_k`` slice of K (the last one zero-filled past K by TMA);
 - ``load_a`` / ``load_b``: TMA boxes of A[m0 +: tile_m, k0 +: tile_k] and the matching B
   tile, 128-byte swizzle (64 for a 32-wide K tile);
-- ``mma``: ``wgmma m64nNk16`` per 64 rows a consumer warpgroup owns, N = tile_n, over the
-  stage's k16 steps, into the accumulator ``acc``;
+- ``mma``: the target's MMA (``m64nNk16`` on Hopper) per 64 rows a consumer warpgroup
+  owns, N = tile_n, over the stage's k16 steps, into the accumulator ``acc``;
 - ``epilogue`` (when the spec fuses one): ``act(scale · acc + bias) + residual`` on the
   CUDA cores, applied by the store to each pair of accumulators as it writes them, bias
   and residual read with ``ld.global`` for exactly the elements this thread holds;
@@ -48,11 +48,11 @@ SWIZZLE_ATOM_BYTES = 1024
 #: Registers a consumer thread needs for a fused epilogue, beyond a plain store's: the
 #: pair and what it loads, the bias, the residual's row pointer, each activation's
 #: temporaries. Counted only above ``EPILOGUE_FREE_ACC_REGS`` accumulators a thread:
-#: fitted to ptxas 13.0 on sm_90a over sampled 4096^3 schedules with bias + GELU +
+#: fitted to ptxas 13.0 on Hopper over sampled 4096^3 schedules with bias + GELU +
 #: residual (2026-12-01), where every tile of at most 128 accumulators a thread compiled
 #: without spills and tiles of 192 spilled 144-248 bytes within 24-31 registers of cap.
 #: Those kernels had at most ``EPILOGUE_FREE_THREADS`` threads (a cap of 168 registers) and
-#: fewer than ``EPILOGUE_FREE_ROW_BLOCKS`` wgmma row blocks a thread; a 512-thread kernel
+#: fewer than ``EPILOGUE_FREE_ROW_BLOCKS`` MMA row blocks a thread; a 512-thread kernel
 #: (cap 128) with 96 accumulators and one of four row blocks (256 x 64, 128 accumulators, at
 #: 255 registers) spilled 8 and 16-24 bytes with bias + GELU (2026-12-02), so there the
 #: epilogue's registers always count, once per row block a thread holds (ptxas keeps a
@@ -71,7 +71,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 class GemmHooks(OperatorHooks):
-    """GEMM's tiles, loads, wgmma and output on the skeleton."""
+    """GEMM's tiles, loads, MMA and output on the skeleton."""
 
     trips = "K_ITERS"
     cluster_axes = ("m", "n")
@@ -81,12 +81,12 @@ class GemmHooks(OperatorHooks):
     @property
     def swap(self) -> bool:
         """Whether the tensor cores compute Cᵀ = B Aᵀ (``SProgram.swap_ab``): B's tile is
-        wgmma's A (n along M, the consumers' rows), A's tile its B (m along N)."""
+        the MMA's A (n along M, the consumers' rows), A's tile its B (m along N)."""
         return self.sprogram.swap_ab
 
     @property
     def mma_n(self) -> int:
-        """wgmma's N: the tile along n, or along m when swapped."""
+        """The MMA's N: the tile along n, or along m when swapped."""
         return self.tile_m if self.swap else self.tile_n
 
     @property
@@ -159,7 +159,7 @@ class GemmHooks(OperatorHooks):
 
     @property
     def tail_k_steps(self) -> int:
-        """wgmma k-steps the last trip needs: where K is not a multiple of tile_k, the
+        """MMA k-steps the last trip needs: where K is not a multiple of tile_k, the
         steps wholly past K (zero-filled by TMA) are not issued (K = 2000 in 64-wide
         tiles: 1 of the last trip's 4)."""
         left = self.k - (self.trip_count - 1) * self.tile_k
@@ -169,7 +169,7 @@ class GemmHooks(OperatorHooks):
     def trims_tail(self) -> bool:
         """Whether the last trip skips its k-steps past K. Not for pingpong consumers, nor
         for overlapped loops without a producer warp, nor with stream-K (whose last trip
-        of a tile is a run-time one): there ptxas 13.0 serialises every wgmma of the
+        of a tile is a run-time one): there ptxas 13.0 serialises every MMA of the
         kernel over the early exit (C7520, "WG.AR in divergent path"), which costs more
         than the skipped steps save."""
         s = self.structure
@@ -269,7 +269,7 @@ class GemmHooks(OperatorHooks):
         return None
 
     def _swap_problem(self) -> str | None:
-        """Swapped, B's tile is wgmma's A: K-major (``nk``), or MN-major (``kn``, 16-bit
+        """Swapped, B's tile is the MMA's A: K-major (``nk``), or MN-major (``kn``, 16-bit
         inputs: the instruction transposes it) in 64-column boxes; the transposed fragment is
         stored element by element with st.global, or staged transposed for a TMA store
         (``PipelineLayout`` says where that cannot be), with no fused epilogue (8-bit
@@ -384,7 +384,7 @@ class GemmHooks(OperatorHooks):
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         c = code
-        # wgmma's A (rows, split among the consumers) and B: swapped, B's tile and A's.
+        # The MMA's A (rows, split among the consumers) and B: swapped, B's tile and A's.
         a, b = (self.b, self.a) if self.swap else (self.a, self.b)
         stage = stages["ab"]
         product = "B_s x A_s^T = C^T" if self.swap else "A_s x B_s"

@@ -1,6 +1,6 @@
 """The consumer warpgroups' part of a kernel: per unit of work, a tile's prologue, its main
 loop (each role's stream once a trip: the waits it is the waiter of, the sTask through the
-emitter table, its turn on the tensor cores, its wgmma wait and its releases; or the
+emitter table, its turn on the tensor cores, its MMA wait and its releases; or the
 software-pipelined loop), then the epilogue; cooperative consumers share a tile, pingpong
 ones own one each."""
 
@@ -186,7 +186,7 @@ class Consumers(RoleWriter):
                 if not self._pass_pending:
                     self._flush_refills()
                 if issue.kind is STaskKind.MMA:
-                    self._wgmma_wait(issue, "x", "trip")
+                    self._mma_wait(issue, "x", "trip")
                 else:
                     # Register math reads its stage synchronously: done once it is written.
                     self._release(issue.stask, "x")
@@ -198,12 +198,12 @@ class Consumers(RoleWriter):
                 self.hooks.pin(c, issue.stask)
                 self._release(issue.stask, f"{x0} + {trips} - 1")
 
-    def _wgmma_wait(self, issue: Issue, x: str, trip: str) -> None:
-        """Wait for the wgmma groups the sProgram does not leave in flight, then release
+    def _mma_wait(self, issue: Issue, x: str, trip: str) -> None:
+        """Wait for the MMA groups the sProgram does not leave in flight, then release
         the stages whose last reader they were."""
         c = self.code
         pending = self.structure.inflight.get(issue.stask, 0)
-        self.record.wgmma_pending[issue.stask] = pending
+        self.record.mma_pending[issue.stask] = pending
         if pending:
             c.comment(f"{issue.stask}_inflight: keep this {self.target.mma_name} group in "
                       "flight; the previous one is done")

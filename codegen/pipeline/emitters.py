@@ -35,8 +35,8 @@ def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> 
     k.recorded(roles, issue, f"{ring.stream}[s]" if ring else "once per tile")
 
 
-def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
-    """An MMA sTask on the tensor cores: the operator's wgmma group over the stages of the
+def emit_mma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """An MMA sTask on the tensor cores: the operator's MMA group over the stages of the
     rings it reads; it overwrites the accumulators on the first trip (``k.at``)."""
     stages = {r.stream: f"{r.stream}_stage" for r in k.structure.rings
               if issue.stask in k.readers_of(r)}
@@ -47,7 +47,7 @@ def emit_wgmma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> Non
 
 def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """An elementwise or reduction sTask on the CUDA cores or the SFU: the operator's math
-    on the consumers' register tiles (after the wgmma results it reads are waited for).
+    on the consumers' register tiles (after the MMA results it reads are waited for).
     Epilogue math the operator writes element by element is handed to the store, which
     applies it to each pair of accumulators as it writes them."""
     if issue.phase == "epilogue" and issue.stask in k.hooks.element_stasks:
@@ -101,7 +101,7 @@ MATH_KINDS = (STaskKind.ELEMENTWISE, STaskKind.REDUCE)
 EMITTERS: dict[tuple[STaskKind, UnitKind], Emitter] = {
     (STaskKind.LOAD, UnitKind.TMA): emit_tma_load,
     (STaskKind.LOAD, UnitKind.CUDA_CORE): emit_thread_load,
-    (STaskKind.MMA, UnitKind.TENSOR_CORE): emit_wgmma,
+    (STaskKind.MMA, UnitKind.TENSOR_CORE): emit_mma,
     (STaskKind.ELEMENTWISE, UnitKind.CUDA_CORE): emit_register_math,
     (STaskKind.ELEMENTWISE, UnitKind.SFU): emit_register_math,
     (STaskKind.REDUCE, UnitKind.CUDA_CORE): emit_register_math,

@@ -10,10 +10,11 @@ Two emitters, one per sEU a store sTask can be mapped to:
 - CUDA cores (:func:`emit_direct_store`): two elements a thread with ``st.global``,
   clipped at the matrix edge.
 
-Both read wgmma's accumulator layout (PTX ISA 9.7.15.5.1.1, "Register Fragments"): thread
-``lane`` of warp ``w`` holds rows ``16 w + lane / 4`` and ``+ 8`` of each 64-row block, two
-adjacent columns per 8-column group. Both apply the operator's element math (a fused
-epilogue: :class:`ElementMath`) to each pair just before it is written.
+Both read the MMA's accumulator layout (Hopper's: PTX ISA 9.7.15.5.1.1, "Register
+Fragments"): thread ``lane`` of warp ``w`` holds rows ``16 w + lane / 4`` and ``+ 8`` of
+each 64-row block, two adjacent columns per 8-column group. Both apply the operator's
+element math (a fused epilogue: :class:`ElementMath`) to each pair just before it is
+written.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def _tile_col(out: OutputTile, group: str) -> str:
 @contextmanager
 def _each_fragment_row(code: Code, layout: PipelineLayout, name: str, *, masked: bool,
                        note: str = "") -> Iterator[None]:
-    """The loops over a thread's fragment rows (its wgmma m64 blocks, then their two
+    """The loops over a thread's fragment rows (its MMA's 64-row blocks, then their two
     8-row halves), ``name`` the row's index in the fragment's global matrix; rows past
     its extent are skipped when ``masked``."""
     c, out = code, layout.output

@@ -14,7 +14,7 @@ calls, in this order:
 4. :meth:`~OperatorHooks.consumer_state` at the top of each consumer warpgroup;
 5. for each output tile, the prologue's sTasks (once per tile), then each loop trip's:
    :meth:`~OperatorHooks.mma` for an MMA sTask, with the ring stages it reads, and
-   :meth:`~OperatorHooks.pin` around the wgmma waits; :meth:`~OperatorHooks.math` for
+   :meth:`~OperatorHooks.pin` around the MMA waits; :meth:`~OperatorHooks.math` for
    register math; :meth:`~OperatorHooks.thread_load` for a load on the CUDA cores;
 6. :meth:`~OperatorHooks.tensor_maps` for the launch contract.
 
@@ -93,7 +93,7 @@ class GridAxis:
 class OutputTile:
     """The fp32 accumulator a store sTask writes, and the global matrix it goes to.
 
-    The accumulator is wgmma's fragment ``fragment[ROW_BLOCKS][ACC_REGS]`` of each
+    The accumulator is the MMA's fragment ``fragment[ROW_BLOCKS][ACC_REGS]`` of each
     consumer warpgroup (64 rows per row block, ``cols / 2`` registers a thread); the
     global matrix is ``global_rows`` x ``global_cols``, row-major, ``dtype``.
     """
@@ -195,7 +195,7 @@ class OperatorHooks(ABC):
     def producer_min_regs(self) -> int:
         """Registers the producer needs: multicast loads (the block's rank, its slice
         offsets, the cluster mask, the exit's cluster barrier) spilled 8-36 bytes at 24
-        (ptxas 13.0, sm_90a, 2026-12-02: GEMM and the chunk state)."""
+        (ptxas 13.0, Hopper, 2026-12-02: GEMM and the chunk state)."""
         if self.structure.multicast:
             return max(self.producer_loads_regs, MULTICAST_PRODUCER_REGS)
         return self.producer_loads_regs
@@ -318,8 +318,9 @@ class OperatorHooks(ABC):
 
     @abstractmethod
     def pin(self, code: Code, stask: str) -> None:
-        """Pin the registers ``stask``'s wgmma writes or reads around its wait (the compiler
-        cannot see wgmma): their uses stay after it, and they are not reused before it."""
+        """Pin the registers ``stask``'s MMA writes or reads around its wait (the compiler
+        cannot see the asynchronous MMA): their uses stay after it, and they are not reused
+        before it."""
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         """Write a register-math sTask (one of :attr:`math_stasks`) for loop trip ``at``."""
@@ -332,7 +333,7 @@ class OperatorHooks(ABC):
 
     @abstractmethod
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
-        """Issue ``issue``'s wgmma group for trip ``at`` on the ring stages ``stages``
+        """Issue ``issue``'s MMA group for trip ``at`` on the ring stages ``stages``
         (stream -> stage address); ``at.accumulates`` is false on the trip whose result
         overwrites the accumulators. An MMA of the prologue (once per output tile, on
         tile buffers) gets no stages and ``at`` of trip 0."""

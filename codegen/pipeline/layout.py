@@ -295,7 +295,7 @@ class PipelineLayout:
         ``__launch_bounds__(threads, 1)`` caps every thread at the register file over the
         block's threads; setmaxnreg moves registers between warpgroups at run time, but
         ptxas allocates the consumer code within the entry cap (nvcc 13.0: a 512-thread
-        kernel with a 128-register wgmma accumulator fails with C7602 "Insufficient
+        kernel with a 128-register MMA accumulator fails with C7602 "Insufficient
         registers (128)").
         """
         per_thread = min(self.device.regs_per_thread_max, REGISTER_FILE // self.structure.threads)
@@ -368,7 +368,7 @@ class PipelineLayout:
         if s.unringed_barriers():
             return "barriers outside the operand rings are not lowered yet"
         if any(s.inflight.get(b.deps[0][0]) for b in s.result_waits()):
-            return "an MMA result read by the CUDA cores while its wgmma group stays in flight"
+            return "an MMA result read by the CUDA cores while its MMA group stays in flight"
         if not s.rings or any(r.loader != s.loader for r in s.rings):
             return "every operand stream needs a ring filled by the loader role"
         if any(t.loader != s.loader for t in s.tile_buffers):

@@ -7,18 +7,18 @@ software pipeline:
 
 - a *prologue* issues the lead sTasks for trip 0;
 - the loop runs every trip but the last; the last is written after it without its lead
-  sTasks (a wgmma inside a branch would make ptxas serialise every wgmma: C7520);
-- every MMA issue commits one wgmma group, so the wait before an sTask that reads an
-  MMA's result is ``wgmma.wait_group`` with the count of groups committed since
+  sTasks (an MMA inside a branch would make ptxas serialise every MMA: C7520);
+- every MMA issue commits one MMA group, so the wait before an sTask that reads an
+  MMA's result is the target's MMA wait with the count of groups committed since
   (:func:`group_waits`; the prologue and the last trip commit fewer, and an empty group
-  made ptxas serialise wgmma, C7520);
+  made ptxas serialise the MMAs, C7520);
 - a ring stage is released once the wait that proves its last reader's group complete
   has passed (:func:`release_points`); what is still in flight after the loop is waited
   for and released there.
 
 A register fragment is not double-buffered: an sProgram whose lead MMA would overwrite
 what a reader of the current trip still needs is the operator's to reject (a second
-buffer made ptxas serialise the wgmma pipeline, C7514, nvcc 13.0).
+buffer made ptxas serialise the MMA pipeline, C7514, nvcc 13.0).
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class TripAt:
 
 @dataclass(frozen=True)
 class GroupWait:
-    """A ``wgmma.wait_group pending`` before ``position`` of the loop stream, for the
-    result of ``mma`` ``distance`` trips back from ``waiter``'s trip."""
+    """An MMA wait that leaves ``pending`` groups in flight, before ``position`` of the
+    loop stream, for the result of ``mma`` ``distance`` trips back from ``waiter``'s trip."""
 
     position: int
     waiter: str
@@ -82,7 +82,7 @@ def _mma_positions(loop: tuple[Issue, ...]) -> list[int]:
 
 
 def group_waits(structure: PipelineStructure) -> list[GroupWait]:
-    """Every wgmma wait of one loop iteration, with its pending-group count.
+    """Every MMA wait of one loop iteration, with its pending-group count.
 
     Commits of iteration ``t``: the MMA issues in stream order, ``G`` per iteration. The
     reader at position ``w`` (lead ``l_w``) of trip ``t + l_w`` needs MMA ``m`` (lead
@@ -146,12 +146,12 @@ def lead_problem(structure: PipelineStructure) -> str | None:
     if not structure.warp_specialized or structure.pingpong:
         return "a pipelined loop (lead) needs a producer warp and cooperative consumers"
     if structure.inflight:
-        return "a pipelined loop waits for wgmma results, not for its own in-flight group"
+        return "a pipelined loop waits for MMA results, not for its own in-flight group"
     if any(g.pending < 0 for g in group_waits(structure)):
-        return "a wgmma result is read before its MMA is issued"
+        return "an MMA result is read before its MMA is issued"
     readers = {r.last_reader for r in structure.rings} | {r.first_reader for r in structure.rings}
     if any(i.stask in readers and i.kind is not STaskKind.MMA for i in loop):
-        return "ring stages read outside wgmma in a pipelined loop"
+        return "ring stages read outside the MMA in a pipelined loop"
     points = release_points(structure)
     if set(points) != {r.last_reader for r in structure.rings}:
         return "no MMA wait in the loop proves a ring's stage free"
@@ -212,7 +212,7 @@ class PipelinedLoop:
         return part is Part.STEADY or not issue.lead
 
     def _commits(self, part: Part, start: int, stop: int) -> int:
-        """wgmma groups one iteration of ``part`` commits at stream positions [start, stop)."""
+        """MMA groups one iteration of ``part`` commits at stream positions [start, stop)."""
         return sum(1 for n, i in enumerate(self.loop[start:stop], start)
                    if i.kind is STaskKind.MMA and self._runs(i, part))
 
@@ -261,7 +261,7 @@ class PipelinedLoop:
         c("#pragma unroll")
         self.k.hooks.pin(c, wait.mma)
         self.k.record.result_waits[f"{wait.mma}_done_for_{wait.waiter}"] = wait.mma
-        self.k.record.wgmma_pending[wait.mma] = 0
+        self.k.record.mma_pending[wait.mma] = 0
 
     def _lead(self, stask: str) -> int:
         return next(i.lead for i in self.loop if i.stask == stask)

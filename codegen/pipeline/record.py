@@ -3,7 +3,7 @@ sProgram.
 
 Each emitter appends to the record at the point it writes the text (an sTask issued by a
 role, a ring initialised with its depth and arrivals, a turn barrier waited on or passed,
-a wgmma wait), so a test can hold the record against the sProgram without reading the
+an MMA wait), so a test can hold the record against the sProgram without reading the
 source text.
 """
 
@@ -55,13 +55,13 @@ class EmissionRecord:
     roles: dict[str, list[EmittedIssue]] = field(default_factory=dict)
     rings: dict[str, EmittedRing] = field(default_factory=dict)
     turns: dict[str, EmittedTurn] = field(default_factory=dict)
-    #: wgmma groups left pending after each MMA sTask's wait (0: it waits for itself).
-    wgmma_pending: dict[str, int] = field(default_factory=dict)
+    #: MMA groups left pending after each MMA sTask's wait (0: it waits for itself).
+    mma_pending: dict[str, int] = field(default_factory=dict)
     #: setmaxnreg budget per role (absent without warp specialisation).
     register_budgets: dict[str, int] = field(default_factory=dict)
     #: Tiles loaded once per output tile: load sTask -> (full, empty) barriers.
     tile_buffers: dict[str, tuple[str, str]] = field(default_factory=dict)
-    #: wgmma result waits (an MMA's result read by the CUDA cores) -> the MMA whose
+    #: MMA result waits (an MMA's result read by the CUDA cores) -> the MMA whose
     #: wait satisfies them.
     result_waits: dict[str, str] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ The skeleton writes what every kernel of the space shares and asks the operator'
 - each *consumer* warpgroup walks its stream once per loop trip: before an sTask, the
   waits whose waiter it is (``full[s]`` of the rings it reads first, its turn on the
   tensor cores); the sTask through :data:`EMITTERS`; after it, the turn it passes, its
-  wgmma wait (one group left in flight where the sProgram says so) and the release
+  MMA wait (one group left in flight where the sProgram says so) and the release
   (``empty[s]``) of the rings it reads last; then the epilogue's sTasks;
 - around them: shared-memory plan, barrier initialisation, role dispatch with setmaxnreg
   budgets, the tile loop (persistent or one unit per block) and its raster.

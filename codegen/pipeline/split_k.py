@@ -73,7 +73,7 @@ def share_units(layout: PipelineLayout) -> int:
     the 8-column groups of each of its row blocks. Every consumer has the same units of
     its own rows, and a unit's owner depends on nothing but the block's rank: a test
     that differed between warps of a warpgroup would put the accumulators in a divergent
-    path, and ptxas then serialises every wgmma of the kernel."""
+    path, and ptxas then serialises every MMA of the kernel."""
     if layout.tma_store:
         return layout.store_subtiles
     return layout.consumer_rows // layout.hooks.target.mma_rows * (layout.output.cols // 8)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: The kernel parameter of the workspace (counts and parts of shared tiles).
 WORKSPACE = "sk_workspace"
-#: Accumulators a consumer thread may sum a tile's parts into: ptxas 13.0 (sm_90a,
+#: Accumulators a consumer thread may sum a tile's parts into: ptxas 13.0 (Hopper,
 #: 2026-12-02) spilled 36 and 304 bytes at 160 and 192 (8192^3 GEMMs, fp16 and e4m3, one
 #: consumer), none at 128 or fewer, where the same tiles without stream-K spilled none;
 #: with a fused epilogue (bias + GELU + residual, 4096^3 fp16), 128 in two row blocks

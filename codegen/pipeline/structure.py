@@ -9,8 +9,8 @@ recognised by what it orders, not by its name:
   the first reader of a stage); one whose waiter is an async copy is the stream's *empty*
   barrier (it waits for the last reader, ``depth`` trips back);
 - a ``named`` barrier hands the tensor cores from one consumer warpgroup to the next;
-- a ``wgmma_wait`` that an MMA waits on for its own previous trip leaves one wgmma group
-  in flight across the loop (``inflight``).
+- an MMA wait (``BarrierKind.MMA_WAIT``) that an MMA waits on for its own previous trip
+  leaves one MMA group in flight across the loop (``inflight``).
 """
 
 from __future__ import annotations
@@ -297,7 +297,7 @@ class PipelineStructure:
 
     @cached_property
     def inflight(self) -> dict[str, int]:
-        """wgmma groups an MMA sTask leaves pending after it issues (0: waits for itself)."""
+        """MMA groups an MMA sTask leaves pending after it issues (0: waits for itself)."""
         pending = {}
         for b in self._barriers(BarrierKind.MMA_WAIT):
             if b.deps == ((b.waiter, 1),):
@@ -305,7 +305,7 @@ class PipelineStructure:
         return pending
 
     def result_waits(self) -> list[BarrierTask]:
-        """wgmma waits other than an MMA's own in-flight group: an MMA's result read by the
+        """MMA waits other than an MMA's own in-flight group: an MMA's result read by the
         CUDA cores (``mma_qk_done_for_softmax_max``)."""
         return [b for b in self._barriers(BarrierKind.MMA_WAIT) if b.deps != ((b.waiter, 1),)]
 

@@ -4,7 +4,7 @@ The sProgram says what runs on which sEU in which order; a target says how, on o
 architecture: the compile options (NVRTC's and nvcc's, an exported kernel's build line)
 and the instructions of the matrix products, their waits, a stage's arming, the register
 budgets and the accumulator fragment's layout. A kernel's target is its sProgram's
-architecture (:func:`target_for`); Hopper (sm_90a) is the one target today.
+architecture (:func:`target_for`); Hopper is the one target today.
 """
 
 from codegen.targets.hopper import HOPPER, HopperTarget

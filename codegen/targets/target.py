@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
     from codegen.targets.mma import Mma
+    from scheduler_search.hardware import Device
     from scheduler_search.sprogram import BarrierKind
 
 
@@ -20,8 +21,9 @@ class Target(abc.ABC):
     """An architecture kernels are generated for.
 
     Args:
-        arch: the architecture NVRTC and nvcc compile for (``sm_90a``: Hopper with its
-            architecture-specific features, wgmma and setmaxnreg).
+        arch: the architecture NVRTC and nvcc compile for (Hopper's, in
+            :mod:`codegen.targets.hopper`, is the variant with the architecture-specific
+            instructions its MMA and register budgets use).
         language: the C++ standard the generated text is written in.
     """
 
@@ -63,6 +65,10 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def mma_n_step(self) -> int:
         """The step of the N widths an MMA instruction takes."""
+
+    @abc.abstractmethod
+    def runs_on(self, device: Device) -> bool:
+        """Whether ``device`` has what this target's code uses."""
 
     @abc.abstractmethod
     def k_step(self, dtype: str) -> int:

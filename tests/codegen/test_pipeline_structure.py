@@ -95,7 +95,7 @@ def _check(sp: SProgram, record: EmissionRecord) -> None:
     waits = [b for b in sp.barriers if b.kind == "mma_wait"]
     inflight = {b.waiter for b in waits if b.deps == ((b.waiter, 1),)}
     mmas = [op.stask for op in sp.programs[UnitKind.TENSOR_CORE] if op.role == "consumer0"]
-    assert record.wgmma_pending == {m: 1 if m in inflight else 0 for m in mmas}
+    assert record.mma_pending == {m: 1 if m in inflight else 0 for m in mmas}
     assert record.result_waits == {b.name: b.deps[0][0] for b in waits
                                    if b.deps != ((b.waiter, 1),)}
     loaded_once = {name for name, unit in sp.mapping.items() if unit is UnitKind.TMA
@@ -136,11 +136,11 @@ def test_a_different_sprogram_gives_a_different_kernel() -> None:
     """Dropping the in-flight wgmma barrier from the sProgram (nothing else) changes the
     kernel: the record says the wgmma group is waited for at once."""
     overlap = _design(order="overlap", stages_ab=4)
-    assert lowering(overlap, DEVICE).record.wgmma_pending == {"mma": 1}
+    assert lowering(overlap, DEVICE).record.mma_pending == {"mma": 1}
     barriers = tuple(b for b in overlap.barriers if b.kind != "mma_wait")
     serial = dataclasses.replace(overlap, barriers=barriers)
     lowered = lowering(serial, DEVICE)
-    assert lowered.record.wgmma_pending == {"mma": 0}
+    assert lowered.record.mma_pending == {"mma": 0}
     assert "wgmma_wait<1>" not in lowered.source
     _check(serial, lowered.record)
 

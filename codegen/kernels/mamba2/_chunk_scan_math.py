@@ -1,4 +1,4 @@
-"""Chunk scan's register math on wgmma's accumulator layout: the decays, the masked
+"""Chunk scan's register math on the MMA's accumulator layout: the decays, the masked
 products and the skip term (the text of ``ChunkScanHooks``' math sTasks and of the skip
 term's reads at the tile's start).
 
@@ -70,7 +70,7 @@ def decay(target: Target, code: Code, exp2: str, head: int) -> None:
 def masked_products(target: Target, code: Code, pm: str, trip: str, cb_stage: str,
                     dtype: str) -> None:
     """``pm = cb e dt`` (0 above the diagonal, tested only on a trip that crosses it),
-    packed to the 16-bit pairs of wgmma's A fragment. cb (fp32, ring stage ``cb_stage``)
+    packed to the 16-bit pairs of the MMA's A fragment. cb (fp32, ring stage ``cb_stage``)
     is read from shared memory straight in that layout, a pair at a time, once for every
     packed head: it is the same for all heads of the group."""
     c = code

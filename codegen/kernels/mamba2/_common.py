@@ -6,7 +6,7 @@ Both work per (batch, chunk, head) on tensors laid out as ``mamba_ssm`` takes th
 chunk_size) fp32. The grid's outer axes run heads fastest, so the blocks running together
 read the same B, C and cb tiles from L2.
 
-Both reduce over a chunk's positions with wgmma whose A operand is computed in registers
+Both reduce over a chunk's positions with an MMA whose A operand is computed in registers
 (the position-wise decay is folded into it), so a trip's K columns are this thread's A
 fragment columns: for k16 step ``kk``, columns ``16 kk + 2 (lane % 4)`` and ``+1``, ``+8``,
 ``+9`` (:func:`fragment_col`). ``dt`` and ``dA`` of those columns reach the registers
@@ -51,7 +51,7 @@ class Mamba2Hooks(OperatorHooks):
     #: The loop's dt / dA load sTasks.
     vector_loads = ("load_dt", "load_dA")
     #: Whether the loop's register A operand has a copy per trip parity, so that the
-    #: wgmma of one trip stays in flight while the next trip's math writes the other.
+    #: MMA of one trip stays in flight while the next trip's math writes the other.
     a_double_buffered = True
     #: The loop's MMA sTask and the register array that holds its A operand.
     loop_mma: str = ""
@@ -119,14 +119,14 @@ class Mamba2Hooks(OperatorHooks):
           "NCHUNKS + chunks0; }  // dt / dA_cumsum row of a (batch, head, chunk)")
 
     def tile_constants(self, code: Code, tiles: tuple[OperandTile | VectorTile, ...],
-                       read_by_wgmma: tuple[OperandTile, ...]) -> None:
+                       read_by_mma: tuple[OperandTile, ...]) -> None:
         """Box and stage bytes of every TMA tile; descriptor layout and k16-step offsets
-        of those wgmma reads."""
+        of those the MMA reads."""
         c = code
         for t in tiles:
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
               f"{t.stage_bytes};")
-            if t in read_by_wgmma:
+            if t in read_by_mma:
                 c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
                 c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
                   f"return {t.kstep_expr()}; }}")
@@ -202,7 +202,7 @@ class Mamba2Hooks(OperatorHooks):
     # ----- the loop's register A operand, one copy per trip parity in flight -------
     @property
     def a_in_flight(self) -> bool:
-        """The loop's wgmma stays in flight across trips (order overlap)."""
+        """The loop's MMA stays in flight across trips (order overlap)."""
         return bool(self.structure.inflight.get(self.loop_mma))
 
     def a_copies(self) -> tuple[str, ...]:
@@ -215,7 +215,7 @@ class Mamba2Hooks(OperatorHooks):
 
     def per_parity(self, code: Code, trip: str, emit: Callable[[str], None]) -> None:
         """``emit(a)`` with this trip's copy of the A operand: the array itself, or (with
-        the wgmma in flight) ``a[0]`` / ``a[1]`` by trip parity, each branch with constant
+        the MMA in flight) ``a[0]`` / ``a[1]`` by trip parity, each branch with constant
         indices so that both copies stay in registers."""
         first, *other = self.a_copies()
         if not other:

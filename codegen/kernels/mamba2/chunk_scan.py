@@ -16,7 +16,7 @@ Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chu
   (``acc *= exp(dA[l])``);
 - loop: ``load_cb`` (fp32, 32-column 128B-swizzle boxes), ``load_x``, ``load_dt`` / ``load_dA``;
   ``decay`` (SFU or CUDA cores) ``e = exp2(dA[l] log2e - dA[s] log2e)``; ``scale_cb``:
-  ``cb e dt`` read from shared memory in wgmma's register A layout, masked above the
+  ``cb e dt`` read from shared memory in the MMA's register A layout, masked above the
   diagonal only on the trips that cross it, packed to 16-bit pairs; ``mma_x``:
   ``acc += P x`` (A in registers, x MN-major);
 - epilogue: ``skip`` adds ``D[h] x[l, p]`` (x read from global at the tile's start, so the
@@ -112,7 +112,7 @@ class ChunkScanHooks(Mamba2Hooks):
 
     @cached_property
     def st(self) -> OperandTile:
-        # wgmma's B of C statesᵀ: N = headdim rows, K = dstate contiguous (K-major).
+        # The MMA's B of C statesᵀ: N = headdim rows, K = dstate contiguous (K-major).
         return self.tile16("st", self.tile_p, self._p("dstate"))
 
     @cached_property
@@ -122,7 +122,7 @@ class ChunkScanHooks(Mamba2Hooks):
 
     @cached_property
     def x(self) -> OperandTile:
-        # wgmma's B of P x: K = positions, N = headdim contiguous (MN-major).
+        # The MMA's B of P x: K = positions, N = headdim contiguous (MN-major).
         return self.tile16("x", self.tile_p, self.tile_s, major="mn")
 
     @cached_property
@@ -167,7 +167,7 @@ class ChunkScanHooks(Mamba2Hooks):
         of every packed head when the threads load them ahead of the trip (read from the
         stage TMA filled, they live only at their use).
 
-        Fitted on nvcc 13.0 (sm_90a): fits in 168 at one row block for tile_p 64 x tile_s
+        Fitted on nvcc 13.0 (Hopper): fits in 168 at one row block for tile_p 64 x tile_s
         128 and for two packed heads at tile_p 128 x tile_s 64; spills at two row blocks
         for tile_p 64 x tile_s 128 under 248, for tile_p 128 x tile_s 32 with thread-loaded
         dt and dA under 248, and for two packed heads, tile_s 32, under 168.
@@ -218,7 +218,7 @@ class ChunkScanHooks(Mamba2Hooks):
         tiles: tuple[OperandTile | VectorTile, ...] = (self.c, self.st, self.cb, self.x)
         if self.vectors_by_tma:
             tiles += (self.dal, self.dt, self.da)
-        self.tile_constants(c, tiles, read_by_wgmma=(self.c, self.st, self.x))
+        self.tile_constants(c, tiles, read_by_mma=(self.c, self.st, self.x))
 
     def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
         c, tile = code, self.operand(stask)

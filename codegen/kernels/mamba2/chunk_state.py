@@ -10,7 +10,7 @@ dtype. What is chunk state's own:
 - ``load_x`` / ``load_b``: TMA boxes of the trip's rows of x (one head) and B (its group);
 - ``decay`` (SFU or CUDA cores): ``w`` of this thread's positions;
 - ``scale_x``: x read transposed from shared memory with ``ldmatrix .trans`` straight into
-  wgmma's register A layout (rows p, columns l), each pair scaled by its ``w``: the decay
+  the MMA's register A layout (rows p, columns l), each pair scaled by its ``w``: the decay
   costs no shared-memory pass;
 - ``mma``: ``acc += (x w)ᵀ B`` with A from registers and B (positions x dstate, dstate
   contiguous) MN-major in shared memory;
@@ -42,7 +42,7 @@ from scheduler_search.ops import DTYPE_BYTES
 
 
 class ChunkStateHooks(Mamba2Hooks):
-    """Chunk state's tiles, loads, decay and wgmma on the skeleton."""
+    """Chunk state's tiles, loads, decay and MMA on the skeleton."""
 
     trips = "L_TILES"
     k_tile_const = "TILE_L"
@@ -89,12 +89,12 @@ class ChunkStateHooks(Mamba2Hooks):
     @cached_property
     def x(self) -> OperandTile:
         # Rows are (position l, packed head), headdim contiguous: read transposed by
-        # ldmatrix, not by wgmma.
+        # ldmatrix, not by the MMA.
         return self.tile16("x", self.tile_l * self.pack, self.head_rows)
 
     @cached_property
     def b(self) -> OperandTile:
-        # wgmma's B: K = positions, N = dstate contiguous (MN-major).
+        # The MMA's B: K = positions, N = dstate contiguous (MN-major).
         return self.tile16("b", self.tile_n, self.tile_l, major="mn",
                            slices=self.multicast_slices("load_b"))
 
@@ -126,7 +126,7 @@ class ChunkStateHooks(Mamba2Hooks):
     def accumulator_regs(self, consumer_rows: int) -> int:
         # acc, the scaled x pairs and w of the block's head; dt and dA while w is computed
         # (nvcc 13.0: two 64x128 blocks of tile_l 64 took 242 registers, of tile_l 128 spilled).
-        # With the wgmma in flight the scaled pairs (4 a k16 step) have a copy per parity.
+        # With the MMA in flight the scaled pairs (4 a k16 step) have a copy per parity.
         copies = 2 if self.a_in_flight else 1
         per_block = self.tile_n // 2 + (4 * copies + 4) * self.k_steps
         return self.row_blocks(consumer_rows) * per_block + 4 * self.k_steps
@@ -162,7 +162,7 @@ class ChunkStateHooks(Mamba2Hooks):
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
           f"{self.tile_n // 2};")
         tiles = (self.x, self.b) + ((self.dt, self.da) if self.vectors_by_tma else ())
-        self.tile_constants(c, tiles, read_by_wgmma=(self.b,))
+        self.tile_constants(c, tiles, read_by_mma=(self.b,))
 
     def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
         c, tile = code, self.operand(stask)

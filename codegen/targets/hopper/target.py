@@ -21,6 +21,7 @@ from scheduler_search.sprogram import BarrierKind
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
+    from scheduler_search.hardware import Device
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class HopperTarget(Target):
     @property
     def mma_rows(self) -> int:
         return wgmma.WGMMA_M
+
+    def runs_on(self, device: Device) -> bool:
+        return device.capabilities.tma and device.capabilities.wgmma
 
     @property
     def mma_name(self) -> str:

@@ -92,6 +92,11 @@ PRELUDE_RANK = 120
 register(FENCE, COMMIT, WAIT, FENCE_OPERANDS, DESCRIPTOR, rank=PRELUDE_RANK)
 
 
+#: A descriptor's swizzle mode (bits 62-63) by the swizzle's span in bytes (PTX ISA,
+#: "Matrix Descriptor Format").
+SWIZZLE_MODES = {128: 1, 64: 2, 32: 3}
+
+
 @dataclass(frozen=True)
 class SmemMatrix:
     """How a wgmma operand tile lies in shared memory, as its descriptor encodes it.
@@ -124,7 +129,7 @@ class SmemMatrix:
         return (
             (self.lbo_bytes >> 4) << 16
             | (self.sbo_bytes >> 4) << 32
-            | self.swizzle.wgmma_mode << 62
+            | SWIZZLE_MODES[self.swizzle.span_bytes] << 62
         )
 
     def describe(self) -> str:
