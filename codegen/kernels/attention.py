@@ -132,18 +132,20 @@ class AttentionHooks(OperatorHooks):
     @cached_property
     def q(self) -> OperandTile:
         return OperandTile("q", "k", self.tile_q, self.head_dim,
-                           swizzle.widest(self.head_dim * self.elem), self.elem)
+                           swizzle.widest(self.head_dim * self.elem), self.elem,
+                           self.target.k_step(self.dtype), self.target.mma_rows)
 
     @cached_property
     def k(self) -> OperandTile:
         return OperandTile("k", "k", self.tile_kv, self.head_dim,
-                           swizzle.widest(self.head_dim * self.elem), self.elem)
+                           swizzle.widest(self.head_dim * self.elem), self.elem,
+                           self.target.k_step(self.dtype), self.target.mma_rows)
 
     @cached_property
     def v(self) -> OperandTile:
         # P V: V (kv x d) is B with K = kv rows and N = d contiguous: MN-major.
         return OperandTile("v", "mn", self.head_dim, self.tile_kv, swizzle.SWIZZLES[128],
-                           self.elem)
+                           self.elem, self.target.k_step(self.dtype), self.target.mma_rows)
 
     def operand(self, stask: str) -> OperandTile:
         return {"load_q": self.q, "load_k": self.k, "load_v": self.v}[stask]
@@ -256,10 +258,11 @@ class AttentionHooks(OperatorHooks):
         for t, dims in ((self.q, "D x Q"), (self.k, "D x KV"), (self.v, "D x KV")):
             c.comment(f"{t.const} tile: {t.box_count} TMA box(es) of {t.box_inner}x{t.box_outer}"
                       f" ({dims}), {t.swizzle.span_bytes}B swizzle; {mma}: "
-                      f"{t.matrix.describe()}.")
+                      f"{self.target.operand_descriptor(t).describe()}.")
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
               f"{t.stage_bytes};")
-            c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
+            layout = self.target.operand_descriptor(t).layout_bits
+            c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{layout:016x}ull;")
         c(f'static_assert(ROW_BLOCKS * {rows} == CONSUMER_ROWS, "{mma} m{rows} blocks");')
         keys = "HEADS % KV_HEADS == 0" if "seq_kv" in runtime else (
             "KV_TILES * TILE_KV >= SEQ_KV && HEADS % KV_HEADS == 0")

@@ -204,18 +204,21 @@ class GemmHooks(OperatorHooks):
     def a(self) -> OperandTile:
         return OperandTile("a", "k", self.tile_m, self.tile_k,
                            swizzle.widest(self.tile_k * self.elem), self.elem,
-                           self.target.k_step(self.dtype), self.multicast_slices("load_a"))
+                           self.target.k_step(self.dtype), self.target.mma_rows,
+                           self.multicast_slices("load_a"))
 
     @cached_property
     def b(self) -> OperandTile:
         if self.b_layout == "nk":
             return OperandTile("b", "k", self.tile_n, self.tile_k,
                                swizzle.widest(self.tile_k * self.elem), self.elem,
-                               self.target.k_step(self.dtype), self.multicast_slices("load_b"))
+                               self.target.k_step(self.dtype), self.target.mma_rows,
+                               self.multicast_slices("load_b"))
         # MN-major B: boxes of the widest swizzle span that divides the tile's N (64
         # columns of 16-bit values; the space keeps to those, see tile_problem).
         return OperandTile("b", "mn", self.tile_n, self.tile_k,
                            swizzle.widest(self.tile_n * self.elem), self.elem,
+                           self.target.k_step(self.dtype), self.target.mma_rows,
                            slices=self.multicast_slices("load_b"))
 
     def operand(self, stask: str) -> OperandTile:
@@ -346,10 +349,11 @@ class GemmHooks(OperatorHooks):
         for t, dims in ((a, "K x M"), (b, "K x N" if b.major == "k" else "N x K")):
             c.comment(f"{t.const} stage: {t.box_count} TMA box(es) of {t.box_inner}x"
                       f"{t.box_outer} ({dims}), {t.swizzle.span_bytes}B swizzle; {mma}: "
-                      f"{t.matrix.describe()}.")
+                      f"{self.target.operand_descriptor(t).describe()}.")
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
               f"{t.stage_bytes};")
-            c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
+            layout = self.target.operand_descriptor(t).layout_bits
+            c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{layout:016x}ull;")
         c(f"static_assert(A_STAGE_BYTES == {a.box_count} * A_BOX_BYTES && "
           f'B_STAGE_BYTES == {b.box_count} * B_BOX_BYTES, "boxes per stage");')
         c("static_assert(K_ITERS * TILE_K >= K, \"the trips cover K\");")

@@ -1,9 +1,10 @@
-"""A pipelined operand tile: a TMA-loaded, swizzled tile in shared memory that wgmma reads.
+"""A pipelined operand tile: a TMA-loaded, swizzled tile in shared memory that the MMA reads.
 
 GEMM's A and B, attention's Q, K and V, Mamba2's x, B, C and cb are all such tiles: a
 rows x cols block of a row-major global matrix, cut into TMA boxes one swizzle span wide
-along its contiguous dimension, read by wgmma through a matrix descriptor. Every number
-(box shape, bytes, descriptor strides, the offset of a k16 step) is derived here once and
+along its contiguous dimension, read by the MMA (on Hopper through a matrix descriptor,
+which the target builds from the tile: ``Target.operand_descriptor``). Every number (box
+shape, bytes, the offset of a k step or of a block of MMA rows) is derived here once and
 used both in the kernel text and in the host's tensor map.
 """
 
@@ -14,7 +15,6 @@ from typing import Literal
 
 from codegen.cuda import Swizzle
 from codegen.pipeline.code import Code
-from codegen.targets.hopper import SmemMatrix, wgmma
 
 #: Rows of one swizzle atom: a multicast slice starts on an atom, so the slices of a box
 #: land exactly where the whole box would.
@@ -30,9 +30,11 @@ class OperandTile:
         major: ``k`` when K is contiguous in global memory, ``mn`` when M / N is.
         rows: the tile's M (or N) extent.
         cols: its K extent.
-        swizzle: the swizzle TMA writes it with and wgmma reads it with.
+        swizzle: the swizzle TMA writes it with and the MMA reads it with.
         elem_bytes: bytes of one element.
-        k_step: elements of K one wgmma reduces over (16; 32 for 8-bit floats).
+        k_step: elements of K one MMA instruction reduces over (``Target.k_step``).
+        mma_rows: rows of one MMA block (``Target.mma_rows``): the rows the MMA reads of
+            the tile at a time.
         slices: the blocks of a cluster that share the tile (a multicast load): each box
             is fetched as that many slices along its outer dimension, block r fetching
             slice r for all of them.
@@ -47,7 +49,8 @@ class OperandTile:
     cols: int
     swizzle: Swizzle
     elem_bytes: int
-    k_step: int = wgmma.WGMMA_K
+    k_step: int
+    mma_rows: int
     slices: int = 1
 
     @property
@@ -91,16 +94,6 @@ class OperandTile:
         """Bytes of one copy of the tile (one ring stage)."""
         return self.box_count * self.box_bytes
 
-    @property
-    def matrix(self) -> SmemMatrix:
-        """The tile as a wgmma descriptor describes it."""
-        span = self.swizzle.span_bytes
-        if self.major == "k":
-            # K-major: 8-row groups are 8 swizzled rows apart; LBO unused (PTX: assumed 1).
-            return SmemMatrix("k", self.swizzle, lbo_bytes=16, sbo_bytes=8 * span)
-        # MN-major: the next 64 columns of N are the next box; 8 rows of K are 8 spans.
-        return SmemMatrix("mn", self.swizzle, lbo_bytes=self.box_bytes, sbo_bytes=8 * span)
-
     def kstep_expr(self) -> str:
         """Offset of K-step ``kk`` (``k_step`` elements of K) inside a stage, as a C++
         expression of ``kk``: K-major tiles step through their boxes, MN-major ones by
@@ -113,26 +106,27 @@ class OperandTile:
 
     @property
     def row_block_bytes(self) -> int:
-        """Offset of the next 64 rows (wgmma M): 64 swizzled rows of a K-major tile; the
-        next box of an MN-major one (whose boxes are 64 elements wide, see
+        """Offset of the next block of MMA rows: that many swizzled rows of a K-major
+        tile; the next box of an MN-major one (whose boxes are as wide as a block, see
         :meth:`rows_offset`)."""
         if self.major == "mn":
             return self.box_bytes
-        return wgmma.WGMMA_M * self.swizzle.span_bytes
+        return self.mma_rows * self.swizzle.span_bytes
 
     def rows_offset(self, rows: str) -> str:
-        """Byte offset in a stage of row ``rows`` (a multiple of 64 rows) of M / N, as a C++
-        expression: K-major rows lie one swizzle span apart, MN-major ones a box per 64."""
+        """Byte offset in a stage of row ``rows`` (a multiple of the MMA's rows) of M / N,
+        as a C++ expression: K-major rows lie one swizzle span apart, MN-major ones a box
+        per block."""
         if self.major == "mn":
-            return f"{rows} / {wgmma.WGMMA_M} * {self.box_bytes}"
+            return f"{rows} / {self.mma_rows} * {self.box_bytes}"
         return f"{rows} * {self.swizzle.span_bytes}"
 
     def rows_problem(self) -> str | None:
-        """Why wgmma cannot read this tile's rows as M in 64-row blocks, or None: an
-        MN-major tile must come in boxes of exactly 64 elements."""
-        if self.major == "mn" and self.box_inner != wgmma.WGMMA_M:
-            return (f"{self.name}: MN-major rows as wgmma's M need 64-element boxes, not "
-                    f"{self.box_inner}")
+        """Why the MMA cannot read this tile's rows as its M in blocks of its rows, or
+        None: an MN-major tile must come in boxes exactly a block wide."""
+        if self.major == "mn" and self.box_inner != self.mma_rows:
+            return (f"{self.name}: MN-major rows as the MMA's M need {self.mma_rows}-element "
+                    f"boxes, not {self.box_inner}")
         return None
 
     def box_coords(self, box: int, row0: str, k0: str) -> tuple[str, str]:
@@ -172,7 +166,7 @@ class OperandTile:
 @dataclass(frozen=True)
 class VectorTile:
     """A 1-D fp32 tile (Mamba2's dt and dA over a chunk's positions): one unswizzled TMA
-    box, read by the CUDA cores, never by wgmma. It answers what the skeleton asks of an
+    box, read by the CUDA cores, never by the MMA. It answers what the skeleton asks of an
     :class:`OperandTile` (constants, stage bytes, box extents)."""
 
     name: str

@@ -7,13 +7,25 @@ from __future__ import annotations
 import abc
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
+    from codegen.pipeline.operand import OperandTile
     from codegen.targets.mma import Mma
     from scheduler_search.hardware import Device
     from scheduler_search.sprogram import BarrierKind
+
+
+class OperandDescriptor(Protocol):
+    """An operand tile's layout as the MMA reads it: what the kernel's constants hold."""
+
+    @property
+    def layout_bits(self) -> int:
+        """The descriptor's bits without the tile's address."""
+
+    def describe(self) -> str:
+        """The layout in words, for the kernel's comments."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,11 @@ class Target(abc.ABC):
     @abc.abstractmethod
     def write_mma_wait(self, code: Code, pending: int | str) -> None:
         """Wait until at most ``pending`` of this warpgroup's products still run."""
+
+    @abc.abstractmethod
+    def operand_descriptor(self, tile: OperandTile) -> OperandDescriptor:
+        """How the MMA finds ``tile`` in shared memory (its layout, as the kernel's
+        constants hold it)."""
 
     @abc.abstractmethod
     def write_arm_stage(self, code: Code, full: str, bytes_expr: str) -> None:

@@ -46,6 +46,24 @@ def test_no_module_outside_the_targets_spells_a_compile_option() -> None:
     assert spelled == []
 
 
+def test_only_the_hopper_target_names_hopper_s_instructions() -> None:
+    hopper = re.compile(r"wgmma|sm_90a")
+    spelled = [path.relative_to(CODEGEN).as_posix() for path in CODEGEN.rglob("*.py")
+               if path.parent.name != "hopper" and hopper.search(path.read_text())]
+    assert spelled == []
+
+
+def test_a_device_the_target_cannot_run_on_is_tuned_on_the_simulated_device() -> None:
+    from codegen import feasibility
+    from scheduler_search.hardware.model import Capabilities
+
+    h200 = get_device("h200")
+    assert HOPPER.runs_on(h200) and feasibility("gemm", h200) is not None
+    no_wgmma = replace(h200, capabilities=Capabilities(tma=True, wgmma=False))
+    assert feasibility("gemm", no_wgmma) is None
+    assert feasibility("gemm", replace(h200, arch="sm_100a")) is None  # no target for it
+
+
 def test_a_kernel_s_target_is_its_schedule_s_architecture() -> None:
     assert target_for("sm_90a") is HOPPER and isinstance(HOPPER, Target)
     with pytest.raises(ValueError, match="sm_80"):

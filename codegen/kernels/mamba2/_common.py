@@ -127,7 +127,8 @@ class Mamba2Hooks(OperatorHooks):
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
               f"{t.stage_bytes};")
             if t in read_by_mma:
-                c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{t.matrix.layout_bits:016x}ull;")
+                layout = self.target.operand_descriptor(t).layout_bits
+                c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{layout:016x}ull;")
                 c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
                   f"return {t.kstep_expr()}; }}")
         c("")
@@ -138,7 +139,7 @@ class Mamba2Hooks(OperatorHooks):
         """A 16-bit tile cut into 128-byte swizzle boxes along its contiguous dimension
         (each fetched as ``slices`` multicast slices when a cluster shares it)."""
         return OperandTile(name, major, rows, cols, swizzle.SWIZZLES[128], self.elem,  # type: ignore[arg-type]
-                           slices=slices)
+                           self.target.k_step(self.dtype), self.target.mma_rows, slices=slices)
 
     @cached_property
     def dt(self) -> VectorTile:

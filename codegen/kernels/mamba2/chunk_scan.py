@@ -118,7 +118,8 @@ class ChunkScanHooks(Mamba2Hooks):
     @cached_property
     def cb(self) -> OperandTile:
         # fp32, read by the CUDA cores: rows l, positions s contiguous.
-        return OperandTile("cb", "k", self.tile_l, self.tile_s, swizzle.SWIZZLES[128], 4)
+        return OperandTile("cb", "k", self.tile_l, self.tile_s, swizzle.SWIZZLES[128], 4,
+                           self.target.k_step(self.dtype), self.target.mma_rows)
 
     @cached_property
     def x(self) -> OperandTile:

@@ -21,6 +21,7 @@ from scheduler_search.sprogram import BarrierKind
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
+    from codegen.pipeline.operand import OperandTile
     from scheduler_search.hardware import Device
 
 
@@ -89,6 +90,15 @@ class HopperTarget(Target):
     def write_mma_wait(self, code: Code, pending: int | str) -> None:
         """``wgmma.wait_group``: at most ``pending`` groups of this warpgroup left."""
         code(code.call(f"wgmma_wait<{pending}>") + ";")
+
+    def operand_descriptor(self, tile: OperandTile) -> wgmma.SmemMatrix:
+        span = tile.swizzle.span_bytes
+        if tile.major == "k":
+            # K-major: 8-row groups are 8 swizzled rows apart; LBO unused (PTX: assumed 1).
+            return wgmma.SmemMatrix("k", tile.swizzle, lbo_bytes=16, sbo_bytes=8 * span)
+        # MN-major: the next 64 columns of N are the next box; 8 rows of K are 8 spans.
+        return wgmma.SmemMatrix("mn", tile.swizzle, lbo_bytes=tile.box_bytes,
+                                sbo_bytes=8 * span)
 
     def write_arm_stage(self, code: Code, full: str, bytes_expr: str) -> None:
         """``mbarrier.arrive.expect_tx``: TMA completes the barrier as the bytes land."""
