@@ -38,8 +38,8 @@ than twice the L2 in all) captured in one CUDA graph, pipetune against the peer:
 time per layer and the ratio.
 
 The results file holds the device fingerprint, the tree, every case (its figures, the
-tuned kernel's schedule), the per-model steps, and per dtype the geometric means and the
-least graph ratio.
+tuned kernel's schedule, the seconds its tune and its check and timing took), the
+per-model steps, and per dtype the geometric means and the least graph ratio.
 
     PYTHONPATH=. python3 bench/decode.py --models llama-3-8b --m 1 16 128 \\
         --dtypes bfloat16 --out bench/results/decode-DATE.json
@@ -52,6 +52,7 @@ import datetime
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -399,7 +400,9 @@ def measure_case(torch: Any, case: Case, args: argparse.Namespace, database_url:
                  l2_bytes: int) -> tuple[dict[str, Any], Any]:
     """A case's row (tuned, checked, timed; ``error`` when any step failed) and its kernel
     (None when it has no figures)."""
+    start = time.perf_counter()
     row, kernel = tune_case(case, args.seconds, database_url)
+    row["wall_s"] = {"tune": time.perf_counter() - start}
     if kernel is None:
         return row, None
     try:
@@ -409,6 +412,8 @@ def measure_case(torch: Any, case: Case, args: argparse.Namespace, database_url:
     finally:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        # where a case's wall time goes: the suite's run must fit in device sessions
+        row["wall_s"]["check_and_time"] = time.perf_counter() - start - row["wall_s"]["tune"]
     if "error" in row:
         return row, None
     row["agreement"] = agreement(row["stored"]["speedup_vs_baseline"], row["graph_ratio"])
