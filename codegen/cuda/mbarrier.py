@@ -14,9 +14,6 @@ from __future__ import annotations
 
 from codegen.cuda._snippet import Snippet, register
 
-#: Bytes of one mbarrier object in shared memory.
-MBARRIER_BYTES = 8
-
 INIT = Snippet(
     "mbarrier_init",
     "// Initialise the barrier at shared address `bar` to expect `arrivals` arrivals a phase.\n"

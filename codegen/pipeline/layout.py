@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from codegen.cuda import Swizzle, swizzle
-from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.cuda.tma import BOX_DIM_MAX
 from codegen.pipeline import split_k, stream_k
 from codegen.pipeline.emitters import EMITTERS, MATH_KINDS
@@ -25,12 +24,23 @@ from codegen.pipeline.limits import (
     WARPGROUP,
 )
 from codegen.pipeline.pipelined import lead_problem
-from codegen.pipeline.smem import BARRIER_ALIGN, SmemPlan
 from codegen.pipeline.structure import Issue, PipelineStructure, Ring
 from scheduler_search.hardware.model import Device, UnitKind
 from scheduler_search.ir import STaskKind
 from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import StreamKShare
+from scheduler_search.sprogram.smem import (
+    BufferRegions,
+    OutputFragment,
+    RingRegions,
+    SmemPlan,
+    SplitKRegions,
+    StagedTile,
+    Staging,
+    plan_shared_memory,
+    staging_of,
+    staging_slots,
+)
 
 #: Stream-K's workspace: one counter a shared tile, padded so the parts start aligned.
 STREAM_K_COUNT_ALIGN = 256
@@ -152,7 +162,7 @@ class PipelineLayout:
     @property
     def stream_k_part_floats(self) -> int:
         """fp32 sums of one consumer's rows of a tile: what a part holds a consumer."""
-        return self.consumer_rows * self.output.cols
+        return self.fragment.part_floats
 
     @property
     def stream_k_workspace_bytes(self) -> int:
@@ -192,16 +202,17 @@ class PipelineLayout:
     def tma_store(self) -> bool:
         return self.store_unit is UnitKind.TMA
 
+    @cached_property
+    def fragment(self) -> OutputFragment:
+        """The output tile as the shared-memory plan stages and sums it."""
+        out = self.output
+        return OutputFragment(rows=out.rows, cols=out.cols, elem_bytes=out.elem_bytes,
+                              transposed=out.transposed, consumer_rows=self.consumer_rows,
+                              consumers=self.structure.consumers)
+
     @property
     def store_cols(self) -> int:
-        """Columns of one stored sub-tile: the widest swizzle span (128, 64 or 32 bytes)
-        whose columns divide the tile's (a 240-column tile: 16-column sub-tiles). A
-        transposed fragment's sub-tile is one of its 64-row blocks: 64 output columns."""
-        widest = 128 // self.output.elem_bytes
-        if self.output.transposed:
-            return widest
-        return next((cols for cols in (widest, widest // 2) if self.output.cols % cols == 0),
-                    widest // 4)
+        return self.fragment.store_cols
 
     @property
     def store_swizzle(self) -> Swizzle:
@@ -217,69 +228,46 @@ class PipelineLayout:
 
     @property
     def c_block_bytes(self) -> int:
-        """One 64-row block of a transposed fragment, staged as the output's rows (the
-        fragment's columns) of 64 output columns."""
-        return self.output.cols * self.store_cols * self.output.elem_bytes
+        return self.fragment.block_bytes
 
     @property
     def c_slot_bytes(self) -> int:
-        """One staged sub-tile of the whole output tile (every warpgroup's rows; of a
-        transposed fragment, one block of every consumer)."""
-        if self.output.transposed:
-            return self.structure.consumers * self.c_block_bytes
-        return self.output.rows * self.store_cols * self.output.elem_bytes
+        return self.fragment.slot_bytes
 
     @property
-    def staging(self) -> str:
-        """Where the output is staged for the TMA store.
-
-        ``operands``: one tile per block at a time, so the idle ring stages hold the whole
-        tile once every consumer is done reading them. ``ring``: blocks that keep loading
-        (persistent, pingpong) stage through slots of their own: two, taken in turn
-        (cooperative), or one per consumer warpgroup (pingpong). ``none``: st.global.
-        """
-        if not self.tma_store:
-            return "none"
-        out = self.output
-        fits = out.rows * out.cols * out.elem_bytes <= self.ring_bytes
-        if not self.structure.persistent and not self.structure.pingpong and fits:
-            return "operands"
-        return "ring"
+    def staging(self) -> Staging:
+        """Where the output is staged for the TMA store (:func:`staging_of`)."""
+        s = self.structure
+        return staging_of(self.tma_store, self.fragment, self.ring_bytes,
+                          keeps_loading=s.persistent or s.pingpong)
 
     @property
     def c_slots(self) -> int:
-        if self.staging != "ring":
-            return 0
-        return self.structure.consumers if self.structure.pingpong else 2
+        s = self.structure
+        return staging_slots(self.staging, pingpong=s.pingpong, consumers=s.consumers)
 
     # ----- shared memory -------------------------------------------------------------
     @cached_property
     def smem(self) -> SmemPlan:
-        plan = SmemPlan()
-        rings = self.structure.rings
-        for ring in rings:
-            for load in ring.loads:
-                tile = self.hooks.operand(load)
-                plan.add(tile.const, ring.depth * tile.stage_bytes)
-        for buffer in self.structure.tile_buffers:
-            tile = self.hooks.operand(buffer.load)
-            plan.add(tile.const, tile.stage_bytes)
-        if self.staging == "operands":
-            plan.alias("C", of=self.hooks.operand(rings[0].loads[0]).const)
-        elif self.staging == "ring":
-            plan.add("C", self.c_slots * self.c_slot_bytes)
-        if self.structure.sprogram.split_k is not None:
-            plan.add(split_k.PART, 4 * self.structure.consumers * self.stream_k_part_floats)
-        for ring in rings:
-            plan.add(ring.full_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
-            plan.add(ring.empty_name.upper(), ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
-        for buffer in self.structure.tile_buffers:
-            plan.add(buffer.full_name.upper(), MBARRIER_BYTES, BARRIER_ALIGN)
-            plan.add(buffer.empty_name.upper(), MBARRIER_BYTES, BARRIER_ALIGN)
-        if self.structure.sprogram.split_k is not None:
-            plan.add(split_k.FULL, MBARRIER_BYTES, BARRIER_ALIGN)
-            plan.add(split_k.FREE, MBARRIER_BYTES, BARRIER_ALIGN)
-        return plan
+        """The plan of :func:`plan_shared_memory` with the operator's tiles and the
+        kernel's constant names (the validator lays out the same plan)."""
+        s = self.structure
+
+        def tile(load: str) -> StagedTile:
+            operand = self.hooks.operand(load)
+            return StagedTile(operand.const, operand.stage_bytes)
+
+        rings = [RingRegions(ring.depth, tuple(tile(load) for load in ring.loads),
+                             ring.full_name.upper(), ring.empty_name.upper())
+                 for ring in s.rings]
+        buffers = [BufferRegions(tile(b.load), b.full_name.upper(), b.empty_name.upper())
+                   for b in s.tile_buffers]
+        regions = None
+        if s.sprogram.split_k is not None:
+            regions = SplitKRegions(split_k.PART, split_k.FULL, split_k.FREE)
+        return plan_shared_memory(rings, buffers, self.fragment, tma_store=self.tma_store,
+                                  persistent=s.persistent, pingpong=s.pingpong,
+                                  split_k=regions)
 
     # ----- named barriers ------------------------------------------------------------
     @property

@@ -27,7 +27,6 @@ kernel's structure as written, which tests hold against the sProgram.
 from __future__ import annotations
 
 from codegen.cuda import prelude
-from codegen.cuda.mbarrier import MBARRIER_BYTES
 from codegen.pipeline import epilogue, split_k, stream_k
 from codegen.pipeline.code import Code
 from codegen.pipeline.consumers import Consumers
@@ -39,9 +38,9 @@ from codegen.pipeline.loader import Loader
 from codegen.pipeline.pipelined import TripAt
 from codegen.pipeline.raster import emit_tile_origin
 from codegen.pipeline.record import EmissionRecord, EmittedIssue, EmittedRing
-from codegen.pipeline.smem import SMEM_ALIGN
 from codegen.pipeline.structure import Issue, Ring
 from codegen.pipeline.tile_loop import TileLoop
+from scheduler_search.sprogram.smem import MBARRIER_BYTES, SMEM_ALIGN
 
 
 class PipelineSkeleton:

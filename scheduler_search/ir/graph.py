@@ -48,6 +48,8 @@ class STaskGraph:
         grid_axes: independent problem instances per tile (batch, heads, chunks).
         causal_pairs: (row axis, reduction axis) pairs where only blocks at or below the
             diagonal do work (causal attention, the intra-chunk scan).
+        copies: staged tensors a block keeps several tiles of, by name: a per-head vector
+            of a tile that packs heads (the chunk state's dt and dA, one tile a head).
     """
 
     op: str
@@ -59,6 +61,11 @@ class STaskGraph:
     reduction_axes: tuple[str, ...]
     grid_axes: Mapping[str, int] = field(default_factory=dict)
     causal_pairs: tuple[tuple[str, str], ...] = ()
+    copies: Mapping[str, int] = field(default_factory=dict)
+
+    def staged_elements(self, tensor: str) -> int:
+        """Elements a block keeps of ``tensor``: its tile, times its :attr:`copies`."""
+        return self.plan.tile_elements(tensor) * self.copies.get(tensor, 1)
 
     def stask(self, name: str) -> STask:
         task = self._by_name.get(name)

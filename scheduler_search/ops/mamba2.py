@@ -212,6 +212,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
             spatial_axes=("p", "n"),
             reduction_axes=("l",),
             grid_axes=self._grid_axes(packed_heads(tile)),
+            copies=dict.fromkeys(("dt_s", "dA_s"), packed_heads(tile)),
         )
 
 
@@ -274,6 +275,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             reduction_axes=("s",),
             grid_axes=self._grid_axes(packed_heads(tile)),
             causal_pairs=(("l", "s"),),
+            copies=dict.fromkeys(("dt_s", "dAs_s", "dAl_s"), packed_heads(tile)),
         )
 
 

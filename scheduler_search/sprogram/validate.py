@@ -2,9 +2,9 @@
 
 Checks, each with the hardware rule it enforces:
 
-- shared memory: pipeline buffers (stages x tiles per operand stream), prologue tiles,
-  epilogue staging for TMA stores, mbarriers, 1024-byte alignment of 128B-swizzled
-  buffers, against the per-block opt-in limit;
+- shared memory: the block's plan (:mod:`~scheduler_search.sprogram.smem`, the one code
+  generation lays kernels out with: rings, prologue tiles, the output's staging, split-K's
+  partials, mbarriers, 1024-byte alignment) against the per-block opt-in limit;
 - registers: the live register tiles of one consumer warpgroup thread against its
   setmaxnreg budget, and the warp roles' total against the SM's register file;
 - wgmma shapes: M a multiple of 64 per warpgroup, N a multiple of 8, K of 16
@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from scheduler_search.hardware.model import Device, UnitKind
-from scheduler_search.ir import STaskGraph, STaskKind, TilePlan
+from scheduler_search.ir import STask, STaskGraph, STaskKind, TilePlan
 from scheduler_search.ops import DTYPE_BYTES, OperatorSpec
 from scheduler_search.sprogram.schedule import (
     SPLIT_K_REDUCES,
@@ -34,12 +34,18 @@ from scheduler_search.sprogram.schedule import (
     StreamK,
     WarpRoles,
 )
+from scheduler_search.sprogram.smem import (
+    SWIZZLE_SPAN_BYTES,
+    BufferRegions,
+    OutputFragment,
+    RingRegions,
+    SmemPlan,
+    SplitKRegions,
+    StagedTile,
+    plan_shared_memory,
+)
 from scheduler_search.sprogram.stream_k import StreamKShare
 
-#: 128B-swizzled TMA tiles must start on 1024-byte boundaries (8 rows x 128 bytes).
-SWIZZLE_ALIGN_BYTES = 1024
-SWIZZLE_SPAN_BYTES = 128
-MBARRIER_BYTES = 8
 #: Deepest ring a persistent block may ask for (its tiles' trips do not bound it).
 STAGES_MAX = 12
 TMA_BOX_DIM_MAX = 256
@@ -50,9 +56,6 @@ TMA_BOXES_PER_TILE_MAX = 32
 CLUSTER_SIZES = (2, 4, 8)
 #: Blocks a split-K cluster may have (any cluster of up to 8 blocks is portable).
 SPLIT_K_BLOCKS = (2, 3, 4, 5, 6, 7, 8)
-#: A split-K block's barriers: its partial is ready (the first block waits on it), and
-#: the first block has read it (the block may write its next one).
-SPLIT_K_BARRIERS = 2
 WGMMA_M, WGMMA_N_STEP, WGMMA_N_MAX, WGMMA_K = 64, 8, 256, 16
 #: Registers every consumer thread needs besides its tiles: addresses, loop state,
 #: barrier phases, descriptors (estimate; ptxas reports the truth at compile time).
@@ -67,6 +70,7 @@ class ScheduleLike(Protocol):
     mapping: dict[str, UnitKind]
     roles: WarpRoles
     stages: dict[str, int]
+    streams: dict[str, tuple[str, ...]]
     order: str
     consumer_split: str
     raster: Raster
@@ -130,8 +134,9 @@ def _bytes(graph: STaskGraph, plan: TilePlan, tensor: str) -> int:
     return plan.tile_elements(tensor) * DTYPE_BYTES[graph.tensors[tensor].dtype]
 
 
-def _align(value: int, to: int) -> int:
-    return -(-value // to) * to
+def _staged_bytes(graph: STaskGraph, tensor: str) -> int:
+    """Shared-memory bytes of a tensor's tiles (its copies too)."""
+    return graph.staged_elements(tensor) * DTYPE_BYTES[graph.tensors[tensor].dtype]
 
 
 def row_axis(sprogram: SProgram, graph: STaskGraph) -> str:
@@ -148,68 +153,52 @@ def rows_per_consumer(sprogram: SProgram, graph: STaskGraph) -> int:
 
 
 def smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
-    """Dynamic shared memory the kernel needs."""
+    """Dynamic shared memory the kernel asks for (:func:`smem_plan`, with the slack the
+    kernel aligns its base by)."""
     key = ("smem", _units(sprogram), tuple(sorted(sprogram.stages.items())),
-           sprogram.persistent, sprogram.consumer_split, sprogram.split_k)
-    return graph.memoised(key, lambda: _smem_bytes(sprogram, graph, plan))
+           tuple(sorted(sprogram.streams.items())), sprogram.persistent,
+           sprogram.consumer_split, sprogram.roles.consumer_warpgroups, sprogram.swap_ab,
+           sprogram.split_k)
+    return graph.memoised(key, lambda: smem_plan(sprogram, graph, plan).dynamic_bytes)
 
 
-def _smem_bytes(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:
-    async_units = (UnitKind.TMA, UnitKind.LSU)
-    total = 0
-    barriers = 0
-    for task in graph.stasks:
-        if task.kind is not STaskKind.LOAD or sprogram.mapping[task.name] not in async_units:
-            continue
-        stream = sprogram.stream_of(task.name)
-        depth = sprogram.stages[stream] if stream and task.phase == "loop" else 1
-        total += depth * _align(_bytes(graph, plan, task.output.tensor), SWIZZLE_ALIGN_BYTES)
-    for stream, depth in sprogram.stages.items():
-        barriers += 2 * depth
-        del stream
-    barriers += sum(1 for t in graph.phase_tasks("prologue") if t.kind is STaskKind.LOAD)
-    operand_bytes = total
-    for task in graph.phase_tasks("epilogue"):
-        if task.kind is STaskKind.STORE and sprogram.mapping[task.name] is UnitKind.TMA:
-            total += _store_staging_bytes(sprogram, graph, plan, task.name, operand_bytes)
-    if sprogram.split_k is not None:
-        total += split_k_partial_bytes(graph)
-        barriers += SPLIT_K_BARRIERS
-    return total + _align(barriers * MBARRIER_BYTES, 16)
+def smem_plan(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan) -> SmemPlan:
+    """The block's shared-memory plan with the tile plan's tile sizes: a ring per operand
+    stream of asynchronous loop loads, a buffer per asynchronous prologue load, the
+    output's staging for a TMA store, split-K's partial sums (:func:`plan_shared_memory`,
+    which code generation lays its kernels out with)."""
+    def tile(task: STask) -> StagedTile:
+        return StagedTile(task.name, _staged_bytes(graph, task.output.tensor))
+
+    async_loads = [t for t in graph.stasks if t.kind is STaskKind.LOAD
+                   and sprogram.mapping[t.name] in (UnitKind.TMA, UnitKind.LSU)]
+    rings = []
+    for stream, members in sprogram.streams.items():
+        loads = [t for t in async_loads if t.phase == "loop" and t.name in members]
+        if loads:
+            rings.append(RingRegions(sprogram.stages[stream], tuple(tile(t) for t in loads),
+                                     f"{stream}_full", f"{stream}_empty"))
+    buffers = [BufferRegions(tile(t), f"{t.name}_full", f"{t.name}_empty")
+               for t in async_loads if t.phase == "prologue"]
+    (store,) = [t for t in graph.phase_tasks("epilogue") if t.kind is STaskKind.STORE]
+    split_k = SplitKRegions("part", "part_full", "part_free") if sprogram.split_k else None
+    return plan_shared_memory(
+        rings, buffers, _output_fragment(sprogram, graph, plan, store),
+        tma_store=sprogram.mapping[store.name] is UnitKind.TMA,
+        persistent=sprogram.persistent, pingpong=sprogram.consumer_split == "pingpong",
+        split_k=split_k)
 
 
-def split_k_partial_bytes(graph: STaskGraph) -> int:
-    """A split-K block's fp32 partial sums of its tile, where the cluster's first block
-    reads them (distributed shared memory)."""
-    elements = 1
-    for axis in graph.spatial_axes:
-        elements *= graph.step(axis)
-    return _align(4 * elements, SWIZZLE_ALIGN_BYTES)
-
-
-def _store_staging_bytes(
-    sprogram: SProgram, graph: STaskGraph, plan: TilePlan, store: str, operand_bytes: int
-) -> int:
-    """Shared memory a TMA-store epilogue adds.
-
-    One tile per block at a time: the output tile is staged in the operand buffers, which
-    are idle once the loop has ended. Persistent or pingpong blocks keep loading while
-    they store, so they stage in sub-tiles one swizzle span wide (64 columns of 16-bit,
-    32 of fp32 outputs), double-buffered, of their own.
-    """
-    task = graph.stask(store)
-    elem = DTYPE_BYTES[graph.tensors[task.output.tensor].dtype]
-    staged = plan.tile_elements(task.inputs[0].tensor) * elem
-    if (
-        not sprogram.persistent
-        and sprogram.consumer_split != "pingpong"
-        and staged <= operand_bytes
-    ):
-        return 0
-    rows = plan.tensor_tiles[task.inputs[0].tensor][0]
-    span_cols = SWIZZLE_SPAN_BYTES // elem
-    subtile = rows * min(span_cols, plan.tensor_tiles[task.inputs[0].tensor][-1]) * elem
-    return 2 * _align(subtile, SWIZZLE_ALIGN_BYTES)
+def _output_fragment(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan,
+                     store: STask) -> OutputFragment:
+    """The consumers' output tile (transposed by swap-AB) as the store writes it."""
+    rows, *_, cols = plan.tensor_tiles[store.inputs[0].tensor]
+    if sprogram.swap_ab:
+        rows, cols = cols, rows
+    return OutputFragment(
+        rows=rows, cols=cols, elem_bytes=DTYPE_BYTES[graph.tensors[store.output.tensor].dtype],
+        transposed=sprogram.swap_ab, consumer_rows=rows_per_consumer(sprogram, graph),
+        consumers=sprogram.roles.consumer_warpgroups)
 
 
 def consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -> int:

@@ -84,7 +84,7 @@ class Mamba2Hooks(OperatorHooks):
 
     @property
     def pack(self) -> int:
-        """Heads of one group a tile packs (chunk state's tile ``g``; 1 for chunk scan)."""
+        """Heads of one group a tile packs (the tile's ``g``)."""
         return packed_heads(self.sprogram.tile)
 
     def outer_axes(self) -> tuple[GridAxis, ...]:
