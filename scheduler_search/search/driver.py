@@ -11,11 +11,13 @@ One round of the loop (:mod:`~scheduler_search.search.rounds`):
    best predicted candidate. What gets no slot is told to the study as pruned.
 3. Measure the chosen batch with the executor; tell each result.
 
-With ``SearchConfig.overlap`` the rounds overlap: while the executor measures batch *i*
-(in a background thread), the driver asks and ranks batch *i + 1*, hands it to the
-executor's ``prepare`` (a GPU pool compiles it on the CPU cores meanwhile), then tells
-batch *i*'s results and starts measuring batch *i + 1*. The sampler learns one batch
-later; the GPU never waits for the compiler or the sampler once the pipeline is full.
+The rounds run in :class:`~scheduler_search.search.measuring.MeasuringLoop`, the loop the
+range search measures in too. With ``SearchConfig.overlap`` they overlap: while the
+executor measures batch *i* (in a background thread), the driver asks and ranks batch
+*i + 1*, hands it to the executor's ``prepare`` (a GPU pool compiles it on the CPU cores
+meanwhile), then tells batch *i*'s results and starts measuring batch *i + 1*. The sampler
+learns one batch later; the GPU never waits for the compiler or the sampler once the
+pipeline is full.
 
 The loop stops on the :class:`Budget` (trials, seconds, patience), when the sources only
 propose invalid or known points (exhausted), when rounds in a row measure only latencies
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import optuna
@@ -46,17 +47,15 @@ from optuna.trial import TrialState
 from scheduler_search.search.config import SearchConfig
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, ok_latency
 from scheduler_search.search.ledger import Ledger
-from scheduler_search.search.proposals import SeedSource, SeedsSource, build_sources
+from scheduler_search.search.measuring import Batch, JobFailure, MeasuringLoop
+from scheduler_search.search.proposals import Proposal, SeedSource, SeedsSource, build_sources
 from scheduler_search.search.records import Progress, SearchCallbacks, SearchResult, TrialRecord
 from scheduler_search.search.retiming import Baselines, FinalRetiming, LeaderRetiming
-from scheduler_search.search.rounds import Batch, Rounds
+from scheduler_search.search.rounds import Rounds
 from scheduler_search.search.stopping import Budget, Stopper, StopReason
 from scheduler_search.search.studies import Studies
 from scheduler_search.space import Choices, ScheduleSpace
 from scheduler_search.sprogram import SProgram
-
-#: A batch being measured in the background, and its results to come.
-_InFlight = tuple[Batch, Future[list[MeasurementLike]]]
 
 
 class SearchDriver:
@@ -66,8 +65,9 @@ class SearchDriver:
         space: the schedule space of the workload on the device.
         executor: measures batches (``batch_size`` sets the width; ``prepare`` receives
             the next batch early when rounds overlap).
-        make_job: builds the executor's job for an sProgram; an exception is the trial's
-            failure (status ``render_error``), not the search's.
+        make_job: builds the executor's job for an sProgram; what code generation raises
+            for a schedule it cannot write (:data:`~scheduler_search.search.measuring.JOB_ERRORS`)
+            is the trial's failure (status ``render_error``), not the search's.
         budget: trials / seconds / patience.
         config: seed, pool width, proposal sources, re-timing, batch width, overlap.
         storage: Optuna storage (URL or object) of the persistent study; ``None`` keeps
@@ -131,7 +131,7 @@ class SearchDriver:
         self._seeds = SeedsSource(space, warm_start, designs, seed_source)
         rng = random.Random(f"pipetune-search:{self.config.seed}")
         self._rounds = Rounds(
-            space, executor, make_job, estimator or self._cost_model,
+            space, make_job, estimator or self._cost_model,
             seeds=self._seeds, sources=build_sources(space, self.config, rng),
             deal_order=self.config.sources, ledger=self._ledger,
         )
@@ -175,45 +175,8 @@ class SearchDriver:
 
     def _search(self, study: optuna.Study) -> StopReason:
         """The rounds, until a stop reason (a batch in flight is finished first)."""
-        empty_rounds = rounds = 0
-        measurer = ThreadPoolExecutor(1, thread_name_prefix="pipetune-measure")
-        inflight: _InFlight | None = None
-        try:
-            while (reason := self._stop_reason(empty_rounds)) is None:
-                batch = self._rounds.next_batch(study, self._free_slots(first=rounds == 0))
-                rounds += 1
-                if self._callbacks.should_stop():  # cancelled while proposing: measure nothing new
-                    self._rounds.drop(study, batch)
-                    continue
-                if self.config.overlap:
-                    records = self._overlap(study, batch, inflight)
-                    inflight = None
-                    if len(batch):
-                        inflight = (batch, measurer.submit(self._rounds.measure, batch))
-                else:
-                    results = self._rounds.measure(batch)
-                    records = self._rounds.complete(study, batch, results,
-                                                    self._stopper.elapsed_s)
-                empty_rounds = 0 if len(batch) else empty_rounds + 1
-                self._end_round(study, records)
-            if inflight is not None:
-                self._end_round(study, self._overlap(study, None, inflight))
-        finally:
-            measurer.shutdown(wait=True)
-        return reason
-
-    def _overlap(
-        self, study: optuna.Study, batch: Batch | None, inflight: _InFlight | None
-    ) -> list[TrialRecord]:
-        """Hand the next batch to ``prepare``, then wait for and complete the batch in
-        flight; its records."""
-        if batch is not None and batch.jobs:
-            self.executor.prepare(batch.jobs)
-        if inflight is None:
-            return []
-        done, future = inflight
-        results = future.result()
-        return self._rounds.complete(study, done, results, self._stopper.elapsed_s)
+        loop = MeasuringLoop(self.executor, overlap=self.config.overlap)
+        return loop.run(_DriverRounds(self, study))
 
     def _end_round(self, study: optuna.Study, records: list[TrialRecord]) -> None:
         if records:
@@ -271,3 +234,38 @@ class SearchDriver:
         from scheduler_search.cost_model import estimate
 
         return estimate(sprogram, self.space.spec, self.space.device).latency_us
+
+
+class _DriverRounds:
+    """The driver's rounds as :class:`MeasuringLoop` walks them (its ``MeasuredSearch``)."""
+
+    def __init__(self, driver: SearchDriver, study: optuna.Study) -> None:
+        self.driver = driver
+        self.study = study
+        self.rounds = 0
+        self.empty_rounds = 0
+
+    def stop_reason(self) -> StopReason | None:
+        return self.driver._stop_reason(self.empty_rounds)
+
+    def next_batch(self) -> Batch[Proposal]:
+        free = self.driver._free_slots(first=self.rounds == 0)
+        self.rounds += 1
+        batch = self.driver._rounds.next_batch(self.study, free)
+        self.empty_rounds = 0 if len(batch) else self.empty_rounds + 1
+        return batch
+
+    def cancelled(self) -> bool:
+        return self.driver._callbacks.should_stop()
+
+    def drop(self, batch: Batch[Proposal]) -> None:
+        self.driver._rounds.drop(self.study, batch)
+
+    def complete(self, batch: Batch[Proposal],
+                 results: list[tuple[Proposal, MeasurementLike | JobFailure]]
+                 ) -> list[TrialRecord]:
+        return self.driver._rounds.complete(self.study, results,
+                                            self.driver._stopper.elapsed_s)
+
+    def end_round(self, records: list[TrialRecord]) -> None:
+        self.driver._end_round(self.study, records)

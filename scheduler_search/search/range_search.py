@@ -63,6 +63,7 @@ from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec, RangeSpec, parse_spec
 from scheduler_search.search.buckets import BucketTable
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
+from scheduler_search.search.measuring import Batch, JobFailure, MeasuringLoop, make_job
 from scheduler_search.search.range_cut import RangeCut
 from scheduler_search.search.range_pool import Estimator, RangeCandidate, RangePool
 from scheduler_search.search.range_refine import RefinePlanner
@@ -308,8 +309,10 @@ class RangeSearch:
         range_spec: the workload, with one range axis (one dimension, or several tied).
         device: the device model (spaces, plans and the default estimator).
         executor: measures batches (``batch_size``, ``prepare``, ``retime_interleaved``).
-        make_jobs: the jobs of a candidate at sizes (:data:`MakeJobs`); an exception is
-            each of those measurements' failure (``render_error``), not the search's.
+        make_jobs: the jobs of a candidate at sizes (:data:`MakeJobs`); what code
+            generation raises for a schedule it cannot write
+            (:data:`~scheduler_search.search.measuring.JOB_ERRORS`) is each of those
+            measurements' failure (``render_error``), not the search's.
         budget: ``trials`` (measurements) and ``seconds``; ``patience`` is not used.
         config: the knobs (:class:`RangeConfig`).
         feasible: the code generator's check, asked of each anchor's schedules and of
@@ -367,7 +370,7 @@ class RangeSearch:
         self._measured: list[TrialRecord] = []
         self._pool = RangePool(range_spec, device, self.config, self.dims, self.fixed,
                                self.designs, feasible, self.estimator)
-        self._jobs: dict[tuple[int, bool, tuple[int, ...]], list[Any] | Exception] = {}
+        self._jobs: dict[tuple[int, bool, tuple[int, ...]], list[Any] | JobFailure] = {}
         #: (schedule hash, size) -> the estimator's latency there (None: no estimate).
         self._predicted: dict[tuple[str, int], float | None] = {}
         self.cut = RangeCut(self.size_range, self.dim, self.config, self._latency,
@@ -507,53 +510,20 @@ class RangeSearch:
                      wanted: set[tuple[int, int]] | None = None, keep: int = 0
                      ) -> StopReason:
         """Every (candidate, size) not measured yet (only the ``wanted`` (candidate
-        index, size) pairs when given), in batches, leaving ``keep`` trials of the
-        budget unspent; why it stopped. Without ``wanted`` the time budget waits until
-        some candidate has run at every size."""
+        index, size) pairs when given), in batches measured by
+        :class:`~scheduler_search.search.measuring.MeasuringLoop` (the next batch's jobs
+        prepared while one is measured), leaving ``keep`` trials of the budget unspent;
+        why it stopped. Without ``wanted`` the time budget waits until some candidate has
+        run at every size."""
         width = max(1, self.config.batch_size or self.executor.batch_size())
         pending = [(c, i) for start in range(0, len(candidates), width)
                    for i in range(len(sizes))
                    for c in candidates[start : start + width]
                    if (c.sprogram.hash, sizes[i]) not in self._known
                    and (wanted is None or (c.index, sizes[i]) in wanted)]
-        batches = [pending[i : i + width] for i in range(0, len(pending), width)]
-        for index, batch in enumerate(batches):
-            reason = self._stopper.reason(trials_done=self._trials_done, since_improvement=0,
-                                          cancelled=self._callbacks.should_stop())
-            if (reason is StopReason.SECONDS and wanted is None
-                    and not self._every_size_ran(candidates, sizes)):
-                # A table cut over part of the range serves the rest with a kernel chosen
-                # elsewhere (an H200 bf16 run whose first batches were still compiling
-                # when 40 s were up measured 3 of 10 sizes and served 4..16384 with a
-                # 64x64 tile at 0.4-0.6 of cuBLAS): time waits for one kernel per size.
-                reason = None
-            if reason is not None:
-                return reason
-            batch = batch[: max(0, self._stopper.remaining_trials(self._trials_done) - keep)]
-            if not batch:
-                return StopReason.TRIALS
-            jobs = [self._job(c, i, sizes, final=False) for c, i in batch]
-            if index + 1 < len(batches):
-                ahead = [self._job(c, i, sizes, final=False) for c, i in batches[index + 1]]
-                ready = [j for j in ahead if not isinstance(j, Exception)]
-                if ready:
-                    self.executor.prepare(ready)
-            ready = [j for j in jobs if not isinstance(j, Exception)]
-            results = iter(self.executor.measure(ready) if ready else [])
-            records = []
-            for (candidate, i), job in zip(batch, jobs, strict=True):
-                result = job if isinstance(job, Exception) else next(results)
-                records.append(self._record(candidate, sizes[i], result))
-            self._trials_done += len(records)
-            self._measured.extend(records)
-            for record in records:
-                self._known[(record.schedule_hash or "", record.choices[self.dim])] = record
-            self._callbacks.on_trials(records)
-            self._progress("search")
-        if self._callbacks.should_stop():
-            return StopReason.CANCELLED
-        done = self._trials_done >= self.budget.trials
-        return StopReason.TRIALS if done else StopReason.EXHAUSTED
+        batches = _RangeBatches(self, candidates, sizes, pending, width,
+                                waits_for_every_size=wanted is None, keep=keep)
+        return MeasuringLoop(self.executor, overlap=True).run(batches)
 
     def _every_size_ran(self, candidates: list[RangeCandidate], sizes: list[int]) -> bool:
         """Whether some candidate has run at every size."""
@@ -562,23 +532,22 @@ class RangeSearch:
     def _job(self, candidate: RangeCandidate, size_index: int, sizes: list[int], *,
              final: bool) -> Any:
         """The job of ``candidate`` at ``sizes[size_index]`` (its jobs at every size made
-        once), or the exception that making them raised."""
+        once), or the :class:`JobFailure` of making them (each of its measurements')."""
         key = (candidate.index, final, tuple(sizes))
         if key not in self._jobs:
-            try:
+            def make() -> list[Any]:
                 made = list(self.make_jobs(candidate.sprogram,
                                            [self.range_spec.at(s) for s in sizes], final))
                 if len(made) != len(sizes):
                     raise ValueError(f"make_jobs gave {len(made)} jobs for {len(sizes)} sizes")
-                self._jobs[key] = made
-            except ValueError as exc:  # code generation failed: each of its measurements
-                logger.warning("no jobs for %s: %s", candidate.sprogram.hash[:12], exc)
-                self._jobs[key] = exc
+                return made
+
+            self._jobs[key] = make_job(make, candidate.sprogram.hash[:12])
         jobs = self._jobs[key]
-        return jobs if isinstance(jobs, Exception) else jobs[size_index]
+        return jobs if isinstance(jobs, JobFailure) else jobs[size_index]
 
     def _record(self, candidate: RangeCandidate, size: int,
-                result: MeasurementLike | Exception) -> TrialRecord:
+                result: MeasurementLike | JobFailure) -> TrialRecord:
         """A measurement's record: the candidate's choices with the size, its status."""
         common: dict[str, Any] = {
             "number": -1,
@@ -588,9 +557,8 @@ class RangeSearch:
             "predicted_us": self._predict(candidate, size),
             "elapsed_s": self._stopper.elapsed_s,
         }
-        if isinstance(result, Exception):
-            return TrialRecord(status=CODEGEN_ERROR, error=f"codegen: {type(result).__name__}: "
-                               f"{result}", **common)
+        if isinstance(result, JobFailure):
+            return TrialRecord(status=CODEGEN_ERROR, error=result.error, **common)
         return TrialRecord.measured(result, **common)
 
     def _predict(self, candidate: RangeCandidate, size: int) -> float | None:
@@ -634,11 +602,10 @@ class RangeSearch:
         jobs: list[Any] = []
         owners: list[tuple[int, int]] = []
         for b, bucket in enumerate(buckets):
-            try:
-                made = self.make_jobs(bucket.sprogram,
-                                      [self.range_spec.at(s) for s in bucket.samples], True)
-            except ValueError as exc:
-                logger.warning("no re-timing jobs for %s: %s", bucket.schedule_hash[:12], exc)
+            made = make_job(lambda bucket=bucket: self.make_jobs(  # type: ignore[misc]
+                bucket.sprogram, [self.range_spec.at(s) for s in bucket.samples], True),
+                f"re-timing {bucket.schedule_hash[:12]}")
+            if isinstance(made, JobFailure):
                 continue
             jobs.extend(made)
             owners.extend((b, s) for s in bucket.samples)
@@ -662,6 +629,75 @@ class RangeSearch:
             best_schedule_hash=None,
             elapsed_s=self._stopper.elapsed_s,
         ))
+
+
+class _RangeBatches:
+    """One pass of a range search's measurements as :class:`MeasuringLoop` walks them
+    (its ``MeasuredSearch``): ``pending`` (candidate, size index) pairs in batches of
+    ``width``, a batch cut to the trials the budget has left but ``keep``."""
+
+    def __init__(self, search: RangeSearch, candidates: list[RangeCandidate],
+                 sizes: list[int], pending: list[tuple[RangeCandidate, int]], width: int,
+                 *, waits_for_every_size: bool, keep: int) -> None:
+        self.search = search
+        self.candidates = candidates
+        self.sizes = sizes
+        self.batches = [pending[i : i + width] for i in range(0, len(pending), width)]
+        self.waits_for_every_size = waits_for_every_size
+        self.keep = keep
+        self.inflight = 0
+
+    def _left(self) -> int:
+        """Trials this pass may still start."""
+        s = self.search
+        return s._stopper.remaining_trials(s._trials_done + self.inflight) - self.keep
+
+    def stop_reason(self) -> StopReason | None:
+        s = self.search
+        reason = s._stopper.reason(trials_done=s._trials_done + self.inflight,
+                                   since_improvement=0, cancelled=self.cancelled())
+        if (reason is StopReason.SECONDS and self.waits_for_every_size
+                and not s._every_size_ran(self.candidates, self.sizes)):
+            # A table cut over part of the range serves the rest with a kernel chosen
+            # elsewhere (an H200 bf16 run whose first batches were still compiling
+            # when 40 s were up measured 3 of 10 sizes and served 4..16384 with a
+            # 64x64 tile at 0.4-0.6 of cuBLAS): time waits for one kernel per size.
+            reason = None
+        if reason is None and self.batches and self._left() <= 0:
+            reason = StopReason.TRIALS
+        if reason is None and not self.batches:
+            done = s._trials_done + self.inflight >= s.budget.trials
+            reason = StopReason.TRIALS if done else StopReason.EXHAUSTED
+        return reason
+
+    def next_batch(self) -> Batch[tuple[RangeCandidate, int]]:
+        chosen = self.batches.pop(0)[: self._left()]
+        self.inflight += len(chosen)
+        return Batch([((c, i), self.search._job(c, i, self.sizes, final=False))
+                      for c, i in chosen])
+
+    def cancelled(self) -> bool:
+        return self.search._callbacks.should_stop()
+
+    def drop(self, batch: Batch[tuple[RangeCandidate, int]]) -> None:
+        self.inflight -= len(batch)
+
+    def complete(self, batch: Batch[tuple[RangeCandidate, int]],
+                 results: list[tuple[tuple[RangeCandidate, int], MeasurementLike | JobFailure]]
+                 ) -> list[TrialRecord]:
+        s = self.search
+        records = [s._record(c, self.sizes[i], result) for (c, i), result in results]
+        self.inflight -= len(records)
+        s._trials_done += len(records)
+        s._measured.extend(records)
+        for record in records:
+            s._known[(record.schedule_hash or "", record.choices[s.dim])] = record
+        return records
+
+    def end_round(self, records: list[TrialRecord]) -> None:
+        if records:
+            self.search._callbacks.on_trials(records)
+            self.search._progress("search")
 
 
 def _cost_model(device: Device) -> Estimator:

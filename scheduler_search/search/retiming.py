@@ -13,17 +13,16 @@ makes the winner and the comparison honest.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_search.search.executor import ExecutorLike, MeasurementLike, status_of
 from scheduler_search.search.ledger import Ledger
+from scheduler_search.search.measuring import JobFailure
+from scheduler_search.search.measuring import make_job as make_job_or_failure
 from scheduler_search.search.records import TrialRecord
 from scheduler_search.sprogram import SProgram
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -179,8 +178,5 @@ def _with_job(ledger: Ledger, record: TrialRecord, make_job: Callable[[SProgram]
     program = ledger.program(record)
     if program is None:
         return []
-    try:
-        return [(record, program, make_job(program))]
-    except Exception as exc:
-        logger.warning("no re-timing job for %s: %s", record.schedule_hash, exc)
-        return []
+    job = make_job_or_failure(lambda: make_job(program), f"re-timing {record.schedule_hash}")
+    return [] if isinstance(job, JobFailure) else [(record, program, job)]

@@ -1,5 +1,6 @@
-"""One round of a search: ask the proposal sources, deal the free slots, make the jobs,
-measure them, tell and record the results.
+"""One round of a search: ask the proposal sources, deal the free slots, make the jobs;
+once :class:`~scheduler_search.search.measuring.MeasuringLoop` has measured them, tell and
+record the results.
 
 Priority proposals (seeds) take the first slots, in order of source and trial; those
 without room wait for the next round. The other slots are dealt to the sources in
@@ -10,38 +11,21 @@ the sampler still learns from it.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from scheduler_search.search.executor import ExecutorLike, MeasurementLike
+from scheduler_search.search.executor import MeasurementLike
 from scheduler_search.search.ledger import Ledger
+from scheduler_search.search.measuring import Batch, JobFailure, make_job
 from scheduler_search.search.proposals import Proposal, ProposalSource, Round, SeedsSource
 from scheduler_search.search.records import CODEGEN_ERROR, TrialRecord
 from scheduler_search.search.studies import add_measured, tell_measured
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.sprogram import SProgram
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Batch:
-    """One round's proposals, each with its job or the reason it has none."""
-
-    items: list[tuple[Proposal, Any, str]] = field(default_factory=list)
-
-    @property
-    def jobs(self) -> list[Any]:
-        return [job for _, job, _ in self.items if job is not None]
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 class Rounds:
@@ -49,9 +33,9 @@ class Rounds:
 
     Args:
         space: the schedule space (the study's distributions come from its knobs).
-        executor: measures the batches.
-        make_job: a proposal's job; an exception is the trial's failure
-            (``render_error``), not the search's.
+        make_job: a proposal's job; what code generation raises for a schedule it cannot
+            write (:data:`~scheduler_search.search.measuring.JOB_ERRORS`) is the trial's
+            failure (``render_error``), not the search's.
         estimator: predicted latency of an sProgram.
         seeds: the priority proposals (asked first every round).
         sources: the other sources, in the order they are asked.
@@ -62,7 +46,6 @@ class Rounds:
     def __init__(
         self,
         space: ScheduleSpace,
-        executor: ExecutorLike,
         make_job: Callable[[SProgram], Any],
         estimator: Callable[[SProgram], float],
         *,
@@ -72,7 +55,6 @@ class Rounds:
         ledger: Ledger,
     ) -> None:
         self.space = space
-        self.executor = executor
         self.make_job = make_job
         self.estimator = estimator
         self.seeds = seeds
@@ -80,21 +62,18 @@ class Rounds:
         self.deal_order = deal_order
         self.ledger = ledger
 
-    def next_batch(self, study: optuna.Study, free: int) -> Batch:
+    def next_batch(self, study: optuna.Study, free: int) -> Batch[Proposal]:
         """The next batch of at most ``free`` proposals, with their jobs (the invalid
         points found while proposing are told to the study and only counted)."""
         round = Round(study, free, self.ledger.measured, self.ledger.inflight, self.estimator)
         chosen = self._choose(round)
         self.ledger.invalid += sum(round.rejected.values())
-        batch = Batch()
+        batch: Batch[Proposal] = Batch()
         for proposal in chosen:
-            try:
-                job, error = self.make_job(proposal.sprogram), ""
-            except Exception as exc:  # code generation failed: a failed trial
-                job, error = None, f"codegen: {type(exc).__name__}: {exc}"
-                logger.warning("no job for %s: %s", proposal.sprogram.hash[:12], error)
-            batch.items.append((proposal, job, error))
-            self.ledger.inflight[proposal.sprogram.hash] = proposal
+            program = proposal.sprogram
+            batch.entries.append(
+                (proposal, make_job(lambda p=program: self.make_job(p), program.hash[:12])))
+            self.ledger.inflight[program.hash] = proposal
         return batch
 
     def _choose(self, round: Round) -> list[Proposal]:
@@ -125,29 +104,22 @@ class Rounds:
             round.pool[proposal.sprogram.hash] = proposal
         return found
 
-    def drop(self, study: optuna.Study, batch: Batch) -> None:
+    def drop(self, study: optuna.Study, batch: Batch[Proposal]) -> None:
         """Forget a batch that will not be measured: out of flight, its trials pruned."""
-        for proposal, _, _ in batch.items:
+        for proposal, _ in batch.entries:
             self.ledger.inflight.pop(proposal.sprogram.hash, None)
             for trial in proposal.trials:
                 study.tell(trial, state=TrialState.PRUNED)
 
-    def measure(self, batch: Batch) -> list[MeasurementLike]:
-        """Measure a batch's jobs; runs in a thread when rounds overlap."""
-        jobs = batch.jobs
-        return list(self.executor.measure(jobs)) if jobs else []
-
     def complete(
-        self, study: optuna.Study, batch: Batch, results: list[MeasurementLike],
+        self, study: optuna.Study, results: list[tuple[Proposal, MeasurementLike | JobFailure]],
         elapsed_s: float,
     ) -> list[TrialRecord]:
-        """Tell and record a measured batch; the records, in the batch's order."""
-        measured = iter(results)
+        """Tell and record a measured batch's results; the records, in the batch's order."""
         records = []
-        for proposal, job, error in batch.items:
+        for proposal, result in results:
             self.ledger.inflight.pop(proposal.sprogram.hash, None)
-            result = next(measured) if job is not None else None
-            record = trial_record(proposal, result, error)
+            record = trial_record(proposal, result)
             record.elapsed_s = elapsed_s
             self.ledger.programs[proposal.sprogram.hash] = proposal.sprogram
             records.append(record)
@@ -160,10 +132,8 @@ class Rounds:
         return records
 
 
-def trial_record(
-    proposal: Proposal, result: MeasurementLike | None, error: str = ""
-) -> TrialRecord:
-    """A proposal's record: its measurement, or (``result`` None) its job's failure."""
+def trial_record(proposal: Proposal, result: MeasurementLike | JobFailure) -> TrialRecord:
+    """A proposal's record: its measurement, or its job's failure."""
     common: dict[str, Any] = {
         "number": proposal.trial.number if proposal.trial is not None else -1,
         "choices": proposal.choices,
@@ -172,8 +142,8 @@ def trial_record(
         "predicted_us": proposal.predicted_us,
         "schedule": proposal.sprogram.to_dict(),
     }
-    if result is None:
-        return TrialRecord(status=CODEGEN_ERROR, error=error, **common)
+    if isinstance(result, JobFailure):
+        return TrialRecord(status=CODEGEN_ERROR, error=result.error, **common)
     return TrialRecord.measured(result, **common)
 
 

@@ -162,12 +162,14 @@ def test_a_resumed_search_measures_nothing_twice() -> None:
 
 def test_a_cancel_stops_between_batches_and_skips_the_retiming() -> None:
     executor = Recording(width=4)
-    calls = iter(range(100))
-    result = _search(executor,
-                     callbacks=SearchCallbacks(should_stop=lambda: next(calls) >= 2)).run()
+    seen: list = []
+    callbacks = SearchCallbacks(on_trials=seen.extend, should_stop=lambda: len(seen) >= 8)
+    result = _search(executor, callbacks=callbacks).run()
     assert result.stop_reason is StopReason.CANCELLED and result.cancelled
-    assert len(executor.batches) == 2 and not executor.retimed
-    assert result.trials_done == 8
+    # Batches overlap: the third was planned and handed over while the second was
+    # measured, before its records said to stop; it is finished, nothing after it.
+    assert len(executor.batches) == 3 and not executor.retimed
+    assert result.trials_done == len(seen) == 12
     # What was measured still makes a table over the sizes measured.
     assert result.ok and result.buckets[0].low == 1 and result.buckets[-1].high == 16384
 
