@@ -11,6 +11,7 @@ taken over kept storing trials and its outcome.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -108,10 +109,16 @@ def test_a_search_whose_run_was_taken_over_stops_without_writing(
     run_id = queue_run(executing, settings)
     assert gate.entered.wait(30)
 
+    failing = threading.Event()
+
     def heartbeat_fails(*args: Any, **kwargs: Any) -> None:
+        failing.set()
         raise repo.StorageError("database error: OperationalError: connection lost")
 
     monkeypatch.setattr(repo, "heartbeat", heartbeat_fails)
+    # A heartbeat already under way when the patch landed could still write after the
+    # ageing below: age it once the (single) heartbeat thread has failed one.
+    assert failing.wait(30)
     _age_heartbeat(db, run_id)  # silent for an hour, as far as anyone can tell
     with on_another_host(monkeypatch):
         assert managers(settings).recover() == [run_id]  # a fair decision elsewhere
