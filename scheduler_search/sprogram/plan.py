@@ -38,6 +38,7 @@ Choice keys:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,6 +71,49 @@ def default_mapping(graph: STaskGraph, device: Device) -> dict[str, UnitKind]:
     """Each sTask on its preferred sEU that the device has (a fresh dict)."""
     key = ("default_mapping", tuple(sorted(device.unit_kinds())))
     return dict(graph.memoised(key, lambda: _preferred_units(graph, device)))
+
+
+@dataclass(frozen=True)
+class _ChoiceKeys:
+    """The keys of a choices dict by what they set, sorted too: worked out once for each
+    set of keys (the space resolves millions of points over a few sets of keys)."""
+
+    tiles: tuple[str, ...]
+    maps: tuple[str, ...]
+    stages: tuple[str, ...]
+    sorted: tuple[str, ...]
+
+    @staticmethod
+    @functools.cache
+    def of(keys: tuple[str, ...]) -> _ChoiceKeys:
+        def starting(prefix: str) -> tuple[str, ...]:
+            return tuple(k for k in keys if k.startswith(prefix))
+
+        return _ChoiceKeys(starting("tile_"), starting("map_"), starting("stages_"),
+                           tuple(sorted(keys)))
+
+
+def _mapping(spec: OperatorSpec, graph: STaskGraph, device: Device,
+             maps: list[tuple[str, Any]]) -> dict[str, UnitKind]:
+    """The sEU of each sTask: its preferred one, or the one a ``map_`` choice names.
+
+    Raises:
+        ScheduleError: a choice maps an unknown sTask, or one to an sEU it cannot run on.
+    """
+    mapping = default_mapping(graph, device)
+    for key, value in maps:
+        if key == "map_vector_loads":
+            for name in _vector_loads(graph):
+                mapping[name] = UnitKind(value)
+            continue
+        name = key[4:]
+        if name not in mapping:
+            raise ScheduleError(f"{key}: {spec.op} has no sTask {name!r}")
+        mapping[name] = UnitKind(value)
+    for name, unit in mapping.items():
+        if unit not in graph.stask(name).units:
+            raise ScheduleError(f"map_{name}: {name} cannot run on {unit.value}")
+    return mapping
 
 
 def _vector_loads(graph: STaskGraph) -> tuple[str, ...]:
@@ -161,35 +205,15 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         ScheduleError: a choice names an unknown axis, stream or sTask, or maps an sTask
             to an sEU that cannot run it.
     """
-    tile: dict[str, int] = {}
-    maps: dict[str, Any] = {}
-    stage_keys: list[str] = []
-    for key, value in choices.items():  # one pass: the space resolves millions of points
-        if key.startswith("tile_"):
-            tile[key[5:]] = int(value)
-        elif key.startswith("map_"):
-            maps[key] = value
-        elif key.startswith("stages_"):
-            stage_keys.append(key)
+    keys = _ChoiceKeys.of(tuple(choices))
+    tile = {key[5:]: int(choices[key]) for key in keys.tiles}
+    maps = [(key, choices[key]) for key in keys.maps]
     graph = spec.graph(tile)
     unknown = set(tile) - set(graph.extents)
     if unknown:
         raise ScheduleError(f"tile names unknown axes {sorted(unknown)}")
-
-    mapping = default_mapping(graph, device)
-    for key, value in maps.items():
-        if key == "map_vector_loads":
-            for name in _vector_loads(graph):
-                mapping[name] = UnitKind(value)
-            continue
-        name = key[4:]
-        if name not in mapping:
-            raise ScheduleError(f"{key}: {spec.op} has no sTask {name!r}")
-        mapping[name] = UnitKind(value)
-    if maps:
-        for name, unit in mapping.items():
-            if unit not in graph.stask(name).units:
-                raise ScheduleError(f"map_{name}: {name} cannot run on {unit.value}")
+    key = ("mapping", tuple(sorted(device.unit_kinds())), tuple(maps))
+    mapping = dict(graph.memoised(key, lambda: _mapping(spec, graph, device, maps)))
 
     ws = bool(choices.get("warp_specialized", device.has_tma))
     consumers = int(choices.get("consumer_warpgroups", 2 if ws else 1))
@@ -212,7 +236,7 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
 
     streams = dict(type(spec).streams)
     stages = {name: int(choices.get(f"stages_{name}", 2)) for name in streams}
-    for key in stage_keys:
+    for key in keys.stages:
         if key[7:] not in streams:
             raise ScheduleError(f"{key}: {spec.op} has no operand stream {key[7:]!r}")
 
@@ -234,7 +258,7 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         alternate=choices.get("wg_schedule", "free") == "alternate" and consumers > 1,
         raster=raster,
         persistent=bool(choices.get("persistent", False)),
-        choices=dict(sorted(choices.items())),
+        choices={key: choices[key] for key in keys.sorted},
         cluster=_resolve_cluster(spec, graph, mapping, choices),
         stream_k=_resolve_stream_k(choices),
         swap_ab=bool(choices.get("swap_ab", False)),
