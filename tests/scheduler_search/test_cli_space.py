@@ -160,7 +160,7 @@ def test_space_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_top_zero_prints_only_the_counts(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "gemm", "--m", "64", "--n", "64", "--k", "64", "--top", "0")
+    code, out, _ = run_cli(capsys, "attention", *ATTENTION_ARGS, "--top", "0")
     assert code == 0
     assert "schedules:" in out and "by the cost model" not in out
 
@@ -240,7 +240,8 @@ def test_console_script_entry_point() -> None:
     executable = Path(sys.executable).with_name("pipetune")
     if not executable.exists():
         pytest.skip(f"no pipetune console script beside {sys.executable}")
-    argv = ["space", "gemm", "--m", "64", "--n", "64", "--k", "64", "--json", "--top", "1"]
+    # The smallest space of the suite's workloads (the command walks all of it).
+    argv = ["space", "attention", *ATTENTION_ARGS, "--json", "--top", "1"]
     result = subprocess.run(
         [str(executable), *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
@@ -249,7 +250,7 @@ def test_console_script_entry_point() -> None:
     assert report["valid"] > 0 and len(report["top"]) == 1
     (entry,) = report["top"]
     # The hash computed in another process is the one computed here.
-    spec = parse_spec("gemm", {"m": 64, "n": 64, "k": 64})
+    spec = parse_spec("attention", SUITE["attention"][1])
     assert plan_sprogram(spec, H200, entry["choices"]).hash == entry["hash"]
     bad = subprocess.run(
         [str(executable), "space", "gemm", "--m", "64"],
