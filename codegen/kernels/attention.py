@@ -53,6 +53,9 @@ ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16")}
 #: Registers a thread holds per 64-row block besides the S and O accumulators: the row
 #: max, sum and rescale factor of its two rows.
 ROW_STATE_REGS = 6
+#: The narrowest swizzle span q, k and v rows are laid out in (64B boxes: head_dim 96 as
+#: three; the 32B mode is not used).
+MIN_SWIZZLE_SPAN_BYTES = 64
 
 
 class AttentionHooks(OperatorHooks):
@@ -143,9 +146,11 @@ class AttentionHooks(OperatorHooks):
 
     @cached_property
     def v(self) -> OperandTile:
-        # P V: V (kv x d) is B with K = kv rows and N = d contiguous: MN-major.
-        return OperandTile("v", "mn", self.head_dim, self.tile_kv, swizzle.SWIZZLES[128],
-                           self.elem, self.target.k_step(self.dtype), self.target.mma_rows)
+        # P V: V (kv x d) is B with K = kv rows and N = d contiguous: MN-major, in boxes
+        # of the widest swizzle span that divides a row (head_dim 96: three 64B boxes).
+        return OperandTile("v", "mn", self.head_dim, self.tile_kv,
+                           swizzle.widest(self.head_dim * self.elem), self.elem,
+                           self.target.k_step(self.dtype), self.target.mma_rows)
 
     def operand(self, stask: str) -> OperandTile:
         return {"load_q": self.q, "load_k": self.k, "load_v": self.v}[stask]
@@ -178,8 +183,9 @@ class AttentionHooks(OperatorHooks):
     def problem(self) -> str | None:
         if self.dtype not in ELEMENT_BYTES:
             return f"dtype {self.dtype}"
-        if self.head_dim % 64:
-            return f"head_dim={self.head_dim}: V tiles are 64-column 128B-swizzle boxes"
+        if self.head_dim * self.elem % MIN_SWIZZLE_SPAN_BYTES:
+            return (f"head_dim={self.head_dim}: rows of q, k, v in {MIN_SWIZZLE_SPAN_BYTES}-byte "
+                    "swizzle spans at least")
         if self.tile_kv % 16 or self.tile_kv > self.target.mma_n_max:
             return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
         if self._qk_overwrites_scores():

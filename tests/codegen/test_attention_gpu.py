@@ -1,6 +1,6 @@
 """Generated attention kernels on a real GPU: correct against the workers' fp32 reference
 (with poisoned outputs, on seeded random inputs) over causal and full masks, GQA and MHA,
-head_dim 64 and 128, fp16 and bf16, lengths that are not a multiple of the tile and query
+head_dim 64, 96, 128 and 256, fp16 and bf16, lengths that are not a multiple of the tile and query
 lengths that differ from key lengths.
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU. Every
@@ -41,6 +41,9 @@ SHAPES: tuple[tuple[int, int, int, int, int, int, str], ...] = (
     (2, 16, 4, 1, 777, 128, "bshd"),  # one query (decoding) over an odd number of keys
     (2, 16, 4, 1000, 1000, 128, "bhsd"),
     (1, 8, 8, 257, 513, 64, "bhsd"),
+    (1, 8, 2, 640, 640, 96, "bshd"),  # rows of 192 bytes: 64B-swizzled boxes
+    (2, 8, 8, 300, 520, 96, "bhsd"),
+    (1, 8, 2, 512, 512, 256, "bshd"),
 )
 
 

@@ -151,3 +151,23 @@ def test_flash_attention_3_order_keeps_the_wgmma_pipeline() -> None:
     for report in reports:
         assert report.ok and not report.spills, report.log[-400:]
         assert "serialized" not in report.log and "C75" not in report.log, report.log
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_head_dim_96_lays_its_rows_in_64_byte_swizzle_boxes_and_compiles() -> None:
+    """A 192-byte row fits no 128-byte span: q, k and v come in three 64B-swizzled boxes
+    each (v, the MN-major B of P V, included), and the kernels compile without spills."""
+    spec = _spec({**ODD, "head_dim": 96, "kv_heads": 2, "causal": True})
+    space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+    sprogram, validity = space.build({**DESIGN, "tile_kv": 64})
+    assert validity.ok, validity
+    art = render(sprogram, spec, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    assert {maps[m].box_dims[0] for m in ("q_map", "k_map", "v_map")} == {32}
+    assert {maps[m].swizzle for m in ("q_map", "k_map", "v_map")} == {"64B"}
+    assert "V_BOX_BYTES = 4096, V_STAGE_BYTES = 12288;" in art.source
+    assert "wgmma_m64n96k16" in art.source
+    sources = [art.source] + [render(sp, spec, DEVICE).source
+                              for sp in sample_schedules(spec, DEVICE, 2, seed=96)]
+    reports = assert_compile_clean(sources)
+    assert all(0 < r.registers <= 255 for r in reports)
