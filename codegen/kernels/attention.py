@@ -100,8 +100,9 @@ class AttentionHooks(OperatorHooks):
 
     @property
     def pack(self) -> int:
-        """Query heads of one kv group packed into a tile's rows: packed row r is query
-        position r / PACK of head heads0 + r % PACK (bshd lays them out so: one TMA box)."""
+        """Query heads of one kv group packed into a tile's rows, in one TMA box: in bshd
+        packed row r is query position r / PACK of head heads0 + r % PACK; in bhsd the box
+        holds the heads one after the other, TILE_Q / PACK positions each."""
         return packed_heads(self.sprogram.tile)
 
     @property
@@ -165,12 +166,19 @@ class AttentionHooks(OperatorHooks):
             global_cols=self.head_dim, fragment="o_acc", row_origin="q0", col_origin="0",
             extent_names=("Q_ROWS", "HEAD_DIM"),
             runtime_rows="seq_q" in self.runtime_dims,
-            row_pointer=(
-                "o + ((unsigned long long)(batch0 * HEADS + heads0) * SEQ_Q + {row}) * HEAD_DIM"
-                if self.heads_second else
-                "o + ((unsigned long long)(batch0 * SEQ_Q + ({row}) / PACK) * HEADS + heads0 "
-                "+ ({row}) % PACK) * HEAD_DIM"),
+            row_pointer=self._row_pointer(),
         )
+
+    def _row_pointer(self) -> str:
+        """Output row ``{row}`` (a packed row of the tile at ``q0``) as a pointer."""
+        if not self.heads_second:
+            return ("o + ((unsigned long long)(batch0 * SEQ_Q + ({row}) / PACK) * HEADS + "
+                    "heads0 + ({row}) % PACK) * HEAD_DIM")
+        if self.pack == 1:
+            return "o + ((unsigned long long)(batch0 * HEADS + heads0) * SEQ_Q + {row}) * HEAD_DIM"
+        local = "(({row}) - q0)"  # heads outer: TILE_Q / PACK positions of each head
+        return (f"o + ((unsigned long long)(batch0 * HEADS + heads0 + {local} / (TILE_Q / PACK))"
+                f" * SEQ_Q + q0 / PACK + {local} % (TILE_Q / PACK)) * HEAD_DIM")
 
     def side_outputs(self) -> tuple[str, ...]:
         return ("lse",)
@@ -193,9 +201,14 @@ class AttentionHooks(OperatorHooks):
                     "(a second S buffer makes ptxas serialise the MMAs, C7514)")
         if not self._rescale_before_pv():
             return "P is packed in rescale, which must come before mma_pv of its trip"
-        if self.pack > 1 and (self.heads_second or self.tile_q % self.pack):
-            return (f"tile_g={self.pack}: packed heads need the bshd layout and tile_q a "
-                    "multiple of them (one TMA box of positions x heads)")
+        if self.pack > 1 and self.tile_q % self.pack:
+            return (f"tile_g={self.pack}: tile_q={self.tile_q} is not a multiple of the packed "
+                    "heads (one TMA box of positions x heads)")
+        if self.pack > 1 and self.heads_second and (
+                "seq_q" in self.runtime_dims or self._p("seq_q") % (self.tile_q // self.pack)):
+            return (f"tile_g={self.pack} in bhsd: seq_q must be a multiple of the "
+                    f"{self.tile_q // self.pack} positions a head has in a tile (every packed "
+                    "row is a query)")
         if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
             return "the attention output is written with st.global (store on cuda_core)"
         return None
@@ -248,8 +261,10 @@ class AttentionHooks(OperatorHooks):
         c(f"constexpr int {', '.join([*static_seq, f'HEAD_DIM = {self.head_dim}'])};")
         c(f"constexpr int TILE_Q = {self.tile_q}, TILE_KV = {self.tile_kv};")
         q_rows = "" if "seq_q" in runtime else ", Q_ROWS = SEQ_Q * PACK"
+        order = ("row r: position r / PACK, head heads0 + r % PACK" if not self.softmax.heads_outer
+                else "head by head: TILE_Q / PACK positions of each")
         c(f"constexpr int PACK = {self.pack}{q_rows};  // query heads packed "
-          "into a tile's rows (row r: position r / PACK, head heads0 + r % PACK)")
+          f"into a tile's rows ({order})")
         if "seq_kv" not in runtime:
             c(f"constexpr int KV_TILES = {self.trip_count};  // loop trips of a full tile")
         c(f"constexpr bool CAUSAL = {'true' if self.causal else 'false'};  // key j > query i "
@@ -352,7 +367,8 @@ class AttentionHooks(OperatorHooks):
     @cached_property
     def softmax(self) -> OnlineSoftmax:
         """Writer of :attr:`math_stasks`: the register math on the accumulators' values."""
-        return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"], self.target)
+        return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"], self.target,
+                             heads_outer=self.heads_second and self.pack > 1)
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         self.softmax.write(code, issue.stask, at)

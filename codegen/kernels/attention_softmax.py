@@ -31,10 +31,21 @@ class OnlineSoftmax:
     the MMA, ``exp2_unit`` the sEU the sProgram maps ``softmax_exp2`` to, ``target`` the
     architecture whose accumulator fragment the scores are in."""
 
-    def __init__(self, dtype: str, exp2_unit: UnitKind, target: Target) -> None:
+    def __init__(self, dtype: str, exp2_unit: UnitKind, target: Target,
+                 heads_outer: bool = False) -> None:
         self.dtype = dtype
         self.exp2_unit = exp2_unit
         self.target = target
+        #: Packed rows lie head by head (bhsd: a tile is PACK runs of TILE_Q / PACK
+        #: positions), else position by position (bshd: row r is position r / PACK of
+        #: head heads0 + r % PACK).
+        self.heads_outer = heads_outer
+
+    def position(self, local: str) -> str:
+        """The query position of the tile's packed row ``local`` (from the tile's first)."""
+        if self.heads_outer:
+            return f"q0 / PACK + ({local}) % (TILE_Q / PACK)"
+        return f"(q0 + {local}) / PACK"
 
     def each_score(self, code: Code, body: list[str], after: list[str] | None = None,
                    before: list[str] | None = None) -> None:
@@ -79,13 +90,14 @@ class OnlineSoftmax:
         exp2 = self._exp2(c)
         c.comment("masked: keys past SEQ_KV, and with CAUSAL key > query")
         c(f"const int kv0 = {at.index} * TILE_KV;")
-        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > (q0 + "
-          "row0) / PACK);")
+        first = "q0 / PACK" if self.heads_outer else "(q0 + row0) / PACK"  # the least position
+        c("const bool masked = kv0 + TILE_KV > SEQ_KV || (CAUSAL && kv0 + TILE_KV - 1 > "
+          f"{first});")
         with c.block("if (masked)"):
+            local = "row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)"
             self.each_score(
                 c,
-                before=["const int row = (q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2)) "
-                        "/ PACK;  // the query position"],
+                before=[f"const int row = {self.position(local)};  // the query position"],
                 body=["const int col = kv0 + g * 8 + (lane & 3) * 2 + e;",
                       f"if (col >= SEQ_KV || (CAUSAL && col > row)) s = {NEG_INF};"])
         self.each_score(
@@ -144,9 +156,13 @@ class OnlineSoftmax:
             c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
             c("const float inv = l > 0.f ? 1.f / l : 0.f;")
             c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+            head, position = ("heads0 + row % PACK", "row / PACK")
+            if self.heads_outer:
+                head = "heads0 + (row - q0) / (TILE_Q / PACK)"
+                position = self.position("row - q0")
             with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
-                c("lse[((unsigned long long)batch0 * HEADS + heads0 + row % PACK) * SEQ_Q + "
-                  "row / PACK] = l > 0.f "
+                c(f"lse[((unsigned long long)batch0 * HEADS + {head}) * SEQ_Q + "
+                  f"{position}] = l > 0.f "
                   f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
                   "// no key: +inf")
             c("#pragma unroll")

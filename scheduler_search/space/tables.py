@@ -151,9 +151,9 @@ def fitted_tile(extent: int, options: tuple[int, ...]) -> int | None:
 
 def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
     """The tile sizes worth asking for ``spec``: GEMM also offers an N tile fitted to its
-    shape (:func:`fitted_tile`); attention packs query heads of a kv group
-    into a tile (``g``) only in divisors of the group, and only where they lie next to
-    each other in memory (layout bshd); with nothing to choose, the axis is no knob."""
+    shape (:func:`fitted_tile`); attention and Mamba2 pack heads of a group into a tile
+    (``g``) in divisors of the group (attention's in either layout: one TMA box of heads x
+    positions); with nothing to choose, the axis is no knob."""
     options = dict(KNOB_ROWS[spec.op].tiles)
     if spec.op == "gemm":
         fitted = fitted_tile(spec.params()["n"], options["n"])
@@ -166,10 +166,9 @@ def _tile_options(spec: OperatorSpec) -> dict[str, tuple[int, ...]]:
     params = spec.params()
     if spec.op == "attention":
         group = params["heads"] // params["kv_heads"]
-        bshd = params.get("layout", "bshd") == "bshd"
     else:
-        group, bshd = params["nheads"] // params["ngroups"], True
-    packs = tuple(g for g in options["g"] if group % g == 0 and (g == 1 or bshd))
+        group = params["nheads"] // params["ngroups"]
+    packs = tuple(g for g in options["g"] if group % g == 0)
     if len(packs) > 1:
         options["g"] = packs
     else:

@@ -42,7 +42,8 @@ SHAPES: tuple[tuple[int, int, int, int, int, int, str], ...] = (
     (2, 16, 4, 1000, 1000, 128, "bhsd"),
     (1, 8, 8, 257, 513, 64, "bhsd"),
     (1, 8, 2, 640, 640, 96, "bshd"),  # rows of 192 bytes: 64B-swizzled boxes
-    (2, 8, 8, 300, 520, 96, "bhsd"),
+    (2, 8, 2, 384, 520, 96, "bhsd"),  # packed heads one after the other in a box
+    (1, 8, 2, 512, 512, 128, "bhsd"),
     (1, 8, 2, 512, 512, 256, "bshd"),
 )
 

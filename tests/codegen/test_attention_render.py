@@ -92,10 +92,33 @@ def test_gqa_heads_packed_into_a_tile_share_its_kv_loads() -> None:
     assert "constexpr int PACK = 4, Q_ROWS = SEQ_Q * PACK;" in src
     assert "TILES_HEADS = 8" in src  # 32 query heads, 4 per tile
     assert "/ PACK) * HEADS + heads0 + (" in src and "row % PACK) * SEQ_Q + row / PACK" in src
+
+
+def test_sdpa_layout_packs_a_groups_heads_one_after_the_other() -> None:
+    """In bhsd a box of (head_dim, positions, heads) holds each packed head's TILE_Q / PACK
+    positions in turn: masks, lse and o index rows head by head; a query length that
+    leaves a head's positions part of a tile is refused with its reason."""
     bhsd = _spec({**CAUSAL_GQA, "layout": "bhsd"})
-    packed_bhsd, validity = ScheduleSpace(bhsd, DEVICE, feasibility("attention", DEVICE)).build(
+    space = ScheduleSpace(bhsd, DEVICE, feasibility("attention", DEVICE))
+    sprogram, validity = space.build({**DESIGN, "tile_g": 2})
+    assert validity.ok, validity
+    art = render(sprogram, bhsd, DEVICE)
+    maps = {a.name: a for a in art.args if a.kind == "tensor_map"}
+    assert maps["q_map"].box_dims == (64, 64, 2, 1)  # 64 positions x 2 heads = 128 rows
+    src = art.source
+    assert "head by head: TILE_Q / PACK positions of each" in src
+    assert "const int row = q0 / PACK + (row0 + mi * 64" in src  # the mask's query position
+    assert "HEADS + heads0 + (row - q0) / (TILE_Q / PACK)) * SEQ_Q + q0 / PACK + (row - q0) % " \
+        "(TILE_Q / PACK)]" in src  # lse
+    assert "heads0 + ((row) - q0) / (TILE_Q / PACK)) * SEQ_Q + q0 / PACK + ((row) - q0) % " \
+        "(TILE_Q / PACK)) * HEAD_DIM" in src  # o
+    assert "(CAUSAL && kv0 + TILE_KV - 1 > q0 / PACK)" in src  # masks from the least position
+    odd = _spec({**CAUSAL_GQA, "layout": "bhsd", "seq_q": 2000, "seq_kv": 2000})
+    packed_odd, validity = ScheduleSpace(odd, DEVICE, feasibility("attention", DEVICE)).build(
         {**DESIGN, "tile_g": 2})
-    assert not validity.ok and "bshd" in (unsupported(packed_bhsd, DEVICE) or "")
+    assert not validity.ok and "multiple of the 64 positions" in (
+        unsupported(packed_odd, DEVICE) or "")
+    assert_compile_clean([src])
 
 
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:

@@ -128,14 +128,15 @@ def test_hopper_tables_offer_warp_specialisation_overlap_and_seu_choices() -> No
     assert set(mamba["map_vector_loads"].options) == {"tma", "cuda_core"}
 
 
-def test_query_heads_are_packed_only_in_divisors_of_the_group_and_in_bshd() -> None:
+def test_query_heads_are_packed_only_in_divisors_of_the_group_in_either_layout() -> None:
     gqa = suite_spec("attention")  # 32 query heads over 8 kv heads: groups of 4
     assert gqa.params()["heads"] // gqa.params()["kv_heads"] == 4
-    knobs = {k.name: k for k in knob_table(gqa, H200)}
-    assert knobs["tile_g"].options == (1, 2, 4)
-    for change in ({"kv_heads": gqa.params()["heads"]}, {"layout": "bhsd"}):
-        spec = parse_spec("attention", {**gqa.params(), **change})
-        assert "tile_g" not in {k.name for k in knob_table(spec, H200)}, change
+    for layout in ("bshd", "bhsd"):
+        spec = parse_spec("attention", {**gqa.params(), "layout": layout})
+        knobs = {k.name: k for k in knob_table(spec, H200)}
+        assert knobs["tile_g"].options == (1, 2, 4), layout
+    mha = parse_spec("attention", {**gqa.params(), "kv_heads": gqa.params()["heads"]})
+    assert "tile_g" not in {k.name for k in knob_table(mha, H200)}
 
 
 @pytest.mark.parametrize("op", OPS)
