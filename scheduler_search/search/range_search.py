@@ -602,9 +602,9 @@ class RangeSearch:
         jobs: list[Any] = []
         owners: list[tuple[int, int]] = []
         for b, bucket in enumerate(buckets):
-            made = make_job(lambda bucket=bucket: self.make_jobs(  # type: ignore[misc]
-                bucket.sprogram, [self.range_spec.at(s) for s in bucket.samples], True),
-                f"re-timing {bucket.schedule_hash[:12]}")
+            sizes = [self.range_spec.at(s) for s in bucket.samples]
+            made = make_job(lambda program=bucket.sprogram, sizes=sizes: self.make_jobs(
+                program, sizes, True), f"re-timing {bucket.schedule_hash[:12]}")
             if isinstance(made, JobFailure):
                 continue
             jobs.extend(made)
