@@ -462,7 +462,10 @@ class RangeSearch:
             if not wanted or self._stopper.remaining_trials(self._trials_done) <= 0:
                 break
             unconfirmed = [candidates[i] for i in sorted({i for i, _ in wanted})]
+            before = self._trials_done
             self._measure_all(unconfirmed, sorted({s for _, s in wanted}), wanted=wanted)
+            if self._trials_done == before:  # out of time: cutting again changes nothing
+                break
             logger.info("range search: confirmed %d estimated bucket sizes, %d measurements",
                         len(wanted), self._trials_done)
             table, measured_sizes = self.cut.cut(candidates, sizes)
