@@ -3,7 +3,8 @@
 
 Two steps, so the GPU machine spends its time on GPU work only:
 
-``prepare`` (any machine, no GPU): for every fp16 suite case, the cost model's ``--top``
+``prepare`` (any machine, no GPU): for every fp16 case (the suite, or ``--cases head-sizes``:
+64, 96 and 256 at 4 x 32(8) x 4096; in each of ``--layouts``), the cost model's ``--top``
 best schedules that differ in structure, plus the FlashAttention-3 design and its
 neighbours (tile_kv, turns, stages, grid), each rendered for fp16 and bf16; one gzip JSON.
 
@@ -50,12 +51,14 @@ PEERS = ("sdpa_cudnn", "sdpa_flash")
 
 
 def case_name(params: dict[str, Any]) -> str:
-    """``1x32(8)x2048xd128-causal-floa``: batch x heads(kv heads) x lengths x head_dim."""
+    """``1x32(8)x2048xd128-causal-floa``: batch x heads(kv heads) x lengths x head_dim
+    (``-bhsd`` after it in PyTorch's layout)."""
     p = params
     heads = f"{p['heads']}({p['kv_heads']})" if p["kv_heads"] != p["heads"] else str(p["heads"])
     lengths = str(p["seq_q"]) if p["seq_q"] == p["seq_kv"] else f"{p['seq_q']}x{p['seq_kv']}"
+    layout = "-bhsd" if p.get("layout", "bshd") == "bhsd" else ""
     return (f"{p['batch']}x{heads}x{lengths}xd{p['head_dim']}{'-causal' if p['causal'] else ''}"
-            f"-{p['dtype'][:4]}")
+            f"-{p['dtype'][:4]}{layout}")
 
 
 def flops(params: dict[str, Any]) -> float:
@@ -100,18 +103,36 @@ def _candidates(spec: Any, device: Any, top: int, pool: int) -> list[tuple[str, 
     return chosen
 
 
+#: FlashAttention-3's head sizes besides 128, at one long shape (docs/benchmarks.md).
+HEAD_SIZES = (64, 96, 256)
+
+
+def head_size_cases() -> list[dict[str, Any]]:
+    """Head sizes 64, 96 and 256 at batch 4, 32 query heads over 8, sequence 4096, causal
+    and not (fp16; ``run`` times bf16 on the same schedule)."""
+    return [{"batch": 4, "heads": 32, "kv_heads": 8, "seq_q": 4096, "seq_kv": 4096,
+             "head_dim": d, "causal": causal, "dtype": "float16"}
+            for d in HEAD_SIZES for causal in (False, True)]
+
+
+def prepared_cases(which: str, layouts: list[str]) -> list[dict[str, Any]]:
+    """The fp16 cases of ``which`` (``suite`` or ``head-sizes``) in each of ``layouts``."""
+    from scheduler_search.ops.suites import attention_suite
+
+    base = ([p for p in attention_suite() if p["dtype"] == "float16"] if which == "suite"
+            else head_size_cases())
+    return [{**params, "layout": layout} for layout in layouts for params in base]
+
+
 def prepare(args: argparse.Namespace) -> None:
     from codegen import render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
-    from scheduler_search.ops.suites import attention_suite
     from scheduler_search.sprogram import plan_sprogram
 
     device = get_device(args.device)
     cases, started = [], time.perf_counter()
-    for params in attention_suite():
-        if params["dtype"] != "float16":
-            continue
+    for params in prepared_cases(args.cases, args.layouts):
         specs = {d: parse_spec("attention", {**params, "dtype": d})
                  for d in ("float16", "bfloat16")}
         entries = []
@@ -297,6 +318,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--top", type=int, default=8, help="cost-model structures per case")
     p.add_argument("--pool", type=int, default=200, help="cost-model top N to pick from")
     p.add_argument("--out", default=str(ROOT / ".bench" / "attention-candidates.json.gz"))
+    p.add_argument("--cases", choices=("suite", "head-sizes"), default="suite",
+                   help="the suite, or head sizes 64 / 96 / 256 at 4 x 32(8) x 4096")
+    p.add_argument("--layouts", nargs="+", choices=("bshd", "bhsd"), default=["bshd"])
     r = sub.add_parser("run", help="search and benchmark on the GPU")
     r.add_argument("--candidates", default=str(ROOT / ".bench" / "attention-candidates.json.gz"))
     r.add_argument("--top", type=int, default=1000, help="candidates measured per case")
