@@ -20,8 +20,10 @@ or (batch, heads, seq, head_dim) as PyTorch's SDPA does (``bhsd``); query head
   :class:`~codegen.kernels.attention_softmax.OnlineSoftmax`;
 - ``mma_pv``: ``O += P V`` with P straight from the S accumulators converted to 16-bit
   pairs (the register-A form of the MMA) and V MN-major in shared memory;
-- ``normalize`` and ``store``: ``O / l`` written with st.global, and the row's fp32
-  log-sum-exp ``lse = (m c + log2 l) ln 2`` (a side output, FlashAttention's softmax_lse).
+- ``normalize`` and ``store``: ``O / l``, written with st.global or staged in shared
+  memory and stored by TMA through a rank-4 map like q's (a consumer's rows one box:
+  :class:`~codegen.pipeline.StoreBox`), and the row's fp32 log-sum-exp
+  ``lse = (m c + log2 l) ln 2`` (a side output, FlashAttention's softmax_lse).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from codegen.pipeline import (
     OperandTile,
     OperatorHooks,
     OutputTile,
+    StoreBox,
     TripAt,
 )
 from codegen.pipeline.pipelined import loop_stream
@@ -167,7 +170,39 @@ class AttentionHooks(OperatorHooks):
             extent_names=("Q_ROWS", "HEAD_DIM"),
             runtime_rows="seq_q" in self.runtime_dims,
             row_pointer=self._row_pointer(),
+            store_box=self._store_box(),
         )
+
+    @property
+    def _consumer_rows(self) -> int:
+        s = self.structure
+        return self.tile_q if s.pingpong else self.tile_q // s.consumers
+
+    @property
+    def _head_box(self) -> tuple[int, int]:
+        """(positions, heads) of the box that holds a consumer's rows, packed head by head
+        (bhsd: at most the positions a head has in the tile)."""
+        rows, pack = self._consumer_rows, self.pack
+        positions = min(rows, self.tile_q // pack) if self.heads_second else rows // pack
+        return positions, rows // positions
+
+    def _store_box(self) -> StoreBox:
+        """O through a rank-4 map, as q is loaded: (head_dim, heads, seq, batch) in bshd,
+        (head_dim, seq, heads, batch) in bhsd; a consumer's box holds its rows."""
+        p, e, d = self.params, self.elem, self.head_dim
+        positions, heads = self._head_box
+        if self.heads_second:
+            dims = (d, p["seq_q"], p["heads"], p["batch"])
+            box = (positions, heads, 1)
+            coordinates = (("q0 + row0", "heads0") if self.pack == 1 else
+                           ("q0 / PACK + row0 % (TILE_Q / PACK)",
+                            "heads0 + row0 / (TILE_Q / PACK)"))
+        else:
+            dims = (d, p["heads"], p["seq_q"], p["batch"])
+            box = (heads, positions, 1)
+            coordinates = ("heads0", "(q0 + row0) / PACK")
+        strides = (d * e, dims[1] * d * e, dims[2] * dims[1] * d * e)
+        return StoreBox(dims, strides, box, (*coordinates, "batch0"))
 
     def _row_pointer(self) -> str:
         """Output row ``{row}`` (a packed row of the tile at ``q0``) as a pointer."""
@@ -209,8 +244,20 @@ class AttentionHooks(OperatorHooks):
             return (f"tile_g={self.pack} in bhsd: seq_q must be a multiple of the "
                     f"{self.tile_q // self.pack} positions a head has in a tile (every packed "
                     "row is a query)")
-        if self.structure.units.get("store") is not UnitKind.CUDA_CORE:
-            return "the attention output is written with st.global (store on cuda_core)"
+        if self.structure.units.get("store") is UnitKind.TMA:
+            return self._tma_store_problem()
+        return None
+
+    def _tma_store_problem(self) -> str | None:
+        """Why a consumer's rows are not one box of the rank-4 map of O, if they are not."""
+        rows, pack = self._consumer_rows, self.pack
+        if not self.heads_second and rows % pack:
+            return (f"tile_g={pack}: a consumer's {rows} rows are not whole positions of "
+                    "the packed heads (one TMA store box)")
+        positions = self.tile_q // pack
+        if self.heads_second and pack > 1 and positions % rows and rows % positions:
+            return (f"tile_g={pack} in bhsd: a consumer's {rows} rows neither lie in one "
+                    f"head's {positions} positions nor cover whole heads (one TMA store box)")
         return None
 
     @cached_property

@@ -6,7 +6,7 @@ written (:class:`PipelineSkeleton`) with an operator's :class:`OperatorHooks`.
 """
 
 from codegen.pipeline.code import Code
-from codegen.pipeline.hooks import GridAxis, OperatorHooks, OutputTile
+from codegen.pipeline.hooks import GridAxis, OperatorHooks, OutputTile, StoreBox
 from codegen.pipeline.layout import PipelineLayout
 from codegen.pipeline.operand import OperandTile, VectorTile
 from codegen.pipeline.pipelined import TripAt
@@ -27,6 +27,7 @@ __all__ = [
     "PipelineLayout",
     "PipelineStructure",
     "Ring",
+    "StoreBox",
     "TripAt",
     "Turn",
     "VectorTile",

@@ -71,6 +71,14 @@ def store_tensor_map(layout: PipelineLayout) -> TensorMapArg:
     """The output's tensor map: one box is one consumer's rows of one sub-tile (of a
     transposed fragment: one 64-row block, as the output's rows of 64 columns)."""
     out = layout.output
+    if out.store_box is not None:
+        return TensorMapArg(
+            name=out.map_name, tensor=out.tensor, dtype=out.dtype,
+            global_dims=out.store_box.global_dims,
+            global_strides_bytes=out.store_box.global_strides_bytes,
+            box_dims=(layout.store_cols, *out.store_box.row_box),
+            swizzle=layout.store_swizzle.tma,  # type: ignore[arg-type]
+        )
     if out.transposed:  # the fragment's rows are the output's columns
         dims, box = (out.global_rows, out.global_cols), (layout.store_cols, out.cols)
     else:
@@ -135,14 +143,24 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
         c(c.call("fence_proxy_async_smem") + ";")
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
         with c.block("if (thread_in_wg == 0)"):
-            if out.transposed:  # block s of this consumer's rows: 64 output columns
-                origin = (f"{out.row_origin} + row0 + s * STORE_COLS", out.col_origin)
-            else:
-                origin = (f"{out.col_origin} + s * STORE_COLS", f"{out.row_origin} + row0")
-            c(c.call("tma_store_2d", f"&{out.map_name}", *origin, "buf") + ";")
+            c(c.call(*_store_call(out), "buf") + ";")
             c(c.call("tma_store_commit") + ";")
         if layout.staging == "ring" and not layout.structure.pingpong:
             c("++store_round;")
+
+
+def _store_call(out: OutputTile) -> tuple[str, ...]:
+    """The TMA store of a consumer's sub-tile ``s``: the function, its map, its box's
+    coordinates."""
+    box = out.store_box
+    if box is not None:
+        return (f"tma_store_{box.rank}d", f"&{out.map_name}",
+                f"{out.col_origin} + s * STORE_COLS", *box.row_coordinates)
+    if out.transposed:  # block s of this consumer's rows: 64 output columns
+        origin = (f"{out.row_origin} + row0 + s * STORE_COLS", out.col_origin)
+    else:
+        origin = (f"{out.col_origin} + s * STORE_COLS", f"{out.row_origin} + row0")
+    return ("tma_store_2d", f"&{out.map_name}", *origin)
 
 
 def _stage_stmatrix(code: Code, layout: PipelineLayout, element: ElementMath | None) -> None:

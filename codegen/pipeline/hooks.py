@@ -90,6 +90,32 @@ class GridAxis:
 
 
 @dataclass(frozen=True)
+class StoreBox:
+    """A TMA store of the output through a tensor map of rank above two, where a
+    consumer's rows of the tile are not one run of a row-major matrix (attention's O
+    over (head_dim, heads, seq, batch): a tile's rows are positions of one head, or
+    several heads' positions side by side).
+
+    The box's first dimension is the stored sub-tile's columns; the rest, innermost
+    first, multiply to the consumer's rows, in the order its fragment rows run, so the
+    staged rows are the box as TMA reads it from shared memory.
+    """
+
+    #: The tensor's extents and byte strides, innermost (the output's columns) first.
+    global_dims: tuple[int, ...]
+    global_strides_bytes: tuple[int, ...]
+    #: The box past its columns: extents whose product is the consumer's rows.
+    row_box: tuple[int, ...]
+    #: C++ coordinates of a consumer's box past its first (column) coordinate, in the
+    #: epilogue's scope (the tile's origins and ``row0``, the consumer's first row).
+    row_coordinates: tuple[str, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.global_dims)
+
+
+@dataclass(frozen=True)
 class OutputTile:
     """The fp32 accumulator a store sTask writes, and the global matrix it goes to.
 
@@ -120,6 +146,9 @@ class OutputTile:
     transposed: bool = False
     #: ``global_cols`` is a kernel argument (a transposed fragment's columns are m).
     runtime_cols: bool = False
+    #: The TMA store's map where it is not the row-major ``global_rows`` x
+    #: ``global_cols`` matrix.
+    store_box: StoreBox | None = None
 
     @property
     def map_name(self) -> str:

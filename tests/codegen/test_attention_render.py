@@ -121,6 +121,45 @@ def test_sdpa_layout_packs_a_groups_heads_one_after_the_other() -> None:
     assert_compile_clean([src])
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_the_output_is_stored_by_tma_through_rank_4_boxes_of_a_consumers_rows() -> None:
+    """O staged in shared memory and stored by TMA through a map like q's: a consumer's
+    rows are one box (one head's positions; packed heads' positions side by side in bshd,
+    head after head in bhsd), at the coordinates of its first row; a consumer whose rows
+    would split a box is refused with its reason."""
+    sources = []
+    for layout, change, box, call in (
+        ("bshd", {}, (64, 1, 64, 1), "tma_store_4d(&o_map, 0 + s * STORE_COLS, heads0, "
+                                     "(q0 + row0) / PACK, batch0, buf)"),
+        ("bhsd", {}, (64, 64, 1, 1), "tma_store_4d(&o_map, 0 + s * STORE_COLS, q0 + row0, "
+                                     "heads0, batch0, buf)"),
+        ("bshd", {"tile_g": 4, "tile_q": 64, "consumer_warpgroups": 1}, (64, 4, 16, 1),
+         "heads0, (q0 + row0) / PACK, batch0, buf)"),
+        ("bhsd", {"tile_g": 4, "tile_q": 64, "consumer_warpgroups": 1}, (64, 16, 4, 1),
+         "q0 / PACK + row0 % (TILE_Q / PACK), heads0 + row0 / (TILE_Q / PACK), batch0, buf)"),
+        ("bhsd", {"tile_g": 2}, (64, 64, 1, 1), "heads0 + row0 / (TILE_Q / PACK)"),
+        ("bhsd", {"persistent": False}, (64, 64, 1, 1), "q0 + row0, heads0"),
+    ):
+        spec = _spec({**CAUSAL_GQA, "layout": layout})
+        space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+        sprogram, validity = space.build({**DESIGN, "map_store": "tma", **change})
+        assert validity.ok, (layout, change, unsupported(sprogram, DEVICE))
+        art = render(sprogram, spec, DEVICE)
+        o_map = next(a for a in art.args if a.name == "o_map")
+        dims = (128, 32, 2048, 1) if layout == "bshd" else (128, 2048, 32, 1)
+        assert (o_map.global_dims, o_map.box_dims) == (dims, box), (layout, change)
+        assert o_map.global_strides_bytes == (256, dims[1] * 256, dims[1] * dims[2] * 256)
+        assert call in art.source and "unsigned short* __restrict__ o" not in art.source
+        assert art.extra["staging"] == ("operands" if change.get("persistent") is False
+                                        else "ring")
+        sources.append(art.source)
+    assert_compile_clean(sources)
+    spec = _spec({**CAUSAL_GQA, "layout": "bhsd", "seq_q": 1920, "seq_kv": 1920})
+    split, _ = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE)).build(
+        {**DESIGN, "map_store": "tma", "tile_g": 2, "tile_q": 192, "consumer_warpgroups": 3})
+    assert "neither lie in one head's 96 positions" in (unsupported(split, DEVICE) or "")
+
+
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:
     spec = _spec(ODD)
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
@@ -135,7 +174,6 @@ def test_what_is_not_lowered_yet_is_out_of_the_space_with_a_reason() -> None:
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
     for change, reason in (
         ({"order": "overlap"}, "overwrite the scores"),
-        ({"map_store": "tma"}, "st.global"),
         ({"warp_specialized": False}, "trip counts"),
     ):
         sprogram, validity = space.build({**DESIGN, **change})

@@ -69,6 +69,7 @@ CALLS = {
     "exp2_approx": "acc[0] = exp2_approx(f);",
     "rcp_approx": "acc[1] = rcp_approx(f);",
     "tma_store_2d": "tma_store_2d(&map, 0, 64, a);",
+    "tma_store_4d": "tma_store_4d(&map, 0, 1, 64, 2, a);",
     "tma_store_commit": "tma_store_commit();",
     "tma_store_wait_reads": "tma_store_wait_reads<1>();",
     "tma_store_wait": "tma_store_wait<0>();",
