@@ -120,6 +120,20 @@ STORE_2D = Snippet(
     section='9.7.9.25.5.2 "cp.async.bulk.tensor"',
 )
 
+STORE_3D = Snippet(
+    "tma_store_3d",
+    "// Copy shared memory at `src` to the box at (c0 innermost, c1, c2) of a rank-3 `map`,\n"
+    "// clipped at its bounds; completes with the thread's next bulk group.\n"
+    "__device__ __forceinline__ void tma_store_3d(const TensorMap* map, int c0, int c1, int c2,\n"
+    "                                             u32 src) {\n"
+    '  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group"\n'
+    '               " [%0, {%1, %2, %3}], [%4];"\n'
+    '               :: "l"((u64)map), "r"(c0), "r"(c1), "r"(c2), "r"(src) : "memory");\n'
+    "}\n",
+    requires=("TensorMap",),
+    section='9.7.9.25.5.2 "cp.async.bulk.tensor"',
+)
+
 STORE_4D = Snippet(
     "tma_store_4d",
     "// Copy shared memory at `src` to the box at (c0 innermost, c1, c2, c3) of a rank-4 `map`\n"
@@ -168,7 +182,7 @@ PRELUDE_RANK = 110
 
 register(
     TENSOR_MAP, PREFETCH, LOAD_2D, LOAD_2D_MULTICAST, LOAD_3D, LOAD_3D_MULTICAST, LOAD_4D,
-    STORE_2D, STORE_4D, STORE_COMMIT, STORE_WAIT_READS, STORE_WAIT,
+    STORE_2D, STORE_3D, STORE_4D, STORE_COMMIT, STORE_WAIT_READS, STORE_WAIT,
     rank=PRELUDE_RANK,
 )
 

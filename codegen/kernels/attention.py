@@ -216,7 +216,33 @@ class AttentionHooks(OperatorHooks):
                 f" * SEQ_Q + q0 / PACK + {local} % (TILE_Q / PACK)) * HEAD_DIM")
 
     def side_outputs(self) -> tuple[str, ...]:
-        return ("lse",)
+        return () if self.side_outputs_staged else ("lse",)
+
+    @property
+    def side_outputs_staged(self) -> bool:
+        """lse travels with a TMA-stored O where its rows of a head are whole 16-byte
+        strides of a rank-3 map (seq_q a multiple of 4, known when compiling); else the
+        row's first thread writes it."""
+        return (self.structure.units.get("store") is UnitKind.TMA
+                and "seq_q" not in self.runtime_dims and self._p("seq_q") % 4 == 0)
+
+    def stage_side_outputs(self, code: Code, buf: str) -> None:
+        c = code
+        # The lse box is (positions, heads): bshd's packed rows (position-major) go
+        # head-major.
+        index = ("lr" if self.pack == 1 or self.heads_second
+                 else "(lr % PACK) * (CONSUMER_ROWS / PACK) + lr / PACK")
+        with self.target.accumulator_rows(c):
+            c("const int lr = mi * 64 + warp * 16 + h * 8 + (lane >> 2);  // row of this "
+              "warpgroup's")
+            stage = c.call("st_shared_f32", f"{buf} + 4 * ({index})", "lse_val[mi][h]")
+            c(f"if ((lane & 3) == 0) {stage};")
+
+    def store_side_outputs(self, code: Code, buf: str) -> None:
+        # lse over (seq, heads, batch): the box of O's rows past its columns.
+        *coordinates, batch = self._store_box().row_coordinates
+        first = coordinates if self.heads_second else coordinates[::-1]
+        code(code.call("tma_store_3d", "&lse_map", *first, batch, buf) + ";")
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         # S, P as 16-bit pairs while P V runs, O, the row statistics.
@@ -368,6 +394,8 @@ class AttentionHooks(OperatorHooks):
              f"{self.target.mma_name}'s A while P V runs")
         code("float m_row[ROW_BLOCKS][2], l_row[ROW_BLOCKS][2], alpha[ROW_BLOCKS][2];  "
              "// rows lane/4 and +8")
+        if self.side_outputs_staged:
+            code("float lse_val[ROW_BLOCKS][2];  // the rows' log-sum-exp, staged with o")
 
     def begin_tile(self, code: Code) -> None:
         self.softmax.begin_tile(code)
@@ -415,7 +443,8 @@ class AttentionHooks(OperatorHooks):
     def softmax(self) -> OnlineSoftmax:
         """Writer of :attr:`math_stasks`: the register math on the accumulators' values."""
         return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"], self.target,
-                             heads_outer=self.heads_second and self.pack > 1)
+                             heads_outer=self.heads_second and self.pack > 1,
+                             lse_staged=self.side_outputs_staged)
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         self.softmax.write(code, issue.stask, at)
@@ -442,7 +471,21 @@ class AttentionHooks(OperatorHooks):
                 box_dims=(tile.box_inner, box1, box2, 1),
                 swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
             ))
+        if self.side_outputs_staged:
+            maps.append(self._lse_map())
         return tuple(maps)
+
+    def _lse_map(self) -> TensorMapArg:
+        """lse (batch, heads, seq_q) fp32 as a rank-3 map; a box is a consumer's rows
+        (positions x heads)."""
+        p = self.params
+        positions, heads = self._head_box
+        return TensorMapArg(
+            name="lse_map", tensor="lse", dtype="float32",
+            global_dims=(p["seq_q"], p["heads"], p["batch"]),
+            global_strides_bytes=(p["seq_q"] * 4, p["heads"] * p["seq_q"] * 4),
+            box_dims=(positions, heads, 1), swizzle="none",
+        )
 
 
 #: Bumped whenever attention's own text changes for the same schedule.

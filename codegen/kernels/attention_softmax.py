@@ -32,10 +32,13 @@ class OnlineSoftmax:
     architecture whose accumulator fragment the scores are in."""
 
     def __init__(self, dtype: str, exp2_unit: UnitKind, target: Target,
-                 heads_outer: bool = False) -> None:
+                 heads_outer: bool = False, lse_staged: bool = False) -> None:
         self.dtype = dtype
         self.exp2_unit = exp2_unit
         self.target = target
+        #: The log-sum-exp is kept in ``lse_val`` for the output's TMA store to stage,
+        #: else written by the row's first thread with st.global.
+        self.lse_staged = lse_staged
         #: Packed rows lie head by head (bhsd: a tile is PACK runs of TILE_Q / PACK
         #: positions), else position by position (bshd: row r is position r / PACK of
         #: head heads0 + r % PACK).
@@ -143,6 +146,19 @@ class OnlineSoftmax:
             with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
                 c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
 
+    def _write_lse(self, code: Code, lse: str) -> None:
+        """The row's log-sum-exp ``lse`` (a C++ expression) to global memory, by the
+        row's first thread."""
+        c = code
+        c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+        head, position = ("heads0 + row % PACK", "row / PACK")
+        if self.heads_outer:
+            head = "heads0 + (row - q0) / (TILE_Q / PACK)"
+            position = self.position("row - q0")
+        with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
+            c(f"lse[((unsigned long long)batch0 * HEADS + {head}) * SEQ_Q + "
+              f"{position}] = {lse};  // no key: +inf")
+
     def normalize(self, code: Code, at: TripAt) -> None:
         """``O / l`` before the store, and the row's fp32 log-sum-exp
         ``lse = (m c + log2 l) ln 2`` (FlashAttention's softmax_lse; +inf for a row with no
@@ -155,16 +171,11 @@ class OnlineSoftmax:
             c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
             c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
             c("const float inv = l > 0.f ? 1.f / l : 0.f;")
-            c("const int row = q0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
-            head, position = ("heads0 + row % PACK", "row / PACK")
-            if self.heads_outer:
-                head = "heads0 + (row - q0) / (TILE_Q / PACK)"
-                position = self.position("row - q0")
-            with c.block("if ((lane & 3) == 0 && row < Q_ROWS)"):
-                c(f"lse[((unsigned long long)batch0 * HEADS + {head}) * SEQ_Q + "
-                  f"{position}] = l > 0.f "
-                  f"? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF};  "
-                  "// no key: +inf")
+            lse = f"l > 0.f ? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF}"
+            if self.lse_staged:
+                c(f"lse_val[mi][h] = {lse};  // staged with o; no key: +inf")
+            else:
+                self._write_lse(c, lse)
             c("#pragma unroll")
             with c.block("for (int g = 0; g < O_REGS / 4; ++g)"):
                 c("o_acc[mi][4 * g + 2 * h] *= inv;")

@@ -28,6 +28,9 @@ from codegen.cuda import convert
 from codegen.pipeline import split_k
 from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
 
+#: Bytes of one staged side output of a row (fp32).
+SIDE_ROW_BYTES = 4
+
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
     from codegen.pipeline.hooks import OutputTile
@@ -65,6 +68,9 @@ def store_constants(code: Code, layout: PipelineLayout) -> None:
     if out.transposed:
         code(f"constexpr u32 C_BLOCK_BYTES = {layout.c_block_bytes};  // one consumer's 64 "
              f"fragment rows as {out.cols} output rows")
+    if layout.hooks.side_outputs_staged:
+        code(f"constexpr u32 SIDE_SLOT_BYTES = {out.rows * SIDE_ROW_BYTES};  // the tile's rows' "
+             "side outputs, staged with it")
 
 
 def store_tensor_map(layout: PipelineLayout) -> TensorMapArg:
@@ -114,6 +120,16 @@ def _staging_buffer(code: Code, layout: PipelineLayout, bar: str) -> None:
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
 
 
+def _side_buffer(layout: PipelineLayout) -> str:
+    """Where this warpgroup stages its rows' side outputs: the slot of the tile's first
+    sub-tile (so the staging's waits free it too)."""
+    if layout.staging == "operands":
+        return f"smem + SMEM_SIDE + row0 * {SIDE_ROW_BYTES}"
+    if layout.structure.pingpong:
+        return "smem + SMEM_SIDE + consumer * SIDE_SLOT_BYTES"
+    return f"smem + SMEM_SIDE + (store_round % 2) * SIDE_SLOT_BYTES + row0 * {SIDE_ROW_BYTES}"
+
+
 def emit_tma_store(code: Code, layout: PipelineLayout,
                    element: ElementMath | None = None) -> None:
     """Registers -> swizzled staging (stmatrix, or st.shared for fp32) -> TMA store, sub-tile
@@ -129,11 +145,17 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
         c(c.call("named_barrier_sync", BAR_CONSUMERS, "CONSUMERS * 128") + ";")
     # A literal id where one warpgroup stores: ptxas then reserves 3 barriers, not all 16.
     bar = f"{BAR_EPILOGUE0} + consumer" if layout.structure.consumers > 1 else str(BAR_EPILOGUE0)
+    side = layout.hooks.side_outputs_staged
+    if side:
+        c(f"const u32 side_buf = {_side_buffer(layout)};  // staged with sub-tile 0")
     c("#pragma unroll")
     with c.block("for (int s = 0; s < STORE_SUBTILES; ++s)"):
         if split_k.scattered(layout):
             split_k.emit_skip_unowned(c, "s")
         _staging_buffer(c, layout, bar)
+        if side:
+            with c.block("if (s == 0)"):
+                layout.hooks.stage_side_outputs(c, "side_buf")
         if out.transposed:
             _stage_transposed(c, layout, element)
         elif out.dtype == "float32":
@@ -144,6 +166,9 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
         c(c.call("named_barrier_sync", bar, WARPGROUP) + ";")
         with c.block("if (thread_in_wg == 0)"):
             c(c.call(*_store_call(out), "buf") + ";")
+            if side:
+                with c.block("if (s == 0)"):
+                    layout.hooks.store_side_outputs(c, "side_buf")
             c(c.call("tma_store_commit") + ";")
         if layout.staging == "ring" and not layout.structure.pingpong:
             c("++store_round;")

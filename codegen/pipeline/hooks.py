@@ -305,8 +305,25 @@ class OperatorHooks(ABC):
 
     def side_outputs(self) -> tuple[str, ...]:
         """fp32 output tensors of the spec written besides :meth:`output` (attention's
-        log-sum-exp), passed as ``float*`` after it, in this order."""
+        log-sum-exp) with st.global, passed as ``float*`` after it, in this order."""
         return ()
+
+    @property
+    def side_outputs_staged(self) -> bool:
+        """Whether the per-row side outputs travel with a TMA-stored output tile: held in
+        registers by the math that makes them, staged by :meth:`stage_side_outputs` and
+        stored by :meth:`store_side_outputs` (their maps among :meth:`tensor_maps`)."""
+        return False
+
+    def stage_side_outputs(self, code: Code, buf: str) -> None:
+        """Write this consumer's side outputs to its rows' slot at shared address ``buf``
+        (``4`` bytes a row), in the order their TMA store's box reads them."""
+        raise KeyError(f"{self.sprogram.op} stages no side outputs")
+
+    def store_side_outputs(self, code: Code, buf: str) -> None:
+        """Issue the TMA stores of the side outputs staged at ``buf`` (one thread, in the
+        output tile's first bulk group)."""
+        raise KeyError(f"{self.sprogram.op} stores no side outputs by TMA")
 
     def pointer_inputs(self) -> tuple[str, ...]:
         """Input tensors the kernel reads through plain pointers (``const T*``) besides its

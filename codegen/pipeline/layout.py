@@ -267,7 +267,7 @@ class PipelineLayout:
             regions = SplitKRegions(split_k.PART, split_k.FULL, split_k.FREE)
         return plan_shared_memory(rings, buffers, self.fragment, tma_store=self.tma_store,
                                   persistent=s.persistent, pingpong=s.pingpong,
-                                  split_k=regions)
+                                  split_k=regions, side_row_bytes=s.graph.side_row_bytes)
 
     # ----- named barriers ------------------------------------------------------------
     @property

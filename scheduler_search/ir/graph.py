@@ -50,6 +50,8 @@ class STaskGraph:
             diagonal do work (causal attention, the intra-chunk scan).
         copies: staged tensors a block keeps several tiles of, by name: a per-head vector
             of a tile that packs heads (the chunk state's dt and dA, one tile a head).
+        side_row_bytes: bytes written beside each output row (attention's fp32
+            log-sum-exp): a TMA store stages them with the output tile.
     """
 
     op: str
@@ -62,6 +64,7 @@ class STaskGraph:
     grid_axes: Mapping[str, int] = field(default_factory=dict)
     causal_pairs: tuple[tuple[str, str], ...] = ()
     copies: Mapping[str, int] = field(default_factory=dict)
+    side_row_bytes: int = 0
 
     def staged_elements(self, tensor: str) -> int:
         """Elements a block keeps of ``tensor``: its tile, times its :attr:`copies`."""

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
+from scheduler_search.ops._contract import DTYPE_BYTES
 from scheduler_search.ops._graph_helpers import (
     CORES,
     EXP2_EMULATION_OPS,
@@ -148,6 +149,7 @@ class AttentionSpec(OperatorSpec):
             reduction_axes=("kv",),
             grid_axes={"batch": self.batch, "heads": self.heads // packed_heads(tile)},
             causal_pairs=(("q", "kv"),) if self.causal else (),
+            side_row_bytes=DTYPE_BYTES["float32"],  # the row's log-sum-exp
         )
 
 

@@ -8,8 +8,9 @@ its operand tiles and constant names, so the bytes the space admits are the byte
 asks for.
 
 The order of the regions is the kernel's: operand rings, tile buffers, the output's
-staging, split-K's partials, then the barriers. Operand regions are padded to 1024 bytes
-(128B-swizzled TMA tiles start on 1024-byte boundaries); barriers to 8.
+staging, split-K's partials, the side outputs' staging, then the barriers. Operand
+regions are padded to 1024 bytes (128B-swizzled TMA tiles start on 1024-byte boundaries);
+side outputs to 128, barriers to 8.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ BARRIER_ALIGN = 8
 MBARRIER_BYTES = 8
 #: The widest TMA swizzle span: a staged output sub-tile is at most this wide in bytes.
 SWIZZLE_SPAN_BYTES = 128
+#: Alignment of an unswizzled TMA store's shared-memory source (the side outputs' slots).
+TMA_SOURCE_ALIGN = 128
 
 #: Where the output tile waits for its TMA store: ``operands`` (the idle ring stages),
 #: ``ring`` (slots of its own), ``none`` (stored by ``st.global``).
@@ -199,8 +202,11 @@ def plan_shared_memory(
     persistent: bool,
     pingpong: bool,
     split_k: SplitKRegions | None = None,
+    side_row_bytes: int = 0,
 ) -> SmemPlan:
-    """The block's plan (see the module docstring)."""
+    """The block's plan (see the module docstring); ``side_row_bytes`` of each output row
+    (attention's log-sum-exp) are staged beside a TMA-stored tile, in as many slots as
+    the tile's staging takes in turn (one where it reuses the operand stages)."""
     plan = SmemPlan()
     for ring in rings:
         for tile in ring.tiles:
@@ -216,6 +222,9 @@ def plan_shared_memory(
         plan.add("C", slots * output.slot_bytes)
     if split_k is not None:
         plan.add(split_k.part, 4 * output.consumers * output.part_floats)
+    if staging != "none" and side_row_bytes:
+        slots = staging_slots(staging, pingpong=pingpong, consumers=output.consumers) or 1
+        plan.add("SIDE", slots * output.rows * side_row_bytes, TMA_SOURCE_ALIGN)
     for ring in rings:
         plan.add(ring.full, ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
         plan.add(ring.empty, ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)

@@ -186,7 +186,7 @@ def smem_plan(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan) -> Smem
         rings, buffers, _output_fragment(sprogram, graph, plan, store),
         tma_store=sprogram.mapping[store.name] is UnitKind.TMA,
         persistent=sprogram.persistent, pingpong=sprogram.consumer_split == "pingpong",
-        split_k=split_k)
+        split_k=split_k, side_row_bytes=graph.side_row_bytes)
 
 
 def _output_fragment(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan,

@@ -1,7 +1,7 @@
 """Generated attention kernels on a real GPU: correct against the workers' fp32 reference
 (with poisoned outputs, on seeded random inputs) over causal and full masks, GQA and MHA,
 head_dim 64, 96, 128 and 256, fp16 and bf16, lengths that are not a multiple of the tile and query
-lengths that differ from key lengths.
+lengths that differ from key lengths, o (and lse) written with st.global and by TMA.
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU. Every
 kernel of the module is compiled and checked in one batch; each test reads its own result.
@@ -60,15 +60,19 @@ def _sampled(spec: OperatorSpec) -> list[SProgram]:
 
 def _rotated(spec: OperatorSpec) -> list[SProgram]:
     """The FlashAttention-3 order (a software-pipelined loop), with and without turns; with
-    GQA, the query heads of a kv group packed into the tile (k, v loaded once for them)."""
+    GQA, the query heads of a kv group packed into the tile (k, v loaded once for them);
+    o and lse stored by TMA, persistent (staging slots of their own) and not (the idle
+    operand stages), packed too."""
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
     params = spec.params()
     group = params["heads"] // params["kv_heads"]
     packed = [{"tile_g": g, "tile_q": 64, "consumer_warpgroups": 1} for g in (2, group)
               if group > 1 and g <= group]
     built = []
+    tma = {"wg_schedule": "alternate", "map_store": "tma"}
     for change in ({"wg_schedule": "alternate"}, {"wg_schedule": "free", "tile_kv": 64},
-                   *packed):
+                   tma, {**tma, "persistent": False}, *packed,
+                   *({**p, "map_store": "tma"} for p in packed)):
         sprogram, validity = space.build({**FLASH_ATTENTION_3, **ROTATED, **change})
         if validity.ok and sprogram.hash not in {b.hash for b in built}:
             built.append(sprogram)

@@ -16,6 +16,7 @@ from codegen.nvcc import compile_report, nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
 from scheduler_search.space import ScheduleSpace
+from workers.tensor_maps import check_tensor_map
 
 DEVICE = get_device("h200")
 CAUSAL_GQA = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 2048, "seq_kv": 2048,
@@ -125,20 +126,24 @@ def test_sdpa_layout_packs_a_groups_heads_one_after_the_other() -> None:
 def test_the_output_is_stored_by_tma_through_rank_4_boxes_of_a_consumers_rows() -> None:
     """O staged in shared memory and stored by TMA through a map like q's: a consumer's
     rows are one box (one head's positions; packed heads' positions side by side in bshd,
-    head after head in bhsd), at the coordinates of its first row; a consumer whose rows
-    would split a box is refused with its reason."""
+    head after head in bhsd), at the coordinates of its first row, and its rows' lse one
+    box of a rank-3 map beside it, in the same bulk group; a consumer whose rows would
+    split a box is refused with its reason."""
     sources = []
-    for layout, change, box, call in (
+    for layout, change, box, call, lse_call in (
         ("bshd", {}, (64, 1, 64, 1), "tma_store_4d(&o_map, 0 + s * STORE_COLS, heads0, "
-                                     "(q0 + row0) / PACK, batch0, buf)"),
+         "(q0 + row0) / PACK, batch0, buf)", "(q0 + row0) / PACK, heads0, batch0, side_buf)"),
         ("bhsd", {}, (64, 64, 1, 1), "tma_store_4d(&o_map, 0 + s * STORE_COLS, q0 + row0, "
-                                     "heads0, batch0, buf)"),
+         "heads0, batch0, buf)", "q0 + row0, heads0, batch0, side_buf)"),
         ("bshd", {"tile_g": 4, "tile_q": 64, "consumer_warpgroups": 1}, (64, 4, 16, 1),
-         "heads0, (q0 + row0) / PACK, batch0, buf)"),
+         "heads0, (q0 + row0) / PACK, batch0, buf)", "(q0 + row0) / PACK, heads0, batch0"),
         ("bhsd", {"tile_g": 4, "tile_q": 64, "consumer_warpgroups": 1}, (64, 16, 4, 1),
-         "q0 / PACK + row0 % (TILE_Q / PACK), heads0 + row0 / (TILE_Q / PACK), batch0, buf)"),
-        ("bhsd", {"tile_g": 2}, (64, 64, 1, 1), "heads0 + row0 / (TILE_Q / PACK)"),
-        ("bhsd", {"persistent": False}, (64, 64, 1, 1), "q0 + row0, heads0"),
+         "q0 / PACK + row0 % (TILE_Q / PACK), heads0 + row0 / (TILE_Q / PACK), batch0, buf)",
+         "q0 / PACK + row0 % (TILE_Q / PACK), heads0 + row0 / (TILE_Q / PACK), batch0, side"),
+        ("bhsd", {"tile_g": 2}, (64, 64, 1, 1), "heads0 + row0 / (TILE_Q / PACK)",
+         "q0 / PACK + row0 % (TILE_Q / PACK), heads0 + row0 / (TILE_Q / PACK), batch0, side"),
+        ("bhsd", {"persistent": False}, (64, 64, 1, 1), "q0 + row0, heads0",
+         "q0 + row0, heads0, batch0, side_buf"),
     ):
         spec = _spec({**CAUSAL_GQA, "layout": layout})
         space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
@@ -150,6 +155,15 @@ def test_the_output_is_stored_by_tma_through_rank_4_boxes_of_a_consumers_rows() 
         assert (o_map.global_dims, o_map.box_dims) == (dims, box), (layout, change)
         assert o_map.global_strides_bytes == (256, dims[1] * 256, dims[1] * dims[2] * 256)
         assert call in art.source and "unsigned short* __restrict__ o" not in art.source
+        lse_map = next(a for a in art.args if a.name == "lse_map")
+        assert (lse_map.global_dims, lse_map.global_strides_bytes) == (
+            (2048, 32, 1), (2048 * 4, 32 * 2048 * 4))
+        assert lse_map.box_dims == (box[1], box[2], 1) if layout == "bhsd" else (
+            box[2], box[1], 1)  # positions, then heads
+        assert f"tma_store_3d(&lse_map, {lse_call}" in art.source
+        assert "float* __restrict__ lse" not in art.source
+        for tensor_map in (o_map, lse_map):
+            check_tensor_map(tensor_map)
         assert art.extra["staging"] == ("operands" if change.get("persistent") is False
                                         else "ring")
         sources.append(art.source)
@@ -158,6 +172,13 @@ def test_the_output_is_stored_by_tma_through_rank_4_boxes_of_a_consumers_rows() 
     split, _ = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE)).build(
         {**DESIGN, "map_store": "tma", "tile_g": 2, "tile_q": 192, "consumer_warpgroups": 3})
     assert "neither lie in one head's 96 positions" in (unsupported(split, DEVICE) or "")
+    # lse rows of a head not whole 16-byte strides: o by TMA, lse by the row's first thread.
+    spec = _spec({**CAUSAL_GQA, "seq_q": 2047, "seq_kv": 2047})
+    odd, _ = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE)).build(
+        {**DESIGN, "map_store": "tma"})
+    art = render(odd, spec, DEVICE)
+    assert "tma_store_4d(&o_map" in art.source and "lse_map" not in art.source
+    assert "float* __restrict__ lse" in art.source and "lse[(" in art.source
 
 
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:

@@ -34,20 +34,22 @@ def _runtime(params: dict, dims: tuple[str, ...], **choices: object) -> SProgram
     return replace(plan_sprogram(spec, DEVICE, {**DESIGN, **choices}), runtime_dims=dims)
 
 
+@pytest.mark.parametrize("store", ["cuda_core", "tma"])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("dims", [BOTH, ("seq_kv",), ("seq_q",)])
-def test_the_bound_contract_is_the_specialised_kernels(layout: str, dims: tuple[str, ...]) -> None:
+def test_the_bound_contract_is_the_specialised_kernels(layout: str, dims: tuple[str, ...],
+                                                       store: str) -> None:
     """Bound to a length, the run-time kernel's tensor maps (extents and the batch stride
-    that grows with the sequence), outputs and size arguments are those of the kernel
-    planned at that length."""
+    that grows with the sequence; of o too where TMA stores it), outputs and size
+    arguments are those of the kernel planned at that length."""
     top = _params(16384, 16384, layout=layout)
-    artifact = render(_runtime(top, dims), device=DEVICE)
+    artifact = render(_runtime(top, dims, map_store=store), device=DEVICE)
     assert artifact.runtime_dims == dims
     assert "SEQ_Q" in artifact.source and "KV_TILES" in artifact.source
     for size in (1, 17, 300, 16383):
         sizes = dict.fromkeys(dims, size)
         bound = artifact.at_sizes(sizes)
-        planned = render(_runtime({**top, **sizes}, dims), device=DEVICE)
+        planned = render(_runtime({**top, **sizes}, dims, map_store=store), device=DEVICE)
         assert bound.source == artifact.source and bound.grid == artifact.grid
         assert bound.args == planned.args
         scalars = {a.name: a.value for a in bound.args if isinstance(a, ScalarArg)}

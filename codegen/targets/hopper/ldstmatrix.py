@@ -108,8 +108,18 @@ ST_SHARED_F32X2 = Snippet(
     section='9.7.9.10 "st"',
 )
 
+ST_SHARED_F32 = Snippet(
+    "st_shared_f32",
+    "// One fp32 value to shared memory.\n"
+    "__device__ __forceinline__ void st_shared_f32(u32 addr, float x) {\n"
+    '  asm volatile("st.shared.f32 [%0], %1;" :: "r"(addr), "f"(x) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.10 "st"',
+)
+
 #: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
 PRELUDE_RANK = 60
 
 register(STMATRIX_X4, STMATRIX_X4_TRANS, STMATRIX_X2_TRANS, LDMATRIX_X4, LDMATRIX_X4_TRANS,
-         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, rank=PRELUDE_RANK)
+         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, ST_SHARED_F32, rank=PRELUDE_RANK)
