@@ -46,7 +46,7 @@ STRUCTURE_KEYS = ("tile_q", "tile_kv", "warp_specialized", "consumer_warpgroups"
 #: The FlashAttention-3 design's neighbours worth measuring on every shape.
 NEIGHBOURS = {"warpgroups": ((128, 2), (192, 3)), "tile_kv": (64, 128),
               "wg_schedule": ("free", "alternate"), "stages_k": (2, 3),
-              "persistent": (True, False)}
+              "persistent": (True, False), "map_store": ("cuda_core", "tma")}
 PEERS = ("sdpa_cudnn", "sdpa_flash")
 
 
@@ -72,8 +72,8 @@ def flops(params: dict[str, Any]) -> float:
 def _design_neighbours(space: Any) -> list[Any]:
     from scheduler_search.space.designs import FLASH_ATTENTION_3
 
-    base = {**FLASH_ATTENTION_3, "map_softmax_exp2": "sfu", "map_store": "cuda_core",
-            "raster_major": "q", "raster_swizzle": 1}
+    base = {**FLASH_ATTENTION_3, "map_softmax_exp2": "sfu", "raster_major": "q",
+            "raster_swizzle": 1}
     built = []
     for values in itertools.product(*NEIGHBOURS.values()):
         choices = {**base, **dict(zip(NEIGHBOURS, values, strict=True))}

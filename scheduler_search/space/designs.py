@@ -48,6 +48,11 @@ FLASH_ATTENTION_3: Choices = {
     "map_store": "cuda_core",  # the output and its log-sum-exp written with st.global
 }
 
+#: The same with the output (and its log-sum-exp) staged in shared memory and stored by
+#: TMA, in whole lines where st.global writes a quad's 16 bytes a row (batch-8 short
+#: sequences lost 0.84-0.92x cuDNN on such stores, 2026-12-03); not yet timed on a GPU.
+FLASH_ATTENTION_3_TMA_STORE: Choices = {**FLASH_ATTENTION_3, "map_store": "tma"}
+
 #: Mamba2 chunk state as a streaming kernel: one (headdim x dstate) tile of a (batch, chunk,
 #: head) per block, no producer warp, so a block needs few registers and several blocks
 #: share an SM (the memory-bound kernel wants bytes in flight more than warp roles);
@@ -398,7 +403,8 @@ GEMM_DECODE_M_PAIR: Choices = {**GEMM_WARP_SPECIALIZED, "tile_m": 64, "tile_n": 
 #: Known designs by operator.
 DESIGNS: dict[str, dict[str, Choices]] = {
     "gemm": {"warp_specialized": GEMM_WARP_SPECIALIZED},
-    "attention": {"flash_attention_3": FLASH_ATTENTION_3},
+    "attention": {"flash_attention_3": FLASH_ATTENTION_3,
+                  "flash_attention_3_tma_store": FLASH_ATTENTION_3_TMA_STORE},
     "mamba2_chunk_state": {"streaming": MAMBA2_CHUNK_STATE,
                            "head_pairs": MAMBA2_CHUNK_STATE_PAIRS},
     "mamba2_chunk_scan": {"triton_tiling": MAMBA2_CHUNK_SCAN,
