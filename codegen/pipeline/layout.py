@@ -292,9 +292,16 @@ class PipelineLayout:
     # ----- what the skeleton cannot lower --------------------------------------------
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
-        return (self.hooks.problem() or self.runtime_problem() or self.structure_problem()
+        return (self.hooks.problem() or self.runtime_problem() or self._raster_problem()
+                or self.structure_problem()
                 or self.cluster_problem() or stream_k.problem(self) or split_k.problem(self)
                 or self.resource_problem())
+
+    def _raster_problem(self) -> str | None:
+        if self.structure.sprogram.raster.heaviest_first and not any(
+                a.heaviest_last for a in self.hooks.grid_axes):
+            return "raster_heaviest_first: no grid axis of this kernel grows heavier"
+        return None
 
     def cluster_problem(self) -> str | None:
         """Clusters are lowered with a producer warp (a consumer that waited on a peer
@@ -307,6 +314,8 @@ class PipelineLayout:
             return f"{self.structure.sprogram.op} lowers no cluster along {cluster.axis}"
         if not self.structure.warp_specialized:
             return "thread-block clusters need a producer warp"
+        if self.structure.sprogram.raster.heaviest_first:
+            return "the heaviest-first tile order is not lowered over clusters' tiles"
         if set(cluster.multicast) & {t.load for t in self.structure.tile_buffers}:
             return "tiles loaded once per output tile are not multicast"
         for load in cluster.multicast:

@@ -42,11 +42,27 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
         # The last tile ends at the extent (an extent under one tile keeps origin 0).
         return f"min({start}, max({axis.extent_expr} - {axis.tile}, 0))"
 
-    c.comment(f"Raster: tiles along {major.name} first, in bands of {raster.swizzle} "
-              f"tile(s) along the other axis (L2 reuse between concurrent tiles).")
     origins = ", ".join(f"int& {a.origin}" for a in axes)
     head = (f"auto tile_origin = [&](int tile, {origins})" if in_kernel
             else f"__device__ __forceinline__ void tile_origin(int tile, {origins})")
+    if raster.heaviest_first:
+        heavy = next(a for a in axes if a.heaviest_last)
+        rest = [a for a in axes if a is not heavy]
+        c.comment(f"Raster: the heaviest tiles first across the grid: {heavy.name} from its "
+                  f"last tile back, outermost; {', '.join(a.name for a in rest)} under it "
+                  "(the first fastest).")
+        with c.block(head, tail="};" if in_kernel else "}"):
+            others = " * ".join(count(a) for a in rest)
+            c(f"{heavy.origin} = {origin(heavy, f'({count(heavy)} - 1 - tile / ({others}))')};")
+            c(f"tile %= {others};")
+            for i, axis in enumerate(rest):
+                c(f"{axis.origin} = {origin(axis, f'(tile % {count(axis)})')};")
+                if i < len(rest) - 1:
+                    c(f"tile /= {count(axis)};")
+        c("")
+        return
+    c.comment(f"Raster: tiles along {major.name} first, in bands of {raster.swizzle} "
+              f"tile(s) along the other axis (L2 reuse between concurrent tiles).")
     with c.block(head, tail="};" if in_kernel else "}"):
         if len(axes) > 2:
             c(f"int outer = tile / (TILES_{plane[0].const} * TILES_{plane[1].const});")

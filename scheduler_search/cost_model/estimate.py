@@ -17,6 +17,7 @@ from typing import Any
 from scheduler_search.cost_model.grid import (
     dram_bytes,
     grid_dims,
+    heavy_axis,
     makespan,
     persistent_block,
     tile_order,
@@ -121,7 +122,7 @@ def _ordered_trips(spec: OperatorSpec, tile: tuple, raster: Raster) -> tuple[int
     dims = grid_dims(graph)
     if not graph.causal_pairs:  # every tile loops alike: no order to walk
         return (graph.loop_trips(),) * math.prod(dims.values())
-    return tuple(tile_trips(graph, list(tile_order(dims, raster))))
+    return tuple(tile_trips(graph, list(tile_order(dims, raster, heavy_axis(graph)))))
 
 
 @dataclass(frozen=True)

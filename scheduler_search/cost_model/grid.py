@@ -36,8 +36,34 @@ def grid_dims(graph: STaskGraph) -> dict[str, int]:
     return dims
 
 
-def tile_order(dims: dict[str, int], raster: Raster) -> Iterator[Coord]:
-    """Tile coordinates in raster order."""
+def heavy_axis(graph: STaskGraph) -> str | None:
+    """The axis whose tiles grow heavier (a causal mask's row axis), if any."""
+    return graph.causal_pairs[0][0] if graph.causal_pairs else None
+
+
+def tile_order(dims: dict[str, int], raster: Raster, heavy: str | None = None) -> Iterator[Coord]:
+    """Tile coordinates in raster order, as the kernels walk them: along ``heavy`` (the
+    causal row axis, whose tiles grow heavier) from the last tile back; with
+    ``raster.heaviest_first``, that axis outermost, the others in grid order under it
+    (the first fastest)."""
+    if heavy is not None:
+        last = dims[heavy] - 1
+        for coord in _plane_order(dims, raster, heavy):
+            coord[heavy] = last - coord[heavy]
+            yield coord
+        return
+    yield from _plane_order(dims, raster, None)
+
+
+def _plane_order(dims: dict[str, int], raster: Raster, heavy: str | None) -> Iterator[Coord]:
+    """Tile coordinates along ``major`` first in bands of ``swizzle`` tiles of the next
+    axis, further axes outer; or, heaviest first, ``heavy`` outermost."""
+    if raster.heaviest_first and heavy is not None:
+        rest = [a for a in dims if a != heavy]
+        for i in range(dims[heavy]):
+            for outer in itertools.product(*(range(dims[a]) for a in reversed(rest))):
+                yield {heavy: i, **dict(zip(reversed(rest), outer, strict=True))}
+        return
     axes = list(dims)
     major = raster.major if raster.major in dims else axes[0]
     others = [a for a in axes if a != major]
@@ -150,7 +176,7 @@ def _dram_bytes_cached(
         tiles *= extent
     waves = -(-tiles // slots)
     analysed = min(waves, ANALYSED_WAVES_MAX)
-    order = list(itertools.islice(tile_order(dims, raster), analysed * slots))
+    order = list(itertools.islice(tile_order(dims, raster, heavy_axis(graph)), analysed * slots))
     # Slice sizes from the tensor's whole extent over its distinct slices (each slice is
     # the same size: a row band of a, a head's k, ...).
     slice_bytes = {}

@@ -60,7 +60,8 @@ def rank_top(
     spec: OperatorSpec = space.spec
     device: Device = space.device
     orders = _rasters(space)
-    by_raster = {Raster(o.get("raster_major", ""), o.get("raster_swizzle", 1)): o for o in orders}
+    by_raster = {Raster(o.get("raster_major", ""), o.get("raster_swizzle", 1),
+                        o.get("raster_heaviest_first", False)): o for o in orders}
     bounded: list[tuple[float, int, Candidate, dict]] = []
     raster_of_tile: dict[tuple, Raster] = {}
     for index, candidate in enumerate(candidates):

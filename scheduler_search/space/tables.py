@@ -231,4 +231,6 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     order_axes = graph.spatial_axes + tuple(graph.grid_axes)
     knobs.append(Knob("raster_major", order_axes[:2], structural=False))
     knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))
+    if graph.causal_pairs:
+        knobs.append(Knob("raster_heaviest_first", (False, True), structural=False))
     return knobs

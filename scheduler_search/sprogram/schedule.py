@@ -127,10 +127,14 @@ class WarpRoles:
 class Raster:
     """Order in which output tiles are visited: along ``major`` first, in groups of
     ``swizzle`` tiles of the other axis, so that concurrently running tiles share
-    operands in L2."""
+    operands in L2; or, ``heaviest_first``, where tiles further along the causal row
+    axis carry more work (causal attention, the chunk scan), every tile of that axis's
+    last index first, across all the other axes, then the next index back (the longest
+    tiles start first and the shortest fill the last wave)."""
 
     major: str
     swizzle: int = 1
+    heaviest_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,8 @@ class SProgram:
         for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab", "split_k"):
             if not data[optional]:
                 del data[optional]
+        if not self.raster.heaviest_first:  # schedules from before the choice keep their hash
+            del data["raster"]["heaviest_first"]
         if self.split_k is not None:
             data["split_k"] = self.split_k.to_dict()
         return json.loads(json.dumps(data))

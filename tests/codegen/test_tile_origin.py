@@ -14,6 +14,7 @@ import pytest
 from codegen.pipeline.code import Code
 from codegen.pipeline.hooks import GridAxis
 from codegen.pipeline.raster import emit_tile_origin
+from scheduler_search.cost_model.grid import tile_order
 from scheduler_search.sprogram import Raster
 
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -84,3 +85,35 @@ def test_a_compile_time_extent_that_tiles_evenly_is_left_as_it_was() -> None:
     text = code.text()
     assert "m0 = t_m * 64;" in text
     assert "n0 = min(t_n * 64, max(200 - 64, 0));" in text
+
+
+def test_heaviest_first_walks_every_tile_once_in_the_cost_models_order(tmp_path: Path) -> None:
+    """Causal tiles heaviest first across the grid: the query axis from its last tile
+    back, outermost, batch and heads under it; the walk the kernel takes is the one the
+    cost model dispatches (``tile_order``), so its makespan is of this kernel."""
+    axes = (GridAxis("q", 1000, 128, heaviest_last=True), GridAxis("batch", 3, 1),
+            GridAxis("heads", 4, 1))
+    raster = Raster("q", 1, heaviest_first=True)
+    code = Code()
+    for axis in axes:
+        code(f"constexpr int TILES_{axis.const} = {axis.tiles};")
+    emit_tile_origin(code, axes, raster)
+    source = tmp_path / "heaviest.cpp"
+    source.write_text("#include <cstdio>\n#define __device__\n#define __forceinline__ inline\n"
+                      + code.text() + "int main() {\n"
+                      "  for (int tile = 0; tile < TILES_Q * TILES_BATCH * TILES_HEADS; ++tile) {\n"
+                      "    int q0, batch0, heads0;\n    tile_origin(tile, q0, batch0, heads0);\n"
+                      '    std::printf("%d %d %d\\n", q0, batch0, heads0);\n  }\n}\n')
+    binary = tmp_path / "heaviest"
+    subprocess.run([CXX, "-std=c++17", "-o", str(binary), str(source)], check=True)
+    out = subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
+    walked = [tuple(map(int, line.split())) for line in out.splitlines()]
+    assert len(walked) == len(set(walked)) == 8 * 3 * 4
+    assert [q0 for q0, _, _ in walked] == sorted((q0 for q0, _, _ in walked), reverse=True)
+    assert walked[0] == (7 * 128, 0, 0) and walked[1] == (7 * 128, 1, 0)  # batch fastest
+    dims = {axis.name: axis.tiles for axis in axes}
+    modelled = [(c["q"] * 128, c["batch"], c["heads"]) for c in tile_order(dims, raster, "q")]
+    assert walked == modelled
+    plane = [(c["q"] * 128, c["batch"], c["heads"])
+             for c in tile_order(dims, Raster("q"), "q")]
+    assert plane[:8] == [((7 - i) * 128, 0, 0) for i in range(8)]  # one head's, heaviest first

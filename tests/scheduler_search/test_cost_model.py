@@ -34,7 +34,14 @@ from scheduler_search.ops.suites import REFERENCE_WORKLOADS
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.space.designs import FLASH_ATTENTION_3 as FA3
 from scheduler_search.space.designs import GEMM_WARP_SPECIALIZED as GEMM_WS
-from scheduler_search.sprogram import Raster, SProgram, check_valid, plan_sprogram, resolve_choices
+from scheduler_search.sprogram import (
+    Raster,
+    ScheduleError,
+    SProgram,
+    check_valid,
+    plan_sprogram,
+    resolve_choices,
+)
 
 SUITE: dict[str, dict[str, Any]] = REFERENCE_WORKLOADS
 GEMM = SUITE["gemm"]
@@ -488,6 +495,29 @@ def test_causal_tiles_stop_at_the_diagonal() -> None:
     assert trips == [2 * (i + 1) for i in range(32)]
     plain = parse_spec("attention", {**ATTENTION, "causal": False}).graph({"q": 128, "kv": 64})
     assert tile_trips(plain, order) == [64] * 32
+
+
+def test_heaviest_causal_tiles_first_shorten_the_last_wave() -> None:
+    """Blocks given the heaviest causal tiles first (across batch and heads) leave the
+    lightest for the last wave: the modelled grid of one block per tile ends sooner than
+    the plane order, which gives a head's tiles heaviest to lightest, one head after
+    another; a grid without a causal mask has no such choice."""
+    spec = parse_spec("attention", {**ATTENTION, "batch": 2, "heads": 32, "kv_heads": 8,
+                                     "seq_q": 1024, "seq_kv": 1024, "causal": True})
+    space = ScheduleSpace(spec, H200)
+    latency = {}
+    for heaviest_first in (False, True):
+        sprogram, validity = space.build({**FA3, "persistent": False, "raster_major": "q",
+                                          "raster_heaviest_first": heaviest_first})
+        assert validity.ok, validity
+        assert sprogram.raster.heaviest_first is heaviest_first
+        latency[heaviest_first] = estimate(sprogram, spec, H200).latency_us
+    assert latency[True] < 0.9 * latency[False]
+    full = parse_spec("attention", {**ATTENTION, "causal": False})
+    with pytest.raises(ScheduleError, match="no causal mask"):
+        plan_sprogram(full, H200, {**FA3, "raster_heaviest_first": True})
+    stored = plan_sprogram(spec, H200, FA3)  # a schedule from before the choice: its hash
+    assert "heaviest_first" not in stored.to_json() and not stored.raster.heaviest_first
 
 
 def test_block_simulations_are_cached_by_the_timing_models_own_key() -> None:
