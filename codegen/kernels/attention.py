@@ -34,6 +34,7 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
+from codegen.kernels.attention_output import AttentionOutput
 from codegen.kernels.attention_softmax import OnlineSoftmax
 from codegen.pipeline import (
     Code,
@@ -42,7 +43,6 @@ from codegen.pipeline import (
     OperandTile,
     OperatorHooks,
     OutputTile,
-    StoreBox,
     TripAt,
 )
 from codegen.pipeline.pipelined import loop_stream
@@ -169,51 +169,15 @@ class AttentionHooks(OperatorHooks):
             global_cols=self.head_dim, fragment="o_acc", row_origin="q0", col_origin="0",
             extent_names=("Q_ROWS", "HEAD_DIM"),
             runtime_rows="seq_q" in self.runtime_dims,
-            row_pointer=self._row_pointer(),
-            store_box=self._store_box(),
+            row_pointer=self._output.row_pointer(),
+            store_box=self._output.store_box(),
         )
 
-    @property
-    def _consumer_rows(self) -> int:
+    @cached_property
+    def _output(self) -> AttentionOutput:
         s = self.structure
-        return self.tile_q if s.pingpong else self.tile_q // s.consumers
-
-    @property
-    def _head_box(self) -> tuple[int, int]:
-        """(positions, heads) of the box that holds a consumer's rows, packed head by head
-        (bhsd: at most the positions a head has in the tile)."""
-        rows, pack = self._consumer_rows, self.pack
-        positions = min(rows, self.tile_q // pack) if self.heads_second else rows // pack
-        return positions, rows // positions
-
-    def _store_box(self) -> StoreBox:
-        """O through a rank-4 map, as q is loaded: (head_dim, heads, seq, batch) in bshd,
-        (head_dim, seq, heads, batch) in bhsd; a consumer's box holds its rows."""
-        p, e, d = self.params, self.elem, self.head_dim
-        positions, heads = self._head_box
-        if self.heads_second:
-            dims = (d, p["seq_q"], p["heads"], p["batch"])
-            box = (positions, heads, 1)
-            coordinates = (("q0 + row0", "heads0") if self.pack == 1 else
-                           ("q0 / PACK + row0 % (TILE_Q / PACK)",
-                            "heads0 + row0 / (TILE_Q / PACK)"))
-        else:
-            dims = (d, p["heads"], p["seq_q"], p["batch"])
-            box = (heads, positions, 1)
-            coordinates = ("heads0", "(q0 + row0) / PACK")
-        strides = (d * e, dims[1] * d * e, dims[2] * dims[1] * d * e)
-        return StoreBox(dims, strides, box, (*coordinates, "batch0"))
-
-    def _row_pointer(self) -> str:
-        """Output row ``{row}`` (a packed row of the tile at ``q0``) as a pointer."""
-        if not self.heads_second:
-            return ("o + ((unsigned long long)(batch0 * SEQ_Q + ({row}) / PACK) * HEADS + "
-                    "heads0 + ({row}) % PACK) * HEAD_DIM")
-        if self.pack == 1:
-            return "o + ((unsigned long long)(batch0 * HEADS + heads0) * SEQ_Q + {row}) * HEAD_DIM"
-        local = "(({row}) - q0)"  # heads outer: TILE_Q / PACK positions of each head
-        return (f"o + ((unsigned long long)(batch0 * HEADS + heads0 + {local} / (TILE_Q / PACK))"
-                f" * SEQ_Q + q0 / PACK + {local} % (TILE_Q / PACK)) * HEAD_DIM")
+        rows = self.tile_q if s.pingpong else self.tile_q // s.consumers
+        return AttentionOutput(dict(self.params), self.elem, self.tile_q, self.pack, rows)
 
     def side_outputs(self) -> tuple[str, ...]:
         return () if self.side_outputs_staged else ("lse",)
@@ -227,22 +191,10 @@ class AttentionHooks(OperatorHooks):
                 and "seq_q" not in self.runtime_dims and self._p("seq_q") % 4 == 0)
 
     def stage_side_outputs(self, code: Code, buf: str) -> None:
-        c = code
-        # The lse box is (positions, heads): bshd's packed rows (position-major) go
-        # head-major.
-        index = ("lr" if self.pack == 1 or self.heads_second
-                 else "(lr % PACK) * (CONSUMER_ROWS / PACK) + lr / PACK")
-        with self.target.accumulator_rows(c):
-            c("const int lr = mi * 64 + warp * 16 + h * 8 + (lane >> 2);  // row of this "
-              "warpgroup's")
-            stage = c.call("st_shared_f32", f"{buf} + 4 * ({index})", "lse_val[mi][h]")
-            c(f"if ((lane & 3) == 0) {stage};")
+        self._output.stage_lse(code, self.target, buf)
 
     def store_side_outputs(self, code: Code, buf: str) -> None:
-        # lse over (seq, heads, batch): the box of O's rows past its columns.
-        *coordinates, batch = self._store_box().row_coordinates
-        first = coordinates if self.heads_second else coordinates[::-1]
-        code(code.call("tma_store_3d", "&lse_map", *first, batch, buf) + ";")
+        self._output.store_lse(code, buf)
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         # S, P as 16-bit pairs while P V runs, O, the row statistics.
@@ -271,19 +223,7 @@ class AttentionHooks(OperatorHooks):
                     f"{self.tile_q // self.pack} positions a head has in a tile (every packed "
                     "row is a query)")
         if self.structure.units.get("store") is UnitKind.TMA:
-            return self._tma_store_problem()
-        return None
-
-    def _tma_store_problem(self) -> str | None:
-        """Why a consumer's rows are not one box of the rank-4 map of O, if they are not."""
-        rows, pack = self._consumer_rows, self.pack
-        if not self.heads_second and rows % pack:
-            return (f"tile_g={pack}: a consumer's {rows} rows are not whole positions of "
-                    "the packed heads (one TMA store box)")
-        positions = self.tile_q // pack
-        if self.heads_second and pack > 1 and positions % rows and rows % positions:
-            return (f"tile_g={pack} in bhsd: a consumer's {rows} rows neither lie in one "
-                    f"head's {positions} positions nor cover whole heads (one TMA store box)")
+            return self._output.store_problem()
         return None
 
     @cached_property
@@ -472,20 +412,8 @@ class AttentionHooks(OperatorHooks):
                 swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
             ))
         if self.side_outputs_staged:
-            maps.append(self._lse_map())
+            maps.append(self._output.lse_map())
         return tuple(maps)
-
-    def _lse_map(self) -> TensorMapArg:
-        """lse (batch, heads, seq_q) fp32 as a rank-3 map; a box is a consumer's rows
-        (positions x heads)."""
-        p = self.params
-        positions, heads = self._head_box
-        return TensorMapArg(
-            name="lse_map", tensor="lse", dtype="float32",
-            global_dims=(p["seq_q"], p["heads"], p["batch"]),
-            global_strides_bytes=(p["seq_q"] * 4, p["heads"] * p["seq_q"] * 4),
-            box_dims=(positions, heads, 1), swizzle="none",
-        )
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
