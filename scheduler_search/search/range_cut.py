@@ -51,6 +51,8 @@ CONTENDER_SLACK = 1.25
 #: when its steps were looked for, and grew past it in the last cut.
 JUMP = 1.1
 JUMP_ROUNDS = 8
+#: Runs of at most this many steps are looked at step by step rather than halved.
+STEPS_SCANNED = 4
 
 
 class Candidate(Protocol):
@@ -209,11 +211,33 @@ class RangeCut:
                 continue
             low = buckets[index - 1].low if index > 0 else bucket.low
             high = buckets[index + 1].high if index + 1 < len(buckets) else bucket.high
-            for step in range(-(-low // tile) * tile, high, tile):
+            found |= self._steps_in(candidate, range(-(-low // tile) * tile, high, tile))
+        return found
+
+    def _steps_in(self, candidate: Candidate, steps: range) -> set[int]:
+        """The sizes either side of each of ``steps`` (sizes ``k * tile``) where the
+        candidate's predicted time jumps by ``JUMP`` to the next size.
+
+        A kernel's predicted time does not fall as the size grows, so a run of steps over
+        which it grows by less than ``JUMP`` from the first size to one past the last holds
+        no such jump: only runs that grow more are halved, and the predictions are a few
+        per jump and halving rather than two per step (a 16-row m tile has 512 steps up
+        to 8192, 4,000 predictions a cut; each plans and estimates a kernel). A run whose
+        prediction falls, or is missing at an end, is looked at step by step."""
+        if not steps:
+            return set()
+        first, last = self.predict(candidate, steps[0]), self.predict(candidate, steps[-1] + 1)
+        if first and last and first <= last < JUMP * first:
+            return set()
+        if len(steps) <= STEPS_SCANNED or not (first and last and first <= last):
+            found: set[int] = set()
+            for step in steps:
                 before, after = self.predict(candidate, step), self.predict(candidate, step + 1)
                 if before and after and after >= JUMP * before:
                     found |= {step, step + 1}
-        return found
+            return found
+        half = len(steps) // 2
+        return self._steps_in(candidate, steps[:half]) | self._steps_in(candidate, steps[half:])
 
     def _filled(self, candidate: Candidate, sizes: list[int]) -> list[float | None]:
         """``candidate``'s latencies at ``sizes``: measured, else (a size the refining

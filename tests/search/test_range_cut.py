@@ -102,3 +102,41 @@ def test_a_bucket_ends_at_its_kernels_step_in_the_next_bucket() -> None:
     served = {m: [waves, flat][b.choice].name for m in (2300, 2400, 2401, 2500)
               for b in table.buckets if b.low <= m <= b.high}
     assert served == {2300: "waves", 2400: "waves", 2401: "flat", 2500: "flat"}
+
+
+def _scanned(cut: RangeCut, candidate: object, steps: range) -> set[int]:
+    """Every step's jump, found one step at a time (what the halving must agree with)."""
+    found: set[int] = set()
+    for step in steps:
+        before, after = cut.predict(candidate, step), cut.predict(candidate, step + 1)
+        if before and after and after >= 1.1 * before:
+            found |= {step, step + 1}
+    return found
+
+
+def test_steps_are_found_by_halving_runs_that_grow_past_a_jump() -> None:
+    """A 16-row tile over m up to 8192 (512 steps; a wave of 132 tiles, and time that also
+    grows with m): halving the runs whose predicted time grows by a jump or more finds
+    the steps a step-by-step scan finds, with a small part of its predictions; where the
+    prediction falls inside a run, the run is scanned step by step and its jump found."""
+    calls: list[int] = []
+
+    def smooth_waves(size: int) -> float:
+        calls.append(size)
+        return 10.0 * math.ceil(math.ceil(size / 16) / 132) + 0.001 * size
+
+    candidate = SimpleNamespace(sprogram=SimpleNamespace(tile={"m": 16}))
+    cut = RangeCut(SizeRange(1, 8192), "m", Knobs(estimated_sizes=8), lambda c, s: None,
+                   lambda c, s: False, lambda c, s: smooth_waves(s))
+    steps = range(16, 8192, 16)
+    found = cut._steps_in(candidate, steps)
+    halving_calls = len(calls)
+    assert found == _scanned(cut, candidate, steps) == {2112, 2113, 4224, 4225, 6336, 6337}
+    assert halving_calls < (len(calls) - halving_calls) / 4  # the scan predicted twice a step
+
+    def dip(size: int) -> float:  # faster past 3000, then a step at 4000 back above
+        return 5.0 if 3000 < size <= 4000 else 8.0 if size <= 3000 else 9.0
+
+    falling = RangeCut(SizeRange(1, 8192), "m", Knobs(estimated_sizes=8), lambda c, s: None,
+                       lambda c, s: False, lambda c, s: dip(s))
+    assert falling._steps_in(candidate, steps) == {4000, 4001}

@@ -246,10 +246,7 @@ def test_a_time_budget_waits_for_one_kernel_at_every_size() -> None:
     """Seconds spent before the first group has covered the range: the search goes on
     until some candidate ran at every size, so no part of the range is served blind."""
     range_spec = parse_range_spec("gemm", dict(PARAMS))
-    # No estimates between the samples: the cut's scan of a small-tile kernel's wave steps
-    # over the whole range costs seconds of cost model and is not what this test is about.
-    config = replace(CONFIG, estimated_sizes=0)
-    result = _search(Recording(width=2), seconds=1e-9, config=config).run()
+    result = _search(Recording(width=2), seconds=1e-9).run()
     assert result.stop_reason is StopReason.SECONDS
     measured = {r.choices["m"] for r in result.measurements if r.ok}
     assert measured == set(result.sizes) and len(result.sizes) == CONFIG.sizes
