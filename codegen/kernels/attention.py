@@ -71,6 +71,7 @@ class AttentionHooks(OperatorHooks):
     #: nvcc 13.0, 384 threads (cap 168): S + P + O + row state of 166 registers compiled
     #: without spills at head_dim 128 / tile_kv 128; 190 (tile_kv 160) spilled.
     overhead_regs = 2
+    owner_tile_buffers = True
 
     # ----- problem and tile ----------------------------------------------------------
     def _p(self, name: str) -> int:
@@ -363,7 +364,8 @@ class AttentionHooks(OperatorHooks):
             parts=(MmaPart("s_acc[mi]", "k_tile + k_kstep_bytes(kk)",
                            a_address=f"q_tile + q_kstep_bytes(kk) + mi * {q.row_block_bytes}"),),
             pin=lambda: self.pin(c, "mma_qk"),
-            bases=(f"const u32 q_tile = smem + SMEM_Q + row0 * {q.swizzle.span_bytes};",
+            bases=(f"const u32 q_tile = {self.tile_buffer_base('Q')} + row0 * "
+                   f"{q.swizzle.span_bytes};",
                    f"const u32 k_tile = smem + SMEM_K + {stage} * K_STAGE_BYTES;")))
 
     def _mma_pv(self, code: Code, stage: str, at: TripAt) -> None:

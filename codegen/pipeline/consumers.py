@@ -112,9 +112,9 @@ class Consumers(RoleWriter):
                 c("#pragma unroll")
                 self.hooks.pin(c, issue.stask)
 
-    def _tile_buffers_acquire(self) -> None:
+    def _tile_buffers_acquire(self, owner: str = "0") -> None:
         """Without a producer, the loader loads this tile's buffers; every consumer waits
-        for them."""
+        for them (pingpong: its ``owner`` copy)."""
         c, s = self.code, self.structure
         if not s.tile_buffers:
             return
@@ -125,36 +125,63 @@ class Consumers(RoleWriter):
             c("__syncwarp();")
         for buffer in s.tile_buffers:
             c.comment(f"{buffer.full_name}: this tile's {buffer.load} has landed")
-            c(c.call("mbarrier_wait", buffer.full(), "tile_phase") + ";")
+            c(c.call("mbarrier_wait", buffer.full(owner), "tile_phase") + ";")
 
-    def _tile_buffers_release(self, *, held: bool) -> None:
+    def _tile_buffers_release(self, *, held: bool, owner: str = "0") -> None:
         """Release the tile buffers the loop reads (``held``) or those it does not."""
         c = self.code
         for buffer in self.structure.tile_buffers:
             if self.hooks.holds_tile_buffer(buffer.load) != held:
                 continue
             c.comment(f"{buffer.empty_name}: this warp is done with the tile's {buffer.load}")
-            c(c.call("mbarrier_arrive_warp", buffer.empty(), "lane") + ";")
+            c(c.call("mbarrier_arrive_warp", buffer.empty(owner), "lane") + ";")
 
     def _pingpong_unit(self) -> None:
-        c, trips = self.code, self.hooks.trips  # the same for every tile (layout checks)
+        c, s = self.code, self.structure
         c("const int tile = unit * OWNERS + consumer;")
         c("const int unit_tiles = TILES - unit * OWNERS < OWNERS ? TILES - unit * OWNERS : OWNERS;")
-        c(f"const int x0 = loads_before + consumer * {trips};  // after earlier owners")
-        c(f"loads_before += unit_tiles * {trips};")
-        self.k.tiles.origins("tile", guarded=True)
+        if self.hooks.tile_trips() is None:
+            trips = self.hooks.trips
+            c(f"const int x0 = loads_before + consumer * {trips};  // after earlier owners")
+            c(f"loads_before += unit_tiles * {trips};")
+            self.k.tiles.origins("tile", guarded=True)
+        else:
+            self._owners_loads_before()
+            self.k.tiles.origins("tile", guarded=True)
+            trips = self.k.tiles.trips()
         c("const int row0 = 0;")
         self.hooks.begin_tile(c)
         mmas = [i for i in self._loop() if i.kind is STaskKind.MMA]
-        for turn in self.structure.turns:
+        for turn in s.turns:
             if turn.waiter == mmas[0].stask:
                 self.turn_wait(turn.waiter)
                 break
         with c.block("if (tile < TILES)"):
+            self._tile_buffers_acquire(owner="consumer")
+            self._prologue()
+            self._tile_buffers_release(held=False, owner="consumer")
             self._mainloop("x0", trips, turns_per_trip=False)
+            self._tile_buffers_release(held=True, owner="consumer")
+        if s.tile_buffers:
+            c("tile_phase ^= 1;  // this owner's copy: once a unit")
         self.turn_pass(mmas[-1].stask)
         with c.block("if (tile < TILES)"):
             self._epilogue()
+
+    def _owners_loads_before(self) -> None:
+        """``x0``: the loads of the block's sequence before this owner's tile (earlier units
+        and the earlier owners' tiles of this one, whose trips differ: causal tiles); then
+        ``loads_before`` past the unit."""
+        c = self.code
+        names = ", ".join(a.origin for a in self.hooks.grid_axes)
+        c("int x0 = loads_before, unit_loads = 0;")
+        with c.block("for (int owner = 0; owner < unit_tiles; ++owner)"):
+            c(f"int {names};")
+            c(f"tile_origin(unit * OWNERS + owner, {names});")
+            c(f"const int owner_trips = {self.hooks.tile_trips()};")
+            c("if (owner < consumer) x0 += owner_trips;  // after earlier owners")
+            c("unit_loads += owner_trips;")
+        c("loads_before += unit_loads;")
 
     def _loop(self) -> list[Issue]:
         role = self.structure.consumer_roles[0]

@@ -31,6 +31,8 @@ def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> 
     k.code.comment(f"{issue.stask}  stage={stage}: {tile.rows}x{tile.cols} tile via TMA, "
                    f"{tile.box_count} box(es)")
     dst = f"smem + SMEM_{tile.const}" + (f" + stage * {tile.const}_STAGE_BYTES" if ring else "")
+    if not ring and k.structure.owners > 1:  # the owner's copy of a tile buffer
+        dst += f" + owner * {tile.const}_STAGE_BYTES"
     k.hooks.load(k.code, issue.stask, dst, "trip" if ring else "0", "full")
     k.recorded(roles, issue, f"{ring.stream}[s]" if ring else "once per tile")
 

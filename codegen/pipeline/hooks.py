@@ -335,6 +335,17 @@ class OperatorHooks(ABC):
         """Load sTasks on the CUDA cores the operator writes in :meth:`thread_load`."""
         return frozenset()
 
+    #: The operator addresses its tile buffers through :meth:`tile_buffer_base`, so
+    #: pingpong consumers can each read their own tile's copy.
+    owner_tile_buffers: bool = False
+
+    def tile_buffer_base(self, const: str) -> str:
+        """Shared address of this consumer's copy of the tile buffer ``SMEM_<const>`` (one
+        copy per owner with pingpong consumers)."""
+        if self.structure.owners > 1:
+            return f"smem + SMEM_{const} + consumer * {const}_STAGE_BYTES"
+        return f"smem + SMEM_{const}"
+
     def holds_tile_buffer(self, load: str) -> bool:
         """Whether the loop still reads the tile ``load`` brought in once per output tile
         (attention's Q); if not, it is released after the prologue, so the producer can

@@ -354,10 +354,11 @@ class PipelineLayout:
         if len(streams) > 1:
             return "consumer warpgroups with different streams"
         variable = self.hooks.tile_trips() is not None
-        if variable and (s.pingpong or not s.warp_specialized):
-            return "tiles of different trip counts need a producer warp and cooperative consumers"
-        if s.tile_buffers and s.pingpong:
-            return "tiles loaded once per output tile are not lowered for pingpong consumers"
+        if variable and not s.warp_specialized:
+            return "tiles of different trip counts need a producer warp"
+        if s.tile_buffers and s.pingpong and not self.hooks.owner_tile_buffers:
+            return (f"{s.sprogram.op} reads its tiles loaded once per output tile from one "
+                    "copy; pingpong consumers each need their own")
         return None
 
     def _barrier_problem(self) -> str | None:

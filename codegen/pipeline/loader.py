@@ -46,21 +46,25 @@ class Loader(RoleWriter):
         origins = ", ".join(f"int {a.origin}" for a in self.hooks.grid_axes)
         c.comment(f"{buffer.load}, once per output tile: wait until the consumers released the "
                   "previous tile's copy, then load it.")
-        head = (f"__device__ __forceinline__ void load_tile_{buffer.load}(u32 empty_parity, "
+        owner = "int owner, " if buffer.owners > 1 else ""
+        head = (f"__device__ __forceinline__ void load_tile_{buffer.load}({owner}u32 empty_parity, "
                 f"{origins}, u32 smem, const TensorMap* {tmap})")
+        index = "owner" if buffer.owners > 1 else "0"
         with c.block(head):
-            c(f"const u32 full = {buffer.full()};")
-            c(c.call("mbarrier_wait", buffer.empty(), "empty_parity") + ";")
+            c(f"const u32 full = {buffer.full(index)};")
+            c(c.call("mbarrier_wait", buffer.empty(index), "empty_parity") + ";")
             self.target.write_arm_stage(c, "full", f"{tile.const}_STAGE_BYTES")
             issue = next(i for i in s.load_stream(buffer.loader) if i.stask == buffer.load)
             self.k.emit((buffer.loader,), issue)
         c("")
 
     def tile_load_call(self, buffer: TileBuffer, parity: str) -> str:
-        """The call of a tile buffer\'s load function."""
+        """The call of a tile buffer\'s load function (into the copy of ``owner``, where
+        each tile of a unit has its own)."""
         origins = ", ".join(a.origin for a in self.hooks.grid_axes)
         tmap = self.hooks.tensor_map(buffer.load)
-        return f"load_tile_{buffer.load}({parity}, {origins}, smem, &{tmap});"
+        owner = "owner, " if buffer.owners > 1 else ""
+        return f"load_tile_{buffer.load}({owner}{parity}, {origins}, smem, &{tmap});"
 
     def load_call(self, ring: Ring, stage: str, parity: str, trip: str) -> str:
         """The call of a ring\'s load function for one stage."""
@@ -84,22 +88,48 @@ class Loader(RoleWriter):
             if s.tile_buffers:
                 c("u32 tile_phase = 0;  // flips at each output tile of this block")
             owners = "OWNERS" if s.pingpong else 1
-            with self.k.tiles.units(), c.block(f"for (int owner = 0; owner < {owners}; ++owner)"):
-                c("const int tile = unit * OWNERS + owner;")
-                c("if (tile >= TILES) break;")
-                self.k.tiles.origins("tile")
+            if s.pingpong and s.tile_buffers:
+                with self.k.tiles.units():
+                    self._owners_tile_buffers()
+                    self._owner_loads(owners, tile_buffers=False)
+                return
+            with self.k.tiles.units():
+                self._owner_loads(owners, tile_buffers=True)
+
+    def _owners_tile_buffers(self) -> None:
+        """Pingpong: every tile of the unit's buffers first, each into its owner's copy,
+        so a later owner's lands while the earlier ones loop."""
+        c = self.code
+        c.comment("every owner's tile buffers first (a copy each), then the owners' trips")
+        with c.block("for (int owner = 0; owner < OWNERS; ++owner)"):
+            c("const int tile = unit * OWNERS + owner;")
+            c("if (tile >= TILES) break;")
+            self.k.tiles.origins("tile")
+            for buffer in self.structure.tile_buffers:
+                c(self.tile_load_call(buffer, "tile_phase ^ 1"))
+        c("tile_phase ^= 1;  // each copy is loaded once a unit")
+
+    def _owner_loads(self, owners: str | int, *, tile_buffers: bool) -> None:
+        """Each tile of the unit in turn: its tile buffers (``tile_buffers``), then every
+        trip's ring loads, slot by slot."""
+        c, s = self.code, self.structure
+        with c.block(f"for (int owner = 0; owner < {owners}; ++owner)"):
+            c("const int tile = unit * OWNERS + owner;")
+            c("if (tile >= TILES) break;")
+            self.k.tiles.origins("tile")
+            if tile_buffers:
                 for buffer in s.tile_buffers:
                     c(self.tile_load_call(buffer, "tile_phase ^ 1"))
                 if s.tile_buffers:
                     c("tile_phase ^= 1;")
-                trips = self.k.tiles.trips()
-                with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
-                    for ring in s.rings:
-                        st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
-                        shared = self.layout.stream_k is not None or self.layout.split_blocks > 1
-                        trip = "trip0 + trip" if shared else "trip"
-                        c(self.load_call(ring, st, f"{ph} ^ 1", trip))
-                        c(f"if (++{st} == {ring.const}_STAGES) {{ {st} = 0; {ph} ^= 1; }}")
+            trips = self.k.tiles.trips()
+            with c.block(f"for (int trip = 0; trip < {trips}; ++trip)"):
+                for ring in s.rings:
+                    st, ph = f"{ring.stream}_stage", f"{ring.stream}_phase"
+                    shared = self.layout.stream_k is not None or self.layout.split_blocks > 1
+                    trip = "trip0 + trip" if shared else "trip"
+                    c(self.load_call(ring, st, f"{ph} ^ 1", trip))
+                    c(f"if (++{st} == {ring.const}_STAGES) {{ {st} = 0; {ph} ^= 1; }}")
 
     def load_ahead(self) -> None:
         """No producer: the loader's thread 0 issues each ring's loads STAGES ahead."""

@@ -351,8 +351,14 @@ class PipelineSkeleton:
             for buffer in self.structure.tile_buffers:
                 c.comment(f"{buffer.full_name}: 1 arrival (+ TMA bytes); {buffer.empty_name}: "
                           f"{buffer.empty_arrivals} arrivals (the reading consumer warps).")
-                c(c.call("mbarrier_init", buffer.full(), 1) + ";")
-                c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
+                if buffer.owners > 1:
+                    with c.block("for (int owner = 0; owner < OWNERS; ++owner)"):
+                        c(c.call("mbarrier_init", buffer.full("owner"), 1) + ";")
+                        c(c.call("mbarrier_init", buffer.empty("owner"),
+                                 buffer.empty_arrivals) + ";")
+                else:
+                    c(c.call("mbarrier_init", buffer.full(), 1) + ";")
+                    c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
                 self.record.tile_buffers[buffer.load] = (buffer.full_name, buffer.empty_name)
             if self.layout.split_blocks > 1:
                 split_k.emit_barrier_init(c, self.layout)

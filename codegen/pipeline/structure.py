@@ -108,16 +108,19 @@ class TileBuffer:
     first_reader: str
     loader: str
     empty_arrivals: int
+    #: Copies, one per tile a unit of work holds: pingpong consumers each read their own
+    #: tile's (``owner`` = the consumer), a full and an empty barrier each.
+    owners: int = 1
 
     @property
     def empty_name(self) -> str:
         return f"{self.load}_empty"
 
-    def full(self) -> str:
-        return f"{self.full_name}(smem, 0)"
+    def full(self, owner: str = "0") -> str:
+        return f"{self.full_name}(smem, {owner})"
 
-    def empty(self) -> str:
-        return f"{self.empty_name}(smem, 0)"
+    def empty(self, owner: str = "0") -> str:
+        return f"{self.empty_name}(smem, {owner})"
 
 
 @dataclass(frozen=True)
@@ -276,7 +279,7 @@ class PipelineStructure:
                 continue
             loader = next(r for r in self.roles if any(i.stask == dep for i in self.stream(r)))
             buffers.append(TileBuffer(dep, b.name, b.waiter, loader,
-                                      readers * WARPS_PER_WARPGROUP))
+                                      readers * WARPS_PER_WARPGROUP, self.owners))
         return tuple(buffers)
 
     def unringed_barriers(self) -> list[BarrierTask]:

@@ -208,11 +208,13 @@ def plan_shared_memory(
     (attention's log-sum-exp) are staged beside a TMA-stored tile, in as many slots as
     the tile's staging takes in turn (one where it reuses the operand stages)."""
     plan = SmemPlan()
+    # Pingpong consumers each hold a tile of their own: a copy of each tile buffer each.
+    owners = output.consumers if pingpong else 1
     for ring in rings:
         for tile in ring.tiles:
             plan.add(tile.name, ring.depth * tile.stage_bytes)
     for buffer in buffers:
-        plan.add(buffer.tile.name, buffer.tile.stage_bytes)
+        plan.add(buffer.tile.name, owners * buffer.tile.stage_bytes)
     ring_bytes = sum(ring.bytes for ring in rings)
     staging = staging_of(tma_store, output, ring_bytes, keeps_loading=persistent or pingpong)
     if staging == "operands":
@@ -229,8 +231,8 @@ def plan_shared_memory(
         plan.add(ring.full, ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
         plan.add(ring.empty, ring.depth * MBARRIER_BYTES, BARRIER_ALIGN)
     for buffer in buffers:
-        plan.add(buffer.full, MBARRIER_BYTES, BARRIER_ALIGN)
-        plan.add(buffer.empty, MBARRIER_BYTES, BARRIER_ALIGN)
+        plan.add(buffer.full, owners * MBARRIER_BYTES, BARRIER_ALIGN)
+        plan.add(buffer.empty, owners * MBARRIER_BYTES, BARRIER_ALIGN)
     if split_k is not None:
         plan.add(split_k.full, MBARRIER_BYTES, BARRIER_ALIGN)
         plan.add(split_k.free, MBARRIER_BYTES, BARRIER_ALIGN)

@@ -62,7 +62,8 @@ def _rotated(spec: OperatorSpec) -> list[SProgram]:
     """The FlashAttention-3 order (a software-pipelined loop), with and without turns; with
     GQA, the query heads of a kv group packed into the tile (k, v loaded once for them);
     o and lse stored by TMA, persistent (staging slots of their own) and not (the idle
-    operand stages), packed too; causal tiles heaviest first across the grid."""
+    operand stages), packed too; causal tiles heaviest first across the grid; pingpong
+    consumers, each over a query tile of its own."""
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
     params = spec.params()
     group = params["heads"] // params["kv_heads"]
@@ -70,8 +71,11 @@ def _rotated(spec: OperatorSpec) -> list[SProgram]:
               if group > 1 and g <= group]
     built = []
     tma = {"wg_schedule": "alternate", "map_store": "tma"}
+    pingpong = {"consumer_split": "pingpong", "wg_schedule": "alternate", "tile_q": 64,
+                "order": "serial"}
     for change in ({"wg_schedule": "alternate"}, {"wg_schedule": "free", "tile_kv": 64},
-                   tma, {**tma, "persistent": False}, *packed,
+                   tma, {**tma, "persistent": False}, pingpong, {**pingpong, **tma},
+                   *packed,
                    *([{**tma, "raster_heaviest_first": True}] if params["causal"] else []),
                    *({**p, "map_store": "tma"} for p in packed)):
         sprogram, validity = space.build({**FLASH_ATTENTION_3, **ROTATED, **change})

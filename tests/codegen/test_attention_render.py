@@ -181,6 +181,44 @@ def test_the_output_is_stored_by_tma_through_rank_4_boxes_of_a_consumers_rows() 
     assert "float* __restrict__ lse" in art.source and "lse[(" in art.source
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_pingpong_consumers_each_loop_over_a_query_tile_of_their_own() -> None:
+    """Pingpong: a unit holds one 64-row query tile per consumer warpgroup, each with its
+    own copy of q (loaded for every owner before the owners' trips, waited for and released
+    by its owner alone); causal tiles of unequal trips place each owner's loads after the
+    earlier owners' actual trips; both layouts and stores compile without spills. The chunk
+    scan (a state MMA on its tile buffers before the loop) keeps pingpong out, saying why."""
+    pingpong = {**DESIGN, "tile_q": 64, "consumer_split": "pingpong", "wg_schedule": "alternate"}
+    sources = []
+    for layout in ("bshd", "bhsd"):
+        for store in ("cuda_core", "tma"):
+            spec = _spec({**CAUSAL_GQA, "layout": layout})
+            space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
+            sprogram, validity = space.build({**pingpong, "map_store": store})
+            assert validity.ok, (layout, store, unsupported(sprogram, DEVICE))
+            sources.append(render(sprogram, spec, DEVICE).source)
+    src = sources[0]
+    assert "void load_tile_load_q(int owner, u32 empty_parity" in src
+    assert "const u32 full = load_q_full(smem, owner);" in src
+    assert "+ owner * Q_STAGE_BYTES" in src  # the load into the owner's copy
+    assert "const u32 q_tile = smem + SMEM_Q + consumer * Q_STAGE_BYTES + row0 * 128;" in src
+    assert "mbarrier_wait(load_q_full(smem, consumer), tile_phase);" in src
+    assert "mbarrier_arrive_warp(load_q_empty(smem, consumer), lane);" in src
+    assert "if (owner < consumer) x0 += owner_trips;" in src  # causal: unequal trips
+    start = src.index("Producer warpgroup")
+    producer = src[start:src.index("setmaxnreg_inc", start)]
+    assert producer.index("load_tile_load_q(owner") < producer.index("load_k(")
+    assert_compile_clean(sources)
+    scan = parse_spec("mamba2_chunk_scan", {"batch": 1, "seqlen": 1024, "nheads": 8,
+                                            "headdim": 64, "dstate": 128, "ngroups": 1,
+                                            "chunk_size": 256, "dtype": "float16"})
+    from scheduler_search.space.designs import MAMBA2_CHUNK_SCAN
+    sprogram, _ = ScheduleSpace(scan, DEVICE, feasibility("mamba2_chunk_scan", DEVICE)).build(
+        {**MAMBA2_CHUNK_SCAN, "consumer_split": "pingpong", "wg_schedule": "alternate",
+         "tile_l": 64})
+    assert "pingpong consumers" in (unsupported(sprogram, DEVICE) or "")  # its state MMA
+
+
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:
     spec = _spec(ODD)
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
