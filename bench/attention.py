@@ -48,6 +48,9 @@ NEIGHBOURS = {"warpgroups": ((128, 2), (192, 3)), "tile_kv": (64, 128),
               "wg_schedule": ("free", "alternate"), "stages_k": (2, 3),
               "persistent": (True, False), "map_store": ("cuda_core", "tma")}
 PEERS = ("sdpa_cudnn", "sdpa_flash")
+#: Timed beside them where it runs (the flash-attn-4 wheel with nvidia-cutlass-dsl on the
+#: path); each case says whether it ran and, if not, why.
+OPTIONAL_PEERS = ("flash_attn_4",)
 
 
 def case_name(params: dict[str, Any]) -> str:
@@ -191,25 +194,38 @@ def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespac
 
 def _retime(pool: Any, params: dict[str, Any], artifact: Any, final: Any,
             args: argparse.Namespace) -> dict[str, Any]:
-    """The kernel and both peers in the same worker, interleaved over the rounds: medians."""
+    """The kernel and the peers in the same worker, interleaved over the rounds: medians
+    (an optional peer that cannot run is reported, not a failure)."""
     from workers import Job
 
     workload = {"op": "attention", "params": params}
+    peers = (*PEERS, *OPTIONAL_PEERS)
     rounds = []
     for _ in range(args.rounds):
         jobs = [Job(workload, artifact=artifact, timing=final, deadline_s=args.deadline)]
-        jobs += [Job(workload, baseline=p, timing=final, deadline_s=args.deadline) for p in PEERS]
+        jobs += [Job(workload, baseline=p, timing=final, deadline_s=args.deadline) for p in peers]
         rounds.append(pool.measure(jobs))
-    failed = [m.status.value for r in rounds for m in r if m.status.value != "ok"]
+    required = 1 + len(PEERS)
+    failed = [m.status.value for r in rounds for m in r[:required] if m.status.value != "ok"]
     if failed:
         return {"error": f"re-timing failed: {failed[:3]} {rounds[0][0].error[:300]}"}
-    mine, cudnn, fa2 = (statistics.median(r[i].latency_us for r in rounds) for i in range(3))
-    return {"pipetune_us": mine, "cudnn_us": cudnn, "fa2_us": fa2,
-            "vs_cudnn": cudnn / mine, "vs_fa2": fa2 / mine,
-            "pipetune_tflops": flops(params) / mine / 1e6,
-            "cudnn_tflops": flops(params) / cudnn / 1e6,
-            "rel_error": max(r[0].rel_error for r in rounds),
-            "rounds_us": [[m.latency_us for m in r] for r in rounds]}
+    mine, cudnn, fa2 = (statistics.median(r[i].latency_us for r in rounds)
+                        for i in range(required))
+    record = {"pipetune_us": mine, "cudnn_us": cudnn, "fa2_us": fa2,
+              "vs_cudnn": cudnn / mine, "vs_fa2": fa2 / mine,
+              "pipetune_tflops": flops(params) / mine / 1e6,
+              "cudnn_tflops": flops(params) / cudnn / 1e6,
+              "rel_error": max(r[0].rel_error for r in rounds),
+              "rounds_us": [[m.latency_us for m in r] for r in rounds]}
+    for offset, peer in enumerate(OPTIONAL_PEERS, start=required):
+        runs = [r[offset] for r in rounds]
+        if all(m.status.value == "ok" for m in runs):
+            us = statistics.median(m.latency_us for m in runs)
+            record[peer] = {"ran": True, "us": us, "speedup": us / mine,
+                            "rel_error": max(m.rel_error for m in runs)}
+        else:
+            record[peer] = {"ran": False, "why": runs[0].error[:300]}
+    return record
 
 
 def run(args: argparse.Namespace) -> None:
@@ -263,8 +279,14 @@ def _print_case(r: dict[str, Any], started: float) -> None:
         return
     print(f"{r['case']:<34} pipetune {r['pipetune_us']:9.1f} us {r['pipetune_tflops']:6.1f} TF"
           f"  cuDNN {r['cudnn_us']:9.1f} us  FA2 {r['fa2_us']:9.1f} us  vs cuDNN "
-          f"{r['vs_cudnn']:.3f}  vs FA2 {r['vs_fa2']:.3f}  ({r['candidates_ok']} ok, "
-          f"{time.perf_counter() - started:.0f} s)", flush=True)
+          f"{r['vs_cudnn']:.3f}  vs FA2 {r['vs_fa2']:.3f}{_optional(r)}  ({r['candidates_ok']} "
+          f"ok, {time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def _optional(r: dict[str, Any]) -> str:
+    """The optional peers that ran on a case, as table text."""
+    return "".join(f"  {peer} {r[peer]['us']:.1f} us vs {r[peer]['speedup']:.3f}"
+                   for peer in OPTIONAL_PEERS if r.get(peer, {}).get("ran"))
 
 
 def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: Any,
@@ -273,6 +295,7 @@ def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: A
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "suite": "attention", "peers": list(PEERS), "fingerprint": fingerprint,
+        "optional_peers": {peer: _ran(measured, peer) for peer in OPTIONAL_PEERS},
         "commit": doc.get("commit"), "tree_dirty_at_prepare": doc.get("dirty"),
         "rerendered": args.rerender, "codegen_version": _codegen_version(),
         "search": {"method": "fp16: the cost model's top distinct structures plus the "
@@ -285,6 +308,15 @@ def _summary(args: argparse.Namespace, doc: dict[str, Any], quick: Any, final: A
         "cases_measured": len(measured), "cases": results,
         "wall_s": time.perf_counter() - started,
     }
+
+
+def _ran(measured: list[dict[str, Any]], peer: str) -> dict[str, Any]:
+    """Whether an optional peer ran: on how many cases, its geometric-mean speedup of
+    pipetune over it there, and why it did not run where it did not."""
+    ran = [r[peer]["speedup"] for r in measured if r.get(peer, {}).get("ran")]
+    why = sorted({r[peer]["why"] for r in measured if r.get(peer) and not r[peer]["ran"]})
+    return {"cases_ran": len(ran), "geomean_vs": geomean(ran) if ran else None,
+            "why_not": why[:3]}
 
 
 def _codegen_version() -> str:

@@ -17,6 +17,13 @@ workload's output tensor (so the same reference check applies). Peers:
   - ``sdpa_cudnn`` / ``sdpa_flash`` (attention): PyTorch's
     ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
     on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
+  - ``flash_attn_4`` (attention): FlashAttention-4's CuTe DSL forward,
+    ``flash_attn.cute.flash_attn_func`` (the ``flash-attn-4`` wheel with
+    ``nvidia-cutlass-dsl``; it has Hopper kernels), on (batch, seq, heads, head_dim) views
+    of the workload's tensors (a bhsd workload's transposed views: the kernel takes strided
+    tensors, so nothing is copied); its causal mask is bottom-right aligned, so a causal
+    case with a query length other than the key length is not its to run. Without the
+    package the peer is unavailable.
   - ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` (Mamba2): the official Triton
     kernels of ``state-spaces/mamba``, ``_chunk_state_fwd(B, x, dt, dA_cumsum,
     states_in_fp32=...)`` (the spec's choice) and
@@ -324,6 +331,39 @@ def _retune(name: str, kernel: Any, params: dict[str, Any]) -> None:
         _TUNED_FOR[name] = shape
 
 
+def _flash_attn_4(
+    params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    torch = _import_torch()
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError as exc:
+        raise BaselineUnavailable(f"flash_attn_4: flash_attn.cute does not import: {exc}") from exc
+    causal = bool(params["causal"])
+    if causal and params["seq_q"] != params["seq_kv"]:
+        raise BaselineUnavailable("flash_attn_4: its causal mask is bottom-right aligned, the "
+                                  "spec's top-left: they differ where seq_q != seq_kv")
+    dtype = dtypes["o"]
+    heads_second = params.get("layout", "bshd") == "bhsd"
+    q, k, v = (_as_torch(torch, tensors[n], dtype) for n in "qkv")
+    if heads_second:
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    o = _as_torch(torch, tensors["o"], dtype)
+    result: list[Any] = [None]
+
+    def launch() -> None:
+        result[0], _ = flash_attn_func(q, k, v, causal=causal)
+
+    def finish() -> None:
+        o.copy_(result[0].transpose(1, 2) if heads_second else result[0])
+
+    try:
+        launch()
+    except Exception as exc:  # the DSL's compile and launch errors are its own types
+        raise BaselineUnavailable(f"flash_attn_4: {type(exc).__name__}: {exc}") from exc
+    return launch, finish
+
+
 def _import_torch() -> Any:
     try:
         import torch
@@ -350,6 +390,7 @@ BASELINES: dict[str, Baseline] = {
     "cublaslt_epilogue": Baseline("gemm", partial(_torch_epilogue, "cublaslt_epilogue")),
     "sdpa_cudnn": Baseline("attention", partial(_sdpa, "sdpa_cudnn")),
     "sdpa_flash": Baseline("attention", partial(_sdpa, "sdpa_flash")),
+    "flash_attn_4": Baseline("attention", _flash_attn_4),
     **{name: Baseline(op, partial(_mamba_ssm, name)) for name, op in (
         ("mamba_ssm_chunk_state", "mamba2_chunk_state"),
         ("mamba_ssm_chunk_scan", "mamba2_chunk_scan"))},

@@ -18,7 +18,7 @@ from workers import _dtypes, baselines
 from workers.baselines import BASELINES, BaselineUnavailable, prepare_baseline
 from workers.contract import contract
 from workers.inputs import build_inputs
-from workers.verify import chunk_scan_reference, chunk_state_reference
+from workers.verify import attention_reference, chunk_scan_reference, chunk_state_reference
 
 PARAMS = {"batch": 2, "seqlen": 32, "nheads": 4, "headdim": 16, "dstate": 16, "ngroups": 2,
           "chunk_size": 16, "dtype": "bfloat16"}
@@ -54,6 +54,9 @@ class _Tensor:
 
     def copy_(self, other: _Tensor) -> None:
         np.copyto(self.values, _dtypes.from_float32(np, other.float32(), self.dtype))
+
+    def transpose(self, first: int, second: int) -> _Tensor:
+        return _Tensor(np.swapaxes(self.values, first, second), self.dtype)  # a view
 
 
 class _Torch(types.ModuleType):
@@ -406,3 +409,67 @@ def test_an_operator_registers_its_own_peer(monkeypatch: pytest.MonkeyPatch) -> 
     assert calls == ["launch", "finish"]
     with pytest.raises(BaselineUnavailable, match="toy_peer"):
         prepare_baseline("toy_peer", "gemm", {}, {}, {})
+
+
+ATTENTION = {"batch": 2, "heads": 4, "kv_heads": 2, "seq_q": 24, "seq_kv": 24, "head_dim": 16,
+             "causal": True, "dtype": "bfloat16"}
+
+
+def _fake_flash_attn_4(calls: list[dict[str, Any]]) -> dict[str, types.ModuleType]:
+    """flash_attn.cute's entry point with its signature: (batch, seq, heads, head_dim)
+    tensors in, (out, lse) back, computing our fp32 reference."""
+
+    def flash_attn_func(q: _Tensor, k: _Tensor, v: _Tensor, causal: bool = False,
+                        **options: Any) -> tuple[_Tensor, None]:
+        calls.append({"shapes": [t.values.shape for t in (q, k, v)], "causal": causal,
+                      "views": [t.values.base is not None for t in (q, k, v)]})
+        out, _ = attention_reference(np, q.float32(), k.float32(), v.float32(), causal)
+        return _Tensor(_dtypes.from_float32(np, out, q.dtype), q.dtype), None
+
+    package, cute = types.ModuleType("flash_attn"), types.ModuleType("flash_attn.cute")
+    cute.flash_attn_func = flash_attn_func
+    return {"flash_attn": package, "flash_attn.cute": cute}
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_flash_attn_4_peer_runs_on_views_in_its_layout_and_writes_o(
+        layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlashAttention-4 takes (batch, seq, heads, head_dim): a bhsd workload's tensors are
+    handed over as transposed views (nothing copied) and its output comes back into o in
+    the workload's layout, equal to the fp32 reference within bf16's rounding."""
+    calls: list[dict[str, Any]] = []
+    for name, module in _fake_flash_attn_4(calls).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setitem(sys.modules, "torch", _Torch())
+    params = {**ATTENTION, "layout": layout}
+    tensors, dtypes = _workload("attention", params)
+    launch, finish = prepare_baseline("flash_attn_4", "attention", params, tensors, dtypes)
+    launch()
+    finish()
+    assert len(calls) == 2 and calls[0]["causal"] is True  # the check run, then ours
+    assert calls[0]["shapes"][0] == (2, 24, 4, 16) and calls[0]["shapes"][1] == (2, 24, 2, 16)
+    assert all(calls[0]["views"]) is (layout == "bhsd")
+    got = _dtypes.to_float32(np, tensors["o"], "bfloat16")
+    inputs = {n: _dtypes.to_float32(np, tensors[n], "bfloat16") for n in "qkv"}
+    if layout == "bhsd":
+        inputs = {n: x.transpose(0, 2, 1, 3) for n, x in inputs.items()}
+    want, _ = attention_reference(np, inputs["q"], inputs["k"], inputs["v"], True)
+    if layout == "bhsd":
+        want = want.transpose(0, 2, 1, 3)
+    assert np.abs(got - want).max() < 2e-2
+
+
+def test_flash_attn_4_peer_says_why_it_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unavailable without the package, and for a causal case whose query and key lengths
+    differ (its mask is bottom-right aligned, the spec's top-left)."""
+    monkeypatch.setitem(sys.modules, "torch", _Torch())
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", None)
+    tensors, dtypes = _workload("attention", ATTENTION)
+    with pytest.raises(BaselineUnavailable, match=r"flash_attn\.cute does not import"):
+        prepare_baseline("flash_attn_4", "attention", ATTENTION, tensors, dtypes)
+    for name, module in _fake_flash_attn_4([]).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    shorter = {**ATTENTION, "seq_q": 8}
+    tensors, dtypes = _workload("attention", shorter)
+    with pytest.raises(BaselineUnavailable, match="bottom-right aligned"):
+        prepare_baseline("flash_attn_4", "attention", shorter, tensors, dtypes)
