@@ -127,28 +127,41 @@ def prepared_cases(which: str, layouts: list[str]) -> list[dict[str, Any]]:
     return [{**params, "layout": layout} for layout in layouts for params in base]
 
 
-def prepare(args: argparse.Namespace) -> None:
+def _prepare_case(params: dict[str, Any], device_name: str, top: int,
+                  pool: int) -> dict[str, Any]:
+    """One case's candidates, rendered in fp16 and bf16 (a process of its own with
+    ``--jobs``: ranking a space is one core's work)."""
     from codegen import render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
     from scheduler_search.sprogram import plan_sprogram
 
-    device = get_device(args.device)
-    cases, started = [], time.perf_counter()
-    for params in prepared_cases(args.cases, args.layouts):
-        specs = {d: parse_spec("attention", {**params, "dtype": d})
-                 for d in ("float16", "bfloat16")}
-        entries = []
-        for source, sprogram in _candidates(specs["float16"], device, args.top, args.pool):
-            entry: dict[str, Any] = {"source": source}
-            for dtype, spec in specs.items():
-                sp = plan_sprogram(spec, device, sprogram.choices)
-                entry[dtype] = {"hash": sp.hash, "choices": sp.choices,
-                                "artifact": render(sp, spec, device).to_dict()}
-            entries.append(entry)
-        cases.append({"params": specs["float16"].params(), "candidates": entries})
-        print(f"{case_name(params)}: {len(entries)} candidates "
-              f"({time.perf_counter() - started:.0f} s)", flush=True)
+    device = get_device(device_name)
+    specs = {d: parse_spec("attention", {**params, "dtype": d}) for d in ("float16", "bfloat16")}
+    entries = []
+    for source, sprogram in _candidates(specs["float16"], device, top, pool):
+        entry: dict[str, Any] = {"source": source}
+        for dtype, spec in specs.items():
+            sp = plan_sprogram(spec, device, sprogram.choices)
+            entry[dtype] = {"hash": sp.hash, "choices": sp.choices,
+                            "artifact": render(sp, spec, device).to_dict()}
+        entries.append(entry)
+    return {"params": specs["float16"].params(), "candidates": entries}
+
+
+def prepare(args: argparse.Namespace) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
+    wanted = prepared_cases(args.cases, args.layouts)
+    with ProcessPoolExecutor(max_workers=args.jobs) as processes:
+        futures = [processes.submit(_prepare_case, params, args.device, args.top, args.pool)
+                   for params in wanted]
+        cases = []
+        for params, future in zip(wanted, futures, strict=True):
+            cases.append(future.result())
+            print(f"{case_name(params)}: {len(cases[-1]['candidates'])} candidates "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
     doc = {**tree_state(), "device": args.device, "top": args.top, "pool": args.pool,
            "cases": cases}
     out = Path(args.out)
@@ -335,7 +348,9 @@ def print_table(summary: dict[str, Any]) -> None:
         c = r["choices"]
         shape = (f"{c['tile_q']}x{c['tile_kv']} {c['order']} wg{c['consumer_warpgroups']} "
                  f"{c.get('wg_schedule', 'free')} s{c['stages_k']}/{c['stages_v']} "
-                 f"{'pers' if c['persistent'] else 'grid'}")
+                 f"{'pers' if c['persistent'] else 'grid'} {c.get('consumer_split', 'cooperative')}"
+                 f" store:{c.get('map_store', 'cuda_core')}"
+                 f"{' heaviest-first' if c.get('raster_heaviest_first') else ''}")
         print(f"{r['case']:<34} {r['pipetune_us']:>12.1f} {r['cudnn_us']:>10.1f} "
               f"{r['fa2_us']:>10.1f} {r['vs_cudnn']:>9.3f} {r['vs_fa2']:>7.3f}  {shape}")
     print(f"geomean vs cuDNN SDPA {summary['geomean_vs_cudnn']:.3f}, vs FlashAttention-2 "
@@ -349,6 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="h200")
     p.add_argument("--top", type=int, default=8, help="cost-model structures per case")
     p.add_argument("--pool", type=int, default=200, help="cost-model top N to pick from")
+    p.add_argument("--jobs", type=int, default=1, help="cases ranked at once (processes)")
     p.add_argument("--out", default=str(ROOT / ".bench" / "attention-candidates.json.gz"))
     p.add_argument("--cases", choices=("suite", "head-sizes"), default="suite",
                    help="the suite, or head sizes 64 / 96 / 256 at 4 x 32(8) x 4096")
