@@ -38,7 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    geomean,
+    rendered_per_dtype,
+    timing_configs,
+    tree_state,
+    write_json,
+)
 
 #: Knobs whose values make two schedules "the same structure" for diversity.
 STRUCTURE_KEYS = ("tile_q", "tile_kv", "warp_specialized", "consumer_warpgroups",
@@ -131,21 +137,13 @@ def _prepare_case(params: dict[str, Any], device_name: str, top: int,
                   pool: int) -> dict[str, Any]:
     """One case's candidates, rendered in fp16 and bf16 (a process of its own with
     ``--jobs``: ranking a space is one core's work)."""
-    from codegen import render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
-    from scheduler_search.sprogram import plan_sprogram
 
     device = get_device(device_name)
     specs = {d: parse_spec("attention", {**params, "dtype": d}) for d in ("float16", "bfloat16")}
-    entries = []
-    for source, sprogram in _candidates(specs["float16"], device, top, pool):
-        entry: dict[str, Any] = {"source": source}
-        for dtype, spec in specs.items():
-            sp = plan_sprogram(spec, device, sprogram.choices)
-            entry[dtype] = {"hash": sp.hash, "choices": sp.choices,
-                            "artifact": render(sp, spec, device).to_dict()}
-        entries.append(entry)
+    entries = [rendered_per_dtype(source, sprogram, specs, device)
+               for source, sprogram in _candidates(specs["float16"], device, top, pool)]
     return {"params": specs["float16"].params(), "candidates": entries}
 
 

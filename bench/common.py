@@ -66,3 +66,18 @@ def timing_configs() -> tuple[Any, Any]:
     quick = TimingConfig(warmup_launches=2, warmup_ms=0.0, min_samples=10, min_time_ms=0.0)
     final = TimingConfig(warmup_launches=3, warmup_ms=10.0, min_samples=30, min_time_ms=20.0)
     return quick, final
+
+
+def rendered_per_dtype(source: str, sprogram: Any, specs: dict[str, Any],
+                       device: Any) -> dict[str, Any]:
+    """A prepared candidate: where it came from, and its choices planned and rendered for
+    each dtype's spec (hash, choices, artifact), so a GPU run needs no code generation."""
+    from codegen import render
+    from scheduler_search.sprogram import plan_sprogram
+
+    entry: dict[str, Any] = {"source": source}
+    for dtype, spec in specs.items():
+        planned = plan_sprogram(spec, device, sprogram.choices)
+        entry[dtype] = {"hash": planned.hash, "choices": planned.choices,
+                        "artifact": render(planned, spec, device).to_dict()}
+    return entry

@@ -50,7 +50,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import dated_result, geomean, timing_configs, tree_state, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    dated_result,
+    geomean,
+    rendered_per_dtype,
+    timing_configs,
+    tree_state,
+    write_json,
+)
 
 OPS = ("mamba2_chunk_state", "mamba2_chunk_scan")
 #: Variant (the case names' prefix) -> its operator and the params it sets.
@@ -194,10 +201,8 @@ def _candidates(op: str, spec: Any, device: Any, top: int, pool: int) -> list[tu
 
 
 def prepare(args: argparse.Namespace) -> None:
-    from codegen import render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
-    from scheduler_search.sprogram import plan_sprogram
 
     device = get_device(args.device)
     cases, started = [], time.perf_counter()
@@ -206,14 +211,8 @@ def prepare(args: argparse.Namespace) -> None:
             continue
         op = case["op"]
         specs = {d: parse_spec(op, {**case["params"], "dtype": d}) for d in DTYPES}
-        entries = []
-        for source, sprogram in _candidates(op, specs["float16"], device, args.top, args.pool):
-            entry: dict[str, Any] = {"source": source}
-            for dtype, spec in specs.items():
-                sp = plan_sprogram(spec, device, sprogram.choices)
-                entry[dtype] = {"hash": sp.hash, "choices": sp.choices,
-                                "artifact": render(sp, spec, device).to_dict()}
-            entries.append(entry)
+        entries = [rendered_per_dtype(source, sprogram, specs, device) for source, sprogram
+                   in _candidates(op, specs["float16"], device, args.top, args.pool)]
         cases.append({**case, "candidates": entries})
         print(f"{case_name(op, case['params'])}: {len(entries)} candidates "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
