@@ -419,6 +419,6 @@ class AttentionHooks(OperatorHooks):
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
-ATTENTION_HOOKS_VERSION = "attention-3"
+ATTENTION_HOOKS_VERSION = "attention-4"
 
 __all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]

@@ -177,7 +177,14 @@ class PipelinedLoop:
             f"{i.stask}{'(trip+1)' if i.lead else ''}" for i in self.loop))
         c.comment("prologue: the lead sTasks of trip 0")
         self._iteration("-1", Part.PROLOGUE)
-        with c.block(f"for (int trip = 0; trip < {self.trips} - 1; ++trip)"):
+        steady = f"{self.trips} - 1"
+        if self._steady_runs_once():
+            c.comment("one steady trip, known when compiling: its bound is hidden, or ptxas "
+                      "schedules the three parts as one block and spills (d64, 256 keys: 228 B)")
+            c(f"int steady_trips = {steady};")
+            c('asm volatile("" : "+r"(steady_trips));')
+            steady = "steady_trips"
+        with c.block(f"for (int trip = 0; trip < {steady}; ++trip)"):
             self._iteration("trip", Part.STEADY)
         c.comment("the last trip: no lead sTasks")
         with c.block(""):
@@ -185,6 +192,13 @@ class PipelinedLoop:
             self._iteration("trip", Part.LAST)
         self.k.recording = True
         self._drain()
+
+    def _steady_runs_once(self) -> bool:
+        """Whether every tile has two trips, a constant of the kernel's text (no run-time
+        size, no per-tile count): the steady loop then runs once."""
+        layout = self.k.layout
+        return (self.trips == self.k.hooks.trips and not layout.runtime_dims
+                and self.s.graph.loop_trips() == 2)
 
     # ----- one iteration ---------------------------------------------------------------
     def _iteration(self, t: str, part: Part) -> None:

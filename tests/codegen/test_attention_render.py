@@ -219,6 +219,28 @@ def test_pingpong_consumers_each_loop_over_a_query_tile_of_their_own() -> None:
     assert "pingpong consumers" in (unsupported(sprogram, DEVICE) or "")  # its state MMA
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_a_steady_loop_of_one_trip_keeps_its_bound_hidden_and_does_not_spill() -> None:
+    """FlashAttention-3's rotated loop over 256 keys in 128-key tiles: prologue, one steady
+    trip and the last; a bound ptxas can read makes the three one block of code, which it
+    spilled 228 bytes of at head_dim 64. Hidden, it compiles clean; three trips or a
+    run-time length keep the plain bound."""
+    from scheduler_search.space.designs import FLASH_ATTENTION_3
+
+    design = {**FLASH_ATTENTION_3, "map_softmax_exp2": "sfu", "persistent": True}
+    texts = {}
+    for seq in (256, 384):
+        spec = _spec({**ODD, "seq_q": seq, "seq_kv": seq, "head_dim": 64, "dtype": "float16"})
+        sprogram, validity = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE)).build(
+            design)
+        assert validity.ok, validity
+        texts[seq] = render(sprogram, spec, DEVICE).source
+    assert 'asm volatile("" : "+r"(steady_trips));' in texts[256]
+    assert "trip < steady_trips" in texts[256] and "steady_trips" not in texts[384]
+    assert "for (int trip = 0; trip < KV_TILES - 1; ++trip)" in texts[384]
+    assert_compile_clean(list(texts.values()))
+
+
 def test_exp2_follows_the_seu_of_softmax_exp2() -> None:
     spec = _spec(ODD)
     space = ScheduleSpace(spec, DEVICE, feasibility("attention", DEVICE))
