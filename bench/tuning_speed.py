@@ -4,11 +4,12 @@ within 2% of the run's final best, and how fast that best is against the vendor 
 on ``PYTHONPATH``; without them the run has no baseline and ``peer_us`` is null).
 
 Cases are ``op:shape``: ``gemm:MxNxK``, ``attention:BxHxKVxSxD`` with ``c`` at the end
-for a causal mask (``attention:1x32x8x4096x128c``), or ``mamba2_chunk_scan:BxSxHxPxNxC``
-and ``mamba2_chunk_state:BxSxHxPxNxC`` (batch, seqlen, nheads, headdim, dstate, chunk_size)
-with ``gG`` at the end for G groups (1 without it): ``mamba2_chunk_scan:8x4096x80x64x128x256``.
-For each case, a fresh database and a
-fresh data directory (no cached schedule, no compiled kernel, no calibration) and a fresh
+for a causal mask and ``-bhsd`` after it for PyTorch's layout (``attention:1x32x8x4096x128c``,
+``attention:8x32x8x512x128-bhsd``; FlashAttention's bshd without it), or
+``mamba2_chunk_scan:BxSxHxPxNxC`` and ``mamba2_chunk_state:BxSxHxPxNxC`` (batch, seqlen,
+nheads, headdim, dstate, chunk_size) with ``gG`` at the end for G groups (1 without it):
+``mamba2_chunk_scan:8x4096x80x64x128x256``. For each case, a fresh database and a fresh data
+directory (no cached schedule, no compiled kernel, no calibration) and a fresh
 ``LocalGpuPool``: the run goes through the
 service's own path (``RunManager.run_inline``, as ``pipetune tune`` does) with a time
 budget (``--seconds``, the search loop; the final re-timing comes after). t = 0 is the
@@ -75,17 +76,21 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
         m, n, k = (int(x) for x in shape.split("x"))
         return op, {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout}
     if op == "attention":
-        causal = shape.endswith("c")
-        batch, heads, kv_heads, seq, head_dim = (int(x) for x in shape.rstrip("c").split("x"))
+        dims, _, tensor_layout = shape.partition("-")
+        if tensor_layout not in ("", "bshd", "bhsd"):
+            raise ValueError(f"{case}: the layout after '-' is bshd or bhsd")
+        causal = dims.endswith("c")
+        batch, heads, kv_heads, seq, head_dim = (int(x) for x in dims.rstrip("c").split("x"))
         return op, {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq,
-                    "seq_kv": seq, "head_dim": head_dim, "causal": causal, "dtype": dtype}
+                    "seq_kv": seq, "head_dim": head_dim, "causal": causal, "dtype": dtype,
+                    **({"layout": tensor_layout} if tensor_layout else {})}
     if op in ("mamba2_chunk_scan", "mamba2_chunk_state"):
         dims, _, groups = shape.partition("g")
         batch, seqlen, nheads, headdim, dstate, chunk = (int(x) for x in dims.split("x"))
         return op, {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
                     "dstate": dstate, "ngroups": int(groups or 1), "chunk_size": chunk,
                     "dtype": dtype}
-    raise ValueError(f"{case}: expected gemm:MxNxK, attention:BxHxKVxSxD[c] or "
+    raise ValueError(f"{case}: expected gemm:MxNxK, attention:BxHxKVxSxD[c][-bhsd] or "
                      f"mamba2_chunk_scan|mamba2_chunk_state:BxSxHxPxNxC[gG]")
 
 

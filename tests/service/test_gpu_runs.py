@@ -530,6 +530,11 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
     assert bench.case_params("attention:2x16x4x1000x64c", "bfloat16", "kn") == ("attention", {
         "batch": 2, "heads": 16, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000, "head_dim": 64,
         "causal": True, "dtype": "bfloat16"})
+    assert bench.case_params("attention:8x32x8x512x128-bhsd", "float16", "kn")[1] == {
+        "batch": 8, "heads": 32, "kv_heads": 8, "seq_q": 512, "seq_kv": 512, "head_dim": 128,
+        "causal": False, "dtype": "float16", "layout": "bhsd"}
+    with pytest.raises(ValueError, match="bshd or bhsd"):
+        bench.case_params("attention:8x32x8x512x128-sbhd", "float16", "kn")
     mamba = {"batch": 8, "seqlen": 4096, "nheads": 80, "headdim": 64, "dstate": 128,
              "ngroups": 1, "chunk_size": 256, "dtype": "float16"}
     assert bench.case_params("mamba2_chunk_scan:8x4096x80x64x128x256", "float16", "kn") == (
