@@ -171,7 +171,8 @@ class ScheduleSpace:
         return sprogram, validity
 
     def enumerate(
-        self, on_tile: Callable[[int, int], None] | None = None
+        self, on_tile: Callable[[int, int], None] | None = None,
+        shard: tuple[int, int] = (0, 1),
     ) -> tuple[list[Candidate], SpaceCount]:
         """All valid structural candidates, and the count of the whole space.
 
@@ -180,6 +181,9 @@ class ScheduleSpace:
         knob's ``viable`` leaves out after earlier choices are not walked, and neither
         counted valid nor rejected (the count is then below the knobs' product).
         ``on_tile(done, tiles)`` is called after each tile (a command's progress bar).
+        ``shard`` ``(i, n)``: only the ``i``-th of ``n`` runs of consecutive tiles, and the
+        count of those (``n`` processes walk the space between them; their candidates, in
+        shard order, are the whole walk's, in its order).
         """
         structural = self.structural_knobs
         tile_knobs = [k for k in structural if k.name.startswith("tile_")]
@@ -188,7 +192,9 @@ class ScheduleSpace:
         multiplier = math.prod(len(k.options) for k in self.order_knobs)
         count = SpaceCount()
         valid: list[Candidate] = []
+        index, shards = shard
         tiles = list(self._walk(tile_knobs, 0, {}))
+        tiles = tiles[len(tiles) * index // shards: len(tiles) * (index + 1) // shards]
         for done, tile_choice in enumerate(tiles, start=1):
             if on_tile is not None:
                 on_tile(done - 1, len(tiles))

@@ -1,7 +1,8 @@
 """The cost model's seeds of a GPU run, computed in another process while the search starts.
 
-Ranking a whole space (``scheduler_search.search.cost_model_seeds``) takes seconds of one
-CPU core; the first batches need not wait for it. :class:`SeedProcess` starts the ranking
+Ranking a whole space (``scheduler_search.search.cost_model_seeds``) takes seconds of CPU
+(processes over shards of the space's tiles: :func:`rank_jobs`); the first batches need
+not wait for it. :class:`SeedProcess` starts the ranking
 in a child process (``workers.spawn``: the caller's script is never imported) and is
 polled by the search driver (``seed_source``): ``None`` until the seeds are there, then
 the seeds, once.
@@ -10,6 +11,7 @@ the seeds, once.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +21,15 @@ from workers.spawn import Child
 
 logger = logging.getLogger(__name__)
 
+#: The most processes a run's ranking takes.
+MAX_RANK_JOBS = 8
+
+
+def rank_jobs() -> int:
+    """Processes the ranking may take: half the machine's cores, at most 8 (the rest
+    compile and feed the GPU workers meanwhile); one on a small machine."""
+    return max(1, min(MAX_RANK_JOBS, (os.cpu_count() or 1) // 2))
+
 
 def _seed_worker(conn: Any, spec: OperatorSpec, device: Device, options: dict[str, Any]) -> None:
     """Process entry: rank and send ``("ok", seeds)`` or ``("error", text)``."""
@@ -27,6 +38,7 @@ def _seed_worker(conn: Any, spec: OperatorSpec, device: Device, options: dict[st
         from scheduler_search.search import cost_model_seeds
 
         feasible = feasibility(spec.op, device)
+        options = {"jobs": rank_jobs(), **options}
         conn.send(("ok", cost_model_seeds(spec, device, feasible=feasible, **options)))
     except Exception as exc:  # reported to the parent, which searches without seeds
         conn.send(("error", f"{type(exc).__name__}: {exc}"))

@@ -54,3 +54,44 @@ def test_the_best_structures_are_seeded_alone_and_in_clusters() -> None:
             assert twin in seeds
     sizes = {s.get("cluster_size") for s in seeds}
     assert {1, 2} <= sizes
+
+
+#: A slice of a causal attention space: 864 structures over several tiles, a second to walk.
+ATTENTION_SLICE = {"consumer_warpgroups": 2, "order": "rotate", "consumer_split": "cooperative",
+                   "map_store": "cuda_core"}
+
+
+def _causal_attention() -> object:
+    from scheduler_search.ops import parse_spec
+
+    return parse_spec("attention", {"batch": 1, "heads": 8, "kv_heads": 2, "seq_q": 512,
+                                    "seq_kv": 512, "head_dim": 64, "causal": True,
+                                    "dtype": "float16"})
+
+
+def test_the_walk_shared_among_processes_ranks_as_one_process_does() -> None:
+    """Shards of consecutive tiles are the walk in pieces (their candidates, in shard order,
+    are the whole walk's, and their counts add up to its count); ranked from shards walked
+    in two processes, the space's best are those one process finds, in the same order."""
+    from scheduler_search.search.seeding import ranked_pool
+
+    spec = _causal_attention()
+    feasible = feasibility("attention", H200)
+    space = ScheduleSpace(spec, H200, feasible, ATTENTION_SLICE)
+    whole, count = space.enumerate()
+    shards = [space.enumerate(shard=(index, 3)) for index in range(3)]
+    assert [c.choices for part, _ in shards for c in part] == [c.choices for c in whole]
+    assert sum(part_count.valid for _, part_count in shards) == count.valid
+    one = ranked_pool(spec, H200, 20, feasible=feasible, fixed=ATTENTION_SLICE)
+    two = ranked_pool(spec, H200, 20, feasible=feasible, fixed=ATTENTION_SLICE, jobs=2)
+    assert [r.sprogram.hash for r in two] == [r.sprogram.hash for r in one] and len(one) == 20
+
+
+def test_causal_seeds_include_the_heaviest_first_order_of_the_best_structures() -> None:
+    seeds = cost_model_seeds(_causal_attention(), H200, structures=4, raster_structures=2,
+                             pool=40, feasible=feasibility("attention", H200),
+                             fixed=ATTENTION_SLICE)
+    heaviest = [s for s in seeds if s.get("raster_heaviest_first")]
+    assert len(heaviest) == 2  # one for each of the two best structures
+    plain = [{**s, "raster_heaviest_first": False} for s in heaviest]
+    assert plain == seeds[:2]  # the two best structures, in their order
