@@ -23,12 +23,13 @@ from typing import Any
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import OperatorSpec
 from scheduler_search.space import (
-    Candidate,
     Choices,
     Feasibility,
     Ranked,
     ScheduleSpace,
+    finalist,
     rank_top,
+    select_top,
 )
 
 #: Choices that are not part of a schedule's "structure" for diversity: tile order and
@@ -80,10 +81,27 @@ def stream_k_twins(space: ScheduleSpace, choices: Choices) -> list[Choices]:
     return [t for t in twins if t != choices and space.build(t)[1].ok]
 
 
-def _shard_candidates(spec: OperatorSpec, device: Device, feasible: Feasibility | None,
-                      fixed: Choices | None, shard: tuple[int, int]) -> list[Candidate]:
-    """The valid candidates of one shard of the space's tiles (a process of its own)."""
-    return ScheduleSpace(spec, device, feasible, fixed).enumerate(shard=shard)[0]
+def _ranking_space(spec: OperatorSpec, device: Device, calibration: Any,
+                   feasible: Feasibility | None, fixed: Choices | None,
+                   ) -> tuple[ScheduleSpace, Any]:
+    """The space the cost model ranks in (the calibrated device's) and its timings."""
+    if calibration is None or calibration.is_identity:
+        return ScheduleSpace(spec, device, feasible, fixed), None
+    calibrated = calibration.device(device)
+    return ScheduleSpace(spec, calibrated, feasible, fixed), calibration.timings()
+
+
+def _ranked_shard(spec: OperatorSpec, device: Device, pool: int, calibration: Any,
+                  feasible: Feasibility | None, fixed: Choices | None,
+                  shard: tuple[int, int]) -> tuple[int, list[tuple[float, int, Ranked]]]:
+    """One shard of the space's tiles, walked and ranked (a process of its own): its
+    candidates' count, and its ``pool`` best, each with the selection's latency and
+    position (in the shard) and its best tile order of all."""
+    candidates, _ = ScheduleSpace(spec, device, feasible, fixed).enumerate(shard=shard)
+    space, timings = _ranking_space(spec, device, calibration, feasible, fixed)
+    selected = select_top(space, candidates, pool, timings)
+    return len(candidates), [(s.latency_us, s.index, finalist(space, s, timings))
+                             for s in selected]
 
 
 def ranked_pool(spec: OperatorSpec, device: Device, pool: int, *, calibration: Any = None,
@@ -91,27 +109,30 @@ def ranked_pool(spec: OperatorSpec, device: Device, pool: int, *, calibration: A
                 jobs: int = 1) -> list[Ranked]:
     """The cost model's ``pool`` best schedules of the whole space, best first.
 
-    With ``jobs`` > 1 the walk of the space (most of the time: 26 of 34 s for an attention
-    space of 15,356 structures on a 2-core machine) is shared among that many processes,
-    in :data:`SHARDS_PER_JOB` runs of consecutive tiles each (tiles differ in how many of
-    their points are valid, so fewer, longer runs would leave processes idle); the
-    candidates come back in the walk's order, so the ranking is the one a single process
-    makes.
+    With ``jobs`` > 1 the space's tiles are walked and ranked by that many processes, in
+    :data:`SHARDS_PER_JOB` runs of consecutive tiles each (tiles differ in how many of
+    their points are valid, so fewer, longer runs would leave processes idle). Each run's
+    exact best (:func:`~scheduler_search.space.select_top`: by latency, then position)
+    holds every one of the space's best that lies in it, so their merge by latency and
+    position in the whole walk is the ranking one process makes. On this project's 2-core
+    machine an attention space of 15,356 structures took 34 s in one process.
     """
-    space = ScheduleSpace(spec, device, feasible, fixed)
     if jobs <= 1:
-        candidates, _ = space.enumerate()
-    else:
-        count = jobs * SHARDS_PER_JOB
-        shards = [(index, count) for index in range(count)]
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool_:
-            parts = pool_.map(partial(_shard_candidates, spec, device, feasible, fixed), shards)
-            candidates = [candidate for part in parts for candidate in part]
-    timings = None
-    if calibration is not None and not calibration.is_identity:
-        timings = calibration.timings()
-        space = ScheduleSpace(spec, calibration.device(device), feasible, fixed)
-    return rank_top(space, candidates, pool, timings)
+        candidates, _ = ScheduleSpace(spec, device, feasible, fixed).enumerate()
+        space, timings = _ranking_space(spec, device, calibration, feasible, fixed)
+        return rank_top(space, candidates, pool, timings)
+    count = jobs * SHARDS_PER_JOB
+    shards = [(index, count) for index in range(count)]
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool_:
+        parts = list(pool_.map(partial(_ranked_shard, spec, device, pool, calibration,
+                                       feasible, fixed), shards))
+    merged, offset = [], 0
+    for walked, best in parts:
+        merged += [(latency, offset + index, ranked) for latency, index, ranked in best]
+        offset += walked
+    merged.sort(key=lambda item: (item[0], item[1]))
+    chosen = [ranked for _, _, ranked in merged[:pool]]
+    return sorted(chosen, key=lambda r: (r.estimate.latency_us, r.sprogram.hash))
 
 
 def cost_model_seeds(

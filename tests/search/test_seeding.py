@@ -71,8 +71,9 @@ def _causal_attention() -> object:
 
 def test_the_walk_shared_among_processes_ranks_as_one_process_does() -> None:
     """Shards of consecutive tiles are the walk in pieces (their candidates, in shard order,
-    are the whole walk's, and their counts add up to its count); ranked from shards walked
-    in two processes, the space's best are those one process finds, in the same order."""
+    are the whole walk's, and their counts add up to its count); each shard ranked in one
+    of two processes, their merge is the space's best as one process ranks it, in the same
+    order, exact ties included (the selection breaks them by position in the walk)."""
     from scheduler_search.search.seeding import ranked_pool
 
     spec = _causal_attention()
