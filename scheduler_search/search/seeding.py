@@ -123,8 +123,8 @@ def ranked_pool(spec: OperatorSpec, device: Device, pool: int, *, calibration: A
         return rank_top(space, candidates, pool, timings)
     count = jobs * SHARDS_PER_JOB
     shards = [(index, count) for index in range(count)]
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool_:
-        parts = list(pool_.map(partial(_ranked_shard, spec, device, pool, calibration,
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as workers:
+        parts = list(workers.map(partial(_ranked_shard, spec, device, pool, calibration,
                                        feasible, fixed), shards))
     merged, offset = [], 0
     for walked, best in parts:
