@@ -125,7 +125,7 @@ def ranked_pool(spec: OperatorSpec, device: Device, pool: int, *, calibration: A
     shards = [(index, count) for index in range(count)]
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as workers:
         parts = list(workers.map(partial(_ranked_shard, spec, device, pool, calibration,
-                                       feasible, fixed), shards))
+                                         feasible, fixed), shards))
     merged, offset = [], 0
     for walked, best in parts:
         merged += [(latency, offset + index, ranked) for latency, index, ranked in best]
