@@ -17,9 +17,10 @@ from typing import Any
 from codegen.artifact import TensorMapArg
 from codegen.pipeline import Code, StoreBox
 from codegen.targets import Target
+from scheduler_search.ops import DTYPE_BYTES
 
-#: Bytes of one staged lse (fp32).
-LSE_BYTES = 4
+#: Bytes of one lse (fp32): the attention graph's ``side_row_bytes``, which sizes its staging.
+LSE_BYTES = DTYPE_BYTES["float32"]
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,6 @@ from codegen.cuda import convert
 from codegen.pipeline import split_k
 from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
 
-#: Bytes of one staged side output of a row (fp32).
-SIDE_ROW_BYTES = 4
-
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
     from codegen.pipeline.hooks import OutputTile
@@ -69,7 +66,8 @@ def store_constants(code: Code, layout: PipelineLayout) -> None:
         code(f"constexpr u32 C_BLOCK_BYTES = {layout.c_block_bytes};  // one consumer's 64 "
              f"fragment rows as {out.cols} output rows")
     if layout.hooks.side_outputs_staged:
-        code(f"constexpr u32 SIDE_SLOT_BYTES = {out.rows * SIDE_ROW_BYTES};  // the tile's rows' "
+        row_bytes = layout.structure.graph.side_row_bytes
+        code(f"constexpr u32 SIDE_SLOT_BYTES = {out.rows * row_bytes};  // the tile's rows' "
              "side outputs, staged with it")
 
 
@@ -122,12 +120,14 @@ def _staging_buffer(code: Code, layout: PipelineLayout, bar: str) -> None:
 
 def _side_buffer(layout: PipelineLayout) -> str:
     """Where this warpgroup stages its rows' side outputs: the slot of the tile's first
-    sub-tile (so the staging's waits free it too)."""
+    sub-tile (so the staging's waits free it too); rows of the graph's ``side_row_bytes``,
+    as the shared-memory plan sizes the slots."""
+    row_bytes = layout.structure.graph.side_row_bytes
     if layout.staging == "operands":
-        return f"smem + SMEM_SIDE + row0 * {SIDE_ROW_BYTES}"
+        return f"smem + SMEM_SIDE + row0 * {row_bytes}"
     if layout.structure.pingpong:
         return "smem + SMEM_SIDE + consumer * SIDE_SLOT_BYTES"
-    return f"smem + SMEM_SIDE + (store_round % 2) * SIDE_SLOT_BYTES + row0 * {SIDE_ROW_BYTES}"
+    return f"smem + SMEM_SIDE + (store_round % 2) * SIDE_SLOT_BYTES + row0 * {row_bytes}"
 
 
 def emit_tma_store(code: Code, layout: PipelineLayout,
