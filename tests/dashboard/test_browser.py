@@ -63,6 +63,11 @@ def _in_ci() -> bool:
     return bool(os.environ.get("CI")) or "PIPETUNE_TEST_POSTGRES_URL" in os.environ
 
 
+def _console_error(message) -> str:
+    """A console error with where it came from (a failed request names its URL)."""
+    return f"console: {message.text} ({message.location.get('url')})"
+
+
 def _browser_problem() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
@@ -137,7 +142,7 @@ def browsing(tmp_path: Path) -> Iterator[Browsing]:
             page.set_default_timeout(TIMEOUT_MS)
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-            page.on("console", lambda message: errors.append(f"console: {message.text}")
+            page.on("console", lambda message: errors.append(_console_error(message))
                     if message.type == "error" else None)
             yield Browsing(page, api, str(api.base_url).rstrip("/"), tmp_path / "dashboard.db",
                            errors)

@@ -263,7 +263,14 @@ def test_a_browser_logs_in_cancels_and_logs_out(tmp_path: Path,
     """Chromium under the pages' CSP (no ``bypass_csp``): the login form, the run page
     with its charts, its cancel button (a write with the session's CSRF token), the runs
     list's refresh and logout work, with no script error or CSP violation."""
-    from test_browser import CHROMIUM, CHROMIUM_ARGS, _browser_problem, _in_ci, _live_server
+    from test_browser import (
+        CHROMIUM,
+        CHROMIUM_ARGS,
+        _browser_problem,
+        _console_error,
+        _in_ci,
+        _live_server,
+    )
 
     problem = _browser_problem()
     if problem is not None:
@@ -284,7 +291,7 @@ def test_a_browser_logs_in_cancels_and_logs_out(tmp_path: Path,
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
-            page.on("console", lambda message: errors.append(f"console: {message.text}")
+            page.on("console", lambda message: errors.append(_console_error(message))
                     if message.type == "error" else None)
             base = str(api.base_url).rstrip("/")
             page.goto(f"{base}/runs/{run_id}")

@@ -412,9 +412,11 @@ function follow() {
   });
   events.addEventListener("end", async (e) => {
     events.close();
-    showRun(JSON.parse(e.data));
+    const run = JSON.parse(e.data);
+    showRun(run);
     document.body.dataset.runEnded = "true";
-    await Promise.all([loadTrials(), loadImportance(true), loadSchedule(), drawConvergence()]);
+    // A run cancelled before its first measurement has no schedule to show (its timeline 404s).
+    await Promise.all([loadTrials(), loadImportance(true), run.best && loadSchedule(), drawConvergence()]);
   });
   page.dataset.live = "true";
 }
