@@ -16,7 +16,8 @@ workload's output tensor (so the same reference check applies). Peers:
     for what it cannot fuse (see :func:`_torch_epilogue`).
   - ``sdpa_cudnn`` / ``sdpa_flash`` (attention): PyTorch's
     ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
-    on (batch, heads, seq, head_dim) copies of the same inputs made before timing.
+    on (batch, heads, seq, head_dim) copies of the same inputs made before timing (8-bit
+    inputs widened to bf16 and scaled: the 16-bit attention an FP8 user would run instead).
   - ``flash_attn_4`` (attention): FlashAttention-4's CuTe DSL forward,
     ``flash_attn.cute.flash_attn_func`` (the ``flash-attn-4`` wheel with
     ``nvidia-cutlass-dsl``; it has Hopper kernels), on (batch, seq, heads, head_dim) views
@@ -236,7 +237,7 @@ def _sdpa(
     dtype = dtypes["o"]
     # SDPA takes (batch, heads, seq, head_dim): a bshd workload is transposed once, here.
     heads_second = params.get("layout", "bshd") == "bhsd"
-    q, k, v = (_as_torch(torch, tensors[n], dtype) for n in "qkv")
+    q, k, v = (_sdpa_input(torch, tensors, n, dtypes) for n in "qkv")
     if not heads_second:
         q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     o = _as_torch(torch, tensors["o"], dtype)
@@ -267,6 +268,17 @@ def _sdpa(
     except RuntimeError as exc:
         raise BaselineUnavailable(f"{name}: {exc}") from exc
     return (lambda: run(k_full, v_full, False)), finish
+
+
+def _sdpa_input(torch: Any, tensors: dict[str, Any], name: str, dtypes: dict[str, str]) -> Any:
+    """Input ``name`` as SDPA takes it: a view in the output's type, or 8-bit floats
+    widened once and times their per-tensor scale (the 16-bit attention an FP8 user would
+    run instead; the conversion is not timed)."""
+    if dtypes[name] not in _TORCH_FP8:
+        return _as_torch(torch, tensors[name], dtypes["o"])
+    kind = getattr(torch, _TORCH_FP8[dtypes[name]])
+    wide = _as_torch(torch, tensors[name], "uint8").view(kind).to(getattr(torch, dtypes["o"]))
+    return wide * _as_torch(torch, tensors[f"{name}_scale"], "float32").to(wide.dtype)
 
 
 #: Peer -> (its mamba_ssm module, Triton kernel, the workload tensors it reads in call
@@ -339,6 +351,8 @@ def _flash_attn_4(
         from flash_attn.cute import flash_attn_func
     except ImportError as exc:
         raise BaselineUnavailable(f"flash_attn_4: flash_attn.cute does not import: {exc}") from exc
+    if dtypes["q"] in _TORCH_FP8:
+        raise BaselineUnavailable("flash_attn_4: its forward takes 16-bit inputs only")
     causal = bool(params["causal"])
     if causal and params["seq_q"] != params["seq_kv"]:
         raise BaselineUnavailable("flash_attn_4: its causal mask is bottom-right aligned, the "

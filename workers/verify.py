@@ -12,7 +12,8 @@ Semantics:
     8-bit inputs (widened exactly) have their product times ``scale_a · scale_b`` first.
   - attention: ``o = softmax(q·kᵀ / sqrt(d), masked) · v`` per head, and per query row
     ``lse = log Σ_j exp(q·k_j / sqrt(d))`` over its unmasked keys; query head ``h`` reads
-    kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned).
+    kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned);
+    8-bit q, k, v are each times their per-tensor scale first.
   - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with a per-head
     ``D`` of shape (nheads,) and z=None, group ``g(h) = h // (nheads / ngroups)``:
       states[b,c,h,p,n] = Σ_l B[b,cL+l,g,n] · x[b,cL+l,h,p]
@@ -51,8 +52,10 @@ def _gemm(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str
 def _attention(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
     # The reference works on (batch, seq, heads, head_dim); bhsd tensors are views of it.
     heads_second = params.get("layout", "bshd") == "bhsd"
-    q, k, v = (inputs32[n].transpose(0, 2, 1, 3) if heads_second else inputs32[n]
-               for n in "qkv")
+    # 8-bit inputs: each times its per-tensor scale, in fp32.
+    scaled = {n: inputs32[n] * inputs32[f"{n}_scale"][0] if f"{n}_scale" in inputs32
+              else inputs32[n] for n in "qkv"}
+    q, k, v = (scaled[n].transpose(0, 2, 1, 3) if heads_second else scaled[n] for n in "qkv")
     o, lse = attention_reference(xp, q, k, v, bool(params["causal"]))
     return {"o": o.transpose(0, 2, 1, 3) if heads_second else o, "lse": lse}
 

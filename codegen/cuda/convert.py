@@ -1,4 +1,5 @@
-"""fp32 -> fp16 / bf16 conversions in inline PTX (no ``cuda_fp16.h`` under NVRTC).
+"""fp32 -> fp16 / bf16 / e4m3 conversions in inline PTX (no ``cuda_fp16.h`` under NVRTC),
+and byte permutes.
 
 ``cvt.rn.f16x2.f32 d, a, b`` puts ``a`` in the upper and ``b`` in the lower half of ``d``
 (PTX ISA 9.7.9.21, "cvt"); ``pack_*`` take (low, high) in memory order.
@@ -64,11 +65,41 @@ UNPACK_BF16X2 = Snippet(
     section='9.7.9.21 "cvt"',
 )
 
+PACK_E4M3X4 = Snippet(
+    "pack_e4m3x4",
+    "// Four fp32 values as the four e4m3 bytes of one word (`e0` in the lowest), rounded to\n"
+    "// nearest and saturated to the largest finite value.\n"
+    "__device__ __forceinline__ u32 pack_e4m3x4(float e0, float e1, float e2, float e3) {\n"
+    "  u32 packed;\n"
+    '  asm("{ .reg .b16 lo, hi;\\n"\n'
+    '      " cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\\n"\n'
+    '      " cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\\n"\n'
+    '      " mov.b32 %0, {lo, hi}; }"\n'
+    '      : "=r"(packed) : "f"(e0), "f"(e1), "f"(e2), "f"(e3));\n'
+    "  return packed;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.21 "cvt"',
+)
+
+BYTE_PERM = Snippet(
+    "byte_perm",
+    "// The bytes of {y, x} picked by the four nibbles of `selector` (byte i of the result:\n"
+    "// nibble i, 0-3 from x, 4-7 from y).\n"
+    "__device__ __forceinline__ u32 byte_perm(u32 x, u32 y, u32 selector) {\n"
+    "  u32 picked;\n"
+    '  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(picked) : "r"(x), "r"(y), "r"(selector));\n'
+    "  return picked;\n"
+    "}\n",
+    requires=("types",),
+    section='"prmt" (data movement: byte permute)',
+)
+
 #: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
 PRELUDE_RANK = 40
 
 register(*(_pack(p) for p in PTX_TYPE.values()), *(_single(p) for p in PTX_TYPE.values()),
-         UNPACK_F16X2, UNPACK_BF16X2, rank=PRELUDE_RANK)
+         UNPACK_F16X2, UNPACK_BF16X2, PACK_E4M3X4, BYTE_PERM, rank=PRELUDE_RANK)
 
 
 def pack2(dtype: str) -> str:

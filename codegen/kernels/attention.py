@@ -34,6 +34,7 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
+from codegen.kernels.attention_fp8 import VTranspose
 from codegen.kernels.attention_output import AttentionOutput
 from codegen.kernels.attention_softmax import OnlineSoftmax
 from codegen.pipeline import (
@@ -45,14 +46,15 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
+from codegen.pipeline.limits import BAR_EPILOGUE0
 from codegen.pipeline.pipelined import loop_stream
 from codegen.targets import Mma, MmaPart
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
-from scheduler_search.ops.attention import packed_heads
+from scheduler_search.ops.attention import FP8_DTYPE, packed_heads
 
 #: The input types attention lowers, with their sizes (``DTYPE_BYTES``).
-ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16")}
+ELEMENT_BYTES = {d: DTYPE_BYTES[d] for d in ("float16", "bfloat16", FP8_DTYPE)}
 #: Registers a thread holds per 64-row block besides the S and O accumulators: the row
 #: max, sum and rescale factor of its two rows.
 ROW_STATE_REGS = 6
@@ -89,6 +91,15 @@ class AttentionHooks(OperatorHooks):
     @property
     def elem(self) -> int:
         return ELEMENT_BYTES[self.dtype]
+
+    @property
+    def fp8(self) -> bool:
+        """8-bit q, k, v: per-tensor scales, v transposed each trip, bf16 o."""
+        return self.dtype == FP8_DTYPE
+
+    @property
+    def out_dtype(self) -> str:
+        return "bfloat16" if self.fp8 else self.dtype
 
     @property
     def head_dim(self) -> int:
@@ -134,7 +145,12 @@ class AttentionHooks(OperatorHooks):
 
     @property
     def math_stasks(self) -> frozenset[str]:
-        return frozenset({"softmax_max", "softmax_exp2", "softmax_sum", "rescale", "normalize"})
+        return frozenset({"softmax_max", "softmax_exp2", "softmax_sum", "rescale", "normalize",
+                          *self.relayout_stasks})
+
+    @property
+    def relayout_stasks(self) -> frozenset[str]:
+        return frozenset({"transpose_v"}) if self.fp8 else frozenset()
 
     # ----- operands and output -------------------------------------------------------
     @cached_property
@@ -157,6 +173,16 @@ class AttentionHooks(OperatorHooks):
                            swizzle.widest(self.head_dim * self.elem), self.elem,
                            self.target.k_step(self.dtype), self.target.mma_rows)
 
+    @cached_property
+    def vt(self) -> OperandTile:
+        """FP8: a consumer's v transposed (d x kv, keys contiguous), B of P V K-major."""
+        return OperandTile("vt", "k", self.head_dim, self.tile_kv,
+                           swizzle.widest(self.tile_kv * self.elem), self.elem,
+                           self.target.k_step(self.dtype), self.target.mma_rows)
+
+    def consumer_tiles(self) -> tuple[OperandTile, ...]:
+        return (self.vt,) if self.fp8 else ()
+
     def operand(self, stask: str) -> OperandTile:
         return {"load_q": self.q, "load_k": self.k, "load_v": self.v}[stask]
 
@@ -165,7 +191,8 @@ class AttentionHooks(OperatorHooks):
 
     def output(self) -> OutputTile:
         return OutputTile(
-            tensor="o", dtype=self.dtype, elem_bytes=self.elem, rows=self.tile_q,
+            tensor="o", dtype=self.out_dtype, elem_bytes=DTYPE_BYTES[self.out_dtype],
+            rows=self.tile_q,
             cols=self.head_dim, global_rows=self._p("seq_q") * self.pack,
             global_cols=self.head_dim, fragment="o_acc", row_origin="q0", col_origin="0",
             extent_names=("Q_ROWS", "HEAD_DIM"),
@@ -178,10 +205,14 @@ class AttentionHooks(OperatorHooks):
     def _output(self) -> AttentionOutput:
         s = self.structure
         rows = self.tile_q if s.pingpong else self.tile_q // s.consumers
-        return AttentionOutput(dict(self.params), self.elem, self.tile_q, self.pack, rows)
+        return AttentionOutput(dict(self.params), DTYPE_BYTES[self.out_dtype], self.tile_q,
+                               self.pack, rows)
 
     def side_outputs(self) -> tuple[str, ...]:
         return () if self.side_outputs_staged else ("lse",)
+
+    def pointer_inputs(self) -> tuple[str, ...]:
+        return ("q_scale", "k_scale", "v_scale") if self.fp8 else ()
 
     @property
     def side_outputs_staged(self) -> bool:
@@ -198,8 +229,9 @@ class AttentionHooks(OperatorHooks):
         self._output.store_lse(code, buf)
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        # S, P as 16-bit pairs while P V runs, O, the row statistics.
-        per_block = self.tile_kv // 2 + self.tile_kv // 4 + self.head_dim // 2 + ROW_STATE_REGS
+        # S, P as 16-bit pairs (or 8-bit quads) while P V runs, O, the row statistics.
+        p_regs = self.tile_kv * self.elem // 8
+        per_block = self.tile_kv // 2 + p_regs + self.head_dim // 2 + ROW_STATE_REGS
         return self.row_blocks(consumer_rows) * per_block
 
     def problem(self) -> str | None:
@@ -210,6 +242,10 @@ class AttentionHooks(OperatorHooks):
                     "swizzle spans at least")
         if self.tile_kv % 16 or self.tile_kv > self.target.mma_n_max:
             return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
+        if self.fp8:
+            problem = self._fp8_problem()
+            if problem:
+                return problem
         if self._qk_overwrites_scores():
             return ("mma_qk issued ahead of the softmax would overwrite the scores it reads "
                     "(a second S buffer makes ptxas serialise the MMAs, C7514)")
@@ -240,6 +276,17 @@ class AttentionHooks(OperatorHooks):
         steps, length = self._steps, len(self._steps)
         readers = ("softmax_max", "softmax_exp2", "softmax_sum", "rescale")
         return any(steps["mma_qk"] + length < steps[r] for r in readers if r in steps)
+
+    def _fp8_problem(self) -> str | None:
+        """Where FP8's transposed v cannot be laid out or would be overwritten early."""
+        if self.tile_kv * self.elem % MIN_SWIZZLE_SPAN_BYTES:
+            return (f"tile_kv={self.tile_kv}: FP8's transposed v rows in "
+                    f"{MIN_SWIZZLE_SPAN_BYTES}-byte swizzle spans at least")
+        steps = self._steps
+        if not steps["rescale"] < steps["transpose_v"] < steps["mma_pv"]:
+            return ("transpose_v must follow rescale (which waits for the last P V, the "
+                    "reader of the transposed v) and come before mma_pv")
+        return None
 
     def _rescale_before_pv(self) -> bool:
         """Whether ``rescale`` of a trip is issued before ``mma_pv`` of that trip."""
@@ -290,24 +337,50 @@ class AttentionHooks(OperatorHooks):
           "fp32 accumulators per thread per block")
         c(f"constexpr float SCALE_LOG2 = {scale_log2!r}f;  // log2(e) / sqrt(head_dim)")
         c("")
-        for t, dims in ((self.q, "D x Q"), (self.k, "D x KV"), (self.v, "D x KV")):
-            c.comment(f"{t.const} tile: {t.box_count} TMA box(es) of {t.box_inner}x{t.box_outer}"
-                      f" ({dims}), {t.swizzle.span_bytes}B swizzle; {mma}: "
-                      f"{self.target.operand_descriptor(t).describe()}.")
-            c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
-              f"{t.stage_bytes};")
-            layout = self.target.operand_descriptor(t).layout_bits
-            c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{layout:016x}ull;")
+        self._tile_constants(code)
         c(f'static_assert(ROW_BLOCKS * {rows} == CONSUMER_ROWS, "{mma} m{rows} blocks");')
         keys = "HEADS % KV_HEADS == 0" if "seq_kv" in runtime else (
             "KV_TILES * TILE_KV >= SEQ_KV && HEADS % KV_HEADS == 0")
         c(f'static_assert({keys}, "the keys");')
         c("")
-        c.comment(f"Offsets of one {mma} k16 step inside a tile.")
-        for t in (self.q, self.k, self.v):
+        c.comment(f"Offsets of one {mma} k{self.q.k_step} step inside a tile.")
+        for t in self._mma_tiles:
             c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
               f"return {t.kstep_expr()}; }}")
+        if self.fp8:
+            self._transpose.offsets(c)
         c("")
+
+    @property
+    def _mma_tiles(self) -> tuple[OperandTile, ...]:
+        """The tiles the MMA reads: q, k and v, or FP8's transposed vt for v."""
+        return (self.q, self.k, self.vt if self.fp8 else self.v)
+
+    def _tile_constants(self, code: Code) -> None:
+        """Each tile's boxes, bytes and (where the MMA reads it) descriptor layout."""
+        c, mma = code, self.target.mma_name
+        dims = {"q": "D x Q", "k": "D x KV", "v": "D x KV", "vt": "KV x D"}
+        for t in (self.q, self.k, self.v, *self.consumer_tiles()):
+            read = t in self._mma_tiles
+            how = f"{mma}: {self.target.operand_descriptor(t).describe()}" if read else (
+                "transposed into vt for the MMA")
+            box = "TMA box(es)" if t is not self.vt else "box(es) a consumer writes"
+            c.comment(f"{t.const} tile: {t.box_count} {box} of {t.box_inner}x{t.box_outer}"
+                      f" ({dims[t.name]}), {t.swizzle.span_bytes}B swizzle; {how}.")
+            c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
+              f"{t.stage_bytes};")
+            if read:
+                layout = self.target.operand_descriptor(t).layout_bits
+                c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{layout:016x}ull;")
+
+    @cached_property
+    def _transpose(self) -> VTranspose:
+        bar = (f"{BAR_EPILOGUE0} + consumer" if self.structure.consumers > 1
+               else str(BAR_EPILOGUE0))
+        return VTranspose(self.v, self.vt, self.target, bar)
+
+    def relayout(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
+        self._transpose.write(code, stages["v"])
 
     def runtime_constants(self, code: Code) -> None:
         if "seq_q" in self.runtime_dims:
@@ -331,8 +404,15 @@ class AttentionHooks(OperatorHooks):
     def consumer_state(self, code: Code) -> None:
         code("float s_acc[ROW_BLOCKS][S_REGS];  // S = Q K^T of the current trip, then P")
         code("float o_acc[ROW_BLOCKS][O_REGS] = {};")
-        code("u32 p[ROW_BLOCKS][S_REGS / 2];  // P as 16-bit pairs: "
-             f"{self.target.mma_name}'s A while P V runs")
+        if self.fp8:
+            code("u32 p[ROW_BLOCKS][S_REGS / 4];  // P as e4m3 quads (keys in vt's order): "
+                 f"{self.target.mma_name}'s A while P V runs")
+            code("const float scale_log2 = SCALE_LOG2 * q_scale[0] * k_scale[0];  // with the "
+                 "inputs' scales")
+            code("const float v_scale0 = v_scale[0];")
+        else:
+            code("u32 p[ROW_BLOCKS][S_REGS / 2];  // P as 16-bit pairs: "
+                 f"{self.target.mma_name}'s A while P V runs")
         code("float m_row[ROW_BLOCKS][2], l_row[ROW_BLOCKS][2], alpha[ROW_BLOCKS][2];  "
              "// rows lane/4 and +8")
         if self.side_outputs_staged:
@@ -350,16 +430,18 @@ class AttentionHooks(OperatorHooks):
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         if issue.stask == "mma_qk":
             self._mma_qk(code, stages["k"], at)
+        elif self.fp8:  # reads this consumer's vt, not a stage
+            self._mma_pv_fp8(code, at)
         else:
             self._mma_pv(code, stages["v"], at)
 
     def _mma_qk(self, code: Code, stage: str, at: TripAt) -> None:
-        c, q = code, self.q
+        c, q, k = code, self.q, self.q.k_step
         c.comment(f"mma_qk  stage={stage}: s_acc[CONSUMER_ROWS x {self.tile_kv}] = Q_s K_s^T "
-                  f"(ROW_BLOCKS x {self.head_dim // 16} {self.target.mma_name} "
-                  f"m{self.target.mma_rows}n{self.tile_kv}k16)")
+                  f"(ROW_BLOCKS x {self.head_dim // k} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{self.tile_kv}k{k})")
         self.target.write_mma(c, Mma(
-            n=self.tile_kv, dtype=self.dtype, b_major="k", k_steps=str(self.head_dim // 16),
+            n=self.tile_kv, dtype=self.dtype, b_major="k", k_steps=str(self.head_dim // k),
             b_layout="K_DESC_LAYOUT", a_layout="Q_DESC_LAYOUT", accumulate="kk > 0",
             parts=(MmaPart("s_acc[mi]", "k_tile + k_kstep_bytes(kk)",
                            a_address=f"q_tile + q_kstep_bytes(kk) + mi * {q.row_block_bytes}"),),
@@ -380,13 +462,26 @@ class AttentionHooks(OperatorHooks):
             pin=lambda: self.pin(c, "mma_pv"),
             bases=(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;",)))
 
+    def _mma_pv_fp8(self, code: Code, at: TripAt) -> None:
+        c, k = code, self.vt.k_step
+        c.comment(f"mma_pv: o_acc[CONSUMER_ROWS x {self.head_dim}] += P vt^T, P in registers as "
+                  f"e4m3 quads (A fragment of k{k} step kk: p[4kk..4kk+3]), vt this consumer's")
+        self.target.write_mma(c, Mma(
+            n=self.head_dim, dtype=self.dtype, b_major="k", k_steps=str(self.tile_kv // k),
+            b_layout="VT_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
+            parts=(MmaPart("o_acc[mi]", "vt_tile + vt_kstep_bytes(kk)",
+                           a_registers="p[mi][4 * kk + {i}]"),),
+            pin=lambda: self.pin(c, "mma_pv"),
+            bases=("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;",)))
+
     # ----- the online softmax ----------------------------------------------------------
     @cached_property
     def softmax(self) -> OnlineSoftmax:
         """Writer of :attr:`math_stasks`: the register math on the accumulators' values."""
         return OnlineSoftmax(self.dtype, self.structure.units["softmax_exp2"], self.target,
                              heads_outer=self.heads_second and self.pack > 1,
-                             lse_staged=self.side_outputs_staged)
+                             lse_staged=self.side_outputs_staged,
+                             scaled_inputs=self.fp8)
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         self.softmax.write(code, issue.stask, at)

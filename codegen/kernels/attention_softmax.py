@@ -32,8 +32,13 @@ class OnlineSoftmax:
     architecture whose accumulator fragment the scores are in."""
 
     def __init__(self, dtype: str, exp2_unit: UnitKind, target: Target,
-                 heads_outer: bool = False, lse_staged: bool = False) -> None:
+                 heads_outer: bool = False, lse_staged: bool = False,
+                 scaled_inputs: bool = False) -> None:
         self.dtype = dtype
+        #: FP8: the scores' scale takes q's and k's (``scale_log2``, read at the kernel's
+        #: start), O is times v's (``v_scale0``), and P is packed as e4m3 quads.
+        self.scaled_inputs = scaled_inputs
+        self.scale = "scale_log2" if scaled_inputs else "SCALE_LOG2"
         self.exp2_unit = exp2_unit
         self.target = target
         #: The log-sum-exp is kept in ``lse_val`` for the output's TMA store to stage,
@@ -110,7 +115,7 @@ class OnlineSoftmax:
             after=["mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the row's 4 threads",
                    "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));",
                    f"const float m_new = mx == {NEG_INF} ? 0.f : mx;  // a row with no key yet",
-                   f"alpha[mi][h] = {exp2}((m_row[mi][h] - m_new) * SCALE_LOG2);  // rescales "
+                   f"alpha[mi][h] = {exp2}((m_row[mi][h] - m_new) * {self.scale});  // rescales "
                    "what came before",
                    "m_row[mi][h] = m_new;"],
         )
@@ -118,8 +123,8 @@ class OnlineSoftmax:
     def softmax_exp2(self, code: Code, at: TripAt) -> None:
         """``2^(s c - m c)`` in place of each score, one FMA (``c = SCALE_LOG2``)."""
         exp2 = self._exp2(code)
-        self.each_score(code, before=["const float m_scaled = m_row[mi][h] * SCALE_LOG2;"],
-                   body=[f"s = {exp2}(fmaf(s, SCALE_LOG2, -m_scaled));  // exp(s - m) in "
+        self.each_score(code, before=[f"const float m_scaled = m_row[mi][h] * {self.scale};"],
+                   body=[f"s = {exp2}(fmaf(s, {self.scale}, -m_scaled));  // exp(s - m) in "
                          "base 2, one FMA"])
 
     def softmax_sum(self, code: Code, at: TripAt) -> None:
@@ -137,6 +142,9 @@ class OnlineSoftmax:
             c("#pragma unroll")
             with c.block("for (int i = 0; i < O_REGS; ++i)"):
                 c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
+        if self.scaled_inputs:
+            self._pack_p_fp8(c)
+            return
         pack = convert.pack2(self.dtype)
         c.comment("P = the scores after exp2, as the 16-bit pairs of "
                   f"{self.target.mma_name}'s A fragment")
@@ -145,6 +153,22 @@ class OnlineSoftmax:
             c("#pragma unroll")
             with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
                 c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
+
+    def _pack_p_fp8(self, code: Code) -> None:
+        """P as e4m3 quads: register ``r`` of k32 step ``kk`` takes this thread's scores of
+        row half ``r % 2`` in the 8-column groups ``4 kk + 2 (r / 2)`` and the next (keys
+        in vt's order: :func:`~codegen.kernels.attention_fp8.p_register`)."""
+        c = code
+        c.comment("P = the scores after exp2, as the e4m3 quads of "
+                  f"{self.target.mma_name}'s A fragment (keys in vt's order)")
+        c("#pragma unroll")
+        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            c("#pragma unroll")
+            with c.block("for (int i = 0; i < S_REGS / 4; ++i)"):
+                c("const int h = i & 1, g = 4 * (i >> 2) + 2 * ((i >> 1) & 1);")
+                scores = ", ".join(f"s_acc[mi][4 * g + {4 * (e // 2) + e % 2} + 2 * h]"
+                                   for e in range(4))
+                c(f"p[mi][i] = {c.call('pack_e4m3x4', *scores.split(', '))};")
 
     def _write_lse(self, code: Code, lse: str) -> None:
         """The row's log-sum-exp ``lse`` (a C++ expression) to global memory, by the
@@ -170,8 +194,10 @@ class OnlineSoftmax:
             c("float l = l_row[mi][h];")
             c("l += __shfl_xor_sync(0xffffffffu, l, 1);")
             c("l += __shfl_xor_sync(0xffffffffu, l, 2);")
-            c("const float inv = l > 0.f ? 1.f / l : 0.f;")
-            lse = f"l > 0.f ? (m_row[mi][h] * SCALE_LOG2 + __log2f(l)) * {LN2!r}f : {POS_INF}"
+            c(f"const float inv = l > 0.f ? {'v_scale0' if self.scaled_inputs else '1.f'} / l "
+              ": 0.f;")
+            lse = (f"l > 0.f ? (m_row[mi][h] * {self.scale} + __log2f(l)) * {LN2!r}f : "
+                   f"{POS_INF}")
             if self.lse_staged:
                 c(f"lse_val[mi][h] = {lse};  // staged with o; no key: +inf")
             else:

@@ -37,11 +37,16 @@ def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> 
     k.recorded(roles, issue, f"{ring.stream}[s]" if ring else "once per tile")
 
 
+def _stages_read(k: PipelineSkeleton, issue: Issue) -> dict[str, str]:
+    """The ring stages ``issue`` reads: stream -> the variable holding its stage."""
+    return {r.stream: f"{r.stream}_stage" for r in k.structure.rings
+            if issue.stask in k.readers_of(r)}
+
+
 def emit_mma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """An MMA sTask on the tensor cores: the operator's MMA group over the stages of the
     rings it reads; it overwrites the accumulators on the first trip (``k.at``)."""
-    stages = {r.stream: f"{r.stream}_stage" for r in k.structure.rings
-              if issue.stask in k.readers_of(r)}
+    stages = _stages_read(k, issue)
     k.hooks.mma(k.code, issue, stages, k.at)
     stage = ",".join(f"{s}[s]" for s in stages)
     k.recorded(roles, issue, stage)
@@ -49,7 +54,8 @@ def emit_mma(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
 
 def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
     """An elementwise or reduction sTask on the CUDA cores or the SFU: the operator's math
-    on the consumers' register tiles (after the MMA results it reads are waited for).
+    on the consumers' register tiles (after the MMA results it reads are waited for), or
+    a relayout of a ring stage into a consumer's own shared tile.
     Epilogue math the operator writes element by element is handed to the store, which
     applies it to each pair of accumulators as it writes them."""
     if issue.phase == "epilogue" and issue.stask in k.hooks.element_stasks:
@@ -59,6 +65,11 @@ def emit_register_math(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue
         k.recorded(roles, issue, "registers")
         return
     k.code.comment(f"{issue.stask}  on {issue.unit.value}")
+    if issue.stask in k.hooks.relayout_stasks:  # a ring stage laid out again for the MMA
+        stages = _stages_read(k, issue)
+        k.hooks.relayout(k.code, issue, stages, k.at)
+        k.recorded(roles, issue, ",".join(f"{s}[s]" for s in stages))
+        return
     k.hooks.math(k.code, issue, k.at)
     k.recorded(roles, issue, "registers")
 

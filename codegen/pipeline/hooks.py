@@ -383,6 +383,23 @@ class OperatorHooks(ABC):
         """Write a register-math sTask (one of :attr:`math_stasks`) for loop trip ``at``."""
         raise KeyError(f"{self.sprogram.op} writes no register math for {issue.stask}")
 
+    @property
+    def relayout_stasks(self) -> frozenset[str]:
+        """The math sTasks (among :attr:`math_stasks`) that lay a ring stage out again in
+        one of :meth:`consumer_tiles` (FP8 attention's v transposed for the MMA), written
+        in :meth:`relayout`."""
+        return frozenset()
+
+    def relayout(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
+        """Write a relayout sTask for loop trip ``at``, reading the ring stages ``stages``
+        (stream -> stage index, as :meth:`mma` gets them)."""
+        raise KeyError(f"{self.sprogram.op} writes no relayout for {issue.stask}")
+
+    def consumer_tiles(self) -> tuple[OperandTile, ...]:
+        """Shared tiles each consumer warpgroup writes for its own MMA (a copy each, at
+        ``SMEM_<const> + consumer * <const>_STAGE_BYTES``)."""
+        return ()
+
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
         """Write a load sTask on the CUDA cores (one of :attr:`thread_loads`): the
         consumer threads read what they need of it from global memory into registers."""

@@ -265,9 +265,11 @@ class PipelineLayout:
         regions = None
         if s.sprogram.split_k is not None:
             regions = SplitKRegions(split_k.PART, split_k.FULL, split_k.FREE)
+        own = [StagedTile(t.const, t.stage_bytes) for t in self.hooks.consumer_tiles()]
         return plan_shared_memory(rings, buffers, self.fragment, tma_store=self.tma_store,
                                   persistent=s.persistent, pingpong=s.pingpong,
-                                  split_k=regions, side_row_bytes=s.graph.side_row_bytes)
+                                  split_k=regions, side_row_bytes=s.graph.side_row_bytes,
+                                  consumer_tiles=own)
 
     # ----- named barriers ------------------------------------------------------------
     @property

@@ -14,7 +14,8 @@ software pipeline:
   made ptxas serialise the MMAs, C7520);
 - a ring stage is released once the wait that proves its last reader's group complete
   has passed (:func:`release_points`); what is still in flight after the loop is waited
-  for and released there.
+  for and released there; a stage whose last reader is math (a relayout) is released
+  as soon as it is written.
 
 A register fragment is not double-buffered: an sProgram whose lead MMA would overwrite
 what a reader of the current trip still needs is the operator's to reject (a second
@@ -149,11 +150,16 @@ def lead_problem(structure: PipelineStructure) -> str | None:
         return "a pipelined loop waits for MMA results, not for its own in-flight group"
     if any(g.pending < 0 for g in group_waits(structure)):
         return "an MMA result is read before its MMA is issued"
-    readers = {r.last_reader for r in structure.rings} | {r.first_reader for r in structure.rings}
+    kinds = {i.stask: i.kind for i in loop}
+    # A stage read by math alone (a relayout) is done with once that is written.
+    by_math = [r for r in structure.rings if r.first_reader == r.last_reader
+               and kinds.get(r.last_reader) is not STaskKind.MMA]
+    by_mma = [r for r in structure.rings if r not in by_math]
+    readers = {r.last_reader for r in by_mma} | {r.first_reader for r in by_mma}
     if any(i.stask in readers and i.kind is not STaskKind.MMA for i in loop):
         return "ring stages read outside the MMA in a pipelined loop"
     points = release_points(structure)
-    if set(points) != {r.last_reader for r in structure.rings}:
+    if set(points) != {r.last_reader for r in by_mma}:
         return "no MMA wait in the loop proves a ring's stage free"
     return None
 
@@ -266,6 +272,8 @@ class PipelinedLoop:
                 c(c.call("mbarrier_wait", ring.full(f"{ring.stream}_stage"), ring.parity(x))
                   + ";")
         k.emit_at(issue, at)
+        if issue.kind is not STaskKind.MMA:  # math reads its stages synchronously
+            k.release_load(issue.stask, f"{self.x0} + {at.index}")
 
     def _group_wait(self, wait: GroupWait, pending: int) -> None:
         c = self.code

@@ -3,6 +3,11 @@
 The sTask-graph is the online-softmax (FlashAttention) loop over key/value tiles: q is
 loaded once per output tile, k and v are streamed, and the row statistics (running max
 and sum) are carried from one iteration to the next.
+
+FP8 (``float8_e4m3`` q, k, v with fp32 per-tensor scales, as FlashAttention-3's FP8
+forward takes them: ``o = softmax(q_scale k_scale q kᵀ / sqrt(d)) v_scale v``, written in
+bf16): P is rounded to e4m3 for ``P V``, and wgmma reads 8-bit B operands K-major only, so
+each trip's v tile is transposed in shared memory first (``transpose_v``).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pydantic import Field
 
 from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
-from scheduler_search.ops._contract import DTYPE_BYTES
+from scheduler_search.ops._contract import DTYPE_BYTES, InputInit
 from scheduler_search.ops._graph_helpers import (
     CORES,
     EXP2_EMULATION_OPS,
@@ -33,6 +38,17 @@ HEAD_DIM_STEP = 16
 HEAD_DIM_MAX = 256
 #: The log-sum-exp is a per-row statistic in fp32: checked to 1e-3 whatever the input dtype.
 LSE_REL_ERROR_BOUND = 1e-3
+#: Element types of q, k and v; the 8-bit float needs per-tensor scales and writes bf16.
+AttentionDType = Literal["float16", "bfloat16", "float8_e4m3"]
+FP8_DTYPE = "float8_e4m3"
+#: An 8-bit wgmma reduces K in steps of 32 (32 bytes, as 16-bit inputs' 16).
+FP8_HEAD_DIM_STEP = 32
+#: FP8's o against the fp32 reference of the same (exactly widened) inputs: P rounded to
+#: e4m3 (3 mantissa bits, up to 1/16 off each) is what is left, where 16-bit P is 1e-2.
+FP8_O_REL_ERROR_BOUND = 5e-2
+#: One per-tensor scale: a positive fp32 scalar on the device (as FlashAttention-3's
+#: descales), drawn after q, k and v so that their values are a 16-bit workload's.
+_SCALE = InputInit("uniform", low=0.5, high=2.0, draw=1)
 
 
 class AttentionSpec(OperatorSpec):
@@ -62,8 +78,17 @@ class AttentionSpec(OperatorSpec):
     seq_kv: Annotated[int, Field(ge=1, le=MAX_DIM)]
     head_dim: Annotated[int, Field(ge=HEAD_DIM_STEP, le=HEAD_DIM_MAX)]
     causal: bool = False
-    dtype: DType = "float16"
+    dtype: AttentionDType = "float16"
     layout: Literal["bshd", "bhsd"] = "bshd"
+
+    @property
+    def fp8(self) -> bool:
+        return self.dtype == FP8_DTYPE
+
+    @property
+    def out_dtype(self) -> DType:
+        """o's element type: the inputs', or bf16 for 8-bit inputs."""
+        return "bfloat16" if self.dtype == FP8_DTYPE else self.dtype
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         if self.heads % self.kv_heads:
@@ -74,12 +99,13 @@ class AttentionSpec(OperatorSpec):
                     "(each kv head serves a whole group of query heads)"
                 ),
             )
-        if self.head_dim % HEAD_DIM_STEP:
+        step = FP8_HEAD_DIM_STEP if self.fp8 else HEAD_DIM_STEP
+        if self.head_dim % step:
             yield (
                 "head_dim",
                 (
-                    f"head_dim={self.head_dim} must be a multiple of {HEAD_DIM_STEP} "
-                    "(the K step of wgmma)"
+                    f"head_dim={self.head_dim} must be a multiple of {step} "
+                    f"(the K step of wgmma for {self.dtype})"
                 ),
             )
         else:
@@ -92,11 +118,15 @@ class AttentionSpec(OperatorSpec):
     def tensors(self) -> list[TensorSpec]:
         q_shape = self.shape_of(self.seq_q, self.heads)
         kv_shape = self.shape_of(self.seq_kv, self.kv_heads)
+        scales = [TensorSpec(f"{n}_scale", (1,), "float32", "input", init=_SCALE)
+                  for n in "qkv"] if self.fp8 else []
         return [
             TensorSpec("q", q_shape, self.dtype, "input"),
             TensorSpec("k", kv_shape, self.dtype, "input"),
             TensorSpec("v", kv_shape, self.dtype, "input"),
-            TensorSpec("o", q_shape, self.dtype, "output"),
+            *scales,
+            TensorSpec("o", q_shape, self.out_dtype, "output",
+                       rel_error_bound=FP8_O_REL_ERROR_BOUND if self.fp8 else None),
             # Per query row: log Σ exp(scaled scores), fp32 (FlashAttention's softmax_lse,
             # kept for the backward pass).
             TensorSpec("lse", (self.batch, self.heads, self.seq_q), "float32", "output",
@@ -138,8 +168,8 @@ class AttentionSpec(OperatorSpec):
     def build_graph(self, tile: TileShape) -> STaskGraph:
         return STaskGraph(
             op=self.op,
-            stasks=_ATTENTION_STASKS,
-            tensors=_attention_tensors(self.dtype),
+            stasks=_FP8_ATTENTION_STASKS if self.fp8 else _ATTENTION_STASKS,
+            tensors=_attention_tensors(self.dtype, self.out_dtype),
             # Packed (tile "g" > 1): a tile's rows are query positions x g heads of one
             # kv group, so k and v tiles are loaded once for the g heads.
             extents={"q": self.seq_q * packed_heads(tile), "kv": self.seq_kv,
@@ -229,14 +259,45 @@ _ATTENTION_STASKS = (
 )
 
 
-def _attention_tensors(dt: str) -> dict[str, Tensor]:
-    """Attention's tensors (inputs and output of data type ``dt``; scores, row statistics
-    and the accumulator in fp32 registers)."""
+#: FP8: each trip's v tile transposed into a consumer's own shared-memory tile by the CUDA
+#: cores (keys contiguous, as an 8-bit wgmma reads B), after the previous trip's P V has
+#: read it, then P (e4m3 from registers) times it.
+_FP8_ATTENTION_STASKS = (
+    *(t for t in _ATTENTION_STASKS if t.name not in ("mma_pv", "normalize", "store")),
+    stask(
+        "transpose_v",
+        STaskKind.ELEMENTWISE,
+        "vt_s[d,kv]",
+        ("v_s[kv,d]",),
+        CORES,
+        ops_per_point=0.5,  # a 4 x 4 byte block: 4 loads, 8 byte permutes, 4 stores
+        expr="vt_s[d,kv] = v[kv,d]",
+    ),
+    stask(
+        "mma_pv",
+        STaskKind.MMA,
+        "o_acc[q,d]",
+        ("p[q,kv]", "vt_s[d,kv]", "o_acc[q,d]"),
+        TC,
+        expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
+    ),
+    *(t for t in _ATTENTION_STASKS if t.name in ("normalize", "store")),
+)
+
+
+def _attention_tensors(dt: str, out: str) -> dict[str, Tensor]:
+    """Attention's tensors (inputs of data type ``dt``, the output of ``out``; scores, row
+    statistics and the accumulator in fp32 registers; FP8's transposed v tile and per-
+    tensor scales)."""
+    extra = {}
+    if dt == FP8_DTYPE:
+        extra = {"vt_s": (dt, "shared"), "q_scale": ("float32", "global"),
+                 "k_scale": ("float32", "global"), "v_scale": ("float32", "global")}
     return tensors(
         q=(dt, "global"),
         k=(dt, "global"),
         v=(dt, "global"),
-        o=(dt, "global"),
+        o=(out, "global"),
         q_s=(dt, "shared"),
         k_s=(dt, "shared"),
         v_s=(dt, "shared"),
@@ -245,5 +306,6 @@ def _attention_tensors(dt: str) -> dict[str, Tensor]:
         m_row=("float32", "register"),
         l_row=("float32", "register"),
         o_acc=("float32", "register"),
-        o_r=(dt, "register"),
+        o_r=(out, "register"),
+        **extra,
     )

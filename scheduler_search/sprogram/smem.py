@@ -1,16 +1,16 @@
 """The shared-memory plan of a block: its regions, in order, at aligned offsets.
 
 One function lays the plan out (:func:`plan_shared_memory`) from what a block keeps: the
-rings of its operand streams, the tiles it loads once per output tile, the output tile a
-TMA store stages, split-K's partial sums, and the mbarriers of each. The validator calls it
-with tile sizes from the tile plan (:func:`schedule_smem_bytes`), the code generator with
-its operand tiles and constant names, so the bytes the space admits are the bytes a kernel
-asks for.
+rings of its operand streams, the tiles it loads once per output tile, the tiles each
+consumer warpgroup lays out for its own MMA, the output tile a TMA store stages, split-K's
+partial sums, and the mbarriers of each. The validator calls it with tile sizes from the
+tile plan (:func:`schedule_smem_bytes`), the code generator with its operand tiles and
+constant names, so the bytes the space admits are the bytes a kernel asks for.
 
-The order of the regions is the kernel's: operand rings, tile buffers, the output's
-staging, split-K's partials, the side outputs' staging, then the barriers. Operand
-regions are padded to 1024 bytes (128B-swizzled TMA tiles start on 1024-byte boundaries);
-side outputs to 128, barriers to 8.
+The order of the regions is the kernel's: operand rings, tile buffers, the consumers' own
+tiles, the output's staging, split-K's partials, the side outputs' staging, then the
+barriers. Operand regions are padded to 1024 bytes (128B-swizzled TMA tiles start on
+1024-byte boundaries); side outputs to 128, barriers to 8.
 """
 
 from __future__ import annotations
@@ -203,10 +203,13 @@ def plan_shared_memory(
     pingpong: bool,
     split_k: SplitKRegions | None = None,
     side_row_bytes: int = 0,
+    consumer_tiles: Sequence[StagedTile] = (),
 ) -> SmemPlan:
     """The block's plan (see the module docstring); ``side_row_bytes`` of each output row
     (attention's log-sum-exp) are staged beside a TMA-stored tile, in as many slots as
-    the tile's staging takes in turn (one where it reuses the operand stages)."""
+    the tile's staging takes in turn (one where it reuses the operand stages);
+    ``consumer_tiles`` are written by each consumer warpgroup for its own MMA (a copy
+    each)."""
     plan = SmemPlan()
     # Pingpong consumers each hold a tile of their own: a copy of each tile buffer each.
     owners = output.consumers if pingpong else 1
@@ -215,6 +218,8 @@ def plan_shared_memory(
             plan.add(tile.name, ring.depth * tile.stage_bytes)
     for buffer in buffers:
         plan.add(buffer.tile.name, owners * buffer.tile.stage_bytes)
+    for tile in consumer_tiles:
+        plan.add(tile.name, output.consumers * tile.stage_bytes)
     ring_bytes = sum(ring.bytes for ring in rings)
     staging = staging_of(tma_store, output, ring_bytes, keeps_loading=persistent or pingpong)
     if staging == "operands":

@@ -180,13 +180,16 @@ def smem_plan(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan) -> Smem
                                      f"{stream}_full", f"{stream}_empty"))
     buffers = [BufferRegions(tile(t), f"{t.name}_full", f"{t.name}_empty")
                for t in async_loads if t.phase == "prologue"]
+    # Shared tiles the consumers write themselves (a relayout of a loaded one).
+    consumer_tiles = [tile(t) for t in graph.stasks if t.kind is not STaskKind.LOAD
+                      and graph.tensors[t.output.tensor].space == "shared"]
     (store,) = [t for t in graph.phase_tasks("epilogue") if t.kind is STaskKind.STORE]
     split_k = SplitKRegions("part", "part_full", "part_free") if sprogram.split_k else None
     return plan_shared_memory(
         rings, buffers, _output_fragment(sprogram, graph, plan, store),
         tma_store=sprogram.mapping[store.name] is UnitKind.TMA,
         persistent=sprogram.persistent, pingpong=sprogram.consumer_split == "pingpong",
-        split_k=split_k, side_row_bytes=graph.side_row_bytes)
+        split_k=split_k, side_row_bytes=graph.side_row_bytes, consumer_tiles=consumer_tiles)
 
 
 def _output_fragment(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan,

@@ -35,6 +35,10 @@ CALLS = {
     "ld_shared_f32x2": "{ const float2 v = ld_shared_f32x2(a); acc[0] = v.x + v.y; }",
     "st_shared_f32": "st_shared_f32(a, acc[0]);",
     "st_shared_f32x2": "st_shared_f32x2(a, acc[0], acc[1]);",
+    "ld_shared_u32": "r[0] = ld_shared_u32(a);",
+    "st_shared_u32": "st_shared_u32(a, r[0]);",
+    "pack_e4m3x4": "r[0] = pack_e4m3x4(f, f, f, f);",
+    "byte_perm": "r[0] = byte_perm(r[0], a, 0x5410u);",
     "unpack_f16x2": "{ const float2 v = unpack_f16x2(a); acc[0] = v.x + v.y; }",
     "unpack_bf16x2": "{ const float2 v = unpack_bf16x2(a); acc[0] = v.x + v.y; }",
     "mbarrier_init": "mbarrier_init(a, 1);",
@@ -114,7 +118,7 @@ def test_primitive_compiles_alone(name: str) -> None:
     ("n", "dtype", "major", "a_from"),
     [(256, "float16", "mn", "smem"), (96, "bfloat16", "k", "smem"), (8, "float16", "k", "smem"),
      (128, "float16", "mn", "registers"), (64, "bfloat16", "k", "registers"),
-     (64, "bfloat16", "k", "smem_mn")],
+     (64, "bfloat16", "k", "smem_mn"), (128, "float8_e4m3", "k", "registers")],
 )
 def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str, a_from: str) -> None:
     """``smem_mn``: A MN-major in shared memory (a swapped GEMM's weight stored k x n)."""
@@ -132,7 +136,7 @@ def test_generated_wgmma_variant_compiles(n: int, dtype: str, major: str, a_from
         _kernel([mma, "wgmma_fence", "wgmma_commit", "wgmma_wait", "wgmma_fence_operands"], body)
     )
     assert report.ok, report.log
-    assert f"m64n{n}k16" in mma.code
+    assert f"m64n{n}k{wgmma.k_step(dtype)}" in mma.code
     assert ("{%" in mma.code) == (a_from == "registers")  # A as a register vector
 
 

@@ -158,7 +158,7 @@ def mma_name(n: int, dtype: str, b_major: str, a_major: str = "k") -> str:
 
 
 def mma_rs_name(n: int, dtype: str, b_major: str) -> str:
-    return f"wgmma_m64n{n}k16_{PTX_TYPE[dtype]}_rs_b{b_major}"
+    return f"wgmma_m64n{n}k{k_step(dtype)}_{_ptx_type(dtype)}_rs_b{b_major}"
 
 
 def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
@@ -180,7 +180,9 @@ def mma_rs(n: int, dtype: str, b_major: Literal["k", "mn"]) -> Snippet:
     elements: rows ``r`` and ``r + 8`` (``r = 16 warp + lane / 4``) at columns
     ``2 (lane % 4)`` and ``+ 8`` (PTX ISA 9.7.15.5.1.1, "Register Fragments"). That is the
     layout of an m64nN fp32 accumulator's 16 columns converted to pairs, so a product
-    ``P = softmax(S)`` feeds the next wgmma without a shared-memory round trip.
+    ``P = softmax(S)`` feeds the next wgmma without a shared-memory round trip. For 8-bit
+    floats (k32, B K-major) each register holds four elements: rows ``r`` and ``r + 8``
+    at columns ``4 (lane % 4)`` .. ``+ 3`` and ``+ 16``.
     """
     return _mma_snippet(n, dtype, b_major, a_in_registers=True)
 
@@ -193,8 +195,8 @@ def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool,
         raise ValueError(f"wgmma N={n} is not a multiple of 8 in [8, 256]")
     ptx, k = _ptx_type(dtype), k_step(dtype)
     fp8 = dtype in PTX_FP8_TYPE
-    if fp8 and (a_in_registers or b_major != "k" or a_major != "k"):
-        raise ValueError("wgmma: 8-bit floats are read K-major from shared memory only")
+    if fp8 and (b_major != "k" or a_major != "k"):
+        raise ValueError("wgmma: 8-bit floats are read K-major only")
     if a_in_registers and a_major != "k":
         raise ValueError("wgmma: A from registers has no transpose")
     regs = n // 2
@@ -214,12 +216,13 @@ def _mma_snippet(n: int, dtype: str, b_major: str, *, a_in_registers: bool,
     ]
     if a_in_registers:
         name = mma_rs_name(n, dtype, b_major)
-        head = (f"// D(64x{n}, fp32) += A(64x16, registers) * B(16x{n}, smem, "
+        head = (f"// D(64x{n}, fp32) += A(64x{k}, registers) * B({k}x{n}, smem, "
                 f"{b_major.upper()}-major), {ptx} inputs.\n")
         params = "u32 a0, u32 a1, u32 a2, u32 a3, u64 desc_b, int scale_d"
         scale = regs + 5
         a_b = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + f"}}, %{regs + 4}"
-        modes = f"p, 1, 1, {trans_b}"  # no transpose of A from registers
+        # No transpose of A from registers; none of an 8-bit B either.
+        modes = "p, 1, 1" if fp8 else f"p, 1, 1, {trans_b}"
         inputs = '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)'
     else:
         name = mma_name(n, dtype, b_major, a_major)

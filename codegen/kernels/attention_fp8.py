@@ -1,0 +1,129 @@
+"""FP8 attention's own text: v transposed for ``P V``, and P packed as the MMA reads it.
+
+Hopper's 8-bit MMA reads B K-major only (PTX ISA 9.7.15.5.2), and for ``P V`` K is the keys,
+which v (keys x head_dim, head_dim contiguous, as TMA loads it) has as its rows. So each
+trip, a consumer warpgroup lays the trip's v stage out again in a tile of its own, ``vt``
+(head_dim rows of ``TILE_KV`` key bytes, swizzled as a K-major operand): ``transpose_v``.
+
+The keys of ``vt`` are not in order. P comes from the S accumulators, whose thread holds
+keys ``8 j + 2 t`` and ``+ 1`` (``t = lane % 4``) of its rows, while an 8-bit A register
+holds four neighbouring columns ``4 t .. 4 t + 3``. Column ``c`` of a 32-key step is
+given key ``π(c)``: ``π(4 t + i) = [2 t, 2 t + 1, 2 t + 8, 2 t + 9][i]`` (``+ 16`` for the
+step's upper half), so each A register packs four of the thread's own scores, with no
+shuffle, and ``vt`` puts key ``π(c)`` at column ``c``, so that ``P V`` multiplies the
+right pairs.
+
+A thread transposes 4 x 4 byte blocks: four 32-bit words of v (four keys of one π group,
+four head_dim bytes) by four loads, eight byte permutes, four stores. A warp does 32 keys
+by 16 head_dim bytes at a time (lane ``w + 8 quad``: π group ``w``, bytes ``4 quad``), so
+its loads and stores meet at most two to a bank. The warpgroup waits for each warp's
+last ``P V`` to be done with ``vt`` before, and for every store after (made visible to
+the MMA, the async proxy, first).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from codegen.pipeline import Code, OperandTile
+from codegen.targets import Target
+
+#: Keys of one 8-bit MMA k step.
+KEYS_PER_STEP = 32
+#: The four keys of π group ``w`` (``w % 4 = t``) relative to ``16 (w / 4) + 2 t``.
+GROUP_KEYS = (0, 1, 8, 9)
+#: ``byte_perm`` selectors: interleave the low or high byte pairs of two words, then take
+#: the low or high halves of two words (a 4 x 4 byte transpose in eight permutes).
+INTERLEAVE_LOW, INTERLEAVE_HIGH = 0x5140, 0x7362
+HALVES_LOW, HALVES_HIGH = 0x5410, 0x7632
+
+
+def p_register(k_step: int, register: int) -> tuple[int, int, int, int]:
+    """The S accumulator indices (``4 g + 2 h + e`` of a row block) that 8-bit A register
+    ``register`` (0-3) of k step ``k_step`` packs, lowest byte first: row half
+    ``h = register % 2``, 8-column groups ``4 k_step + 2 (register / 2)`` and the next."""
+    half, group = register % 2, 4 * k_step + 2 * (register // 2)
+    return (4 * group + 2 * half, 4 * group + 2 * half + 1,
+            4 * (group + 1) + 2 * half, 4 * (group + 1) + 2 * half + 1)
+
+
+def key_order(keys: int) -> list[int]:
+    """π over ``keys`` keys: the key at each column of ``vt`` (and of P)."""
+    order = []
+    for column in range(keys):
+        step, within = divmod(column, KEYS_PER_STEP)
+        upper, rest = divmod(within, 16)
+        t, i = divmod(rest, 4)
+        order.append(step * KEYS_PER_STEP + 16 * upper + 2 * t + GROUP_KEYS[i])
+    return order
+
+
+class VTranspose:
+    """Writes ``transpose_v`` for a consumer warpgroup: v's stage (``v``, MN-major, as
+    loaded) into the consumer's ``vt`` (K-major), keys in :func:`key_order`."""
+
+    def __init__(self, v: OperandTile, vt: OperandTile, target: Target, barrier: str) -> None:
+        self.v, self.vt, self.target = v, vt, target
+        #: The consumer warpgroup's named barrier (its 128 threads).
+        self.barrier = barrier
+
+    @property
+    def units(self) -> int:
+        """Warp-sized blocks of the tile: 32 keys by 16 head_dim bytes."""
+        return (self.vt.cols // KEYS_PER_STEP) * (self.v.rows * self.v.elem_bytes // 16)
+
+    def offsets(self, code: Code) -> None:
+        """Device functions: the byte offset of (key, head_dim byte) in a v stage and of
+        (head_dim row, key column) in ``vt``, swizzled as TMA and the MMA lay them out."""
+        c = code
+        for tile, row, col, what in ((self.v, "key", "d", "v[key][d] in a stage"),
+                                     (self.vt, "d", "column", "vt[d][column]")):
+            span = tile.swizzle.span_bytes
+            c.use(tile.swizzle.function)
+            c(f"// {what}: {tile.box_count} box(es) of {span}-byte rows")
+            c(f"__device__ __forceinline__ u32 {tile.name}_offset(int {row}, int {col}) {{ "
+              f"return ({col} / {span}) * {tile.const}_BOX_BYTES + "
+              f"{tile.swizzle.function}({row} * {span} + {col} % {span}); }}")
+
+    @staticmethod
+    def _transpose_block(code: Code) -> None:
+        """Words ``w0..w3`` (4 head_dim bytes of each key of a π group) as 4 words of
+        ``vt`` (the group's 4 keys of each head_dim row), stored at ``column``."""
+        c = code
+        for pair, (x, y) in (("01", ("w0", "w1")), ("23", ("w2", "w3"))):
+            for half, selector in (("lo", INTERLEAVE_LOW), ("hi", INTERLEAVE_HIGH)):
+                c(f"const u32 {half}{pair} = {c.call('byte_perm', x, y, f'0x{selector:x}u')};")
+        halves = itertools.product(("lo", "hi"), (HALVES_LOW, HALVES_HIGH))
+        for byte, (half, selector) in enumerate(halves):
+            word = c.call("byte_perm", f"{half}01", f"{half}23", f"0x{selector:x}u")
+            c(c.call("st_shared_u32", f"vt_tile + vt_offset(d0 + {byte}, column)", word) + ";")
+
+    def write(self, code: Code, stage: str) -> None:
+        """The transpose of the v stage ``stage`` into this consumer's ``vt``."""
+        c = code
+        steps = self.vt.cols // KEYS_PER_STEP
+        c.comment("vt[d][c] = v[π(c)][d]: keys in the order of P's 8-bit A registers")
+        c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every warp's last P V is "
+          "done with vt")
+        with c.block(""):
+            c(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;")
+            c("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;")
+            c("const int group = lane & 7, quad = lane >> 3;  // π group, 4-byte column of d")
+            c("const int group_key = ((group >> 2) << 4) + ((group & 3) << 1);")
+            # Not unrolled: the addresses of every unit, hoisted out of the trip loop, would
+            # hold registers the accumulators need.
+            c("#pragma unroll 1")
+            with c.block(f"for (int unit = warp; unit < {self.units}; unit += 4)"):
+                c(f"const int key0 = (unit % {steps}) * {KEYS_PER_STEP} + group_key;")
+                c(f"const int column = (unit % {steps}) * {KEYS_PER_STEP} + group * 4;")
+                c(f"const int d0 = (unit / {steps}) * 16 + quad * 4;")
+                words = [c.call("ld_shared_u32", f"v_tile + v_offset(key0 + {key}, d0)")
+                         for key in GROUP_KEYS]
+                c(f"const u32 w0 = {words[0]}, w1 = {words[1]};")
+                c(f"const u32 w2 = {words[2]}, w3 = {words[3]};")
+                self._transpose_block(c)
+        c(c.call("fence_proxy_async_smem") + ";  // the stores, visible to the MMA")
+        c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every thread's blocks written")
+
+
+__all__ = ["VTranspose", "key_order", "p_register"]
