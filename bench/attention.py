@@ -66,8 +66,9 @@ def case_name(params: dict[str, Any]) -> str:
     heads = f"{p['heads']}({p['kv_heads']})" if p["kv_heads"] != p["heads"] else str(p["heads"])
     lengths = str(p["seq_q"]) if p["seq_q"] == p["seq_kv"] else f"{p['seq_q']}x{p['seq_kv']}"
     layout = "-bhsd" if p.get("layout", "bshd") == "bhsd" else ""
+    dtype = "fp8" if p["dtype"].startswith("float8") else p["dtype"][:4]
     return (f"{p['batch']}x{heads}x{lengths}xd{p['head_dim']}{'-causal' if p['causal'] else ''}"
-            f"-{p['dtype'][:4]}{layout}")
+            f"-{dtype}{layout}")
 
 
 def flops(params: dict[str, Any]) -> float:
@@ -78,14 +79,14 @@ def flops(params: dict[str, Any]) -> float:
 
 
 # ----- prepare (CPU) ------------------------------------------------------------------
-def _design_neighbours(space: Any) -> list[Any]:
+def _design_neighbours(space: Any, neighbours: dict[str, tuple] = NEIGHBOURS) -> list[Any]:
     from scheduler_search.space.designs import FLASH_ATTENTION_3
 
     base = {**FLASH_ATTENTION_3, "map_softmax_exp2": "sfu", "raster_major": "q",
             "raster_swizzle": 1}
     built = []
-    for values in itertools.product(*NEIGHBOURS.values()):
-        choices = {**base, **dict(zip(NEIGHBOURS, values, strict=True))}
+    for values in itertools.product(*neighbours.values()):
+        choices = {**base, **dict(zip(neighbours, values, strict=True))}
         choices["tile_q"], choices["consumer_warpgroups"] = choices.pop("warpgroups")
         choices["stages_v"] = choices["stages_k"]
         sprogram, validity = space.build(choices)
@@ -94,7 +95,8 @@ def _design_neighbours(space: Any) -> list[Any]:
     return built
 
 
-def _candidates(spec: Any, device: Any, top: int, pool: int) -> list[tuple[str, Any]]:
+def _candidates(spec: Any, device: Any, top: int, pool: int,
+                neighbours: dict[str, tuple] = NEIGHBOURS) -> list[tuple[str, Any]]:
     from codegen import feasibility
     from scheduler_search.space import ScheduleSpace, rank_top
 
@@ -108,7 +110,8 @@ def _candidates(spec: Any, device: Any, top: int, pool: int) -> list[tuple[str, 
             seen.add(key)
             chosen.append(("cost model", item.sprogram))
     hashes = {sp.hash for _, sp in chosen}
-    chosen += [("fa3 design", sp) for sp in _design_neighbours(space) if sp.hash not in hashes]
+    chosen += [("fa3 design", sp) for sp in _design_neighbours(space, neighbours)
+               if sp.hash not in hashes]
     return chosen
 
 

@@ -34,7 +34,8 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
-from codegen.kernels.attention_fp8 import VTranspose
+from codegen.kernels.attention_fp8 import TransposedV
+from codegen.kernels.attention_order import order_problem
 from codegen.kernels.attention_output import AttentionOutput
 from codegen.kernels.attention_softmax import OnlineSoftmax
 from codegen.pipeline import (
@@ -47,7 +48,6 @@ from codegen.pipeline import (
     TripAt,
 )
 from codegen.pipeline.limits import BAR_EPILOGUE0
-from codegen.pipeline.pipelined import loop_stream
 from codegen.targets import Mma, MmaPart
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
@@ -173,12 +173,10 @@ class AttentionHooks(OperatorHooks):
                            swizzle.widest(self.head_dim * self.elem), self.elem,
                            self.target.k_step(self.dtype), self.target.mma_rows)
 
-    @cached_property
+    @property
     def vt(self) -> OperandTile:
         """FP8: a consumer's v transposed (d x kv, keys contiguous), B of P V K-major."""
-        return OperandTile("vt", "k", self.head_dim, self.tile_kv,
-                           swizzle.widest(self.tile_kv * self.elem), self.elem,
-                           self.target.k_step(self.dtype), self.target.mma_rows)
+        return self._transposed.vt
 
     def consumer_tiles(self) -> tuple[OperandTile, ...]:
         return (self.vt,) if self.fp8 else ()
@@ -242,15 +240,9 @@ class AttentionHooks(OperatorHooks):
                     "swizzle spans at least")
         if self.tile_kv % 16 or self.tile_kv > self.target.mma_n_max:
             return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
-        if self.fp8:
-            problem = self._fp8_problem()
-            if problem:
-                return problem
-        if self._qk_overwrites_scores():
-            return ("mma_qk issued ahead of the softmax would overwrite the scores it reads "
-                    "(a second S buffer makes ptxas serialise the MMAs, C7514)")
-        if not self._rescale_before_pv():
-            return "P is packed in rescale, which must come before mma_pv of its trip"
+        problem = (self._fp8_problem() if self.fp8 else None) or order_problem(self.structure)
+        if problem:
+            return problem
         if self.pack > 1 and self.tile_q % self.pack:
             return (f"tile_g={self.pack}: tile_q={self.tile_q} is not a multiple of the packed "
                     "heads (one TMA box of positions x heads)")
@@ -263,35 +255,12 @@ class AttentionHooks(OperatorHooks):
             return self._output.store_problem()
         return None
 
-    @cached_property
-    def _steps(self) -> dict[str, int]:
-        """When each loop sTask works on trip 0, in issue steps: an issue at position n
-        with lead l works on trip t at step (t - l) * len + n."""
-        loop = loop_stream(self.structure)
-        return {i.stask: n - i.lead * len(loop) for n, i in enumerate(loop)}
-
-    def _qk_overwrites_scores(self) -> bool:
-        """Whether ``mma_qk`` of the next trip is issued before a reader of this trip's
-        scores (all run by the end of ``rescale``, which packs P)."""
-        steps, length = self._steps, len(self._steps)
-        readers = ("softmax_max", "softmax_exp2", "softmax_sum", "rescale")
-        return any(steps["mma_qk"] + length < steps[r] for r in readers if r in steps)
-
     def _fp8_problem(self) -> str | None:
-        """Where FP8's transposed v cannot be laid out or would be overwritten early."""
+        """Where FP8's transposed v cannot be laid out."""
         if self.tile_kv * self.elem % MIN_SWIZZLE_SPAN_BYTES:
             return (f"tile_kv={self.tile_kv}: FP8's transposed v rows in "
                     f"{MIN_SWIZZLE_SPAN_BYTES}-byte swizzle spans at least")
-        steps = self._steps
-        if not steps["rescale"] < steps["transpose_v"] < steps["mma_pv"]:
-            return ("transpose_v must follow rescale (which waits for the last P V, the "
-                    "reader of the transposed v) and come before mma_pv")
         return None
-
-    def _rescale_before_pv(self) -> bool:
-        """Whether ``rescale`` of a trip is issued before ``mma_pv`` of that trip."""
-        steps = self._steps
-        return "rescale" in steps and "mma_pv" in steps and steps["rescale"] < steps["mma_pv"]
 
     def _seq(self, dim: str) -> str:
         """A sequence length as the header names it (an argument's at run time)."""
@@ -348,7 +317,7 @@ class AttentionHooks(OperatorHooks):
             c(f"__device__ __forceinline__ constexpr u32 {t.name}_kstep_bytes(int kk) {{ "
               f"return {t.kstep_expr()}; }}")
         if self.fp8:
-            self._transpose.offsets(c)
+            self._transposed.offsets(c)
         c("")
 
     @property
@@ -364,7 +333,7 @@ class AttentionHooks(OperatorHooks):
             read = t in self._mma_tiles
             how = f"{mma}: {self.target.operand_descriptor(t).describe()}" if read else (
                 "transposed into vt for the MMA")
-            box = "TMA box(es)" if t is not self.vt else "box(es) a consumer writes"
+            box = "box(es) a consumer writes" if t.name == "vt" else "TMA box(es)"
             c.comment(f"{t.const} tile: {t.box_count} {box} of {t.box_inner}x{t.box_outer}"
                       f" ({dims[t.name]}), {t.swizzle.span_bytes}B swizzle; {how}.")
             c(f"constexpr u32 {t.const}_BOX_BYTES = {t.box_bytes}, {t.const}_STAGE_BYTES = "
@@ -374,13 +343,13 @@ class AttentionHooks(OperatorHooks):
                 c(f"constexpr u64 {t.const}_DESC_LAYOUT = 0x{layout:016x}ull;")
 
     @cached_property
-    def _transpose(self) -> VTranspose:
+    def _transposed(self) -> TransposedV:
         bar = (f"{BAR_EPILOGUE0} + consumer" if self.structure.consumers > 1
                else str(BAR_EPILOGUE0))
-        return VTranspose(self.v, self.vt, self.target, bar)
+        return TransposedV(self.v, self.tile_kv, self.target, bar)
 
     def relayout(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
-        self._transpose.write(code, stages["v"])
+        self._transposed.write(code, stages["v"])
 
     def runtime_constants(self, code: Code) -> None:
         if "seq_q" in self.runtime_dims:
@@ -431,7 +400,7 @@ class AttentionHooks(OperatorHooks):
         if issue.stask == "mma_qk":
             self._mma_qk(code, stages["k"], at)
         elif self.fp8:  # reads this consumer's vt, not a stage
-            self._mma_pv_fp8(code, at)
+            self._transposed.write_pv(code, at, lambda: self.pin(code, "mma_pv"))
         else:
             self._mma_pv(code, stages["v"], at)
 
@@ -462,18 +431,6 @@ class AttentionHooks(OperatorHooks):
             pin=lambda: self.pin(c, "mma_pv"),
             bases=(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;",)))
 
-    def _mma_pv_fp8(self, code: Code, at: TripAt) -> None:
-        c, k = code, self.vt.k_step
-        c.comment(f"mma_pv: o_acc[CONSUMER_ROWS x {self.head_dim}] += P vt^T, P in registers as "
-                  f"e4m3 quads (A fragment of k{k} step kk: p[4kk..4kk+3]), vt this consumer's")
-        self.target.write_mma(c, Mma(
-            n=self.head_dim, dtype=self.dtype, b_major="k", k_steps=str(self.tile_kv // k),
-            b_layout="VT_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
-            parts=(MmaPart("o_acc[mi]", "vt_tile + vt_kstep_bytes(kk)",
-                           a_registers="p[mi][4 * kk + {i}]"),),
-            pin=lambda: self.pin(c, "mma_pv"),
-            bases=("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;",)))
-
     # ----- the online softmax ----------------------------------------------------------
     @cached_property
     def softmax(self) -> OnlineSoftmax:
@@ -487,30 +444,33 @@ class AttentionHooks(OperatorHooks):
         self.softmax.write(code, issue.stask, at)
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
-        p, e = self.params, self.elem
-        maps = []
-        for name, tile, heads, seq in (("q", self.q, p["heads"], p["seq_q"]),
-                                       ("k", self.k, p["kv_heads"], p["seq_kv"]),
-                                       ("v", self.v, p["kv_heads"], p["seq_kv"])):
-            d = self.head_dim
-            rows = self.tile_q if name == "q" else self.tile_kv
-            # Rank 4, innermost first: (head_dim, heads, seq, batch) for bshd, (head_dim,
-            # seq, heads, batch) for bhsd; a box is one head's rows.
-            middle = [(heads, self.pack if name == "q" else 1),
-                      (seq, rows // self.pack if name == "q" else rows)]
-            if self.heads_second:
-                middle.reverse()
-            (n1, box1), (n2, box2) = middle
-            maps.append(TensorMapArg(
-                name=f"{name}_map", tensor=name, dtype=self.dtype,
-                global_dims=(d, n1, n2, p["batch"]),
-                global_strides_bytes=(d * e, n1 * d * e, n2 * n1 * d * e),
-                box_dims=(tile.box_inner, box1, box2, 1),
-                swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
-            ))
+        p = self.params
+        maps = [_input_map(name, tile, p, heads, seq, rows, self.heads_second)
+                for name, tile, heads, seq, rows in (
+                    ("q", self.q, p["heads"], p["seq_q"], (self.pack, self.tile_q // self.pack)),
+                    ("k", self.k, p["kv_heads"], p["seq_kv"], (1, self.tile_kv)),
+                    ("v", self.v, p["kv_heads"], p["seq_kv"], (1, self.tile_kv)))]
         if self.side_outputs_staged:
             maps.append(self._output.lse_map())
         return tuple(maps)
+
+
+def _input_map(name: str, tile: OperandTile, params: Mapping[str, object], heads: int,
+               seq: int, box: tuple[int, int], heads_second: bool) -> TensorMapArg:
+    """q's, k's or v's rank-4 map, innermost first: (head_dim, heads, seq, batch) for bshd,
+    (head_dim, seq, heads, batch) for bhsd; a box is ``box`` (heads, positions) of rows."""
+    d, e, batch = int(params["head_dim"]), tile.elem_bytes, int(params["batch"])
+    middle = [(heads, box[0]), (seq, box[1])]
+    if heads_second:
+        middle.reverse()
+    (n1, box1), (n2, box2) = middle
+    return TensorMapArg(
+        name=f"{name}_map", tensor=name, dtype=str(params["dtype"]),
+        global_dims=(d, n1, n2, batch),
+        global_strides_bytes=(d * e, n1 * d * e, n2 * n1 * d * e),
+        box_dims=(tile.box_inner, box1, box2, 1),
+        swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
+    )
 
 
 #: Bumped whenever attention's own text changes for the same schedule.

@@ -24,9 +24,12 @@ the MMA, the async proxy, first).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
-from codegen.pipeline import Code, OperandTile
-from codegen.targets import Target
+from codegen.cuda import swizzle
+from codegen.pipeline import Code, OperandTile, TripAt
+from codegen.targets import Mma, MmaPart, Target
+from scheduler_search.ops.attention import FP8_DTYPE
 
 #: Keys of one 8-bit MMA k step.
 KEYS_PER_STEP = 32
@@ -58,12 +61,15 @@ def key_order(keys: int) -> list[int]:
     return order
 
 
-class VTranspose:
-    """Writes ``transpose_v`` for a consumer warpgroup: v's stage (``v``, MN-major, as
-    loaded) into the consumer's ``vt`` (K-major), keys in :func:`key_order`."""
+class TransposedV:
+    """A consumer warpgroup's ``vt``: ``transpose_v`` writes it from v's stage (``v``,
+    MN-major, as loaded; keys in :func:`key_order`), ``P V`` reads it K-major."""
 
-    def __init__(self, v: OperandTile, vt: OperandTile, target: Target, barrier: str) -> None:
-        self.v, self.vt, self.target = v, vt, target
+    def __init__(self, v: OperandTile, tile_kv: int, target: Target, barrier: str) -> None:
+        self.v, self.target = v, target
+        self.vt = OperandTile("vt", "k", v.rows, tile_kv,
+                              swizzle.widest(tile_kv * v.elem_bytes), v.elem_bytes,
+                              v.k_step, v.mma_rows)
         #: The consumer warpgroup's named barrier (its 128 threads).
         self.barrier = barrier
 
@@ -126,4 +132,18 @@ class VTranspose:
         c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every thread's blocks written")
 
 
-__all__ = ["VTranspose", "key_order", "p_register"]
+    def write_pv(self, code: Code, at: TripAt, pin: Callable[[], None]) -> None:
+        """``O += P vt``: P in registers (e4m3 quads, A of k32 step kk: p[4kk..4kk+3])."""
+        c, k, vt = code, self.vt.k_step, self.vt
+        c.comment(f"mma_pv: o_acc[CONSUMER_ROWS x {vt.rows}] += P vt^T, P in registers as "
+                  f"e4m3 quads (A fragment of k{k} step kk: p[4kk..4kk+3]), vt this consumer's")
+        self.target.write_mma(c, Mma(
+            n=vt.rows, dtype=FP8_DTYPE, b_major="k", k_steps=str(vt.cols // k),
+            b_layout="VT_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
+            parts=(MmaPart("o_acc[mi]", "vt_tile + vt_kstep_bytes(kk)",
+                           a_registers="p[mi][4 * kk + {i}]"),),
+            pin=pin,
+            bases=("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;",)))
+
+
+__all__ = ["TransposedV", "key_order", "p_register"]

@@ -143,32 +143,26 @@ class OnlineSoftmax:
             with c.block("for (int i = 0; i < O_REGS; ++i)"):
                 c("o_acc[mi][i] *= alpha[mi][(i >> 1) & 1];  // registers 4g+2h+e: row half h")
         if self.scaled_inputs:
-            self._pack_p_fp8(c)
-            return
-        pack = convert.pack2(self.dtype)
-        c.comment("P = the scores after exp2, as the 16-bit pairs of "
-                  f"{self.target.mma_name}'s A fragment")
+            # e4m3 quads: register r of k32 step kk takes this thread's scores of row half
+            # r % 2 in the 8-column groups 4 kk + 2 (r / 2) and the next (keys in vt's
+            # order: codegen.kernels.attention_fp8.p_register).
+            what, regs = "e4m3 quads", "S_REGS / 4"
+            setup = ["const int h = i & 1, g = 4 * (i >> 2) + 2 * ((i >> 1) & 1);"]
+            scores = [f"s_acc[mi][4 * g + {4 * (e // 2) + e % 2} + 2 * h]" for e in range(4)]
+            packed = c.call("pack_e4m3x4", *scores)
+        else:
+            what, regs, setup = "16-bit pairs", "S_REGS / 2", []
+            packed = c.call(convert.pack2(self.dtype), "s_acc[mi][2 * i]", "s_acc[mi][2 * i + 1]")
+        order = " (keys in vt's order)" if self.scaled_inputs else ""
+        c.comment(f"P = the scores after exp2, as the {what} of "
+                  f"{self.target.mma_name}'s A fragment{order}")
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             c("#pragma unroll")
-            with c.block("for (int i = 0; i < S_REGS / 2; ++i)"):
-                c(f"p[mi][i] = {c.call(pack, 's_acc[mi][2 * i]', 's_acc[mi][2 * i + 1]')};")
-
-    def _pack_p_fp8(self, code: Code) -> None:
-        """P as e4m3 quads: register ``r`` of k32 step ``kk`` takes this thread's scores of
-        row half ``r % 2`` in the 8-column groups ``4 kk + 2 (r / 2)`` and the next (keys
-        in vt's order: :func:`~codegen.kernels.attention_fp8.p_register`)."""
-        c = code
-        c.comment("P = the scores after exp2, as the e4m3 quads of "
-                  f"{self.target.mma_name}'s A fragment (keys in vt's order)")
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int i = 0; i < S_REGS / 4; ++i)"):
-                c("const int h = i & 1, g = 4 * (i >> 2) + 2 * ((i >> 1) & 1);")
-                scores = ", ".join(f"s_acc[mi][4 * g + {4 * (e // 2) + e % 2} + 2 * h]"
-                                   for e in range(4))
-                c(f"p[mi][i] = {c.call('pack_e4m3x4', *scores.split(', '))};")
+            with c.block(f"for (int i = 0; i < {regs}; ++i)"):
+                for line in setup:
+                    c(line)
+                c(f"p[mi][i] = {packed};")
 
     def _write_lse(self, code: Code, lse: str) -> None:
         """The row's log-sum-exp ``lse`` (a C++ expression) to global memory, by the

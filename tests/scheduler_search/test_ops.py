@@ -274,10 +274,15 @@ def test_dtype_outside_fp16_bf16_is_named(op: str, bad: Any) -> None:
     assert "float16" in error["msg"] and "bfloat16" in error["msg"]
 
 
-@pytest.mark.parametrize("op", [op for op in OPS if op != "gemm"])
-def test_only_gemm_takes_8_bit_floats(op: str) -> None:
+@pytest.mark.parametrize("op", [op for op in OPS if op not in ("gemm", "attention")])
+def test_only_gemm_and_attention_take_8_bit_floats(op: str) -> None:
     error = only_error(op, with_(op, dtype="float8_e4m3"))
     assert error["loc"] == ("dtype",)
+
+
+def test_attention_takes_e4m3_alone_of_the_8_bit_floats() -> None:
+    error = only_error("attention", with_("attention", dtype="float8_e5m2"))
+    assert error["loc"] == ("dtype",) and "float8_e4m3" in error["msg"]
 
 
 @pytest.mark.parametrize("bad", ["tn", "KN", "mk", "", 0, None], ids=repr)

@@ -37,7 +37,7 @@ def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
     assert set(props["dtype"]["enum"]) == {"float16", "bfloat16", "float8_e4m3", "float8_e5m2"}
     assert "epilogue" in props and "out_dtype" in props
     attention = ops["attention"]["parameters"]["properties"]
-    assert set(attention["dtype"]["enum"]) == {"float16", "bfloat16"}
+    assert set(attention["dtype"]["enum"]) == {"float16", "bfloat16", "float8_e4m3"}
     assert ops["attention"]["peers"] == ["sdpa_flash"]
     assert "kv_heads" in ops["attention"]["parameters"]["properties"]
     assert all(entry["generates_cuda"] for entry in ops.values())
