@@ -148,17 +148,26 @@ class DropIns:
             return torch.matmul(a, b)
         return kernel(a, workload[1])
 
-    def attention(self, q: Any, k: Any, v: Any, *, is_causal: bool = False) -> Any:
+    def attention(self, q: Any, k: Any, v: Any, *, is_causal: bool = False,
+                  scales: tuple[Any, Any, Any] | None = None) -> Any:
         """``scaled_dot_product_attention(q, k, v, is_causal=...)`` on (batch, heads, seq,
-        head_dim) tensors, GQA when k and v have fewer heads."""
+        head_dim) tensors, GQA when k and v have fewer heads. 8-bit q, k, v
+        (``float8_e4m3fn``) take ``scales``, their per-tensor descales (one-element fp32
+        tensors on the GPU: ``q_scale, k_scale, v_scale``), and give bf16."""
+        fp8 = _dtype_name(q) == TORCH_FP8
+        if fp8 and (scales is None or len(scales) != 3):
+            raise ValueError("scales: 8-bit q, k, v need their per-tensor scales "
+                             "(q_scale, k_scale, v_scale)")
         params = _attention_params(q, k, v, is_causal)
         kernel = self.kernel("attention", params, q) if params else None
         if kernel is None:
             from torch.nn.functional import scaled_dot_product_attention
 
+            if fp8:  # PyTorch's SDPA has no 8-bit form: the bf16 one, on scaled copies
+                q, k, v = (_widened(x, s) for x, s in zip((q, k, v), scales, strict=True))
             return scaled_dot_product_attention(q, k, v, is_causal=is_causal,
                                                 enable_gqa=k.shape[1] != q.shape[1])
-        return kernel(q, k, v)[0]
+        return kernel(q, k, v, *(scales if fp8 else ()))[0]
 
     def kernel(self, op: str, params: dict[str, Any], like: Any) -> Any:
         """The loaded tuned kernel of ``op`` at ``params`` on ``like``'s GPU (a range's
@@ -280,17 +289,28 @@ def _gemm_workload(a: Any, b: Any) -> tuple[dict[str, Any], Any] | None:
     return {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout}, storage
 
 
+#: PyTorch's name of the 8-bit float attention kernels take (the spec's ``float8_e4m3``).
+TORCH_FP8 = "float8_e4m3fn"
+
+
+def _widened(x: Any, scale: Any) -> Any:
+    """An 8-bit tensor as bf16, times its per-tensor scale."""
+    import torch
+
+    return x.to(torch.bfloat16) * scale.to(torch.bfloat16)
+
+
 def _attention_params(q: Any, k: Any, v: Any, causal: bool) -> dict[str, Any] | None:
     dtype = _dtype_name(q)
     tensors = (q, k, v)
-    if (dtype not in ("float16", "bfloat16") or any(t.dim() != 4 for t in tensors)
+    if (dtype not in ("float16", "bfloat16", TORCH_FP8) or any(t.dim() != 4 for t in tensors)
             or any(_dtype_name(t) != dtype or not t.is_contiguous() for t in tensors)
             or q.device.type != "cuda" or k.shape != v.shape):
         return None
     batch, heads, seq_q, head_dim = q.shape
     return {"batch": batch, "heads": heads, "kv_heads": k.shape[1], "seq_q": seq_q,
             "seq_kv": k.shape[2], "head_dim": head_dim, "causal": bool(causal),
-            "dtype": dtype, "layout": "bhsd"}
+            "dtype": "float8_e4m3" if dtype == TORCH_FP8 else dtype, "layout": "bhsd"}
 
 
 _default = DropIns()
@@ -309,9 +329,10 @@ def gemm(a: Any, b: Any) -> Any:
     return _default.gemm(a, b)
 
 
-def attention(q: Any, k: Any, v: Any, *, is_causal: bool = False) -> Any:
+def attention(q: Any, k: Any, v: Any, *, is_causal: bool = False,
+              scales: tuple[Any, Any, Any] | None = None) -> Any:
     """SDPA through the default drop-ins (see :class:`DropIns`)."""
-    return _default.attention(q, k, v, is_causal=is_causal)
+    return _default.attention(q, k, v, is_causal=is_causal, scales=scales)
 
 
 __all__ = ["DropIns", "attention", "configure", "gemm", "register"]

@@ -2,7 +2,7 @@
 torch and launches): the SDPA drop-in finds the range holding ``seq_q = seq_kv`` once per
 fixed workload and runs every later length through it, while lengths that differ go to
 the exact lookup, then to PyTorch; ``register`` of the range gives an op whose fake
-``(o, lse)`` follow the query length."""
+``(o, lse)`` follow the query length; 8-bit q, k, v bring their scales."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from range_samples import ATTENTION, FakeTensor, attention_range_dict
+from range_samples import ATTENTION, FakeTensor, attention_range_dict, runtime_seq_kernel
 
 import pipetune.torch as pt
 from codegen.artifact import RangeArtifact
@@ -89,3 +89,48 @@ def test_register_a_tied_range_gives_outputs_that_follow_the_length(monkeypatch,
         assert (o.shape, o.dtype) == ((1, H, seq, D), "f16")
         assert (lse.shape, lse.dtype) == ((1, H, seq), "f32")
     assert op.fn(*_qkv(1000)) == ("o", "lse") and launches == [("b", 1000, 1000)]
+
+
+def test_8_bit_attention_passes_its_scales_or_widens_them_for_pytorch(monkeypatch) -> None:
+    """float8_e4m3fn q, k, v: a tuned FP8 kernel gets the three scales after them; without
+    one, PyTorch's SDPA runs on bf16 copies times the scales; no scales is a ValueError."""
+    seen: list = []
+
+    class Scaled(FakeTensor):
+        name = ""
+
+        def to(self, dtype):
+            copy = Scaled(self.shape, "bfloat16")
+            copy.name = self.name
+            return copy
+
+        def __mul__(self, scale):
+            seen.append(scale.name)
+            return self
+
+    sdpa: list = []
+    functional = SimpleNamespace(scaled_dot_product_attention=lambda q, k, v, **kw: sdpa.append(
+        (q.dtype, kw["enable_gqa"])) or "torch")
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(bfloat16="bfloat16"))
+    monkeypatch.setitem(sys.modules, "torch.nn", SimpleNamespace(functional=functional))
+    monkeypatch.setitem(sys.modules, "torch.nn.functional", functional)
+    monkeypatch.setattr(LoadedKernel, "__call__", lambda self, *tensors: (len(tensors), "lse"))
+    q, k, v = (Scaled(t.shape, "float8_e4m3fn") for t in _qkv(256))
+    scales = []
+    for name in ("q_scale", "k_scale", "v_scale"):
+        scales.append(Scaled((1,), "float32"))
+        scales[-1].name = name
+    asked: list = []
+
+    def lookup(op, params, device):
+        asked.append(params["dtype"])
+        return runtime_seq_kernel(256, "a").to_dict() if len(asked) == 1 else None
+
+    drop = pt.DropIns(lookup=lookup, range_lookup=lambda *a: None)
+    assert drop.attention(q, k, v, scales=tuple(scales)) == 6  # q, k, v and their scales
+    other = pt.DropIns(lookup=lookup, range_lookup=lambda *a: None)
+    assert other.attention(q, k, v, scales=tuple(scales)) == "torch"
+    assert seen == ["q_scale", "k_scale", "v_scale"] and sdpa == [("torch.bfloat16", True)]
+    assert asked == ["float8_e4m3", "float8_e4m3"]
+    with pytest.raises(ValueError, match="scales"):
+        other.attention(q, k, v)
