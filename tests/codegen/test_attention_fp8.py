@@ -87,7 +87,8 @@ def test_the_spec_takes_scales_and_writes_bf16_to_its_own_bound() -> None:
 def test_the_reference_scales_each_input() -> None:
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 6, 2, 32)).astype(np.float32) for _ in range(3))
-    scales = {f"{n}_scale": np.array([s], np.float32) for n, s in zip("qkv", (0.5, 2.0, 1.5))}
+    scales = {f"{n}_scale": np.array([s], np.float32)
+              for n, s in zip("qkv", (0.5, 2.0, 1.5), strict=True)}
     out = reference(np, "attention", {**PARAMS, "heads": 2, "kv_heads": 2, "head_dim": 32},
                     {"q": q, "k": k, "v": v, **scales})
     o, lse = attention_reference(np, q * 0.5, k * 2.0, v * 1.5, True)
