@@ -50,10 +50,7 @@ from bench.common import (  # noqa: E402
 STRUCTURE_KEYS = ("tile_q", "tile_kv", "warp_specialized", "consumer_warpgroups",
                   "consumer_split", "wg_schedule", "order", "persistent")
 #: The FlashAttention-3 design's neighbours worth measuring on every shape.
-#: With one 64-row warpgroup a block too: twice the tiles of a short sequence, and blocks
-#: that may share an SM where their registers allow (batch-8 sequence-512 cases trail cuDNN
-#: at 0.91 with every 128-row design).
-NEIGHBOURS = {"warpgroups": ((128, 2), (192, 3), (64, 1)), "tile_kv": (64, 128),
+NEIGHBOURS = {"warpgroups": ((128, 2), (192, 3)), "tile_kv": (64, 128),
               "wg_schedule": ("free", "alternate"), "stages_k": (2, 3),
               "persistent": (True, False), "map_store": ("cuda_core", "tma")}
 PEERS = ("sdpa_cudnn", "sdpa_flash")
