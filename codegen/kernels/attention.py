@@ -47,7 +47,7 @@ from codegen.pipeline import (
     OutputTile,
     TripAt,
 )
-from codegen.pipeline.limits import BAR_EPILOGUE0
+from codegen.pipeline.limits import warpgroup_barrier
 from codegen.targets import Mma, MmaPart
 from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops import DTYPE_BYTES
@@ -344,9 +344,8 @@ class AttentionHooks(OperatorHooks):
 
     @cached_property
     def _transposed(self) -> TransposedV:
-        bar = (f"{BAR_EPILOGUE0} + consumer" if self.structure.consumers > 1
-               else str(BAR_EPILOGUE0))
-        return TransposedV(self.v, self.tile_kv, self.target, bar)
+        return TransposedV(self.v, self.tile_kv, self.target,
+                           warpgroup_barrier(self.structure.consumers))
 
     def relayout(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         self._transposed.write(code, stages["v"])

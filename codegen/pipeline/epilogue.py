@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert
 from codegen.pipeline import split_k
-from codegen.pipeline.limits import BAR_CONSUMERS, BAR_EPILOGUE0, WARPGROUP
+from codegen.pipeline.limits import BAR_CONSUMERS, WARPGROUP, warpgroup_barrier
 
 if TYPE_CHECKING:
     from codegen.pipeline.code import Code
@@ -143,8 +143,7 @@ def emit_tma_store(code: Code, layout: PipelineLayout,
     if layout.staging == "operands":
         c.comment("every consumer finished reading the operand stages, which now stage the tile")
         c(c.call("named_barrier_sync", BAR_CONSUMERS, "CONSUMERS * 128") + ";")
-    # A literal id where one warpgroup stores: ptxas then reserves 3 barriers, not all 16.
-    bar = f"{BAR_EPILOGUE0} + consumer" if layout.structure.consumers > 1 else str(BAR_EPILOGUE0)
+    bar = warpgroup_barrier(layout.structure.consumers)
     side = layout.hooks.side_outputs_staged
     if side:
         c(f"const u32 side_buf = {_side_buffer(layout)};  // staged with sub-tile 0")

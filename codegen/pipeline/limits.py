@@ -17,6 +17,13 @@ BAR_CONSUMERS = 1
 BAR_EPILOGUE0 = 2
 NAMED_BARRIERS_MAX = 16
 
+
+def warpgroup_barrier(consumers: int) -> str:
+    """The id of this consumer warpgroup's own named barrier (its 128 threads: the
+    epilogue's, and FP8 attention's transpose), as kernel text: a literal where there is
+    one consumer (ptxas then reserves 3 barriers, not all 16)."""
+    return f"{BAR_EPILOGUE0} + consumer" if consumers > 1 else str(BAR_EPILOGUE0)
+
 __all__ = [
     "BAR_CONSUMERS",
     "BAR_EPILOGUE0",
@@ -25,4 +32,5 @@ __all__ = [
     "REGISTER_FILE",
     "WARP",
     "WARPGROUP",
+    "warpgroup_barrier",
 ]
