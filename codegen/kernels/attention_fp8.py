@@ -13,17 +13,20 @@ step's upper half), so each A register packs four of the thread's own scores, wi
 shuffle, and ``vt`` puts key ``π(c)`` at column ``c``, so that ``P V`` multiplies the
 right pairs.
 
-A thread transposes 4 x 4 byte blocks: four 32-bit words of v (four keys of one π group,
-four head_dim bytes) by four loads, eight byte permutes, four stores. A warp does 32 keys
-by 16 head_dim bytes at a time (lane ``w + 8 quad``: π group ``w``, bytes ``4 quad``), so
-its loads and stores meet at most two to a bank. The warpgroup waits for each warp's
-last ``P V`` to be done with ``vt`` before, and for every store after (made visible to
-the MMA, the async proxy, first).
+A warp moves 16 keys (one half of a 32-key step) by 32 head_dim bytes at a time with one
+``ldmatrix`` of four 8x8 b16 matrices of v, four byte permutes and one ``stmatrix .trans``
+into ``vt``. Lane ``l`` of the load reads a key row of the step half: matrix ``i`` row ``r``
+is key pair ``r / 2 + 4 (r % 2)`` (the pair that ``vt``'s column pair ``r`` holds under π),
+its key ``i % 2``, head_dim chunk ``i / 2``; so lane ``4 r + q`` holds both keys of its
+pair at head_dim bytes ``4 q .. 4 q + 3`` of both chunks. Each permute interleaves the two
+keys at two head_dim bytes, which is one b16 of ``vt`` at each of two rows; the transposed
+store puts them at rows ``2 q`` and ``2 q + 1``, column pair ``r`` of its matrix. The
+warpgroup waits for each warp's last ``P V`` to be done with ``vt`` before, and for every
+store after (made visible to the MMA, the async proxy, first).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 from codegen.cuda import swizzle
@@ -35,11 +38,16 @@ from scheduler_search.ops.attention import FP8_DTYPE
 KEYS_PER_STEP = 32
 #: The four keys of π group ``w`` (``w % 4 = t``) relative to ``16 (w / 4) + 2 t``.
 GROUP_KEYS = (0, 1, 8, 9)
-#: ``byte_perm`` selectors: interleave the low or high byte pairs of two words, then take
-#: the low or high halves of two words (a 4 x 4 byte transpose in eight permutes).
+#: A warp's unit of the transpose: the keys of one half of a k step (a 16-byte column
+#: segment of ``vt``) by two 16-byte head_dim chunks.
+SEGMENT_KEYS, UNIT_D_BYTES = 16, 32
+#: The lane's row addresses (C++ over ``matrix = lane / 8``, ``row = lane % 8``): the
+#: load's key within the segment and head_dim chunk, the store's head_dim row in the unit.
+LOAD_KEY = "(((row >> 1) + ((row & 1) << 2)) << 1) + (matrix & 1)"
+LOAD_D = "(matrix >> 1) << 4"
+STORE_D = "((matrix >> 1) << 4) + ((row >> 1) << 2) + ((matrix & 1) << 1) + (row & 1)"
+#: ``byte_perm`` selectors: interleave bytes 0-1 (or 2-3) of two words.
 INTERLEAVE_LOW, INTERLEAVE_HIGH = 0x5140, 0x7362
-HALVES_LOW, HALVES_HIGH = 0x5410, 0x7632
-
 
 def p_register(k_step: int, register: int) -> tuple[int, int, int, int]:
     """The S accumulator indices (``4 g + 2 h + e`` of a row block) that 8-bit A register
@@ -75,8 +83,8 @@ class TransposedV:
 
     @property
     def units(self) -> int:
-        """Warp-sized blocks of the tile: 32 keys by 16 head_dim bytes."""
-        return (self.vt.cols // KEYS_PER_STEP) * (self.v.rows * self.v.elem_bytes // 16)
+        """Warp-sized units of the tile: 16 keys by 32 head_dim bytes."""
+        return (self.vt.cols // SEGMENT_KEYS) * (self.v.rows * self.v.elem_bytes // UNIT_D_BYTES)
 
     def offsets(self, code: Code) -> None:
         """Device functions: the byte offset of (key, head_dim byte) in a v stage and of
@@ -91,46 +99,35 @@ class TransposedV:
               f"return ({col} / {span}) * {tile.const}_BOX_BYTES + "
               f"{tile.swizzle.function}({row} * {span} + {col} % {span}); }}")
 
-    @staticmethod
-    def _transpose_block(code: Code) -> None:
-        """Words ``w0..w3`` (4 head_dim bytes of each key of a π group) as 4 words of
-        ``vt`` (the group's 4 keys of each head_dim row), stored at ``column``."""
-        c = code
-        for pair, (x, y) in (("01", ("w0", "w1")), ("23", ("w2", "w3"))):
-            for half, selector in (("lo", INTERLEAVE_LOW), ("hi", INTERLEAVE_HIGH)):
-                c(f"const u32 {half}{pair} = {c.call('byte_perm', x, y, f'0x{selector:x}u')};")
-        halves = itertools.product(("lo", "hi"), (HALVES_LOW, HALVES_HIGH))
-        for byte, (half, selector) in enumerate(halves):
-            word = c.call("byte_perm", f"{half}01", f"{half}23", f"0x{selector:x}u")
-            c(c.call("st_shared_u32", f"vt_tile + vt_offset(d0 + {byte}, column)", word) + ";")
-
     def write(self, code: Code, stage: str) -> None:
         """The transpose of the v stage ``stage`` into this consumer's ``vt``."""
         c = code
-        steps = self.vt.cols // KEYS_PER_STEP
+        segments = self.vt.cols // SEGMENT_KEYS
         c.comment("vt[d][c] = v[π(c)][d]: keys in the order of P's 8-bit A registers")
         c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every warp's last P V is "
           "done with vt")
         with c.block(""):
             c(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;")
             c("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;")
-            c("const int group = lane & 7, quad = lane >> 3;  // π group, 4-byte column of d")
-            c("const int group_key = ((group >> 2) << 4) + ((group & 3) << 1);")
+            c("const int matrix = lane >> 3, row = lane & 7;  // this lane's row address")
+            c(f"const int load_key = {LOAD_KEY}, load_d = {LOAD_D};")
+            c(f"const int store_d = {STORE_D};")
             # Not unrolled: the addresses of every unit, hoisted out of the trip loop, would
             # hold registers the accumulators need.
             c("#pragma unroll 1")
             with c.block(f"for (int unit = warp; unit < {self.units}; unit += 4)"):
-                c(f"const int key0 = (unit % {steps}) * {KEYS_PER_STEP} + group_key;")
-                c(f"const int column = (unit % {steps}) * {KEYS_PER_STEP} + group * 4;")
-                c(f"const int d0 = (unit / {steps}) * 16 + quad * 4;")
-                words = [c.call("ld_shared_u32", f"v_tile + v_offset(key0 + {key}, d0)")
-                         for key in GROUP_KEYS]
-                c(f"const u32 w0 = {words[0]}, w1 = {words[1]};")
-                c(f"const u32 w2 = {words[2]}, w3 = {words[3]};")
-                self._transpose_block(c)
+                c(f"const int key0 = (unit % {segments}) * {SEGMENT_KEYS};")
+                c(f"const int d0 = (unit / {segments}) * {UNIT_D_BYTES};")
+                c("u32 w0, w1, w2, w3;  // keys 2 kp, 2 kp + 1 at d bytes 4 q.. of two chunks")
+                c(c.call("ldmatrix_x4", "v_tile + v_offset(key0 + load_key, d0 + load_d)",
+                         "w0", "w1", "w2", "w3") + ";")
+                words = [c.call("byte_perm", x, y, f"0x{selector:x}u")
+                         for x, y in (("w0", "w1"), ("w2", "w3"))
+                         for selector in (INTERLEAVE_LOW, INTERLEAVE_HIGH)]
+                c(c.call("stmatrix_x4_trans", "vt_tile + vt_offset(d0 + store_d, key0)",
+                         *words) + ";")
         c(c.call("fence_proxy_async_smem") + ";  // the stores, visible to the MMA")
         c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every thread's blocks written")
-
 
     def write_pv(self, code: Code, at: TripAt, pin: Callable[[], None]) -> None:
         """``O += P vt``: P in registers (e4m3 quads, A of k32 step kk: p[4kk..4kk+3])."""

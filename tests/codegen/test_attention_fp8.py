@@ -12,7 +12,18 @@ from kernel_checks import assert_compile_clean
 from pydantic import ValidationError
 
 from codegen import feasibility, lowering, render
-from codegen.kernels.attention_fp8 import GROUP_KEYS, KEYS_PER_STEP, key_order, p_register
+from codegen.kernels.attention_fp8 import (
+    INTERLEAVE_HIGH,
+    INTERLEAVE_LOW,
+    KEYS_PER_STEP,
+    LOAD_D,
+    LOAD_KEY,
+    SEGMENT_KEYS,
+    STORE_D,
+    UNIT_D_BYTES,
+    key_order,
+    p_register,
+)
 from codegen.nvcc import nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
@@ -57,20 +68,46 @@ def test_p_packs_each_column_with_the_score_of_the_key_vt_puts_there() -> None:
                     assert _score_key(thread, index) == (row, order[32 * step + column])
 
 
-def test_the_transpose_writes_each_column_with_the_key_of_the_order() -> None:
-    """The kernel's walk (warp unit: 32 keys by 16 bytes; lane ``group + 8 quad``) puts
-    v's key ``key0 + GROUP_KEYS[i]`` at vt column ``column + i``, as :func:`key_order`."""
-    keys = 256
-    order = key_order(keys)
-    written = {}
-    for step in range(keys // KEYS_PER_STEP):
+def _lane_rows(lane: int) -> tuple[int, int, int]:
+    """The kernel's row-address terms of ``lane`` (its C++ text, evaluated)."""
+    names = {"matrix": lane >> 3, "row": lane & 7}
+    return tuple(eval(text, {}, names) for text in (LOAD_KEY, LOAD_D, STORE_D))
+
+
+def _byte_perm(x: list, y: list, selector: int) -> list:
+    """PTX ``prmt`` (default mode): byte ``i`` of the result is byte ``selector`` nibble
+    ``i`` of ``y:x``."""
+    return [(x + y)[(selector >> 4 * i) & 7] for i in range(4)]
+
+
+@pytest.mark.parametrize(("keys", "head_dim"), [(128, 128), (64, 64), (128, 96)])
+def test_the_transpose_writes_each_column_with_the_key_of_the_order(keys: int,
+                                                                     head_dim: int) -> None:
+    """ldmatrix (lane ``l`` gets row ``l / 4``, bytes ``4 (l % 4)..`` of each matrix), the
+    four permutes and stmatrix .trans (its b16 ``h`` to row ``2 (l % 4) + h``, column pair
+    ``l / 4``), simulated over every unit: ``vt[d][c] = v[π(c)][d]``."""
+    v = [[(key, d) for d in range(head_dim)] for key in range(keys)]
+    vt: dict[tuple[int, int], tuple[int, int]] = {}
+    segments = keys // SEGMENT_KEYS
+    for unit in range(segments * head_dim // UNIT_D_BYTES):
+        key0, d0 = (unit % segments) * SEGMENT_KEYS, (unit // segments) * UNIT_D_BYTES
+        rows = [_lane_rows(lane) for lane in range(32)]
         for lane in range(32):
-            group = lane & 7
-            key0 = step * KEYS_PER_STEP + ((group >> 2) << 4) + ((group & 3) << 1)
-            column = step * KEYS_PER_STEP + group * 4
-            for i, key in enumerate(GROUP_KEYS):
-                written[column + i] = key0 + key
-    assert [written[c] for c in range(keys)] == order
+            r, q = divmod(lane, 4)
+            words = []
+            for i in range(4):  # matrix i's row r is lane 8 i + r's address
+                load_key, load_d, _ = rows[8 * i + r]
+                words.append(v[key0 + load_key][d0 + load_d + 4 * q: d0 + load_d + 4 * q + 4])
+            stored = [_byte_perm(x, y, sel) for x, y in (words[:2], words[2:])
+                      for sel in (INTERLEAVE_LOW, INTERLEAVE_HIGH)]
+            for j, word in enumerate(stored):
+                for half in range(2):
+                    store_d = rows[8 * j + 2 * q + half][2]
+                    for byte in range(2):
+                        vt[(d0 + store_d, key0 + 2 * r + byte)] = word[2 * half + byte]
+    order = key_order(keys)
+    assert len(vt) == keys * head_dim
+    assert all(vt[(d, c)] == (order[c], d) for d in range(head_dim) for c in range(keys))
 
 
 def test_the_spec_takes_scales_and_writes_bf16_to_its_own_bound() -> None:

@@ -35,8 +35,6 @@ CALLS = {
     "ld_shared_f32x2": "{ const float2 v = ld_shared_f32x2(a); acc[0] = v.x + v.y; }",
     "st_shared_f32": "st_shared_f32(a, acc[0]);",
     "st_shared_f32x2": "st_shared_f32x2(a, acc[0], acc[1]);",
-    "ld_shared_u32": "r[0] = ld_shared_u32(a);",
-    "st_shared_u32": "st_shared_u32(a, r[0]);",
     "pack_e4m3x4": "r[0] = pack_e4m3x4(f, f, f, f);",
     "byte_perm": "r[0] = byte_perm(r[0], a, 0x5410u);",
     "unpack_f16x2": "{ const float2 v = unpack_f16x2(a); acc[0] = v.x + v.y; }",

@@ -118,31 +118,8 @@ ST_SHARED_F32 = Snippet(
     section='9.7.9.10 "st"',
 )
 
-LD_SHARED_U32 = Snippet(
-    "ld_shared_u32",
-    "// One 32-bit word from shared memory.\n"
-    "__device__ __forceinline__ u32 ld_shared_u32(u32 addr) {\n"
-    "  u32 v;\n"
-    '  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");\n'
-    "  return v;\n"
-    "}\n",
-    requires=("types",),
-    section='9.7.9.8 "ld"',
-)
-
-ST_SHARED_U32 = Snippet(
-    "st_shared_u32",
-    "// One 32-bit word to shared memory.\n"
-    "__device__ __forceinline__ void st_shared_u32(u32 addr, u32 x) {\n"
-    '  asm volatile("st.shared.b32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");\n'
-    "}\n",
-    requires=("types",),
-    section='9.7.9.10 "st"',
-)
-
 #: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
 PRELUDE_RANK = 60
 
 register(STMATRIX_X4, STMATRIX_X4_TRANS, STMATRIX_X2_TRANS, LDMATRIX_X4, LDMATRIX_X4_TRANS,
-         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, ST_SHARED_F32, LD_SHARED_U32,
-         ST_SHARED_U32, rank=PRELUDE_RANK)
+         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, ST_SHARED_F32, rank=PRELUDE_RANK)
