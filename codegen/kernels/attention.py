@@ -473,6 +473,6 @@ def _input_map(name: str, tile: OperandTile, params: Mapping[str, object], heads
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
-ATTENTION_HOOKS_VERSION = "attention-4"
+ATTENTION_HOOKS_VERSION = "attention-5"
 
 __all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]

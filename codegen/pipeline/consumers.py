@@ -12,7 +12,7 @@ from codegen.pipeline import split_k, stream_k
 from codegen.pipeline.limits import WARPGROUP
 from codegen.pipeline.pipelined import PipelinedLoop, TripAt, is_pipelined
 from codegen.pipeline.record import EmittedTurn
-from codegen.pipeline.structure import Issue, Ring
+from codegen.pipeline.structure import Issue, Ring, TileBuffer
 from codegen.pipeline.writer import RoleWriter
 from scheduler_search.ir import STaskKind
 
@@ -75,11 +75,12 @@ class Consumers(RoleWriter):
         self._tile_buffers_acquire()
         self._prologue()
         self._tile_buffers_release(held=False)
+        released: tuple[TileBuffer, ...] = ()
         if is_pipelined(self.structure):
-            PipelinedLoop(self, "x0", trips).write()
+            released = PipelinedLoop(self, "x0", trips).write()
         else:
             self._mainloop("x0", trips, turns_per_trip=True)
-        self._tile_buffers_release(held=True)
+        self._tile_buffers_release(held=True, released=released)
         if self.structure.tile_buffers:
             c("tile_phase ^= 1;")
         if self.layout.split_blocks > 1:
@@ -127,11 +128,13 @@ class Consumers(RoleWriter):
             c.comment(f"{buffer.full_name}: this tile's {buffer.load} has landed")
             c(c.call("mbarrier_wait", buffer.full(owner), "tile_phase") + ";")
 
-    def _tile_buffers_release(self, *, held: bool, owner: str = "0") -> None:
-        """Release the tile buffers the loop reads (``held``) or those it does not."""
+    def _tile_buffers_release(self, *, held: bool, owner: str = "0",
+                              released: tuple[TileBuffer, ...] = ()) -> None:
+        """Release the tile buffers the loop reads (``held``) or those it does not, but
+        those the loop ``released`` itself."""
         c = self.code
         for buffer in self.structure.tile_buffers:
-            if self.hooks.holds_tile_buffer(buffer.load) != held:
+            if self.hooks.holds_tile_buffer(buffer.load) != held or buffer in released:
                 continue
             c.comment(f"{buffer.empty_name}: this warp is done with the tile's {buffer.load}")
             c(c.call("mbarrier_arrive_warp", buffer.empty(owner), "lane") + ";")

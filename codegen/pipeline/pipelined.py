@@ -15,7 +15,10 @@ software pipeline:
 - a ring stage is released once the wait that proves its last reader's group complete
   has passed (:func:`release_points`); what is still in flight after the loop is waited
   for and released there; a stage whose last reader is math (a relayout) is released
-  as soon as it is written.
+  as soon as it is written;
+- a tile buffer (attention's Q) whose one reader in the loop is an MMA is released with
+  that MMA's stage of the tile's last trip (:func:`early_tile_buffers`), not after the
+  loop: the producer loads the next tile's copy under this tile's last trip.
 
 A register fragment is not double-buffered: an sProgram whose lead MMA would overwrite
 what a reader of the current trip still needs is the operator's to reject (a second
@@ -29,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from codegen.pipeline.structure import Issue, PipelineStructure
+from codegen.pipeline.structure import Issue, PipelineStructure, TileBuffer
 from scheduler_search.ir import STaskKind
 
 if TYPE_CHECKING:
@@ -136,6 +139,22 @@ def release_points(structure: PipelineStructure) -> dict[str, tuple[int, int]]:
     return points
 
 
+def early_tile_buffers(structure: PipelineStructure) -> dict[str, tuple[TileBuffer, ...]]:
+    """For each MMA with a release point: the tile buffers only it reads in the loop, and
+    nothing outside it, released with its stage of the tile's last trip."""
+    loop = loop_stream(structure)
+    points = release_points(structure)
+    tasks = {t.name: t for t in structure.graph.stasks}
+    early: dict[str, tuple[TileBuffer, ...]] = {}
+    for buffer in structure.tile_buffers:
+        tensor = tasks[buffer.load].output.tensor
+        readers = {t.name for t in structure.graph.stasks if t.reads(tensor)}
+        if len(readers) == 1 and (reader := readers.pop()) in points and any(
+                i.stask == reader for i in loop):
+            early[reader] = (*early.get(reader, ()), buffer)
+    return early
+
+
 def lead_problem(structure: PipelineStructure) -> str | None:
     """Why the skeleton cannot pipeline this loop, or None."""
     loop = loop_stream(structure)
@@ -175,9 +194,11 @@ class PipelinedLoop:
         self.loop = loop_stream(self.s)
         self.waits = group_waits(self.s)
         self.releases = release_points(self.s)
+        self.early = early_tile_buffers(self.s)
         self.x0, self.trips = x0, trips
 
-    def write(self) -> None:
+    def write(self) -> tuple[TileBuffer, ...]:
+        """The loop; returns the tile buffers it releases (the caller releases the rest)."""
         c = self.code
         c.comment("Software-pipelined loop: " + " -> ".join(
             f"{i.stask}{'(trip+1)' if i.lead else ''}" for i in self.loop))
@@ -198,6 +219,7 @@ class PipelinedLoop:
             self._iteration("trip", Part.LAST)
         self.k.recording = True
         self._drain()
+        return tuple(b for buffers in self.early.values() for b in buffers)
 
     def _steady_runs_once(self) -> bool:
         """Whether every tile has two trips, a constant of the kernel's text (no run-time
@@ -298,6 +320,16 @@ class PipelinedLoop:
             trip = f"{t} + {self._lead(mma) - back}"
             with c.block(f"if ({trip} >= 0 && {trip} < {self.trips})"):
                 self.k.release_load(mma, f"{self.x0} + {trip}")
+                self._release_buffers(mma, trip)
+
+    def _release_buffers(self, mma: str, trip: str) -> None:
+        """The tile buffers only ``mma`` reads, once it is done with the tile's last trip."""
+        c = self.code
+        for buffer in self.early.get(mma, ()):
+            with c.block(f"if ({trip} == {self.trips} - 1)"):
+                c.comment(f"{buffer.empty_name}: this warp is done with the tile's "
+                          f"{buffer.load} (its last {mma})")
+                c(c.call("mbarrier_arrive_warp", buffer.empty(), "lane") + ";")
 
     def _drain(self) -> None:
         """After the loop: wait for every group, release the stages still held: trips
@@ -316,3 +348,4 @@ class PipelinedLoop:
             c("#pragma unroll 1")
             with c.block(f"for (int held = max({first}, 0); held < {self.trips}; ++held)"):
                 self.k.release_load(mma, f"{self.x0} + held")
+                self._release_buffers(mma, "held")
