@@ -1,8 +1,20 @@
 """Hardware abstraction: Devices, their sEUs, the catalog and live construction."""
 
-from scheduler_search.hardware.catalog import A100_SXM, CATALOG, H100_SXM, H200, get_device
+from scheduler_search.hardware.catalog import (
+    A10,
+    A40,
+    A100_SXM,
+    CATALOG,
+    H100_SXM,
+    H200,
+    L40S,
+    RTX_4090,
+    get_device,
+)
 from scheduler_search.hardware.live import device_from_properties
 from scheduler_search.hardware.model import (
+    ADA_CAPABILITIES,
+    AMPERE_CAPABILITIES,
     HOPPER_CAPABILITIES,
     SEU,
     Capabilities,
@@ -11,11 +23,17 @@ from scheduler_search.hardware.model import (
 )
 
 __all__ = [
+    "A10",
+    "A40",
     "A100_SXM",
+    "ADA_CAPABILITIES",
+    "AMPERE_CAPABILITIES",
     "CATALOG",
     "H100_SXM",
     "H200",
     "HOPPER_CAPABILITIES",
+    "L40S",
+    "RTX_4090",
     "SEU",
     "Capabilities",
     "Device",

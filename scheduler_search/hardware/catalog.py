@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from scheduler_search.hardware.model import HOPPER_CAPABILITIES, SEU, Device, UnitKind
+from scheduler_search.hardware.model import (
+    ADA_CAPABILITIES,
+    AMPERE_CAPABILITIES,
+    HOPPER_CAPABILITIES,
+    SEU,
+    Device,
+    UnitKind,
+)
 
 _MIB = 1 << 20
 
@@ -23,14 +30,22 @@ _HOPPER_UNITS = (
     SEU(UnitKind.SFU, False, 16.0, 20.0, "ex2.approx"),
 )
 
-#: sEUs of an Ampere SM: cp.async through the LSU (about 64 B/cycle, estimate), sync
-#: mma.sync tensor cores at 2048 fp16 flops/cycle, 64 FP32 lanes, 16 SFU lanes.
-_AMPERE_UNITS = (
-    SEU(UnitKind.LSU, True, 64.0, 500.0, "cp.async"),
-    SEU(UnitKind.TENSOR_CORE, False, 2048.0, 32.0, "mma.sync"),
-    SEU(UnitKind.CUDA_CORE, False, 64.0, 4.0, "fma/ld/st"),
-    SEU(UnitKind.SFU, False, 16.0, 20.0, "ex2.approx"),
-)
+
+
+def _ampere_class_units(tensor_flops: float, fp32_lanes: float) -> tuple[SEU, ...]:
+    """sEUs of an Ampere-class SM (sm_80, sm_86, sm_89): cp.async through the LSU (about
+    64 B/cycle, estimate), synchronous mma.sync tensor cores at ``tensor_flops`` 16-bit
+    flops/cycle (fp32 accumulation), ``fp32_lanes`` FP32 lanes, 16 SFU lanes."""
+    return (
+        SEU(UnitKind.LSU, True, 64.0, 500.0, "cp.async"),
+        SEU(UnitKind.TENSOR_CORE, False, tensor_flops, 32.0, "mma.sync"),
+        SEU(UnitKind.CUDA_CORE, False, fp32_lanes, 4.0, "fma/ld/st"),
+        SEU(UnitKind.SFU, False, 16.0, 20.0, "ex2.approx"),
+    )
+
+
+#: A100: 2048 fp16 flops/cycle, 64 FP32 lanes.
+_AMPERE_UNITS = _ampere_class_units(2048.0, 64.0)
 
 H100_SXM = Device(
     name="NVIDIA H100 80GB HBM3",
@@ -89,10 +104,85 @@ A100_SXM = Device(
     l2_bandwidth_gbps=9745.0,
     tensor_flops_per_cycle_per_sm={"float16": 2048.0, "bfloat16": 2048.0},
     units=_AMPERE_UNITS,
+    capabilities=AMPERE_CAPABILITIES,
+)
+
+# The sm_86 and sm_89 parts below: published peak figures (datasheets), not calibrated on
+# the parts themselves. Their SMs hold 100 KB of shared memory (99 KB a block), 1536
+# threads, and 128 FP32 lanes; the tensor rate is dense with fp32 accumulation, and the
+# clock the one the datasheet's tensor TFLOP/s implies (as for H100).
+A10 = Device(
+    name="NVIDIA A10",
+    arch="sm_86",
+    compute_capability=(8, 6),
+    sm_count=72,
+    smem_per_sm_bytes=100 * 1024,
+    smem_per_block_bytes=99 * 1024,
+    regs_per_sm=65536,
+    regs_per_thread_max=255,
+    max_threads_per_block=1024,
+    max_threads_per_sm=1536,
+    l2_bytes=6 * _MIB,
+    # 125 TFLOP/s dense fp16 = 72 SMs x 1024 flops x 1695 MHz.
+    clock_mhz=1695.0,
+    memory_bytes=24576 * _MIB,
+    mem_bandwidth_gbps=600.0,
+    # Estimate: 64 B/cycle/SM x 72 SMs x 1695 MHz.
+    l2_bandwidth_gbps=7810.0,
+    tensor_flops_per_cycle_per_sm={"float16": 1024.0, "bfloat16": 1024.0},
+    units=_ampere_class_units(1024.0, 128.0),
+    capabilities=AMPERE_CAPABILITIES,
+)
+
+# 149.7 TFLOP/s dense fp16 = 84 SMs x 1024 flops x 1740 MHz; 48 GB GDDR6 at 696 GB/s.
+A40 = replace(
+    A10,
+    name="NVIDIA A40",
+    sm_count=84,
+    clock_mhz=1740.0,
+    memory_bytes=49152 * _MIB,
+    mem_bandwidth_gbps=696.0,
+    l2_bandwidth_gbps=9355.0,
+)
+
+# 362 TFLOP/s dense fp16 = 142 SMs x 1024 flops x 2490 MHz (its 733 FP8 implies 2520 MHz
+# at 2048 flops); 96 MB of L2; 48 GB GDDR6 at 864 GB/s.
+L40S = replace(
+    A10,
+    name="NVIDIA L40S",
+    arch="sm_89",
+    compute_capability=(8, 9),
+    sm_count=142,
+    l2_bytes=96 * _MIB,
+    clock_mhz=2490.0,
+    memory_bytes=49152 * _MIB,
+    mem_bandwidth_gbps=864.0,
+    l2_bandwidth_gbps=22630.0,
+    tensor_flops_per_cycle_per_sm={"float16": 1024.0, "bfloat16": 1024.0,
+                                   "float8_e4m3": 2048.0, "float8_e5m2": 2048.0},
+    capabilities=ADA_CAPABILITIES,
+)
+
+# A GeForce part: fp32 accumulation at half the fp16-accumulation rate, 165 TFLOP/s dense
+# fp16 (330 FP8) = 128 SMs x 512 (1024) flops x 2520 MHz; 72 MB of L2; 24 GB GDDR6X at
+# 1008 GB/s.
+RTX_4090 = replace(
+    L40S,
+    name="NVIDIA GeForce RTX 4090",
+    sm_count=128,
+    l2_bytes=72 * _MIB,
+    clock_mhz=2520.0,
+    memory_bytes=24576 * _MIB,
+    mem_bandwidth_gbps=1008.0,
+    l2_bandwidth_gbps=20640.0,
+    tensor_flops_per_cycle_per_sm={"float16": 512.0, "bfloat16": 512.0,
+                                   "float8_e4m3": 1024.0, "float8_e5m2": 1024.0},
+    units=_ampere_class_units(512.0, 128.0),
 )
 
 #: Short names accepted by the CLI and the API (``sim:<name>``).
-CATALOG: dict[str, Device] = {"h100": H100_SXM, "h200": H200, "a100": A100_SXM}
+CATALOG: dict[str, Device] = {"h100": H100_SXM, "h200": H200, "a100": A100_SXM, "a10": A10,
+                              "a40": A40, "l40s": L40S, "rtx4090": RTX_4090}
 
 
 def get_device(name: str) -> Device:

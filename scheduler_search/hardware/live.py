@@ -12,18 +12,22 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from scheduler_search.hardware.catalog import A100_SXM, H100_SXM, H200
+from scheduler_search.hardware.catalog import A10, A40, A100_SXM, H100_SXM, H200, L40S, RTX_4090
 from scheduler_search.hardware.model import Capabilities, Device
 
 
-def _family(name: str, major: int) -> Device:
+def _family(name: str, major: int, minor: int) -> Device:
     """The catalog entry whose figures a live device of ``name`` and compute capability
-    ``major`` starts from. Past Hopper (10 and up) the H100's figures stand in, without
-    its capabilities: code built for sm_90a does not run there."""
+    ``major.minor`` starts from. Past Hopper (10 and up) the H100's figures stand in,
+    without its capabilities: code built for sm_90a does not run there."""
     if major == 9:
         return H200 if "H200" in name else H100_SXM
     if major > 9:
         return replace(H100_SXM, capabilities=Capabilities())
+    if (major, minor) == (8, 9):
+        return RTX_4090 if "RTX" in name else L40S
+    if major == 8 and minor > 0:
+        return A40 if "A40" in name else A10
     return A100_SXM
 
 
@@ -43,7 +47,7 @@ def device_from_properties(
     raw_name = props["name"]
     name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
     major, minor = int(props["major"]), int(props["minor"])
-    base = _family(name, major)
+    base = _family(name, major, minor)
     # DDR: two transfers per memory clock; bus width in bits.
     bandwidth_gbps = 2 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8 / 1e9
     return replace(

@@ -44,6 +44,10 @@ class Capabilities:
     must not be offered Hopper's code.
 
     Attributes:
+        cp_async: thread-issued asynchronous copies global -> shared (``cp.async``),
+            committed and waited in groups (sm_80 and later).
+        mma_sync: warp-synchronous tensor-core MMAs (``mma.sync``) fed by ``ldmatrix``
+            (sm_80 and later).
         tma: bulk tensor copies (``cp.async.bulk.tensor``) completing on an mbarrier.
         wgmma: warpgroup MMAs (``wgmma.mma_async``), issued asynchronously.
         clusters: thread-block clusters, with TMA multicast to their blocks.
@@ -51,6 +55,8 @@ class Capabilities:
         fp8_mma: tensor-core MMAs on 8-bit floats (e4m3, e5m2).
     """
 
+    cp_async: bool = False
+    mma_sync: bool = False
     tma: bool = False
     wgmma: bool = False
     clusters: bool = False
@@ -58,9 +64,13 @@ class Capabilities:
     fp8_mma: bool = False
 
 
+#: Ampere (sm_80, sm_86): thread-issued async copies and warp-synchronous MMAs.
+AMPERE_CAPABILITIES = Capabilities(cp_async=True, mma_sync=True)
+#: Ada (sm_89): Ampere's, with 8-bit float ``mma.sync``.
+ADA_CAPABILITIES = Capabilities(cp_async=True, mma_sync=True, fp8_mma=True)
 #: Hopper (sm_90a): every capability pipetune's code generation uses.
-HOPPER_CAPABILITIES = Capabilities(tma=True, wgmma=True, clusters=True, setmaxnreg=True,
-                                   fp8_mma=True)
+HOPPER_CAPABILITIES = Capabilities(cp_async=True, mma_sync=True, tma=True, wgmma=True,
+                                   clusters=True, setmaxnreg=True, fp8_mma=True)
 
 
 @dataclass(frozen=True)
