@@ -227,9 +227,11 @@ class AttentionHooks(OperatorHooks):
         self._output.store_lse(code, buf)
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        # S, P as 16-bit pairs (or 8-bit quads) while P V runs, O, the row statistics.
+        # S, P as 16-bit pairs (or 8-bit quads) while P V runs, O, the row statistics; FP8
+        # also the e4m3 packing's and the transpose's registers beside the MMAs.
         p_regs = self.tile_kv * self.elem // 8
-        per_block = self.tile_kv // 2 + p_regs + self.head_dim // 2 + ROW_STATE_REGS
+        per_block = (self.tile_kv // 2 + p_regs + self.head_dim // 2 + ROW_STATE_REGS
+                     + (FP8_BLOCK_REGS if self.fp8 else 0))
         return self.row_blocks(consumer_rows) * per_block
 
     def problem(self) -> str | None:
@@ -260,6 +262,10 @@ class AttentionHooks(OperatorHooks):
         if self.tile_kv * self.elem % MIN_SWIZZLE_SPAN_BYTES:
             return (f"tile_kv={self.tile_kv}: FP8's transposed v rows in "
                     f"{MIN_SWIZZLE_SPAN_BYTES}-byte swizzle spans at least")
+        if self.structure.units.get("softmax_exp2") is not UnitKind.SFU:
+            # exp2f issues the SFU's ex2 too, with range checks whose registers the
+            # transpose beside the MMAs leaves no room for (8 bytes spilled at d256).
+            return "map_softmax_exp2=cuda_core: FP8's exp2 on the SFU only"
         return None
 
     def _seq(self, dim: str) -> str:
@@ -348,7 +354,7 @@ class AttentionHooks(OperatorHooks):
                            warpgroup_barrier(self.structure.consumers))
 
     def relayout(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
-        self._transposed.write(code, stages["v"])
+        self._transposed.write(code, stages["v"], at.index)
 
     def runtime_constants(self, code: Code) -> None:
         if "seq_q" in self.runtime_dims:
@@ -473,6 +479,11 @@ def _input_map(name: str, tile: OperandTile, params: Mapping[str, object], heads
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
+#: FP8's registers a 64-row block besides its fragments (nvcc 13.0: a consumer of two
+#: blocks at d128 and 64 keys, fragments and overhead 222, spilled 116 bytes at 248; of one
+#: block at d128 and 128 keys, 152, fit in 168; at d256, 216, in 248).
+FP8_BLOCK_REGS = 16
+
 ATTENTION_HOOKS_VERSION = "attention-5"
 
 __all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]

@@ -4,6 +4,8 @@ Hopper's 8-bit MMA reads B K-major only (PTX ISA 9.7.15.5.2), and for ``P V`` K 
 which v (keys x head_dim, head_dim contiguous, as TMA loads it) has as its rows. So each
 trip, a consumer warpgroup lays the trip's v stage out again in a tile of its own, ``vt``
 (head_dim rows of ``TILE_KV`` key bytes, swizzled as a K-major operand): ``transpose_v``.
+``vt`` has two copies a consumer, one per trip parity, so the next trip's transpose can
+run under the tensor cores' work on this one (the loop issues it right after the MMAs).
 
 The keys of ``vt`` are not in order. P comes from the S accumulators, whose thread holds
 keys ``8 j + 2 t`` and ``+ 1`` (``t = lane % 4``) of its rows, while an 8-bit A register
@@ -21,8 +23,8 @@ its key ``i % 2``, head_dim chunk ``i / 2``; so lane ``4 r + q`` holds both keys
 pair at head_dim bytes ``4 q .. 4 q + 3`` of both chunks. Each permute interleaves the two
 keys at two head_dim bytes, which is one b16 of ``vt`` at each of two rows; the transposed
 store puts them at rows ``2 q`` and ``2 q + 1``, column pair ``r`` of its matrix. The
-warpgroup waits for each warp's last ``P V`` to be done with ``vt`` before, and for every
-store after (made visible to the MMA, the async proxy, first).
+warpgroup waits for each warp to be done with the copy's last ``P V`` (two trips back)
+before, and for every store after (made visible to the MMA, the async proxy, first).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from codegen.cuda import swizzle
 from codegen.pipeline import Code, OperandTile, TripAt
 from codegen.targets import Mma, MmaPart, Target
 from scheduler_search.ops.attention import FP8_DTYPE
+from scheduler_search.sprogram.smem import CONSUMER_TILE_BUFFERS
 
 #: Keys of one 8-bit MMA k step.
 KEYS_PER_STEP = 32
@@ -99,16 +102,22 @@ class TransposedV:
               f"return ({col} / {span}) * {tile.const}_BOX_BYTES + "
               f"{tile.swizzle.function}({row} * {span} + {col} % {span}); }}")
 
-    def write(self, code: Code, stage: str) -> None:
-        """The transpose of the v stage ``stage`` into this consumer's ``vt``."""
+    @staticmethod
+    def tile_address(trip: str) -> str:
+        """This consumer's copy of ``vt`` for loop trip ``trip`` (its parity's)."""
+        return (f"smem + SMEM_VT + (consumer * {CONSUMER_TILE_BUFFERS} + (({trip}) & 1)) * "
+                "VT_STAGE_BYTES")
+
+    def write(self, code: Code, stage: str, trip: str) -> None:
+        """The transpose of the v stage ``stage`` into this consumer's ``vt`` of ``trip``."""
         c = code
         segments = self.vt.cols // SEGMENT_KEYS
         c.comment("vt[d][c] = v[π(c)][d]: keys in the order of P's 8-bit A registers")
-        c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every warp's last P V is "
-          "done with vt")
+        c(c.call("named_barrier_sync", self.barrier, 128) + ";  // every warp is done with "
+          "this copy's last P V")
         with c.block(""):
             c(f"const u32 v_tile = smem + SMEM_V + {stage} * V_STAGE_BYTES;")
-            c("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;")
+            c(f"const u32 vt_tile = {self.tile_address(trip)};")
             c("const int matrix = lane >> 3, row = lane & 7;  // this lane's row address")
             c(f"const int load_key = {LOAD_KEY}, load_d = {LOAD_D};")
             c(f"const int store_d = {STORE_D};")
@@ -140,7 +149,7 @@ class TransposedV:
             parts=(MmaPart("o_acc[mi]", "vt_tile + vt_kstep_bytes(kk)",
                            a_registers="p[mi][4 * kk + {i}]"),),
             pin=pin,
-            bases=("const u32 vt_tile = smem + SMEM_VT + consumer * VT_STAGE_BYTES;",)))
+            bases=(f"const u32 vt_tile = {self.tile_address(at.index)};",)))
 
 
 __all__ = ["TransposedV", "key_order", "p_register"]

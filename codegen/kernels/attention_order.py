@@ -1,10 +1,11 @@
 """The loop orders attention's register fragments and its transposed v allow.
 
-The sProgram orders the loop's sTasks and may issue some a trip ahead (``lead``). S, P and
-(FP8) the transposed v each have one buffer, so an order is refused where a trip's writer
-would overwrite what the trip before still reads: the next ``Q Kᵀ`` issued before the
-softmax is done with the scores; P packed (in ``rescale``) after ``P V`` of its trip; the
-next v transposed before ``rescale`` has waited for the ``P V`` that reads the last one.
+The sProgram orders the loop's sTasks and may issue some a trip ahead (``lead``). S and P
+have one buffer, (FP8) the transposed v one per trip parity, so an order is refused where
+a trip's writer would overwrite what an earlier trip still reads: the next ``Q Kᵀ`` issued
+before the softmax is done with the scores; P packed (in ``rescale``) after ``P V`` of its
+trip; v transposed before ``rescale`` of the trip before has waited for the ``P V`` that
+read the same copy (two trips back), or after its own ``P V``.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ def order_problem(structure: PipelineStructure) -> str | None:
                 "(a second S buffer makes ptxas serialise the MMAs, C7514)")
     if not ("rescale" in steps and "mma_pv" in steps and steps["rescale"] < steps["mma_pv"]):
         return "P is packed in rescale, which must come before mma_pv of its trip"
-    if "transpose_v" in steps and not steps["rescale"] < steps["transpose_v"] < steps["mma_pv"]:
-        return ("transpose_v must follow rescale (which waits for the last P V, the reader "
-                "of the transposed v) and come before mma_pv")
+    if "transpose_v" in steps and not (
+            steps["rescale"] - length < steps["transpose_v"] < steps["mma_pv"]):
+        return ("transpose_v must follow the previous trip's rescale (which waits for the "
+                "P V that read the same copy of the transposed v) and come before mma_pv")
     return None
 
 

@@ -260,30 +260,35 @@ _ATTENTION_STASKS = (
 
 
 #: FP8: each trip's v tile transposed into a consumer's own shared-memory tile by the CUDA
-#: cores (keys contiguous, as an 8-bit wgmma reads B), after the previous trip's P V has
-#: read it, then P (e4m3 from registers) times it.
-_FP8_ATTENTION_STASKS = (
-    *(t for t in _ATTENTION_STASKS if t.name not in ("mma_pv", "normalize", "store")),
-    stask(
-        "transpose_v",
-        STaskKind.ELEMENTWISE,
-        "vt_s[d,kv]",
-        ("v_s[kv,d]",),
-        CORES,
-        # 512 bytes a warp: one ldmatrix, four byte permutes, one stmatrix and the lane's
-        # two addresses, about 14 lane instructions for 16 elements.
-        ops_per_point=1.0,
-        expr="vt_s[d,kv] = v[kv,d]",
-    ),
-    stask(
-        "mma_pv",
-        STaskKind.MMA,
-        "o_acc[q,d]",
-        ("p[q,kv]", "vt_s[d,kv]", "o_acc[q,d]"),
-        TC,
-        expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
-    ),
-    *(t for t in _ATTENTION_STASKS if t.name in ("normalize", "store")),
+#: cores (keys contiguous, as an 8-bit wgmma reads B), then P (e4m3 from registers) times
+#: it. The transpose comes right after the scores' MMA: a loop that issues the MMAs first
+#: runs it under them (the consumer's tile has a copy per trip parity).
+_FP8_TRANSPOSE_V = stask(
+    "transpose_v",
+    STaskKind.ELEMENTWISE,
+    "vt_s[d,kv]",
+    ("v_s[kv,d]",),
+    CORES,
+    # 512 bytes a warp: one ldmatrix, four byte permutes, one stmatrix and the lane's
+    # two addresses, about 14 lane instructions for 16 elements.
+    ops_per_point=1.0,
+    expr="vt_s[d,kv] = v[kv,d]",
+)
+_FP8_ATTENTION_STASKS = tuple(
+    task
+    for t in _ATTENTION_STASKS
+    for task in (
+        (t, _FP8_TRANSPOSE_V) if t.name == "mma_qk"
+        else (stask(
+            "mma_pv",
+            STaskKind.MMA,
+            "o_acc[q,d]",
+            ("p[q,kv]", "vt_s[d,kv]", "o_acc[q,d]"),
+            TC,
+            expr="o_acc[q,d] += p[q,kv] * v[kv,d]",
+        ),) if t.name == "mma_pv"
+        else (t,)
+    )
 )
 
 

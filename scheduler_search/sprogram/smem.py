@@ -30,6 +30,10 @@ SWIZZLE_SPAN_BYTES = 128
 #: Alignment of an unswizzled TMA store's shared-memory source (the side outputs' slots).
 TMA_SOURCE_ALIGN = 128
 
+#: Copies of each consumer warpgroup's own tile (a relayout written every trip): the next
+#: trip's is written while the MMA of this one still reads the other.
+CONSUMER_TILE_BUFFERS = 2
+
 #: Where the output tile waits for its TMA store: ``operands`` (the idle ring stages),
 #: ``ring`` (slots of its own), ``none`` (stored by ``st.global``).
 Staging = Literal["operands", "ring", "none"]
@@ -208,8 +212,8 @@ def plan_shared_memory(
     """The block's plan (see the module docstring); ``side_row_bytes`` of each output row
     (attention's log-sum-exp) are staged beside a TMA-stored tile, in as many slots as
     the tile's staging takes in turn (one where it reuses the operand stages);
-    ``consumer_tiles`` are written by each consumer warpgroup for its own MMA (a copy
-    each)."""
+    ``consumer_tiles`` are written by each consumer warpgroup for its own MMA
+    (:data:`CONSUMER_TILE_BUFFERS` copies each)."""
     plan = SmemPlan()
     # Pingpong consumers each hold a tile of their own: a copy of each tile buffer each.
     owners = output.consumers if pingpong else 1
@@ -219,7 +223,7 @@ def plan_shared_memory(
     for buffer in buffers:
         plan.add(buffer.tile.name, owners * buffer.tile.stage_bytes)
     for tile in consumer_tiles:
-        plan.add(tile.name, output.consumers * tile.stage_bytes)
+        plan.add(tile.name, CONSUMER_TILE_BUFFERS * output.consumers * tile.stage_bytes)
     ring_bytes = sum(ring.bytes for ring in rings)
     staging = staging_of(tma_store, output, ring_bytes, keeps_loading=persistent or pingpong)
     if staging == "operands":

@@ -30,6 +30,7 @@ from scheduler_search.ops import parse_spec
 from scheduler_search.ops.attention import FP8_O_REL_ERROR_BOUND
 from scheduler_search.space import ScheduleSpace
 from scheduler_search.space.designs import FLASH_ATTENTION_3
+from scheduler_search.sprogram.smem import CONSUMER_TILE_BUFFERS
 from scheduler_search.sprogram.validate import smem_plan
 from workers.verify import attention_reference, reference
 
@@ -147,7 +148,8 @@ def test_each_consumer_lays_out_its_own_transposed_v() -> None:
     admitted = smem_plan(sprogram, graph, graph.plan)
     kernel = lowering(sprogram, DEVICE).layout.smem
     assert sorted(admitted.sizes.values()) == sorted(kernel.sizes.values())
-    assert kernel.sizes["VT"] == 2 * 128 * 128  # two consumers, 128 x 128 bytes each
+    # two consumers, a copy per trip parity each, 128 x 128 bytes a copy
+    assert kernel.sizes["VT"] == 2 * CONSUMER_TILE_BUFFERS * 128 * 128
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
