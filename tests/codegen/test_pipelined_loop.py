@@ -87,3 +87,48 @@ def test_prologue_and_last_trip_wait_for_what_they_issued() -> None:
                                "k_empty(smem", "wgmma_wait<1>", "wgmma_wait<0>", "v_empty(smem"]
     assert parts["last"][:2] == ["wgmma_commit()", "wgmma_wait<0>"]  # p·v, then the drain
     assert "for (int held = max(KV_TILES - 1, 0); held < KV_TILES; ++held)" in text  # v
+
+
+def _q_releases(text: str) -> list[tuple[str, str]]:
+    """Each arrival on Q's empty barrier: (the loop it is in, its guard), C++ text."""
+    found = []
+    start = text.index("// prologue: the lead sTasks of trip 0")
+    for arrival in re.finditer(r"mbarrier_arrive_warp\(load_q_empty\(smem, 0\), lane\)", text):
+        if arrival.start() < start:
+            continue
+        before = text[start:arrival.start()]
+        guard = re.findall(r"if \((.+)\) \{", before)[-1]
+        loops = re.findall(r"for \(int (trip|held) = (.+?); \w+ < (.+?); ", before)
+        drain = before.rfind("for (int held")
+        steady = before.rfind("for (int trip = 0;")
+        last = before.rfind("// the last trip")
+        loop = ("drain" if drain > max(steady, last) else "steady" if steady > last
+                else "prologue" if steady < 0 else "after")
+        released = re.findall(r"k_empty\(smem, \(x0 \+ (.+?)\) % K_STAGES\)", before)[-1]
+        found.append((loop, guard, loops[-1] if loops else None, released))
+    return found
+
+
+def test_a_rotated_loop_releases_q_once_a_tile_with_its_last_k_stage() -> None:
+    """Q's only reader is q·kᵀ: each warp arrives on Q's empty barrier once per tile, at
+    the wait that proves the tile's last q·kᵀ done (in the prologue for a one-trip tile,
+    in the steady trip that issued it otherwise), never after the loop's drain."""
+    spec = parse_spec("attention", PARAMS)
+    text = lowering(plan_sprogram(spec, DEVICE, {**CHOICES, "order": "rotate"}), DEVICE).source
+    releases = _q_releases(text)
+    assert [loop for loop, *_ in releases] == ["prologue", "steady", "drain"]
+    # With the K stage of the same trip: the guard is "that trip is the tile's last".
+    assert all(guard == f"{k_trip} == KV_TILES - 1" for _, guard, _, k_trip in releases)
+    for trips in range(1, 7):
+        arrivals = 0
+        for loop, guard, header, _ in releases:
+            if loop == "prologue":
+                arrivals += eval(guard, {}, {"KV_TILES": trips})
+            else:
+                variable, start, _ = header
+                first = eval(start.replace("max(", "max((").replace(", 0)", "), 0)"),
+                             {"max": max}, {"KV_TILES": trips})
+                stop = trips - 1 if loop == "steady" else trips
+                arrivals += sum(eval(guard, {}, {"KV_TILES": trips, variable: t})
+                                for t in range(first, stop))
+        assert arrivals == 1, trips
