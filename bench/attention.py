@@ -110,9 +110,26 @@ def _candidates(spec: Any, device: Any, top: int, pool: int,
             seen.add(key)
             chosen.append(("cost model", item.sprogram))
     hashes = {sp.hash for _, sp in chosen}
-    chosen += [("fa3 design", sp) for sp in _design_neighbours(space, neighbours)
-               if sp.hash not in hashes]
+    designs = _design_neighbours(space, neighbours)
+    chosen += [("fa3 design", sp) for sp in designs if sp.hash not in hashes]
+    if spec.params()["causal"]:
+        chosen += _heaviest_first(space, designs, {sp.hash for _, sp in chosen})
     return chosen
+
+
+def _heaviest_first(space: Any, designs: list[Any], hashes: set[str]) -> list[tuple[str, Any]]:
+    """Causal cases: the persistent design variants again, their heaviest tiles (the
+    diagonal's far end, across batch and heads) first, so the short ones fill the last
+    wave."""
+    twins = []
+    for sp in designs:
+        if not sp.choices.get("persistent"):
+            continue
+        twin, validity = space.build({**sp.choices, "raster_heaviest_first": True})
+        if validity.ok and twin.hash not in hashes:
+            hashes.add(twin.hash)
+            twins.append(("fa3 design, heaviest first", twin))
+    return twins
 
 
 #: FlashAttention-3's head sizes besides 128, at one long shape (docs/benchmarks.md).
