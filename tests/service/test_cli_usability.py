@@ -72,7 +72,8 @@ def test_space_takes_the_api_device_names_and_shows_progress_on_a_terminal(
 @pytest.mark.parametrize("command", ["space", "render", "tune"])
 @pytest.mark.parametrize(("device", "says"), [
     ("h200", "the simulated H200 is sim:h200"),
-    ("b200", "use one of auto, sim:a100, sim:h100, sim:h200, cuda:N"),
+    ("b200", "use one of auto, sim:a10, sim:a100, sim:a40, sim:h100, sim:h200, sim:l40s, "
+             "sim:rtx4090, cuda:N"),
 ])
 def test_an_unknown_device_is_refused_with_the_names_to_use(
     command: str, device: str, says: str, capsys: pytest.CaptureFixture[str], tmp_path
