@@ -20,7 +20,6 @@ from codegen.pipeline.layout import PipelineLayout
 from codegen.pipeline.record import EmissionRecord
 from codegen.pipeline.skeleton import PipelineSkeleton
 from codegen.pipeline.structure import PipelineStructure
-from codegen.targets import HOPPER
 from scheduler_search.hardware.model import Device
 from scheduler_search.ops import parse_spec
 from scheduler_search.sprogram import SProgram
@@ -65,7 +64,7 @@ class Lowered:
             cluster=(lay.structure.cluster_size, 1, 1),
             dynamic_smem_bytes=lay.smem.dynamic_bytes,
             args=launch_args(lay),
-            compile_options=HOPPER.compile_options,
+            compile_options=lay.hooks.target.compile_options,
             extra={
                 "smem_layout": lay.smem.layout(),
                 "staging": lay.staging,
