@@ -107,78 +107,47 @@ A100_SXM = Device(
     capabilities=AMPERE_CAPABILITIES,
 )
 
-# The sm_86 and sm_89 parts below: published peak figures (datasheets), not calibrated on
-# the parts themselves. Their SMs hold 100 KB of shared memory (99 KB a block), 1536
-# threads, and 128 FP32 lanes; the tensor rate is dense with fp32 accumulation, and the
-# clock the one the datasheet's tensor TFLOP/s implies (as for H100).
-A10 = Device(
-    name="NVIDIA A10",
-    arch="sm_86",
-    compute_capability=(8, 6),
-    sm_count=72,
-    smem_per_sm_bytes=100 * 1024,
-    smem_per_block_bytes=99 * 1024,
-    regs_per_sm=65536,
-    regs_per_thread_max=255,
-    max_threads_per_block=1024,
-    max_threads_per_sm=1536,
-    l2_bytes=6 * _MIB,
-    # 125 TFLOP/s dense fp16 = 72 SMs x 1024 flops x 1695 MHz.
-    clock_mhz=1695.0,
-    memory_bytes=24576 * _MIB,
-    mem_bandwidth_gbps=600.0,
-    # Estimate: 64 B/cycle/SM x 72 SMs x 1695 MHz.
-    l2_bandwidth_gbps=7810.0,
-    tensor_flops_per_cycle_per_sm={"float16": 1024.0, "bfloat16": 1024.0},
-    units=_ampere_class_units(1024.0, 128.0),
-    capabilities=AMPERE_CAPABILITIES,
-)
+def _ada_ampere_part(name: str, arch: str, sm_count: int, clock_mhz: float, l2_mib: int,
+                     memory_gib: int, mem_bandwidth_gbps: float, tensor_flops: float) -> Device:
+    """An sm_86 or sm_89 part from its datasheet's peak figures (not calibrated on the part):
+    100 KB of shared memory an SM (99 KB a block), 1536 threads, 128 FP32 lanes;
+    ``tensor_flops`` dense 16-bit flops a cycle with fp32 accumulation (twice that for FP8
+    on sm_89); ``clock_mhz`` the one the datasheet's tensor TFLOP/s implies (as for H100);
+    the L2 bandwidth an estimate of 64 B/cycle an SM."""
+    rates = {"float16": tensor_flops, "bfloat16": tensor_flops}
+    if arch == "sm_89":
+        rates |= {"float8_e4m3": 2 * tensor_flops, "float8_e5m2": 2 * tensor_flops}
+    return replace(
+        A100_SXM,
+        name=name,
+        arch=arch,
+        compute_capability=(8, int(arch[-1])),
+        sm_count=sm_count,
+        smem_per_sm_bytes=100 * 1024,
+        smem_per_block_bytes=99 * 1024,
+        max_threads_per_sm=1536,
+        l2_bytes=l2_mib * _MIB,
+        clock_mhz=clock_mhz,
+        memory_bytes=memory_gib * 1024 * _MIB,
+        mem_bandwidth_gbps=mem_bandwidth_gbps,
+        l2_bandwidth_gbps=round(64 * sm_count * clock_mhz / 1e3),
+        tensor_flops_per_cycle_per_sm=rates,
+        units=_ampere_class_units(tensor_flops, 128.0),
+        capabilities=ADA_CAPABILITIES if arch == "sm_89" else AMPERE_CAPABILITIES,
+    )
 
-# 149.7 TFLOP/s dense fp16 = 84 SMs x 1024 flops x 1740 MHz; 48 GB GDDR6 at 696 GB/s.
-A40 = replace(
-    A10,
-    name="NVIDIA A40",
-    sm_count=84,
-    clock_mhz=1740.0,
-    memory_bytes=49152 * _MIB,
-    mem_bandwidth_gbps=696.0,
-    l2_bandwidth_gbps=9355.0,
-)
 
-# 362 TFLOP/s dense fp16 = 142 SMs x 1024 flops x 2490 MHz (its 733 FP8 implies 2520 MHz
-# at 2048 flops); 96 MB of L2; 48 GB GDDR6 at 864 GB/s.
-L40S = replace(
-    A10,
-    name="NVIDIA L40S",
-    arch="sm_89",
-    compute_capability=(8, 9),
-    sm_count=142,
-    l2_bytes=96 * _MIB,
-    clock_mhz=2490.0,
-    memory_bytes=49152 * _MIB,
-    mem_bandwidth_gbps=864.0,
-    l2_bandwidth_gbps=22630.0,
-    tensor_flops_per_cycle_per_sm={"float16": 1024.0, "bfloat16": 1024.0,
-                                   "float8_e4m3": 2048.0, "float8_e5m2": 2048.0},
-    capabilities=ADA_CAPABILITIES,
-)
-
+# 125 TFLOP/s dense fp16 = 72 SMs x 1024 flops x 1695 MHz; 24 GB GDDR6 at 600 GB/s.
+A10 = _ada_ampere_part("NVIDIA A10", "sm_86", 72, 1695.0, 6, 24, 600.0, 1024.0)
+# 149.7 TFLOP/s = 84 SMs x 1024 flops x 1740 MHz; 48 GB GDDR6 at 696 GB/s.
+A40 = _ada_ampere_part("NVIDIA A40", "sm_86", 84, 1740.0, 6, 48, 696.0, 1024.0)
+# 362 TFLOP/s = 142 SMs x 1024 flops x 2490 MHz (its 733 FP8 implies 2520 MHz at 2048
+# flops); 96 MB of L2; 48 GB GDDR6 at 864 GB/s.
+L40S = _ada_ampere_part("NVIDIA L40S", "sm_89", 142, 2490.0, 96, 48, 864.0, 1024.0)
 # A GeForce part: fp32 accumulation at half the fp16-accumulation rate, 165 TFLOP/s dense
-# fp16 (330 FP8) = 128 SMs x 512 (1024) flops x 2520 MHz; 72 MB of L2; 24 GB GDDR6X at
-# 1008 GB/s.
-RTX_4090 = replace(
-    L40S,
-    name="NVIDIA GeForce RTX 4090",
-    sm_count=128,
-    l2_bytes=72 * _MIB,
-    clock_mhz=2520.0,
-    memory_bytes=24576 * _MIB,
-    mem_bandwidth_gbps=1008.0,
-    l2_bandwidth_gbps=20640.0,
-    tensor_flops_per_cycle_per_sm={"float16": 512.0, "bfloat16": 512.0,
-                                   "float8_e4m3": 1024.0, "float8_e5m2": 1024.0},
-    units=_ampere_class_units(512.0, 128.0),
-)
+# (330 FP8) = 128 SMs x 512 flops x 2520 MHz; 72 MB of L2; 24 GB GDDR6X at 1008 GB/s.
+RTX_4090 = _ada_ampere_part("NVIDIA GeForce RTX 4090", "sm_89", 128, 2520.0, 72, 24, 1008.0,
+                            512.0)
 
 #: Short names accepted by the CLI and the API (``sim:<name>``).
 CATALOG: dict[str, Device] = {"h100": H100_SXM, "h200": H200, "a100": A100_SXM, "a10": A10,
