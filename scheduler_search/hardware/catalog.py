@@ -107,6 +107,7 @@ A100_SXM = Device(
     capabilities=AMPERE_CAPABILITIES,
 )
 
+
 def _ada_ampere_part(name: str, arch: str, sm_count: int, clock_mhz: float, l2_mib: int,
                      memory_gib: int, mem_bandwidth_gbps: float, tensor_flops: float) -> Device:
     """An sm_86 or sm_89 part from its datasheet's peak figures (not calibrated on the part):
