@@ -34,7 +34,7 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
-from codegen.kernels.attention_fp8 import TransposedV
+from codegen.kernels.attention_fp8 import FP8_BLOCK_REGS, TransposedV, fp8_problem
 from codegen.kernels.attention_order import order_problem
 from codegen.kernels.attention_output import AttentionOutput
 from codegen.kernels.attention_softmax import OnlineSoftmax
@@ -242,7 +242,9 @@ class AttentionHooks(OperatorHooks):
                     "swizzle spans at least")
         if self.tile_kv % 16 or self.tile_kv > self.target.mma_n_max:
             return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
-        problem = (self._fp8_problem() if self.fp8 else None) or order_problem(self.structure)
+        fp8 = (fp8_problem(self.tile_kv, self.structure.units.get("softmax_exp2"),
+                           MIN_SWIZZLE_SPAN_BYTES) if self.fp8 else None)
+        problem = fp8 or order_problem(self.structure)
         if problem:
             return problem
         if self.pack > 1 and self.tile_q % self.pack:
@@ -255,17 +257,6 @@ class AttentionHooks(OperatorHooks):
                     "row is a query)")
         if self.structure.units.get("store") is UnitKind.TMA:
             return self._output.store_problem()
-        return None
-
-    def _fp8_problem(self) -> str | None:
-        """Where FP8's transposed v cannot be laid out."""
-        if self.tile_kv * self.elem % MIN_SWIZZLE_SPAN_BYTES:
-            return (f"tile_kv={self.tile_kv}: FP8's transposed v rows in "
-                    f"{MIN_SWIZZLE_SPAN_BYTES}-byte swizzle spans at least")
-        if self.structure.units.get("softmax_exp2") is not UnitKind.SFU:
-            # exp2f issues the SFU's ex2 too, with range checks whose registers the
-            # transpose beside the MMAs leaves no room for (8 bytes spilled at d256).
-            return "map_softmax_exp2=cuda_core: FP8's exp2 on the SFU only"
         return None
 
     def _seq(self, dim: str) -> str:
@@ -479,11 +470,6 @@ def _input_map(name: str, tile: OperandTile, params: Mapping[str, object], heads
 
 
 #: Bumped whenever attention's own text changes for the same schedule.
-#: FP8's registers a 64-row block besides its fragments (nvcc 13.0: a consumer of two
-#: blocks at d128 and 64 keys, fragments and overhead 222, spilled 116 bytes at 248; of one
-#: block at d128 and 128 keys, 152, fit in 168; at d256, 216, in 248).
-FP8_BLOCK_REGS = 16
-
 ATTENTION_HOOKS_VERSION = "attention-5"
 
 __all__ = ["ATTENTION_HOOKS_VERSION", "AttentionHooks"]

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from codegen.cuda import swizzle
 from codegen.pipeline import Code, OperandTile, TripAt
 from codegen.targets import Mma, MmaPart, Target
+from scheduler_search.hardware.model import UnitKind
 from scheduler_search.ops.attention import FP8_DTYPE
 from scheduler_search.sprogram.smem import CONSUMER_TILE_BUFFERS
 
@@ -49,8 +50,26 @@ SEGMENT_KEYS, UNIT_D_BYTES = 16, 32
 LOAD_KEY = "(((row >> 1) + ((row & 1) << 2)) << 1) + (matrix & 1)"
 LOAD_D = "(matrix >> 1) << 4"
 STORE_D = "((matrix >> 1) << 4) + ((row >> 1) << 2) + ((matrix & 1) << 1) + (row & 1)"
+#: FP8's registers a 64-row block besides its fragments (nvcc 13.0: a consumer of two
+#: blocks at d128 and 64 keys, fragments and overhead 222, spilled 116 bytes at 248; of one
+#: block at d128 and 128 keys, 152, fit in 168; at d256, 216, in 248).
+FP8_BLOCK_REGS = 16
 #: ``byte_perm`` selectors: interleave bytes 0-1 (or 2-3) of two words.
 INTERLEAVE_LOW, INTERLEAVE_HIGH = 0x5140, 0x7362
+
+
+def fp8_problem(tile_kv: int, exp2_unit: UnitKind | None, min_span_bytes: int) -> str | None:
+    """Where FP8 attention cannot be lowered: ``vt``'s rows (``tile_kv`` key bytes) fill
+    a swizzle span of ``min_span_bytes`` at least, and exp2 runs on the SFU (exp2f issues
+    the SFU's ex2 too, with range checks whose registers the transpose beside the MMAs
+    leaves no room for: 8 bytes spilled at d256)."""
+    if tile_kv % min_span_bytes:
+        return (f"tile_kv={tile_kv}: FP8's transposed v rows in {min_span_bytes}-byte "
+                "swizzle spans at least")
+    if exp2_unit is not UnitKind.SFU:
+        return "map_softmax_exp2=cuda_core: FP8's exp2 on the SFU only"
+    return None
+
 
 def p_register(k_step: int, register: int) -> tuple[int, int, int, int]:
     """The S accumulator indices (``4 g + 2 h + e`` of a row block) that 8-bit A register
@@ -152,4 +171,4 @@ class TransposedV:
             bases=(f"const u32 vt_tile = {self.tile_address(at.index)};",)))
 
 
-__all__ = ["TransposedV", "key_order", "p_register"]
+__all__ = ["FP8_BLOCK_REGS", "TransposedV", "fp8_problem", "key_order", "p_register"]
