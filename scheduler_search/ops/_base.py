@@ -170,7 +170,15 @@ class OperatorSpec(BaseModel):
         return sha256_hex(self.canonical_json())
 
     def check_fits(self, device: Device) -> None:
-        """Raise :class:`SpecError` when the workload cannot be held by ``device``."""
+        """Raise :class:`SpecError` when the workload cannot be held by ``device``, or its
+        8-bit float inputs cannot be multiplied there."""
+        dtype = self.params().get("dtype", "")
+        if str(dtype).startswith("float8") and not device.capabilities.fp8_mma:
+            raise SpecError(
+                "dtype",
+                f"{dtype} needs tensor cores that multiply 8-bit floats (sm_89, sm_90); "
+                f"{device.name} ({device.arch}) has none",
+            )
         need = self.footprint_bytes()
         if need > device.memory_bytes:
             raise SpecError(

@@ -113,9 +113,10 @@ def ranged(op: str, params: dict[str, object]) -> bool:
 
 
 def _spec_error_item(exc: SpecError) -> dict[str, object]:
-    """A spec error under its body path (``params.m.min``; ``op`` for the operator)."""
-    if exc.field == "op":
-        return {"loc": ("op",), "msg": exc.message, "type": "spec_error"}
+    """A spec error under its body path (``params.m.min``; ``op`` for the operator,
+    ``params`` for the workload as a whole)."""
+    if exc.field in ("op", "params"):
+        return {"loc": (exc.field,), "msg": exc.message, "type": "spec_error"}
     parts = [int(p) if p.isdigit() else p for p in str(exc.field).split(".")]
     return {"loc": ("params", *parts), "msg": exc.message, "type": "spec_error"}
 
@@ -154,7 +155,7 @@ def prepare_range(request: TuneRequest, settings: Settings,
         try:
             range_spec.exact(high).check_fits(device.model)
         except SpecError as exc:
-            errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
+            errors.append(_spec_error_item(exc))
     errors.extend(_request_errors(request, settings))
     if errors:
         raise InvalidRequest(errors)
@@ -259,7 +260,7 @@ def prepare(request: TuneRequest, settings: Settings,
         try:
             spec.check_fits(device.model)
         except SpecError as exc:
-            errors.append({"loc": ("params",), "msg": exc.message, "type": "spec_error"})
+            errors.append(_spec_error_item(exc))
     errors.extend(_request_errors(request, settings))
     if errors:
         raise InvalidRequest(errors)

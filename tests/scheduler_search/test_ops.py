@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from scheduler_search.hardware import A100_SXM, H100_SXM, H200
+from scheduler_search.hardware import A10, A100_SXM, CATALOG, H100_SXM, H200, L40S, RTX_4090
 from scheduler_search.ops import (
     OPERATORS,
     AttentionSpec,
@@ -731,6 +731,25 @@ def test_check_fits_rejects_what_exceeds_an_a100_but_fits_an_h200() -> None:
         assert info.value.field == "params"
         assert device.name in str(info.value)
         assert "97.0 GiB" in str(info.value)
+
+
+@pytest.mark.parametrize("device", CATALOG.values(), ids=CATALOG.keys())
+@pytest.mark.parametrize(("op", "params"), [
+    ("gemm", {"m": 128, "n": 4096, "k": 4096, "dtype": "float8_e5m2", "b_layout": "nk"}),
+    ("attention", {"batch": 1, "heads": 8, "kv_heads": 8, "seq_q": 512, "seq_kv": 512,
+                   "head_dim": 128, "causal": False, "dtype": "float8_e4m3"}),
+])
+def test_8_bit_floats_are_refused_where_the_tensor_cores_cannot_multiply_them(
+        device, op: str, params: dict[str, Any]) -> None:
+    spec = parse_spec(op, params)
+    if device in (H200, H100_SXM, L40S, RTX_4090):
+        spec.check_fits(device)
+        return
+    assert device in (A100_SXM, A10) or device.arch == "sm_86"
+    with pytest.raises(SpecError) as info:
+        spec.check_fits(device)
+    assert info.value.field == "dtype"
+    assert params["dtype"] in str(info.value) and device.name in str(info.value)
 
 
 def test_check_fits_accepts_a_small_workload_everywhere() -> None:
