@@ -25,7 +25,7 @@ from codegen.artifact import (
     TensorMapArg,
     WorkspaceArg,
 )
-from codegen.targets import HOPPER
+from codegen.targets import Target, target_for
 from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
@@ -33,7 +33,25 @@ _C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32"
             "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char"}
 #: Devices a process's workspaces are kept for (CUDA device ordinals below this).
 MAX_DEVICES = 16
-BUILD_LINE = HOPPER.nvcc_build_line("example", "example.cu", "launch.cu")
+
+
+def kernel_target(artifact: KernelArtifact) -> Target:
+    """The target ``artifact`` was built for, read off its ``-arch`` compile option.
+
+    Raises:
+        ValueError: the artifact names no architecture, or one without a target.
+    """
+    arch = next((option.split("=", 1)[1] for option in artifact.compile_options
+                 if option.startswith("-arch=")), None)
+    if arch is None:
+        raise ValueError(f"kernel {artifact.entry} names no architecture in its compile "
+                         f"options {artifact.compile_options}")
+    return target_for(arch)
+
+
+def build_line(artifact: KernelArtifact) -> str:
+    """The nvcc command that builds the export of ``artifact`` for its architecture."""
+    return kernel_target(artifact).nvcc_build_line("example", "example.cu", "launch.cu")
 
 
 def launch_name(artifact: KernelArtifact) -> str:
@@ -272,7 +290,8 @@ def export_files(artifact: KernelArtifact) -> dict[str, str]:
         f"{name}.h": _header(artifact),
         "launch.cu": _launch(artifact),
         "example.cu": _example(artifact),
-        "BUILD.txt": (f"Needs an {HOPPER.arch} GPU and the CUDA driver.\n\n    {BUILD_LINE}\n\n"
+        "BUILD.txt": (f"Needs an {kernel_target(artifact).arch} GPU and the CUDA driver.\n\n"
+                      f"    {build_line(artifact)}\n\n"
                       "./example DIR reads each input from DIR/<name>.bin (raw row-major "
                       "elements, the header's shapes)\nand writes each output to "
                       "DIR/<name>.bin; ./example alone runs on seeded random inputs.\n"),

@@ -63,7 +63,7 @@ def find_kernel(session: Session, prefix: str) -> KernelModel:
 
 def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentParser) -> int:
     from codegen.artifact import KernelArtifact
-    from codegen.export import BUILD_LINE, export_files
+    from codegen.export import build_line, export_files
     from service.commands._database import open_database
     from service.db import repositories as repo
 
@@ -78,8 +78,9 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
         print(f"pipetune export: {error}", file=sys.stderr)
         return 1
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in export_files(KernelArtifact.from_dict(artifact)).items():
+    kernel = KernelArtifact.from_dict(artifact)
+    for name, text in export_files(kernel).items():
         (args.out / name).write_text(text)
     print(f"wrote kernel {kernel_hash[:16]}... to {args.out}/ "
-          f"(build: cd {args.out} && {BUILD_LINE})")
+          f"(build: cd {args.out} && {build_line(kernel)})")
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from codegen import render
-from codegen.export import BUILD_LINE
+from codegen.export import build_line, export_files
 from codegen.nvcc import NVCC_ARCH
 from codegen.targets import HOPPER, Target, target_for
 from scheduler_search.hardware import get_device
@@ -36,7 +36,18 @@ def test_hopper_kernels_nvcc_and_the_export_take_the_hopper_target() -> None:
     artifact = render(plan_sprogram(spec, device, GEMM_WARP_SPECIALIZED), spec, device)
     assert artifact.compile_options == HOPPER.compile_options == ("-std=c++17", "-arch=sm_90a")
     assert HOPPER.nvcc_arch == NVCC_ARCH
-    assert BUILD_LINE.startswith("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 ")
+    assert build_line(artifact).startswith("nvcc -gencode=arch=compute_90a,code=sm_90a -std=c++17 ")
+    assert export_files(artifact)["BUILD.txt"].startswith("Needs an sm_90a GPU")
+
+
+def test_an_export_names_the_architecture_its_kernel_was_built_for() -> None:
+    spec = parse_spec("gemm", {"m": 256, "n": 256, "k": 256, "dtype": "float16"})
+    device = get_device("h200")
+    artifact = render(plan_sprogram(spec, device, GEMM_WARP_SPECIALIZED), spec, device)
+    for options, says in ((("-std=c++17", "-arch=sm_80"), "no code generation target for sm_80"),
+                          (("-std=c++17",), "names no architecture")):
+        with pytest.raises(ValueError, match=says):
+            export_files(replace(artifact, compile_options=options))
 
 
 def test_no_module_outside_the_targets_spells_a_compile_option() -> None:
