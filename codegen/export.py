@@ -25,7 +25,8 @@ from codegen.artifact import (
     TensorMapArg,
     WorkspaceArg,
 )
-from codegen.targets import Target, target_for
+from codegen.targets import Target, target_of_options
+from codegen.targets.ampere.copies import COPY_MAP_RANK
 from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
@@ -41,12 +42,10 @@ def kernel_target(artifact: KernelArtifact) -> Target:
     Raises:
         ValueError: the artifact names no architecture, or one without a target.
     """
-    arch = next((option.split("=", 1)[1] for option in artifact.compile_options
-                 if option.startswith("-arch=")), None)
-    if arch is None:
-        raise ValueError(f"kernel {artifact.entry} names no architecture in its compile "
-                         f"options {artifact.compile_options}")
-    return target_for(arch)
+    try:
+        return target_of_options(artifact.compile_options)
+    except ValueError as error:
+        raise ValueError(f"kernel {artifact.entry}: {error}") from None
 
 
 def build_line(artifact: KernelArtifact) -> str:
@@ -115,6 +114,25 @@ def _encode(arg: TensorMapArg) -> list[str]:
     ]
 
 
+def _fill_copy_map(arg: TensorMapArg) -> list[str]:
+    """The copy map of ``arg`` (a target without TMA: the kernel's own struct), field by
+    field; dimensions past the tensor's rank are one element."""
+    rank = len(arg.global_dims)
+    pad = COPY_MAP_RANK + 1 - rank
+    dims = (*arg.global_dims, *(1,) * pad)
+    box = (*arg.box_dims, *(1,) * pad)
+    strides = (*arg.global_strides_bytes, *(0,) * (COPY_MAP_RANK - len(arg.global_strides_bytes)))
+    span = 0 if arg.swizzle == "none" else int(arg.swizzle.removesuffix("B"))
+    lines = [f"  {{  // {arg.name} over {arg.tensor}",
+             f"    {arg.name}.base = reinterpret_cast<unsigned long long>({arg.tensor});"]
+    lines += [f"    {arg.name}.strides[{i}] = {v}ull;" for i, v in enumerate(strides)]
+    lines += [f"    {arg.name}.dims[{i}] = {v}u;" for i, v in enumerate(dims)]
+    lines += [f"    {arg.name}.box[{i}] = {v}u;" for i, v in enumerate(box)]
+    lines += [f"    {arg.name}.elem_bytes = {DTYPE_BYTES[arg.dtype]}u;",
+              f"    {arg.name}.swizzle_bytes = {span}u;", f"    {arg.name}.rank = {rank}u;", "  }"]
+    return lines
+
+
 def _workspaces(artifact: KernelArtifact) -> list[WorkspaceArg]:
     return [a for a in artifact.args if isinstance(a, WorkspaceArg)]
 
@@ -177,9 +195,10 @@ def _launch(artifact: KernelArtifact) -> str:
              *([_WORKSPACE_HELPERS] if workspaces else [""]),
              f"{_signature(artifact)} {{",
              "  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap), \"descriptor size\");"]
-    lines += [f"  TensorMap {m.name};" for m in maps]
+    tma = kernel_target(artifact).tensor_map_encoding == "tma"
+    lines += [f"  TensorMap {m.name}{'' if tma else '{}'};" for m in maps]
     for m in maps:
-        lines += _encode(m)
+        lines += _encode(m) if tma else _fill_copy_map(m)
     if workspaces:
         lines += _take_workspaces(workspaces)
     values = []

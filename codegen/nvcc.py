@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-from codegen.targets import HOPPER
+from codegen.targets import HOPPER, Target
 
 NVCC_ARCH = HOPPER.nvcc_arch
 _USED = re.compile(r"Used (\d+) registers")
@@ -42,8 +42,10 @@ def nvcc_path() -> str | None:
     return shutil.which("nvcc")
 
 
-def compile_report(source: str, timeout_s: float = 300.0) -> PtxasReport:
-    """Compile ``source`` to a cubin for Hopper; the report of its (one) kernel."""
+def compile_report(source: str, timeout_s: float = 300.0,
+                   target: Target = HOPPER) -> PtxasReport:
+    """Compile ``source`` to a cubin for ``target`` (Hopper's unless given); the report of
+    its (one) kernel."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH")
@@ -51,7 +53,7 @@ def compile_report(source: str, timeout_s: float = 300.0) -> PtxasReport:
         src = os.path.join(tmp, "kernel.cu")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [nvcc, *NVCC_ARCH, "-std=c++17", "-cubin", "-Xptxas", "-v", "-o",
+        cmd = [nvcc, *target.nvcc_arch, f"-std={target.language}", "-cubin", "-Xptxas", "-v", "-o",
                os.path.join(tmp, "kernel.cubin"), src]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     log = proc.stdout + proc.stderr

@@ -518,13 +518,13 @@ class LoadedKernel:
 
     def _tensor_map(self, arg: TensorMapArg, data_ptr: int) -> np.ndarray:
         """The TMA descriptor of ``arg`` over the tensor at ``data_ptr`` (kept per address)."""
-        from workers.tensor_maps import encode_tensor_map
+        from workers.tensor_maps import encoder_for
 
         key = (arg.name, data_ptr)
         if key not in self._maps:
             if len(self._maps) >= 64:
                 self._maps.clear()
-            self._maps[key] = encode_tensor_map(arg, data_ptr)
+            self._maps[key] = encoder_for(self.artifact.compile_options)(arg, data_ptr)
         return self._maps[key]
 
 

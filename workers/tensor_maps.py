@@ -1,4 +1,5 @@
-"""Host-side TMA descriptors: a TensorMapArg plus a device pointer -> kernel argument bytes.
+"""Host-side TMA descriptors: a TensorMapArg plus a device pointer -> kernel argument bytes
+(and, for a target without TMA, pipetune's copy map of the same 128 bytes: :func:`encoder_for`).
 
 The descriptor is encoded by ``cuTensorMapEncodeTiled`` (CUDA driver API, through
 ``cuda.bindings``) and passed to the kernel *by value* as a ``const __grid_constant__
@@ -11,6 +12,8 @@ wrapped in a one-element ``V128`` array.
 from __future__ import annotations
 
 import ctypes
+import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -81,6 +84,45 @@ def encode_tensor_map(arg: Any, device_ptr: int) -> np.ndarray:
     )
     _check(driver, err, f"cuTensorMapEncodeTiled({arg.name})")
     return tensor_map_argument(ctypes.string_at(tensor_map.getPtr(), TENSOR_MAP_BYTES))
+
+
+def encode_copy_map(arg: Any, device_ptr: int) -> np.ndarray:
+    """``arg`` over the tensor at ``device_ptr`` as pipetune's copy map (a target without
+    TMA, whose loading threads copy the boxes): the fields of
+    :data:`codegen.targets.ampere.copies.COPY_MAP_FIELDS`, packed little-endian."""
+    from codegen.targets.ampere.copies import COPY_MAP_BYTES, COPY_MAP_FIELDS, COPY_MAP_RANK
+
+    check_tensor_map(arg)
+    rank = len(arg.global_dims)
+    if rank > COPY_MAP_RANK:
+        raise ValueError(f"copy map {arg.name!r}: rank {rank} > {COPY_MAP_RANK}")
+    if any(e != 1 for e in arg.element_strides or ()):
+        raise ValueError(f"copy map {arg.name!r}: element strides are TMA's alone")
+    if device_ptr % GLOBAL_ADDRESS_ALIGN_BYTES:
+        raise ValueError(f"copy map {arg.name!r}: global address not 16-byte aligned")
+    pad = COPY_MAP_RANK + 1 - rank
+    values = {
+        "base": (device_ptr,),
+        "strides": (*arg.global_strides_bytes, *(0,) * (COPY_MAP_RANK - rank + 1)),
+        "dims": (*arg.global_dims, *(1,) * pad),
+        "box": (*arg.box_dims, *(1,) * pad),
+        "elem_bytes": (_dtypes.itemsize(arg.dtype),),
+        "swizzle_bytes": (0 if arg.swizzle == "none" else int(arg.swizzle.removesuffix("B")),),
+        "rank": (rank,),
+    }
+    layout = "<" + "".join(f"{count}{'Q' if ctype == 'u64' else 'I'}"
+                           for _, ctype, count in COPY_MAP_FIELDS)
+    packed = struct.pack(layout, *(v for name, _, _ in COPY_MAP_FIELDS for v in values[name]))
+    return tensor_map_argument(packed.ljust(COPY_MAP_BYTES, b"\0"))
+
+
+def encoder_for(compile_options: tuple[str, ...]) -> Callable[[Any, int], np.ndarray]:
+    """How the tensor maps of a kernel built with ``compile_options`` are encoded: TMA
+    descriptors, or copy maps where its target has no TMA."""
+    from codegen.targets import target_of_options
+
+    encoding = target_of_options(compile_options).tensor_map_encoding
+    return encode_tensor_map if encoding == "tma" else encode_copy_map
 
 
 def tensor_map_argument(raw: bytes) -> np.ndarray:

@@ -38,7 +38,7 @@ from workers.inputs import build_inputs
 from workers.l2_check import l2_check
 from workers.launch import pack_arguments
 from workers.protocol import GRAPH, Job, Measurement, MeasurementStatus
-from workers.tensor_maps import encode_tensor_map
+from workers.tensor_maps import encoder_for
 from workers.timing import L2Flusher, time_launches
 from workers.verify import error_bounds, reference
 
@@ -171,11 +171,12 @@ class GpuWorker:
             kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
         workspaces = _workspaces(artifact)  # held by this frame through every launch below
         grid, block = tuple(artifact.grid), tuple(artifact.block)
+        encode = encoder_for(artifact.compile_options)
 
         def bind(tensors: dict[str, Any]) -> Launch:
             pointers = {name: tensor.data.ptr for name, tensor in tensors.items()}
             pointers.update((name, buffer.data.ptr) for name, buffer in workspaces.items())
-            args = pack_arguments(artifact.args, pointers, encode_tensor_map).values
+            args = pack_arguments(artifact.args, pointers, encode).values
             return lambda: kernel(grid, block, args, shared_mem=artifact.dynamic_smem_bytes)
 
         check = self._check(workload, bind(workload.tensors), workload.outputs)

@@ -8,7 +8,7 @@ stable order, so the same set of names always gives byte-identical text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 #: Registered snippets by name, in registration order (which is the emission order).
@@ -68,12 +68,17 @@ def registered() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY, key=_PLACES.__getitem__))
 
 
-def prelude(uses: Iterable[str | Snippet]) -> str:
+def prelude(uses: Iterable[str | Snippet],
+            variants: Mapping[str, Snippet] | None = None) -> str:
     """The text of every snippet in ``uses`` and of what they require, each once.
 
     Registered snippets come in prelude order (:func:`register`); generated ones
     (``Snippet`` objects, e.g. one MMA variant) after them, in the order given.
+    ``variants`` replace registered snippets of the same name (one architecture's text of
+    a primitive the kernels call by its neutral name), in the registered one's place; a
+    snippet comes after everything it requires.
     """
+    variants = variants or {}
     generated: dict[str, Snippet] = {}
     wanted: set[str] = set()
 
@@ -81,7 +86,7 @@ def prelude(uses: Iterable[str | Snippet]) -> str:
         if name in wanted:
             return
         wanted.add(name)
-        item = generated.get(name) or snippet(name)
+        item = generated.get(name) or variants.get(name) or snippet(name)
         for dependency in item.requires:
             want(dependency)
 
@@ -91,6 +96,20 @@ def prelude(uses: Iterable[str | Snippet]) -> str:
             want(use.name)
         else:
             want(use)
-    ordered = [_REGISTRY[name] for name in registered() if name in wanted]
-    ordered += [s for name, s in generated.items() if name not in _REGISTRY]
-    return "\n".join(s.text() for s in ordered)
+    ordered: dict[str, Snippet] = {}
+
+    def place(name: str) -> None:
+        """``name`` after what it requires (a variant may require what only it uses)."""
+        if name in ordered:
+            return
+        item = generated.get(name) or variants.get(name) or snippet(name)
+        for dependency in item.requires:
+            place(dependency)
+        ordered[name] = item
+
+    for name in registered():
+        if name in wanted:
+            place(name)
+    for name in generated:
+        place(name)
+    return "\n".join(s.text() for s in ordered.values())

@@ -120,7 +120,7 @@ class Consumers(RoleWriter):
         if not s.tile_buffers:
             return
         if not s.warp_specialized:
-            with c.block("if (threadIdx.x == 0)"):
+            with c.block(f"if ({self.target.loader_guard()})"):
                 for buffer in s.tile_buffers:
                     c(self.k.loader.tile_load_call(buffer, "tile_phase ^ 1"))
             c("__syncwarp();")
@@ -270,7 +270,8 @@ class Consumers(RoleWriter):
         c = self.code
         for ring, x, guard in self._refills:
             cond = f"{guard} && " if guard else ""
-            c(f"if ({cond}threadIdx.x == 0 && ({x}) + {ring.const}_STAGES < block_loads) "
+            c(f"if ({cond}{self.target.loader_guard()} && ({x}) + {ring.const}_STAGES < "
+              "block_loads) "
               f"load_ahead_{ring.stream}(({x}) + {ring.const}_STAGES);")
             c("__syncwarp();")
         self._refills.clear()

@@ -22,13 +22,15 @@ if TYPE_CHECKING:
 Emitter = Callable[["PipelineSkeleton", tuple[str, ...], Issue], None]
 
 
-def emit_tma_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
-    """A load sTask on TMA, inside its ring's load function: the operator's boxes into
-    ``stage``, completing on the stage's full barrier."""
+def emit_tile_load(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
+    """A load sTask on TMA (or, without it, the loading threads' ``cp.async``), inside its
+    ring's load function: the operator's boxes into ``stage``, completing on the stage's
+    full barrier."""
     tile = k.hooks.operand(issue.stask)
     ring = k.ring_of(issue.stask)
     stage = "stage" if ring else "tile"
-    k.code.comment(f"{issue.stask}  stage={stage}: {tile.rows}x{tile.cols} tile via TMA, "
+    k.code.comment(f"{issue.stask}  stage={stage}: {tile.rows}x{tile.cols} tile via "
+                   f"{'TMA' if issue.unit is UnitKind.TMA else 'cp.async'}, "
                    f"{tile.box_count} box(es)")
     dst = f"smem + SMEM_{tile.const}" + (f" + stage * {tile.const}_STAGE_BYTES" if ring else "")
     if not ring and k.structure.owners > 1:  # the owner's copy of a tile buffer
@@ -112,7 +114,8 @@ MATH_KINDS = (STaskKind.ELEMENTWISE, STaskKind.REDUCE)
 
 #: (sTask kind, sEU) -> emitter, as tinygrad's renderer maps each op to its C.
 EMITTERS: dict[tuple[STaskKind, UnitKind], Emitter] = {
-    (STaskKind.LOAD, UnitKind.TMA): emit_tma_load,
+    (STaskKind.LOAD, UnitKind.TMA): emit_tile_load,
+    (STaskKind.LOAD, UnitKind.LSU): emit_tile_load,
     (STaskKind.LOAD, UnitKind.CUDA_CORE): emit_thread_load,
     (STaskKind.MMA, UnitKind.TENSOR_CORE): emit_mma,
     (STaskKind.ELEMENTWISE, UnitKind.CUDA_CORE): emit_register_math,

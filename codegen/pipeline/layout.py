@@ -430,7 +430,8 @@ class PipelineLayout:
             if roles.producer_regs < self.hooks.producer_min_regs:
                 return (f"the producer's loads need {self.hooks.producer_min_regs} registers, "
                         f"not {roles.producer_regs}")
-        need = self.hooks.accumulator_regs(self.consumer_rows) + self.hooks.overhead_regs
+        need = (self.hooks.accumulator_regs(self.consumer_rows) + self.hooks.overhead_regs
+                + self.hooks.target.operand_regs)
         if need > self.register_cap:
             return (f"{need} registers per consumer thread > {self.register_cap}, what ptxas "
                     f"may allocate for {s.threads} threads")

@@ -36,6 +36,7 @@ class Loader(RoleWriter):
             for issue in s.load_stream(ring.loader):
                 if issue.stask in ring.loads:
                     self.k.emit((ring.loader,), issue)
+            self.target.write_stage_issued(c, "full")
         c("")
 
     def tile_load_function(self, buffer: TileBuffer) -> None:
@@ -56,6 +57,7 @@ class Loader(RoleWriter):
             self.target.write_arm_stage(c, "full", f"{tile.const}_STAGE_BYTES")
             issue = next(i for i in s.load_stream(buffer.loader) if i.stask == buffer.load)
             self.k.emit((buffer.loader,), issue)
+            self.target.write_stage_issued(c, "full")
         c("")
 
     def tile_load_call(self, buffer: TileBuffer, parity: str) -> str:
@@ -80,7 +82,7 @@ class Loader(RoleWriter):
         c.comment("Producer warpgroup: registers go to the consumers; one thread issues the loads.")
         self.target.write_register_budget(c, "producer")
         self.record.register_budgets["producer"] = s.sprogram.roles.producer_regs
-        with c.block("if (threadIdx.x == 0)"):
+        with c.block(f"if ({self.target.loader_guard()})"):
             self.k.tiles.prefetch_maps()
             for ring in s.rings:
                 c(f"int {ring.stream}_stage = 0;  // {ring.stream} ring slot of the next load")
@@ -134,7 +136,9 @@ class Loader(RoleWriter):
     def load_ahead(self) -> None:
         """No producer: the loader's thread 0 issues each ring's loads STAGES ahead."""
         c, s, trips = self.code, self.structure, self.hooks.trips
-        c.comment(f"No producer: {s.loader}'s thread 0 issues the loads, STAGES ahead of the "
+        who = ("thread 0 issues" if self.target.loader_threads == 1
+               else f"first {self.target.loader_threads} threads issue")
+        c.comment(f"No producer: {s.loader}'s {who} the loads, STAGES ahead of the "
                   "slowest reader.")
         c("const int block_tiles = (TILES - blockIdx.x + gridDim.x - 1) / gridDim.x;"
           if s.persistent else "const int block_tiles = 1;")
@@ -149,7 +153,7 @@ class Loader(RoleWriter):
                 self.k.tiles.origins("tile")
                 c(self.load_call(ring, ring.stage("x"), f"({ring.parity('x')}) ^ 1",
                                   f"x % {trips}"))
-        with c.block("if (threadIdx.x == 0)"):
+        with c.block(f"if ({self.target.loader_guard()})"):
             self.k.tiles.prefetch_maps()
             for ring in s.rings:
                 with c.block(f"for (int ahead = 0; ahead < {ring.const}_STAGES && ahead < "

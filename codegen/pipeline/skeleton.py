@@ -128,7 +128,8 @@ class PipelineSkeleton:
         for ring in self.structure.rings:
             self.loader.load_function(ring)
         self._kernel()
-        return self._header() + "\n" + prelude(self.code.uses) + "\n" + self.code.text()
+        primitives = prelude(self.code.uses, self.hooks.target.snippet_variants)
+        return self._header() + "\n" + primitives + "\n" + self.code.text()
 
     def _tile_helpers(self) -> None:
         """``tile_origin`` and stream-K's share: functions at file scope, or lambdas in
@@ -334,30 +335,37 @@ class PipelineSkeleton:
                 c(c.call("cluster_sync") + ";")
         c("")
 
+    @property
+    def _full_arrivals_said(self) -> str:
+        loaders = self.hooks.target.loader_threads
+        return ("1 arrival (+ TMA bytes)" if loaders == 1
+                else f"{loaders} arrivals (each loading thread's copies landed)")
+
     def _init_rings(self) -> None:
         c = self.code
+        loaders = self.hooks.target.loader_threads
         with c.block("if (threadIdx.x == 0)"):
             for ring in self.structure.rings:
                 whose = " of each block of the cluster" if ring.cluster_blocks > 1 else ""
-                c.comment(f"{ring.full_name}[s]: 1 arrival (+ TMA bytes); {ring.empty_name}[s]: "
+                c.comment(f"{ring.full_name}[s]: {self._full_arrivals_said}; {ring.empty_name}[s]: "
                           f"{ring.empty_arrivals} arrivals (one per reading consumer warp"
                           f"{whose}).")
                 with c.block(f"for (int s = 0; s < {ring.const}_STAGES; ++s)"):
-                    c(c.call("mbarrier_init", ring.full("s"), 1) + ";")
+                    c(c.call("mbarrier_init", ring.full("s"), loaders) + ";")
                     c(c.call("mbarrier_init", ring.empty("s"), ring.empty_arrivals) + ";")
                 self.record.rings[ring.stream] = EmittedRing(
-                    ring.stream, ring.full_name, ring.empty_name, ring.depth, 1,
+                    ring.stream, ring.full_name, ring.empty_name, ring.depth, loaders,
                     ring.empty_arrivals, self.layout.stage_bytes(ring))
             for buffer in self.structure.tile_buffers:
-                c.comment(f"{buffer.full_name}: 1 arrival (+ TMA bytes); {buffer.empty_name}: "
+                c.comment(f"{buffer.full_name}: {self._full_arrivals_said}; {buffer.empty_name}: "
                           f"{buffer.empty_arrivals} arrivals (the reading consumer warps).")
                 if buffer.owners > 1:
                     with c.block("for (int owner = 0; owner < OWNERS; ++owner)"):
-                        c(c.call("mbarrier_init", buffer.full("owner"), 1) + ";")
+                        c(c.call("mbarrier_init", buffer.full("owner"), loaders) + ";")
                         c(c.call("mbarrier_init", buffer.empty("owner"),
                                  buffer.empty_arrivals) + ";")
                 else:
-                    c(c.call("mbarrier_init", buffer.full(), 1) + ";")
+                    c(c.call("mbarrier_init", buffer.full(), loaders) + ";")
                     c(c.call("mbarrier_init", buffer.empty(), buffer.empty_arrivals) + ";")
                 self.record.tile_buffers[buffer.load] = (buffer.full_name, buffer.empty_name)
             if self.layout.split_blocks > 1:

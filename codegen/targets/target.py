@@ -5,11 +5,13 @@ budgets, the accumulator fragment's layout)."""
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from codegen.cuda import Snippet
     from codegen.pipeline.code import Code
     from codegen.pipeline.operand import OperandTile
     from codegen.targets.mma import Mma
@@ -78,6 +80,19 @@ class Target(abc.ABC):
     def mma_n_step(self) -> int:
         """The step of the N widths an MMA instruction takes."""
 
+    @property
+    @abc.abstractmethod
+    def tensor_map_encoding(self) -> Literal["tma", "copy"]:
+        """How the host writes a kernel's ``TensorMap`` arguments: TMA descriptors
+        (``cuTensorMapEncodeTiled``), or pipetune's copy maps
+        (:mod:`codegen.targets.ampere.copies`)."""
+
+    @property
+    @abc.abstractmethod
+    def operand_regs(self) -> int:
+        """Registers a consumer thread holds for its products' operands besides the
+        accumulators (fragments loaded from shared memory, their addresses)."""
+
     @abc.abstractmethod
     def runs_on(self, device: Device) -> bool:
         """Whether ``device`` has what this target's code uses."""
@@ -108,9 +123,32 @@ class Target(abc.ABC):
         """How the MMA finds ``tile`` in shared memory (its layout, as the kernel's
         constants hold it)."""
 
+    @property
+    @abc.abstractmethod
+    def loader_threads(self) -> int:
+        """Threads of the loading warpgroup that issue a stage's copies, each arriving once
+        on the stage's full barrier (its arrival count)."""
+
+    def loader_guard(self) -> str:
+        """The C++ condition that picks the loading threads of the loading warpgroup."""
+        if self.loader_threads == 1:
+            return "threadIdx.x == 0"
+        return f"threadIdx.x < {self.loader_threads}"
+
     @abc.abstractmethod
     def write_arm_stage(self, code: Code, full: str, bytes_expr: str) -> None:
-        """Arm a stage's full barrier with the bytes its copies will land."""
+        """Arm a stage's full barrier with the bytes its copies will land (before them)."""
+
+    @abc.abstractmethod
+    def write_stage_issued(self, code: Code, full: str) -> None:
+        """After a loading thread has issued a stage's copies: what completes ``full``
+        once they land."""
+
+    @property
+    @abc.abstractmethod
+    def snippet_variants(self) -> Mapping[str, Snippet]:
+        """This architecture's own text of primitives the kernels call by their neutral
+        name (an mbarrier wait, a tile copy), in place of the registered one."""
 
     @abc.abstractmethod
     def write_register_budget(self, code: Code,

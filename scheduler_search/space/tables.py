@@ -183,7 +183,9 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     hopper = device.has_tma and device.unit(UnitKind.TENSOR_CORE).is_async
     knobs = [Knob(f"tile_{axis}", options) for axis, options in _tile_options(spec).items()]
     swap = hopper and swap_applies(spec)
-    knobs.append(Knob("warp_specialized", (True, False) if hopper else (False,),
+    # A producer warpgroup needs asynchronous copies it can issue ahead: TMA, or cp.async.
+    producer = hopper or device.capabilities.cp_async
+    knobs.append(Knob("warp_specialized", (True, False) if producer else (False,),
                       viable=_token_tiles_specialized if swap else None))
     knobs.append(Knob("consumer_warpgroups", (1, 2, 3)))
     knobs.append(
@@ -194,7 +196,8 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
         )
     )
     knobs.append(Knob("wg_schedule", ("free", "alternate"), when=needs_two_consumers))
-    knobs.append(Knob("producer_regs", _PRODUCER_REGS, when=is_warp_specialized))
+    if device.capabilities.setmaxnreg:
+        knobs.append(Knob("producer_regs", _PRODUCER_REGS, when=is_warp_specialized))
     if swap:
         knobs.append(Knob("swap_ab", (False, True), when=_swappable, default=False,
                           viable=_swap_viable))

@@ -221,12 +221,16 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
     if consumers < 1:
         raise ScheduleError(f"consumer_warpgroups: {consumers} is not >= 1")
     producer_regs = int(choices.get("producer_regs", 40)) if ws else 0
+    consumer_regs = consumer_register_budget(device, ws, consumers, producer_regs)
+    if ws and not device.capabilities.setmaxnreg:
+        # Without setmaxnreg every warpgroup keeps the launch bound's even share.
+        producer_regs = consumer_regs = consumer_register_budget(device, False, consumers + 1, 0)
     roles = WarpRoles(
         warp_specialized=ws,
         producer_warps=1 if ws else 0,
         consumer_warpgroups=consumers,
         producer_regs=producer_regs,
-        consumer_regs=consumer_register_budget(device, ws, consumers, producer_regs),
+        consumer_regs=consumer_regs,
     )
     order = choices.get("order", "serial")
     if order not in ORDERS:

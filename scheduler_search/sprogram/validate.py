@@ -499,9 +499,10 @@ def check_valid(sprogram: SProgram, spec: OperatorSpec, device: Device) -> Valid
                 )
             )
 
-    if roles.warp_specialized and not device.has_tma:
+    if roles.warp_specialized and not (device.has_tma or device.capabilities.cp_async):
         problems.append(
-            Rejection(RejectReason.UNSUPPORTED, f"warp specialisation needs TMA ({device.arch})")
+            Rejection(RejectReason.UNSUPPORTED,
+                      f"warp specialisation needs TMA or cp.async ({device.arch})")
         )
     if sprogram.order != "serial" and not device.unit(UnitKind.TENSOR_CORE).is_async:
         problems.append(

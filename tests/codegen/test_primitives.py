@@ -8,7 +8,7 @@ import pytest
 from codegen import cuda
 from codegen.cuda import SWIZZLES
 from codegen.nvcc import compile_report, nvcc_path
-from codegen.targets import hopper
+from codegen.targets import ampere, hopper
 from codegen.targets.hopper import SmemMatrix, wgmma
 
 needs_nvcc = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
@@ -82,6 +82,11 @@ CALLS = {
     "wgmma_wait": "wgmma_wait<1>();",
     "wgmma_fence_operands": "wgmma_fence_operands(acc);",
     "wgmma_descriptor": "r[0] = (u32)wgmma_descriptor(a, 0x4000004000010000ull);",
+    "cp_async_16": "cp_async_16(a, (u64)out, 16);",
+    "cp_async_arrive_noinc": "cp_async_arrive_noinc(a);",
+    "ldmatrix_x2": "ldmatrix_x2(a, r[0], r[1]);",
+    "ldmatrix_x2_trans": "ldmatrix_x2_trans(a, r[0], r[1]);",
+    "swizzled": "r[0] = swizzled(a, 128);",
 }
 
 
@@ -183,7 +188,7 @@ def test_preludes_order_families_by_rank_not_by_import() -> None:
     imported first, leaves every kernel's text as it was."""
     families = [cuda.activations, cuda.base, hopper.cluster, cuda.convert, cuda.fences,
                 hopper.ldstmatrix, cuda.mbarrier, hopper.regs, cuda.sfu, cuda.swizzle,
-                cuda.tma, hopper.wgmma]
+                cuda.tma, hopper.wgmma, ampere.copies, ampere.mma_sync]
     ranks = [cuda.prelude_rank(name) for name in cuda.registered()]
     assert ranks == sorted(ranks)
     assert set(ranks) == {module.PRELUDE_RANK for module in families}

@@ -44,7 +44,8 @@ def test_an_export_names_the_architecture_its_kernel_was_built_for() -> None:
     spec = parse_spec("gemm", {"m": 256, "n": 256, "k": 256, "dtype": "float16"})
     device = get_device("h200")
     artifact = render(plan_sprogram(spec, device, GEMM_WARP_SPECIALIZED), spec, device)
-    for options, says in ((("-std=c++17", "-arch=sm_80"), "no code generation target for sm_80"),
+    for options, says in ((("-std=c++17", "-arch=sm_100a"),
+                           "no code generation target for sm_100a"),
                           (("-std=c++17",), "names no architecture")):
         with pytest.raises(ValueError, match=says):
             export_files(replace(artifact, compile_options=options))
@@ -77,8 +78,9 @@ def test_a_device_the_target_cannot_run_on_is_tuned_on_the_simulated_device() ->
 
 def test_a_kernel_s_target_is_its_schedule_s_architecture() -> None:
     assert target_for("sm_90a") is HOPPER and isinstance(HOPPER, Target)
-    with pytest.raises(ValueError, match="sm_80"):
-        target_for("sm_80")
+    assert target_for("sm_80").mma_name == "mma.sync"
+    with pytest.raises(ValueError, match="sm_100a"):
+        target_for("sm_100a")
 
 
 def test_the_operators_ask_the_target_for_its_mma_geometry_and_operand_fences() -> None:

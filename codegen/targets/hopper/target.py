@@ -9,29 +9,42 @@ armed with ``mbarrier.arrive.expect_tx`` (TMA completes it as its bytes land), a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from codegen.targets.fragment import WarpgroupFragments
 from codegen.targets.hopper import wgmma
 from codegen.targets.mma import Mma
 from codegen.targets.target import Target
 from scheduler_search.sprogram import BarrierKind
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from codegen.cuda import Snippet
     from codegen.pipeline.code import Code
     from codegen.pipeline.operand import OperandTile
     from scheduler_search.hardware import Device
 
 
 @dataclass(frozen=True)
-class HopperTarget(Target):
+class HopperTarget(WarpgroupFragments, Target):
     """sm_90a's instructions for what the pipeline and the operators ask for."""
 
     @property
     def mma_rows(self) -> int:
         return wgmma.WGMMA_M
+
+    @property
+    def tensor_map_encoding(self) -> Literal["tma", "copy"]:
+        """TMA descriptors, encoded by the driver."""
+        return "tma"
+
+    @property
+    def operand_regs(self) -> int:
+        """None: wgmma reads its operands from shared memory through descriptors (in the
+        consumers' overhead)."""
+        return 0
 
     def runs_on(self, device: Device) -> bool:
         return device.capabilities.tma and device.capabilities.wgmma
@@ -104,42 +117,25 @@ class HopperTarget(Target):
         """``mbarrier.arrive.expect_tx``: TMA completes the barrier as the bytes land."""
         code(code.call("mbarrier_arrive_expect_tx", full, bytes_expr) + ";")
 
+    @property
+    def loader_threads(self) -> int:
+        """One thread issues a stage's TMA copies."""
+        return 1
+
+    def write_stage_issued(self, code: Code, full: str) -> None:
+        """Nothing: the arming's expected bytes complete the stage as TMA lands them."""
+
+    @property
+    def snippet_variants(self) -> Mapping[str, Snippet]:
+        """None: the registered primitives are Hopper's."""
+        return {}
+
     def write_register_budget(self, code: Code,
                               role: Literal["producer", "consumer"]) -> None:
         """``setmaxnreg``: the producer gives registers up, the consumers take them."""
         budget = ("setmaxnreg_dec<PRODUCER_REGS>" if role == "producer"
                   else "setmaxnreg_inc<CONSUMER_REGS>")
         code(code.call(budget) + ";")
-
-    @contextmanager
-    def accumulator_rows(self, code: Code) -> Iterator[None]:
-        """The rows of an m64 accumulator fragment this thread holds: per row block
-        ``mi``, the halves ``h`` (rows ``lane / 4`` and ``+ 8`` of the warp's 16)."""
-        c = code
-        c("#pragma unroll")
-        with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            c("#pragma unroll")
-            with c.block("for (int h = 0; h < 2; ++h)"):
-                yield
-
-    def each_accumulator_value(self, code: Code, regs: str, element: str, body: list[str],
-                               before: list[str] | None = None,
-                               after: list[str] | None = None) -> None:
-        """``body`` for each value of a fragment of ``regs`` registers a row block: per
-        row, 8-column group ``g`` and ``element`` of the group's pair (value
-        ``4 g + 2 h + element``); ``before`` and ``after`` once a row."""
-        c = code
-        with self.accumulator_rows(c):
-            for line in before or []:
-                c(line)
-            c("#pragma unroll")
-            with c.block(f"for (int g = 0; g < {regs} / 4; ++g)"):
-                c("#pragma unroll")
-                with c.block(f"for (int {element} = 0; {element} < 2; ++{element})"):
-                    for line in body:
-                        c(line)
-            for line in after or []:
-                c(line)
 
 
 HOPPER = HopperTarget(arch="sm_90a")

@@ -1,0 +1,167 @@
+"""Tile copies without TMA (sm_80, sm_86, sm_89): ``cp.async`` by the loading threads.
+
+The kernels ask for a tile exactly as on Hopper: ``tma_load_2d(dst, &map, c0, c1, bar)``
+(and the 3-d and 4-d forms). On these architectures that call is this module's text: the
+first ``LOADERS`` threads of the loading warpgroup each copy every ``LOADERS``-th 16-byte
+chunk of the box with ``cp.async``, writing it where TMA would (rows of the box's inner
+extent, the chunk index XORed with the row as the map's swizzle says, zeros for elements
+outside the tensor: ``src-size`` short of 16 fills the rest with zeros). The map is not a
+``CUtensorMap`` but pipetune's own 128 bytes (:data:`COPY_MAP_FIELDS`), filled on the host
+from the same ``TensorMapArg``. A thread's copies complete a stage's full barrier through
+``cp.async.mbarrier.arrive.noinc``, one arrival per loading thread (PTX ISA 9.7.9.25.3
+"cp.async", 9.7.9.25.3.3 "cp.async.mbarrier.arrive"; mbarriers themselves are sm_80).
+"""
+
+from __future__ import annotations
+
+from codegen.cuda._snippet import Snippet, register
+
+#: The copy map's fields in order, as the host packs them (little-endian, 128 bytes, the
+#: size and alignment of a ``CUtensorMap``, so a kernel argument is passed the same way).
+COPY_MAP_FIELDS = (
+    ("base", "u64", 1),           # the tensor's global address
+    ("strides", "u64", 4),        # bytes between steps of dimensions 1..4
+    ("dims", "u32", 5),           # the tensor's extent per dimension (1 past its rank)
+    ("box", "u32", 5),            # the box's extent per dimension (1 past its rank)
+    ("elem_bytes", "u32", 1),
+    ("swizzle_bytes", "u32", 1),  # 0 (none), 32, 64 or 128
+    ("rank", "u32", 1),
+)
+COPY_MAP_BYTES = 128
+#: The copy map's rank limit (the kernels' tile loads are at most 4-d).
+COPY_MAP_RANK = 4
+
+
+def _map_struct() -> str:
+    fields = "".join(f"  {ctype} {name}{f'[{count}]' if count > 1 else ''};\n"
+                     for name, ctype, count in COPY_MAP_FIELDS)
+    used = sum((8 if ctype == "u64" else 4) * count for _, ctype, count in COPY_MAP_FIELDS)
+    return ("// A tensor as the loading threads copy boxes of it (pipetune's map: TMA's is\n"
+            "// opaque and this architecture has no TMA), 128 bytes like a CUtensorMap.\n"
+            "struct alignas(64) TensorMap {\n" + fields
+            + f"  u32 unused[{(COPY_MAP_BYTES - used) // 4}];\n}};\n")
+
+
+COPY_MAP = Snippet("TensorMap", _map_struct(), requires=("types",))
+
+CP_ASYNC_16 = Snippet(
+    "cp_async_16",
+    "// Copy 16 bytes from global `src` to shared `dst` asynchronously; of them the first\n"
+    "// `src_bytes` are read and the rest are zeros.\n"
+    "__device__ __forceinline__ void cp_async_16(u32 dst, u64 src, u32 src_bytes) {\n"
+    '  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"\n'
+    '               :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.25.3.1 "cp.async"',
+)
+
+CP_ASYNC_ARRIVE = Snippet(
+    "cp_async_arrive_noinc",
+    "// One arrival on the mbarrier `bar` once every cp.async this thread issued has landed\n"
+    "// (noinc: the barrier's arrival count already counts this thread).\n"
+    "__device__ __forceinline__ void cp_async_arrive_noinc(u32 bar) {\n"
+    '  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"\n'
+    '               :: "r"(bar) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.25.3.3 "cp.async.mbarrier.arrive"',
+)
+
+
+def copy_box(loaders: int) -> Snippet:
+    """The box copy that ``loaders`` threads share (thread ``threadIdx.x % loaders``)."""
+    return Snippet(
+        "copy_box",
+        "// Copy the box at (c0 innermost, c1, c2, c3) of `map` into shared memory at `dst`\n"
+        "// as TMA lays it out; this thread issues every LOADERS-th 16-byte chunk.\n"
+        f"constexpr u32 LOADERS = {loaders};\n"
+        "__device__ __forceinline__ void copy_box(u32 dst, const TensorMap* map, int c0, int c1,\n"
+        "                                         int c2, int c3) {\n"
+        "  const u32 elem = map->elem_bytes, row_chunks = map->box[0] * elem / 16;\n"
+        "  const u32 box1 = map->box[1], box2 = map->box[2];\n"
+        "  const u32 chunks = row_chunks * box1 * box2 * map->box[3];\n"
+        "  const u32 swizzle = map->swizzle_bytes ? (map->swizzle_bytes / 16 - 1) << 4 : 0u;\n"
+        "  for (u32 i = threadIdx.x % LOADERS; i < chunks; i += LOADERS) {\n"
+        "    const u32 row = i / row_chunks, outer = row / box1;\n"
+        "    const int x0 = c0 + (int)((i - row * row_chunks) * 16 / elem);\n"
+        "    const int x1 = c1 + (int)(row % box1), x2 = c2 + (int)(outer % box2);\n"
+        "    const int x3 = c3 + (int)(outer / box2);\n"
+        "    const bool inside = x0 >= 0 && x1 >= 0 && x2 >= 0 && x3 >= 0 &&\n"
+        "                        x0 < (int)map->dims[0] && x1 < (int)map->dims[1] &&\n"
+        "                        x2 < (int)map->dims[2] && x3 < (int)map->dims[3];\n"
+        "    u64 src = map->base;\n"
+        "    u32 bytes = 0;\n"
+        "    if (inside) {\n"
+        "      bytes = min(16u, (map->dims[0] - (u32)x0) * elem);\n"
+        "      src += (u64)x0 * elem + (u64)x1 * map->strides[0] + (u64)x2 * map->strides[1]\n"
+        "             + (u64)x3 * map->strides[2];\n"
+        "    }\n"
+        "    const u32 at = dst + i * 16;  // rows of the box lie back to back\n"
+        "    cp_async_16(at ^ ((at >> 3) & swizzle), src, bytes);\n"
+        "  }\n"
+        "}\n",
+        requires=("TensorMap", "cp_async_16"),
+        section='9.7.9.25.3.1 "cp.async" (the src-size operand zero-fills)',
+    )
+
+
+def _load(rank: int) -> Snippet:
+    coords = ", ".join(f"int c{d}" for d in range(rank))
+    passed = ", ".join([f"c{d}" for d in range(rank)] + ["0"] * (COPY_MAP_RANK - rank))
+    name = f"tma_load_{rank}d"
+    return Snippet(
+        name,
+        f"// The box at ({', '.join(f'c{d}' for d in range(rank))}) of `map` into shared memory "
+        "at `dst`, by the loading threads'\n"
+        "// cp.async (the stage's barrier completes through cp_async_arrive_noinc).\n"
+        f"__device__ __forceinline__ void {name}(u32 dst, const TensorMap* map, {coords}, "
+        "u32 bar) {\n"
+        f"  copy_box(dst, map, {passed});\n"
+        "}\n",
+        requires=("copy_box",),
+    )
+
+
+MBARRIER_WAIT = Snippet(
+    "mbarrier_wait",
+    "// Block until the phase of parity `parity` has completed (test_wait polls: sm_80 has\n"
+    "// no try_wait).\n"
+    "__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {\n"
+    '  asm volatile("{\\n"\n'
+    '               ".reg .pred done;\\n"\n'
+    '               "WAIT:\\n"\n'
+    '               "mbarrier.test_wait.parity.shared::cta.b64 done, [%0], %1;\\n"\n'
+    '               "@!done bra WAIT;\\n"\n'
+    '               "}\\n" :: "r"(bar), "r"(parity) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.13.15.16 "mbarrier.test_wait/try_wait"',
+)
+
+MBARRIER_INIT_FENCE = Snippet(
+    "mbarrier_init_fence",
+    "// Nothing to fence: cp.async arrives through the generic proxy, so the block barrier\n"
+    "// after initialisation is enough.\n"
+    "__device__ __forceinline__ void mbarrier_init_fence() {}\n",
+)
+
+PREFETCH = Snippet(
+    "tma_prefetch_descriptor",
+    "// Nothing to prefetch: the copy map is read from the kernel's parameters.\n"
+    "__device__ __forceinline__ void tma_prefetch_descriptor(const TensorMap* map) {}\n",
+    requires=("TensorMap",),
+)
+
+
+def variants(loaders: int) -> dict[str, Snippet]:
+    """The primitives these architectures write their own way, by the name kernels call."""
+    return {s.name: s for s in (COPY_MAP, MBARRIER_WAIT, MBARRIER_INIT_FENCE, PREFETCH,
+                                copy_box(loaders), *(_load(r) for r in (2, 3, 4)))}
+
+
+#: This family's place in a prelude (:func:`codegen.cuda._snippet.register`): before the
+#: tile copies (rank 110) that call them.
+PRELUDE_RANK = 105
+
+register(CP_ASYNC_16, CP_ASYNC_ARRIVE, rank=PRELUDE_RANK)

@@ -1,0 +1,138 @@
+"""Ampere and Ada (A100, A10, A40, L40S, RTX 4090; sm_80, sm_86, sm_89): ``cp.async`` copies,
+``mma.sync`` through ``ldmatrix``, mbarrier rings; no TMA, no asynchronous warpgroup MMA, no
+setmaxnreg, no clusters.
+
+The same sPrograms as Hopper's, written with these instructions: a ring stage is still an
+mbarrier pair, but its full barrier counts one arrival per loading thread, each made by
+``cp.async.mbarrier.arrive.noinc`` once that thread's copies have landed
+(:mod:`codegen.targets.ampere.copies`); a product is the warpgroup's four warps of
+``mma.sync`` (:mod:`codegen.targets.ampere.mma_sync`), complete when issued, so there is
+nothing to wait for or to fence; the registers are the launch bound's, shared evenly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from codegen.cuda.convert import PTX_TYPE
+from codegen.targets.ampere import copies, mma_sync
+from codegen.targets.fragment import WarpgroupFragments
+from codegen.targets.mma import Mma
+from codegen.targets.target import Target
+from scheduler_search.sprogram import BarrierKind
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from codegen.cuda import Snippet
+    from codegen.pipeline.code import Code
+    from codegen.pipeline.operand import OperandTile
+    from scheduler_search.hardware import Device
+
+#: Threads that copy a stage: the loading warpgroup, every thread a share of the chunks.
+LOADER_THREADS = 128
+#: A consumer thread's registers for the operands of its mma.sync (A's and B's fragments and
+#: their addresses); nvcc for sm_80 (2026-12-05): a chunk scan asking 160 of 168 spilled 48 B.
+OPERAND_REGS = 16
+
+
+@dataclass(frozen=True)
+class AmpereTarget(WarpgroupFragments, Target):
+    """sm_80-class instructions for what the pipeline and the operators ask for."""
+
+    @property
+    def mma_rows(self) -> int:
+        return mma_sync.BLOCK_ROWS
+
+    @property
+    def mma_name(self) -> str:
+        return "mma.sync"
+
+    @property
+    def mma_n_max(self) -> int:
+        return mma_sync.N_MAX
+
+    @property
+    def mma_n_step(self) -> int:
+        return mma_sync.N_STEP
+
+    @property
+    def tensor_map_encoding(self) -> Literal["tma", "copy"]:
+        """pipetune's copy maps, which the loading threads read."""
+        return "copy"
+
+    @property
+    def operand_regs(self) -> int:
+        """A's four fragment registers, B's four, and their lane addresses."""
+        return OPERAND_REGS
+
+    def runs_on(self, device: Device) -> bool:
+        caps = device.capabilities
+        return caps.cp_async and caps.mma_sync and device.arch == self.arch
+
+    def k_step(self, dtype: str) -> int:
+        if dtype not in PTX_TYPE:
+            raise ValueError(f"{self.arch}: {dtype} products are not generated")
+        return mma_sync.MMA_SYNC_K
+
+    def write_fence_operands(self, code: Code, registers: str) -> None:
+        """Nothing: ``mma.sync`` reads and writes its registers in program order."""
+
+    def barrier_name(self, kind: BarrierKind) -> str:
+        """A ring stage is an mbarrier (arrived on by cp.async), a turn a named barrier;
+        an MMA completes as it is issued."""
+        return {BarrierKind.STAGE: "mbarrier", BarrierKind.TURN: "named",
+                BarrierKind.MMA_WAIT: "in order"}[kind]
+
+    def write_mma(self, code: Code, mma: Mma) -> None:
+        """Per k step and row block, the warpgroup's ``mma.sync`` product."""
+        c = code
+        instruction = mma_sync.mma(mma.n, mma.dtype, mma.b_major, mma.a_major,
+                                   a_in_registers=mma.a_in_registers)
+        for line in mma.bases:
+            c(line)
+        for part in mma.parts:
+            c("#pragma unroll")
+            with c.block(f"for (int kk = 0; kk < {mma.k_steps}; ++kk)"):
+                if mma.tail_break:
+                    c(f"if ({mma.tail_break}) break;  // past K")
+                c("#pragma unroll")
+                with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                    if part.a_registers is not None:
+                        a = [part.a_registers.format(i=i) for i in range(4)]
+                    else:
+                        a = [str(part.a_address), str(mma.a_layout)]
+                    c(c.call(instruction, part.accumulator, *a, part.b_address, mma.b_layout,
+                             mma.accumulate) + ";")
+
+    def write_mma_wait(self, code: Code, pending: int | str) -> None:
+        """Nothing: every product has completed when the next instruction runs."""
+
+    def operand_descriptor(self, tile: OperandTile) -> mma_sync.SmemTile:
+        return mma_sync.SmemTile(tile.major, tile.swizzle, tile.box_bytes)
+
+    @property
+    def loader_threads(self) -> int:
+        return LOADER_THREADS
+
+    def write_arm_stage(self, code: Code, full: str, bytes_expr: str) -> None:
+        """Nothing before the copies: each loading thread arrives after its own."""
+
+    def write_stage_issued(self, code: Code, full: str) -> None:
+        """This thread's arrival on ``full``, made when its copies have landed."""
+        code(code.call("cp_async_arrive_noinc", full) + ";")
+
+    @property
+    def snippet_variants(self) -> Mapping[str, Snippet]:
+        return copies.variants(LOADER_THREADS)
+
+    def write_register_budget(self, code: Code,
+                              role: Literal["producer", "consumer"]) -> None:
+        """Nothing: without setmaxnreg every warp keeps the launch bound's share."""
+
+
+#: The three Ampere-class architectures, one target each (their compile options differ).
+AMPERE = AmpereTarget(arch="sm_80")
+AMPERE_SM86 = AmpereTarget(arch="sm_86")
+ADA = AmpereTarget(arch="sm_89")
