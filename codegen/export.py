@@ -25,7 +25,7 @@ from codegen.artifact import (
     TensorMapArg,
     WorkspaceArg,
 )
-from codegen.targets import Target, target_of_options
+from codegen.targets import Target, target_of_kernel
 from codegen.targets.ampere.copies import COPY_MAP_RANK
 from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
@@ -43,7 +43,7 @@ def kernel_target(artifact: KernelArtifact) -> Target:
         ValueError: the artifact names no architecture, or one without a target.
     """
     try:
-        return target_of_options(artifact.compile_options)
+        return target_of_kernel(artifact.compile_options, artifact.extra)
     except ValueError as error:
         raise ValueError(f"kernel {artifact.entry}: {error}") from None
 

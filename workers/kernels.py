@@ -524,7 +524,7 @@ class LoadedKernel:
         if key not in self._maps:
             if len(self._maps) >= 64:
                 self._maps.clear()
-            self._maps[key] = encoder_for(self.artifact.compile_options)(arg, data_ptr)
+            self._maps[key] = encoder_for(self.artifact)(arg, data_ptr)
         return self._maps[key]
 
 

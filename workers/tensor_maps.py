@@ -116,13 +116,13 @@ def encode_copy_map(arg: Any, device_ptr: int) -> np.ndarray:
     return tensor_map_argument(packed.ljust(COPY_MAP_BYTES, b"\0"))
 
 
-def encoder_for(compile_options: tuple[str, ...]) -> Callable[[Any, int], np.ndarray]:
-    """How the tensor maps of a kernel built with ``compile_options`` are encoded: TMA
-    descriptors, or copy maps where its target has no TMA."""
-    from codegen.targets import target_of_options
+def encoder_for(artifact: Any) -> Callable[[Any, int], np.ndarray]:
+    """How the tensor maps of ``artifact``'s kernel are encoded: TMA descriptors, or copy
+    maps where the target its code was generated for has no TMA."""
+    from codegen.targets import target_of_kernel
 
-    encoding = target_of_options(compile_options).tensor_map_encoding
-    return encode_tensor_map if encoding == "tma" else encode_copy_map
+    target = target_of_kernel(artifact.compile_options, artifact.extra)
+    return encode_tensor_map if target.tensor_map_encoding == "tma" else encode_copy_map
 
 
 def tensor_map_argument(raw: bytes) -> np.ndarray:

@@ -171,7 +171,7 @@ class GpuWorker:
             kernel.max_dynamic_shared_size_bytes = artifact.dynamic_smem_bytes
         workspaces = _workspaces(artifact)  # held by this frame through every launch below
         grid, block = tuple(artifact.grid), tuple(artifact.block)
-        encode = encoder_for(artifact.compile_options)
+        encode = encoder_for(artifact)
 
         def bind(tensors: dict[str, Any]) -> Launch:
             pointers = {name: tensor.data.ptr for name, tensor in tensors.items()}

@@ -64,13 +64,15 @@ class Lowered:
             cluster=(lay.structure.cluster_size, 1, 1),
             dynamic_smem_bytes=lay.smem.dynamic_bytes,
             args=launch_args(lay),
-            compile_options=lay.hooks.target.compile_options,
+            compile_options=lay.hooks.target.compile_options_for(lay.device),
             extra={
                 "smem_layout": lay.smem.layout(),
                 "staging": lay.staging,
                 "tiles": lay.tiles,
                 "units": lay.units,
                 **({"size_slots": [asdict(slot) for slot in slots]} if slots else {}),
+                **({"code_arch": sp.arch} if tuple(lay.device.compute_capability)
+                   != lay.hooks.target.compute_capability else {}),
                 **(extra or {}),
             },
         )

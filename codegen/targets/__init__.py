@@ -8,6 +8,9 @@ architecture (:func:`target_for`): Hopper's, and the Ampere class's (sm_80,
 sm_86, sm_89), which write the same sPrograms with cp.async and mma.sync.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from codegen.targets.ampere import ADA, AMPERE, AMPERE_SM86, AmpereTarget
 from codegen.targets.hopper import HOPPER, HopperTarget
 from codegen.targets.mma import Mma, MmaPart
@@ -29,12 +32,18 @@ def target_for(arch: str) -> Target:
     return TARGETS[arch]
 
 
-def target_of_options(compile_options: tuple[str, ...] | list[str]) -> Target:
-    """The target a kernel compiled with ``compile_options`` was built for (its ``-arch``).
+def target_of_kernel(compile_options: tuple[str, ...] | list[str],
+                     extra: Mapping[str, Any] | None = None) -> Target:
+    """The target a kernel was generated for: the architecture its artifact records
+    (``extra["code_arch"]``, a kernel compiled for a newer GPU than its code's), else the
+    one its ``-arch`` option names.
 
     Raises:
-        ValueError: the options name no architecture, or one without a target.
+        ValueError: neither names an architecture, or the one named has no target.
     """
+    code_arch = (extra or {}).get("code_arch")
+    if code_arch:
+        return target_for(str(code_arch))
     arch = next((option.split("=", 1)[1] for option in compile_options
                  if option.startswith("-arch=")), None)
     if arch is None:
@@ -43,4 +52,4 @@ def target_of_options(compile_options: tuple[str, ...] | list[str]) -> Target:
 
 
 __all__ = ["ADA", "AMPERE", "AMPERE_SM86", "HOPPER", "TARGETS", "AmpereTarget", "HopperTarget",
-           "Mma", "MmaPart", "Target", "target_for", "target_of_options"]
+           "Mma", "MmaPart", "Target", "target_for", "target_of_kernel"]

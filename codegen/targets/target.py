@@ -50,6 +50,21 @@ class Target(abc.ABC):
         return (f"-std={self.language}", f"-arch={self.arch}")
 
     @property
+    def compute_capability(self) -> tuple[int, int]:
+        """The compute capability this target's architecture is (``sm_80`` -> (8, 0))."""
+        digits = self.arch.removeprefix("sm_").rstrip("a")
+        return int(digits[:-1]), int(digits[-1])
+
+    def compile_options_for(self, device: Device) -> tuple[str, ...]:
+        """NVRTC's options for this target's code on ``device``: its own architecture's,
+        or, on a newer GPU running the code (sm_80 code on an H200), that GPU's, whose
+        ptxas then schedules the same instructions."""
+        if tuple(device.compute_capability) == self.compute_capability:
+            return self.compile_options
+        major, minor = device.compute_capability
+        return (f"-std={self.language}", f"-arch=sm_{major}{minor}")
+
+    @property
     def nvcc_arch(self) -> tuple[str, ...]:
         """nvcc's code generation option: a cubin of this architecture from its PTX."""
         number = self.arch.removeprefix("sm_")

@@ -5,11 +5,13 @@ from scheduler_search.hardware.catalog import (
     A40,
     A100_SXM,
     CATALOG,
+    CODE_ARCHS,
     H100_SXM,
     H200,
     L40S,
     RTX_4090,
     get_device,
+    running_code_of,
 )
 from scheduler_search.hardware.live import device_from_properties
 from scheduler_search.hardware.model import (
@@ -29,6 +31,7 @@ __all__ = [
     "ADA_CAPABILITIES",
     "AMPERE_CAPABILITIES",
     "CATALOG",
+    "CODE_ARCHS",
     "H100_SXM",
     "H200",
     "HOPPER_CAPABILITIES",
@@ -40,4 +43,5 @@ __all__ = [
     "UnitKind",
     "device_from_properties",
     "get_device",
+    "running_code_of",
 ]

@@ -150,6 +150,41 @@ L40S = _ada_ampere_part("NVIDIA L40S", "sm_89", 142, 2490.0, 96, 48, 864.0, 1024
 RTX_4090 = _ada_ampere_part("NVIDIA GeForce RTX 4090", "sm_89", 128, 2520.0, 72, 24, 1008.0,
                             512.0)
 
+#: The older architectures code can be generated for on a newer GPU, each with the catalog
+#: part whose limits and sEUs such code is planned for.
+CODE_ARCHS: dict[str, Device] = {"sm_80": A100_SXM, "sm_86": A10, "sm_89": L40S}
+
+
+def running_code_of(device: Device, arch: str) -> Device:
+    """``device`` running code generated for the older architecture ``arch`` (sm_80 code on
+    an H200, as the lent GPU measures Ampere-class kernels): the GPU's own SMs, clocks,
+    memory and compute capability, the architecture's capabilities, sEUs, tensor rates
+    and shared memory (the least of the two), under a name that says so.
+
+    Raises:
+        ValueError: ``arch`` is not one of :data:`CODE_ARCHS`, or newer than the GPU.
+    """
+    if arch not in CODE_ARCHS:
+        raise ValueError(f"no code generation for {arch} on another GPU; one of "
+                         f"{', '.join(CODE_ARCHS)}")
+    part = CODE_ARCHS[arch]
+    if device.compute_capability < part.compute_capability:
+        major, minor = device.compute_capability
+        raise ValueError(f"{device.name} (compute capability {major}.{minor}) cannot run "
+                         f"{arch} code")
+    return replace(
+        device,
+        name=f"{device.name} running {arch} code",
+        arch=arch,
+        smem_per_sm_bytes=min(device.smem_per_sm_bytes, part.smem_per_sm_bytes),
+        smem_per_block_bytes=min(device.smem_per_block_bytes, part.smem_per_block_bytes),
+        tensor_flops_per_cycle_per_sm=dict(part.tensor_flops_per_cycle_per_sm),
+        units=part.units,
+        capabilities=part.capabilities,
+        resident_clusters={},
+    )
+
+
 #: Short names accepted by the CLI and the API (``sim:<name>``).
 CATALOG: dict[str, Device] = {"h100": H100_SXM, "h200": H200, "a100": A100_SXM, "a10": A10,
                               "a40": A40, "l40s": L40S, "rtx4090": RTX_4090}

@@ -1,7 +1,10 @@
 """Device names of the API (``auto``, ``sim:h200``, ``cuda:0``) and their cache keys.
 
 A ``sim:*`` name is a catalog GPU measured by the simulated device (the cost model).
-``cuda:N`` is the local GPU N (as CuPy numbers the visible ones), measured by a
+``cuda:N@sm_80`` is the same GPU running code generated for an older architecture (sm_80,
+sm_86 or sm_89: Ampere-class kernels measured on a Hopper GPU), a device of its own key, so
+its kernels never answer for the GPU's native ones. ``cuda:N`` is the local GPU N (as CuPy
+numbers the visible ones), measured by a
 ``LocalGpuPool`` worker pinned to it: its key is the sha256 of its live fingerprint
 (``workers.device``: name, compute capability, SMs, memory, L2, driver, CUDA runtime,
 CuPy, pipetune's code generation version) and its hardware model comes from its live
@@ -23,12 +26,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler_search.canonical import canonical_sha256
-from scheduler_search.hardware import CATALOG, Device, device_from_properties, get_device
+from scheduler_search.hardware import (
+    CATALOG,
+    CODE_ARCHS,
+    Device,
+    device_from_properties,
+    get_device,
+    running_code_of,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SIMULATED = "sim:h200"
 _CUDA = re.compile(r"^cuda:(\d{1,3})$")
+#: ``cuda:N@sm_80``: local GPU N running another architecture's code.
+_CUDA_AS = re.compile(r"^cuda:(\d{1,3})@(sm_\d{2,3}a?)$")
 
 
 class DeviceError(ValueError):
@@ -147,9 +159,21 @@ def _cuda(index: int) -> ResolvedDevice:
         return _resolved[index]
 
 
+def _cuda_as(index: int, arch: str) -> ResolvedDevice:
+    """Local GPU ``index`` running code generated for ``arch`` (:func:`running_code_of`)."""
+    native = _cuda(index)
+    try:
+        model = running_code_of(native.model, arch)
+    except ValueError as error:
+        raise DeviceError(f"cuda:{index}@{arch}: {error}") from None
+    identity = {**native.identity, "code_arch": arch}
+    key = _key({"fingerprint": native.identity["fingerprint"], "code_arch": arch})
+    return ResolvedDevice(f"cuda:{index}@{arch}", key, "cuda", False, model, identity)
+
+
 def cuda_index(device: ResolvedDevice) -> int:
-    """N of a ``cuda:N`` device."""
-    match = _CUDA.match(device.name)
+    """N of a ``cuda:N`` (or ``cuda:N@ARCH``) device."""
+    match = _CUDA.match(device.name) or _CUDA_AS.match(device.name)
     if match is None:
         raise DeviceError(f"{device.name!r} is not a local GPU")
     return int(match.group(1))
@@ -172,7 +196,11 @@ def resolve_device(name: str) -> ResolvedDevice:
     match = _CUDA.match(text)
     if match:
         return _cuda(int(match.group(1)))
-    known = ", ".join(["auto", *(f"sim:{k}" for k in sorted(CATALOG)), "cuda:N"])
+    match = _CUDA_AS.match(text)
+    if match:
+        return _cuda_as(int(match.group(1)), match.group(2))
+    known = ", ".join(["auto", *(f"sim:{k}" for k in sorted(CATALOG)), "cuda:N",
+                       f"cuda:N@ARCH (ARCH: {', '.join(CODE_ARCHS)})"])
     if text in CATALOG:
         raise DeviceError(f"unknown device {name!r}: the simulated {text.upper()} is "
                           f"sim:{text}, a local GPU cuda:N; use one of {known}")
@@ -186,7 +214,7 @@ def device_filter_error(text: str) -> str | None:
     """Why ``text`` cannot name a stored device (a ``sim:NAME``, ``cuda:N`` or a 64-hex
     device key), or None; a filter never probes this host's GPUs."""
     lowered = text.strip().lower()
-    if _KEY.match(lowered) or _CUDA.match(lowered):
+    if _KEY.match(lowered) or _CUDA.match(lowered) or _CUDA_AS.match(lowered):
         return None
     if lowered.startswith("sim:") and lowered.removeprefix("sim:") in CATALOG:
         return None
@@ -217,6 +245,9 @@ def from_identity(kind: str, name: str, identity: dict[str, Any]) -> Device:
         return get_device(name)
     if kind == "fleet":
         return model_of(identity)
+    match = _CUDA_AS.match(name)
+    if match:
+        return _cuda_as(int(match.group(1)), match.group(2)).model
     match = _CUDA.match(name)
     if match is None:
         raise DeviceError(f"cannot rebuild device {name!r}")
