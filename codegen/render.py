@@ -139,9 +139,10 @@ class CodegenCheck:
 
 def feasibility(op: str, device: Device) -> Feasibility | None:
     """The check a schedule space of ``op`` on ``device`` is restricted by, or None where
-    code generation does not apply: operators without hooks and architectures without
-    the asynchronous warpgroup MMA (sm_80, and any GPU the catalog does not state it for)
-    are tuned on the simulated device, over the cost model's whole space."""
+    code generation does not apply: operators without hooks and architectures no target
+    runs on (a GPU the catalog states neither Hopper's nor the Ampere class's
+    instructions for) are tuned on the simulated device, over the cost model's whole
+    space."""
     target = TARGETS.get(device.arch)
     if op not in HOOKS or target is None or not target.runs_on(device):
         return None
