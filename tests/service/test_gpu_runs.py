@@ -78,6 +78,23 @@ def test_auto_is_the_local_gpu_keyed_by_its_fingerprint(fake_gpu: FakeProbe) -> 
     assert resolve_device("sim:h200").key != device.key
 
 
+def test_a_gpu_running_ampere_class_code_is_a_device_of_its_own(fake_gpu: FakeProbe) -> None:
+    """``cuda:0@sm_80``: the same GPU, planned as sm_80 code (its SMs, the A100's shared
+    memory per block), keyed apart from the native device and from each other arch."""
+    native = resolve_device("cuda:0")
+    ampere = resolve_device("cuda:0@sm_80")
+    assert (ampere.name, ampere.kind, ampere.simulated) == ("cuda:0@sm_80", "cuda", False)
+    assert ampere.model.arch == "sm_80" and ampere.model.sm_count == native.model.sm_count
+    assert ampere.model.smem_per_block_bytes < native.model.smem_per_block_bytes
+    assert ampere.identity["code_arch"] == "sm_80"
+    assert len({native.key, ampere.key, resolve_device("cuda:0@sm_89").key}) == 3
+    assert resolve_device("CUDA:0@SM_80".lower()) == ampere
+    for name, says in (("cuda:0@sm_70", "no code generation for sm_70"),
+                       ("cuda:1@sm_80", "1 CUDA device")):
+        with pytest.raises(DeviceError, match=says):
+            resolve_device(name)
+
+
 def test_registry_gives_cuda_devices_a_gpu_pool(fake_gpu: FakeProbe) -> None:
     made = []
 
