@@ -144,8 +144,11 @@ def test_query_heads_are_packed_only_in_divisors_of_the_group_in_either_layout()
 
 @pytest.mark.parametrize("op", OPS)
 def test_a100_tables_offer_nothing_sm80_lacks(op: str) -> None:
+    """A producer warpgroup (its copies by cp.async) but no setmaxnreg budget to choose,
+    no loop orders that overlap asynchronous MMAs, no clusters, no TMA."""
     knobs = {k.name: k for k in knob_table(suite_spec(op), A100_SXM)}
-    assert knobs["warp_specialized"].options == (False,)
+    assert knobs["warp_specialized"].options == (True, False)
+    assert "producer_regs" not in knobs and "cluster_size" not in knobs
     assert knobs["order"].options == ("serial",)
     have = {u.kind.value for u in A100_SXM.units}
     for name, knob in knobs.items():
@@ -266,15 +269,17 @@ def test_fa3_plan_is_a_candidate(enumerated: Callable[..., Enumerated]) -> None:
 
 
 @pytest.mark.parametrize("op", ["attention", "mamba2_chunk_state"])
-def test_a100_candidates_use_cp_async_and_no_producer_warp(
+def test_a100_candidates_use_cp_async_and_even_register_shares(
     op: str, enumerated: Callable[..., Enumerated]
 ) -> None:
     _, candidates, count = enumerated(op, "a100")
     assert candidates and count.valid > 0
     for candidate in candidates:
         decided = candidate.decisions
-        assert not decided.roles.warp_specialized and decided.order == "serial"
-        assert UnitKind.TMA not in decided.mapping.values()
+        assert decided.order == "serial" and UnitKind.TMA not in decided.mapping.values()
+        roles = decided.roles
+        if roles.warp_specialized:  # no setmaxnreg: the producer keeps the consumers' share
+            assert roles.producer_regs == roles.consumer_regs
 
 
 # ----- define-by-run sampling -----------------------------------------------------------
