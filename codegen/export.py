@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from codegen.artifact import (
     TENSOR_MAP_DATA_TYPES,
     TENSOR_MAP_OOB_FILLS,
@@ -48,9 +50,18 @@ def kernel_target(artifact: KernelArtifact) -> Target:
         raise ValueError(f"kernel {artifact.entry}: {error}") from None
 
 
+def build_target(artifact: KernelArtifact) -> Target:
+    """The target whose build the export takes: the kernel's own, compiled for the
+    architecture its options name (a newer GPU's, where the code is an older one's)."""
+    target = kernel_target(artifact)
+    arch = next((o.split("=", 1)[1] for o in artifact.compile_options
+                 if o.startswith("-arch=")), target.arch)
+    return target if arch == target.arch else replace(target, arch=arch)
+
+
 def build_line(artifact: KernelArtifact) -> str:
     """The nvcc command that builds the export of ``artifact`` for its architecture."""
-    return kernel_target(artifact).nvcc_build_line("example", "example.cu", "launch.cu")
+    return build_target(artifact).nvcc_build_line("example", "example.cu", "launch.cu")
 
 
 def launch_name(artifact: KernelArtifact) -> str:
@@ -128,8 +139,11 @@ def _fill_copy_map(arg: TensorMapArg) -> list[str]:
     lines += [f"    {arg.name}.strides[{i}] = {v}ull;" for i, v in enumerate(strides)]
     lines += [f"    {arg.name}.dims[{i}] = {v}u;" for i, v in enumerate(dims)]
     lines += [f"    {arg.name}.box[{i}] = {v}u;" for i, v in enumerate(box)]
-    lines += [f"    {arg.name}.elem_bytes = {DTYPE_BYTES[arg.dtype]}u;",
-              f"    {arg.name}.swizzle_bytes = {span}u;", f"    {arg.name}.rank = {rank}u;", "  }"]
+    elem = DTYPE_BYTES[arg.dtype]
+    row_chunks = arg.box_dims[0] * elem // 16
+    lines += [f"    {arg.name}.elem_shift = {elem.bit_length() - 1}u;",
+              f"    {arg.name}.swizzle_bytes = {span}u;", f"    {arg.name}.rank = {rank}u;",
+              f"    {arg.name}.row_shift = {row_chunks.bit_length() - 1}u;", "  }"]
     return lines
 
 
@@ -309,7 +323,7 @@ def export_files(artifact: KernelArtifact) -> dict[str, str]:
         f"{name}.h": _header(artifact),
         "launch.cu": _launch(artifact),
         "example.cu": _example(artifact),
-        "BUILD.txt": (f"Needs an {kernel_target(artifact).arch} GPU and the CUDA driver.\n\n"
+        "BUILD.txt": (f"Needs an {build_target(artifact).arch} GPU and the CUDA driver.\n\n"
                       f"    {build_line(artifact)}\n\n"
                       "./example DIR reads each input from DIR/<name>.bin (raw row-major "
                       "elements, the header's shapes)\nand writes each output to "

@@ -100,15 +100,21 @@ def encode_copy_map(arg: Any, device_ptr: int) -> np.ndarray:
         raise ValueError(f"copy map {arg.name!r}: element strides are TMA's alone")
     if device_ptr % GLOBAL_ADDRESS_ALIGN_BYTES:
         raise ValueError(f"copy map {arg.name!r}: global address not 16-byte aligned")
+    elem_bytes = _dtypes.itemsize(arg.dtype)
+    row_chunks = arg.box_dims[0] * elem_bytes // 16
+    if row_chunks & (row_chunks - 1):
+        raise ValueError(f"copy map {arg.name!r}: a box row of {row_chunks} 16-byte chunks "
+                         "(the copies need a power of two)")
     pad = COPY_MAP_RANK + 1 - rank
     values = {
         "base": (device_ptr,),
         "strides": (*arg.global_strides_bytes, *(0,) * (COPY_MAP_RANK - rank + 1)),
         "dims": (*arg.global_dims, *(1,) * pad),
         "box": (*arg.box_dims, *(1,) * pad),
-        "elem_bytes": (_dtypes.itemsize(arg.dtype),),
+        "elem_shift": (elem_bytes.bit_length() - 1,),
         "swizzle_bytes": (0 if arg.swizzle == "none" else int(arg.swizzle.removesuffix("B")),),
         "rank": (rank,),
+        "row_shift": (row_chunks.bit_length() - 1,),
     }
     layout = "<" + "".join(f"{count}{'Q' if ctype == 'u64' else 'I'}"
                            for _, ctype, count in COPY_MAP_FIELDS)

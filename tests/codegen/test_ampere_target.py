@@ -169,14 +169,18 @@ def test_the_copy_map_is_128_bytes_of_the_fields_the_host_packs() -> None:
                        swizzle="128B")
     raw = encode_copy_map(arg, 0x7F0000001000).tobytes()
     assert len(raw) == copies.COPY_MAP_BYTES
-    values = struct.unpack_from("<Q4Q5I5I3I", raw)
+    values = struct.unpack_from("<Q4Q5I5I4I", raw)
     assert values[0] == 0x7F0000001000
     assert values[1:5] == (256, 8192, 8192000, 0)
     assert values[5:10] == (128, 32, 1000, 2, 1)
     assert values[10:15] == (64, 1, 128, 1, 1)
-    assert values[15:] == (2, 128, 4)
+    assert values[15:] == (1, 128, 4, 3)  # 2-byte elements, 128 B swizzle, rank 4, 8 chunks
     with pytest.raises(ValueError, match="16-byte"):
         encode_copy_map(arg, 0x7F0000001008)
+    odd = TensorMapArg(name="v_map", tensor="v", dtype="float32", global_dims=(48, 64),
+                       global_strides_bytes=(192,), box_dims=(48, 64), swizzle="none")
+    with pytest.raises(ValueError, match="power of two"):
+        encode_copy_map(odd, 0x7F0000001000)
 
 
 @needs_nvcc

@@ -12,9 +12,10 @@ import pytest
 
 from codegen import render
 from codegen.artifact import KernelArtifact, ScalarArg, TensorArg, WorkspaceArg
-from codegen.export import export_files, launch_name
-from codegen.nvcc import NVCC_ARCH, nvcc_path
-from scheduler_search.hardware import get_device
+from codegen.export import build_target, export_files, launch_name
+from codegen.nvcc import nvcc_path
+from codegen.targets import HOPPER
+from scheduler_search.hardware import get_device, running_code_of
 from scheduler_search.ops import parse_spec
 from scheduler_search.space.designs import (
     FLASH_ATTENTION_3,
@@ -24,6 +25,9 @@ from scheduler_search.space.designs import (
 from scheduler_search.sprogram.plan import plan_sprogram
 
 DEVICE = get_device("h200")
+#: A producer warpgroup of cp.async copies over two mma.sync consumer warpgroups.
+AMPERE_GEMM = {"tile_m": 128, "tile_n": 128, "tile_k": 32, "stages_ab": 4,
+               "warp_specialized": True, "consumer_warpgroups": 2, "order": "serial"}
 MAMBA2_PARAMS = {"batch": 2, "seqlen": 512, "nheads": 8, "headdim": 64, "dstate": 128,
                  "ngroups": 2, "chunk_size": 256, "dtype": "float16"}
 #: Case name -> (operator, params, schedule choices).
@@ -40,7 +44,12 @@ CASES = {
     # Tensor maps and plain pointers (x, D, dt, dA_cumsum), the output after them.
     "mamba2_chunk_scan": ("mamba2_chunk_scan", MAMBA2_PARAMS,
                           {**MAMBA2_CHUNK_SCAN, "map_vector_loads": "cuda_core"}),
+    # Ampere-class code on the GPU (copy maps filled field by field, cp.async, mma.sync).
+    "gemm_sm80": ("gemm", {"m": 1000, "n": 2048, "k": 512, "dtype": "bfloat16",
+                           "b_layout": "kn"}, AMPERE_GEMM),
 }
+#: The device each case is rendered for (the H200 unless named here).
+CASE_DEVICES = {"gemm_sm80": running_code_of(DEVICE, "sm_80")}
 
 #: A kernel with a workspace between its tensors; it counts its launches there, in c[0].
 COUNTER_SOURCE = r"""
@@ -66,7 +75,8 @@ def _counter_artifact() -> KernelArtifact:
 def _artifact(case: str):
     op, params, choices = CASES[case]
     spec = parse_spec(op, params)
-    return render(plan_sprogram(spec, DEVICE, choices), spec, DEVICE)
+    device = CASE_DEVICES.get(case, DEVICE)
+    return render(plan_sprogram(spec, device, choices), spec, device)
 
 
 def test_the_header_takes_the_tensors_in_contract_order() -> None:
@@ -119,13 +129,14 @@ def _compile_and_link(artifact: KernelArtifact, directory: Path) -> None:
     are found."""
     for name, text in export_files(artifact).items():
         (directory / name).write_text(text)
+    arch = build_target(artifact).nvcc_arch
     for source in ("launch.cu", "example.cu"):
-        done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-c", source],
+        done = subprocess.run([str(nvcc_path()), *arch, "-std=c++17", "-c", source],
                               cwd=directory, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     stubs = Path(str(nvcc_path())).resolve().parent.parent / "lib64" / "stubs"
     if stubs.is_dir():  # libcuda without a driver: the link resolves the driver API
-        done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-o", "example", "example.o",
+        done = subprocess.run([str(nvcc_path()), *arch, "-o", "example", "example.o",
                                "launch.o", f"-L{stubs}", "-lcuda"], cwd=directory,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
@@ -148,8 +159,8 @@ def _build(case: str, directory: Path, link: list[str]):
     artifact = _artifact(case)
     for name, text in export_files(artifact).items():
         (directory / name).write_text(text)
-    done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-o", "example",
-                           "example.cu", "launch.cu", *link], cwd=directory,
+    done = subprocess.run([str(nvcc_path()), *build_target(artifact).nvcc_arch, "-std=c++17",
+                           "-o", "example", "example.cu", "launch.cu", *link], cwd=directory,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return artifact
@@ -215,7 +226,7 @@ def test_the_exported_workspace_starts_zeroed_and_persists_across_calls(
     for file, text in export_files(artifact).items():
         (tmp_path / file).write_text(text)
     (tmp_path / "twice.cu").write_text(CALL_TWICE.format(header=f"{name}.h", name=name))
-    done = subprocess.run([str(nvcc_path()), *NVCC_ARCH, "-std=c++17", "-o", "twice",
+    done = subprocess.run([str(nvcc_path()), *HOPPER.nvcc_arch, "-std=c++17", "-o", "twice",
                            "twice.cu", "launch.cu", "-lcuda"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -23,9 +23,10 @@ COPY_MAP_FIELDS = (
     ("strides", "u64", 4),        # bytes between steps of dimensions 1..4
     ("dims", "u32", 5),           # the tensor's extent per dimension (1 past its rank)
     ("box", "u32", 5),            # the box's extent per dimension (1 past its rank)
-    ("elem_bytes", "u32", 1),
+    ("elem_shift", "u32", 1),     # log2 of the element's bytes
     ("swizzle_bytes", "u32", 1),  # 0 (none), 32, 64 or 128
     ("rank", "u32", 1),
+    ("row_shift", "u32", 1),      # log2 of a box row's 16-byte chunks
 )
 COPY_MAP_BYTES = 128
 #: The copy map's rank limit (the kernels' tile loads are at most 4-d).
@@ -70,7 +71,10 @@ CP_ASYNC_ARRIVE = Snippet(
 
 
 def copy_box(loaders: int) -> Snippet:
-    """The box copy that ``loaders`` threads share (thread ``threadIdx.x % loaders``)."""
+    """The box copy that ``loaders`` threads share (thread ``threadIdx.x % loaders``): no
+    division where the box is rows of one outer dimension (a 2-d box, or one whose outer
+    dimensions are one element); a box row is a power of two of 16-byte chunks (the host
+    refuses any other)."""
     return Snippet(
         "copy_box",
         "// Copy the box at (c0 innermost, c1, c2, c3) of `map` into shared memory at `dst`\n"
@@ -78,24 +82,30 @@ def copy_box(loaders: int) -> Snippet:
         f"constexpr u32 LOADERS = {loaders};\n"
         "__device__ __forceinline__ void copy_box(u32 dst, const TensorMap* map, int c0, int c1,\n"
         "                                         int c2, int c3) {\n"
-        "  const u32 elem = map->elem_bytes, row_chunks = map->box[0] * elem / 16;\n"
+        "  const u32 row_shift = map->row_shift, elem_shift = map->elem_shift;\n"
         "  const u32 box1 = map->box[1], box2 = map->box[2];\n"
-        "  const u32 chunks = row_chunks * box1 * box2 * map->box[3];\n"
+        "  const bool rows_only = box2 * map->box[3] == 1;  // no division for the outer dims\n"
+        "  const u32 chunks = (box1 * box2 * map->box[3]) << row_shift;\n"
         "  const u32 swizzle = map->swizzle_bytes ? (map->swizzle_bytes / 16 - 1) << 4 : 0u;\n"
         "  for (u32 i = threadIdx.x % LOADERS; i < chunks; i += LOADERS) {\n"
-        "    const u32 row = i / row_chunks, outer = row / box1;\n"
-        "    const int x0 = c0 + (int)((i - row * row_chunks) * 16 / elem);\n"
-        "    const int x1 = c1 + (int)(row % box1), x2 = c2 + (int)(outer % box2);\n"
-        "    const int x3 = c3 + (int)(outer / box2);\n"
+        "    const u32 row = i >> row_shift;\n"
+        "    const int x0 = c0 + (int)(((i - (row << row_shift)) * 16) >> elem_shift);\n"
+        "    int x1 = c1 + (int)row, x2 = c2, x3 = c3;\n"
+        "    if (!rows_only) {\n"
+        "      const u32 outer = row / box1;\n"
+        "      x1 = c1 + (int)(row - outer * box1);\n"
+        "      x2 = c2 + (int)(outer % box2);\n"
+        "      x3 = c3 + (int)(outer / box2);\n"
+        "    }\n"
         "    const bool inside = x0 >= 0 && x1 >= 0 && x2 >= 0 && x3 >= 0 &&\n"
         "                        x0 < (int)map->dims[0] && x1 < (int)map->dims[1] &&\n"
         "                        x2 < (int)map->dims[2] && x3 < (int)map->dims[3];\n"
         "    u64 src = map->base;\n"
         "    u32 bytes = 0;\n"
         "    if (inside) {\n"
-        "      bytes = min(16u, (map->dims[0] - (u32)x0) * elem);\n"
-        "      src += (u64)x0 * elem + (u64)x1 * map->strides[0] + (u64)x2 * map->strides[1]\n"
-        "             + (u64)x3 * map->strides[2];\n"
+        "      bytes = min(16u, (map->dims[0] - (u32)x0) << elem_shift);\n"
+        "      src += ((u64)x0 << elem_shift) + (u64)x1 * map->strides[0] +\n"
+        "             (u64)x2 * map->strides[1] + (u64)x3 * map->strides[2];\n"
         "    }\n"
         "    const u32 at = dst + i * 16;  // rows of the box lie back to back\n"
         "    cp_async_16(at ^ ((at >> 3) & swizzle), src, bytes);\n"
