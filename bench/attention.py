@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    build_design,
     geomean,
     rendered_per_dtype,
     timing_configs,
@@ -89,8 +90,8 @@ def _design_neighbours(space: Any, neighbours: dict[str, tuple] = NEIGHBOURS) ->
         choices = {**base, **dict(zip(neighbours, values, strict=True))}
         choices["tile_q"], choices["consumer_warpgroups"] = choices.pop("warpgroups")
         choices["stages_v"] = choices["stages_k"]
-        sprogram, validity = space.build(choices)
-        if validity.ok and sprogram.hash not in {b.hash for b in built}:
+        sprogram = build_design(space, choices)
+        if sprogram is not None and sprogram.hash not in {b.hash for b in built}:
             built.append(sprogram)
     return built
 
@@ -191,7 +192,8 @@ def prepare(args: argparse.Namespace) -> None:
 
 
 # ----- run (GPU) ----------------------------------------------------------------------
-def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool) -> Any:
+def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool,
+              device_name: str = "h200") -> Any:
     """The candidate's kernel: as prepared, or rendered again from its choices by this
     tree's code generation (the ranking is kept; the text is today's)."""
     from codegen import render
@@ -203,7 +205,7 @@ def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool) -> 
     prepared = entry[params["dtype"]]
     if not rerender:
         return KernelArtifact.from_dict(prepared["artifact"])
-    device = get_device("h200")
+    device = get_device(device_name)  # the candidates file's (``h200@sm_80``: Ampere code)
     spec = parse_spec("attention", params)
     return render(plan_sprogram(spec, device, prepared["choices"]), spec, device)
 
@@ -215,7 +217,8 @@ def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespac
     workload = {"op": "attention", "params": case["params"]}
     entries = case["candidates"][: args.top]
     measured = pool.measure([
-        Job(workload, artifact=_artifact(e, case["params"], args.rerender), timing=quick,
+        Job(workload, artifact=_artifact(e, case["params"], args.rerender,
+                                    args.device), timing=quick,
             deadline_s=args.deadline) for e in entries])
     return [{"source": e["source"], "hash": e["float16"]["hash"], "status": m.status.value,
              "latency_us": m.latency_us, "rel_error": m.rel_error, "registers": m.registers,
@@ -264,6 +267,7 @@ def run(args: argparse.Namespace) -> None:
 
     with gzip.open(args.candidates, "rt") as f:
         doc = json.load(f)
+    args.device = doc.get("device", "h200")  # what the candidates were planned for
     cases = [c for c in doc["cases"]
              if not args.only or any(case_name(c["params"]).startswith(s) for s in args.only)]
     quick, final = timing_configs()
@@ -286,7 +290,7 @@ def run(args: argparse.Namespace) -> None:
             best = min(ok, key=lambda t: t["latency_us"])
             for dtype in args.dtypes:
                 params = {**case["params"], "dtype": dtype}
-                artifact = _artifact(best["entry"], params, args.rerender)
+                artifact = _artifact(best["entry"], params, args.rerender, args.device)
                 record = {"case": case_name(params), "params": params,
                           "schedule_hash": best["entry"][dtype]["hash"],
                           "choices": best["choices"], "found_by": best["source"],

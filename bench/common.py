@@ -44,6 +44,18 @@ def tree_state() -> dict[str, Any]:
     return {"commit": commit, "dirty": dirty, "source_sha256": source_sha256()}
 
 
+def build_design(space: Any, choices: dict[str, Any]) -> Any | None:
+    """The valid sProgram ``choices`` build in ``space``, or None: a hand-written design
+    may name a unit the device lacks (Hopper's TMA on an Ampere-class device)."""
+    from scheduler_search.sprogram import ScheduleError
+
+    try:
+        sprogram, validity = space.build(choices)
+    except ScheduleError:
+        return None
+    return sprogram if validity.ok else None
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else float("nan")
 

@@ -58,7 +58,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import geomean, timing_configs, tree_state, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    build_design,
+    geomean,
+    timing_configs,
+    tree_state,
+    write_json,
+)
 from service.commands.options import knob_value  # noqa: E402
 
 #: Knobs whose values make two schedules "the same structure" for diversity.
@@ -167,14 +173,15 @@ def _tried(space: Any, chosen: list[Any], borrowed: list[dict[str, Any]],
     for design in designs:
         for order in ({}, *rasters):
             for choices in ({**design, **order}, *stream_k_twins(space, {**design, **order})):
-                if all(choices != c for _, c, _, _ in tried) and space.build(choices)[1].ok:
+                new = all(choices != c for _, c, _, _ in tried)
+                if new and build_design(space, choices) is not None:
                     tried.append((None, choices, None, "design"))
                     seen.add(_structure(choices))
     for choices in borrowed:
         if _structure(choices) in seen:
             continue
         seen.add(_structure(choices))
-        if space.build(choices)[1].ok:
+        if build_design(space, choices) is not None:
             tried.append((None, choices, None, "borrowed"))
     return tried
 
@@ -313,7 +320,7 @@ def _retime(pool: Any, params: dict[str, Any], leaders: list[dict[str, Any]], fi
     from workers import Job
 
     spec = parse_spec("gemm", params)
-    peers = [spec.run_baseline(), *spec.run_peers()]
+    peers = list(dict.fromkeys([args.peer or spec.run_baseline(), *spec.run_peers()]))
     workload = {"op": "gemm", "params": params}
     kernels = [Job(workload, artifact=KernelArtifact.from_dict(leader["artifact"]),
                    timing=final, deadline_s=args.deadline) for leader in leaders]
@@ -505,6 +512,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--rounds", type=int, default=5)
     r.add_argument("--leaders", type=int, default=3,
                    help="fastest of the quick timing re-timed by the final method")
+    r.add_argument("--peer", default=None,
+                   help="the peer the ratio is against (default: the spec's run baseline, "
+                        "cuBLAS; cutlass_sm80 for Ampere-class kernels)")
     r.add_argument("--deadline", type=float, default=20.0)
     r.add_argument("--only", nargs="*", default=[])
     r.add_argument("--dtypes", nargs="+", default=None,

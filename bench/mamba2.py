@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import (  # noqa: E402
+    build_design,
     dated_result,
     geomean,
     rendered_per_dtype,
@@ -169,8 +170,8 @@ def _design_neighbours(op: str, space: Any) -> list[Any]:
             pack = choices.pop("pack", 1)
             if pack > 1:  # heads of a B group stacked in the tile's rows
                 choices.update(tile_g=pack, tile_p=spec_headdim(space) * pack)
-            sprogram, validity = space.build(choices)
-            if validity.ok:
+            sprogram = build_design(space, choices)
+            if sprogram is not None:
                 built.append(sprogram)
     return built
 
@@ -227,7 +228,8 @@ def prepare(args: argparse.Namespace) -> None:
 
 
 # ----- run (GPU) ----------------------------------------------------------------------
-def _artifact(op: str, entry: dict[str, Any], params: dict[str, Any], rerender: bool) -> Any:
+def _artifact(op: str, entry: dict[str, Any], params: dict[str, Any], rerender: bool,
+              device_name: str = "h200") -> Any:
     """The candidate's kernel: as prepared, or rendered again from its choices by this
     tree's code generation (the ranking is kept; the text is today's)."""
     from codegen import render
@@ -239,7 +241,7 @@ def _artifact(op: str, entry: dict[str, Any], params: dict[str, Any], rerender: 
     prepared = entry[params["dtype"]]
     if not rerender:
         return KernelArtifact.from_dict(prepared["artifact"])
-    device = get_device("h200")
+    device = get_device(device_name)  # the candidates file's (``h200@sm_80``: Ampere code)
     spec = parse_spec(op, params)
     return render(plan_sprogram(spec, device, prepared["choices"]), spec, device)
 
@@ -252,7 +254,8 @@ def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespac
     workload = {"op": op, "params": params}
     entries = case["candidates"][: args.top]
     measured = pool.measure([
-        Job(workload, artifact=_artifact(op, e, params, args.rerender), timing=quick,
+        Job(workload, artifact=_artifact(op, e, params, args.rerender,
+                                    args.device), timing=quick,
             deadline_s=args.deadline) for e in entries])
     return [{"source": e["source"], "hash": e["float16"]["hash"], "status": m.status.value,
              "latency_us": m.latency_us, "rel_error": m.rel_error, "registers": m.registers,
@@ -307,6 +310,7 @@ def run(args: argparse.Namespace) -> None:
 
     with gzip.open(args.candidates, "rt") as f:
         doc = json.load(f)
+    args.device = doc.get("device", "h200")  # what the candidates were planned for
     cases = [c for c in doc["cases"] if _selected(c, args.only)]
     if not _peer_found():
         print("mamba_ssm's Triton kernels are not on PYTHONPATH (docs/benchmarks.md): the cases "
@@ -334,7 +338,7 @@ def run(args: argparse.Namespace) -> None:
                 params = {**case["params"], "dtype": dtype}
                 if args.only and not any(case_name(op, params).startswith(s) for s in args.only):
                     continue
-                artifact = _artifact(op, best["entry"], params, args.rerender)
+                artifact = _artifact(op, best["entry"], params, args.rerender, args.device)
                 record = {"case": case_name(op, params), "op": op, "params": params,
                           "in_suite": _in_suite(case, dtype),
                           "schedule_hash": best["entry"][dtype]["hash"],

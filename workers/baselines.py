@@ -25,6 +25,12 @@ workload's output tensor (so the same reference check applies). Peers:
     tensors, so nothing is copied); its causal mask is bottom-right aligned, so a causal
     case with a query length other than the key length is not its to run. Without the
     package the peer is unavailable.
+  - ``cutlass_sm80`` (gemm, 16-bit, no epilogue): CUTLASS 2.x's multistage sm_80
+    tensor-op GEMM (``bench/cutlass/sm80_gemm.cu``, built against the public
+    NVIDIA/cutlass headers into the library ``PIPETUNE_CUTLASS_SM80_LIB`` names, never
+    committed), the Ampere-class GEMM peer; of its tile configurations the one fastest at
+    the workload's shape on this GPU, as CUTLASS's profiler picks. Without the library
+    the peer is unavailable.
   - ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` (Mamba2): the official Triton
     kernels of ``state-spaces/mamba``, ``_chunk_state_fwd(B, x, dt, dA_cumsum,
     states_in_fp32=...)`` (the spec's choice) and
@@ -396,10 +402,59 @@ def _nothing() -> None:
     return None
 
 
+#: Launches of each CUTLASS configuration timed to pick the fastest at a shape.
+_CUTLASS_PICK_LAUNCHES = 5
+
+
+def _cutlass_sm80(
+    params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    import ctypes
+    import os
+
+    path = os.environ.get("PIPETUNE_CUTLASS_SM80_LIB")
+    if not path or not os.path.exists(path):
+        raise BaselineUnavailable("cutlass_sm80: PIPETUNE_CUTLASS_SM80_LIB names no library "
+                                  "(build bench/cutlass/sm80_gemm.cu as its header says)")
+    if dtypes["a"] not in ("float16", "bfloat16") or params.get("epilogue"):
+        raise BaselineUnavailable("cutlass_sm80: 16-bit GEMMs without an epilogue only")
+    import cupy
+
+    library = ctypes.CDLL(path)
+    gemm = library.pipetune_cutlass_sm80_gemm
+    gemm.argtypes = [ctypes.c_int] * 6 + [ctypes.c_void_p] * 4
+    gemm.restype = ctypes.c_int
+    configs = ctypes.c_char_p.in_dll(library, "pipetune_cutlass_sm80_configs").value
+    count = len((configs or b"").split(b";"))
+    a, b, c = (tensors[n].data.ptr for n in "abc")
+    fixed = (int(dtypes["a"] == "bfloat16"), int(params.get("b_layout", "kn") == "nk"),
+             int(params["m"]), int(params["n"]), int(params["k"]), a, b, c)
+
+    def launch_config(config: int) -> int:
+        return gemm(config, *fixed, cupy.cuda.get_current_stream().ptr)
+
+    times: dict[int, float] = {}
+    for config in range(count):
+        if launch_config(config):
+            continue  # the shape is not this configuration's
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        for _ in range(_CUTLASS_PICK_LAUNCHES):
+            launch_config(config)
+        end.record()
+        end.synchronize()
+        times[config] = cupy.cuda.get_elapsed_time(start, end)
+    if not times:
+        raise BaselineUnavailable("cutlass_sm80: no configuration runs this shape")
+    best = min(times, key=times.__getitem__)
+    return (lambda: launch_config(best)), _nothing
+
+
 #: Peer name -> its operator and preparation (:func:`register_baseline` adds one).
 BASELINES: dict[str, Baseline] = {
     "cublas": Baseline("gemm", _cublas),
     "scaled_mm": Baseline("gemm", _scaled_mm),
+    "cutlass_sm80": Baseline("gemm", _cutlass_sm80),
     "torch_epilogue": Baseline("gemm", partial(_torch_epilogue, "torch_epilogue")),
     "cublaslt_epilogue": Baseline("gemm", partial(_torch_epilogue, "cublaslt_epilogue")),
     "sdpa_cudnn": Baseline("attention", partial(_sdpa, "sdpa_cudnn")),

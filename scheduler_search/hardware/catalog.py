@@ -191,8 +191,15 @@ CATALOG: dict[str, Device] = {"h100": H100_SXM, "h200": H200, "a100": A100_SXM, 
 
 
 def get_device(name: str) -> Device:
-    """Catalog device by short name (``h200``, ``sim:h200``); ``KeyError`` lists the choices."""
-    key = name.lower().removeprefix("sim:")
+    """Catalog device by short name (``h200``, ``sim:h200``), or one running an older
+    architecture's code (``h200@sm_80``: :func:`running_code_of`); ``KeyError`` lists the
+    choices."""
+    key, _, arch = name.lower().removeprefix("sim:").partition("@")
     if key not in CATALOG:
         raise KeyError(f"unknown device {name!r}; known: {', '.join(sorted(CATALOG))}")
+    if arch:
+        try:
+            return running_code_of(CATALOG[key], arch)
+        except ValueError as error:
+            raise KeyError(f"unknown device {name!r}: {error}") from None
     return CATALOG[key]

@@ -257,3 +257,7 @@ def test_a_gpu_running_older_code_is_planned_with_that_architecture_s_limits() -
     with pytest.raises(ValueError, match="cannot run"):
         running_code_of(get_device("a100"), "sm_89")
     assert target_for("sm_89") is ADA
+    # The benches' spelling of the same device.
+    assert get_device("h200@sm_80") == device
+    with pytest.raises(KeyError, match="sm_70"):
+        get_device("h200@sm_70")

@@ -473,3 +473,72 @@ def test_flash_attn_4_peer_says_why_it_cannot_run(monkeypatch: pytest.MonkeyPatc
     tensors, dtypes = _workload("attention", shorter)
     with pytest.raises(BaselineUnavailable, match="bottom-right aligned"):
         prepare_baseline("flash_attn_4", "attention", shorter, tensors, dtypes)
+
+
+#: A stand-in CUTLASS library: configuration 1 refuses every shape, configuration 2 is
+#: the fastest (it sleeps least); each call is logged.
+FAKE_CUTLASS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+const char* pipetune_cutlass_sm80_configs = "slow;refuses;fast";
+static FILE* log_file;
+int pipetune_cutlass_sm80_gemm(int config, int bf16, int b_nk, int m, int n, int k,
+                               const void* a, const void* b, void* c, void* stream) {
+  if (!log_file) log_file = fopen(getenv("FAKE_CUTLASS_LOG"), "w");
+  fprintf(log_file, "%d %d %d %d %d %d %p\n", config, bf16, b_nk, m, n, k, c);
+  fflush(log_file);
+  if (config == 1) return 1;
+  usleep(config == 0 ? 2000 : 100);
+  return 0;
+}
+"""
+
+
+class _FakeEvent:
+    def record(self) -> None:
+        import time
+
+        self.at = time.perf_counter()
+
+    def synchronize(self) -> None:
+        return None
+
+
+def _fake_cupy() -> types.ModuleType:
+    cuda = types.SimpleNamespace(
+        Event=_FakeEvent, get_current_stream=lambda: types.SimpleNamespace(ptr=0),
+        get_elapsed_time=lambda start, end: (end.at - start.at) * 1e3)
+    return types.SimpleNamespace(cuda=cuda)  # type: ignore[return-value]
+
+
+def test_the_cutlass_peer_needs_its_library_and_16_bit_gemms(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    params = {"m": 64, "n": 64, "k": 64, "dtype": "float16"}
+    monkeypatch.delenv("PIPETUNE_CUTLASS_SM80_LIB", raising=False)
+    with pytest.raises(BaselineUnavailable, match="PIPETUNE_CUTLASS_SM80_LIB"):
+        prepare_baseline("cutlass_sm80", "gemm", params, {}, {"a": "float16"})
+
+
+def test_the_cutlass_peer_launches_its_fastest_configuration_into_c(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import subprocess
+
+    source = tmp_path / "fake.c"
+    source.write_text(FAKE_CUTLASS)
+    library = tmp_path / "libfake.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    log = tmp_path / "calls.txt"
+    monkeypatch.setenv("PIPETUNE_CUTLASS_SM80_LIB", str(library))
+    monkeypatch.setenv("FAKE_CUTLASS_LOG", str(log))
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    tensors = {name: types.SimpleNamespace(data=types.SimpleNamespace(ptr=address))
+               for name, address in (("a", 0x1000), ("b", 0x2000), ("c", 0x3000))}
+    params = {"m": 128, "n": 256, "k": 512, "dtype": "bfloat16", "b_layout": "nk"}
+    launch, finish = prepare_baseline("cutlass_sm80", "gemm", params, tensors,
+                                      {"a": "bfloat16", "b": "bfloat16", "c": "bfloat16"})
+    tried = log.read_text().splitlines()
+    launch(), finish()
+    calls = log.read_text().splitlines()
+    assert {line.split()[0] for line in tried} == {"0", "1", "2"}
+    assert calls[len(tried)].split() == ["2", "1", "1", "128", "256", "512", "0x3000"]
