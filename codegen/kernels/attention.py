@@ -242,6 +242,8 @@ class AttentionHooks(OperatorHooks):
                     "swizzle spans at least")
         if self.tile_kv % 16 or self.tile_kv > self.target.mma_n_max:
             return f"tile_kv={self.tile_kv}: the MMA's 16-key steps over the keys of P V"
+        if self.fp8 and not self.target.fp8_attention:
+            return f"FP8 attention is not generated for {self.target.arch}"
         fp8 = (fp8_problem(self.tile_kv, self.structure.units.get("softmax_exp2"),
                            MIN_SWIZZLE_SPAN_BYTES) if self.fp8 else None)
         problem = fp8 or order_problem(self.structure)

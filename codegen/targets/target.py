@@ -112,6 +112,11 @@ class Target(abc.ABC):
     def runs_on(self, device: Device) -> bool:
         """Whether ``device`` has what this target's code uses."""
 
+    @property
+    @abc.abstractmethod
+    def fp8_attention(self) -> bool:
+        """Whether FP8 attention (8-bit q, k, v) is written for this target."""
+
     @abc.abstractmethod
     def k_step(self, dtype: str) -> int:
         """Elements of K one MMA instruction reduces over for inputs of ``dtype``."""

@@ -13,12 +13,19 @@ each trip's v tile is transposed in shared memory first (``transpose_v``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
-from scheduler_search.ops._base import MAX_DIM, DType, OperatorSpec, TensorSpec, row_alignment_error
+from scheduler_search.ops._base import (
+    MAX_DIM,
+    DType,
+    OperatorSpec,
+    SpecError,
+    TensorSpec,
+    row_alignment_error,
+)
 from scheduler_search.ops._contract import DTYPE_BYTES, InputInit
 from scheduler_search.ops._graph_helpers import (
     CORES,
@@ -31,6 +38,9 @@ from scheduler_search.ops._graph_helpers import (
     stask,
     tensors,
 )
+
+if TYPE_CHECKING:
+    from scheduler_search.hardware import Device
 
 #: wgmma takes K in steps of 16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply"),
 #: and N (head_dim of P·V) up to 256.
@@ -89,6 +99,15 @@ class AttentionSpec(OperatorSpec):
     def out_dtype(self) -> DType:
         """o's element type: the inputs', or bf16 for 8-bit inputs."""
         return "bfloat16" if self.dtype == FP8_DTYPE else self.dtype
+
+    def check_fits(self, device: Device) -> None:
+        """Also: FP8 attention is generated for the warpgroup MMA (Hopper) alone; an sm_89
+        GPU multiplies 8-bit GEMMs but runs attention in 16 bits."""
+        super().check_fits(device)
+        if self.fp8 and not device.capabilities.wgmma:
+            raise SpecError("dtype", f"{self.dtype} attention is generated for Hopper's "
+                                     f"warpgroup MMA (sm_90); on {device.name} ({device.arch}) "
+                                     "use float16 or bfloat16")
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
         if self.heads % self.kv_heads:

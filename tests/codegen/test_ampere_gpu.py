@@ -3,7 +3,8 @@ the lent Hopper GPU (which executes cp.async, mma.sync and ldmatrix) as ``cuda:0
 does, checked by the workers against the fp32 reference with poisoned outputs on seeded
 random inputs: GEMM on suite and odd shapes in both B layouts and both 16-bit types,
 attention in both layouts (GQA, causal, head sizes 64 and 128, a length no tile divides),
-Mamba2's chunk scan and chunk state; schedules with and without a producer warpgroup.
+Mamba2's chunk scan and chunk state, 8-bit GEMMs in sm_89 code; schedules with and without
+a producer warpgroup.
 
 Run with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU.
 """
@@ -43,9 +44,17 @@ WORKLOADS: tuple[tuple[str, dict, int], ...] = (
 )
 
 
+#: 8-bit GEMMs where mma.sync multiplies them (sm_89 code; the Hopper GPU runs it too).
+FP8_WORKLOADS: tuple[tuple[str, dict, int], ...] = (
+    ("gemm", {"m": 1024, "n": 1024, "k": 1024, "dtype": "float8_e4m3", "b_layout": "nk"}, 3),
+    ("gemm", {"m": 777, "n": 1000, "k": 528, "dtype": "float8_e5m2", "b_layout": "nk"}, 2),
+)
+
+
 def _cases(arch: str) -> list[tuple[str, OperatorSpec, SProgram]]:
     cases = []
-    for op, params, count in WORKLOADS:
+    fp8 = FP8_WORKLOADS if DEVICES[arch].capabilities.fp8_mma else ()
+    for op, params, count in WORKLOADS + fp8:
         spec = parse_spec(op, params)
         for sprogram in sample_schedules(spec, DEVICES[arch], count, seed=13):
             cases.append((f"{arch}-{op}-{sorted(params.items())}", spec, sprogram))

@@ -151,8 +151,46 @@ def test_b_lanes_give_the_mma_sync_b_fragments(major: str, n: int) -> None:
                         assert regs[t][2 * j + half] == want, (major, n, n0, t, j, half)
 
 
+def test_the_same_lanes_give_the_8_bit_fragments_of_m16n8k32() -> None:
+    """A K-major row's 16 bytes are 16 e4m3 values: register i of lane t holds A[16 w +
+    t / 4 + 8 (i & 1)][4 (t % 4) + 16 (i >> 1) + e], e < 4; B's b0, b1 of the 8 columns
+    n = t / 4 hold K 4 (t % 4) + e and + 16 (PTX ISA, "Matrix Fragments for mma.m16n8k32")."""
+    span, rows, cols = 128, 64, 128  # a 64 x 128 byte tile: 8-bit K in one span per row
+
+    def address(row: int, k: int) -> int:
+        return SWIZZLES[span].apply(row * span + k)
+
+    memory = {address(r, k): (r, k) for r in range(rows) for k in range(cols)}
+
+    def load(lanes: list[int]) -> list[list[tuple[tuple[int, int], ...]]]:
+        # ldmatrix moves b16 pairs: lane t's register i is bytes 4 (t % 4) .. + 3 of row t / 4.
+        return [[tuple(memory[lanes[8 * i + t // 4] + 4 * (t % 4) + e] for e in range(4))
+                 for i in range(4)] for t in range(32)]
+
+    tile = Tile("k", rows, cols, span)
+    for k0 in (0, 32, 96):
+        for warp in range(4):
+            lanes = [SWIZZLES[span].apply(_logical_of(tile, a) + k0)
+                     for a in _lane_addresses(tile, "0", mma_sync.A_LANES["k"], warp=warp)]
+            regs = load(lanes)
+            for t in range(32):
+                for i in range(4):
+                    row = 16 * warp + t // 4 + 8 * (i & 1)
+                    want = tuple((row, k0 + 4 * (t % 4) + 16 * (i >> 1) + e) for e in range(4))
+                    assert regs[t][i] == want, (k0, warp, t, i)
+        lanes = [SWIZZLES[span].apply(_logical_of(tile, a) + k0)
+                 for a in _lane_addresses(tile, "16", mma_sync.B_LANES["k"])]
+        regs = load(lanes)
+        for t in range(32):
+            for j in range(2):
+                for half in range(2):
+                    want = tuple((16 + 8 * j + t // 4, k0 + 4 * (t % 4) + 16 * half + e)
+                                 for e in range(4))
+                    assert regs[t][2 * j + half] == want, (k0, t, j, half)
+
+
 def test_a_mutated_lane_formula_is_caught() -> None:
-    wrong = ("16 * warp + (lane & 7)", "(lane >> 4) * 8")
+    wrong = ("16 * warp + (lane & 7)", "(lane >> 4) * 16")
     tile = Tile("k", 64, 64, 128)
     lanes = _lane_addresses(tile, "0", wrong, warp=0)
     regs = _ldmatrix(tile.memory(), lanes, trans=False)
@@ -213,6 +251,10 @@ CASES = (
     ("mamba2_chunk_scan", {**_MAMBA2, "batch": 2, "seqlen": 2048}),
     ("mamba2_chunk_state", {**_MAMBA2, "batch": 2, "seqlen": 2048}),
 )
+#: Only where mma.sync multiplies 8-bit floats (sm_89).
+FP8_CASES = (
+    ("gemm", {"m": 1000, "n": 2048, "k": 1024, "dtype": "float8_e4m3", "b_layout": "nk"}),
+)
 
 
 @needs_nvcc
@@ -223,7 +265,8 @@ def test_sampled_kernels_of_every_operator_compile_for_their_architecture(
     device = get_device(device_name)
     target = target_for(device.arch)
     kernels = []
-    for op, params in CASES:
+    cases = CASES + (FP8_CASES if device.capabilities.fp8_mma else ())
+    for op, params in cases:
         spec = parse_spec(op, params)
         for sprogram in sample_schedules(spec, device, 2, seed=5):
             artifact = render(sprogram, spec, device)
@@ -238,7 +281,7 @@ def test_sampled_kernels_of_every_operator_compile_for_their_architecture(
     assert not bad, bad
     for _, _, source in kernels:
         assert "wgmma.mma_async" not in source and "cp.async.bulk" not in source
-        assert "mma.sync.aligned.m16n8k16" in source and "cp.async.cg.shared.global" in source
+        assert "mma.sync.aligned.m16n8k" in source and "cp.async.cg.shared.global" in source
 
 
 def test_a_gpu_running_older_code_is_planned_with_that_architecture_s_limits() -> None:

@@ -79,9 +79,11 @@ def test_optuna_opens_the_runs_study_in_pipetunes_database(database_url: str) ->
     assert len(complete) == 8 and study.best_value > 0
 
 
-@pytest.mark.parametrize(("device", "arch"), [("sim:a100", "sm_80"), ("sim:l40s", "sm_89")])
+@pytest.mark.parametrize(("device", "arch", "dtype"), [("sim:a100", "sm_80", "bfloat16"),
+                                                      ("sim:l40s", "sm_89", "bfloat16"),
+                                                      ("sim:l40s", "sm_89", "float8_e4m3")])
 def test_a_simulated_ampere_class_run_returns_a_kernel_of_its_architecture(
-        device: str, arch: str, database_url: str) -> None:
+        device: str, arch: str, dtype: str, database_url: str) -> None:
     """Tuned on the cost model as Hopper's simulated runs are, and answered with the
     kernel the space's best schedule generates there: cp.async and mma.sync, built for
     the architecture (nvcc compiles it without spills where nvcc is here)."""
@@ -90,11 +92,12 @@ def test_a_simulated_ampere_class_run_returns_a_kernel_of_its_architecture(
     from codegen.targets import target_for
 
     result = pipetune.tune("gemm", device=device, budget={"trials": 6}, database_url=database_url,
-                           progress=False, m=1024, n=1024, k=1024, dtype="bfloat16")
+                           progress=False, m=1024, n=1024, k=1024, dtype=dtype, b_layout="nk")
     assert result.status == "succeeded" and result.kernel is not None
     artifact = KernelArtifact.from_dict(result.kernel)
     assert artifact.compile_options == ("-std=c++17", f"-arch={arch}")
-    assert "mma.sync.aligned.m16n8k16" in artifact.source
+    shape = "m16n8k32.row.col.f32.e4m3" if dtype == "float8_e4m3" else "m16n8k16.row.col.f32.bf16"
+    assert f"mma.sync.aligned.{shape}" in artifact.source
     if nvcc_path() is not None:
         report = compile_report(artifact.source, target=target_for(arch))
         assert report.ok and report.spills == 0, report.log[-500:]

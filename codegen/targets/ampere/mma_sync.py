@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from codegen.cuda._snippet import Snippet, register
-from codegen.cuda.convert import PTX_TYPE
+from codegen.cuda.convert import PTX_FP8_TYPE, PTX_TYPE
 from codegen.cuda.swizzle import Swizzle
 
 MMA_SYNC_M, MMA_SYNC_N, MMA_SYNC_K = 16, 8, 16
@@ -31,16 +31,18 @@ MMA_SYNC_M, MMA_SYNC_N, MMA_SYNC_K = 16, 8, 16
 BLOCK_ROWS = 4 * MMA_SYNC_M
 N_STEP, N_MAX = 8, 256
 
-#: (row of M, element of K) of A each lane addresses for ``ldmatrix.x4``, by A's majorness:
-#: matrix i = lane / 8 is register a_i of the mma (rows +8 for odd i, K +8 for i >= 2).
+#: (row of M, K) of A each lane addresses for ``ldmatrix.x4``, by A's majorness (K-major:
+#: K's byte in the row, 16 bytes a matrix; MN-major: the row of K): matrix i = lane / 8 is
+#: register a_i of the mma (rows +8 for odd i, K's second half for i >= 2). A K-major row's
+#: 16 bytes are 8 16-bit or 16 8-bit elements: the same lanes feed m16n8k16 and m16n8k32.
 A_LANES = {
-    "k": ("16 * warp + (lane & 15)", "(lane >> 4) * 8"),
+    "k": ("16 * warp + (lane & 15)", "(lane >> 4) * 16"),
     "mn": ("16 * warp + ((lane >> 3) & 1) * 8", "(lane & 7) + (lane >> 4) * 8"),
 }
-#: (column of N within 16, element of K) of B each lane addresses for ``ldmatrix.x4``:
-#: matrices 0, 1 are the first 8 columns' b0, b1 (K 0-7, 8-15), matrices 2, 3 the next 8's.
+#: (column of N within 16, K as for A) of B each lane addresses for ``ldmatrix.x4``:
+#: matrices 0, 1 are the first 8 columns' b0, b1 (K's halves), matrices 2, 3 the next 8's.
 B_LANES = {
-    "k": ("(lane & 7) + (lane >> 4) * 8", "((lane >> 3) & 1) * 8"),
+    "k": ("(lane & 7) + (lane >> 4) * 8", "((lane >> 3) & 1) * 16"),
     "mn": ("(lane >> 4) * 8", "(lane & 7) + ((lane >> 3) & 1) * 8"),
 }
 
@@ -102,17 +104,26 @@ class SmemTile:
 
 
 def _ptx(dtype: str) -> str:
-    if dtype not in PTX_TYPE:
-        raise ValueError(f"mma.sync: {dtype} inputs are not generated")
-    return PTX_TYPE[dtype]
+    if dtype in PTX_TYPE:
+        return PTX_TYPE[dtype]
+    if dtype in PTX_FP8_TYPE:
+        return PTX_FP8_TYPE[dtype]
+    raise ValueError(f"mma.sync: {dtype} inputs are not generated")
+
+
+def k_step(dtype: str) -> int:
+    """Elements of K one ``mma.sync`` reduces over: 16 of 16-bit inputs, 32 of 8-bit floats
+    (``m16n8k32``, sm_89): 32 bytes either way."""
+    return 2 * MMA_SYNC_K if dtype in PTX_FP8_TYPE else MMA_SYNC_K
 
 
 def tile_address(base: str, major: str, row: str, k: str, span: str, box: str) -> str:
-    """The logical shared address of (``row`` of M / N, element ``k``) of a 16-bit tile as
-    a C expression (also Python's): K-major rows one ``span`` apart; MN-major K rows one
-    ``span`` apart and M / N in boxes ``box`` bytes apart, each one span wide."""
+    """The logical shared address of (``row`` of M / N, ``k``) of a tile as a C expression
+    (also Python's): K-major rows one ``span`` apart, ``k`` the byte in the row; MN-major
+    (16-bit) rows of K one ``span`` apart, ``k`` the row, and M / N in boxes ``box`` bytes
+    apart, each one span wide."""
     if major == "k":
-        return f"{base} + ({row}) * {span} + ({k}) * 2"
+        return f"{base} + ({row}) * {span} + ({k})"
     return f"{base} + ({k}) * {span} + ({row}) / ({span} / 2) * {box} + ({row}) % ({span} / 2) * 2"
 
 
@@ -124,7 +135,7 @@ def _layout_words(operand: str, major: str) -> str:
 
 def name(n: int, dtype: str, b_major: str, a_major: str, a_in_registers: bool) -> str:
     a = "rs" if a_in_registers else f"a{a_major}"
-    return f"mma_sync_m64n{n}k16_{_ptx(dtype)}_{a}_b{b_major}"
+    return f"mma_sync_m64n{n}k{k_step(dtype)}_{_ptx(dtype)}_{a}_b{b_major}"
 
 
 def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
@@ -137,13 +148,16 @@ def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
     """
     if n % N_STEP or not N_STEP <= n <= N_MAX:
         raise ValueError(f"mma.sync warpgroup N={n} is not a multiple of 8 in [8, 256]")
+    if dtype in PTX_FP8_TYPE and (a_major != "k" or b_major != "k"):
+        raise ValueError("mma.sync: 8-bit floats are read K-major only (no ldmatrix.trans)")
     ptx, regs = _ptx(dtype), n // 2
     a_params = "u32 a0, u32 a1, u32 a2, u32 a3" if a_in_registers else "u32 a_addr, u64 a_layout"
     a_from = "registers" if a_in_registers else f"{a_major.upper()}-major"
     lines = [
-        f"// D(64x{n}, fp32) (+)= A(64x16, {a_from}) * B(16x{n}, {b_major.upper()}-major), "
-        f"{ptx}: warp w of the\n"
-        "// warpgroup runs rows 16w..16w+15 as mma.sync m16n8k16 over the 8-column groups.\n",
+        f"// D(64x{n}, fp32) (+)= A(64x{k_step(dtype)}, {a_from}) * B({k_step(dtype)}x{n}, "
+        f"{b_major.upper()}-major), {ptx}: warp w of the\n"
+        f"// warpgroup runs rows 16w..16w+15 as mma.sync m16n8k{k_step(dtype)} over the "
+        "8-column groups.\n",
         f"__device__ __forceinline__ void {name(n, dtype, b_major, a_major, a_in_registers)}(\n"
         f"    float (&d)[{regs}], {a_params}, u32 b_addr, u64 b_layout, int scale_d) {{\n",
         "  const u32 lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;\n",
@@ -171,7 +185,7 @@ def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
         "#pragma unroll\n",
         "    for (int j = 0; j < 2; ++j) {\n",
         "      float* c = d + (n0 / 8 + j) * 4;\n",
-        f"      {_mma_asm(ptx, 'b[2 * j]', 'b[2 * j + 1]')}",
+        f"      {_mma_asm(ptx, k_step(dtype), 'b[2 * j]', 'b[2 * j + 1]')}",
         "    }\n",
         "  }\n",
     ]
@@ -182,7 +196,7 @@ def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
                   "    u32 b0, b1;\n",
                   f"    {x2}(swizzled({tail}, b_span), b0, b1);\n",
                   f"    float* c = d + {(n - 8) // 8 * 4};\n",
-                  f"    {_mma_asm(ptx, 'b0', 'b1')}",
+                  f"    {_mma_asm(ptx, k_step(dtype), 'b0', 'b1')}",
                   "  }\n"]
     lines.append("}\n")
     requires = ["types", "swizzled", b_load, *(["ldmatrix_x2_trans" if b_major == "mn"
@@ -194,9 +208,9 @@ def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
                    section='9.7.14.5.14 "mma" (m16n8k16), 9.7.14.5.15 "ldmatrix"')
 
 
-def _mma_asm(ptx: str, b0: str, b1: str) -> str:
-    """One ``mma.sync m16n8k16`` into the four accumulators at ``c``."""
-    return (f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{ptx}.{ptx}.f32 "\n'
+def _mma_asm(ptx: str, k: int, b0: str, b1: str) -> str:
+    """One ``mma.sync m16n8k{k}`` into the four accumulators at ``c``."""
+    return (f'asm("mma.sync.aligned.m16n8k{k}.row.col.f32.{ptx}.{ptx}.f32 "\n'
             '                   "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
             '{%0, %1, %2, %3};"\n'
             '                   : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
@@ -204,4 +218,5 @@ def _mma_asm(ptx: str, b0: str, b1: str) -> str:
             f'"r"({b0}), "r"({b1}));\n')
 
 
-__all__ = ["A_LANES", "BLOCK_ROWS", "B_LANES", "N_MAX", "N_STEP", "SmemTile", "mma", "tile_address"]
+__all__ = ["A_LANES", "BLOCK_ROWS", "B_LANES", "N_MAX", "N_STEP", "SmemTile", "k_step", "mma",
+           "tile_address"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from codegen.cuda.convert import PTX_TYPE
+from codegen.cuda.convert import PTX_FP8_TYPE, PTX_TYPE
 from codegen.targets.ampere import copies, mma_sync
 from codegen.targets.fragment import WarpgroupFragments
 from codegen.targets.mma import Mma
@@ -72,9 +72,19 @@ class AmpereTarget(WarpgroupFragments, Target):
         return caps.cp_async and caps.mma_sync and device.arch == self.arch
 
     def k_step(self, dtype: str) -> int:
-        if dtype not in PTX_TYPE:
+        if dtype not in PTX_TYPE and not (dtype in PTX_FP8_TYPE and self.fp8_mma):
             raise ValueError(f"{self.arch}: {dtype} products are not generated")
-        return mma_sync.MMA_SYNC_K
+        return mma_sync.k_step(dtype)
+
+    @property
+    def fp8_mma(self) -> bool:
+        """Whether ``mma.sync`` multiplies 8-bit floats here (``m16n8k32``: sm_89)."""
+        return self.compute_capability >= (8, 9)
+
+    @property
+    def fp8_attention(self) -> bool:
+        """No: FP8 attention's v transpose and P permutation are written for Hopper."""
+        return False
 
     def write_fence_operands(self, code: Code, registers: str) -> None:
         """Nothing: ``mma.sync`` reads and writes its registers in program order."""

@@ -61,6 +61,10 @@ class HopperTarget(WarpgroupFragments, Target):
     def mma_n_step(self) -> int:
         return wgmma.WGMMA_N_STEP
 
+    @property
+    def fp8_attention(self) -> bool:
+        return True
+
     def k_step(self, dtype: str) -> int:
         return wgmma.k_step(dtype)
 
