@@ -6,10 +6,13 @@ block's four warps, warp ``w`` on rows ``16 w .. 16 w + 15``: per k16 step it lo
 16 of A with one ``ldmatrix.x4`` (transposed where A is MN-major in shared memory), then per
 16 columns of B one ``ldmatrix.x4`` (transposed where B is MN-major) and two ``mma.sync``.
 The accumulators land where Hopper's would (:mod:`codegen.targets.fragment`), and a register
-A operand (attention's P) is the same four registers. ``scale_d == 0`` starts from zero, as
-Hopper's does. The operand tiles are the ones the copies wrote, TMA's layout: rows one
-swizzle span apart, 16-byte chunks XORed with the row (the swizzle of the absolute shared
-address, :mod:`codegen.cuda.swizzle`); an MN-major tile in boxes one span wide along M / N.
+A operand (attention's P) is the same four registers. The target writes the loops
+(:meth:`~codegen.targets.ampere.target.AmpereTarget.write_mma`): per k step every row
+block's A, then per 16 columns B once for all of them; this module gives the fragment
+loads and the instruction. The operand tiles are the ones the copies wrote, TMA's
+layout: rows one swizzle span apart, 16-byte chunks XORed with the row (the swizzle of the
+absolute shared address, :mod:`codegen.cuda.swizzle`); an MN-major tile in boxes one span
+wide along M / N.
 
 Which address each lane gives ``ldmatrix`` (row of matrix ``lane / 8``) is written once,
 in :data:`A_LANES` and :data:`B_LANES`, as C expressions of ``lane`` and ``warp`` that the
@@ -133,90 +136,78 @@ def _layout_words(operand: str, major: str) -> str:
     return f"  const u32 {operand}_span = (u32)({operand}_layout & 0xffff){box};\n"
 
 
-def name(n: int, dtype: str, b_major: str, a_major: str, a_in_registers: bool) -> str:
-    a = "rs" if a_in_registers else f"a{a_major}"
-    return f"mma_sync_m64n{n}k{k_step(dtype)}_{_ptx(dtype)}_{a}_b{b_major}"
+_LANE = "  const u32 lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;\n"
+_SECTION = '9.7.14.5.15 "ldmatrix", 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16"'
 
 
-def mma(n: int, dtype: str, b_major: Literal["k", "mn"],
-        a_major: Literal["k", "mn"] = "k", *, a_in_registers: bool = False) -> Snippet:
-    """``D(64 x n, fp32) (+)= A(64 x 16) B(16 x n)`` by this warpgroup's four warps.
+def a_fragment(a_major: Literal["k", "mn"]) -> Snippet:
+    """``ldsm_a_<major>(a, a_addr, a_layout)``: this warp's 16 rows of A at a k step, the
+    four registers of its ``mma.sync`` (one ``ldmatrix.x4``, transposed where A is MN-major)."""
+    row, k = A_LANES[a_major]
+    load = "ldmatrix_x4_trans" if a_major == "mn" else "ldmatrix_x4"
+    address = tile_address("a_addr", a_major, row, k, "a_span", "a_box")
+    return Snippet(
+        f"ldsm_a_{a_major}",
+        f"// This warp's 16 rows of a {a_major.upper()}-major A at a k step: the four registers"
+        " of its mma.sync.\n"
+        f"__device__ __forceinline__ void ldsm_a_{a_major}(u32 (&a)[4], u32 a_addr, "
+        "u64 a_layout) {\n" + _LANE + _layout_words("a", a_major)
+        + f"  {load}(swizzled({address}, a_span), a[0], a[1], a[2], a[3]);\n}}\n",
+        requires=("types", "swizzled", load),
+        section=_SECTION,
+    )
 
-    Arguments: the n / 2 accumulators, A (its tile's address at the block and k step and
-    its layout constant, or four registers), B's address at the k step and layout, and
-    ``scale_d``.
-    """
+
+def b_fragments(b_major: Literal["k", "mn"], columns: Literal[8, 16]) -> Snippet:
+    """``ldsm_b_<major>_<columns>(b, b_addr, n0, b_layout)``: B at a k step, columns
+    ``n0`` .. ``+ columns``: b0, b1 of each 8 (one ``ldmatrix.x4`` or ``.x2``)."""
+    row, k = B_LANES[b_major]
+    wide = columns == 16
+    load = ("ldmatrix_x4" if wide else "ldmatrix_x2") + ("_trans" if b_major == "mn" else "")
+    address = tile_address("b_addr", b_major, f"n0 + {row}", k, "b_span", "b_box")
+    regs = ", ".join(f"b[{i}]" for i in range(4 if wide else 2))
+    name = f"ldsm_b_{b_major}_{columns}"
+    return Snippet(
+        name,
+        f"// {columns} columns of a {b_major.upper()}-major B at a k step, from column n0: "
+        "b0, b1 of each 8.\n"
+        f"__device__ __forceinline__ void {name}(u32 (&b)[{4 if wide else 2}], u32 b_addr, "
+        "u32 n0, u64 b_layout) {\n"
+        "  const u32 lane = threadIdx.x % 32;\n" + _layout_words("b", b_major)
+        + f"  {load}(swizzled({address}, b_span), {regs});\n}}\n",
+        requires=("types", "swizzled", load),
+        section=_SECTION,
+    )
+
+
+def instruction(dtype: str) -> Snippet:
+    """``mma_m16n8k<k>_<type>(c, a0..a3, b0, b1)``: one ``mma.sync`` adding into the four
+    fp32 accumulators at ``c``."""
+    ptx, k = _ptx(dtype), k_step(dtype)
+    name = f"mma_m16n8k{k}_{ptx}"
+    return Snippet(
+        name,
+        f"// C(16x8, fp32) += A(16x{k}) B({k}x8), {ptx}: one warp's mma.sync.\n"
+        f"__device__ __forceinline__ void {name}(float* c, u32 a0, u32 a1, u32 a2, u32 a3,\n"
+        f"{' ' * (len(name) + 33)}u32 b0, u32 b1) {{\n"
+        f'  asm("mma.sync.aligned.m16n8k{k}.row.col.f32.{ptx}.{ptx}.f32 "\n'
+        '      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+        '      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
+        '      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));\n'
+        "}\n",
+        requires=("types",),
+        section='9.7.14.5.14 "mma"',
+    )
+
+
+def check_shape(n: int, dtype: str, a_major: str, b_major: str) -> None:
+    """Raise ValueError for a product these instructions do not compute."""
     if n % N_STEP or not N_STEP <= n <= N_MAX:
         raise ValueError(f"mma.sync warpgroup N={n} is not a multiple of 8 in [8, 256]")
     if dtype in PTX_FP8_TYPE and (a_major != "k" or b_major != "k"):
         raise ValueError("mma.sync: 8-bit floats are read K-major only (no ldmatrix.trans)")
-    ptx, regs = _ptx(dtype), n // 2
-    a_params = "u32 a0, u32 a1, u32 a2, u32 a3" if a_in_registers else "u32 a_addr, u64 a_layout"
-    a_from = "registers" if a_in_registers else f"{a_major.upper()}-major"
-    lines = [
-        f"// D(64x{n}, fp32) (+)= A(64x{k_step(dtype)}, {a_from}) * B({k_step(dtype)}x{n}, "
-        f"{b_major.upper()}-major), {ptx}: warp w of the\n"
-        f"// warpgroup runs rows 16w..16w+15 as mma.sync m16n8k{k_step(dtype)} over the "
-        "8-column groups.\n",
-        f"__device__ __forceinline__ void {name(n, dtype, b_major, a_major, a_in_registers)}(\n"
-        f"    float (&d)[{regs}], {a_params}, u32 b_addr, u64 b_layout, int scale_d) {{\n",
-        "  const u32 lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;\n",
-        _layout_words("b", b_major),
-        "  if (!scale_d) {\n",
-        "#pragma unroll\n",
-        f"    for (int i = 0; i < {regs}; ++i) d[i] = 0.0f;\n",
-        "  }\n",
-    ]
-    if not a_in_registers:
-        row, k = A_LANES[a_major]
-        load = "ldmatrix_x4_trans" if a_major == "mn" else "ldmatrix_x4"
-        address = tile_address("a_addr", a_major, row, k, "a_span", "a_box")
-        lines += [_layout_words("a", a_major),
-                  "  u32 a0, a1, a2, a3;\n",
-                  f"  {load}(swizzled({address}, a_span), a0, a1, a2, a3);\n"]
-    row, k = B_LANES[b_major]
-    b_load = "ldmatrix_x4_trans" if b_major == "mn" else "ldmatrix_x4"
-    b_pair = tile_address("b_addr", b_major, f"n0 + {row}", k, "b_span", "b_box")
-    lines += [
-        "#pragma unroll\n",
-        f"  for (int n0 = 0; n0 < {n - n % 16}; n0 += 16) {{\n",
-        "    u32 b[4];\n",
-        f"    {b_load}(swizzled({b_pair}, b_span), b[0], b[1], b[2], b[3]);\n",
-        "#pragma unroll\n",
-        "    for (int j = 0; j < 2; ++j) {\n",
-        "      float* c = d + (n0 / 8 + j) * 4;\n",
-        f"      {_mma_asm(ptx, k_step(dtype), 'b[2 * j]', 'b[2 * j + 1]')}",
-        "    }\n",
-        "  }\n",
-    ]
-    if n % 16:
-        x2 = "ldmatrix_x2_trans" if b_major == "mn" else "ldmatrix_x2"
-        tail = tile_address("b_addr", b_major, f"{n - 8} + {row}", k, "b_span", "b_box")
-        lines += ["  {  // the last 8 columns\n",
-                  "    u32 b0, b1;\n",
-                  f"    {x2}(swizzled({tail}, b_span), b0, b1);\n",
-                  f"    float* c = d + {(n - 8) // 8 * 4};\n",
-                  f"    {_mma_asm(ptx, k_step(dtype), 'b0', 'b1')}",
-                  "  }\n"]
-    lines.append("}\n")
-    requires = ["types", "swizzled", b_load, *(["ldmatrix_x2_trans" if b_major == "mn"
-                                                 else "ldmatrix_x2"] if n % 16 else [])]
-    if not a_in_registers:
-        requires.append("ldmatrix_x4_trans" if a_major == "mn" else "ldmatrix_x4")
-    return Snippet(name(n, dtype, b_major, a_major, a_in_registers), "".join(lines),
-                   requires=tuple(dict.fromkeys(requires)),
-                   section='9.7.14.5.14 "mma" (m16n8k16), 9.7.14.5.15 "ldmatrix"')
+    _ptx(dtype)
 
 
-def _mma_asm(ptx: str, k: int, b0: str, b1: str) -> str:
-    """One ``mma.sync m16n8k{k}`` into the four accumulators at ``c``."""
-    return (f'asm("mma.sync.aligned.m16n8k{k}.row.col.f32.{ptx}.{ptx}.f32 "\n'
-            '                   "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, '
-            '{%0, %1, %2, %3};"\n'
-            '                   : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
-            '                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), '
-            f'"r"({b0}), "r"({b1}));\n')
-
-
-__all__ = ["A_LANES", "BLOCK_ROWS", "B_LANES", "N_MAX", "N_STEP", "SmemTile", "k_step", "mma",
-           "tile_address"]
+__all__ = ["A_LANES", "BLOCK_ROWS", "B_LANES", "N_MAX", "N_STEP", "SmemTile", "a_fragment",
+           "b_fragments", "check_shape", "instruction", "k_step", "tile_address"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 from codegen.cuda.convert import PTX_FP8_TYPE, PTX_TYPE
 from codegen.targets.ampere import copies, mma_sync
 from codegen.targets.fragment import WarpgroupFragments
-from codegen.targets.mma import Mma
+from codegen.targets.mma import Mma, MmaPart
 from codegen.targets.target import Target
 from scheduler_search.sprogram import BarrierKind
 
@@ -96,10 +96,12 @@ class AmpereTarget(WarpgroupFragments, Target):
                 BarrierKind.MMA_WAIT: "in order"}[kind]
 
     def write_mma(self, code: Code, mma: Mma) -> None:
-        """Per k step and row block, the warpgroup's ``mma.sync`` product."""
+        """Per k step: every row block's A fragment, then per 16 columns of B one fragment
+        load for all the row blocks' ``mma.sync`` (B read once, not once a row block);
+        accumulators that do not accumulate start from zero."""
         c = code
-        instruction = mma_sync.mma(mma.n, mma.dtype, mma.b_major, mma.a_major,
-                                   a_in_registers=mma.a_in_registers)
+        mma_sync.check_shape(mma.n, mma.dtype, mma.a_major, mma.b_major)
+        instruction = mma_sync.instruction(mma.dtype)
         for line in mma.bases:
             c(line)
         for part in mma.parts:
@@ -107,14 +109,49 @@ class AmpereTarget(WarpgroupFragments, Target):
             with c.block(f"for (int kk = 0; kk < {mma.k_steps}; ++kk)"):
                 if mma.tail_break:
                     c(f"if ({mma.tail_break}) break;  // past K")
+                self._zero_unless(c, mma, part)
+                a = self._a_fragments(c, mma, part)
+                self._columns(c, mma, part, instruction, a)
+
+    def _zero_unless(self, code: Code, mma: Mma, part: MmaPart) -> None:
+        if mma.accumulate == "true":
+            return
+        with code.block(f"if (!({mma.accumulate}))"):
+            code("#pragma unroll")
+            with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                code("#pragma unroll")
+                code(f"for (int i = 0; i < {mma.n // 2}; ++i) ({part.accumulator})[i] = 0.0f;")
+
+    def _a_fragments(self, code: Code, mma: Mma, part: MmaPart) -> str:
+        """A's registers of row block ``mi`` as a template of ``{i}``: loaded here from
+        shared memory, or the operator's registers."""
+        if part.a_registers is not None:
+            return part.a_registers
+        code("u32 a_frag[ROW_BLOCKS][4];")
+        code("#pragma unroll")
+        load = code.call(mma_sync.a_fragment(mma.a_major), "a_frag[mi]", part.a_address,
+                         mma.a_layout)
+        code(f"for (int mi = 0; mi < ROW_BLOCKS; ++mi) {load};")
+        return "a_frag[mi][{i}]"
+
+    def _columns(self, code: Code, mma: Mma, part: MmaPart, instruction: Snippet,
+                 a: str) -> None:
+        """The products, 16 columns (and a last 8) at a time, B loaded once for them."""
+        c = code
+        regs = [a.format(i=i) for i in range(4)]
+        widths = [(n0, 16) for n0 in range(0, mma.n - mma.n % 16, 16)]
+        widths += [(mma.n - 8, 8)] if mma.n % 16 else []
+        for n0, width in widths:
+            with c.block(""):
+                c(f"u32 b[{width // 4}];")
+                c(c.call(mma_sync.b_fragments(mma.b_major, width), "b", part.b_address, n0,
+                         mma.b_layout) + ";")
                 c("#pragma unroll")
                 with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                    if part.a_registers is not None:
-                        a = [part.a_registers.format(i=i) for i in range(4)]
-                    else:
-                        a = [str(part.a_address), str(mma.a_layout)]
-                    c(c.call(instruction, part.accumulator, *a, part.b_address, mma.b_layout,
-                             mma.accumulate) + ";")
+                    for j in range(width // 8):
+                        acc = f"&({part.accumulator})[{(n0 // 8 + j) * 4}]"
+                        c(c.call(instruction, acc, *regs, f"b[{2 * j}]", f"b[{2 * j + 1}]")
+                          + ";")
 
     def write_mma_wait(self, code: Code, pending: int | str) -> None:
         """Nothing: every product has completed when the next instruction runs."""
