@@ -88,9 +88,10 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
             f"{artifact.dynamic_smem_bytes} B smem -> {stem}.cu"
         )
         if args.check:
+            from codegen.export import build_target
             from codegen.nvcc import compile_report
 
-            report = compile_report(artifact.source)
+            report = compile_report(artifact.source, target=build_target(artifact))
             line += (
                 f"  [nvcc: {report.registers} regs, {report.spills} B spilled]"
                 if report.ok

@@ -56,3 +56,17 @@ def test_render_rejects_bad_parameters(tmp_path: Path, capsys: pytest.CaptureFix
     code = main(["render", "gemm", "--m", "512", "--n", "512", "--k", "-1", "--out", str(tmp_path)])
     assert code == 2
     assert "k" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+def test_render_check_compiles_for_the_device_s_architecture(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """On a simulated A100 the kernels are sm_80 code, and ``--check`` builds them so."""
+    code = main(["render", "gemm", "--m", "256", "--n", "256", "--k", "256", "--device",
+                 "sim:a100", "--top", "1", "--fix", "warp_specialized=true",
+                 "consumer_warpgroups=1", "--check", "--out", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "[nvcc:" in printed and "FAILED" not in printed and "0 B spilled" in printed
+    (contract,) = tmp_path.glob("*.json")
+    assert KernelArtifact.from_json(contract.read_text()).compile_options[-1] == "-arch=sm_80"
