@@ -46,7 +46,7 @@ def _winner(bench: ModuleType, params: dict[str, Any],
 def test_retime_times_the_kernel_with_the_specs_peers(bench: ModuleType, params: dict[str, Any],
                                                       peers: list[str]) -> None:
     pool = FixedLatencyPool(100.0, 150.0, None)
-    args = SimpleNamespace(rounds=3, deadline=20.0)
+    args = SimpleNamespace(rounds=3, deadline=20.0, peer=None)
     record = bench._retime(pool, params, [_winner(bench, params)], final=None, args=args)
     assert len(pool.rounds) == 3
     assert all([j.baseline for j in r] == [None, *peers] for r in pool.rounds)
@@ -54,6 +54,16 @@ def test_retime_times_the_kernel_with_the_specs_peers(bench: ModuleType, params:
     assert record["ratio"] == pytest.approx(1.5) and record["peers_us"] == {peers[0]: 150.0}
     if len(peers) > 1:  # the second peer failed: reported, no ratio for it
         assert "peer unavailable" in record["peer_errors"][peers[1]]
+
+
+def test_a_named_peer_is_the_one_the_ratio_is_against(bench: ModuleType) -> None:
+    """``--peer cutlass_sm80``: Ampere-class kernels are judged against CUTLASS's."""
+    params = {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"}
+    pool = FixedLatencyPool(100.0, 120.0, None)
+    args = SimpleNamespace(rounds=1, deadline=20.0, peer="cutlass_sm80")
+    record = bench._retime(pool, params, [_winner(bench, params)], final=None, args=args)
+    assert [j.baseline for j in pool.rounds[0]] == [None, "cutlass_sm80"]
+    assert record["peer"] == "cutlass_sm80" and record["ratio"] == pytest.approx(1.2)
 
 
 def test_the_leader_fastest_by_the_final_timing_is_kept(bench: ModuleType) -> None:
@@ -66,7 +76,7 @@ def test_the_leader_fastest_by_the_final_timing_is_kept(bench: ModuleType) -> No
                _winner(bench, params, {**GEMM_WARP_SPECIALIZED, "raster_swizzle": 4})]
     pool = FixedLatencyPool(120.0, 100.0, 110.0)
     record = bench._retime(pool, params, leaders, final=None,
-                           args=SimpleNamespace(rounds=2, deadline=20.0))
+                           args=SimpleNamespace(rounds=2, deadline=20.0, peer=None))
     assert all([j.baseline for j in r] == [None, None, "cublas"] for r in pool.rounds)
     assert record["leader_kept"] == 1 and record["leaders_us"] == [120.0, 100.0]
     assert record["schedule_hash"] == leaders[1]["hash"]
@@ -84,7 +94,7 @@ def test_an_epilogue_suite_reports_each_peer_and_its_floor(
     geometric mean against each, and the suite judged by the peer that counts."""
     params = {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16", "b_layout": "nk",
               "epilogue": bench.EPILOGUES[suite]}
-    args = SimpleNamespace(rounds=1, deadline=20.0, top=1, leaders=1)
+    args = SimpleNamespace(rounds=1, deadline=20.0, top=1, leaders=1, peer=None)
     record = bench._retime(FixedLatencyPool(*latencies), params, [_winner(bench, params)],
                            final=None, args=args)
     results = [{"case": bench._case_name(params), "params": params, **record,
