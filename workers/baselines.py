@@ -18,6 +18,10 @@ workload's output tensor (so the same reference check applies). Peers:
     ``scaled_dot_product_attention`` with the cuDNN or FlashAttention-2 backend forced,
     on (batch, heads, seq, head_dim) copies of the same inputs made before timing (8-bit
     inputs widened to bf16 and scaled: the 16-bit attention an FP8 user would run instead).
+  - ``sdpa_cudnn_backward`` / ``sdpa_flash_backward`` (attention_backward): the backward
+    of SDPA with the backend forced, as ``torch.autograd.grad`` of its output with the
+    workload's dO; the forward runs once while the peer is prepared and is not timed
+    (grouped heads: k and v repeated per query head, their gradients summed by autograd).
   - ``flash_attn_4`` (attention): FlashAttention-4's CuTe DSL forward,
     ``flash_attn.cute.flash_attn_func`` (the ``flash-attn-4`` wheel with
     ``nvidia-cutlass-dsl``; it has Hopper kernels), on (batch, seq, heads, head_dim) views
@@ -276,6 +280,49 @@ def _sdpa(
     return (lambda: run(k_full, v_full, False)), finish
 
 
+def _sdpa_backward(
+    name: str, params: dict[str, Any], tensors: dict[str, Any], dtypes: dict[str, str]
+) -> tuple[Launch, Launch]:
+    """SDPA's backward alone: the forward run once here with gradients on, then each
+    launch is ``torch.autograd.grad`` of its output with the workload's dO (the graph
+    kept), so the forward's cost is not timed; dq, dk, dv copied into the workload's."""
+    torch = _import_torch()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    backend = (SDPBackend.CUDNN_ATTENTION if name == "sdpa_cudnn_backward"
+               else SDPBackend.FLASH_ATTENTION)
+    dtype = dtypes["q"]
+    heads_second = params.get("layout", "bshd") == "bhsd"
+    group = params["heads"] // params["kv_heads"]
+
+    def as_bhsd(x: Any) -> Any:
+        x = _as_torch(torch, x, dtype)
+        return x if heads_second else x.transpose(1, 2)
+
+    q, k, v, d_out = (as_bhsd(tensors[n]).detach().clone() for n in ("q", "k", "v", "do"))
+    leaves = [x.requires_grad_(True) for x in (q, k, v)]
+    if group > 1:  # each query head's kv head, repeated: gradients sum over the group
+        k, v = (x.repeat_interleave(group, dim=1) for x in (leaves[1], leaves[2]))
+    try:
+        with sdpa_kernel([backend]):
+            out = scaled_dot_product_attention(q, k, v, is_causal=bool(params["causal"]))
+    except RuntimeError as exc:
+        raise BaselineUnavailable(f"{name}: {exc}") from exc
+    grads: list[Any] = [None]
+
+    def launch() -> None:
+        with sdpa_kernel([backend]):
+            grads[0] = torch.autograd.grad(out, leaves, d_out, retain_graph=True)
+
+    def finish() -> None:
+        for grad, target in zip(grads[0], ("dq", "dk", "dv"), strict=True):
+            _as_torch(torch, tensors[target], dtype).copy_(
+                grad if heads_second else grad.transpose(1, 2))
+
+    return launch, finish
+
+
 def _sdpa_input(torch: Any, tensors: dict[str, Any], name: str, dtypes: dict[str, str]) -> Any:
     """Input ``name`` as SDPA takes it: a view in the output's type, or 8-bit floats
     widened once and times their per-tensor scale (the 16-bit attention an FP8 user would
@@ -460,6 +507,8 @@ BASELINES: dict[str, Baseline] = {
     "sdpa_cudnn": Baseline("attention", partial(_sdpa, "sdpa_cudnn")),
     "sdpa_flash": Baseline("attention", partial(_sdpa, "sdpa_flash")),
     "flash_attn_4": Baseline("attention", _flash_attn_4),
+    **{name: Baseline("attention_backward", partial(_sdpa_backward, name))
+       for name in ("sdpa_cudnn_backward", "sdpa_flash_backward")},
     **{name: Baseline(op, partial(_mamba_ssm, name)) for name, op in (
         ("mamba_ssm_chunk_state", "mamba2_chunk_state"),
         ("mamba_ssm_chunk_scan", "mamba2_chunk_scan"))},

@@ -92,12 +92,30 @@ def _uniform(xp: Any, rng: Any, shape: tuple[int, ...], low: float, high: float)
 
 
 #: How each kind of ``InputInit`` is drawn.
+def _attention_forward(xp: Any, rng: Any, spec: TensorSpec, drawn: dict[str, Any],
+                       dtypes: dict[str, str]) -> Any:
+    """The forward's o (rounded to its dtype by the caller) or fp32 lse of the drawn q, k,
+    v as the kernel reads them (their rounded values): no draw from ``rng``."""
+    from workers.verify import attention_reference
+
+    names = spec.init.source.split(",")
+    q, k, v = (_dtypes.to_float32(xp, drawn[n], dtypes[n]) for n in names)
+    if spec.init.heads_second:
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    o, lse = attention_reference(xp, q, k, v, spec.init.causal)
+    if spec.init.kind == "attention_lse":
+        return lse
+    return o.transpose(0, 2, 1, 3) if spec.init.heads_second else o
+
+
 _DRAWS: dict[str, Draw] = {
     "normal": _normal,
     "uniform": _uniform_init,
     "time_step": _time_step,
     "decay_cumsum": _decay_cumsum,
     "chunk_gram": _chunk_gram,
+    "attention_o": _attention_forward,
+    "attention_lse": _attention_forward,
 }
 
 

@@ -14,6 +14,7 @@ Semantics:
     ``lse = log Σ_j exp(q·k_j / sqrt(d))`` over its unmasked keys; query head ``h`` reads
     kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned);
     8-bit q, k, v are each times their per-tensor scale first.
+  - attention_backward: dq, dk, dv (:mod:`workers.backward_reference`).
   - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with a per-head
     ``D`` of shape (nheads,) and z=None, group ``g(h) = h // (nheads / ngroups)``:
       states[b,c,h,p,n] = Σ_l B[b,cL+l,g,n] · x[b,cL+l,h,p]
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workers import _dtypes
+from workers.backward_reference import attention_backward
 from workers.inputs import pad_seq
 
 # Largest fp32 score block (heads x seq_q x seq_kv) materialised at once by the attention
@@ -75,6 +77,7 @@ def _chunk_scan(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> di
 REFERENCES: dict[str, Reference] = {
     "gemm": _gemm,
     "attention": _attention,
+    "attention_backward": attention_backward,
     "mamba2_chunk_state": _chunk_state,
     "mamba2_chunk_scan": _chunk_scan,
 }

@@ -17,7 +17,8 @@ DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4,
                                "float8_e4m3": 1, "float8_e5m2": 1}
 
 Role = Literal["input", "output"]
-InitKind = Literal["normal", "uniform", "time_step", "decay_cumsum", "chunk_gram"]
+InitKind = Literal["normal", "uniform", "time_step", "decay_cumsum", "chunk_gram",
+                   "attention_o", "attention_lse"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class InputInit:
       states, as a trained model's are.
     - ``chunk_gram``: C·Bᵀ per chunk (Mamba2's ``cb``), C the input named ``source`` as
       the kernel reads it and B drawn like it (a normal times ``scale``).
+    - ``attention_o`` / ``attention_lse``: the attention forward's output and fp32
+      log-sum-exp of the inputs ``source`` names (``q,k,v``), ``causal`` and with heads
+      second (``heads_second``: bhsd) as the workload's: the backward's inputs must be
+      the forward's of its q, k, v (its softmax is recomputed from lse).
 
     ``draw`` orders the draws from the workload's one random generator (lower first, ties
     in argument order): a tensor comes after those it derives from, and one added to a
@@ -48,6 +53,8 @@ class InputInit:
     source: str = ""
     length: int | None = None
     draw: int = 0
+    causal: bool = False
+    heads_second: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from scheduler_search.ops._base import OperatorSpec
 from scheduler_search.ops.attention import AttentionSpec
+from scheduler_search.ops.attention_backward import AttentionBackwardSpec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
 
 #: Operator name -> spec class.
 OPERATORS: dict[str, type[OperatorSpec]] = {
-    spec.op: spec for spec in (GemmSpec, AttentionSpec, Mamba2ChunkScanSpec, Mamba2ChunkStateSpec)
+    spec.op: spec for spec in (GemmSpec, AttentionSpec, AttentionBackwardSpec,
+                               Mamba2ChunkScanSpec, Mamba2ChunkStateSpec)
 }
 
 

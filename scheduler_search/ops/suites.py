@@ -48,6 +48,15 @@ REFERENCE_WORKLOADS: dict[str, Params] = {
         "head_dim": 128,
         "causal": True,
     },
+    "attention_backward": {
+        "batch": 1,
+        "heads": 32,
+        "kv_heads": 8,
+        "seq_q": 4096,
+        "seq_kv": 4096,
+        "head_dim": 128,
+        "causal": True,
+    },
     "mamba2_chunk_scan": {**MAMBA2_BASE, "batch": 8, "seqlen": 4096},
     "mamba2_chunk_state": {**MAMBA2_BASE, "batch": 8, "seqlen": 4096},
 }

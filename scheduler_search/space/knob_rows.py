@@ -60,6 +60,14 @@ KNOB_ROWS: dict[str, KnobRows] = {
         orders=("serial", "overlap", "rotate"),
         mappable=("softmax_exp2", "store"),
     ),
+    # The backward's key tile holds dk and dv (two fp32 accumulators of kv x d): smaller
+    # key tiles than the forward's query tiles; query tiles are the loop's steps.
+    "attention_backward": KnobRows(
+        tiles={"kv": (64, 128), "q": (64, 128)},
+        stages=(1, 2),
+        orders=("serial",),
+        mappable=("softmax_p",),
+    ),
     # The chunk state's clusters along heads (B multicast, asked for by choices) are
     # lowered and correct but not offered: on an H200 (2026-12-02) pairs ran 3-6% slower
     # than single blocks on every suite shape and clusters of 4 11-16% slower (on a grid

@@ -13,6 +13,9 @@ PEER_NAMES = {
     "cublas": "cuBLAS",
     "sdpa_cudnn": "cuDNN SDPA",
     "sdpa_flash": "FlashAttention-2",
+    "sdpa_cudnn_backward": "cuDNN SDPA backward",
+    "sdpa_flash_backward": "FlashAttention-2 backward",
+    "cutlass_sm80": "CUTLASS sm_80 GEMM",
     "mamba_ssm_chunk_scan": "mamba_ssm",
     "mamba_ssm_chunk_state": "mamba_ssm",
 }
@@ -42,6 +45,13 @@ OPERATOR_WORDS: dict[str, tuple[str, str]] = {
                   "copies a K and a V tile (load_k, load_v) while the tensor cores compute "
                   "QKᵀ (mma_qk) and PV (mma_pv), the online softmax between them on the CUDA "
                   "cores and SFU. normalize and store write O after the loop."),
+    "attention_backward": ("Attention backward", "load_k and load_v copy a key tile's K "
+                           "and V once. Each step copies a query tile's Q and dO with their "
+                           "lse and D rows while the tensor cores recompute the scores "
+                           "(mma_s) and take dP (mma_dp), dV (mma_dv), dK (mma_dk) and dQ's "
+                           "part (mma_dq), the softmax and dS on the CUDA cores and SFU; dQ's "
+                           "part is added to global memory every step, dK and dV stored after "
+                           "the loop."),
     "mamba2_chunk_scan": ("Mamba2 chunk scan", "Before the loop the C tile, the entering "
                           "states and dA are loaded and the inter-chunk term C·states "
                           "(mma_state, decay_out) computed. Each step loads a cb and an x "

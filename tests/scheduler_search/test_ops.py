@@ -52,6 +52,7 @@ MAMBA2 = {
 VALID: dict[str, dict[str, Any]] = {
     "gemm": GEMM,
     "attention": ATTENTION,
+    "attention_backward": {**ATTENTION, "layout": "bshd", "deterministic": False},
     "mamba2_chunk_scan": MAMBA2,
     "mamba2_chunk_state": MAMBA2,
 }
@@ -62,6 +63,7 @@ MAMBA_OPS = ("mamba2_chunk_scan", "mamba2_chunk_state")
 REQUIRED: dict[str, tuple[str, ...]] = {
     "gemm": ("m", "n", "k"),
     "attention": ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim"),
+    "attention_backward": ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim"),
     **{
         op: ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size")
         for op in MAMBA_OPS
@@ -82,6 +84,18 @@ CHANGED: dict[str, dict[str, Any]] = {
         "head_dim": 64,
         "causal": True,
         "dtype": "bfloat16",
+    },
+    "attention_backward": {
+        "batch": 2,
+        "heads": 64,
+        "kv_heads": 16,
+        "seq_q": 2049,
+        "seq_kv": 2049,
+        "head_dim": 64,
+        "causal": True,
+        "dtype": "bfloat16",
+        "layout": "bhsd",
+        "deterministic": True,
     },
     **{
         op: {

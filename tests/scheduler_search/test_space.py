@@ -44,6 +44,7 @@ EXPECTED_REASONS = {
         RejectReason.WGMMA_SHAPE,
         RejectReason.TILE_SHAPE,
     },
+    "attention_backward": {RejectReason.SMEM, RejectReason.REGISTERS, RejectReason.WGMMA_SHAPE},
     "mamba2_chunk_scan": {RejectReason.STAGES, RejectReason.TILE_SHAPE, RejectReason.WGMMA_SHAPE},
     "mamba2_chunk_state": {RejectReason.STAGES, RejectReason.TILE_SHAPE, RejectReason.WGMMA_SHAPE},
 }

@@ -63,8 +63,11 @@ def _extent_bytes(arg: TensorMapArg) -> int:
         (d - 1) * s for d, s in zip(arg.global_dims[1:], arg.global_strides_bytes, strict=True))
 
 
-def test_every_operator_is_covered() -> None:
-    assert {op for op, _ in CASES} == set(OPERATORS)
+def test_every_operator_with_code_generation_is_covered() -> None:
+    """(The attention backward is tuned on the simulated device until its kernels come.)"""
+    from codegen import has_renderer
+
+    assert {op for op, _ in CASES} == {op for op in OPERATORS if has_renderer(op)}
 
 
 @pytest.mark.parametrize(("op", "params"), CASES, ids=[f"{op}-{i}" for i, (op, _) in
@@ -109,7 +112,8 @@ def test_worker_load_and_artifact_read_one_contract(op: str, params: dict[str, A
 
 @pytest.mark.parametrize("op", sorted(OPERATORS))
 def test_baseline_jobs_carry_the_contract(op: str) -> None:
-    params = dict(next(p for o, p in CASES if o == op))
+    backward = {**ATTENTION, "causal": True}  # no kernels yet: its peers' jobs alone
+    params = dict(next((p for o, p in CASES if o == op), backward))
     workload = {"op": op, "params": parse_spec(op, params).params()}
     job = baseline_job("peer", workload, seed=3)
     assert job.tensors == tuple(parse_spec(op, params).tensors())
