@@ -28,8 +28,9 @@ def test_docs_pages_load_only_local_assets(client: TestClient, page: str, script
 def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
     answer = client.get("/v1/ops").json()
     ops = {entry["op"]: entry for entry in answer["data"]}
-    assert set(ops) == {"gemm", "attention", "mamba2_chunk_scan", "mamba2_chunk_state"}
-    assert answer["count"] == 4
+    assert set(ops) == {"gemm", "attention", "attention_backward", "mamba2_chunk_scan",
+                        "mamba2_chunk_state"}
+    assert answer["count"] == 5
     gemm = ops["gemm"]
     assert gemm["required"] == ["m", "n", "k"] and gemm["baseline"] == "cublas"
     props = gemm["parameters"]["properties"]
@@ -40,7 +41,11 @@ def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
     assert set(attention["dtype"]["enum"]) == {"float16", "bfloat16", "float8_e4m3"}
     assert ops["attention"]["peers"] == ["sdpa_flash"]
     assert "kv_heads" in ops["attention"]["parameters"]["properties"]
-    assert all(entry["generates_cuda"] for entry in ops.values())
+    assert all(entry["generates_cuda"] for op, entry in ops.items() if op != "attention_backward")
+    backward = ops["attention_backward"]  # its kernels are to come: simulated runs only
+    assert not backward["generates_cuda"] and backward["baseline"] == "sdpa_cudnn_backward"
+    assert backward["peers"] == ["sdpa_flash_backward"]
+    assert "deterministic" in backward["parameters"]["properties"]
     spec = client.get("/openapi.json").json()
     assert "/v1/ops" in spec["paths"]
     assert "GET /v1/ops" in spec["components"]["schemas"]["TuneRequest"]["properties"][
