@@ -153,13 +153,17 @@ class DropIns:
         """``scaled_dot_product_attention(q, k, v, is_causal=...)`` on (batch, heads, seq,
         head_dim) tensors, GQA when k and v have fewer heads. 8-bit q, k, v
         (``float8_e4m3fn``) take ``scales``, their per-tensor descales (one-element fp32
-        tensors on the GPU: ``q_scale, k_scale, v_scale``), and give bf16."""
+        tensors on the GPU: ``q_scale, k_scale, v_scale``), and give bf16. Differentiable:
+        where autograd records the call, a tuned kernel runs as an operator whose backward
+        is the tuned backward kernel, or SDPA's where none is cached."""
         fp8 = _dtype_name(q) == TORCH_FP8
         if fp8 and (scales is None or len(scales) != 3):
             raise ValueError("scales: 8-bit q, k, v need their per-tensor scales "
                              "(q_scale, k_scale, v_scale)")
         params = _attention_params(q, k, v, is_causal)
         kernel = self.kernel("attention", params, q) if params else None
+        if kernel is not None and not fp8 and params and _wants_gradients(q, k, v):
+            return self._trained_attention(kernel, params, q, k, v)
         if kernel is None:
             from torch.nn.functional import scaled_dot_product_attention
 
@@ -168,6 +172,19 @@ class DropIns:
             return scaled_dot_product_attention(q, k, v, is_causal=is_causal,
                                                 enable_gqa=k.shape[1] != q.shape[1])
         return kernel(q, k, v, *(scales if fp8 else ()))[0]
+
+    def _trained_attention(self, forward: Any, params: dict[str, Any], q: Any, k: Any,
+                           v: Any) -> Any:
+        """The tuned forward as a differentiable op, its gradients from the tuned backward
+        of the workload where one is cached (else SDPA's: ``_attention_training``)."""
+        from codegen import has_renderer
+        from pipetune import _attention_training as training
+
+        backward = None
+        if has_renderer("attention_backward"):
+            backward = self.kernel("attention_backward", {**params, "deterministic": False}, q)
+        return training.attention(q, k, v, params["causal"], training.register(forward),
+                                  training.register(backward) if backward else training.NO_KERNEL)
 
     def kernel(self, op: str, params: dict[str, Any], like: Any) -> Any:
         """The loaded tuned kernel of ``op`` at ``params`` on ``like``'s GPU (a range's
@@ -266,6 +283,13 @@ def _range_dims(op: str) -> tuple[str, ...]:
     from scheduler_search.ops import runtime_dims
 
     return runtime_dims(op)
+
+
+def _wants_gradients(*tensors: Any) -> bool:
+    """Whether autograd records this call: grad mode on and an input needing gradients."""
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def _dtype_name(tensor: Any) -> str:
