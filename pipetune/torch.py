@@ -286,10 +286,12 @@ def _range_dims(op: str) -> tuple[str, ...]:
 
 
 def _wants_gradients(*tensors: Any) -> bool:
-    """Whether autograd records this call: grad mode on and an input needing gradients."""
+    """Whether autograd records this call: an input needing gradients, grad mode on."""
+    if not any(getattr(t, "requires_grad", False) for t in tensors):
+        return False
     import torch
 
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return bool(torch.is_grad_enabled())
 
 
 def _dtype_name(tensor: Any) -> str:
