@@ -13,15 +13,11 @@ each trip's v tile is transposed in shared memory first (``transpose_v``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import (
-    MAX_DIM,
     DType,
-    OperatorSpec,
     SpecError,
     TensorSpec,
     row_alignment_error,
@@ -38,14 +34,11 @@ from scheduler_search.ops._graph_helpers import (
     stask,
     tensors,
 )
+from scheduler_search.ops.attention_shape import HEAD_DIM_STEP, AttentionShape
 
 if TYPE_CHECKING:
     from scheduler_search.hardware import Device
 
-#: wgmma takes K in steps of 16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply"),
-#: and N (head_dim of P·V) up to 256.
-HEAD_DIM_STEP = 16
-HEAD_DIM_MAX = 256
 #: The log-sum-exp is a per-row statistic in fp32: checked to 1e-3 whatever the input dtype.
 LSE_REL_ERROR_BOUND = 1e-3
 #: Element types of q, k and v; the 8-bit float needs per-tensor scales and writes bf16.
@@ -61,14 +54,10 @@ FP8_O_REL_ERROR_BOUND = 5e-2
 _SCALE = InputInit("uniform", low=0.5, high=2.0, draw=1)
 
 
-class AttentionSpec(OperatorSpec):
-    """Scaled dot-product attention forward.
+class AttentionSpec(AttentionShape):
+    """Scaled dot-product attention forward (the shape's fields: :class:`AttentionShape`).
 
-    ``layout`` is how q, k, v and o lie in memory: ``bshd`` (batch, seq, heads, head_dim),
-    as FlashAttention takes them, or ``bhsd`` (batch, heads, seq, head_dim), as PyTorch's
-    ``scaled_dot_product_attention`` does. The log-sum-exp output is (batch, heads, seq_q).
-    The softmax scale is 1/sqrt(head_dim); causal masks key j > query i (top-left aligned,
-    as PyTorch's SDPA).
+    The log-sum-exp output is (batch, heads, seq_q). The softmax scale is 1/sqrt(head_dim).
     """
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {"k": ("load_k",), "v": ("load_v",)}
@@ -81,15 +70,7 @@ class AttentionSpec(OperatorSpec):
     #: Query heads packed into a tile must divide the group.
     exact_axes: ClassVar[tuple[str, ...]] = ("g",)
 
-    batch: Annotated[int, Field(ge=1, le=65536)]
-    heads: Annotated[int, Field(ge=1, le=1024)]
-    kv_heads: Annotated[int, Field(ge=1, le=1024)]
-    seq_q: Annotated[int, Field(ge=1, le=MAX_DIM)]
-    seq_kv: Annotated[int, Field(ge=1, le=MAX_DIM)]
-    head_dim: Annotated[int, Field(ge=HEAD_DIM_STEP, le=HEAD_DIM_MAX)]
-    causal: bool = False
     dtype: AttentionDType = "float16"
-    layout: Literal["bshd", "bhsd"] = "bshd"
 
     @property
     def fp8(self) -> bool:
@@ -110,14 +91,7 @@ class AttentionSpec(OperatorSpec):
                                      "use float16 or bfloat16")
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
-        if self.heads % self.kv_heads:
-            yield (
-                "kv_heads",
-                (
-                    f"heads={self.heads} is not divisible by kv_heads={self.kv_heads} "
-                    "(each kv head serves a whole group of query heads)"
-                ),
-            )
+        yield from self.group_errors()
         step = FP8_HEAD_DIM_STEP if self.fp8 else HEAD_DIM_STEP
         if self.head_dim % step:
             yield (
@@ -152,33 +126,10 @@ class AttentionSpec(OperatorSpec):
                        rel_error_bound=LSE_REL_ERROR_BOUND),
         ]
 
-    def shape_of(self, seq: int, heads: int) -> tuple[int, int, int, int]:
-        """The shape of a q/k/v/o tensor of ``seq`` rows and ``heads`` heads in ``layout``."""
-        if self.layout == "bhsd":
-            return (self.batch, heads, seq, self.head_dim)
-        return (self.batch, seq, heads, self.head_dim)
-
-    @property
-    def group(self) -> int:
-        """Query heads per key/value head."""
-        return self.heads // self.kv_heads
-
     def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
         # A tile of g packed heads leaves group / g tiles of a kv head to share its k, v.
         shared = self.group // packed_heads(tile)
         return {"k": {"heads": shared}, "v": {"heads": shared}}
-
-    def attended_pairs(self) -> float:
-        """(query, key) pairs that contribute per head; about half when causal."""
-        if not self.causal:
-            return float(self.seq_q) * self.seq_kv
-        # Top-left aligned: query i sees keys 0..i.
-        total = 0.0
-        visible = min(self.seq_q, self.seq_kv)
-        total += visible * (visible + 1) / 2
-        if self.seq_q > self.seq_kv:
-            total += (self.seq_q - self.seq_kv) * self.seq_kv
-        return total
 
     def flops(self) -> float:
         # Two matmuls (q kᵀ and p v), 2 flops per multiply-add.

@@ -15,14 +15,10 @@ queries i >= j.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
-
-from pydantic import Field
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from scheduler_search.ir import STaskGraph, STaskKind, TileShape
 from scheduler_search.ops._base import (
-    MAX_DIM,
-    OperatorSpec,
     SpecError,
     TensorSpec,
     row_alignment_error,
@@ -38,7 +34,7 @@ from scheduler_search.ops._graph_helpers import (
     stask,
     tensors,
 )
-from scheduler_search.ops.attention import HEAD_DIM_MAX, HEAD_DIM_STEP
+from scheduler_search.ops.attention_shape import HEAD_DIM_STEP, AttentionShape
 
 if TYPE_CHECKING:
     from scheduler_search.hardware import Device
@@ -50,7 +46,7 @@ GRADIENT_REL_ERROR_BOUND = 2e-2
 MAX_GROUP = 64
 
 
-class AttentionBackwardSpec(OperatorSpec):
+class AttentionBackwardSpec(AttentionShape):
     """The backward of scaled dot-product attention (the forward's fields, 16-bit only).
 
     Inputs q, k, v, o (the forward's output), lse (its fp32 log-sum-exp, as
@@ -66,23 +62,13 @@ class AttentionBackwardSpec(OperatorSpec):
     #: FlashAttention-2's backward as well as cuDNN's.
     peers: ClassVar[tuple[str, ...]] = ("sdpa_flash_backward",)
 
-    batch: Annotated[int, Field(ge=1, le=65536)]
-    heads: Annotated[int, Field(ge=1, le=1024)]
-    kv_heads: Annotated[int, Field(ge=1, le=1024)]
-    seq_q: Annotated[int, Field(ge=1, le=MAX_DIM)]
-    seq_kv: Annotated[int, Field(ge=1, le=MAX_DIM)]
-    head_dim: Annotated[int, Field(ge=HEAD_DIM_STEP, le=HEAD_DIM_MAX)]
-    causal: bool = False
     dtype: Literal["float16", "bfloat16"] = "float16"
-    layout: Literal["bshd", "bhsd"] = "bshd"
     deterministic: bool = False
 
     def cross_field_errors(self) -> Iterator[tuple[str, str]]:
-        if self.heads % self.kv_heads:
-            yield ("kv_heads", f"heads={self.heads} is not divisible by "
-                               f"kv_heads={self.kv_heads} (each kv head serves a whole group "
-                               "of query heads)")
-        elif self.heads // self.kv_heads > MAX_GROUP:
+        errors = list(self.group_errors())
+        yield from errors
+        if not errors and self.group > MAX_GROUP:
             yield "kv_heads", f"at most {MAX_GROUP} query heads a kv head"
         if self.head_dim % HEAD_DIM_STEP:
             yield ("head_dim", f"head_dim={self.head_dim} must be a multiple of "
@@ -97,17 +83,6 @@ class AttentionBackwardSpec(OperatorSpec):
         super().check_fits(device)
         if not (device.capabilities.wgmma or device.capabilities.mma_sync):
             raise SpecError("dtype", f"{device.name} has no 16-bit tensor-core products")
-
-    @property
-    def group(self) -> int:
-        """Query heads per key/value head."""
-        return self.heads // self.kv_heads
-
-    def shape_of(self, seq: int, heads: int) -> tuple[int, int, int, int]:
-        """The shape of a q/k/v/o tensor of ``seq`` rows and ``heads`` heads in ``layout``."""
-        if self.layout == "bhsd":
-            return (self.batch, heads, seq, self.head_dim)
-        return (self.batch, seq, heads, self.head_dim)
 
     def tensors(self) -> list[TensorSpec]:
         q_shape = self.shape_of(self.seq_q, self.heads)
@@ -131,16 +106,6 @@ class AttentionBackwardSpec(OperatorSpec):
             TensorSpec("dv", kv_shape, self.dtype, "output",
                        rel_error_bound=GRADIENT_REL_ERROR_BOUND),
         ]
-
-    def attended_pairs(self) -> float:
-        """(query, key) pairs that contribute per head; about half when causal."""
-        if not self.causal:
-            return float(self.seq_q) * self.seq_kv
-        visible = min(self.seq_q, self.seq_kv)
-        total = visible * (visible + 1) / 2
-        if self.seq_q > self.seq_kv:
-            total += (self.seq_q - self.seq_kv) * self.seq_kv
-        return total
 
     def flops(self) -> float:
         # Five products (S again, dP, dV, dK, dQ) of 2 flops per multiply-add.

@@ -37,26 +37,12 @@ MAMBA2_SIZES: tuple[tuple[int, int], ...] = ((1, 1024), (1, 16384), (8, 4096), (
 #: One workload per operator: the shapes the schedule model's acceptance names, used by
 #: the CLI examples and the tests (GEMM 4096^3, GQA causal attention at 4096, Mamba2 at
 #: batch 8 x 4096).
+_ATTENTION_REFERENCE: Params = {"batch": 1, "heads": 32, "kv_heads": 8, "seq_q": 4096,
+                                "seq_kv": 4096, "head_dim": 128, "causal": True}
 REFERENCE_WORKLOADS: dict[str, Params] = {
     "gemm": {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16"},
-    "attention": {
-        "batch": 1,
-        "heads": 32,
-        "kv_heads": 8,
-        "seq_q": 4096,
-        "seq_kv": 4096,
-        "head_dim": 128,
-        "causal": True,
-    },
-    "attention_backward": {
-        "batch": 1,
-        "heads": 32,
-        "kv_heads": 8,
-        "seq_q": 4096,
-        "seq_kv": 4096,
-        "head_dim": 128,
-        "causal": True,
-    },
+    "attention": dict(_ATTENTION_REFERENCE),
+    "attention_backward": dict(_ATTENTION_REFERENCE),
     "mamba2_chunk_scan": {**MAMBA2_BASE, "batch": 8, "seqlen": 4096},
     "mamba2_chunk_state": {**MAMBA2_BASE, "batch": 8, "seqlen": 4096},
 }

@@ -73,30 +73,13 @@ INT_FIELDS = REQUIRED
 DTYPE_FIELDS = {op: ("dtype",) for op in OPS}
 
 #: One valid change per field: every one must move the workload key.
+ATTENTION_CHANGED: dict[str, Any] = {"batch": 2, "heads": 64, "kv_heads": 16, "seq_q": 2049,
+                                     "seq_kv": 2049, "head_dim": 64, "causal": True,
+                                     "dtype": "bfloat16"}
 CHANGED: dict[str, dict[str, Any]] = {
     "gemm": {"m": 4097, "n": 4104, "k": 4104, "dtype": "bfloat16", "b_layout": "nk"},
-    "attention": {
-        "batch": 2,
-        "heads": 64,
-        "kv_heads": 16,
-        "seq_q": 2049,
-        "seq_kv": 2049,
-        "head_dim": 64,
-        "causal": True,
-        "dtype": "bfloat16",
-    },
-    "attention_backward": {
-        "batch": 2,
-        "heads": 64,
-        "kv_heads": 16,
-        "seq_q": 2049,
-        "seq_kv": 2049,
-        "head_dim": 64,
-        "causal": True,
-        "dtype": "bfloat16",
-        "layout": "bhsd",
-        "deterministic": True,
-    },
+    "attention": ATTENTION_CHANGED,
+    "attention_backward": {**ATTENTION_CHANGED, "layout": "bhsd", "deterministic": True},
     **{
         op: {
             "batch": 2,
