@@ -15,6 +15,10 @@ from typing import Any
 
 from codegen.artifact import KernelArtifact
 from codegen.kernels.attention import ATTENTION_HOOKS_VERSION, AttentionHooks
+from codegen.kernels.attention_backward import (
+    ATTENTION_BACKWARD_HOOKS_VERSION,
+    AttentionBackwardHooks,
+)
 from codegen.kernels.gemm import GEMM_HOOKS_VERSION, GemmHooks
 from codegen.kernels.mamba2 import (
     CHUNK_SCAN_HOOKS_VERSION,
@@ -34,12 +38,14 @@ from scheduler_search.sprogram import SProgram
 HOOKS: dict[str, type[OperatorHooks]] = {
     "gemm": GemmHooks,
     "attention": AttentionHooks,
+    "attention_backward": AttentionBackwardHooks,
     "mamba2_chunk_state": ChunkStateHooks,
     "mamba2_chunk_scan": ChunkScanHooks,
 }
 HOOKS_VERSIONS: dict[str, str] = {
     "gemm": GEMM_HOOKS_VERSION,
     "attention": ATTENTION_HOOKS_VERSION,
+    "attention_backward": ATTENTION_BACKWARD_HOOKS_VERSION,
     "mamba2_chunk_state": CHUNK_STATE_HOOKS_VERSION,
     "mamba2_chunk_scan": CHUNK_SCAN_HOOKS_VERSION,
 }

@@ -12,6 +12,7 @@ from codegen.cuda import (
     convert,
     fences,
     mbarrier,
+    reductions,
     sfu,
     swizzle,
     tma,

@@ -91,7 +91,13 @@ def emit_tma_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) ->
 
 
 def emit_direct_store(k: PipelineSkeleton, roles: tuple[str, ...], issue: Issue) -> None:
-    """A store sTask on the CUDA cores: st.global from the accumulators."""
+    """A store sTask on the CUDA cores: st.global from the accumulators after the loop;
+    inside it, the operator's (a part of an output added to global memory every trip)."""
+    if issue.phase == "loop":
+        k.code.comment(f"{issue.stask}  on {issue.unit.value}: registers -> global")
+        k.hooks.loop_store(k.code, issue, k.at)
+        k.recorded(roles, issue, "global")
+        return
     epilogue.emit_direct_store(k.code, k.layout, _pending_element_math(k))
     k.recorded(roles, issue, "")
 

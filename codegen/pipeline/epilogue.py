@@ -295,33 +295,51 @@ def emit_direct_store(code: Code, layout: PipelineLayout,
     if out.transposed:
         _emit_transposed_store(code, layout, element)
         return
-    pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
     cols = out.extent_names[1]
     c.comment(f"store: {out.fragment} -> {out.tensor} with st.global, two elements a thread "
               "per 8-column group")
     full_rows = not out.runtime_rows and out.global_rows % out.rows == 0
-    full_cols = out.global_cols % out.cols == 0
     with _each_fragment_row(c, layout, "row", masked=not full_rows):
         row_pointer = out.row_pointer or f"{out.tensor} + (unsigned long long){{row}} * {cols}"
         c(f"{out.ctype}* out_row = {row_pointer.format(row='row')};")
-        c("#pragma unroll")
-        with c.block(f"for (int j = 0; j < {out.cols // 8}; ++j)"):
-            if split_k.scattered(layout):
-                split_k.emit_skip_unowned(c, split_k.fragment_share(layout, "mi", "j"))
-            c(f"const int col = {out.col_origin} + j * 8 + (lane & 3) * 2;")
-            lo, hi = _pair(c, element, f"{out.fragment}[mi][4 * j + 2 * h]",
-                           f"{out.fragment}[mi][4 * j + 2 * h + 1]", "row", "col")
-            if out.dtype == "float32" and out.global_cols % 2 == 0:
-                store = f"*reinterpret_cast<float2*>(out_row + col) = make_float2({lo}, {hi});"
-                c(store if full_cols else f"if (col < {cols}) {store}")
-            elif out.global_cols % 2 == 0:
-                store = (f"*reinterpret_cast<u32*>(out_row + col) = "
-                         f"{c.call(pack, lo, hi)};")
-                c(store if full_cols else f"if (col < {cols}) {store}")
-            else:
-                single = convert.single(out.dtype)
-                c(f"if (col < {cols}) out_row[col] = {c.call(single, lo)};")
-                c(f"if (col + 1 < {cols}) out_row[col + 1] = {c.call(single, hi)};")
+        second = out.second
+        first_cols = second.first_cols if second else out.cols
+        _store_columns(c, layout, element, out.fragment, "out_row", first_cols)
+        if second is not None:
+            c.comment(f"the tile's columns from {first_cols} on: {second.fragment} -> "
+                      f"{second.tensor}")
+            c(f"{out.ctype}* second_row = {second.row_pointer.format(row='row')};")
+            _store_columns(c, layout, None, second.fragment, "second_row",
+                           out.cols - first_cols)
+
+
+def _store_columns(code: Code, layout: PipelineLayout, element: ElementMath | None,
+                   fragment: str, row: str, tile_cols: int) -> None:
+    """A thread's pairs of ``tile_cols`` columns of ``fragment`` (a row of it) to the row
+    at ``row``, two elements a thread per 8-column group."""
+    c, out = code, layout.output
+    pack = convert.pack2(out.dtype) if out.dtype != "float32" else ""
+    cols = out.extent_names[1]
+    full_cols = out.global_cols % out.cols == 0
+    c("#pragma unroll")
+    with c.block(f"for (int j = 0; j < {tile_cols // 8}; ++j)"):
+        if split_k.scattered(layout):
+            split_k.emit_skip_unowned(c, split_k.fragment_share(layout, "mi", "j"))
+        origin = out.col_origin if row == "out_row" else "0"
+        c(f"const int col = {origin} + j * 8 + (lane & 3) * 2;")
+        lo, hi = _pair(c, element, f"{fragment}[mi][4 * j + 2 * h]",
+                       f"{fragment}[mi][4 * j + 2 * h + 1]", "row", "col")
+        if out.dtype == "float32" and out.global_cols % 2 == 0:
+            store = f"*reinterpret_cast<float2*>({row} + col) = make_float2({lo}, {hi});"
+            c(store if full_cols else f"if (col < {cols}) {store}")
+        elif out.global_cols % 2 == 0:
+            store = (f"*reinterpret_cast<u32*>({row} + col) = "
+                     f"{c.call(pack, lo, hi)};")
+            c(store if full_cols else f"if (col < {cols}) {store}")
+        else:
+            single = convert.single(out.dtype)
+            c(f"if (col < {cols}) {row}[col] = {c.call(single, lo)};")
+            c(f"if (col + 1 < {cols}) {row}[col + 1] = {c.call(single, hi)};")
 
 
 def _emit_transposed_store(code: Code, layout: PipelineLayout,

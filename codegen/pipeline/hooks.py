@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from codegen.artifact import TensorMapArg
+from codegen.artifact import TensorMapArg, WorkspaceArg
 from codegen.pipeline.code import Code
 from codegen.pipeline.limits import CONSUMER_OVERHEAD_REGS
 from codegen.pipeline.operand import OperandTile, VectorTile
@@ -116,6 +116,19 @@ class StoreBox:
 
 
 @dataclass(frozen=True)
+class SecondOutput:
+    """A second output tensor the store writes beside the first, from a fragment of its
+    own (attention backward's dv beside dk): the tile's columns from ``first_cols`` on
+    are its columns ``0 ..``, with the first's rows."""
+
+    tensor: str
+    fragment: str
+    first_cols: int
+    #: C++ pointer to the first element of its row ``{row}`` (format string).
+    row_pointer: str
+
+
+@dataclass(frozen=True)
 class OutputTile:
     """The fp32 accumulator a store sTask writes, and the global matrix it goes to.
 
@@ -149,6 +162,8 @@ class OutputTile:
     #: The TMA store's map where it is not the row-major ``global_rows`` x
     #: ``global_cols`` matrix.
     store_box: StoreBox | None = None
+    #: The tile's last columns go to another tensor (``global_cols`` counts both).
+    second: SecondOutput | None = None
 
     @property
     def map_name(self) -> str:
@@ -304,8 +319,9 @@ class OperatorHooks(ABC):
         """What the store sTask writes."""
 
     def side_outputs(self) -> tuple[str, ...]:
-        """fp32 output tensors of the spec written besides :meth:`output` (attention's
-        log-sum-exp) with st.global, passed as ``float*`` after it, in this order."""
+        """Output tensors of the spec written besides :meth:`output` (attention's fp32
+        log-sum-exp, its backward's dq) with st.global, passed as pointers after it, in
+        this order."""
         return ()
 
     @property
@@ -324,6 +340,12 @@ class OperatorHooks(ABC):
         """Issue the TMA stores of the side outputs staged at ``buf`` (one thread, in the
         output tile's first bulk group)."""
         raise KeyError(f"{self.sprogram.op} stores no side outputs by TMA")
+
+    def workspaces(self) -> tuple[WorkspaceArg, ...]:
+        """Scratch global memory the operator's text keeps across launches (attention
+        backward's fp32 dq sums and their counters), passed as ``unsigned char*`` after
+        the pointer inputs; the kernel leaves it as it found it (zeros)."""
+        return ()
 
     def pointer_inputs(self) -> tuple[str, ...]:
         """Input tensors the kernel reads through plain pointers (``const T*``) besides its
@@ -395,10 +417,21 @@ class OperatorHooks(ABC):
         (stream -> stage index, as :meth:`mma` gets them)."""
         raise KeyError(f"{self.sprogram.op} writes no relayout for {issue.stask}")
 
-    def consumer_tiles(self) -> tuple[OperandTile, ...]:
+    def consumer_tiles(self) -> tuple[OperandTile | VectorTile, ...]:
         """Shared tiles each consumer warpgroup writes for its own MMA (a copy each, at
         ``SMEM_<const> + consumer * <const>_STAGE_BYTES``)."""
         return ()
+
+    @property
+    def loop_stores(self) -> frozenset[str]:
+        """Store sTasks of the loop the operator writes in :meth:`loop_store`."""
+        return frozenset()
+
+    def loop_store(self, code: Code, issue: Issue, at: TripAt) -> None:
+        """Write a store sTask of the loop (one of :attr:`loop_stores`) for trip ``at``:
+        what the trip's MMAs made leaves for global memory (attention backward's dq part,
+        added with fp32 atomics)."""
+        raise KeyError(f"{self.sprogram.op} writes no store in the loop for {issue.stask}")
 
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
         """Write a load sTask on the CUDA cores (one of :attr:`thread_loads`): the

@@ -196,7 +196,7 @@ class PipelineLayout:
         """The sEU the consumers' store sTask is issued on."""
         s = self.structure
         return next(i.unit for i in s.compute_stream(s.consumer_roles[0])
-                    if i.kind is STaskKind.STORE)
+                    if i.kind is STaskKind.STORE and i.phase == "epilogue")
 
     @property
     def tma_store(self) -> bool:
@@ -347,6 +347,9 @@ class PipelineLayout:
                 if (issue.kind is STaskKind.LOAD and issue.unit is UnitKind.CUDA_CORE
                         and issue.stask not in self.hooks.thread_loads):
                     return f"{issue.stask}: {s.sprogram.op} writes no thread load for it"
+                if (issue.kind is STaskKind.STORE and issue.phase == "loop"
+                        and issue.stask not in self.hooks.loop_stores):
+                    return f"{issue.stask}: {s.sprogram.op} writes no store in the loop for it"
                 if issue.phase == "prologue" and issue.stask not in tile_loads and s.pingpong:
                     return (f"{issue.stask}: prologue sTasks other than tile loads are not "
                             "lowered for pingpong consumers")

@@ -89,10 +89,14 @@ def launch_args(lay: PipelineLayout) -> tuple[KernelArg, ...]:
     shapes = {t.name: t.shape for t in parse_spec(sp.op, sp.params).tensors()}
     if not lay.tma_store:
         args.append(TensorArg(out.tensor, out.dtype, tuple(shapes[out.tensor]), "output"))
+    if out.second is not None:
+        name = out.second.tensor
+        args.append(TensorArg(name, out.dtype, tuple(shapes[name]), "output"))
     for name in lay.hooks.side_outputs():
-        args.append(TensorArg(name, "float32", tuple(shapes[name]), "output"))
+        args.append(TensorArg(name, lay.tensor_dtypes[name], tuple(shapes[name]), "output"))
     for name in lay.hooks.pointer_inputs():
         args.append(TensorArg(name, lay.tensor_dtypes[name], tuple(shapes[name]), "input"))
+    args += lay.hooks.workspaces()
     if lay.stream_k is not None:
         args.append(WorkspaceArg(stream_k.WORKSPACE, lay.stream_k_workspace_bytes))
     for dim in lay.runtime_dims:

@@ -296,9 +296,13 @@ class PipelineSkeleton:
             params.append(f"const __grid_constant__ TensorMap {out.map_name}")
         else:
             params.append(f"{out.ctype}* __restrict__ {out.tensor}")
-        params += [f"float* __restrict__ {name}" for name in self.hooks.side_outputs()]
+        if out.second is not None:
+            params.append(f"{out.ctype}* __restrict__ {out.second.tensor}")
+        params += [f"{lay.pointer_type(name)}* __restrict__ {name}"
+                   for name in self.hooks.side_outputs()]
         params += [f"const {lay.pointer_type(name)}* __restrict__ {name}"
                    for name in self.hooks.pointer_inputs()]
+        params += [f"unsigned char* __restrict__ {w.name}" for w in self.hooks.workspaces()]
         if lay.stream_k is not None:
             params.append(f"unsigned char* __restrict__ {stream_k.WORKSPACE}")
         params += [f"const int {self.hooks.size_arg(d)}" for d in lay.runtime_dims]

@@ -45,6 +45,8 @@ class Mma:
         pin: writes the accumulators' pins before the product is issued.
         bases: declarations the addresses read, written before the loop.
         tail_break: a condition after which the loop's remaining steps are past K.
+        row_blocks: the product's 64-row blocks ``mi`` (C++; default the consumer's rows,
+            another M where the product's rows are not the output tile's).
     """
 
     n: int
@@ -59,6 +61,7 @@ class Mma:
     a_major: Literal["k", "mn"] = "k"
     a_layout: str | None = None
     tail_break: str | None = None
+    row_blocks: str = "ROW_BLOCKS"
 
     @property
     def a_in_registers(self) -> bool:

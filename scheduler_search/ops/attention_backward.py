@@ -1,15 +1,15 @@
 """Attention backward: dq, dk, dv of o = softmax(q kᵀ / sqrt(d)) v, given the forward's o
 and log-sum-exp and the output's gradient dO (FlashAttention-2's algorithm).
 
-Per key/value tile j (the output tile: dk_j and dv_j stay on chip), over the query tiles i
-of one query head: ``S = q_i k_jᵀ``, ``P = exp2(S scale log2e - lse_i log2e)``,
-``dv_j += Pᵀ dO_i``, ``dP = dO_i v_jᵀ``, ``dS = P (dP - D_i)``, ``dk_j += dSᵀ q_i``,
-``dq_i += dS k_j`` (fp32 atomics, or in a fixed order where the spec asks for a
-deterministic result), with ``D = rowsum(dO o)`` from a preprocess pass and ``scale``
-applied to dk and dq at the end. Five products of the forward's size: 2.5 times its flops.
-q and dO stream (with lse and D), k and v stay; grouped heads (GQA) sum the dk and dv of
-their query heads. Causal masks are top-left aligned, as the forward's: key j is seen by
-queries i >= j.
+Per key/value tile j of one kv head (the output tile: dk_j and dv_j stay on chip), over
+the query tiles i of each query head of its group (GQA's sum of dk and dv over the group is
+the loop's): ``S = q_i k_jᵀ``, ``P = exp2(S scale log2e - lse_i log2e)``,
+``dv_j += Pᵀ dO_i``, ``dP = dO_i v_jᵀ``, ``D_i = rowsum(dO_i o_i)`` (the preprocess,
+fused: o streams with dO), ``dS = P (dP - D_i)``, ``dk_j += dSᵀ q_i``, ``dq_i += dS k_j``
+(fp32 atomics into a workspace; the last key tile to add a query tile's part writes dq),
+with ``scale`` applied to dk and dq at the end. Five products of the forward's size: 2.5
+times its flops. q, dO, o and lse stream, k and v stay. Causal masks are top-left aligned,
+as the forward's: key j is seen by queries i >= j.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class AttentionBackwardSpec(AttentionShape):
     """
 
     streams: ClassVar[dict[str, tuple[str, ...]]] = {
-        "q": ("load_q", "load_lse"), "do": ("load_do", "load_delta")}
+        "q": ("load_q", "load_lse"), "do": ("load_do", "load_o")}
     op: ClassVar[str] = "attention_backward"
     baseline: ClassVar[str | None] = "sdpa_cudnn_backward"
     #: FlashAttention-2's backward as well as cuDNN's.
@@ -112,34 +112,35 @@ class AttentionBackwardSpec(AttentionShape):
         return 10.0 * self.batch * self.heads * self.attended_pairs() * self.head_dim
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
-        """Per (batch, query head) and key tile, the loop over the head's query tiles (the
-        cost model's view: a group's dk and dv summed over its heads after the loop)."""
+        """Per (batch, kv head) and key tile, the loop over the query tiles of every query
+        head of the group (whose dk and dv it sums)."""
         return STaskGraph(
             op=self.op,
             stasks=_BACKWARD_STASKS,
             tensors=_backward_tensors(self.dtype),
-            extents={"kv": self.seq_kv, "q": self.seq_q, "d": self.head_dim,
+            extents={"kv": self.seq_kv, "q": self.group * self.seq_q, "d": self.head_dim,
                      "e": 2 * self.head_dim},
             tile=dict(tile),
             spatial_axes=("kv",),
             reduction_axes=("q",),
-            grid_axes={"batch": self.batch, "heads": self.heads},
+            grid_axes={"batch": self.batch, "heads": self.kv_heads},
             # Key tile j is seen by queries i >= j: as many trips per tile as the forward's
             # query tiles, in the mirrored order.
             causal_pairs=(("kv", "q"),) if self.causal else (),
         )
 
 
-#: k and v loaded once per key tile; q, dO and the row vectors lse and D streamed per
-#: query tile; five products on the tensor cores with the softmax recomputed between
-#: them; dq's part leaves every trip (fp32 atomics), dk and dv after the loop, together.
+#: k and v loaded once per key tile; q with its lse row, dO with o streamed per query
+#: tile; D = rowsum(dO o) on the CUDA cores; five products on the tensor cores with the
+#: softmax recomputed between them; dq's part leaves every trip (fp32 atomics), dk and dv
+#: after the loop, together.
 _BACKWARD_STASKS = (
     stask("load_k", STaskKind.LOAD, "k_s[kv,d]", ("k[kv,d]",), TMA_OR_LSU, phase="prologue"),
     stask("load_v", STaskKind.LOAD, "v_s[kv,d]", ("v[kv,d]",), TMA_OR_LSU, phase="prologue"),
     stask("load_q", STaskKind.LOAD, "q_s[q,d]", ("q[q,d]",), TMA_OR_LSU),
     stask("load_lse", STaskKind.LOAD, "lse_s[q]", ("lse[q]",), TMA_OR_CORES),
     stask("load_do", STaskKind.LOAD, "do_s[q,d]", ("do[q,d]",), TMA_OR_LSU),
-    stask("load_delta", STaskKind.LOAD, "delta_s[q]", ("delta[q]",), TMA_OR_CORES),
+    stask("load_o", STaskKind.LOAD, "o_s[q,d]", ("o[q,d]",), TMA_OR_LSU),
     stask("mma_s", STaskKind.MMA, "st[kv,q]", ("k_s[kv,d]", "q_s[q,d]"), TC,
           expr="st[kv,q] = k[kv,d] * q[q,d]"),
     # P and dS overwrite the scores and dP in their registers (FlashAttention-3's budget).
@@ -150,12 +151,17 @@ _BACKWARD_STASKS = (
           TC, expr="dv_acc[kv,d] += pt[kv,q] * do[q,d]"),
     stask("mma_dp", STaskKind.MMA, "dpt[kv,q]", ("v_s[kv,d]", "do_s[q,d]"), TC,
           expr="dpt[kv,q] = v[kv,d] * do[q,d]"),
+    # The preprocess fused: each consumer warpgroup sums the query tile's rows of dO o.
+    stask("delta", STaskKind.REDUCE, "delta_s[q]", ("do_s[q,d]", "o_s[q,d]"), CORES,
+          ops_per_point=2.0, expr="delta[q] = sum_d do[q,d] * o[q,d]"),
     stask("grad_s", STaskKind.ELEMENTWISE, "dpt[kv,q]", ("st[kv,q]", "dpt[kv,q]", "delta_s[q]"),
           CORES, ops_per_point=2.0, expr="dst[kv,q] = pt[kv,q] * (dpt[kv,q] - delta[q])"),
     stask("mma_dk", STaskKind.MMA, "dk_acc[kv,d]", ("dpt[kv,q]", "q_s[q,d]", "dk_acc[kv,d]"),
           TC, expr="dk_acc[kv,d] += dst[kv,q] * q[q,d]"),
-    # dq's part of every key row of the tile, staged in shared memory for its atomic add.
-    stask("mma_dq", STaskKind.MMA, "dq_part[q,d]", ("dpt[kv,q]", "k_s[kv,d]"), TC,
+    stask("stage_ds", STaskKind.ELEMENTWISE, "ds_s[kv,q]", ("dpt[kv,q]",), CORES,
+          ops_per_point=0.5, expr="ds_s[kv,q] = dst[kv,q] (16-bit, shared)"),
+    # dq's part over every key row of the tile: dS staged in shared memory as its A.
+    stask("mma_dq", STaskKind.MMA, "dq_part[q,d]", ("ds_s[kv,q]", "k_s[kv,d]"), TC,
           expr="dq_part[q,d] = dst[kv,q] * k[kv,d]"),
     stask("store_dq", STaskKind.STORE, "dq_acc[q,d]", ("dq_part[q,d]",), CORES,
           expr="dq_acc[q,d] += dq_part[q,d] (fp32 atomics)"),
@@ -172,11 +178,14 @@ def _backward_tensors(dt: str) -> dict:
     accumulators in fp32 registers (P and dS rounded to the inputs' type for their MMAs)."""
     return tensors(
         q=(dt, "global"), k=(dt, "global"), v=(dt, "global"), do=(dt, "global"),
-        lse=("float32", "global"), delta=("float32", "global"),
+        o=(dt, "global"), lse=("float32", "global"),
         dq_acc=("float32", "global"), dkv=(dt, "global"),
         q_s=(dt, "shared"), k_s=(dt, "shared"), v_s=(dt, "shared"), do_s=(dt, "shared"),
-        lse_s=("float32", "shared"), delta_s=("float32", "shared"),
-        st=("float32", "register"), dpt=("float32", "register"),
+        o_s=(dt, "shared"), lse_s=("float32", "shared"), delta_s=("float32", "shared"),
+        ds_s=(dt, "shared"), st=("float32", "register"), dpt=("float32", "register"),
+        # dq's part is made a 64-column piece at a time after the scores and dS are dead;
+        # counted as live beside them it would take a register budget it never holds, so
+        # the model books its pieces where dS waits for them, in shared memory.
         dq_part=("float32", "shared"),
         dv_acc=("float32", "register"), dk_acc=("float32", "register"),
         dkv_r=(dt, "register"),

@@ -35,6 +35,9 @@ CALLS = {
     "ld_shared_f32x2": "{ const float2 v = ld_shared_f32x2(a); acc[0] = v.x + v.y; }",
     "st_shared_f32": "st_shared_f32(a, acc[0]);",
     "st_shared_f32x2": "st_shared_f32x2(a, acc[0], acc[1]);",
+    "ld_shared_u32x4": "{ const uint4 v = ld_shared_u32x4(a); r[0] = v.x ^ v.w; }",
+    "st_shared_u32": "st_shared_u32(a, r[0]);",
+    "red_add_f32x2": "red_add_f32x2(reinterpret_cast<float*>(out), acc[0], acc[1]);",
     "pack_e4m3x4": "r[0] = pack_e4m3x4(f, f, f, f);",
     "byte_perm": "r[0] = byte_perm(r[0], a, 0x5410u);",
     "unpack_f16x2": "{ const float2 v = unpack_f16x2(a); acc[0] = v.x + v.y; }",
@@ -187,7 +190,7 @@ def test_preludes_order_families_by_rank_not_by_import() -> None:
     in the order the family gives them: a family that moves to another package, or is
     imported first, leaves every kernel's text as it was."""
     families = [cuda.activations, cuda.base, hopper.cluster, cuda.convert, cuda.fences,
-                hopper.ldstmatrix, cuda.mbarrier, hopper.regs, cuda.sfu, cuda.swizzle,
+                cuda.reductions, hopper.ldstmatrix, cuda.mbarrier, hopper.regs, cuda.sfu, cuda.swizzle,
                 cuda.tma, hopper.wgmma, ampere.copies, ampere.mma_sync]
     ranks = [cuda.prelude_rank(name) for name in cuda.registered()]
     assert ranks == sorted(ranks)

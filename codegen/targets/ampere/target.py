@@ -118,7 +118,7 @@ class AmpereTarget(WarpgroupFragments, Target):
             return
         with code.block(f"if (!({mma.accumulate}))"):
             code("#pragma unroll")
-            with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+            with code.block(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi)"):
                 code("#pragma unroll")
                 code(f"for (int i = 0; i < {mma.n // 2}; ++i) ({part.accumulator})[i] = 0.0f;")
 
@@ -127,11 +127,11 @@ class AmpereTarget(WarpgroupFragments, Target):
         shared memory, or the operator's registers."""
         if part.a_registers is not None:
             return part.a_registers
-        code("u32 a_frag[ROW_BLOCKS][4];")
+        code(f"u32 a_frag[{mma.row_blocks}][4];")
         code("#pragma unroll")
         load = code.call(mma_sync.a_fragment(mma.a_major), "a_frag[mi]", part.a_address,
                          mma.a_layout)
-        code(f"for (int mi = 0; mi < ROW_BLOCKS; ++mi) {load};")
+        code(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi) {load};")
         return "a_frag[mi][{i}]"
 
     def _columns(self, code: Code, mma: Mma, part: MmaPart, instruction: Snippet,
@@ -147,7 +147,7 @@ class AmpereTarget(WarpgroupFragments, Target):
                 c(c.call(mma_sync.b_fragments(mma.b_major, width), "b", part.b_address, n0,
                          mma.b_layout) + ";")
                 c("#pragma unroll")
-                with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                with c.block(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi)"):
                     for j in range(width // 8):
                         acc = f"&({part.accumulator})[{(n0 // 8 + j) * 4}]"
                         c(c.call(instruction, acc, *regs, f"b[{2 * j}]", f"b[{2 * j + 1}]")

@@ -118,8 +118,32 @@ ST_SHARED_F32 = Snippet(
     section='9.7.9.10 "st"',
 )
 
+LD_SHARED_U32X4 = Snippet(
+    "ld_shared_u32x4",
+    "// Sixteen bytes from shared memory (16-byte aligned address).\n"
+    "__device__ __forceinline__ uint4 ld_shared_u32x4(u32 addr) {\n"
+    "  uint4 v;\n"
+    '  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"\n'
+    '               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");\n'
+    "  return v;\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.9.8 "ld"',
+)
+
+ST_SHARED_U32 = Snippet(
+    "st_shared_u32",
+    "// One 32-bit word (a 16-bit pair) to shared memory.\n"
+    "__device__ __forceinline__ void st_shared_u32(u32 addr, u32 x) {\n"
+    '  asm volatile("st.shared.u32 [%0], %1;" :: "r"(addr), "r"(x) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.10 "st"',
+)
+
 #: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
 PRELUDE_RANK = 60
 
 register(STMATRIX_X4, STMATRIX_X4_TRANS, STMATRIX_X2_TRANS, LDMATRIX_X4, LDMATRIX_X4_TRANS,
-         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, ST_SHARED_F32, rank=PRELUDE_RANK)
+         LD_SHARED_F32X2, LD_SHARED_F32, ST_SHARED_F32X2, ST_SHARED_F32, LD_SHARED_U32X4,
+         ST_SHARED_U32, rank=PRELUDE_RANK)

@@ -95,7 +95,7 @@ class HopperTarget(WarpgroupFragments, Target):
                 c("const u64 desc_b = "
                   + c.call("wgmma_descriptor", part.b_address, mma.b_layout) + ";")
                 c("#pragma unroll")
-                with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
+                with c.block(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi)"):
                     if part.a_registers is not None:
                         a = [part.a_registers.format(i=i) for i in range(4)]
                     else:
