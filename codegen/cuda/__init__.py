@@ -38,6 +38,7 @@ __all__ = [
     "mbarrier",
     "prelude",
     "prelude_rank",
+    "reductions",
     "register",
     "registered",
     "sfu",

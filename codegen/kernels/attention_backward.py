@@ -1,5 +1,5 @@
 """Attention backward as hooks on the pipeline skeleton: dq, dk and dv of one kv head's
-key tile per output tile (FlashAttention-2's loop, written for Hopper's wgmma).
+key tile per output tile (FlashAttention-2's loop, written for Hopper's asynchronous MMA).
 
 What is the backward's own:
 
@@ -51,6 +51,11 @@ DQ_PIECE = 64
 HEAD_DIMS = (64, 128)
 #: fp32 bytes of one lse or counter.
 WORD_BYTES = 4
+#: Accumulator registers a persistent kernel compiled beside without spills.
+PERSISTENT_REGS_MAX = 160
+#: The registers each product writes or reads from registers, pinned around its wait.
+PINNED = {"mma_s": ("s_acc",), "mma_dv": ("dv_acc", "p"), "mma_dp": ("dp_acc",),
+          "mma_dk": ("dk_acc", "p")}
 
 
 class AttentionBackwardHooks(OperatorHooks):
@@ -122,8 +127,10 @@ class AttentionBackwardHooks(OperatorHooks):
     def problem(self) -> str | None:
         if self.dtype not in ("float16", "bfloat16"):
             return f"dtype {self.dtype}"
-        if self.target.mma_name != "wgmma":
-            return f"the attention backward is generated for Hopper's wgmma, not {self.target.arch}"
+        if self.target.tensor_map_encoding != "tma":
+            # dS goes to shared memory for the MMA through the async proxy's fence, and
+            # its A is read MN-major: what Hopper's target writes, not yet the others.
+            return f"the attention backward is generated for TMA targets, not {self.target.arch}"
         if self.head_dim not in HEAD_DIMS:
             return f"head_dim={self.head_dim}: the backward is generated for {HEAD_DIMS}"
         if self.params.get("deterministic"):
@@ -135,6 +142,10 @@ class AttentionBackwardHooks(OperatorHooks):
             return "the backward is lowered with a producer warp and cooperative consumers"
         if any(s.inflight.values()):
             return "the backward's products are waited for in order (order serial)"
+        if s.persistent and self.accumulator_regs(self.consumer_rows) > PERSISTENT_REGS_MAX:
+            # nvcc 13.0, sm_90a: head_dim 128's 176 accumulators spilled 16 B with the
+            # persistent tile loop's state, none without it.
+            return "a persistent loop over key tiles beside this many accumulators spills"
         return None
 
     def header(self) -> str:
@@ -311,15 +322,12 @@ class AttentionBackwardHooks(OperatorHooks):
             c("#pragma unroll")
             c("for (int i = 0; i < D_REGS; ++i) { dk_acc[mi][i] = 0.0f; dv_acc[mi][i] = 0.0f; }")
 
-    _PINNED = {"mma_s": ("s_acc",), "mma_dv": ("dv_acc", "p"), "mma_dp": ("dp_acc",),
-               "mma_dk": ("dk_acc", "p")}
-
     def pin(self, code: Code, stask: str) -> None:
         if stask == "mma_dq":
             self.register_math.pin_dq(code)
             return
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            for fragment in self._PINNED[stask]:
+            for fragment in PINNED[stask]:
                 self.target.write_fence_operands(code, f"{fragment}[mi]")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:

@@ -165,8 +165,9 @@ class BackwardMath:
         c = code
         with c.block(""):
             c(f"const u32 delta_row = {self._delta_slot(at)};")
+            unpack = c.call(convert.unpack2(self.hooks.dtype), "p[mi][2 * g + h]")
             self._each_pair_column(c, "delta_row", [
-                f"const float2 pair = {c.call(convert.unpack2(self.hooks.dtype), 'p[mi][2 * g + h]')};",
+                f"const float2 pair = {unpack};",
                 "dp_acc[mi][x] = (e ? pair.y : pair.x) * (dp_acc[mi][x] - v);"])
         self._pack(c, "dp_acc", "dS^T")
 

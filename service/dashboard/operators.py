@@ -46,10 +46,10 @@ OPERATOR_WORDS: dict[str, tuple[str, str]] = {
                   "QKᵀ (mma_qk) and PV (mma_pv), the online softmax between them on the CUDA "
                   "cores and SFU. normalize and store write O after the loop."),
     "attention_backward": ("Attention backward", "load_k and load_v copy a key tile's K "
-                           "and V once. Each step copies a query tile's Q and dO with their "
-                           "lse and D rows while the tensor cores recompute the scores "
+                           "and V once. Each step copies a query tile's Q with its lse row "
+                           "and dO with O while the tensor cores recompute the scores "
                            "(mma_s) and take dP (mma_dp), dV (mma_dv), dK (mma_dk) and dQ's "
-                           "part (mma_dq), the softmax and dS on the CUDA cores and SFU; dQ's "
+                           "part (mma_dq), the softmax, D and dS on the CUDA cores and SFU; dQ's "
                            "part is added to global memory every step, dK and dV stored after "
                            "the loop."),
     "mamba2_chunk_scan": ("Mamba2 chunk scan", "Before the loop the C tile, the entering "

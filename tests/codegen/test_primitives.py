@@ -190,8 +190,8 @@ def test_preludes_order_families_by_rank_not_by_import() -> None:
     in the order the family gives them: a family that moves to another package, or is
     imported first, leaves every kernel's text as it was."""
     families = [cuda.activations, cuda.base, hopper.cluster, cuda.convert, cuda.fences,
-                cuda.reductions, hopper.ldstmatrix, cuda.mbarrier, hopper.regs, cuda.sfu, cuda.swizzle,
-                cuda.tma, hopper.wgmma, ampere.copies, ampere.mma_sync]
+                cuda.reductions, hopper.ldstmatrix, cuda.mbarrier, hopper.regs, cuda.sfu,
+                cuda.swizzle, cuda.tma, hopper.wgmma, ampere.copies, ampere.mma_sync]
     ranks = [cuda.prelude_rank(name) for name in cuda.registered()]
     assert ranks == sorted(ranks)
     assert set(ranks) == {module.PRELUDE_RANK for module in families}

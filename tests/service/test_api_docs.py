@@ -41,9 +41,9 @@ def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
     assert set(attention["dtype"]["enum"]) == {"float16", "bfloat16", "float8_e4m3"}
     assert ops["attention"]["peers"] == ["sdpa_flash"]
     assert "kv_heads" in ops["attention"]["parameters"]["properties"]
-    assert all(entry["generates_cuda"] for op, entry in ops.items() if op != "attention_backward")
-    backward = ops["attention_backward"]  # its kernels are to come: simulated runs only
-    assert not backward["generates_cuda"] and backward["baseline"] == "sdpa_cudnn_backward"
+    assert all(entry["generates_cuda"] for entry in ops.values())
+    backward = ops["attention_backward"]
+    assert backward["baseline"] == "sdpa_cudnn_backward"
     assert backward["peers"] == ["sdpa_flash_backward"]
     assert "deterministic" in backward["parameters"]["properties"]
     spec = client.get("/openapi.json").json()

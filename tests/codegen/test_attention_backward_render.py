@@ -1,0 +1,139 @@
+"""Generated attention backward kernels on the CPU: sampled schedules of several workloads
+compile for sm_90a without spills; the kernel's own trip arithmetic, run on the host,
+visits every (key tile, query head, query tile) pair the mask lets through exactly once
+and counts each query tile's contributors as its dq reduction expects; the launch
+contract is the spec's; and what is not generated says why."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from kernel_checks import assert_compile_clean
+from schedule_samples import sample_schedules
+
+from codegen import render, unsupported
+from codegen.artifact import TensorArg, WorkspaceArg
+from codegen.nvcc import nvcc_path
+from scheduler_search.hardware import get_device
+from scheduler_search.ops import parse_spec
+
+H200 = get_device("h200")
+BASE = dict(batch=2, heads=8, kv_heads=2, seq_q=512, seq_kv=512, head_dim=128, causal=True,
+            dtype="bfloat16")
+#: Workloads the compile check samples: head sizes, masks, layouts, GQA and MHA, lengths
+#: that are not a multiple of the tiles and query lengths other than the keys'.
+WORKLOADS = (
+    BASE,
+    {**BASE, "head_dim": 64, "causal": False, "layout": "bhsd", "seq_q": 300, "seq_kv": 700,
+     "dtype": "float16"},
+    {**BASE, "head_dim": 64, "heads": 4, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000},
+)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_sampled_backward_kernels_compile_without_spills() -> None:
+    sources = []
+    for params in WORKLOADS:
+        spec = parse_spec("attention_backward", params)
+        sources += [render(sp, spec, H200).source
+                    for sp in sample_schedules(spec, H200, 3, seed=2)]
+    reports = assert_compile_clean(sources)
+    assert all(r.registers <= 248 for r in reports)
+
+
+def _host_program(source: str) -> str:
+    """The kernel's constants and integer helpers, with a host ``main`` that walks every
+    key tile's trips as the loads and the dq reduction do."""
+    lines = [line for line in source.splitlines()
+             if re.match(r"(constexpr (int|bool) |__device__ __forceinline__ int )", line)]
+    return "\n".join([
+        "#include <algorithm>", "#include <cstdio>", "#include <vector>",
+        "#define __device__", "#define __forceinline__ inline",
+        "using std::max; using std::min;", *lines, r"""
+int main() {
+  std::vector<int> seen(KV_TILES * HEADS * Q_TILES, 0), adders(HEADS * Q_TILES, 0);
+  for (int heads0 = 0; heads0 < KV_HEADS; ++heads0)
+    for (int j = 0; j < KV_TILES; ++j) {
+      const int kv0 = j * TILE_KV, trips = GROUP * max(0, trips_per_head(kv0));
+      for (int trip = 0; trip < trips; ++trip) {
+        const int head = trip_head(trip, kv0, heads0), q0 = trip_q0(trip, kv0);
+        if (head / GROUP != heads0 || q0 % TILE_Q || q0 >= SEQ_Q) { puts("bad trip"); return 1; }
+        if (seen[(j * HEADS + head) * Q_TILES + q0 / TILE_Q]++ == 0)
+          adders[head * Q_TILES + q0 / TILE_Q]++;
+      }
+    }
+  for (int j = 0; j < KV_TILES; ++j)
+    for (int h = 0; h < HEADS; ++h)
+      for (int t = 0; t < Q_TILES; ++t) {
+        const bool attended = !CAUSAL || (t + 1) * TILE_Q - 1 >= j * TILE_KV;
+        if (seen[(j * HEADS + h) * Q_TILES + t] != (attended ? 1 : 0)) { puts("pair"); return 1; }
+      }
+  for (int h = 0; h < HEADS; ++h)
+    for (int t = 0; t < Q_TILES; ++t)
+      if (adders[h * Q_TILES + t] != q_contributors(t)) { puts("contributors"); return 1; }
+  puts("ok");
+  return 0;
+}
+"""])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+@pytest.mark.parametrize("params", [
+    BASE,
+    {**BASE, "seq_q": 300, "seq_kv": 700},
+    {**BASE, "seq_q": 700, "seq_kv": 300, "kv_heads": 8},
+    {**BASE, "causal": False, "seq_q": 200, "seq_kv": 130},
+])
+def test_trips_visit_each_attended_pair_once_and_count_dq_contributors(
+        params: dict, tmp_path: Path) -> None:
+    spec = parse_spec("attention_backward", params)
+    for sprogram in sample_schedules(spec, H200, 2, seed=4):
+        program = tmp_path / f"trips_{sprogram.hash[:8]}.cpp"
+        program.write_text(_host_program(render(sprogram, spec, H200).source))
+        binary = tmp_path / program.stem
+        subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(binary), str(program)],
+                       check=True, capture_output=True)
+        result = subprocess.run([str(binary)], capture_output=True, text=True)
+        assert result.stdout.strip() == "ok", (sprogram.choices, result.stdout)
+
+
+def test_launch_contract_holds_the_spec_s_tensors_and_zeroed_workspaces() -> None:
+    spec = parse_spec("attention_backward", BASE)
+    sprogram = next(sample_schedules(spec, H200, 1, seed=1))
+    artifact = render(sprogram, spec, H200)
+    shapes = {t.name: t.shape for t in spec.tensors()}
+    tensors = {a.name: a for a in artifact.args if isinstance(a, TensorArg)}
+    assert {n: tensors[n].shape for n in ("dk", "dv", "dq")} == {
+        n: shapes[n] for n in ("dk", "dv", "dq")}
+    assert all(tensors[n].role == "output" for n in ("dk", "dv", "dq"))
+    maps = {a.tensor for a in artifact.args if a.kind == "tensor_map"}
+    assert maps == {"q", "k", "v", "o", "do", "lse"}
+    workspaces = {a.name: a.bytes for a in artifact.args if isinstance(a, WorkspaceArg)}
+    q_tiles = -(-BASE["seq_q"] // sprogram.tile["q"])
+    assert workspaces == {
+        "dq_accum": BASE["batch"] * BASE["heads"] * BASE["seq_q"] * BASE["head_dim"] * 4,
+        "dq_count": BASE["batch"] * BASE["heads"] * q_tiles * 4}
+    # The kernel's parameters follow the arguments' order.
+    names = re.findall(r"(\w+)(?:,|\))", artifact.source.split(artifact.entry + "(", 1)[1]
+                       .split("{", 1)[0])
+    assert names == [a.name for a in artifact.args]
+
+
+@pytest.mark.parametrize(("change", "device", "reason"), [
+    ({"deterministic": True}, "h200", "deterministic dq"),
+    ({}, "a100", "TMA targets"),
+    ({"seq_q": 510}, "h200", "multiple of 4"),
+])
+def test_what_is_not_generated_says_why(change: dict, device: str, reason: str) -> None:
+    spec = parse_spec("attention_backward", {**BASE, **change})
+    target = get_device(device)
+    from scheduler_search.space import ScheduleSpace
+
+    space = ScheduleSpace(spec, target)
+    candidates, _ = space.enumerate()
+    problems = {unsupported(c.sprogram, target) for c in candidates[:20]}
+    assert problems and all(p and reason in p for p in problems), problems
