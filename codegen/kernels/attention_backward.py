@@ -143,7 +143,7 @@ class AttentionBackwardHooks(OperatorHooks):
         if any(s.inflight.values()):
             return "the backward's products are waited for in order (order serial)"
         if s.persistent and self.accumulator_regs(self.consumer_rows) > PERSISTENT_REGS_MAX:
-            # nvcc 13.0, sm_90a: head_dim 128's 176 accumulators spilled 16 B with the
+            # nvcc 13.0, Hopper: head_dim 128's 176 accumulators spilled 16 B with the
             # persistent tile loop's state, none without it.
             return "a persistent loop over key tiles beside this many accumulators spills"
         return None

@@ -112,18 +112,19 @@ class AttentionBackwardSpec(AttentionShape):
         return 10.0 * self.batch * self.heads * self.attended_pairs() * self.head_dim
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
-        """Per (batch, kv head) and key tile, the loop over the query tiles of every query
-        head of the group (whose dk and dv it sums)."""
+        """Per (batch, query head) and key tile, the loop over the head's query tiles: the
+        cost model's view of the kernels, whose tiles take a kv head's keys over every
+        query head of its group in turn (the same work, in longer tiles)."""
         return STaskGraph(
             op=self.op,
             stasks=_BACKWARD_STASKS,
             tensors=_backward_tensors(self.dtype),
-            extents={"kv": self.seq_kv, "q": self.group * self.seq_q, "d": self.head_dim,
+            extents={"kv": self.seq_kv, "q": self.seq_q, "d": self.head_dim,
                      "e": 2 * self.head_dim},
             tile=dict(tile),
             spatial_axes=("kv",),
             reduction_axes=("q",),
-            grid_axes={"batch": self.batch, "heads": self.kv_heads},
+            grid_axes={"batch": self.batch, "heads": self.heads},
             # Key tile j is seen by queries i >= j: as many trips per tile as the forward's
             # query tiles, in the mirrored order.
             causal_pairs=(("kv", "q"),) if self.causal else (),

@@ -104,11 +104,15 @@ def test_a_simulated_ampere_class_run_returns_a_kernel_of_its_architecture(
 
 
 def test_the_attention_backward_is_tuned_on_the_simulated_device(database_url: str) -> None:
-    """Its kernels are still to come: the cost model's run, a schedule and no kernel."""
+    """The cost model's run over the generated space: a schedule and its kernel, which
+    writes dk, dv and dq through the workspace it leaves at zeros."""
     result = pipetune.tune("attention_backward", device="sim:h200", budget={"trials": 6},
                            database_url=database_url, progress=False, batch=1, heads=8,
                            kv_heads=2, seq_q=1024, seq_kv=1024, head_dim=128, causal=True,
                            dtype="bfloat16")
-    assert result.status == "succeeded" and result.kernel is None
+    assert result.status == "succeeded" and result.kernel is not None
     assert result.schedule is not None and result.latency_us is not None
     assert result.schedule["workload"]["op"] == "attention_backward"
+    args = {a["name"]: a["kind"] for a in result.kernel["args"]}
+    assert {args[n] for n in ("dq", "dk", "dv")} == {"tensor"}
+    assert args["dq_accum"] == args["dq_count"] == "workspace"
