@@ -34,6 +34,7 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
+from codegen.kernels.attention_fields import AttentionFields
 from codegen.kernels.attention_fp8 import FP8_BLOCK_REGS, TransposedV, fp8_problem
 from codegen.kernels.attention_order import order_problem
 from codegen.kernels.attention_output import AttentionOutput
@@ -63,7 +64,7 @@ ROW_STATE_REGS = 6
 MIN_SWIZZLE_SPAN_BYTES = 64
 
 
-class AttentionHooks(OperatorHooks):
+class AttentionHooks(AttentionFields, OperatorHooks):
     """Attention's tiles, loads, softmax and matrix products on the skeleton."""
 
     trips = "KV_TILES"
@@ -76,18 +77,6 @@ class AttentionHooks(OperatorHooks):
     owner_tile_buffers = True
 
     # ----- problem and tile ----------------------------------------------------------
-    def _p(self, name: str) -> int:
-        return int(self.params[name])
-
-    @property
-    def causal(self) -> bool:
-        return bool(self.params["causal"])
-
-    @property
-    def heads_second(self) -> bool:
-        """Layout ``bhsd`` (batch, heads, seq, head_dim), else ``bshd``."""
-        return self.params.get("layout", "bshd") == "bhsd"
-
     @property
     def elem(self) -> int:
         return ELEMENT_BYTES[self.dtype]
@@ -100,18 +89,6 @@ class AttentionHooks(OperatorHooks):
     @property
     def out_dtype(self) -> str:
         return "bfloat16" if self.fp8 else self.dtype
-
-    @property
-    def head_dim(self) -> int:
-        return self._p("head_dim")
-
-    @property
-    def tile_q(self) -> int:
-        return self.sprogram.tile["q"]
-
-    @property
-    def tile_kv(self) -> int:
-        return self.sprogram.tile["kv"]
 
     @property
     def pack(self) -> int:

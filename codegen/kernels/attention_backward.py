@@ -31,6 +31,7 @@ from functools import cached_property
 from codegen.artifact import TensorMapArg, WorkspaceArg
 from codegen.cuda import swizzle
 from codegen.kernels.attention_backward_math import PIECE_REGS, BackwardMath
+from codegen.kernels.attention_fields import AttentionFields
 from codegen.pipeline import (
     Code,
     GridAxis,
@@ -58,42 +59,19 @@ PINNED = {"mma_s": ("s_acc",), "mma_dv": ("dv_acc", "p"), "mma_dp": ("dp_acc",),
           "mma_dk": ("dk_acc", "p")}
 
 
-class AttentionBackwardHooks(OperatorHooks):
+class AttentionBackwardHooks(AttentionFields, OperatorHooks):
     """The backward's tiles, loads and matrix products on the skeleton."""
 
     trips = "TRIPS"
 
     # ----- problem and tile ----------------------------------------------------------
-    def _p(self, name: str) -> int:
-        return int(self.params[name])
-
-    @property
-    def causal(self) -> bool:
-        return bool(self.params["causal"])
-
-    @property
-    def heads_second(self) -> bool:
-        return self.params.get("layout", "bshd") == "bhsd"
-
     @property
     def elem(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def head_dim(self) -> int:
-        return self._p("head_dim")
-
-    @property
     def group(self) -> int:
         return self._p("heads") // self._p("kv_heads")
-
-    @property
-    def tile_q(self) -> int:
-        return self.sprogram.tile["q"]
-
-    @property
-    def tile_kv(self) -> int:
-        return self.sprogram.tile["kv"]
 
     @property
     def q_tiles(self) -> int:
