@@ -120,6 +120,10 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
             return "the backward is lowered with a producer warp and cooperative consumers"
         if any(s.inflight.values()):
             return "the backward's products are waited for in order (order serial)"
+        if s.turns:
+            # The consumers meet at a barrier every trip (dS^T staged for dq): a consumer
+            # waiting for its turn there would wait for one waiting for it.
+            return "the consumers meet every trip; they do not take turns on the tensor cores"
         if s.persistent and self.accumulator_regs(self.consumer_rows) > PERSISTENT_REGS_MAX:
             # nvcc 13.0, Hopper: head_dim 128's 176 accumulators spilled 16 B with the
             # persistent tile loop's state, none without it.

@@ -137,3 +137,19 @@ def test_what_is_not_generated_says_why(change: dict, device: str, reason: str) 
     candidates, _ = space.enumerate()
     problems = {unsupported(c.sprogram, target) for c in candidates[:20]}
     assert problems and all(p and reason in p for p in problems), problems
+
+
+def test_consumers_that_meet_every_trip_never_take_turns() -> None:
+    """dSᵀ is staged by every consumer before any reads it: a consumer waiting for its turn
+    on the tensor cores there would deadlock, so no generated schedule has turns (and two
+    consumers still split a key tile where the registers allow)."""
+    from codegen import feasibility
+    from codegen.pipeline.structure import PipelineStructure
+    from scheduler_search.space import ScheduleSpace
+
+    spec = parse_spec("attention_backward", {**BASE, "head_dim": 64})
+    space = ScheduleSpace(spec, H200, feasibility(spec.op, H200))
+    candidates, _ = space.enumerate()
+    structures = [PipelineStructure(c.sprogram) for c in candidates]
+    assert structures and not any(s.turns for s in structures)
+    assert {s.consumers for s in structures} == {1, 2}
