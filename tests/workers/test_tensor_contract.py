@@ -36,6 +36,8 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("gemm", {"m": 256, "n": 256, "k": 192, "dtype": "bfloat16", "b_layout": "nk"}),
     ("attention", ATTENTION),
     ("attention", {**ATTENTION, "layout": "bhsd", "causal": False, "dtype": "bfloat16"}),
+    ("attention_backward", ATTENTION),
+    ("attention_backward", {**ATTENTION, "layout": "bhsd", "causal": False, "dtype": "bfloat16"}),
     ("mamba2_chunk_state", MAMBA2),
     ("mamba2_chunk_scan", MAMBA2),
     ("mamba2_chunk_scan", {**MAMBA2, "ngroups": 1, "dtype": "float16"}),
@@ -64,7 +66,6 @@ def _extent_bytes(arg: TensorMapArg) -> int:
 
 
 def test_every_operator_with_code_generation_is_covered() -> None:
-    """(The attention backward is tuned on the simulated device until its kernels come.)"""
     from codegen import has_renderer
 
     assert {op for op, _ in CASES} == {op for op in OPERATORS if has_renderer(op)}
@@ -112,8 +113,7 @@ def test_worker_load_and_artifact_read_one_contract(op: str, params: dict[str, A
 
 @pytest.mark.parametrize("op", sorted(OPERATORS))
 def test_baseline_jobs_carry_the_contract(op: str) -> None:
-    backward = {**ATTENTION, "causal": True}  # no kernels yet: its peers' jobs alone
-    params = dict(next((p for o, p in CASES if o == op), backward))
+    params = dict(next(p for o, p in CASES if o == op))
     workload = {"op": op, "params": parse_spec(op, params).params()}
     job = baseline_job("peer", workload, seed=3)
     assert job.tensors == tuple(parse_spec(op, params).tensors())
