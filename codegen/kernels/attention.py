@@ -34,7 +34,7 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
-from codegen.kernels.attention_fields import AttentionFields
+from codegen.kernels.attention_fields import AttentionFields, input_map
 from codegen.kernels.attention_fp8 import FP8_BLOCK_REGS, TransposedV, fp8_problem
 from codegen.kernels.attention_order import order_problem
 from codegen.kernels.attention_output import AttentionOutput
@@ -420,7 +420,7 @@ class AttentionHooks(AttentionFields, OperatorHooks):
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
-        maps = [_input_map(name, tile, p, heads, seq, rows, self.heads_second)
+        maps = [input_map(name, tile, p, heads, seq, rows, self.heads_second)
                 for name, tile, heads, seq, rows in (
                     ("q", self.q, p["heads"], p["seq_q"], (self.pack, self.tile_q // self.pack)),
                     ("k", self.k, p["kv_heads"], p["seq_kv"], (1, self.tile_kv)),
@@ -428,24 +428,6 @@ class AttentionHooks(AttentionFields, OperatorHooks):
         if self.side_outputs_staged:
             maps.append(self._output.lse_map())
         return tuple(maps)
-
-
-def _input_map(name: str, tile: OperandTile, params: Mapping[str, object], heads: int,
-               seq: int, box: tuple[int, int], heads_second: bool) -> TensorMapArg:
-    """q's, k's or v's rank-4 map, innermost first: (head_dim, heads, seq, batch) for bshd,
-    (head_dim, seq, heads, batch) for bhsd; a box is ``box`` (heads, positions) of rows."""
-    d, e, batch = int(params["head_dim"]), tile.elem_bytes, int(params["batch"])
-    middle = [(heads, box[0]), (seq, box[1])]
-    if heads_second:
-        middle.reverse()
-    (n1, box1), (n2, box2) = middle
-    return TensorMapArg(
-        name=f"{name}_map", tensor=name, dtype=str(params["dtype"]),
-        global_dims=(d, n1, n2, batch),
-        global_strides_bytes=(d * e, n1 * d * e, n2 * n1 * d * e),
-        box_dims=(tile.box_inner, box1, box2, 1),
-        swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
-    )
 
 
 #: Bumped whenever attention's own text changes for the same schedule.

@@ -31,7 +31,7 @@ from functools import cached_property
 from codegen.artifact import TensorMapArg, WorkspaceArg
 from codegen.cuda import swizzle
 from codegen.kernels.attention_backward_math import PIECE_REGS, BackwardMath
-from codegen.kernels.attention_fields import AttentionFields
+from codegen.kernels.attention_fields import AttentionFields, input_map
 from codegen.pipeline import (
     Code,
     GridAxis,
@@ -357,33 +357,17 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
-        maps = [self._input_map(name, p["heads"], p["seq_q"], self.tile_q)
-                for name in ("q", "do", "o")]
-        maps += [self._input_map(name, p["kv_heads"], p["seq_kv"], self.tile_kv)
-                 for name in ("k", "v")]
+        # A box is one head's positions of a tile (rank-4 maps, as the forward's).
+        maps = [input_map(name, self.tiles[name], p, p["heads"], p["seq_q"], (1, self.tile_q),
+                          self.heads_second) for name in ("q", "do", "o")]
+        maps += [input_map(name, self.tiles[name], p, p["kv_heads"], p["seq_kv"],
+                           (1, self.tile_kv), self.heads_second) for name in ("k", "v")]
         maps.append(TensorMapArg(
             name="lse_map", tensor="lse", dtype="float32",
             global_dims=(p["seq_q"], p["heads"], p["batch"]),
             global_strides_bytes=(p["seq_q"] * WORD_BYTES, p["heads"] * p["seq_q"] * WORD_BYTES),
             box_dims=(self.tile_q, 1, 1), swizzle="none"))
         return tuple(maps)
-
-    def _input_map(self, name: str, heads: int, seq: int, rows: int) -> TensorMapArg:
-        """A rank-4 map over (head_dim, heads, seq, batch) (bshd) or (head_dim, seq,
-        heads, batch) (bhsd); a box is one head's ``rows`` positions, 64 columns wide."""
-        d, e, batch = self.head_dim, self.elem, self._p("batch")
-        middle = [(heads, 1), (seq, rows)]
-        if self.heads_second:
-            middle.reverse()
-        (n1, box1), (n2, box2) = middle
-        tile = self.tiles[name]
-        return TensorMapArg(
-            name=f"{name}_map", tensor=name, dtype=self.dtype,
-            global_dims=(d, n1, n2, batch),
-            global_strides_bytes=(d * e, n1 * d * e, n2 * n1 * d * e),
-            box_dims=(tile.box_inner, box1, box2, 1),
-            swizzle=tile.swizzle.tma,  # type: ignore[arg-type]
-        )
 
 
 #: Bumped whenever the backward's own text changes for the same schedule.
