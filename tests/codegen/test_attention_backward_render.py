@@ -40,7 +40,7 @@ def test_sampled_backward_kernels_compile_without_spills() -> None:
     for params in WORKLOADS:
         spec = parse_spec("attention_backward", params)
         sources += [render(sp, spec, H200).source
-                    for sp in sample_schedules(spec, H200, 3, seed=2)]
+                    for sp in sample_schedules(spec, H200, 2, seed=2)]
     reports = assert_compile_clean(sources)
     assert all(r.registers <= 248 for r in reports)
 
@@ -91,7 +91,7 @@ int main() {
 def test_trips_visit_each_attended_pair_once_and_count_dq_contributors(
         params: dict, tmp_path: Path) -> None:
     spec = parse_spec("attention_backward", params)
-    for sprogram in sample_schedules(spec, H200, 2, seed=4):
+    for sprogram in sample_schedules(spec, H200, 1, seed=4):
         program = tmp_path / f"trips_{sprogram.hash[:8]}.cpp"
         program.write_text(_host_program(render(sprogram, spec, H200).source))
         binary = tmp_path / program.stem
