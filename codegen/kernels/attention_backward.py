@@ -371,6 +371,6 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
 
 
 #: Bumped whenever the backward's own text changes for the same schedule.
-ATTENTION_BACKWARD_HOOKS_VERSION = "attention-backward-1"
+ATTENTION_BACKWARD_HOOKS_VERSION = "attention-backward-2"
 
 __all__ = ["ATTENTION_BACKWARD_HOOKS_VERSION", "AttentionBackwardHooks"]

@@ -81,18 +81,20 @@ class BackwardMath:
          "stage_ds": self.stage_ds, "scale_dk": self.scale_dk}[stask](code, at)
 
     # ----- per trip --------------------------------------------------------------------
-    def _each_pair_column(self, code: Code, vector: str, body: list[str]) -> None:
+    def _each_pair_column(self, code: Code, vector: str, body: list[str],
+                          keys: bool = False) -> None:
         """``body`` for each score this thread holds, after the two values of ``vector``
         (an fp32 shared array over the trip's queries) at its column pair are read into
         ``v2``: ``col`` is the pair's first query (from the tile's), ``key`` the row's key
-        and ``x`` the score's accumulator index."""
+        (where ``keys``) and ``x`` the score's accumulator index."""
         c = code
         c("#pragma unroll")
         with c.block("for (int g = 0; g < S_REGS / 4; ++g)"):
             c("const int col = g * 8 + (lane & 3) * 2;")
             c(f"const float2 v2 = {c.call('ld_shared_f32x2', f'{vector} + col * 4')};")
             with self.target.accumulator_rows(c):
-                c("const int key = kv0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
+                if keys:
+                    c("const int key = kv0 + row0 + mi * 64 + warp * 16 + h * 8 + (lane >> 2);")
                 c("#pragma unroll")
                 with c.block("for (int e = 0; e < 2; ++e)"):
                     c("const int x = 4 * g + 2 * h + e;")
@@ -127,7 +129,7 @@ class BackwardMath:
                 "const int query = q_first + col + e;",
                 f"s = {exp2}(s * SCALE_LOG2 - v * LOG2E);",
                 f"if ({mask}) s = 0.0f;",
-            ])
+            ], keys=True)
         self._pack(c, "s_acc", "P^T")
 
     def _delta_slot(self, at: TripAt) -> str:
