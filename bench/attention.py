@@ -193,7 +193,7 @@ def prepare(args: argparse.Namespace) -> None:
 
 # ----- run (GPU) ----------------------------------------------------------------------
 def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool,
-              device_name: str = "h200") -> Any:
+              device_name: str = "h200", op: str = "attention") -> Any:
     """The candidate's kernel: as prepared, or rendered again from its choices by this
     tree's code generation (the ranking is kept; the text is today's)."""
     from codegen import render
@@ -206,19 +206,20 @@ def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool,
     if not rerender:
         return KernelArtifact.from_dict(prepared["artifact"])
     device = get_device(device_name)  # the candidates file's (``h200@sm_80``: Ampere code)
-    spec = parse_spec("attention", params)
+    spec = parse_spec(op, params)
     return render(plan_sprogram(spec, device, prepared["choices"]), spec, device)
 
 
-def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespace) -> list[dict]:
-    """Check and quick-time every fp16 candidate of a case."""
+def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespace,
+            op: str = "attention") -> list[dict]:
+    """Check and quick-time every fp16 candidate of a case of ``op``."""
     from workers import Job
 
-    workload = {"op": "attention", "params": case["params"]}
+    workload = {"op": op, "params": case["params"]}
     entries = case["candidates"][: args.top]
     measured = pool.measure([
         Job(workload, artifact=_artifact(e, case["params"], args.rerender,
-                                    args.device), timing=quick,
+                                    args.device, op), timing=quick,
             deadline_s=args.deadline) for e in entries])
     return [{"source": e["source"], "hash": e["float16"]["hash"], "status": m.status.value,
              "latency_us": m.latency_us, "rel_error": m.rel_error, "registers": m.registers,
@@ -227,19 +228,22 @@ def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespac
 
 
 def _retime(pool: Any, params: dict[str, Any], artifact: Any, final: Any,
-            args: argparse.Namespace) -> dict[str, Any]:
-    """The kernel and the peers in the same worker, interleaved over the rounds: medians
-    (an optional peer that cannot run is reported, not a failure)."""
+            args: argparse.Namespace, op: str = "attention",
+            required_peers: tuple[str, str] = PEERS,
+            optional_peers: tuple[str, ...] = OPTIONAL_PEERS) -> dict[str, Any]:
+    """The kernel and the peers (cuDNN's, then FlashAttention-2's) in the same worker,
+    interleaved over the rounds: medians (an optional peer that cannot run is reported, not
+    a failure). ``flops`` of the forward; the backward's records scale it themselves."""
     from workers import Job
 
-    workload = {"op": "attention", "params": params}
-    peers = (*PEERS, *OPTIONAL_PEERS)
+    workload = {"op": op, "params": params}
+    peers = (*required_peers, *optional_peers)
     rounds = []
     for _ in range(args.rounds):
         jobs = [Job(workload, artifact=artifact, timing=final, deadline_s=args.deadline)]
         jobs += [Job(workload, baseline=p, timing=final, deadline_s=args.deadline) for p in peers]
         rounds.append(pool.measure(jobs))
-    required = 1 + len(PEERS)
+    required = 1 + len(required_peers)
     failed = [m.status.value for r in rounds for m in r[:required] if m.status.value != "ok"]
     if failed:
         return {"error": f"re-timing failed: {failed[:3]} {rounds[0][0].error[:300]}"}
@@ -251,7 +255,7 @@ def _retime(pool: Any, params: dict[str, Any], artifact: Any, final: Any,
               "cudnn_tflops": flops(params) / cudnn / 1e6,
               "rel_error": max(r[0].rel_error for r in rounds),
               "rounds_us": [[m.latency_us for m in r] for r in rounds]}
-    for offset, peer in enumerate(OPTIONAL_PEERS, start=required):
+    for offset, peer in enumerate(optional_peers, start=required):
         runs = [r[offset] for r in rounds]
         if all(m.status.value == "ok" for m in runs):
             us = statistics.median(m.latency_us for m in runs)

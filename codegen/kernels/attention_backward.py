@@ -87,7 +87,7 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
 
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
-        return (GridAxis("kv", self._p("seq_kv"), self.tile_kv),
+        return (GridAxis("kv", self._p("seq_kv"), self.tile_kv, lightest_last=self.causal),
                 GridAxis("batch", self._p("batch"), 1),
                 GridAxis("heads", self._p("kv_heads"), 1))
 

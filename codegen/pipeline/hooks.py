@@ -53,6 +53,10 @@ class GridAxis:
     #: Tiles further along the axis carry more work (causal attention's query tiles): the
     #: raster visits them first, so the longest do not run last on an otherwise idle GPU.
     heaviest_last: bool = False
+    #: Tiles further along the axis carry less work (the attention backward's key tiles,
+    #: whose causal loop starts at a later query tile): the raster's own order already
+    #: visits the heaviest first, and ``raster_heaviest_first`` puts the axis outermost.
+    lightest_last: bool = False
     #: The extent as a C++ expression of the kernel's size arguments (``M``, ``SEQ_Q *
     #: PACK``) where it is taken at run time: ``TILES_<A>`` is then counted in the kernel,
     #: and ``extent`` is the size the kernel is planned at. Empty: a compile-time extent.

@@ -301,8 +301,8 @@ class PipelineLayout:
 
     def _raster_problem(self) -> str | None:
         if self.structure.sprogram.raster.heaviest_first and not any(
-                a.heaviest_last for a in self.hooks.grid_axes):
-            return "raster_heaviest_first: no grid axis of this kernel grows heavier"
+                a.heaviest_last or a.lightest_last for a in self.hooks.grid_axes):
+            return "raster_heaviest_first: no grid axis of this kernel has uneven tiles"
         return None
 
     def cluster_problem(self) -> str | None:

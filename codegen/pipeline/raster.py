@@ -3,7 +3,8 @@
 Tiles are visited along ``raster.major`` first, in bands of ``raster.swizzle`` tiles of
 the other axis, so that tiles running at the same time share operands in L2 (the cost
 model's order; ``scheduler_search.cost_model.grid``); along an axis whose tiles grow
-heavier (``GridAxis.heaviest_last``), from its last tile back.
+heavier (``GridAxis.heaviest_last``), from its last tile back; with ``heaviest_first``,
+the uneven axis (``heaviest_last`` or ``lightest_last``) outermost, heaviest tiles first.
 """
 
 from __future__ import annotations
@@ -46,14 +47,16 @@ def emit_tile_origin(code: Code, axes: tuple[GridAxis, ...], raster: Raster,
     head = (f"auto tile_origin = [&](int tile, {origins})" if in_kernel
             else f"__device__ __forceinline__ void tile_origin(int tile, {origins})")
     if raster.heaviest_first:
-        heavy = next(a for a in axes if a.heaviest_last)
+        heavy = next(a for a in axes if a.heaviest_last or a.lightest_last)
         rest = [a for a in axes if a is not heavy]
-        c.comment(f"Raster: the heaviest tiles first across the grid: {heavy.name} from its "
-                  f"last tile back, outermost; {', '.join(a.name for a in rest)} under it "
-                  "(the first fastest).")
+        walk = "from its last tile back" if heavy.heaviest_last else "from its first tile"
+        c.comment(f"Raster: the heaviest tiles first across the grid: {heavy.name} {walk}, "
+                  f"outermost; {', '.join(a.name for a in rest)} under it (the first fastest).")
         with c.block(head, tail="};" if in_kernel else "}"):
             others = " * ".join(count(a) for a in rest)
-            c(f"{heavy.origin} = {origin(heavy, f'({count(heavy)} - 1 - tile / ({others}))')};")
+            t = (f"({count(heavy)} - 1 - tile / ({others}))" if heavy.heaviest_last
+                 else f"(tile / ({others}))")
+            c(f"{heavy.origin} = {origin(heavy, t)};")
             c(f"tile %= {others};")
             for i, axis in enumerate(rest):
                 c(f"{axis.origin} = {origin(axis, f'(tile % {count(axis)})')};")

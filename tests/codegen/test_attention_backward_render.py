@@ -1,6 +1,7 @@
 """Generated attention backward kernels on the CPU: sampled schedules of several workloads
 compile for sm_90a without spills; the kernel's own trip arithmetic, run on the host,
-visits every (key tile, query head, query tile) pair the mask lets through exactly once
+visits every output tile once (the heaviest first when asked) and every (key tile, query
+head, query tile) pair the mask lets through exactly once
 and counts each query tile's contributors as its dq reduction expects; the launch
 contract is the spec's; and what is not generated says why."""
 
@@ -20,6 +21,7 @@ from codegen.artifact import TensorArg, WorkspaceArg
 from codegen.nvcc import nvcc_path
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
+from scheduler_search.sprogram import plan_sprogram
 
 H200 = get_device("h200")
 BASE = dict(batch=2, heads=8, kv_heads=2, seq_q=512, seq_kv=512, head_dim=128, causal=True,
@@ -45,16 +47,33 @@ def test_sampled_backward_kernels_compile_without_spills() -> None:
     assert all(r.registers <= 248 for r in reports)
 
 
-def _host_program(source: str) -> str:
-    """The kernel's constants and integer helpers, with a host ``main`` that walks every
-    key tile's trips as the loads and the dq reduction do."""
+def _host_program(source: str, heaviest_first: bool) -> str:
+    """The kernel's constants, integer helpers and raster, with a host ``main`` that walks
+    the tiles in the raster's order and every key tile's trips as the loads and the dq
+    reduction do."""
     lines = [line for line in source.splitlines()
              if re.match(r"(constexpr (int|bool) |__device__ __forceinline__ int )", line)]
+    raster = re.search(r"^__device__ __forceinline__ void tile_origin\(.*?^}$", source,
+                       re.M | re.S)
+    assert raster is not None
     return "\n".join([
         "#include <algorithm>", "#include <cstdio>", "#include <vector>",
         "#define __device__", "#define __forceinline__ inline",
-        "using std::max; using std::min;", *lines, r"""
+        f"constexpr bool HEAVIEST_FIRST = {str(heaviest_first).lower()};",
+        "using std::max; using std::min;", *lines, raster.group(0), r"""
 int main() {
+  std::vector<int> tiles(TILES_KV * TILES_BATCH * TILES_HEADS, 0);
+  int last_trips = 1 << 30;
+  for (int tile = 0; tile < TILES_KV * TILES_BATCH * TILES_HEADS; ++tile) {
+    int kv0, batch0, heads0;
+    tile_origin(tile, kv0, batch0, heads0);
+    if (tiles[(kv0 / TILE_KV * TILES_BATCH + batch0) * TILES_HEADS + heads0]++) {
+      puts("tile twice"); return 1;
+    }
+    const int trips = trips_per_head(kv0);
+    if (HEAVIEST_FIRST && trips > last_trips) { puts("lighter tile first"); return 1; }
+    last_trips = trips;
+  }
   std::vector<int> seen(KV_TILES * HEADS * Q_TILES, 0), adders(HEADS * Q_TILES, 0);
   for (int heads0 = 0; heads0 < KV_HEADS; ++heads0)
     for (int j = 0; j < KV_TILES; ++j) {
@@ -88,12 +107,16 @@ int main() {
     {**BASE, "seq_q": 700, "seq_kv": 300, "kv_heads": 8},
     {**BASE, "causal": False, "seq_q": 200, "seq_kv": 130},
 ])
-def test_trips_visit_each_attended_pair_once_and_count_dq_contributors(
+def test_raster_and_trips_visit_each_tile_and_attended_pair_once(
         params: dict, tmp_path: Path) -> None:
+    """... and, causal with ``raster_heaviest_first``, no tile before a heavier one."""
     spec = parse_spec("attention_backward", params)
-    for sprogram in sample_schedules(spec, H200, 1, seed=4):
+    for sample in sample_schedules(spec, H200, 1, seed=4):
+        heaviest_first = spec.causal
+        sprogram = plan_sprogram(spec, H200, {**sample.choices,
+                                              "raster_heaviest_first": heaviest_first})
         program = tmp_path / f"trips_{sprogram.hash[:8]}.cpp"
-        program.write_text(_host_program(render(sprogram, spec, H200).source))
+        program.write_text(_host_program(render(sprogram, spec, H200).source, heaviest_first))
         binary = tmp_path / program.stem
         subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(binary), str(program)],
                        check=True, capture_output=True)

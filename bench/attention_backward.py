@@ -1,0 +1,196 @@
+"""The attention backward suite (docs/attention_backward.md): searched dq / dk / dv kernels
+against cuDNN's SDPA backward and FlashAttention-2's, on one GPU.
+
+The cases are the attention suite's shapes (docs/benchmarks.md: GQA and MHA, head_dim 128
+and 64, causal and not, a length that no tile divides), in ``--layouts``. One command does
+everything on the GPU machine (``--jobs`` processes rank and render while nothing else
+runs): per fp16 case the cost model's ``--top`` best schedules that differ in structure are
+rendered for fp16 and bf16; every fp16 candidate is checked against the fp32 reference (dq,
+dk and dv) and quick-timed by the workers' ``LocalGpuPool``; the fastest correct one is
+kept, and the bf16 case of the same shape uses its schedule. The kept kernel and the peers
+(``torch.autograd.grad`` on SDPA with the backend forced, the forward's time excluded) are
+re-timed in the same worker, interleaved over ``--rounds`` rounds; the kept kernel is
+checked again on every round. Writes ``--out`` and prints the table with geometric means.
+
+    PYTHONPATH=. python3 bench/attention_backward.py --jobs 16 \\
+        --out bench/results/attention-backward-2026-12-05.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.attention import _retime, _search, case_name, flops  # noqa: E402
+from bench.common import geomean, rendered_per_dtype, timing_configs, tree_state, write_json  # noqa: E402
+
+OP = "attention_backward"
+PEERS = ("sdpa_cudnn_backward", "sdpa_flash_backward")
+#: Knobs whose values make two schedules "the same structure" for diversity.
+STRUCTURE_KEYS = ("tile_q", "tile_kv", "consumer_warpgroups", "persistent", "stages_q",
+                  "stages_do", "map_softmax_p")
+#: The backward's five products against the forward's two.
+BACKWARD_FLOPS_PER_FORWARD = 2.5
+
+
+def backward_flops(params: dict[str, Any]) -> float:
+    return BACKWARD_FLOPS_PER_FORWARD * flops(params)
+
+
+def suite_cases(layouts: list[str]) -> list[dict[str, Any]]:
+    """The attention suite's fp16 shapes in each layout (bf16 reuses their schedules)."""
+    from scheduler_search.ops.suites import attention_suite
+
+    return [{**params, "layout": layout} for layout in layouts
+            for params in attention_suite() if params["dtype"] == "float16"]
+
+
+def prepare_case(params: dict[str, Any], device_name: str, top: int,
+                 pool: int) -> dict[str, Any]:
+    """One case's candidates: the cost model's ``top`` best distinct structures among its
+    ``pool`` best, each rendered in fp16 and bf16 (a process of its own)."""
+    from codegen import feasibility
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.space import ScheduleSpace, rank_top
+
+    device = get_device(device_name)
+    specs = {d: parse_spec(OP, {**params, "dtype": d}) for d in ("float16", "bfloat16")}
+    space = ScheduleSpace(specs["float16"], device, feasibility(OP, device))
+    candidates, _ = space.enumerate()
+    chosen, seen = [], set()
+    for item in rank_top(space, candidates, pool):
+        key = tuple(item.sprogram.choices.get(k) for k in STRUCTURE_KEYS)
+        if key not in seen and len(chosen) < top:
+            seen.add(key)
+            chosen.append(rendered_per_dtype("cost model", item.sprogram, specs, device))
+    return {"params": specs["float16"].params(), "candidates": chosen}
+
+
+def measure_case(pool: Any, case: dict[str, Any], quick: Any, final: Any,
+                 args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Search one prepared case in fp16, then re-time its winner in every dtype."""
+    from codegen.artifact import KernelArtifact
+
+    tried = _search(pool, case, quick, args, OP)
+    ok = [t for t in tried if t["status"] == "ok"]
+    searched = [{k: v for k, v in t.items() if k != "entry"} for t in tried]
+    if not ok:
+        return [{"case": case_name(case["params"]), "params": case["params"],
+                 "searched": searched, "error": "no candidate was correct"}]
+    best = min(ok, key=lambda t: t["latency_us"])
+    records = []
+    for dtype in args.dtypes:
+        params = {**case["params"], "dtype": dtype}
+        artifact = KernelArtifact.from_dict(best["entry"][dtype]["artifact"])
+        record = {"case": case_name(params), "params": params,
+                  "schedule_hash": best["entry"][dtype]["hash"], "choices": best["choices"],
+                  "candidates_ok": f"{len(ok)}/{len(tried)}",
+                  **_retime(pool, params, artifact, final, args, OP, PEERS, ())}
+        if "pipetune_us" in record:
+            record["pipetune_tflops"] = backward_flops(params) / record["pipetune_us"] / 1e6
+            record["cudnn_tflops"] = backward_flops(params) / record["cudnn_us"] / 1e6
+        if dtype == "float16":
+            record["searched"] = searched
+        records.append(record)
+    return records
+
+
+def summary(args: argparse.Namespace, fingerprint: Any, quick: Any, final: Any,
+            results: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    measured = [r for r in results if "vs_cudnn" in r]
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "suite": OP, "peers": list(PEERS), "fingerprint": fingerprint, **tree_state(),
+        "search": {"method": "fp16: the cost model's top distinct structures, each checked "
+                             "against the fp32 reference (dq, dk, dv) and timed; bf16 reuses "
+                             "the fp16 winner", "top": args.top, "pool": args.pool,
+                   "quick_timing": quick.to_dict()},
+        "final_timing": final.to_dict(), "rounds": args.rounds,
+        "flops": f"{BACKWARD_FLOPS_PER_FORWARD} x the forward's (halved when causal)",
+        "geomean_vs_cudnn": geomean([r["vs_cudnn"] for r in measured]),
+        "geomean_vs_fa2": geomean([r["vs_fa2"] for r in measured]),
+        "cases_measured": len(measured), "cases_failed": len(results) - len(measured),
+        "cases": results, "wall_s": time.perf_counter() - started,
+    }
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    print(f"\n{'case':<34} {'pipetune us':>12} {'TFLOP/s':>8} {'cuDNN us':>10} {'FA2 us':>10} "
+          f"{'vs cuDNN':>9} {'vs FA2':>7}  schedule")
+    for r in doc["cases"]:
+        if "vs_cudnn" not in r:
+            print(f"{r['case']:<34} {r.get('error', '')}")
+            continue
+        c = r["choices"]
+        shape = (f"{c['tile_q']}x{c['tile_kv']} wg{c['consumer_warpgroups']} "
+                 f"q{c['stages_q']}/do{c['stages_do']} {'pers' if c['persistent'] else 'grid'} "
+                 f"p:{c['map_softmax_p']}")
+        print(f"{r['case']:<34} {r['pipetune_us']:>12.1f} {r['pipetune_tflops']:>8.1f} "
+              f"{r['cudnn_us']:>10.1f} {r['fa2_us']:>10.1f} {r['vs_cudnn']:>9.3f} "
+              f"{r['vs_fa2']:>7.3f}  {shape}")
+    print(f"geomean vs cuDNN SDPA backward {doc['geomean_vs_cudnn']:.3f}, vs FlashAttention-2 "
+          f"backward {doc['geomean_vs_fa2']:.3f} over {doc['cases_measured']} cases "
+          f"({doc['cases_failed']} failed)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from workers import LocalGpuPool, ParallelCompiler
+
+    started = time.perf_counter()
+    wanted = [p for p in suite_cases(args.layouts)
+              if not args.only or any(case_name(p).startswith(s) for s in args.only)]
+    with ProcessPoolExecutor(max_workers=args.jobs) as processes:
+        futures = [processes.submit(prepare_case, p, args.device, args.top, args.pool)
+                   for p in wanted]
+        quick, final = timing_configs()
+        results: list[dict[str, Any]] = []
+        with LocalGpuPool(compiler=ParallelCompiler(cache_dir=args.cache),
+                          codegen_version="bench-attention-backward") as pool:
+            fingerprint = pool.fingerprints[0]
+            for future in futures:
+                for record in measure_case(pool, future.result(), quick, final, args):
+                    results.append(record)
+                    print_row(record, started)
+                write_json(args.out, summary(args, fingerprint, quick, final, results, started))
+    doc = summary(args, fingerprint, quick, final, results, started)
+    write_json(args.out, doc)
+    print_table(doc)
+
+
+def print_row(r: dict[str, Any], started: float) -> None:
+    tail = (r.get("error") or f"{r['pipetune_us']:.1f} us vs cuDNN {r['vs_cudnn']:.3f} "
+            f"vs FA2 {r['vs_fa2']:.3f} ({r['candidates_ok']} ok)")
+    print(f"{r['case']:<34} {tail}  ({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="h200")
+    parser.add_argument("--layouts", nargs="+", choices=("bshd", "bhsd"), default=["bshd"])
+    parser.add_argument("--top", type=int, default=6, help="cost-model structures per case")
+    parser.add_argument("--pool", type=int, default=200, help="cost-model top N to pick from")
+    parser.add_argument("--jobs", type=int, default=8, help="cases ranked at once (processes)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--deadline", type=float, default=30.0)
+    parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument("--cache", default="/tmp/pipetune-cubins")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
+                                             f"attention-backward-{datetime.date.today()}.json"))
+    args = parser.parse_args(argv)
+    args.rerender = False
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
