@@ -74,6 +74,11 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
         return self._p("heads") // self._p("kv_heads")
 
     @property
+    def deterministic(self) -> bool:
+        """dq's sums in a fixed order (key tile by key tile), the same bits every run."""
+        return bool(self.params.get("deterministic", False))
+
+    @property
     def q_tiles(self) -> int:
         return -(-self._p("seq_q") // self.tile_q)
 
@@ -111,8 +116,6 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
             return f"the attention backward is generated for TMA targets, not {self.target.arch}"
         if self.head_dim not in HEAD_DIMS:
             return f"head_dim={self.head_dim}: the backward is generated for {HEAD_DIMS}"
-        if self.params.get("deterministic"):
-            return "a deterministic dq (a fixed order of its sums) is not generated yet"
         if self._p("seq_q") * WORD_BYTES % 16:
             return f"seq_q={self._p('seq_q')}: lse rows by TMA need a multiple of 4"
         s = self.structure

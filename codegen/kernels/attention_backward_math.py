@@ -238,6 +238,10 @@ class BackwardMath:
               f"trip_q0({at.index}, kv0);")
             c("float* dq_rows = reinterpret_cast<float*>(dq_accum) + (unsigned long long)"
               "(batch0 * HEADS + head) * SEQ_Q * HEAD_DIM;")
+            c("unsigned int* count = reinterpret_cast<unsigned int*>(dq_count) + (batch0 * HEADS + "
+              "head) * Q_TILES + q_first / TILE_Q;")
+            if self.hooks.deterministic:
+                self._wait_turn(c)
             for j in range(self.pieces_mine):
                 with c.block(f"if ({self._piece(j)} < DQ_PIECES)" if j else ""):
                     if j:
@@ -247,6 +251,19 @@ class BackwardMath:
                         self.pin_dq(c)
                     self._add_piece(c, j)
             self._finish_tile(c)
+
+    def _wait_turn(self, code: Code) -> None:
+        """A deterministic dq: every element's sums run in key-tile order. The query tile's
+        contributors are key tiles 0, 1, ... (a causal mask drops the last ones), so this
+        tile waits until the count holds every piece of the tiles before it. Tiles of one
+        (batch, head) start in key order (the raster walks key tiles forwards), and each
+        waits only on earlier ones: no cycle, so no deadlock."""
+        c = code
+        c.comment("deterministic dq: wait until the key tiles before this one added theirs")
+        with c.block("if (lane == 0)"):
+            c("const unsigned int before = (unsigned int)(kv0 / TILE_KV * DQ_PIECES);")
+            c(f"while ({c.call('ld_acquire_u32', 'count')} < before) __nanosleep(64);")
+        c("__syncwarp();")
 
     def _add_piece(self, code: Code, j: int) -> None:
         c = code
@@ -270,8 +287,6 @@ class BackwardMath:
         c("const int mine = (DQ_PIECES - consumer + CONSUMERS - 1) / CONSUMERS;  // pieces added")
         c("__threadfence();  // the sums land before the count says so")
         c(c.call("named_barrier_sync", self.bar, WARPGROUP) + ";")
-        c("unsigned int* count = reinterpret_cast<unsigned int*>(dq_count) + (batch0 * HEADS + "
-          "head) * Q_TILES + q_first / TILE_Q;")
         c("bool last = false;")
         with c.block(f"if (threadIdx.x % {WARPGROUP} == 0)"):
             c("last = atomicAdd(count, (unsigned int)mine) + mine == "

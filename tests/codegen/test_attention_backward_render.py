@@ -33,6 +33,7 @@ WORKLOADS = (
     {**BASE, "head_dim": 64, "causal": False, "layout": "bhsd", "seq_q": 300, "seq_kv": 700,
      "dtype": "float16"},
     {**BASE, "head_dim": 64, "heads": 4, "kv_heads": 4, "seq_q": 1000, "seq_kv": 1000},
+    {**BASE, "head_dim": 64, "deterministic": True},
 )
 
 
@@ -147,7 +148,6 @@ def test_launch_contract_holds_the_spec_s_tensors_and_zeroed_workspaces() -> Non
 
 
 @pytest.mark.parametrize(("change", "device", "reason"), [
-    ({"deterministic": True}, "h200", "deterministic dq"),
     ({}, "a100", "TMA targets"),
     ({"seq_q": 510}, "h200", "multiple of 4"),
 ])
@@ -176,3 +176,16 @@ def test_consumers_that_meet_every_trip_never_take_turns() -> None:
     structures = [PipelineStructure(c.sprogram) for c in candidates]
     assert structures and not any(s.turns for s in structures)
     assert {s.consumers for s in structures} == {1, 2}
+
+
+def test_a_deterministic_dq_adds_in_key_tile_order() -> None:
+    """Deterministic: each tile's dq adds wait (acquire) for the count of the key tiles
+    before it; otherwise no tile waits."""
+    waits = {}
+    for deterministic in (False, True):
+        spec = parse_spec("attention_backward", {**BASE, "deterministic": deterministic})
+        for sprogram in sample_schedules(spec, H200, 2, seed=5):
+            source = render(sprogram, spec, H200).source
+            waits[deterministic] = "ld_acquire_u32(count) < before" in source
+            assert ("kv0 / TILE_KV * DQ_PIECES" in source) == deterministic
+    assert waits == {False: False, True: True}
