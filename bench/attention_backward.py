@@ -10,7 +10,8 @@ dk and dv) and quick-timed by the workers' ``LocalGpuPool``; the fastest correct
 kept, and the bf16 case of the same shape uses its schedule. The kept kernel and the peers
 (``torch.autograd.grad`` on SDPA with the backend forced, the forward's time excluded) are
 re-timed in the same worker, interleaved over ``--rounds`` rounds; the kept kernel is
-checked again on every round. Writes ``--out`` and prints the table with geometric means.
+checked again on every round. ``--deterministic`` measures the kernels whose dq sums run
+in a fixed order. Writes ``--out`` and prints the table with geometric means.
 
     PYTHONPATH=. python3 bench/attention_backward.py --jobs 16 \\
         --out bench/results/attention-backward-2026-12-05.json
@@ -46,11 +47,12 @@ def backward_flops(params: dict[str, Any]) -> float:
     return BACKWARD_FLOPS_PER_FORWARD * flops(params)
 
 
-def suite_cases(layouts: list[str]) -> list[dict[str, Any]]:
-    """The attention suite's fp16 shapes in each layout (bf16 reuses their schedules)."""
+def suite_cases(layouts: list[str], deterministic: bool = False) -> list[dict[str, Any]]:
+    """The attention suite's fp16 shapes in each layout (bf16 reuses their schedules);
+    ``deterministic``: dq summed in a fixed order."""
     from scheduler_search.ops.suites import attention_suite
 
-    return [{**params, "layout": layout} for layout in layouts
+    return [{**params, "layout": layout, "deterministic": deterministic} for layout in layouts
             for params in attention_suite() if params["dtype"] == "float16"]
 
 
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> None:
     from workers import LocalGpuPool, ParallelCompiler
 
     started = time.perf_counter()
-    wanted = [p for p in suite_cases(args.layouts)
+    wanted = [p for p in suite_cases(args.layouts, args.deterministic)
               if not args.only or any(case_name(p).startswith(s) for s in args.only)]
     with ProcessPoolExecutor(max_workers=args.jobs) as processes:
         futures = [processes.submit(prepare_case, p, args.device, args.top, args.pool)
@@ -183,6 +185,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=30.0)
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--deterministic", action="store_true",
+                        help="dq summed in a fixed order (the spec's deterministic field)")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
     parser.add_argument("--cache", default="/tmp/pipetune-cubins")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
