@@ -19,6 +19,8 @@ Semantics:
     ``D`` of shape (nheads,) and z=None, group ``g(h) = h // (nheads / ngroups)``:
       states[b,c,h,p,n] = Σ_l B[b,cL+l,g,n] · x[b,cL+l,h,p]
                           · exp(dA[b,h,c,L−1] − dA[b,h,c,l]) · dt[b,h,c,l]
+      with ``pass_states``, states[b,c] is the state entering chunk c: r_0 = initial_states
+      (or 0), r_(c+1) = exp(dA[b,h,c,L−1]) · r_c + (chunk c's own state), final_states = r_C
       out[b,cL+l,h,p] = exp(dA[b,h,c,l]) · Σ_n C[b,cL+l,g,n] · states[b,c,h,p,n]
                         + Σ_{s≤l} cb[b,c,g,l,s] · exp(dA[b,h,c,l] − dA[b,h,c,s])
                           · dt[b,h,c,s] · x[b,cL+s,h,p]
@@ -63,8 +65,13 @@ def _attention(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dic
 
 
 def _chunk_state(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
-    return {"states": chunk_state_reference(
-        xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"])}
+    states = chunk_state_reference(
+        xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"])
+    if not params.get("pass_states"):
+        return {"states": states}
+    entering, final = state_passing_reference(
+        xp, states, inputs32["dA_cumsum"][:, :, :, -1], inputs32.get("initial_states"))
+    return {"states": entering, "final_states": final}
 
 
 def _chunk_scan(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +192,20 @@ def chunk_state_reference(xp: Any, b_in: Any, x: Any, dt: Any, da_cumsum: Any) -
                 weighted_x[:, :, hs].transpose(0, 2, 3, 1), b_c[:, None, :, g]
             )
     return states
+
+
+def state_passing_reference(xp: Any, states: Any, chunk_decay: Any,
+                            initial: Any | None) -> tuple[Any, Any]:
+    """``_state_passing_fwd``: states (B, C, H, P, N) of each chunk alone, chunk_decay
+    (B, H, C) the chunks' total dA, initial (B, H, P, N) or None -> (the states entering
+    each chunk (B, C, H, P, N), the state after the last (B, H, P, N))."""
+    run = (xp.zeros(states[:, 0].shape, dtype=xp.float32) if initial is None
+           else initial.astype(xp.float32))
+    entering = xp.empty_like(states)
+    for c in range(states.shape[1]):
+        entering[:, c] = run
+        run = xp.exp(chunk_decay[:, :, c])[..., None, None] * run + states[:, c]
+    return entering, run
 
 
 def chunk_scan_reference(

@@ -136,6 +136,11 @@ class OperatorSpec(BaseModel):
         heads)."""
         return {}
 
+    def loop_orders(self, offered: tuple[str, ...]) -> tuple[str, ...]:
+        """The loop orders (``order`` knob) this workload's graph can take of those its
+        operator's rows ``offered`` (default: all)."""
+        return offered
+
     def min_bytes(self) -> int:
         """Compulsory global-memory traffic: every tensor read or written once."""
         return sum(t.size_bytes for t in self.tensors())

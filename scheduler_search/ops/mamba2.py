@@ -124,27 +124,60 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
         "xb": ("load_x", "load_b", "load_dt", "load_dA")
     }
 
-    keyed_when_set: ClassVar[tuple[str, ...]] = ("states_in_fp32",)
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("states_in_fp32", "pass_states",
+                                                  "initial_states")
 
     #: As ``_chunk_state_fwd``'s argument: fp32 states (its default, what the model's
     #: state passing reads), or states in the inputs' dtype (half the bytes written).
     states_in_fp32: bool = True
+    #: Fused with the state passing (``_state_passing_fwd``): ``states`` are then the
+    #: states entering each chunk, ``r_c = exp(dA_c[L-1]) r_(c-1) + chunk_state_c`` carried
+    #: through the chunks on chip, and ``final_states`` the state after the last one.
+    pass_states: bool = False
+    #: With ``pass_states``: an fp32 ``initial_states`` input (batch, nheads, headdim,
+    #: dstate) is the state entering the first chunk (else zeros).
+    initial_states: bool = False
 
     @property
     def states_dtype(self) -> str:
         return "float32" if self.states_in_fp32 else self.dtype
 
+    def cross_field_errors(self) -> Iterator[tuple[str, str]]:
+        yield from super().cross_field_errors()
+        if self.initial_states and not self.pass_states:
+            yield "initial_states", "initial_states needs pass_states (the state passing reads it)"
+
+    def loop_orders(self, offered: tuple[str, ...]) -> tuple[str, ...]:
+        # The state passing reads each chunk's finished product in its own trip: no MMA
+        # stays in flight past it.
+        return ("serial",) if self.pass_states else offered
+
+    def _final_shape(self) -> tuple[int, ...]:
+        return (self.batch, self.nheads, self.headdim, self.dstate)
+
     def tensors(self) -> list[TensorSpec]:
         b_shape = (self.batch, self.seqlen, self.ngroups, self.dstate)
         b = TensorSpec("b", b_shape, self.dtype, "input", init=replace(_OPERAND, draw=2))
         states = TensorSpec("states", self._states_shape(), self.states_dtype, "output")
-        return [b, self._x(), *self._scalar_tensors(), states]
+        inputs = [b, self._x(), *self._scalar_tensors()]
+        if not self.pass_states:
+            return [*inputs, states]
+        if self.initial_states:
+            inputs.append(TensorSpec("initial_states", self._final_shape(), "float32", "input",
+                                     init=replace(_OPERAND, draw=3)))
+        final = TensorSpec("final_states", self._final_shape(), "float32", "output")
+        return [*inputs, states, final]
 
     def flops(self) -> float:
         return 2.0 * self.batch * self.nheads * self.seqlen * self.headdim * self.dstate
 
     def grid_sharing(self, tile: TileShape | None = None) -> dict[str, dict[str, int]]:
         return {"b": {"heads": self.group // packed_heads(tile)}}
+
+    def _grid(self, tile: TileShape) -> dict[str, int]:
+        """With the state passing, one tile walks every chunk in order (chunks: 1)."""
+        grid = self._grid_axes(packed_heads(tile))
+        return {**grid, "chunks": 1} if self.pass_states else grid
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
         stasks = (
@@ -179,15 +212,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 TC,
                 expr="acc[p,n] += xw[l,p] * b[l,n]",
             ),
-            stask(
-                "store",
-                STaskKind.STORE,
-                "states[p,n]",
-                ("acc[p,n]",),
-                TMA_OR_CORES,
-                phase="epilogue",
-            ),
-        )
+        ) + (_PASSING_STASKS if self.pass_states else _STATE_STORE)
         dt = self.dtype
         return STaskGraph(
             op=self.op,
@@ -205,15 +230,39 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 w=("float32", "register"),
                 xw=(dt, "register"),
                 acc=("float32", "register"),
+                **({"run": ("float32", "register"), "final_states": ("float32", "global")}
+                   if self.pass_states else {}),
             ),
+            # With the state passing the loop walks the whole sequence, chunk after chunk.
             extents={"p": self.headdim * packed_heads(tile), "n": self.dstate,
-                     "l": self.chunk_size, "g": self.group},
+                     "l": self.seqlen if self.pass_states else self.chunk_size,
+                     "g": self.group},
             tile=dict(tile),
             spatial_axes=("p", "n"),
             reduction_axes=("l",),
-            grid_axes=self._grid_axes(packed_heads(tile)),
+            grid_axes=self._grid(tile),
             copies=dict.fromkeys(("dt_s", "dA_s"), packed_heads(tile)),
         )
+
+
+#: The chunk state's own store: each chunk's state, after the loop over its positions.
+_STATE_STORE = (
+    stask("store", STaskKind.STORE, "states[p,n]", ("acc[p,n]",), TMA_OR_CORES,
+          phase="epilogue"),
+)
+
+#: Fused with the state passing: at each chunk's last trip the running state takes the
+#: chunk's decay and state, and is written as the state entering the next chunk; the state
+#: after the last chunk is the epilogue's.
+_PASSING_STASKS = (
+    # The running state it also reads is carried on chip (as online softmax's row max),
+    # and the chunk's total decay dA[L-1] is read once per chunk, not from the ring.
+    stask("pass_state", STaskKind.ELEMENTWISE, "run[p,n]", ("acc[p,n]",), CORES,
+          ops_per_point=2.0, expr="run[p,n] = exp(dA[L-1]) * run[p,n] + acc[p,n]"),
+    stask("store_state", STaskKind.STORE, "states[p,n]", ("run[p,n]",), CORES),
+    stask("store", STaskKind.STORE, "final_states[p,n]", ("run[p,n]",), TMA_OR_CORES,
+          phase="epilogue"),
+)
 
 
 class Mamba2ChunkScanSpec(_Mamba2Spec):

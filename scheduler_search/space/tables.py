@@ -207,7 +207,7 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
                               viable=_stages_viable(rows.stages)))
         else:
             knobs.append(Knob(f"stages_{stream}", rows.stages))
-    knobs.append(Knob("order", rows.orders if hopper else ("serial",)))
+    knobs.append(Knob("order", spec.loop_orders(rows.orders) if hopper else ("serial",)))
     have = device.unit_kinds()
     for name in rows.mappable:
         options = tuple(u.value for u in graph.stask(name).units if u in have)

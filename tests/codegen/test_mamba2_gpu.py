@@ -5,7 +5,8 @@ chunk sizes other than the suite's, with each way of loading dt and dA, and with
 wgmma waited for each trip or kept in flight; chunk state's states in fp32 and, as
 ``states_in_fp32=False`` asks, in the inputs' dtype, each stored both ways; the chunk state
 in thread-block clusters of 2 and 4 blocks multicasting B, and with rings deeper than a
-tile's trips.
+tile's trips; and the chunk state fused with the state passing (the states entering each
+chunk and the final state, from zeros or given initial states).
 
 Run on an H200 with ``pytest tests/codegen -m gpu``; skipped where CuPy sees no GPU. Every
 kernel of the module is compiled and checked in one batch; each test reads its own result.
@@ -49,6 +50,14 @@ SHAPES: tuple[tuple[int, int, int, int, int, int, int, str], ...] = (
 )
 #: Shapes whose chunk state is also checked with 16-bit states (``states_in_fp32: false``).
 STATES_16_BIT = (SHAPES[2], SHAPES[5], SHAPES[6])
+#: The chunk state fused with the state passing (``pass_states``): the states entering
+#: each chunk and the final state, with and without initial states, in both states' dtypes.
+PASSING = (
+    (SHAPES[2], {"pass_states": True}),
+    (SHAPES[5], {"pass_states": True, "initial_states": True}),
+    (SHAPES[6], {"pass_states": True, "initial_states": True, "states_in_fp32": False}),
+    (SHAPES[7], {"pass_states": True}),
+)
 
 
 #: Variants each design is also checked in, where the space lowers them: thread-block
@@ -84,6 +93,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
     variants = [(op, shape, {}) for shape in SHAPES for op in OPS]
     variants += [("mamba2_chunk_state", shape, {"states_in_fp32": False})
                  for shape in STATES_16_BIT]
+    variants += [("mamba2_chunk_state", shape, extra) for shape, extra in PASSING]
     cases = []
     for op, shape, extra in variants:
         batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype = shape
@@ -91,7 +101,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
             "batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
             "dstate": dstate, "ngroups": ngroups, "chunk_size": chunk, "dtype": dtype, **extra})
         name = (f"{op}-{batch}x{seqlen}x{nheads}(g{ngroups})xp{headdim}xn{dstate}c{chunk}"
-                f"-{dtype}{'-16bit-states' if extra else ''}")
+                f"-{dtype}{''.join(f'-{k}={v}' for k, v in extra.items())}")
         stores = ("cuda_core", "tma") if extra else (None,)
         programs = {p.hash: p for p in (*sample_schedules(spec, DEVICE, SAMPLES_PER_CASE,
                                                           seed=7), *_designed(spec, stores))}

@@ -24,6 +24,8 @@ SUITE = {"batch": 8, "seqlen": 4096, "nheads": 80, "headdim": 64, "dstate": 128,
          "ngroups": 1, "chunk_size": 256, "dtype": "float16"}
 GROUPED = {"batch": 2, "seqlen": 768, "nheads": 16, "headdim": 128, "dstate": 64,
            "ngroups": 4, "chunk_size": 128, "dtype": "bfloat16"}
+#: The chunk state fused with the state passing, from initial states.
+PASSING = {"pass_states": True, "initial_states": True}
 
 
 def _build(op: str, params: dict, choices: dict) -> tuple:
@@ -194,12 +196,34 @@ def test_what_is_not_lowered_is_out_of_the_space_with_a_reason() -> None:
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 def test_sampled_mamba2_schedules_compile_without_spills() -> None:
     sources = []
-    for op in ("mamba2_chunk_state", "mamba2_chunk_scan"):
-        for params in (SUITE, GROUPED):
-            spec = parse_spec(op, params)
-            sources += [render(sp, spec, DEVICE).source
-                        for sp in sample_schedules(spec, DEVICE, 3, seed=2026)]
+    workloads = [(op, params) for op in ("mamba2_chunk_state", "mamba2_chunk_scan")
+                 for params in (SUITE, GROUPED)]
+    workloads += [("mamba2_chunk_state", {**GROUPED, **PASSING})]
+    for op, params in workloads:
+        spec = parse_spec(op, params)
+        sources += [render(sp, spec, DEVICE).source
+                    for sp in sample_schedules(spec, DEVICE, 3, seed=2026)]
     assert_compile_clean(sources)
+
+
+def test_chunk_state_with_the_state_passing_walks_every_chunk_of_its_head() -> None:
+    """pass_states: one tile per (batch, head, p, n) tile (no chunk axis), its loop over
+    every chunk's trips; each chunk's MMA starts afresh, the running state takes it at the
+    chunk's last trip and is stored as the next chunk's state; the first chunk's state is
+    the initial one, and the last state the epilogue's final_states."""
+    spec = parse_spec("mamba2_chunk_state", {**GROUPED, **PASSING})
+    for sprogram in sample_schedules(spec, DEVICE, 2, seed=3):
+        artifact = render(sprogram, spec, DEVICE)
+        source = artifact.source
+        assert "TILES_CHUNKS = 1," in source
+        assert "constexpr int TRIPS = NCHUNKS * L_TILES;" in source
+        assert "for (int trip = 0; trip < TRIPS; ++trip)" in source
+        assert "(trip) % L_TILES > 0 || kk > 0" in source
+        assert "run[mi][i] = fmaf(decay, run[mi][i], acc[mi][i])" in source
+        assert "((trip) + 1) % L_TILES == 0 && (trip) + 1 < TRIPS" in source
+        assert "initial_states + " in source
+        tensors = {getattr(a, "tensor", a.name) for a in artifact.args}  # maps name theirs
+        assert {"final_states", "states", "initial_states"} <= tensors
 
 
 @pytest.mark.parametrize("op", ["mamba2_chunk_state", "mamba2_chunk_scan"])

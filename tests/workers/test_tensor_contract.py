@@ -39,6 +39,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("attention_backward", ATTENTION),
     ("attention_backward", {**ATTENTION, "layout": "bhsd", "causal": False, "dtype": "bfloat16"}),
     ("mamba2_chunk_state", MAMBA2),
+    ("mamba2_chunk_state", {**MAMBA2, "pass_states": True, "initial_states": True}),
     ("mamba2_chunk_scan", MAMBA2),
     ("mamba2_chunk_scan", {**MAMBA2, "ngroups": 1, "dtype": "float16"}),
 ]

@@ -87,10 +87,11 @@ class Mamba2Hooks(OperatorHooks):
         """Heads of one group a tile packs (the tile's ``g``)."""
         return packed_heads(self.sprogram.tile)
 
-    def outer_axes(self) -> tuple[GridAxis, ...]:
-        """(batch, chunk, head) of a tile, heads fastest (they share B, C and cb in L2)."""
+    def outer_axes(self, chunks: int | None = None) -> tuple[GridAxis, ...]:
+        """(batch, chunk, head) of a tile, heads fastest (they share B, C and cb in L2);
+        ``chunks``: the chunk axis's extent (1: a tile walks every chunk)."""
         return (GridAxis("heads", self._p("nheads"), self.pack),
-                GridAxis("chunks", self.nchunks, 1),
+                GridAxis("chunks", self.nchunks if chunks is None else chunks, 1),
                 GridAxis("batch", self._p("batch"), 1))
 
     def common_problem(self) -> str | None:
@@ -264,8 +265,8 @@ class Mamba2Hooks(OperatorHooks):
         )
 
     def load_vector_tile(self, code: Code, tile: VectorTile, tmap: str, stage_addr: str,
-                         col: str, full_bar: str) -> None:
-        code(code.call("tma_load_3d", stage_addr, tmap, col, "chunks0",
+                         col: str, full_bar: str, chunk: str = "chunks0") -> None:
+        code(code.call("tma_load_3d", stage_addr, tmap, col, chunk,
                        "batch0 * NHEADS + heads0", full_bar) + ";")
 
     def header(self) -> str:

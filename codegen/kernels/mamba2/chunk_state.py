@@ -28,6 +28,7 @@ from functools import cached_property
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert
 from codegen.kernels.mamba2._common import Mamba2Hooks
+from codegen.kernels.mamba2._state_passing import StatePassing
 from codegen.pipeline import (
     Code,
     GridAxis,
@@ -42,14 +43,23 @@ from scheduler_search.ops import DTYPE_BYTES
 
 
 class ChunkStateHooks(Mamba2Hooks):
-    """Chunk state's tiles, loads, decay and MMA on the skeleton."""
+    """Chunk state's tiles, loads, decay and MMA on the skeleton (with the state passing
+    fused, :mod:`codegen.kernels.mamba2._state_passing`)."""
 
-    trips = "L_TILES"
     k_tile_const = "TILE_L"
     #: A cluster's blocks take neighbouring heads of one group: B is multicast.
     cluster_axes = ("heads",)
     loop_mma = "mma"
     a_operand = "xa"
+
+    @cached_property
+    def passing(self) -> StatePassing | None:
+        """The state passing's text, when the spec fuses it."""
+        return StatePassing(self) if self.params.get("pass_states") else None
+
+    @property
+    def trips(self) -> str:  # type: ignore[override]
+        return "TRIPS" if self.passing else "L_TILES"
 
     @property
     def tile_p(self) -> int:
@@ -69,7 +79,8 @@ class ChunkStateHooks(Mamba2Hooks):
 
     @property
     def trip_count(self) -> int:
-        return self.chunk // self.tile_l
+        per_chunk = self.chunk // self.tile_l
+        return per_chunk * self.nchunks if self.passing else per_chunk
 
     @property
     def head_rows(self) -> int:
@@ -79,11 +90,20 @@ class ChunkStateHooks(Mamba2Hooks):
     @property
     def grid_axes(self) -> tuple[GridAxis, ...]:
         return (GridAxis("p", self._p("headdim") * self.pack, self.tile_p),
-                GridAxis("n", self._p("dstate"), self.tile_n), *self.outer_axes())
+                GridAxis("n", self._p("dstate"), self.tile_n),
+                *self.outer_axes(chunks=1 if self.passing else self.nchunks))
 
     @property
     def math_stasks(self) -> frozenset[str]:
-        return frozenset({"decay", "scale_x"})
+        return frozenset({"decay", "scale_x"} | ({"pass_state"} if self.passing else set()))
+
+    @property
+    def loop_stores(self) -> frozenset[str]:
+        return frozenset({"store_state"} if self.passing else ())
+
+    def loop_store(self, code: Code, issue: Issue, at: TripAt) -> None:
+        assert self.passing is not None
+        self.passing.store_state(code, at)
 
     # ----- operands and output -------------------------------------------------------
     @cached_property
@@ -109,6 +129,13 @@ class ChunkStateHooks(Mamba2Hooks):
         # states as one (batch x chunk x head x p) by dstate matrix: a tile's packed heads
         # lie one after another in it, so one row origin serves st.global and TMA alike.
         p = self.params
+        if self.passing:  # the state after the last chunk, from the running state
+            return OutputTile(
+                tensor="final_states", dtype="float32", elem_bytes=4, rows=self.tile_p,
+                cols=self.tile_n, global_rows=p["batch"] * p["nheads"] * p["headdim"],
+                global_cols=p["dstate"], fragment="run",
+                row_origin="((batch0 * NHEADS + heads0) * HEADDIM + p0)", col_origin="n0",
+                extent_names=("FINAL_ROWS", "DSTATE"))
         dtype = "float32" if p.get("states_in_fp32", True) else self.dtype
         return OutputTile(
             tensor="states", dtype=dtype, elem_bytes=DTYPE_BYTES[dtype], rows=self.tile_p,
@@ -119,16 +146,21 @@ class ChunkStateHooks(Mamba2Hooks):
             col_origin="n0", extent_names=("STATE_ROWS", "DSTATE"),
         )
 
+    def side_outputs(self) -> tuple[str, ...]:
+        return ("states",) if self.passing else ()
+
     def pointer_inputs(self) -> tuple[str, ...]:
-        # dA_cumsum for the chunk's last position, once per tile.
-        return self.vector_pointers() or ("dA_cumsum",)
+        # dA_cumsum for the chunk's last position, once per chunk.
+        initial = ("initial_states",) if self.params.get("initial_states") else ()
+        return (self.vector_pointers() or ("dA_cumsum",)) + initial
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         # acc, the scaled x pairs and w of the block's head; dt and dA while w is computed
         # (nvcc 13.0: two 64x128 blocks of tile_l 64 took 242 registers, of tile_l 128 spilled).
         # With the MMA in flight the scaled pairs (4 a k16 step) have a copy per parity.
         copies = 2 if self.a_in_flight else 1
-        per_block = self.tile_n // 2 + (4 * copies + 4) * self.k_steps
+        running = self.tile_n // 2 if self.passing else 0  # the running state
+        per_block = self.tile_n // 2 + running + (4 * copies + 4) * self.k_steps
         return self.row_blocks(consumer_rows) * per_block + 4 * self.k_steps
 
     def holds_tile_buffer(self, load: str) -> bool:
@@ -158,7 +190,12 @@ class ChunkStateHooks(Mamba2Hooks):
           "per tile (rows: head x p), B loaded once for them")
         c("constexpr int STATE_ROWS = BATCH * NCHUNKS * NHEADS * HEADDIM;  // rows of states as "
           "a matrix")
-        c(f"constexpr int L_TILES = {self.trip_count};  // loop trips: tile_l positions each")
+        c(f"constexpr int L_TILES = {self.chunk // self.tile_l};  // loop trips: tile_l "
+          "positions each")
+        if self.passing:
+            self.passing.constants(c)
+            c("constexpr int FINAL_ROWS = BATCH * NHEADS * HEADDIM;  // rows of final_states as "
+              "a matrix")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
           f"{self.tile_n // 2};")
         tiles = (self.x, self.b) + ((self.dt, self.da) if self.vectors_by_tma else ())
@@ -168,7 +205,11 @@ class ChunkStateHooks(Mamba2Hooks):
         c, tile = code, self.operand(stask)
         tmap = self.tensor_map(stask)
         if isinstance(tile, VectorTile):
-            self.load_vector_tile(c, tile, tmap, stage_addr, f"{trip} * TILE_L", full_bar)
+            if self.passing:  # the trip's chunk, and its positions in it
+                self.load_vector_tile(c, tile, tmap, stage_addr, f"({trip}) % L_TILES * TILE_L",
+                                      full_bar, chunk=f"({trip}) / L_TILES")
+            else:
+                self.load_vector_tile(c, tile, tmap, stage_addr, f"{trip} * TILE_L", full_bar)
             return
         row = f"batch0 * SEQLEN + chunks0 * CHUNK + {trip} * TILE_L"
         col0, head = ("p0", "heads0") if stask == "load_x" else ("n0", "heads0 / GROUP_HEADS")
@@ -193,6 +234,8 @@ class ChunkStateHooks(Mamba2Hooks):
           "positions, for the block's head")
         c("float dA_last[ROW_BLOCKS];  // dA_cumsum at the chunk's last position")
         self.vector_state(c, "[ROW_BLOCKS]")
+        if self.passing:
+            self.passing.consumer_state(c)
 
     def _each_block(self, code: Code) -> contextlib.AbstractContextManager[None]:
         """A loop over this consumer's m64 blocks, each of one head (``head``: its slot in
@@ -202,8 +245,14 @@ class ChunkStateHooks(Mamba2Hooks):
         return _with_head(code, block)
 
     def begin_tile(self, code: Code) -> None:
+        if self.passing:  # dA_last per chunk, read with the chunk's first decay
+            self.passing.begin_tile(code)
+            return
+        self._last_decay(code, "chunks0")
+
+    def _last_decay(self, code: Code, chunk: str) -> None:
         with self._each_block(code):
-            code("dA_last[mi] = dA_cumsum[vector_row(batch0, heads0 + head, chunks0) * CHUNK + "
+            code(f"dA_last[mi] = dA_cumsum[vector_row(batch0, heads0 + head, {chunk}) * CHUNK + "
                  "CHUNK - 1];")
 
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
@@ -218,7 +267,12 @@ class ChunkStateHooks(Mamba2Hooks):
 
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         if issue.stask == "decay":
+            if self.passing:
+                self._last_decay(code, f"({at.index}) / L_TILES")
             self._decay(code)
+        elif issue.stask == "pass_state":
+            assert self.passing is not None
+            self.passing.pass_state(code, at, self.exp2(code, "decay"))
         else:
             self.per_parity(code, at.index, lambda xa: self._scale_x(code, xa))
 
@@ -272,11 +326,16 @@ class ChunkStateHooks(Mamba2Hooks):
                   f"m{self.target.mma_rows}n{self.tile_n}k16, A in registers)")
         self.target.write_mma(c, Mma(
             n=self.tile_n, dtype=self.dtype, b_major="mn", k_steps="K_STEPS",
-            b_layout="B_DESC_LAYOUT", accumulate=f"{at.accumulates} || kk > 0",
+            b_layout="B_DESC_LAYOUT", accumulate=f"{self._accumulates(at)} || kk > 0",
             parts=(MmaPart("acc[mi]", "b_stage + b_kstep_bytes(kk)",
                            a_registers=xa + "[mi][4 * kk + {i}]"),),
             pin=lambda: self.pin(c),
             bases=(f"const u32 b_stage = smem + SMEM_B + {stage} * B_STAGE_BYTES;",)))
+
+    def _accumulates(self, at: TripAt) -> str:
+        """The trip's MMA adds to the accumulators: all but the first trip (of each chunk,
+        with the state passing)."""
+        return f"({at.index}) % L_TILES > 0" if self.passing else at.accumulates
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
