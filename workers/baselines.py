@@ -367,6 +367,8 @@ def _mamba_ssm(
     out = _as_torch(torch, tensors[output], dtypes[output])
     result: list[Any] = [None]
 
+    if name == "mamba_ssm_chunk_state" and params.get("pass_states"):
+        return _mamba_ssm_passing(torch, peer, params, args, tensors, dtypes)
     if name == "mamba_ssm_chunk_state":
         in_fp32 = bool(params.get("states_in_fp32", True))
 
@@ -379,6 +381,34 @@ def _mamba_ssm(
             result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip)  # (out, out_x): no z
 
     return launch, (lambda: out.copy_(result[0]))
+
+
+def _mamba_ssm_passing(torch: Any, peer: Any, params: dict[str, Any], args: list[Any],
+                       tensors: dict[str, Any], dtypes: dict[str, str]) -> tuple[Launch, Launch]:
+    """The chunk state fused with the state passing, as ``mamba_chunk_scan_combined`` runs
+    the pair: ``_chunk_state_fwd`` (fp32 states), then ``_state_passing_fwd`` writing the
+    states entering each chunk in the spec's states dtype, and the final states."""
+    passing = importlib.import_module("mamba_ssm.ops.triton.ssd_state_passing")
+    states_out, final_out = (_as_torch(torch, tensors[n], dtypes[n])
+                             for n in ("states", "final_states"))
+    initial = (_as_torch(torch, tensors["initial_states"], "float32")
+               if params.get("initial_states") else None)
+    da_last = args[3][:, :, :, -1]
+    result: list[Any] = [None]
+
+    def launch() -> None:
+        states = peer._chunk_state_fwd(*args, states_in_fp32=True)
+        result[0] = passing._state_passing_fwd(
+            states.flatten(-2), da_last,
+            initial_states=None if initial is None else initial.flatten(-2),
+            out_dtype=states_out.dtype)
+
+    def copy() -> None:
+        entering, final = result[0]
+        states_out.copy_(entering.view(states_out.shape))
+        final_out.copy_(final.view(final_out.shape))
+
+    return launch, copy
 
 
 def _retune(name: str, kernel: Any, params: dict[str, Any]) -> None:
