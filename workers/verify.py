@@ -36,6 +36,7 @@ from typing import Any
 from workers import _dtypes
 from workers.backward_reference import attention_backward
 from workers.inputs import pad_seq
+from workers.ssd_reference import state_passing
 
 # Largest fp32 score block (heads x seq_q x seq_kv) materialised at once by the attention
 # reference.
@@ -69,7 +70,7 @@ def _chunk_state(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> d
         xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"])
     if not params.get("pass_states"):
         return {"states": states}
-    entering, final = state_passing_reference(
+    entering, final = state_passing(
         xp, states, inputs32["dA_cumsum"][:, :, :, -1], inputs32.get("initial_states"))
     return {"states": entering, "final_states": final}
 
@@ -192,20 +193,6 @@ def chunk_state_reference(xp: Any, b_in: Any, x: Any, dt: Any, da_cumsum: Any) -
                 weighted_x[:, :, hs].transpose(0, 2, 3, 1), b_c[:, None, :, g]
             )
     return states
-
-
-def state_passing_reference(xp: Any, states: Any, chunk_decay: Any,
-                            initial: Any | None) -> tuple[Any, Any]:
-    """``_state_passing_fwd``: states (B, C, H, P, N) of each chunk alone, chunk_decay
-    (B, H, C) the chunks' total dA, initial (B, H, P, N) or None -> (the states entering
-    each chunk (B, C, H, P, N), the state after the last (B, H, P, N))."""
-    run = (xp.zeros(states[:, 0].shape, dtype=xp.float32) if initial is None
-           else initial.astype(xp.float32))
-    entering = xp.empty_like(states)
-    for c in range(states.shape[1]):
-        entering[:, c] = run
-        run = xp.exp(chunk_decay[:, :, c])[..., None, None] * run + states[:, c]
-    return entering, run
 
 
 def chunk_scan_reference(
