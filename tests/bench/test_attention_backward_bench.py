@@ -1,0 +1,32 @@
+"""bench/attention_backward.py on the CPU: its cases are the attention suite's shapes, and
+each case's candidates are distinct structures the cost model ranks best, rendered for
+fp16 and bf16 from the same choices."""
+
+from __future__ import annotations
+
+from bench.attention_backward import STRUCTURE_KEYS, prepare_case, suite_cases
+from scheduler_search.ops.suites import attention_suite
+
+
+def test_the_cases_are_the_attention_suite_s_shapes_in_each_layout() -> None:
+    cases = suite_cases(["bshd", "bhsd"], deterministic=True)
+    shapes = [p for p in attention_suite() if p["dtype"] == "float16"]
+    assert len(cases) == 2 * len(shapes)
+    assert all(c["deterministic"] and c["dtype"] == "float16" for c in cases)
+    assert {c["layout"] for c in cases} == {"bshd", "bhsd"}
+
+
+def test_a_causal_case_s_candidates_are_distinct_and_rendered_in_both_dtypes() -> None:
+    params = next(p for p in suite_cases(["bhsd"]) if p["causal"] and p["head_dim"] == 64)
+    prepared = prepare_case(params, "h200", top=4, pool=100)
+    candidates = prepared["candidates"]
+    assert 1 < len(candidates) <= 4
+    structures = {tuple(c["float16"]["choices"].get(k) for k in STRUCTURE_KEYS)
+                  for c in candidates}
+    assert len(structures) == len(candidates)
+    for candidate in candidates:
+        fp16, bf16 = candidate["float16"], candidate["bfloat16"]
+        assert fp16["choices"] == bf16["choices"]
+        assert fp16["artifact"]["op"] == "attention_backward"
+        assert fp16["artifact"]["params"]["dtype"] == "float16"
+        assert bf16["artifact"]["params"]["dtype"] == "bfloat16"
