@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -364,21 +365,26 @@ def _codegen_version() -> str:
     return codegen_version()
 
 
-def print_table(summary: dict[str, Any]) -> None:
+def describe_forward(c: dict[str, Any]) -> str:
+    """A forward schedule's choices, as the table's last column."""
+    return (f"{c['tile_q']}x{c['tile_kv']} {c['order']} wg{c['consumer_warpgroups']} "
+            f"{c.get('wg_schedule', 'free')} s{c['stages_k']}/{c['stages_v']} "
+            f"{'pers' if c['persistent'] else 'grid'} {c.get('consumer_split', 'cooperative')}"
+            f" store:{c.get('map_store', 'cuda_core')}"
+            f"{' heaviest-first' if c.get('raster_heaviest_first') else ''}")
+
+
+def print_table(summary: dict[str, Any],
+                describe: Callable[[dict[str, Any]], str] = describe_forward) -> None:
     print(f"\n{'case':<34} {'pipetune us':>12} {'cuDNN us':>10} {'FA2 us':>10} {'vs cuDNN':>9} "
           f"{'vs FA2':>7}  schedule")
     for r in summary["cases"]:
         if "vs_cudnn" not in r:
             print(f"{r['case']:<34} {r.get('error', '')}")
             continue
-        c = r["choices"]
-        shape = (f"{c['tile_q']}x{c['tile_kv']} {c['order']} wg{c['consumer_warpgroups']} "
-                 f"{c.get('wg_schedule', 'free')} s{c['stages_k']}/{c['stages_v']} "
-                 f"{'pers' if c['persistent'] else 'grid'} {c.get('consumer_split', 'cooperative')}"
-                 f" store:{c.get('map_store', 'cuda_core')}"
-                 f"{' heaviest-first' if c.get('raster_heaviest_first') else ''}")
         print(f"{r['case']:<34} {r['pipetune_us']:>12.1f} {r['cudnn_us']:>10.1f} "
-              f"{r['fa2_us']:>10.1f} {r['vs_cudnn']:>9.3f} {r['vs_fa2']:>7.3f}  {shape}")
+              f"{r['fa2_us']:>10.1f} {r['vs_cudnn']:>9.3f} {r['vs_fa2']:>7.3f}  "
+              f"{describe(r['choices'])}")
     print(f"geomean vs cuDNN SDPA {summary['geomean_vs_cudnn']:.3f}, vs FlashAttention-2 "
           f"{summary['geomean_vs_fa2']:.3f} over {summary['cases_measured']} cases")
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.attention import _retime, _search, case_name, flops  # noqa: E402
+from bench.attention import _retime, _search, case_name, flops, print_table  # noqa: E402
 from bench.common import geomean, rendered_per_dtype, timing_configs, tree_state, write_json  # noqa: E402
 
 OP = "attention_backward"
@@ -126,23 +126,11 @@ def summary(args: argparse.Namespace, fingerprint: Any, quick: Any, final: Any,
     }
 
 
-def print_table(doc: dict[str, Any]) -> None:
-    print(f"\n{'case':<34} {'pipetune us':>12} {'TFLOP/s':>8} {'cuDNN us':>10} {'FA2 us':>10} "
-          f"{'vs cuDNN':>9} {'vs FA2':>7}  schedule")
-    for r in doc["cases"]:
-        if "vs_cudnn" not in r:
-            print(f"{r['case']:<34} {r.get('error', '')}")
-            continue
-        c = r["choices"]
-        shape = (f"{c['tile_q']}x{c['tile_kv']} wg{c['consumer_warpgroups']} "
-                 f"q{c['stages_q']}/do{c['stages_do']} {'pers' if c['persistent'] else 'grid'} "
-                 f"p:{c['map_softmax_p']}")
-        print(f"{r['case']:<34} {r['pipetune_us']:>12.1f} {r['pipetune_tflops']:>8.1f} "
-              f"{r['cudnn_us']:>10.1f} {r['fa2_us']:>10.1f} {r['vs_cudnn']:>9.3f} "
-              f"{r['vs_fa2']:>7.3f}  {shape}")
-    print(f"geomean vs cuDNN SDPA backward {doc['geomean_vs_cudnn']:.3f}, vs FlashAttention-2 "
-          f"backward {doc['geomean_vs_fa2']:.3f} over {doc['cases_measured']} cases "
-          f"({doc['cases_failed']} failed)")
+def describe_backward(c: dict[str, Any]) -> str:
+    """A backward schedule's choices, as the table's last column."""
+    return (f"{c['tile_q']}x{c['tile_kv']} wg{c['consumer_warpgroups']} "
+            f"q{c['stages_q']}/do{c['stages_do']} {'pers' if c['persistent'] else 'grid'} "
+            f"p:{c['map_softmax_p']}{' heaviest-first' if c.get('raster_heaviest_first') else ''}")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -166,7 +154,8 @@ def run(args: argparse.Namespace) -> None:
                 write_json(args.out, summary(args, fingerprint, quick, final, results, started))
     doc = summary(args, fingerprint, quick, final, results, started)
     write_json(args.out, doc)
-    print_table(doc)
+    print_table(doc, describe_backward)
+    print(f"{doc['cases_failed']} cases without a correct kernel")
 
 
 def print_row(r: dict[str, Any], started: float) -> None:
