@@ -38,7 +38,7 @@ workload's output tensor (so the same reference check applies). Peers:
   - ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` (Mamba2): the official Triton
     kernels of ``state-spaces/mamba``, ``_chunk_state_fwd(B, x, dt, dA_cumsum,
     states_in_fp32=...)`` (the spec's choice) and
-    ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D)``,
+    ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D, z=z)``,
     called on zero-copy views of the workload's arrays; each allocates its result, which
     ``finish()`` copies into ``states`` / ``out``. They are found on ``PYTHONPATH``
     (docs/benchmarks.md: the ``mamba_ssm/ops/triton`` and ``mamba_ssm/utils`` folders with empty
@@ -376,9 +376,11 @@ def _mamba_ssm(
             result[0] = peer._chunk_state_fwd(*args, states_in_fp32=in_fp32)
     else:
         *operands, d_skip = args
+        gate = _as_torch(torch, tensors["z"], dtypes["z"]) if params.get("z") else None
 
         def launch() -> None:
-            result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip)  # (out, out_x): no z
+            # (out, out_x): with z, the peer also writes the ungated out_x its backward reads.
+            result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip, z=gate)
 
     return launch, (lambda: out.copy_(result[0]))
 

@@ -15,8 +15,8 @@ Semantics:
     kv head ``h // (heads / kv_heads)``; causal masks key ``j > i`` (top-left aligned);
     8-bit q, k, v are each times their per-tensor scale first.
   - attention_backward: dq, dk, dv (:mod:`workers.backward_reference`).
-  - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd`` with a per-head
-    ``D`` of shape (nheads,) and z=None, group ``g(h) = h // (nheads / ngroups)``:
+  - Mamba2, as ``mamba_ssm``'s ``_chunk_state_fwd`` / ``_chunk_scan_fwd``, group
+    ``g(h) = h // (nheads / ngroups)``:
       states[b,c,h,p,n] = Σ_l B[b,cL+l,g,n] · x[b,cL+l,h,p]
                           · exp(dA[b,h,c,L−1] − dA[b,h,c,l]) · dt[b,h,c,l]
       with ``pass_states``, states[b,c] is the state entering chunk c: r_0 = initial_states
@@ -24,7 +24,8 @@ Semantics:
       out[b,cL+l,h,p] = exp(dA[b,h,c,l]) · Σ_n C[b,cL+l,g,n] · states[b,c,h,p,n]
                         + Σ_{s≤l} cb[b,c,g,l,s] · exp(dA[b,h,c,l] − dA[b,h,c,s])
                           · dt[b,h,c,s] · x[b,cL+s,h,p]
-                        + D[h] · x[b,cL+l,h,p]
+                        + D[h] · x[b,cL+l,h,p]   (D[h,p] with ``d_per_channel``)
+      and with ``z``, out times z · sigmoid(z) (:func:`workers.ssd_reference.chunk_scan`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 from workers import _dtypes
 from workers.backward_reference import attention_backward
 from workers.inputs import pad_seq
-from workers.ssd_reference import state_passing
+from workers.ssd_reference import chunk_scan, state_passing
 
 # Largest fp32 score block (heads x seq_q x seq_kv) materialised at once by the attention
 # reference.
@@ -76,9 +77,9 @@ def _chunk_state(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> d
 
 
 def _chunk_scan(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
-    return {"out": chunk_scan_reference(
+    return {"out": chunk_scan(
         xp, inputs32["cb"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"],
-        inputs32["c"], inputs32["states"], inputs32["D"])}
+        inputs32["c"], inputs32["states"], inputs32["D"], inputs32.get("z"))}
 
 
 #: Operator -> its fp32 reference (:func:`register_reference` adds one).
@@ -193,44 +194,6 @@ def chunk_state_reference(xp: Any, b_in: Any, x: Any, dt: Any, da_cumsum: Any) -
                 weighted_x[:, :, hs].transpose(0, 2, 3, 1), b_c[:, None, :, g]
             )
     return states
-
-
-def chunk_scan_reference(
-    xp: Any, cb: Any, x: Any, dt: Any, da_cumsum: Any, c_in: Any, states: Any, d_skip: Any
-) -> Any:
-    """The chunk-scan output (B, S, H, P) from cb, x, dt, dA_cumsum, C, per-chunk states and
-    the per-head skip weight D (H,)."""
-    batch, seqlen, nheads, headdim = x.shape
-    ngroups, dstate = c_in.shape[2], c_in.shape[3]
-    nchunks, chunk = dt.shape[2], dt.shape[3]
-    heads_per_group = nheads // ngroups
-    causal = xp.arange(chunk)[None, :] <= xp.arange(chunk)[:, None]  # [l, s]: s <= l
-    out = xp.empty((batch, nchunks * chunk, nheads, headdim), dtype=xp.float32)
-    for bi in range(batch):
-        x_c = pad_seq(xp, x[bi : bi + 1], nchunks * chunk)[0].reshape(
-            nchunks, chunk, nheads, headdim
-        )
-        c_c = pad_seq(xp, c_in[bi : bi + 1], nchunks * chunk)[0].reshape(
-            nchunks, chunk, ngroups, dstate
-        )
-        da = da_cumsum[bi]  # (H, C, L)
-        gap = da[:, :, :, None] - da[:, :, None, :]  # (H, C, l, s)
-        decay = xp.exp(xp.where(causal, gap, xp.float32(-xp.inf))) * dt[bi][:, :, None, :]
-        y = xp.empty((nchunks, chunk, nheads, headdim), dtype=xp.float32)
-        for g in range(ngroups):
-            hs = slice(g * heads_per_group, (g + 1) * heads_per_group)
-            # Inter-chunk: C · states, scaled by exp(dA) -> (C, h, L, P)
-            from_states = (
-                xp.matmul(c_c[:, None, :, g], states[bi, :, hs].transpose(0, 1, 3, 2))
-                * xp.exp(da[hs]).transpose(1, 0, 2)[..., None]
-            )
-            # Intra-chunk: (cb ∘ decay) · x -> (C, h, L, P)
-            mix = cb[bi, :, g][:, None] * decay[hs].transpose(1, 0, 2, 3)  # (C, h, l, s)
-            within = xp.matmul(mix, x_c[:, :, hs].transpose(0, 2, 1, 3))
-            y[:, :, hs] = (from_states + within).transpose(0, 2, 1, 3)
-        y += d_skip[:, None] * x_c  # the skip term D[h] · x[l, p]
-        out[bi] = y.reshape(nchunks * chunk, nheads, headdim)
-    return out[:, :seqlen]
 
 
 def rel_l2_error(xp: Any, out32: Any, ref32: Any) -> float:

@@ -279,6 +279,14 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         "cb": ("load_cb", "load_dt", "load_dA"),
         "x": ("load_x",),
     }
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("z", "d_per_channel")
+
+    #: The gate of ``mamba_chunk_scan_combined(z=...)``: an input ``z`` shaped as ``x``,
+    #: and ``out = (scan + D x) · z sigmoid(z)``.
+    z: bool = False
+    #: ``D`` per channel, (nheads, headdim), as ``Mamba2(D_has_hdim=True)`` keeps it; else
+    #: per head, (nheads,).
+    d_per_channel: bool = False
 
     def tensors(self) -> list[TensorSpec]:
         cb_shape = (self.batch, self.nchunks, self.ngroups, self.chunk_size, self.chunk_size)
@@ -297,21 +305,31 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             # peer agree on it; a kernel may take them in fp32.
             TensorSpec("states", self._states_shape(), self.dtype, "input",
                        other_dtypes=("float32",), init=_OPERAND),
-            TensorSpec("D", (self.nheads,), "float32", "input", init=InputInit(draw=3)),
+            TensorSpec("D", self._d_shape(), "float32", "input", init=InputInit(draw=3)),
+            *([TensorSpec("z", out_shape, self.dtype, "input", init=replace(_OPERAND, draw=4))]
+              if self.z else []),
             TensorSpec("out", out_shape, self.dtype, "output", other_dtypes=("float32",)),
         ]
+
+    def _d_shape(self) -> tuple[int, ...]:
+        return (self.nheads, self.headdim) if self.d_per_channel else (self.nheads,)
 
     def flops(self) -> float:
         # Per output: the state term 2n, the causal intra-chunk term 2 (l + 1) (chunk + 1 on
         # average over l), the skip term D x 2.
-        per_head = self.seqlen * self.headdim * (2.0 * self.dstate + self.chunk_size + 3)
-        return self.batch * self.nheads * per_head
+        # The gate z sigmoid(z) and its product: 4 more (exp counted as one).
+        per_output = 2.0 * self.dstate + self.chunk_size + 3 + (4 if self.z else 0)
+        return self.batch * self.nheads * self.seqlen * self.headdim * per_output
 
     def build_graph(self, tile: TileShape) -> STaskGraph:
+        stasks, graph_tensors = _CHUNK_SCAN_STASKS, _chunk_scan_tensors(self.dtype)
+        if self.z:  # the gate, between the skip term and the store
+            stasks = (*stasks[:-1], _GATE, stasks[-1])
+            graph_tensors = {**graph_tensors, **tensors(z=(self.dtype, "global"))}
         return STaskGraph(
             op=self.op,
-            stasks=_CHUNK_SCAN_STASKS,
-            tensors=_chunk_scan_tensors(self.dtype),
+            stasks=stasks,
+            tensors=graph_tensors,
             extents={
                 "l": self.chunk_size,
                 "p": self.headdim * packed_heads(tile),
@@ -411,6 +429,20 @@ _CHUNK_SCAN_STASKS = (
     stask(
         "store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"
     ),
+)
+
+
+#: ``mamba_chunk_scan_combined``'s gate on the finished output, z read from global memory
+#: by the store, pair by pair.
+_GATE = stask(
+    "gate",
+    STaskKind.ELEMENTWISE,
+    "acc[l,p]",
+    ("acc[l,p]", "z[l,p]"),
+    CORES,
+    phase="epilogue",
+    ops_per_point=4.0,
+    expr="acc[l,p] *= z[l,p] * sigmoid(z[l,p])",
 )
 
 

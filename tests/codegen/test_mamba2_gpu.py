@@ -59,6 +59,13 @@ PASSING = (
     (SHAPES[7], {"pass_states": True}),
 )
 
+#: The chunk scan with ``mamba_chunk_scan_combined``'s gate ``z`` and D per channel.
+GATED = (
+    (SHAPES[2], {"z": True}),
+    (SHAPES[5], {"z": True, "d_per_channel": True}),
+    (SHAPES[6], {"d_per_channel": True}),
+)
+
 
 #: Variants each design is also checked in, where the space lowers them: thread-block
 #: clusters (the chunk state's blocks of neighbouring heads multicast B; 40 producer
@@ -94,6 +101,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
     variants += [("mamba2_chunk_state", shape, {"states_in_fp32": False})
                  for shape in STATES_16_BIT]
     variants += [("mamba2_chunk_state", shape, extra) for shape, extra in PASSING]
+    variants += [("mamba2_chunk_scan", shape, extra) for shape, extra in GATED]
     cases = []
     for op, shape, extra in variants:
         batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype = shape
@@ -102,7 +110,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
             "dstate": dstate, "ngroups": ngroups, "chunk_size": chunk, "dtype": dtype, **extra})
         name = (f"{op}-{batch}x{seqlen}x{nheads}(g{ngroups})xp{headdim}xn{dstate}c{chunk}"
                 f"-{dtype}{''.join(f'-{k}={v}' for k, v in extra.items())}")
-        stores = ("cuda_core", "tma") if extra else (None,)
+        stores = ("cuda_core", "tma") if "pass_states" in extra else (None,)
         programs = {p.hash: p for p in (*sample_schedules(spec, DEVICE, SAMPLES_PER_CASE,
                                                           seed=7), *_designed(spec, stores))}
         cases += [(name, spec, p) for p in programs.values()]

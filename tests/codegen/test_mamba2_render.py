@@ -26,6 +26,8 @@ GROUPED = {"batch": 2, "seqlen": 768, "nheads": 16, "headdim": 128, "dstate": 64
            "ngroups": 4, "chunk_size": 128, "dtype": "bfloat16"}
 #: The chunk state fused with the state passing, from initial states.
 PASSING = {"pass_states": True, "initial_states": True}
+#: The chunk scan gated by z, with D per channel.
+GATED = {"z": True, "d_per_channel": True}
 
 
 def _build(op: str, params: dict, choices: dict) -> tuple:
@@ -198,7 +200,8 @@ def test_sampled_mamba2_schedules_compile_without_spills() -> None:
     sources = []
     workloads = [(op, params) for op in ("mamba2_chunk_state", "mamba2_chunk_scan")
                  for params in (SUITE, GROUPED)]
-    workloads += [("mamba2_chunk_state", {**GROUPED, **PASSING})]
+    workloads += [("mamba2_chunk_state", {**GROUPED, **PASSING}),
+                  ("mamba2_chunk_scan", {**GROUPED, **GATED})]
     for op, params in workloads:
         spec = parse_spec(op, params)
         sources += [render(sp, spec, DEVICE).source
@@ -224,6 +227,27 @@ def test_chunk_state_with_the_state_passing_walks_every_chunk_of_its_head() -> N
         assert "initial_states + " in source
         tensors = {getattr(a, "tensor", a.name) for a in artifact.args}  # maps name theirs
         assert {"final_states", "states", "initial_states"} <= tensors
+
+
+@pytest.mark.parametrize("extra", [{"z": True}, {"d_per_channel": True}, GATED])
+def test_chunk_scan_gates_its_output_and_weights_the_skip_per_channel(extra: dict) -> None:
+    """z: the store multiplies each output pair by silu(z) of the same element (z read as
+    x is laid out), after the skip term; d_per_channel: D[h, p] of each column, not D[h];
+    z comes in as a pointer after D."""
+    spec = parse_spec("mamba2_chunk_scan", {**GROUPED, **extra})
+    for sprogram in sample_schedules(spec, DEVICE, 2, seed=5):
+        artifact = render(sprogram, spec, DEVICE)
+        source = artifact.source
+        gated = "v0 *= act_silu(zv.x); v1 *= act_silu(zv.y);" in source
+        assert gated == bool(extra.get("z"))
+        per_channel = "D + heads0 * HEADDIM + p0 + 8 * g + 2 * (lane & 3)" in source
+        assert per_channel == bool(extra.get("d_per_channel"))
+        assert ("d_h[j] = __ldg(D + heads0 + j)" in source) != per_channel
+        names = [a.name for a in artifact.args]
+        assert ("z" in names) == bool(extra.get("z"))
+        if gated:
+            assert names.index("z") == names.index("D") + 1
+            assert source.index("acc[mi][4 * g + 2 * h] +=") < source.index("act_silu(zv.x)")
 
 
 @pytest.mark.parametrize("op", ["mamba2_chunk_state", "mamba2_chunk_scan"])

@@ -18,7 +18,8 @@ from workers import _dtypes, baselines
 from workers.baselines import BASELINES, BaselineUnavailable, prepare_baseline
 from workers.contract import contract
 from workers.inputs import build_inputs
-from workers.verify import attention_reference, chunk_scan_reference, chunk_state_reference
+from workers.ssd_reference import chunk_scan
+from workers.verify import attention_reference, chunk_state_reference
 
 PARAMS = {"batch": 2, "seqlen": 32, "nheads": 4, "headdim": 16, "dstate": 16, "ngroups": 2,
           "chunk_size": 16, "dtype": "bfloat16"}
@@ -95,7 +96,7 @@ def _fake_mamba_ssm(calls: list[tuple[str, tuple, dict]]) -> dict[str, types.Mod
                         seq_idx: Any = None) -> tuple[_Tensor, None]:
         calls.append(("scan", (cb, x, dt, da, c_in, states), {"D": D, "z": z}))
         assert D is not None and D.values.shape == (x.values.shape[2],)
-        ref = chunk_scan_reference(np, cb.float32(), x.float32(), dt.float32(), da.float32(),
+        ref = chunk_scan(np, cb.float32(), x.float32(), dt.float32(), da.float32(),
                                    c_in.float32(), states.float32(), D.float32())
         out = _Tensor(_dtypes.from_float32(np, ref, x.dtype), x.dtype)
         return out, None  # out in x's dtype; out_x only with z
@@ -201,7 +202,7 @@ def test_chunk_scan_peer_passes_d_and_writes_out_in_the_spec_dtype(
     assert [a.values is tensors[n] for a, n in zip(args, names, strict=True)] == [True] * 6
     assert [a.dtype for a in args] == [dtypes[n] for n in names]  # bf16 viewed as bf16
     inputs32 = {n: _dtypes.to_float32(np, t, dtypes[n]) for n, t in tensors.items()}
-    want = chunk_scan_reference(np, *(inputs32[n] for n in names), inputs32["D"])
+    want = chunk_scan(np, *(inputs32[n] for n in names), inputs32["D"])
     got = _dtypes.to_float32(np, tensors["out"], "bfloat16")
     np.testing.assert_allclose(got, want, rtol=2**-7, atol=1e-6)
 

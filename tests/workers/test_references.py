@@ -316,3 +316,20 @@ def test_an_operator_registers_its_own_reference(monkeypatch: pytest.MonkeyPatch
         "toy_scale", lambda xp, params, inputs: {"y": inputs["x"] * params["factor"]})
     out = reference(np, "toy_scale", {"factor": 3.0}, {"x": np.arange(3, dtype=np.float32)})
     assert out["y"].tolist() == [0.0, 3.0, 6.0]
+
+
+def test_chunk_scan_gate_and_per_channel_skip_follow_mamba_ssm() -> None:
+    """z: the output (scan plus D x) times z sigmoid(z); d_per_channel: D[h, p] x[l, p]."""
+    params = {**MAMBA_PARAMS, "z": True, "d_per_channel": True}
+    inputs, _ = _inputs32("mamba2_chunk_scan", params)
+    assert inputs["D"].shape == (MAMBA_PARAMS["nheads"], MAMBA_PARAMS["headdim"])
+    assert inputs["z"].shape == inputs["x"].shape and np.abs(inputs["z"]).max() > 0
+    got = reference(np, "mamba2_chunk_scan", params, inputs)["out"]
+    ungated = reference(np, "mamba2_chunk_scan", {**params, "z": False},
+                        {n: t for n, t in inputs.items() if n != "z"})["out"]
+    z = inputs["z"].astype(np.float64)
+    np.testing.assert_allclose(got, ungated * z / (1 + np.exp(-z)), rtol=1e-5, atol=1e-6)
+    without = reference(np, "mamba2_chunk_scan", params,
+                        {**inputs, "D": np.zeros_like(inputs["D"])})["out"]
+    np.testing.assert_allclose(got - without, inputs["D"] * inputs["x"] * z / (1 + np.exp(-z)),
+                               rtol=1e-4, atol=1e-6)

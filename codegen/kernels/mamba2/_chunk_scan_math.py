@@ -12,7 +12,7 @@ keep the tiles, loads and products and only pick these.
 
 from __future__ import annotations
 
-from codegen.cuda import convert
+from codegen.cuda import activations, convert
 from codegen.pipeline import Code
 from codegen.targets import Target
 
@@ -104,13 +104,15 @@ def masked_products(target: Target, code: Code, pm: str, trip: str, cb_stage: st
     )
 
 
-def read_skip_inputs(target: Target, code: Code) -> None:
-    """``d_h`` (D of the tile's heads) and ``x_skip`` (x[l, p] pairs of this thread's
-    outputs) from global memory, issued at the tile's start so that they land while the
-    loop runs (read in the epilogue, they would cost a memory latency per tile)."""
+def read_skip_inputs(target: Target, code: Code, d_per_channel: bool = False) -> None:
+    """``d_h`` (D of the tile's heads, unless D is per channel) and ``x_skip`` (x[l, p]
+    pairs of this thread's outputs) from global memory, issued at the tile's start so that
+    they land while the loop runs (read in the epilogue, they would cost a memory latency
+    per tile)."""
     c = code
-    c("#pragma unroll")
-    c("for (int j = 0; j < PACK; ++j) d_h[j] = __ldg(D + heads0 + j);")
+    if not d_per_channel:
+        c("#pragma unroll")
+        c("for (int j = 0; j < PACK; ++j) d_h[j] = __ldg(D + heads0 + j);")
     each_row(target, c, [
         f"const int row = l0 + {TILE_ROW};",
         "const unsigned short* x_row = x + (((unsigned long long)batch0 * SEQLEN + chunks0 "
@@ -121,16 +123,40 @@ def read_skip_inputs(target: Target, code: Code) -> None:
     ])
 
 
-def add_skip(target: Target, code: Code, dtype: str) -> None:
-    """``acc += D[h] x[l, p]`` from the registers :func:`read_skip_inputs` filled."""
+def add_skip(target: Target, code: Code, dtype: str, d_per_channel: bool = False) -> None:
+    """``acc += D x[l, p]`` from the registers :func:`read_skip_inputs` filled: D of the
+    column's head, or with ``d_per_channel`` D[h, p] of the column (this thread's columns
+    read once, as float2 pairs, for all its rows)."""
     c = code
     unpack = convert.unpack2(dtype)
+    if d_per_channel:
+        c("float2 d_c[ACC_REGS / 4];  // D[h, p] of this thread's column pairs")
+        c("#pragma unroll")
+        c("for (int g = 0; g < ACC_REGS / 4; ++g) d_c[g] = __ldg(reinterpret_cast<const "
+          "float2*>(D + heads0 * HEADDIM + p0 + 8 * g + 2 * (lane & 3)));")
+        weights = ("d_c[g].x", "d_c[g].y")
+    else:
+        weights = ("d", "d")
     each_row(target, c, [
         "#pragma unroll",
         "for (int g = 0; g < ACC_REGS / 4; ++g) {",
         f"  const float2 v = {c.call(unpack, 'x_skip[mi][h][g]')};",
-        "  const float d = d_h[(8 * g) / HEAD_COLS];  // D of the column's head",
-        "  acc[mi][4 * g + 2 * h] += d * v.x;",
-        "  acc[mi][4 * g + 2 * h + 1] += d * v.y;",
+        *([] if d_per_channel else
+          ["  const float d = d_h[(8 * g) / HEAD_COLS];  // D of the column's head"]),
+        f"  acc[mi][4 * g + 2 * h] += {weights[0]} * v.x;",
+        f"  acc[mi][4 * g + 2 * h + 1] += {weights[1]} * v.y;",
         "}",
     ])
+
+
+def gate(code: Code, dtype: str) -> None:
+    """``v0, v1 *= silu(z)`` of the pair the store is writing (row ``row``, columns
+    ``col``, ``col + 1`` of the tile's rows in ``x``'s layout): z read once, by the store,
+    so it needs no registers across the loop."""
+    c, silu = code, activations.activation("silu")
+    assert silu is not None  # a known activation's snippet
+    unpack = convert.unpack2(dtype)
+    c("const unsigned short* z_row = z + (((unsigned long long)batch0 * SEQLEN + chunks0 * "
+      "CHUNK + row) * NHEADS + heads0) * HEADDIM;")
+    c(f"const float2 zv = {c.call(unpack, '__ldg(reinterpret_cast<const u32*>(z_row + col))')};")
+    c(f"v0 *= {c.call(silu, 'zv.x')}; v1 *= {c.call(silu, 'zv.y')};")

@@ -1,5 +1,5 @@
 """Mamba2 chunk scan as hooks on the pipeline skeleton (``mamba_ssm``'s ``_chunk_scan_fwd``
-with ``D``, without ``z``).
+with ``D`` per head or per channel and the optional gate ``z``).
 
 Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chunk:
 ``out[l, p] = exp(dA[l]) Σ_n C[l, g, n] states[p, n]
@@ -19,9 +19,10 @@ Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chu
   ``cb e dt`` read from shared memory in the MMA's register A layout, masked above the
   diagonal only on the trips that cross it, packed to 16-bit pairs; ``mma_x``:
   ``acc += P x`` (A in registers, x MN-major);
-- epilogue: ``skip`` adds ``D[h] x[l, p]`` (x read from global at the tile's start, so the
-  read lands while the loop runs) and
-  ``store`` writes the rows with st.global.
+- epilogue: ``skip`` adds ``D[h] x[l, p]`` (``D[h, p]`` with ``d_per_channel``; x read from
+  global at the tile's start, so the read lands while the loop runs); with ``z``, ``gate``
+  multiplies each pair by ``silu(z)`` as the store writes it (z read there, once); ``store``
+  writes the rows with st.global.
 
 The register math's text (``decay_out``, ``decay``, ``scale_cb``, ``skip`` and the skip
 term's early reads) is in :mod:`codegen.kernels.mamba2._chunk_scan_math`.
@@ -40,6 +41,7 @@ from codegen.kernels.mamba2._chunk_scan_math import (
     decay,
     decay_out,
     each_row,
+    gate,
     masked_products,
     read_skip_inputs,
 )
@@ -154,7 +156,26 @@ class ChunkScanHooks(Mamba2Hooks):
         )
 
     def pointer_inputs(self) -> tuple[str, ...]:
-        return ("x", "D", *self.vector_pointers())
+        gate_input = ("z",) if self.gated else ()
+        return ("x", "D", *gate_input, *self.vector_pointers())
+
+    @property
+    def gated(self) -> bool:
+        """``out`` is multiplied by ``silu(z)`` (the spec's ``z``)."""
+        return bool(self.params.get("z"))
+
+    @property
+    def d_per_channel(self) -> bool:
+        return bool(self.params.get("d_per_channel"))
+
+    @property
+    def element_stasks(self) -> frozenset[str]:
+        return frozenset({"gate"}) if self.gated else frozenset()
+
+    def element_math(self, code: Code, stask: str, row: str, col: str) -> None:
+        if stask != "gate":
+            return super().element_math(code, stask, row, col)
+        gate(code, self.dtype)
 
     #: Fitted with ``accumulator_regs`` to what ptxas allocated (below).
     overhead_regs = 8
@@ -258,7 +279,8 @@ class ChunkScanHooks(Mamba2Hooks):
         c("float dal[PACK][ROW_BLOCKS][2];  // dA[l] log2(e) of this thread's two rows per block")
         c("u32 x_skip[ROW_BLOCKS][2][ACC_REGS / 4];  // x[l, p] pairs of this thread's "
           "outputs, for D x")
-        c("float d_h[PACK];  // D of the tile's heads")
+        if not self.d_per_channel:
+            c("float d_h[PACK];  // D of the tile's heads")
         self.vector_state(c, "[PACK]")
 
     def thread_load(self, code: Code, issue: Issue, at: TripAt) -> None:
@@ -333,7 +355,7 @@ class ChunkScanHooks(Mamba2Hooks):
             self.per_parity(code, at.index, lambda pm: masked_products(
                 self.target, code, pm, at.index, stage, self.dtype))
         else:  # skip
-            add_skip(self.target, code, self.dtype)
+            add_skip(self.target, code, self.dtype, self.d_per_channel)
 
     def _decay(self, code: Code) -> None:
         """Each packed head's e in turn, from its dt and dA (read from the stage first
@@ -346,7 +368,7 @@ class ChunkScanHooks(Mamba2Hooks):
     def begin_tile(self, code: Code) -> None:
         """Issue the skip term's reads of x[l, p] and D[h] now: they land while the tile's
         loop runs (read in the epilogue, they cost a memory latency per tile)."""
-        read_skip_inputs(self.target, code)
+        read_skip_inputs(self.target, code, self.d_per_channel)
 
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
