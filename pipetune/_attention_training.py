@@ -21,24 +21,12 @@ are (batch, heads, seq, head_dim), as SDPA takes them; k and v may have fewer he
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
-#: Kernels the operators run, by key (a kernel's schedule or range hash).
-KERNELS: dict[str, Callable[..., Any]] = {}
-#: No tuned backward kernel: the formulas (or, in eager mode, SDPA's backward).
-NO_KERNEL = ""
+from pipetune._kernel_registry import KERNELS, NO_KERNEL, register
+
 #: fp32 scores materialised at once by the formulas (heads x query block x keys).
 _BLOCK_ELEMENTS = 1 << 26
-
-
-def register(kernel: Callable[..., Any]) -> str:
-    """Keep ``kernel`` (a loaded kernel: its artifact's schedule or range hash names it) for
-    the operators; its key."""
-    artifact = kernel.artifact  # type: ignore[attr-defined]
-    key = str(getattr(artifact, "schedule_hash", None) or artifact.hash)
-    KERNELS[key] = kernel
-    return key
 
 
 def attention(q: Any, k: Any, v: Any, causal: bool, forward: str, backward: str) -> Any:

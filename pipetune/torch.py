@@ -173,6 +173,51 @@ class DropIns:
                                                 enable_gqa=k.shape[1] != q.shape[1])
         return kernel(q, k, v, *(scales if fp8 else ()))[0]
 
+    def mamba_chunk_scan_combined(
+            self, x: Any, dt: Any, A: Any, B: Any, C: Any, chunk_size: int, D: Any = None,
+            z: Any = None, dt_bias: Any = None, initial_states: Any = None,
+            seq_idx: Any = None, cu_seqlens: Any = None, dt_softplus: bool = False,
+            dt_limit: tuple[float, float] = (0.0, float("inf")),
+            return_final_states: bool = False, return_varlen_states: bool = False,
+            state_dtype: Any = None) -> Any:
+        """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (same arguments and results): the
+        forward on the tuned chunk-state (with the state passing) and chunk-scan kernels
+        where the cache holds both (``pipetune._mamba2``), the gradients ``mamba_ssm``'s
+        backward. Calls the kernels do not serve (``seq_idx``, ``cu_seqlens``, a ragged
+        last chunk, fp32) and misses run ``mamba_ssm``'s own op; without it, a
+        RuntimeError says what is missing."""
+        from pipetune import _kernel_registry as registry
+        from pipetune import _mamba2 as ssd
+
+        ssd.check_shapes(x, dt, A, B, C, D, z, initial_states)
+        gated = z is not None and not _wants_gradients(x, dt, A, B, C, D, z, dt_bias,
+                                                       initial_states)
+        fp32_states = state_dtype is not None and _dtype_name(state_dtype) == "float32"
+        found = None
+        if (_on_gpu(x) and seq_idx is None and cu_seqlens is None
+                and not return_varlen_states):
+            found = ssd.workloads(x, B, chunk_size, D, initial_states, gated, fp32_states)
+        ops = ("mamba2_chunk_state", "mamba2_chunk_scan")
+        kernels = [self.kernel(op, params, x) for op, params in zip(ops, found, strict=True)
+                   ] if found else []
+        if not found or None in kernels:
+            upstream = ssd.upstream_forward()
+            if upstream is None:
+                raise RuntimeError(
+                    "pipetune.torch.mamba_chunk_scan_combined: no tuned kernels serve this "
+                    "call and mamba_ssm is not importable; tune mamba2_chunk_state "
+                    "(pass_states) and mamba2_chunk_scan for it, or install mamba_ssm")
+            return upstream(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                            initial_states=initial_states, seq_idx=seq_idx,
+                            cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=dt_limit,
+                            return_final_states=return_final_states,
+                            return_varlen_states=return_varlen_states,
+                            state_dtype=state_dtype)
+        call = ssd.SSDCall(chunk_size, dt_softplus, tuple(dt_limit),
+                           *(registry.register(k) for k in kernels), gate_in_kernel=gated)
+        out, final_states = ssd.combined(x, dt, A, B, C, D, z, dt_bias, initial_states, call)
+        return (out, final_states) if return_final_states else out
+
     def _trained_attention(self, forward: Any, params: dict[str, Any], q: Any, k: Any,
                            v: Any) -> Any:
         """The tuned forward as a differentiable op, its gradients from the tuned backward
@@ -294,6 +339,10 @@ def _wants_gradients(*tensors: Any) -> bool:
     return bool(torch.is_grad_enabled())
 
 
+def _on_gpu(tensor: Any) -> bool:
+    return bool(tensor.device.type == "cuda")
+
+
 def _dtype_name(tensor: Any) -> str:
     return str(tensor.dtype).removeprefix("torch.")
 
@@ -361,4 +410,12 @@ def attention(q: Any, k: Any, v: Any, *, is_causal: bool = False,
     return _default.attention(q, k, v, is_causal=is_causal, scales=scales)
 
 
-__all__ = ["DropIns", "attention", "configure", "gemm", "register"]
+def mamba_chunk_scan_combined(x: Any, dt: Any, A: Any, B: Any, C: Any, chunk_size: int,
+                              **options: Any) -> Any:
+    """``mamba_ssm``'s SSD forward through the default drop-ins (see
+    :meth:`DropIns.mamba_chunk_scan_combined`)."""
+    return _default.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, **options)
+
+
+__all__ = ["DropIns", "attention", "configure", "gemm", "mamba_chunk_scan_combined",
+           "register"]

@@ -1,0 +1,243 @@
+"""Mamba2's SSD forward as a model calls it, ``mamba_chunk_scan_combined``, on tuned kernels.
+
+Upstream's forward (``mamba_ssm/ops/triton/ssd_combined.py``) runs five kernels. Here:
+
+1. the step sizes (``dt + dt_bias``, softplus, clamped to ``dt_limit``) and their
+   cumulative sum times ``A`` within each chunk: PyTorch ops on (batch, seqlen, nheads)
+   vectors, a few hundred KB;
+2. the chunk state fused with the state passing: the tuned ``mamba2_chunk_state`` kernel
+   with ``pass_states`` (the states entering each chunk, in ``C``'s dtype as upstream
+   writes them unless ``state_dtype`` says fp32, and the fp32 final state);
+3. ``C Bᵀ`` per chunk: an fp32 batched product in PyTorch (upstream's ``_bmm_chunk_fwd``);
+4. the tuned ``mamba2_chunk_scan`` kernel, with ``D`` and the gate ``z``.
+
+One operator, ``pipetune::mamba_chunk_scan_combined``, runs them (kernels named by the
+keys :func:`pipetune._kernel_registry.register` gives), with a fake implementation for
+``torch.compile`` and nothing allocated outside the caller's framework, so CUDA graphs
+capture it. Its gradients are upstream's backward (``_mamba_chunk_scan_combined_bwd``),
+which reads the forward's ungated output: where gradients are wanted and ``z`` is given,
+the scan kernel runs ungated and the gate is a PyTorch product after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipetune._kernel_registry import KERNELS
+
+#: Upstream's softplus switches to the identity above this step size.
+SOFTPLUS_THRESHOLD = 20.0
+
+
+@dataclass(frozen=True)
+class SSDCall:
+    """The non-tensor arguments of one call, and the kernels that serve it."""
+
+    chunk_size: int
+    dt_softplus: bool
+    dt_limit: tuple[float, float]
+    state_kernel: str
+    scan_kernel: str
+    #: The scan kernel applies ``silu(z)`` itself (inference); else it writes the
+    #: ungated output and the gate follows in PyTorch (the backward needs both).
+    gate_in_kernel: bool
+
+
+def step_sizes(dt: Any, dt_bias: Any, softplus: bool, limit: tuple[float, float]) -> Any:
+    """dt (b, s, h) -> the fp32 steps the scan uses: plus ``dt_bias``, softplus'd, clamped
+    to ``limit`` (always, as upstream: the default (0, inf) zeroes negative steps)."""
+    import torch
+
+    steps = dt.float()
+    if dt_bias is not None:
+        steps = steps + dt_bias.float()
+    if softplus:
+        steps = torch.nn.functional.softplus(steps, threshold=SOFTPLUS_THRESHOLD)
+    return steps.clamp(min=limit[0], max=limit[1])
+
+
+def chunk_decays(steps: Any, A: Any, chunk: int) -> tuple[Any, Any]:
+    """Steps (b, s, h), A (h,) -> (dt, dA_cumsum), each (b, h, chunks, chunk) fp32 and
+    contiguous, as the kernels read them: the steps by chunk and the running sum of
+    ``dt A`` within each chunk."""
+    import torch
+
+    batch, seqlen, nheads = steps.shape
+    by_chunk = steps.view(batch, seqlen // chunk, chunk, nheads).permute(0, 3, 1, 2)
+    dt = by_chunk.contiguous()
+    return dt, torch.cumsum(dt * A.float()[None, :, None, None], dim=-1)
+
+
+def chunk_gram(C: Any, B: Any, chunk: int) -> Any:
+    """C, B (b, s, g, n) -> cb (b, chunks, g, chunk, chunk) fp32: ``C_l · B_s`` within each
+    chunk, every (l, s) (the scan masks s > l)."""
+    batch, seqlen, ngroups, dstate = C.shape
+    shape = (batch, seqlen // chunk, chunk, ngroups, dstate)
+    c, b = (t.view(shape).permute(0, 1, 3, 2, 4).float() for t in (C, B))
+    return (c @ b.transpose(-1, -2)).contiguous()
+
+
+def forward(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any,
+            initial_states: Any, call: SSDCall) -> tuple[Any, Any, Any]:
+    """(out, ungated out or an empty tensor, final_states) of the tuned kernels."""
+    import torch
+
+    x, B, C = (t.contiguous() for t in (x, B, C))
+    z = z.contiguous() if z is not None else None
+
+    steps = step_sizes(dt, dt_bias, call.dt_softplus, call.dt_limit)
+    dt_chunks, da_cumsum = chunk_decays(steps, A, call.chunk_size)
+    state_inputs = [B, x, dt_chunks, da_cumsum]
+    if initial_states is not None:
+        state_inputs.append(initial_states.float().contiguous())
+    states, final_states = KERNELS[call.state_kernel](*state_inputs)
+    scan = KERNELS[call.scan_kernel]
+    states = states.to(_input_dtype(scan, "states", torch))
+    skip = (D if D is not None else x.new_zeros(x.shape[2])).float().contiguous()
+    scan_inputs = [chunk_gram(C, B, call.chunk_size), x, dt_chunks, da_cumsum, C, states, skip]
+    if z is not None and call.gate_in_kernel:
+        return scan(*scan_inputs, z), x.new_empty(0), final_states
+    ungated = scan(*scan_inputs)
+    if z is None:
+        return ungated, x.new_empty(0), final_states
+    return ungated * torch.nn.functional.silu(z), ungated, final_states
+
+
+def _input_dtype(kernel: Any, name: str, torch: Any) -> Any:
+    """The torch dtype the kernel takes input ``name`` in."""
+    (spec,) = [t for t in kernel.inputs if t.name == name]
+    return getattr(torch, spec.dtype)
+
+
+#: The registered operator (a plain global, which a ``torch.compile`` trace reads).
+_OPERATOR: list[Any] = []
+
+_SCHEMA = ("(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+           "Tensor? dt_bias, Tensor? initial_states, int chunk_size, bool dt_softplus, "
+           "float dt_min, float dt_max, str state_kernel, str scan_kernel, "
+           "bool gate_in_kernel) -> (Tensor, Tensor, Tensor)")
+
+
+def operator() -> Any:
+    """``pipetune::mamba_chunk_scan_combined``, registered on first use (before a
+    ``torch.compile`` trace reaches it: registering inside one is refused)."""
+    if not _OPERATOR:
+        _OPERATOR.append(_register())
+    return _OPERATOR[0]
+
+
+def combined(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any,
+             initial_states: Any, call: SSDCall) -> tuple[Any, Any]:
+    """(out, final_states) of ``mamba_chunk_scan_combined`` through the operator."""
+    low, high = call.dt_limit
+    out, _, final_states = operator()(
+        x, dt, A, B, C, D, z, dt_bias, initial_states, call.chunk_size, call.dt_softplus,
+        float(low), float(high), call.state_kernel, call.scan_kernel, call.gate_in_kernel)
+    return out, final_states
+
+
+def _register() -> Any:
+    import torch
+
+    @torch.library.custom_op("pipetune::mamba_chunk_scan_combined", mutates_args=(),
+                             schema=_SCHEMA)
+    def op(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any,
+           initial_states: Any, chunk_size: int, dt_softplus: bool, dt_min: float,
+           dt_max: float, state_kernel: str, scan_kernel: str,
+           gate_in_kernel: bool) -> tuple[Any, Any, Any]:
+        call = SSDCall(chunk_size, dt_softplus, (dt_min, dt_max), state_kernel, scan_kernel,
+                       gate_in_kernel)
+        return forward(x, dt, A, B, C, D, z, dt_bias, initial_states, call)
+
+    @op.register_fake
+    def _(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, *rest: Any) -> Any:
+        batch, _, nheads, headdim = x.shape
+        ungated = x.new_empty(x.shape if z is not None and not rest[-1] else (0,))
+        final = x.new_empty((batch, nheads, headdim, B.shape[-1]), dtype=torch.float32)
+        return torch.empty_like(x), ungated, final
+
+    op.register_autograd(_upstream_gradients, setup_context=_keep_for_backward)
+    return op
+
+
+def _keep_for_backward(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
+    x, dt, A, B, C, D, z, dt_bias, initial_states, chunk, softplus, low, high = inputs[:13]
+    out, ungated, _ = output
+    # Upstream's backward reads the output before the gate.
+    ctx.save_for_backward(ungated if z is not None else out, x, dt, A, B, C, D, z, dt_bias,
+                          initial_states)
+    ctx.chunk_size, ctx.dt_softplus, ctx.dt_limit = chunk, softplus, (low, high)
+
+
+def _upstream_gradients(ctx: Any, dout: Any, _dungated: Any, dfinal: Any) -> tuple[Any, ...]:
+    backward = upstream_backward()
+    out, x, dt, A, B, C, D, z, dt_bias, initial_states = ctx.saved_tensors
+    grads = backward(dout.contiguous(), x, dt, A, B, C, out, ctx.chunk_size, D=D, z=z,
+                     dt_bias=dt_bias, initial_states=initial_states, dfinal_states=dfinal,
+                     dt_softplus=ctx.dt_softplus, dt_limit=ctx.dt_limit)
+    dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial = grads[:9]
+    return (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial, *([None] * 7))
+
+
+def upstream_backward() -> Any:
+    """``mamba_ssm``'s ``_mamba_chunk_scan_combined_bwd``, or a clear error without it."""
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import _mamba_chunk_scan_combined_bwd
+    except ImportError as exc:
+        raise RuntimeError(
+            "pipetune.torch.mamba_chunk_scan_combined: the backward is mamba_ssm's "
+            f"(_mamba_chunk_scan_combined_bwd), which is not importable here ({exc}); "
+            "install mamba_ssm to train through this op") from exc
+    return _mamba_chunk_scan_combined_bwd
+
+
+def upstream_forward() -> Any:
+    """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (the op on a miss), or None."""
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+    except ImportError:
+        return None
+    return mamba_chunk_scan_combined
+
+
+def check_shapes(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any,
+                 initial_states: Any) -> None:
+    """Upstream's shape contract, as a ValueError naming the argument that breaks it."""
+    if x.dim() != 4:
+        raise ValueError(f"x: expected (batch, seqlen, nheads, headdim), got {tuple(x.shape)}")
+    batch, seqlen, nheads, headdim = x.shape
+    wanted = {"dt": (dt, (batch, seqlen, nheads)), "A": (A, (nheads,)),
+              "C": (C, tuple(B.shape)), "z": (z, tuple(x.shape))}
+    if B.dim() != 4 or tuple(B.shape[:2]) != (batch, seqlen) or nheads % B.shape[2]:
+        raise ValueError(f"B: expected (batch, seqlen, ngroups, dstate) with ngroups dividing "
+                         f"nheads={nheads}, got {tuple(B.shape)}")
+    if initial_states is not None:
+        wanted["initial_states"] = (initial_states, (batch, nheads, headdim, B.shape[3]))
+    for name, (tensor, shape) in wanted.items():
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {tuple(tensor.shape)}")
+    if D is not None and tuple(D.shape) not in ((nheads,), (nheads, headdim)):
+        raise ValueError(f"D: expected ({nheads},) or ({nheads}, {headdim}), got "
+                         f"{tuple(D.shape)}")
+
+
+def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gated: bool,
+              states_in_fp32: bool) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The tuned kernels' workloads (chunk state with the state passing, chunk scan) of a
+    call, or None where the kernels do not serve it (not 16-bit, a ragged last chunk)."""
+    dtype = str(x.dtype).removeprefix("torch.")
+    batch, seqlen, nheads, headdim = x.shape
+    if dtype not in ("float16", "bfloat16") or str(B.dtype) != str(x.dtype) or seqlen % chunk_size:
+        return None
+    base = {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
+            "dstate": B.shape[3], "ngroups": B.shape[2], "chunk_size": chunk_size,
+            "dtype": dtype}
+    state = {**base, "pass_states": True, "initial_states": initial_states is not None,
+             "states_in_fp32": states_in_fp32}
+    scan = {**base, "z": gated, "d_per_channel": D is not None and D.dim() == 2}
+    return state, scan
+
+
+__all__ = ["SSDCall", "check_shapes", "chunk_decays", "chunk_gram", "combined", "forward",
+           "operator", "step_sizes", "upstream_backward", "upstream_forward", "workloads"]
