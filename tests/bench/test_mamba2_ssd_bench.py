@@ -1,0 +1,43 @@
+"""bench/mamba2_ssd.py on the CPU: its cases cover what the issue asks (the suite, ngroups
+8, bf16, headdim 128, the layer's options, seq_idx), every option is an argument of the
+drop-in, and the calls it times pass the same arguments to both sides."""
+
+from __future__ import annotations
+
+import inspect
+
+from bench import mamba2_ssd as bench
+from pipetune.torch import DropIns
+
+
+def test_cases_cover_the_issue_s_shapes_and_options() -> None:
+    names = [c.name for c in bench.CASES]
+    assert len(set(names)) == len(names)
+    suite = [(c.batch, c.seqlen) for c in bench.CASES if c.name.startswith("suite")]
+    assert suite == [(1, 1024), (1, 16384), (8, 4096), (64, 4096)]
+    assert {c.ngroups for c in bench.CASES} >= {1, 8}
+    assert {c.dtype for c in bench.CASES} == {"float16", "bfloat16"}
+    assert {c.headdim for c in bench.CASES} == {64, 128}
+    assert {c.chunk_size for c in bench.CASES} == {128, 256}
+    options = {o for c in bench.CASES for o in c.options}
+    accepted = set(inspect.signature(DropIns.mamba_chunk_scan_combined).parameters)
+    assert options - {"d_per_channel"} <= accepted  # d_per_channel is D's shape
+    assert {"z", "seq_idx", "initial_states", "dt_bias"} <= options
+
+
+def test_both_sides_get_the_same_arguments() -> None:
+    case = bench.CASES[6]
+    args = {n: n for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "dt_softplus")}
+    positional = bench._positional(args, case)
+    keywords = bench._keywords(args)
+    assert positional == {"x": "x", "dt": "dt", "A": "A", "B": "B", "C": "C",
+                          "chunk_size": case.chunk_size}
+    assert keywords["return_final_states"] is True
+    assert {"D", "z", "dt_bias", "dt_softplus"} <= set(keywords)
+    assert "seq_idx" not in keywords and "initial_states" not in keywords
+
+
+def test_list_names_every_case(capsys) -> None:  # type: ignore[no-untyped-def]
+    assert bench.main(["list"]) == 0
+    printed = capsys.readouterr().out.split("\n")
+    assert [line.split(" ")[0] for line in printed if line] == [c.name for c in bench.CASES]
