@@ -33,7 +33,7 @@ from scheduler_search.ops import DTYPE_BYTES, parse_spec
 
 #: C element type of a tensor pointer, as the generated kernels declare them.
 _C_TYPES = {"float16": "unsigned short", "bfloat16": "unsigned short", "float32": "float",
-            "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char"}
+            "float8_e4m3": "unsigned char", "float8_e5m2": "unsigned char", "int32": "int"}
 #: Devices a process's workspaces are kept for (CUDA device ordinals below this).
 MAX_DEVICES = 16
 

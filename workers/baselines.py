@@ -367,26 +367,28 @@ def _mamba_ssm(
     out = _as_torch(torch, tensors[output], dtypes[output])
     result: list[Any] = [None]
 
+    seq_idx = _as_torch(torch, tensors["seq_idx"], "int32") if params.get("seq_idx") else None
     if name == "mamba_ssm_chunk_state" and params.get("pass_states"):
-        return _mamba_ssm_passing(torch, peer, params, args, tensors, dtypes)
+        return _mamba_ssm_passing(torch, peer, params, args, tensors, dtypes, seq_idx)
     if name == "mamba_ssm_chunk_state":
         in_fp32 = bool(params.get("states_in_fp32", True))
 
         def launch() -> None:
-            result[0] = peer._chunk_state_fwd(*args, states_in_fp32=in_fp32)
+            result[0] = peer._chunk_state_fwd(*args, seq_idx=seq_idx, states_in_fp32=in_fp32)
     else:
         *operands, d_skip = args
         gate = _as_torch(torch, tensors["z"], dtypes["z"]) if params.get("z") else None
 
         def launch() -> None:
             # (out, out_x): with z, the peer also writes the ungated out_x its backward reads.
-            result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip, z=gate)
+            result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip, z=gate, seq_idx=seq_idx)
 
     return launch, (lambda: out.copy_(result[0]))
 
 
 def _mamba_ssm_passing(torch: Any, peer: Any, params: dict[str, Any], args: list[Any],
-                       tensors: dict[str, Any], dtypes: dict[str, str]) -> tuple[Launch, Launch]:
+                       tensors: dict[str, Any], dtypes: dict[str, str],
+                       seq_idx: Any) -> tuple[Launch, Launch]:
     """The chunk state fused with the state passing, as ``mamba_chunk_scan_combined`` runs
     the pair: ``_chunk_state_fwd`` (fp32 states), then ``_state_passing_fwd`` writing the
     states entering each chunk in the spec's states dtype, and the final states."""
@@ -399,11 +401,11 @@ def _mamba_ssm_passing(torch: Any, peer: Any, params: dict[str, Any], args: list
     result: list[Any] = [None]
 
     def launch() -> None:
-        states = peer._chunk_state_fwd(*args, states_in_fp32=True)
+        states = peer._chunk_state_fwd(*args, seq_idx=seq_idx, states_in_fp32=True)
         result[0] = passing._state_passing_fwd(
             states.flatten(-2), da_last,
             initial_states=None if initial is None else initial.flatten(-2),
-            out_dtype=states_out.dtype)
+            seq_idx=seq_idx, chunk_size=params["chunk_size"], out_dtype=states_out.dtype)
 
     def copy() -> None:
         entering, final = result[0]

@@ -87,6 +87,23 @@ def _chunk_gram(xp: Any, rng: Any, spec: TensorSpec, drawn: dict[str, Any],
     return chunked_cb(xp, c32, b32, spec.shape[-1])
 
 
+def _sequence_ids(xp: Any, rng: Any, spec: TensorSpec, drawn: dict[str, Any],
+                  dtypes: dict[str, str]) -> Any:
+    """Ids of up to ``high`` sequences packed in each row: boundaries at a multiple of
+    ``length`` (a chunk's start, when the row holds a second chunk) and at positions drawn
+    anywhere; a row's ids count its boundaries so far."""
+    batch, seqlen = spec.shape
+    chunk, count = spec.init.length or seqlen, max(1, int(spec.init.high))
+    # Integers from uniform floats (the generator's integer draws differ between NumPy
+    # and CuPy): starts in [1, seqlen), and the first on a chunk start in [1, nchunks).
+    starts = xp.floor(_uniform(xp, rng, (batch, count - 1), 1.0, float(max(2, seqlen))))
+    if seqlen > chunk and count > 1:
+        chunks = xp.floor(_uniform(xp, rng, (batch,), 1.0, float(-(-seqlen // chunk))))
+        starts[:, 0] = chunk * chunks
+    position = xp.arange(seqlen)[None, :, None]
+    return (position >= starts[:, None, :]).sum(axis=-1).astype(xp.float32)
+
+
 def _uniform(xp: Any, rng: Any, shape: tuple[int, ...], low: float, high: float) -> Any:
     return rng.random(shape, dtype=xp.float32) * xp.float32(high - low) + xp.float32(low)
 
@@ -116,6 +133,7 @@ _DRAWS: dict[str, Draw] = {
     "chunk_gram": _chunk_gram,
     "attention_o": _attention_forward,
     "attention_lse": _attention_forward,
+    "sequence_ids": _sequence_ids,
 }
 
 

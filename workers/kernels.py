@@ -67,6 +67,7 @@ _ACCEPTED_DTYPES = {
     "float32": ("float32",),
     "float8_e4m3": ("float8_e4m3fn", "uint8"),
     "float8_e5m2": ("float8_e5m2", "uint8"),
+    "int32": ("int32",),
 }
 
 

@@ -25,7 +25,9 @@ Semantics:
                         + Σ_{s≤l} cb[b,c,g,l,s] · exp(dA[b,h,c,l] − dA[b,h,c,s])
                           · dt[b,h,c,s] · x[b,cL+s,h,p]
                         + D[h] · x[b,cL+l,h,p]   (D[h,p] with ``d_per_channel``)
-      and with ``z``, out times z · sigmoid(z) (:func:`workers.ssd_reference.chunk_scan`).
+      and with ``z``, out times z · sigmoid(z); with ``seq_idx``, nothing crosses a
+      sequence boundary (:mod:`workers.ssd_reference`: ``chunk_states``, ``state_passing``,
+      ``chunk_scan``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 from workers import _dtypes
 from workers.backward_reference import attention_backward
 from workers.inputs import pad_seq
-from workers.ssd_reference import chunk_scan, state_passing
+from workers.ssd_reference import chunk_scan, chunk_states, state_passing
 
 # Largest fp32 score block (heads x seq_q x seq_kv) materialised at once by the attention
 # reference.
@@ -67,19 +69,25 @@ def _attention(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dic
 
 
 def _chunk_state(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
-    states = chunk_state_reference(
-        xp, inputs32["b"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"])
+    seq_idx = inputs32.get("seq_idx")
+    b, x, dt, da = (inputs32[n] for n in ("b", "x", "dt", "dA_cumsum"))
+    if seq_idx is None:
+        states = chunk_state_reference(xp, b, x, dt, da)
+    else:
+        states = chunk_states(xp, x, b, dt, da, seq_idx)
     if not params.get("pass_states"):
         return {"states": states}
     entering, final = state_passing(
-        xp, states, inputs32["dA_cumsum"][:, :, :, -1], inputs32.get("initial_states"))
+        xp, states, inputs32["dA_cumsum"][:, :, :, -1], inputs32.get("initial_states"),
+        seq_idx, params["chunk_size"])
     return {"states": entering, "final_states": final}
 
 
 def _chunk_scan(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
     return {"out": chunk_scan(
         xp, inputs32["cb"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"],
-        inputs32["c"], inputs32["states"], inputs32["D"], inputs32.get("z"))}
+        inputs32["c"], inputs32["states"], inputs32["D"], inputs32.get("z"),
+        inputs32.get("seq_idx"))}
 
 
 #: Operator -> its fp32 reference (:func:`register_reference` adds one).

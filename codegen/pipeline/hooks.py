@@ -181,7 +181,7 @@ class OutputTile:
 
 def ctype(dtype: str) -> str:
     """C++ element type of a tensor of ``dtype`` in the kernel's parameters."""
-    return "float" if dtype == "float32" else "unsigned short"
+    return {"float32": "float", "int32": "int"}.get(dtype, "unsigned short")
 
 
 class OperatorHooks(ABC):

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 #: Bytes per element of every dtype a workload tensor may have.
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4,
-                               "float8_e4m3": 1, "float8_e5m2": 1}
+                               "float8_e4m3": 1, "float8_e5m2": 1, "int32": 4}
 
 Role = Literal["input", "output"]
 InitKind = Literal["normal", "uniform", "time_step", "decay_cumsum", "chunk_gram",
-                   "attention_o", "attention_lse"]
+                   "attention_o", "attention_lse", "sequence_ids"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class InputInit:
       log-sum-exp of the inputs ``source`` names (``q,k,v``), ``causal`` and with heads
       second (``heads_second``: bhsd) as the workload's: the backward's inputs must be
       the forward's of its q, k, v (its softmax is recomputed from lse).
+
+    - ``sequence_ids``: Mamba2's ``seq_idx`` (batch, seqlen): ids of sequences packed in
+      a row, non-decreasing from 0, up to ``high`` sequences a row; one boundary falls on a
+      multiple of ``length`` (a chunk's start) and the others anywhere.
 
     ``draw`` orders the draws from the workload's one random generator (lower first, ties
     in argument order): a tensor comes after those it derives from, and one added to a

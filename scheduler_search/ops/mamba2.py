@@ -57,6 +57,13 @@ class _Mamba2Spec(OperatorSpec):
     ngroups: Annotated[int, Field(ge=1, le=4096)]
     chunk_size: Annotated[int, Field(ge=MMA_K_STEP, le=1024)]
     dtype: DType = "float16"
+    #: Sequences packed in a row, as ``mamba_ssm``'s ``seq_idx``: an int32 input (batch,
+    #: seqlen) of non-decreasing sequence ids; nothing crosses from one sequence to the next
+    #: (the chunk state keeps the positions of the sequence its chunk ends in, the state
+    #: passing drops the carried state where a chunk ends in a new sequence, the chunk
+    #: scan's state term is zero for positions of another sequence than the one before
+    #: the chunk; the scan's cb comes masked, as ``_bmm_chunk_fwd`` makes it).
+    seq_idx: bool = False
 
     @property
     def nchunks(self) -> int:
@@ -92,6 +99,14 @@ class _Mamba2Spec(OperatorSpec):
             TensorSpec("dA_cumsum", per_chunk, "float32", "input", init=decay),
         ]
 
+    def _seq_idx(self) -> list[TensorSpec]:
+        """The int32 sequence ids, when the spec packs sequences (drawn last: up to four
+        sequences a row, one starting on a chunk's start)."""
+        if not self.seq_idx:
+            return []
+        init = InputInit("sequence_ids", high=4, length=self.chunk_size, draw=5)
+        return [TensorSpec("seq_idx", (self.batch, self.seqlen), "int32", "input", init=init)]
+
     def _x(self) -> TensorSpec:
         shape = (self.batch, self.seqlen, self.nheads, self.headdim)
         return TensorSpec("x", shape, self.dtype, "input", init=_OPERAND)
@@ -125,7 +140,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
     }
 
     keyed_when_set: ClassVar[tuple[str, ...]] = ("states_in_fp32", "pass_states",
-                                                  "initial_states")
+                                                  "initial_states", "seq_idx")
 
     #: As ``_chunk_state_fwd``'s argument: fp32 states (its default, what the model's
     #: state passing reads), or states in the inputs' dtype (half the bytes written).
@@ -161,12 +176,12 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
         states = TensorSpec("states", self._states_shape(), self.states_dtype, "output")
         inputs = [b, self._x(), *self._scalar_tensors()]
         if not self.pass_states:
-            return [*inputs, states]
+            return [*inputs, *self._seq_idx(), states]
         if self.initial_states:
             inputs.append(TensorSpec("initial_states", self._final_shape(), "float32", "input",
                                      init=replace(_OPERAND, draw=3)))
         final = TensorSpec("final_states", self._final_shape(), "float32", "output")
-        return [*inputs, states, final]
+        return [*inputs, *self._seq_idx(), states, final]
 
     def flops(self) -> float:
         return 2.0 * self.batch * self.nheads * self.seqlen * self.headdim * self.dstate
@@ -189,7 +204,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 "decay",
                 STaskKind.ELEMENTWISE,
                 "w[l]",
-                ("dA_s[l]", "dt_s[l]"),
+                ("dA_s[l]", "dt_s[l]", *(("seq_idx[l]",) if self.seq_idx else ())),
                 EXP_UNITS,
                 ops_per_point=1.0,
                 emulation_ops=EXP2_EMULATION_OPS,
@@ -232,6 +247,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 acc=("float32", "register"),
                 **({"run": ("float32", "register"), "final_states": ("float32", "global")}
                    if self.pass_states else {}),
+                **({"seq_idx": ("int32", "global")} if self.seq_idx else {}),
             ),
             # With the state passing the loop walks the whole sequence, chunk after chunk.
             extents={"p": self.headdim * packed_heads(tile), "n": self.dstate,
@@ -279,7 +295,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         "cb": ("load_cb", "load_dt", "load_dA"),
         "x": ("load_x",),
     }
-    keyed_when_set: ClassVar[tuple[str, ...]] = ("z", "d_per_channel")
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("z", "d_per_channel", "seq_idx")
 
     #: The gate of ``mamba_chunk_scan_combined(z=...)``: an input ``z`` shaped as ``x``,
     #: and ``out = (scan + D x) · z sigmoid(z)``.
@@ -308,6 +324,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             TensorSpec("D", self._d_shape(), "float32", "input", init=InputInit(draw=3)),
             *([TensorSpec("z", out_shape, self.dtype, "input", init=replace(_OPERAND, draw=4))]
               if self.z else []),
+            *self._seq_idx(),
             TensorSpec("out", out_shape, self.dtype, "output", other_dtypes=("float32",)),
         ]
 
@@ -326,6 +343,9 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         if self.z:  # the gate, between the skip term and the store
             stasks = (*stasks[:-1], _GATE, stasks[-1])
             graph_tensors = {**graph_tensors, **tensors(z=(self.dtype, "global"))}
+        if self.seq_idx:  # the state term's decay reads each row's sequence
+            stasks = tuple(_DECAY_OUT_PACKED if t.name == "decay_out" else t for t in stasks)
+            graph_tensors = {**graph_tensors, **tensors(seq_idx=("int32", "global"))}
         return STaskGraph(
             op=self.op,
             stasks=stasks,
@@ -431,6 +451,19 @@ _CHUNK_SCAN_STASKS = (
     ),
 )
 
+
+#: The state term's decay with packed sequences: zero on rows of another sequence than
+#: the one before the chunk.
+_DECAY_OUT_PACKED = stask(
+    "decay_out",
+    STaskKind.ELEMENTWISE,
+    "acc[l,p]",
+    ("acc[l,p]", "dAl_s[l]", "seq_idx[l]"),
+    CORES,
+    phase="prologue",
+    ops_per_point=1.0,
+    expr="acc[l,p] *= (seq[l] == seq[-1]) ? exp(dA[l]) : 0",
+)
 
 #: ``mamba_chunk_scan_combined``'s gate on the finished output, z read from global memory
 #: by the store, pair by pair.

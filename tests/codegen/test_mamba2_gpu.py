@@ -57,6 +57,9 @@ PASSING = (
     (SHAPES[5], {"pass_states": True, "initial_states": True}),
     (SHAPES[6], {"pass_states": True, "initial_states": True, "states_in_fp32": False}),
     (SHAPES[7], {"pass_states": True}),
+    # Sequences packed in rows (seq_idx), one starting on a chunk's start.
+    (SHAPES[5], {"pass_states": True, "initial_states": True, "seq_idx": True}),
+    (SHAPES[6], {"pass_states": True, "seq_idx": True, "states_in_fp32": False}),
 )
 
 #: The chunk scan with ``mamba_chunk_scan_combined``'s gate ``z`` and D per channel.
@@ -64,6 +67,8 @@ GATED = (
     (SHAPES[2], {"z": True}),
     (SHAPES[5], {"z": True, "d_per_channel": True}),
     (SHAPES[6], {"d_per_channel": True}),
+    (SHAPES[5], {"seq_idx": True, "z": True}),
+    (SHAPES[7], {"seq_idx": True}),
 )
 
 
@@ -102,6 +107,7 @@ def _cases() -> list[tuple[str, OperatorSpec, SProgram]]:
                  for shape in STATES_16_BIT]
     variants += [("mamba2_chunk_state", shape, extra) for shape, extra in PASSING]
     variants += [("mamba2_chunk_scan", shape, extra) for shape, extra in GATED]
+    variants += [("mamba2_chunk_state", SHAPES[7], {"seq_idx": True})]  # alone, packed
     cases = []
     for op, shape, extra in variants:
         batch, seqlen, nheads, headdim, dstate, ngroups, chunk, dtype = shape

@@ -200,8 +200,8 @@ def test_sampled_mamba2_schedules_compile_without_spills() -> None:
     sources = []
     workloads = [(op, params) for op in ("mamba2_chunk_state", "mamba2_chunk_scan")
                  for params in (SUITE, GROUPED)]
-    workloads += [("mamba2_chunk_state", {**GROUPED, **PASSING}),
-                  ("mamba2_chunk_scan", {**GROUPED, **GATED})]
+    workloads += [("mamba2_chunk_state", {**GROUPED, **PASSING, "seq_idx": True}),
+                  ("mamba2_chunk_scan", {**GROUPED, **GATED, "seq_idx": True})]
     for op, params in workloads:
         spec = parse_spec(op, params)
         sources += [render(sp, spec, DEVICE).source
@@ -248,6 +248,28 @@ def test_chunk_scan_gates_its_output_and_weights_the_skip_per_channel(extra: dic
         if gated:
             assert names.index("z") == names.index("D") + 1
             assert source.index("acc[mi][4 * g + 2 * h] +=") < source.index("act_silu(zv.x)")
+
+
+@pytest.mark.parametrize(("op", "extra", "marks"), [
+    ("mamba2_chunk_state", {}, ("kept[kk][j]", "s0.x == seq_end && seq_end >= 0")),
+    ("mamba2_chunk_state", PASSING, ("kept[kk][j]", "const bool carried = seq_end == seq_run;",
+                                     "const float decay = carried ? ", "seq_run = 0;")),
+    ("mamba2_chunk_scan", {}, ("seq_before = chunks0 > 0 ? __ldg(seq_chunk - 1) : 0",
+                               "const float decay = same ? ")),
+])
+def test_packed_sequences_mask_what_crosses_a_boundary(op: str, extra: dict,
+                                                       marks: tuple[str, ...]) -> None:
+    """seq_idx: the chunk state keeps the positions of the sequence its chunk ends in;
+    fused with the state passing, a chunk ending in a new sequence carries nothing over;
+    the chunk scan's state term is zero on rows of another sequence than the one before
+    the chunk. seq_idx comes in as an int pointer; without it none of this is written."""
+    for packed in (True, False):
+        spec = parse_spec(op, {**GROUPED, **extra, "seq_idx": packed})
+        for sprogram in sample_schedules(spec, DEVICE, 2, seed=9):
+            artifact = render(sprogram, spec, DEVICE)
+            assert all((mark in artifact.source) == packed for mark in marks)
+            assert ("const int* __restrict__ seq_idx" in artifact.source
+                    or "const int* seq_idx" in artifact.source) == packed
 
 
 @pytest.mark.parametrize("op", ["mamba2_chunk_state", "mamba2_chunk_scan"])

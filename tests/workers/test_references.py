@@ -333,3 +333,59 @@ def test_chunk_scan_gate_and_per_channel_skip_follow_mamba_ssm() -> None:
                         {**inputs, "D": np.zeros_like(inputs["D"])})["out"]
     np.testing.assert_allclose(got - without, inputs["D"] * inputs["x"] * z / (1 + np.exp(-z)),
                                rtol=1e-4, atol=1e-6)
+
+
+PACKED = {**MAMBA_PARAMS, "seqlen": 32, "seq_idx": True}
+
+
+def test_sequence_ids_pack_sequences_one_starting_on_a_chunk() -> None:
+    tensors = build_inputs(np, "mamba2_chunk_state", PACKED,
+                           {n: s.default_dtype for n, s in contract(
+                               "mamba2_chunk_state", PACKED).items()}, seed=4)
+    ids = tensors["seq_idx"]
+    assert ids.dtype == np.int32 and ids.shape == (2, 32)
+    steps = np.diff(ids, axis=1)
+    assert (ids[:, 0] == 0).all() and set(np.unique(steps)) <= {0, 1}
+    chunk = PACKED["chunk_size"]
+    for row in ids:
+        starts = np.flatnonzero(np.diff(row)) + 1
+        assert any(s % chunk == 0 for s in starts)  # a boundary on a chunk's start
+    assert ids.max() >= 1
+
+
+@pytest.mark.parametrize("pass_states", [False, True])
+def test_chunk_states_forget_what_came_before_their_sequence(pass_states: bool) -> None:
+    """Changing x before the last sequence of a row changes nothing of that row's final
+    state (pass_states) or of its last chunk's own state; without seq_idx the final state
+    does change."""
+    params = {**PACKED, "pass_states": pass_states}
+    inputs, _ = _inputs32("mamba2_chunk_state", params, seed=6)
+    ids, chunk = inputs["seq_idx"], PACKED["chunk_size"]
+    changed = {**inputs, "x": inputs["x"].copy()}
+    for b in range(2):
+        last_start = int(np.flatnonzero(ids[b] == ids[b, -1])[0])
+        changed["x"][b, :last_start] += 1.0
+    name = "final_states" if pass_states else "states"
+    pick = (lambda t: t) if pass_states else (lambda t: t[:, -1])
+    for packed, same in ((True, True), *(((False, False),) if pass_states else ())):
+        p = params if packed else {**params, "seq_idx": False}
+        given = inputs if packed else {n: v for n, v in inputs.items() if n != "seq_idx"}
+        edited = changed if packed else {n: v for n, v in changed.items() if n != "seq_idx"}
+        before = pick(reference(np, "mamba2_chunk_state", p, given)[name])
+        after = pick(reference(np, "mamba2_chunk_state", p, edited)[name])
+        assert np.allclose(before, after) == same
+    assert chunk * 4 == PACKED["seqlen"]
+
+
+def test_chunk_scan_state_term_stops_at_a_sequence_boundary() -> None:
+    """A chunk's entering state reaches its rows of the sequence the previous chunk ended
+    in, and none of the rows after a boundary inside the chunk."""
+    inputs, _ = _inputs32("mamba2_chunk_scan", PACKED, seed=8)
+    ids, chunk = inputs["seq_idx"], PACKED["chunk_size"]
+    bumped = {**inputs, "states": inputs["states"] + 1.0}
+    moved = (reference(np, "mamba2_chunk_scan", PACKED, bumped)["out"]
+             != reference(np, "mamba2_chunk_scan", PACKED, inputs)["out"]).any(axis=(2, 3))
+    before = np.concatenate([np.zeros((2, 1)), ids[:, chunk - 1::chunk][:, :-1]], axis=1)
+    expected = ids == np.repeat(before, chunk, axis=1)
+    np.testing.assert_array_equal(moved, expected)
+    assert not expected.all()

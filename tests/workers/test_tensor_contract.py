@@ -43,6 +43,9 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("mamba2_chunk_scan", MAMBA2),
     ("mamba2_chunk_scan", {**MAMBA2, "ngroups": 1, "dtype": "float16"}),
     ("mamba2_chunk_scan", {**MAMBA2, "z": True, "d_per_channel": True}),
+    ("mamba2_chunk_scan", {**MAMBA2, "seq_idx": True}),
+    ("mamba2_chunk_state", {**MAMBA2, "seq_idx": True}),
+    ("mamba2_chunk_state", {**MAMBA2, "pass_states": True, "seq_idx": True}),
 ]
 #: Rendered schedules per workload: sampled, so tensor maps and plain pointers both occur.
 SCHEDULES = 3

@@ -36,10 +36,13 @@ def each_value(target: Target, code: Code, body: list[str],
     target.each_accumulator_value(code, "E_REGS", "q", body, before)
 
 
-def decay_out(target: Target, code: Code, dal_in_smem: bool) -> None:
+def decay_out(target: Target, code: Code, dal_in_smem: bool,
+              packed_sequences: bool = False) -> None:
     """``acc *= exp(dA[l])`` of each column's head: the state term's decay. With
     ``dal_in_smem`` (TMA filled the tile buffer) dA[l] is first read from shared memory;
-    otherwise the threads loaded it into ``dal`` already."""
+    otherwise the threads loaded it into ``dal`` already. With ``packed_sequences`` the
+    term is zero on rows of another sequence than the one the previous chunk ended in
+    (sequence 0 before the first chunk)."""
     c = code
     if dal_in_smem:
         c.comment("dA[l] of this thread's rows (each packed head's in turn), from the tile "
@@ -50,10 +53,19 @@ def decay_out(target: Target, code: Code, dal_in_smem: bool) -> None:
                 "ld_shared_f32", f"smem + SMEM_DAL + (j * TILE_L + {TILE_ROW}) * 4")
             + " * LOG2E;"])
     c.comment("the state term decays by exp(dA[l]) of each head")
+    same = []
+    if packed_sequences:
+        c("const int* seq_chunk = seq_idx + (unsigned long long)batch0 * SEQLEN + chunks0 * "
+          "CHUNK;")
+        c("const int seq_before = chunks0 > 0 ? __ldg(seq_chunk - 1) : 0;  // the state's "
+          "sequence")
+        same = [f"const bool same = __ldg(seq_chunk + l0 + {TILE_ROW}) == seq_before;"]
+    decay = "exp2f(dal[(8 * g) / HEAD_COLS][mi][h])"
     each_row(target, c, [
+        *same,
         "#pragma unroll",
         "for (int g = 0; g < ACC_REGS / 4; ++g) {",
-        "  const float decay = exp2f(dal[(8 * g) / HEAD_COLS][mi][h]);",
+        f"  const float decay = {'same ? ' + decay + ' : 0.f' if same else decay};",
         "  acc[mi][4 * g + 2 * h] *= decay; acc[mi][4 * g + 2 * h + 1] *= decay;",
         "}",
     ])

@@ -38,12 +38,15 @@ class StatePassing:
         params = hooks.params
         self.states_dtype = "float32" if params.get("states_in_fp32", True) else hooks.dtype
         self.initial = bool(params.get("initial_states", False))
+        self.packed_sequences = bool(params.get("seq_idx", False))
 
     def constants(self, code: Code) -> None:
         code("constexpr int TRIPS = NCHUNKS * L_TILES;  // the loop walks every chunk in order")
 
     def consumer_state(self, code: Code) -> None:
         code("float run[ROW_BLOCKS][ACC_REGS];  // the state entering the chunk, fp32")
+        if self.packed_sequences:
+            code("int seq_run;  // the sequence the last chunk ended in (0 before the first)")
 
     def chunk_end(self, at: TripAt) -> str:
         """True on a chunk's last trip (C++)."""
@@ -53,6 +56,8 @@ class StatePassing:
         c = code
         c.comment("the state entering the first chunk: initial_states, or zeros; it is the "
                   "first chunk's states")
+        if self.packed_sequences:
+            c("seq_run = 0;  // initial_states belong to sequence 0")
         with _elements(c):
             if self.initial:
                 c("const float2 v = __ldg(reinterpret_cast<const float2*>(initial_states + "
@@ -67,9 +72,19 @@ class StatePassing:
         c = code
         c.comment("at the chunk's last trip: r = exp(dA[L-1]) r + the chunk's state")
         with c.block(f"if ({self.chunk_end(at)})"):
+            carry = ""
+            if self.packed_sequences:
+                c.comment("a chunk that ends in another sequence than the last one carries "
+                          "nothing over")
+                c("const int seq_end = __ldg(seq_idx + (unsigned long long)batch0 * SEQLEN + "
+                  f"(({at.index}) / L_TILES + 1) * CHUNK - 1);")
+                c("const bool carried = seq_end == seq_run;")
+                c("seq_run = seq_end;")
+                carry = "carried ? "
             c("#pragma unroll")
             with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-                c(f"const float decay = {exp2}(dA_last[mi] * LOG2E);")
+                decay = f"{exp2}(dA_last[mi] * LOG2E)"
+                c(f"const float decay = {carry}{decay}{' : 0.f' if carry else ''};")
                 c("#pragma unroll")
                 c("for (int i = 0; i < ACC_REGS; ++i) run[mi][i] = fmaf(decay, run[mi][i], "
                   "acc[mi][i]);")

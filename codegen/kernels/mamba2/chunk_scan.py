@@ -157,7 +157,8 @@ class ChunkScanHooks(Mamba2Hooks):
 
     def pointer_inputs(self) -> tuple[str, ...]:
         gate_input = ("z",) if self.gated else ()
-        return ("x", "D", *gate_input, *self.vector_pointers())
+        packed = ("seq_idx",) if self.params.get("seq_idx") else ()
+        return ("x", "D", *gate_input, *packed, *self.vector_pointers())
 
     @property
     def gated(self) -> bool:
@@ -347,7 +348,8 @@ class ChunkScanHooks(Mamba2Hooks):
     # ----- register math (its text in _chunk_scan_math) ------------------------------
     def math(self, code: Code, issue: Issue, at: TripAt) -> None:
         if issue.stask == "decay_out":
-            decay_out(self.target, code, dal_in_smem=self.vectors_by_tma)
+            decay_out(self.target, code, dal_in_smem=self.vectors_by_tma,
+                      packed_sequences=bool(self.params.get("seq_idx")))
         elif issue.stask == "decay":
             self._decay(code)
         elif issue.stask == "scale_cb":

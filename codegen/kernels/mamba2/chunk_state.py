@@ -27,7 +27,7 @@ from functools import cached_property
 
 from codegen.artifact import TensorMapArg
 from codegen.cuda import convert
-from codegen.kernels.mamba2._common import Mamba2Hooks
+from codegen.kernels.mamba2._common import Mamba2Hooks, fragment_col
 from codegen.kernels.mamba2._state_passing import StatePassing
 from codegen.pipeline import (
     Code,
@@ -152,7 +152,13 @@ class ChunkStateHooks(Mamba2Hooks):
     def pointer_inputs(self) -> tuple[str, ...]:
         # dA_cumsum for the chunk's last position, once per chunk.
         initial = ("initial_states",) if self.params.get("initial_states") else ()
-        return (self.vector_pointers() or ("dA_cumsum",)) + initial
+        packed = ("seq_idx",) if self.packed_sequences else ()
+        return (self.vector_pointers() or ("dA_cumsum",)) + initial + packed
+
+    @property
+    def packed_sequences(self) -> bool:
+        """The spec packs sequences in a row (``seq_idx``)."""
+        return bool(self.params.get("seq_idx"))
 
     def accumulator_regs(self, consumer_rows: int) -> int:
         # acc, the scaled x pairs and w of the block's head; dt and dA while w is computed
@@ -269,16 +275,18 @@ class ChunkStateHooks(Mamba2Hooks):
         if issue.stask == "decay":
             if self.passing:
                 self._last_decay(code, f"({at.index}) / L_TILES")
-            self._decay(code)
+            self._decay(code, at.index)
         elif issue.stask == "pass_state":
             assert self.passing is not None
             self.passing.pass_state(code, at, self.exp2(code, "decay"))
         else:
             self.per_parity(code, at.index, lambda xa: self._scale_x(code, xa))
 
-    def _decay(self, code: Code) -> None:
+    def _decay(self, code: Code, trip: str) -> None:
         c = code
         exp2 = self.exp2(c, "decay")
+        if self.packed_sequences:
+            self._sequences_of_trip(c, trip)
         with self._each_block(c):
             self.vectors_from_stage(c, slot="[mi]", head="head")
             c("const float last2 = dA_last[mi] * LOG2E;")
@@ -286,8 +294,27 @@ class ChunkStateHooks(Mamba2Hooks):
             with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
                 c("#pragma unroll")
                 with c.block("for (int j = 0; j < 4; ++j)"):
+                    keep = " * kept[kk][j]" if self.packed_sequences else ""
                     c(f"w[mi][kk][j] = {exp2}(fmaf(-dA_v[mi][kk][j], LOG2E, last2)) * "
-                      "dt_v[mi][kk][j];")
+                      f"dt_v[mi][kk][j]{keep};")
+
+    def _sequences_of_trip(self, code: Code, trip: str) -> None:
+        """``kept``: 1 for this thread's positions of the trip that belong to the sequence
+        their chunk ends in (and that one is not padding, id >= 0), else 0."""
+        c = code
+        c("const int* seq_row = seq_idx + (unsigned long long)batch0 * SEQLEN + chunks0 * "
+          f"CHUNK + ({trip}) * TILE_L;")
+        c("const int seq_end = __ldg(seq_idx + (unsigned long long)batch0 * SEQLEN + "
+          f"((chunks0 * CHUNK + ({trip}) * TILE_L) / CHUNK + 1) * CHUNK - 1);")
+        c("float kept[K_STEPS][4];  // the positions of the chunk's last sequence")
+        c("#pragma unroll")
+        with c.block("for (int kk = 0; kk < K_STEPS; ++kk)"):
+            for half in (0, 1):
+                c(f"const int2 s{half} = __ldg(reinterpret_cast<const int2*>(seq_row + "
+                  f"{fragment_col('kk', str(2 * half))}));")
+                c(f"kept[kk][{2 * half}] = s{half}.x == seq_end && seq_end >= 0 ? 1.f : 0.f;")
+                c(f"kept[kk][{2 * half + 1}] = s{half}.y == seq_end && seq_end >= 0 ? 1.f : "
+                  "0.f;")
 
     def _scale_x(self, code: Code, xa: str) -> None:
         """ldmatrix .trans of 16x16 blocks of x (lane / 8 picks the 8x8 matrix: bit 0 +8
