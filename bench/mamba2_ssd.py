@@ -19,8 +19,8 @@ Per case, in one process:
    ``final_states`` written once) and a device-to-device copy of as many bytes, timed the
    same way: the copy ceiling each call is measured against.
 
-Calls the kernels do not serve (``seq_idx``) run the peer inside the drop-in; their row
-says ``served_by: mamba_ssm``. ``--only NAME ...`` runs some cases; ``list`` names them.
+A call the kernels do not serve runs the peer inside the drop-in; its row says
+``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME ...`` runs some cases; ``list`` names them.
 
     PYTHONPATH=.:.peers python3 bench/mamba2_ssd.py run --out bench/results/mamba2-ssd-DATE.json
 """
@@ -129,9 +129,10 @@ def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str) -> 
     from pipetune import _mamba2 as ssd
 
     found = ssd.workloads(args["x"], args["B"], case.chunk_size, args["D"],
-                          args.get("initial_states"), case.option("z"), False)
+                          args.get("initial_states"), case.option("z"), False,
+                          packed=case.option("seq_idx"))
     runs: dict[str, Any] = {}
-    if found is None or case.option("seq_idx"):
+    if found is None:
         return runs
     for op, params in zip(("mamba2_chunk_state", "mamba2_chunk_scan"), found, strict=True):
         started = time.perf_counter()

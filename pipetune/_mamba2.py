@@ -69,36 +69,42 @@ def chunk_decays(steps: Any, A: Any, chunk: int) -> tuple[Any, Any]:
     return dt, torch.cumsum(dt * A.float()[None, :, None, None], dim=-1)
 
 
-def chunk_gram(C: Any, B: Any, chunk: int) -> Any:
+def chunk_gram(C: Any, B: Any, chunk: int, seq_idx: Any = None) -> Any:
     """C, B (b, s, g, n) -> cb (b, chunks, g, chunk, chunk) fp32: ``C_l · B_s`` within each
-    chunk, every (l, s) (the scan masks s > l)."""
+    chunk, every (l, s) (the scan masks s > l); with ``seq_idx``, zero where l and s lie in
+    different sequences (as upstream's ``_bmm_chunk_fwd``)."""
     batch, seqlen, ngroups, dstate = C.shape
     shape = (batch, seqlen // chunk, chunk, ngroups, dstate)
     c, b = (t.view(shape).permute(0, 1, 3, 2, 4).float() for t in (C, B))
-    return (c @ b.transpose(-1, -2)).contiguous()
+    cb = c @ b.transpose(-1, -2)
+    if seq_idx is not None:
+        ids = seq_idx.view(batch, seqlen // chunk, 1, chunk)
+        cb = cb.masked_fill(ids.unsqueeze(-1) != ids.unsqueeze(-2), 0.0)
+    return cb.contiguous()
 
 
 def forward(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any,
-            initial_states: Any, call: SSDCall) -> tuple[Any, Any, Any]:
+            initial_states: Any, seq_idx: Any, call: SSDCall) -> tuple[Any, Any, Any]:
     """(out, ungated out or an empty tensor, final_states) of the tuned kernels."""
     import torch
 
     x, B, C = (t.contiguous() for t in (x, B, C))
     z = z.contiguous() if z is not None else None
-
+    packed = [seq_idx.to(torch.int32).contiguous()] if seq_idx is not None else []
     steps = step_sizes(dt, dt_bias, call.dt_softplus, call.dt_limit)
     dt_chunks, da_cumsum = chunk_decays(steps, A, call.chunk_size)
     state_inputs = [B, x, dt_chunks, da_cumsum]
     if initial_states is not None:
         state_inputs.append(initial_states.float().contiguous())
-    states, final_states = KERNELS[call.state_kernel](*state_inputs)
+    states, final_states = KERNELS[call.state_kernel](*state_inputs, *packed)
     scan = KERNELS[call.scan_kernel]
     states = states.to(_input_dtype(scan, "states", torch))
     skip = (D if D is not None else x.new_zeros(x.shape[2])).float().contiguous()
-    scan_inputs = [chunk_gram(C, B, call.chunk_size), x, dt_chunks, da_cumsum, C, states, skip]
+    scan_inputs = [chunk_gram(C, B, call.chunk_size, seq_idx), x, dt_chunks, da_cumsum, C,
+                   states, skip]
     if z is not None and call.gate_in_kernel:
-        return scan(*scan_inputs, z), x.new_empty(0), final_states
-    ungated = scan(*scan_inputs)
+        return scan(*scan_inputs, z, *packed), x.new_empty(0), final_states
+    ungated = scan(*scan_inputs, *packed)
     if z is None:
         return ungated, x.new_empty(0), final_states
     return ungated * torch.nn.functional.silu(z), ungated, final_states
@@ -114,8 +120,8 @@ def _input_dtype(kernel: Any, name: str, torch: Any) -> Any:
 _OPERATOR: list[Any] = []
 
 _SCHEMA = ("(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-           "Tensor? dt_bias, Tensor? initial_states, int chunk_size, bool dt_softplus, "
-           "float dt_min, float dt_max, str state_kernel, str scan_kernel, "
+           "Tensor? dt_bias, Tensor? initial_states, Tensor? seq_idx, int chunk_size, "
+           "bool dt_softplus, float dt_min, float dt_max, str state_kernel, str scan_kernel, "
            "bool gate_in_kernel) -> (Tensor, Tensor, Tensor)")
 
 
@@ -128,11 +134,12 @@ def operator() -> Any:
 
 
 def combined(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any,
-             initial_states: Any, call: SSDCall) -> tuple[Any, Any]:
+             initial_states: Any, call: SSDCall, seq_idx: Any = None) -> tuple[Any, Any]:
     """(out, final_states) of ``mamba_chunk_scan_combined`` through the operator."""
     low, high = call.dt_limit
     out, _, final_states = operator()(
-        x, dt, A, B, C, D, z, dt_bias, initial_states, call.chunk_size, call.dt_softplus,
+        x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, call.chunk_size,
+        call.dt_softplus,
         float(low), float(high), call.state_kernel, call.scan_kernel, call.gate_in_kernel)
     return out, final_states
 
@@ -143,12 +150,12 @@ def _register() -> Any:
     @torch.library.custom_op("pipetune::mamba_chunk_scan_combined", mutates_args=(),
                              schema=_SCHEMA)
     def op(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any,
-           initial_states: Any, chunk_size: int, dt_softplus: bool, dt_min: float,
-           dt_max: float, state_kernel: str, scan_kernel: str,
+           initial_states: Any, seq_idx: Any, chunk_size: int, dt_softplus: bool,
+           dt_min: float, dt_max: float, state_kernel: str, scan_kernel: str,
            gate_in_kernel: bool) -> tuple[Any, Any, Any]:
         call = SSDCall(chunk_size, dt_softplus, (dt_min, dt_max), state_kernel, scan_kernel,
                        gate_in_kernel)
-        return forward(x, dt, A, B, C, D, z, dt_bias, initial_states, call)
+        return forward(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, call)
 
     @op.register_fake
     def _(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, *rest: Any) -> Any:
@@ -162,22 +169,23 @@ def _register() -> Any:
 
 
 def _keep_for_backward(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, ...]) -> None:
-    x, dt, A, B, C, D, z, dt_bias, initial_states, chunk, softplus, low, high = inputs[:13]
+    x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, chunk, softplus, low, high = (
+        inputs[:14])
     out, ungated, _ = output
     # Upstream's backward reads the output before the gate.
     ctx.save_for_backward(ungated if z is not None else out, x, dt, A, B, C, D, z, dt_bias,
-                          initial_states)
+                          initial_states, seq_idx)
     ctx.chunk_size, ctx.dt_softplus, ctx.dt_limit = chunk, softplus, (low, high)
 
 
 def _upstream_gradients(ctx: Any, dout: Any, _dungated: Any, dfinal: Any) -> tuple[Any, ...]:
     backward = upstream_backward()
-    out, x, dt, A, B, C, D, z, dt_bias, initial_states = ctx.saved_tensors
+    out, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx = ctx.saved_tensors
     grads = backward(dout.contiguous(), x, dt, A, B, C, out, ctx.chunk_size, D=D, z=z,
                      dt_bias=dt_bias, initial_states=initial_states, dfinal_states=dfinal,
-                     dt_softplus=ctx.dt_softplus, dt_limit=ctx.dt_limit)
+                     seq_idx=seq_idx, dt_softplus=ctx.dt_softplus, dt_limit=ctx.dt_limit)
     dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial = grads[:9]
-    return (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial, *([None] * 7))
+    return (dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial, *([None] * 8))
 
 
 def upstream_backward() -> Any:
@@ -223,7 +231,8 @@ def check_shapes(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any,
 
 
 def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gated: bool,
-              states_in_fp32: bool) -> tuple[dict[str, Any], dict[str, Any]] | None:
+              states_in_fp32: bool, packed: bool = False
+              ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """The tuned kernels' workloads (chunk state with the state passing, chunk scan) of a
     call, or None where the kernels do not serve it (not 16-bit, a ragged last chunk)."""
     dtype = str(x.dtype).removeprefix("torch.")
@@ -232,7 +241,7 @@ def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gate
         return None
     base = {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
             "dstate": B.shape[3], "ngroups": B.shape[2], "chunk_size": chunk_size,
-            "dtype": dtype}
+            "dtype": dtype, "seq_idx": packed}
     state = {**base, "pass_states": True, "initial_states": initial_states is not None,
              "states_in_fp32": states_in_fp32}
     scan = {**base, "z": gated, "d_per_channel": D is not None and D.dim() == 2}

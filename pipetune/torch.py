@@ -183,9 +183,9 @@ class DropIns:
         """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (same arguments and results): the
         forward on the tuned chunk-state (with the state passing) and chunk-scan kernels
         where the cache holds both (``pipetune._mamba2``), the gradients ``mamba_ssm``'s
-        backward. Calls the kernels do not serve (``seq_idx``, ``cu_seqlens``, a ragged
-        last chunk, fp32) and misses run ``mamba_ssm``'s own op; without it, a
-        RuntimeError says what is missing."""
+        backward. Calls the kernels do not serve (``cu_seqlens``, a ragged last chunk,
+        fp32) and misses run ``mamba_ssm``'s own op; without it, a RuntimeError says what
+        is missing."""
         from pipetune import _kernel_registry as registry
         from pipetune import _mamba2 as ssd
 
@@ -194,9 +194,9 @@ class DropIns:
                                                        initial_states)
         fp32_states = state_dtype is not None and _dtype_name(state_dtype) == "float32"
         found = None
-        if (_on_gpu(x) and seq_idx is None and cu_seqlens is None
-                and not return_varlen_states):
-            found = ssd.workloads(x, B, chunk_size, D, initial_states, gated, fp32_states)
+        if _on_gpu(x) and cu_seqlens is None and not return_varlen_states:
+            found = ssd.workloads(x, B, chunk_size, D, initial_states, gated, fp32_states,
+                                  packed=seq_idx is not None)
         ops = ("mamba2_chunk_state", "mamba2_chunk_scan")
         kernels = [self.kernel(op, params, x) for op, params in zip(ops, found, strict=True)
                    ] if found else []
@@ -215,7 +215,8 @@ class DropIns:
                             state_dtype=state_dtype)
         call = ssd.SSDCall(chunk_size, dt_softplus, tuple(dt_limit),
                            *(registry.register(k) for k in kernels), gate_in_kernel=gated)
-        out, final_states = ssd.combined(x, dt, A, B, C, D, z, dt_bias, initial_states, call)
+        out, final_states = ssd.combined(x, dt, A, B, C, D, z, dt_bias, initial_states, call,
+                                         seq_idx)
         return (out, final_states) if return_final_states else out
 
     def _trained_attention(self, forward: Any, params: dict[str, Any], q: Any, k: Any,

@@ -42,11 +42,18 @@ class _Kernel:
         return self._run(*tensors)
 
 
+def _optional(tensors: tuple[Any, ...], integer: bool) -> Any:
+    """The optional input among ``tensors`` that is (or is not) the int32 seq_idx."""
+    found = [t for t in tensors if (t.dtype == torch.int32) == integer]
+    return _np(found[0]) if found else None
+
+
 def _state_kernel(states_dtype: Any, calls: list) -> _Kernel:
-    def run(b: Any, x: Any, dt: Any, da: Any, initial: Any = None) -> Any:
-        states = ref.chunk_states(np, _np(x), _np(b), _np(dt), _np(da))
-        entering, final = ref.state_passing(np, states, _np(da)[..., -1],
-                                            None if initial is None else _np(initial))
+    def run(b: Any, x: Any, dt: Any, da: Any, *optional: Any) -> Any:
+        initial, seq_idx = _optional(optional, False), _optional(optional, True)
+        states = ref.chunk_states(np, _np(x), _np(b), _np(dt), _np(da), seq_idx)
+        entering, final = ref.state_passing(np, states, _np(da)[..., -1], initial, seq_idx,
+                                            CHUNK)
         return (torch.from_numpy(entering).to(states_dtype),
                 torch.from_numpy(final).float())
     return _Kernel(f"state-{len(calls)}", run, "float32", calls)
@@ -54,10 +61,10 @@ def _state_kernel(states_dtype: Any, calls: list) -> _Kernel:
 
 def _scan_kernel(calls: list) -> _Kernel:
     def run(cb: Any, x: Any, dt: Any, da: Any, c: Any, states: Any, d: Any,
-            z: Any = None) -> Any:
+            *optional: Any) -> Any:
         assert states.dtype == torch.float32 and d.dtype == torch.float32
         out = ref.chunk_scan(np, _np(cb), _np(x), _np(dt), _np(da), _np(c), _np(states), _np(d),
-                             None if z is None else _np(z))
+                             _optional(optional, False), _optional(optional, True))
         return torch.from_numpy(out).to(x.dtype)
     return _Kernel(f"scan-{len(calls)}", run, "float32", calls)
 
@@ -87,11 +94,16 @@ def _call(calls: list, states_dtype: Any = torch.float32, gate_in_kernel: bool =
     return ssd.SSDCall(CHUNK, True, limit, state, scan, gate_in_kernel)
 
 
-def _reference(t: dict[str, Any], limit: tuple[float, float] = (0.0, float("inf"))) -> Any:
+def _reference(t: dict[str, Any], limit: tuple[float, float] = (0.0, float("inf")),
+               seq_idx: Any = None) -> Any:
     return ref.ssd_forward(np, *(_np(t[n]) for n in ("x", "dt", "A", "B", "C")), CHUNK,
                            D=_np(t["D"]), z=_np(t["z"]), dt_bias=_np(t["dt_bias"]),
                            initial_states=_np(t["initial_states"]), dt_softplus=True,
-                           dt_limit=limit)
+                           dt_limit=limit, seq_idx=seq_idx)
+
+
+#: Three sequences in the first row (one starting on a chunk), one in the second.
+SEQ_IDX = torch.tensor([[0] * 8 + [1] * 5 + [2] * 11, [0] * 24], dtype=torch.int32)
 
 
 @pytest.mark.parametrize(("per_channel_d", "gate_in_kernel", "limit"), [
@@ -112,6 +124,20 @@ def test_forward_on_the_kernels_is_the_combined_ssd(per_channel_d: bool, gate_in
     assert len(state_args) == 5 and state_args[4].dtype == torch.float32  # initial states
     assert len(scan_args) == (8 if gate_in_kernel else 7)  # z only to a gating kernel
     assert scan_args[0].shape == (BATCH, SEQLEN // CHUNK, NGROUPS, CHUNK, CHUNK)
+
+
+def test_packed_sequences_reach_both_kernels_and_mask_c_b() -> None:
+    t = _inputs(seed=9)
+    calls: list = []
+    out, final = ssd.combined(*(t[n] for n in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias",
+                                               "initial_states")), _call(calls), SEQ_IDX)
+    want_out, want_final = _reference(t, seq_idx=SEQ_IDX.numpy())
+    np.testing.assert_allclose(_np(out), want_out, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(_np(final), want_final, rtol=1e-4, atol=1e-4)
+    (_, state_args), (_, scan_args) = calls
+    assert state_args[-1].dtype == torch.int32 and scan_args[-1].dtype == torch.int32
+    cb = scan_args[0]
+    assert float(cb[0, 1, :, :5, 5:].abs().max()) == 0  # positions 8-12 against 13-15
 
 
 def test_16_bit_states_are_taken_in_the_dtype_the_scan_kernel_reads() -> None:
@@ -223,7 +249,8 @@ def test_the_drop_in_asks_for_both_kernels_and_runs_them(
     (state_op, state), (scan_op, scan) = drop_ins.asked
     assert (state_op, scan_op) == ("mamba2_chunk_state", "mamba2_chunk_scan")
     shape = {"batch": BATCH, "seqlen": SEQLEN, "nheads": NHEADS, "headdim": HEADDIM,
-             "dstate": DSTATE, "ngroups": NGROUPS, "chunk_size": CHUNK, "dtype": "bfloat16"}
+             "dstate": DSTATE, "ngroups": NGROUPS, "chunk_size": CHUNK, "dtype": "bfloat16",
+             "seq_idx": False}
     assert state == {**shape, "pass_states": True, "initial_states": True,
                      "states_in_fp32": False}
     assert scan == {**shape, "z": True, "d_per_channel": True}  # no gradients: gate fused
@@ -232,18 +259,31 @@ def test_the_drop_in_asks_for_both_kernels_and_runs_them(
     np.testing.assert_allclose(_np(final), want_final, rtol=1e-3, atol=1e-3)
 
 
-def test_a_miss_or_a_packed_sequence_runs_mamba_ssm_s_op(
+def test_a_miss_or_varlen_states_run_mamba_ssm_s_op(
         monkeypatch: pytest.MonkeyPatch, upstream: list) -> None:
     monkeypatch.setattr(pt, "_on_gpu", lambda tensor: True)
     t = _half(_inputs())
-    seq_idx = torch.zeros(BATCH, SEQLEN, dtype=torch.int32)
-    for drop_ins, extra in ((_Cached([], hit=False), {}), (_Cached([]), {"seq_idx": seq_idx})):
+    cu_seqlens = torch.tensor([0, SEQLEN], dtype=torch.int32)
+    for drop_ins, extra in ((_Cached([], hit=False), {}),
+                            (_Cached([]), {"cu_seqlens": cu_seqlens,
+                                           "return_varlen_states": True})):
         got = drop_ins.mamba_chunk_scan_combined(t["x"], t["dt"], t["A"], t["B"], t["C"],
                                                  CHUNK, **extra)
         assert got == "upstream"
-        assert upstream[-1]["seq_idx"] is extra.get("seq_idx")
+        assert upstream[-1]["cu_seqlens"] is extra.get("cu_seqlens")
         assert [op for op, _ in drop_ins.asked] == (
             [] if extra else ["mamba2_chunk_state", "mamba2_chunk_scan"])
+
+
+def test_packed_sequences_ask_for_kernels_that_take_seq_idx(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pt, "_on_gpu", lambda tensor: True)
+    t, calls = _half(_inputs()), []
+    drop_ins = _Cached(calls)
+    drop_ins.mamba_chunk_scan_combined(t["x"], t["dt"], t["A"], t["B"], t["C"], CHUNK,
+                                       seq_idx=SEQ_IDX)
+    assert [params["seq_idx"] for _, params in drop_ins.asked] == [True, True]
+    assert calls[0][1][-1] is not None and calls[0][1][-1].dtype == torch.int32
 
 
 def test_without_kernels_or_mamba_ssm_the_error_says_what_to_do(

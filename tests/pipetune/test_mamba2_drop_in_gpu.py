@@ -45,14 +45,14 @@ def _artifact(op: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _drop_ins(torch: Any, gated: bool, per_channel: bool, initial: bool,
-              fp32_states: bool = False) -> Any:
+              fp32_states: bool = False, packed: bool = False) -> Any:
     """Drop-ins whose cache holds the two kernels of SHAPE for these options alone."""
     import pipetune.torch as pt
     from scheduler_search.ops import parse_spec
 
     state = {**SHAPE, "pass_states": True, "initial_states": initial,
-             "states_in_fp32": fp32_states}
-    scan = {**SHAPE, "z": gated, "d_per_channel": per_channel}
+             "states_in_fp32": fp32_states, "seq_idx": packed}
+    scan = {**SHAPE, "z": gated, "d_per_channel": per_channel, "seq_idx": packed}
     cached = {(op, json_key(parse_spec(op, p).params())): _artifact(op, p)
               for op, p in (("mamba2_chunk_state", state), ("mamba2_chunk_scan", scan))}
     return pt.DropIns(lookup=lambda op, p, _: cached.get(
@@ -86,20 +86,30 @@ def _rel(ours: Any, want: Any) -> float:
     return float(np.linalg.norm(ours - want) / np.linalg.norm(want))
 
 
-@pytest.mark.parametrize(("gated", "per_channel", "initial", "limit"), [
-    (True, True, True, (0.0, math.inf)), (False, False, False, (0.0, math.inf)),
-    (True, False, True, (0.01, 0.2)),
+def _packed(torch: Any) -> Any:
+    """seq_idx of SHAPE: row 0 packs three sequences (one starting on a chunk), row 1 one."""
+    seqlen, chunk = SHAPE["seqlen"], SHAPE["chunk_size"]
+    row = torch.zeros(seqlen, dtype=torch.int32)
+    row[chunk:] += 1
+    row[chunk + 77:] += 1
+    return torch.stack([row, torch.zeros_like(row)]).cuda()
+
+
+@pytest.mark.parametrize(("gated", "per_channel", "initial", "limit", "packed"), [
+    (True, True, True, (0.0, math.inf), False), (False, False, False, (0.0, math.inf), False),
+    (True, False, True, (0.01, 0.2), False), (True, True, True, (0.0, math.inf), True),
 ])
 def test_forward_matches_the_reference(gated: bool, per_channel: bool, initial: bool,
-                                       limit: tuple[float, float]) -> None:
+                                       limit: tuple[float, float], packed: bool) -> None:
     import torch
 
     from workers import ssd_reference as ref
 
     t = _inputs(torch, 5, per_channel)
-    drop = _drop_ins(torch, gated, per_channel, initial)
+    drop = _drop_ins(torch, gated, per_channel, initial, packed=packed)
     options = {"D": t["D"], "z": t["z"] if gated else None, "dt_bias": t["dt_bias"],
                "initial_states": t["initial_states"] if initial else None,
+               "seq_idx": _packed(torch) if packed else None,
                "dt_softplus": True, "dt_limit": limit}
     with torch.no_grad():
         out, final = drop.mamba_chunk_scan_combined(
