@@ -20,7 +20,8 @@ Per case, in one process:
    same way: the copy ceiling each call is measured against.
 
 A call the kernels do not serve runs the peer inside the drop-in; its row says
-``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME ...`` runs some cases; ``list`` names them.
+``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME ...`` runs
+some cases; ``list`` names them.
 
     PYTHONPATH=.:.peers python3 bench/mamba2_ssd.py run --out bench/results/mamba2-ssd-DATE.json
 """
