@@ -47,7 +47,6 @@ import itertools
 import logging
 import math
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -61,13 +60,10 @@ if str(ROOT) not in sys.path:
 
 from bench.common import dated_result, geomean, tree_state, write_json  # noqa: E402
 from bench.launch_overhead import (  # noqa: E402
-    back_to_back_us,
-    capture,
     copies_for_cold_l2,
     first_output,
-    interleaved,
     peer_inputs,
-    replay_us,
+    three_figures,
 )
 
 FIGURES = ("eager", "back_to_back", "graph")
@@ -212,17 +208,8 @@ def time_size(torch: Any, kernel: Any, size: int, work: Workload,
     per_call_us = max(eager.values())
     n_calls = max(3, min(args.calls, int(FIGURE_BUDGET_US / per_call_us)))
     n_graph = max(2, min(args.graph_calls, int(FIGURE_BUDGET_US / per_call_us)))
-    graphs = {label: capture(torch, call, n_graph)[0] for label, call in calls.items()}
-    timed = {
-        "eager": lambda label: do_bench(calls[label], return_mode="median") * 1e3,
-        "back_to_back": lambda label: back_to_back_us(torch, cycled[label], n_calls),
-        "graph": lambda label: replay_us(torch, graphs[label], n_graph),
-    }
-    for figure, measure in timed.items():
-        samples = interleaved(torch, measure, args.rounds, args.cool_down_s)
-        ours_us, peer_us = (statistics.median(samples[x]) for x in ("pipetune", "peer"))
-        row[f"{figure}_us"] = {"pipetune": ours_us, work.peer: peer_us}
-        row[f"{figure}_ratio"] = peer_us / ours_us
+    row |= three_figures(torch, calls, cycled, (n_calls, n_graph), args.rounds,
+                         args.cool_down_s, work.peer)
     return row
 
 

@@ -181,6 +181,31 @@ def interleaved(torch: Any, timed: Any, rounds: int, cool_down_s: float) -> dict
     return samples
 
 
+def three_figures(torch: Any, calls: dict[str, Any], cycled: dict[str, list[Any]],
+                  counts: tuple[int, int], rounds: int, cool_down_s: float,
+                  peer: str) -> dict[str, Any]:
+    """Eager, back-to-back and graph figures of ``calls`` (labels ``pipetune`` and
+    ``peer``; ``cycled``: each one's calls on distinct input copies), interleaved over
+    ``rounds``: per figure the medians (microseconds, the peer's under ``peer``) and the
+    ratio peer / pipetune. ``counts``: the calls per back-to-back figure and per graph."""
+    from triton.testing import do_bench
+
+    n_calls, n_graph = counts
+    graphs = {label: capture(torch, call, n_graph)[0] for label, call in calls.items()}
+    timed = {
+        "eager": lambda label: do_bench(calls[label], return_mode="median") * 1e3,
+        "back_to_back": lambda label: back_to_back_us(torch, cycled[label], n_calls),
+        "graph": lambda label: replay_us(torch, graphs[label], n_graph),
+    }
+    row: dict[str, Any] = {}
+    for figure, measure in timed.items():
+        samples = interleaved(torch, measure, rounds, cool_down_s)
+        ours_us, peer_us = (statistics.median(samples[x]) for x in ("pipetune", "peer"))
+        row[f"{figure}_us"] = {"pipetune": ours_us, peer: peer_us}
+        row[f"{figure}_ratio"] = peer_us / ours_us
+    return row
+
+
 def first_output(out: Any) -> Any:
     return out[0] if isinstance(out, tuple) else out
 

@@ -155,23 +155,12 @@ def figures(torch: Any, calls: dict[str, Any], cycled: dict[str, list[Any]],
     """The three figures' medians (microseconds) and ratios (peer / pipetune)."""
     from triton.testing import do_bench
 
-    from bench.launch_overhead import back_to_back_us, capture, interleaved, replay_us
+    from bench.launch_overhead import three_figures
 
     eager = max(do_bench(call, return_mode="median") * 1e3 for call in calls.values())
     n_calls = max(3, min(args.calls, int(FIGURE_BUDGET_US / eager)))
-    graphs = {label: capture(torch, call, n_calls)[0] for label, call in calls.items()}
-    timed = {
-        "eager": lambda label: do_bench(calls[label], return_mode="median") * 1e3,
-        "back_to_back": lambda label: back_to_back_us(torch, cycled[label], n_calls),
-        "graph": lambda label: replay_us(torch, graphs[label], n_calls),
-    }
-    row: dict[str, Any] = {}
-    for figure, measure in timed.items():
-        samples = interleaved(torch, measure, args.rounds, args.cool_down_s)
-        ours_us, peer_us = (statistics.median(samples[x]) for x in ("pipetune", "peer"))
-        row[f"{figure}_us"] = {"pipetune": ours_us, "mamba_ssm": peer_us}
-        row[f"{figure}_ratio"] = peer_us / ours_us
-    return row
+    return three_figures(torch, calls, cycled, (n_calls, n_calls), args.rounds,
+                         args.cool_down_s, "mamba_ssm")
 
 
 def copy_ceiling_us(torch: Any, nbytes: int) -> float:
