@@ -90,7 +90,14 @@ def _multicast_share(sprogram: SProgram, stask: str) -> float:
 
 
 def instance_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitKind) -> Work:
-    """The work of one instance of ``stask`` issued by one role."""
+    """The work of one instance of ``stask`` issued by one role (a share of it for an
+    sTask that runs once every few trips)."""
+    work = _whole_work(sprogram, graph, stask, unit)
+    every = graph.stask(stask).every_trips
+    return work if every == 1 else Work(work.amount / every, mma_n=work.mma_n)
+
+
+def _whole_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitKind) -> Work:
     task = graph.stask(stask)
     plan = graph.plan
     points = plan.points(stask)

@@ -65,6 +65,9 @@ class STask:
         emulation_ops: lane operations per point when the sTask runs on an sEU other than
             its first (exp2 as a polynomial on the FMA lanes instead of one SFU op).
         expr: the tensor expression, for people.
+        every_trips: a loop sTask that runs once every this many trips (the state passing
+            of a chunk state that walks every chunk: once per chunk); its work is charged
+            to each trip in that share.
     """
 
     name: str
@@ -76,6 +79,7 @@ class STask:
     ops_per_point: float = 0.0
     emulation_ops: float = 1.0
     expr: str = ""
+    every_trips: int = 1
 
     @property
     def axes(self) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from scheduler_search.ir import STaskGraph, STaskKind, Tensor, TileShape
+from scheduler_search.ir import STask, STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
 from scheduler_search.ops._contract import InputInit
 from scheduler_search.ops._graph_helpers import (
@@ -194,6 +194,13 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
         grid = self._grid_axes(packed_heads(tile))
         return {**grid, "chunks": 1} if self.pass_states else grid
 
+    def _passing(self, tile: TileShape) -> tuple[STask, ...]:
+        """The state passing's sTasks; its loop ones run once a chunk (every chunk /
+        tile_l trips)."""
+        every = max(1, self.chunk_size // tile.get("l", self.chunk_size))
+        return tuple(replace(t, every_trips=every) if t.phase == "loop" else t
+                     for t in _PASSING_STASKS)
+
     def build_graph(self, tile: TileShape) -> STaskGraph:
         stasks = (
             stask("load_x", STaskKind.LOAD, "x_s[l,p]", ("x[l,p]",), TMA_OR_LSU),
@@ -227,7 +234,7 @@ class Mamba2ChunkStateSpec(_Mamba2Spec):
                 TC,
                 expr="acc[p,n] += xw[l,p] * b[l,n]",
             ),
-        ) + (_PASSING_STASKS if self.pass_states else _STATE_STORE)
+        ) + (self._passing(tile) if self.pass_states else _STATE_STORE)
         dt = self.dtype
         return STaskGraph(
             op=self.op,

@@ -547,3 +547,34 @@ def test_block_simulations_are_cached_by_the_timing_models_own_key() -> None:
     assert estimate(sprogram, spec, H200, uncached).latency_us == first
     estimate(sprogram, spec, H200, uncached)
     assert uncached.calls == 2 * calls
+
+
+def test_a_once_per_chunk_stask_is_charged_its_share_of_each_trip() -> None:
+    """The chunk state fused with the state passing folds and stores the running state once
+    a chunk: chunk / tile_l trips share that work."""
+    from dataclasses import replace
+
+    from codegen import feasibility
+    from scheduler_search.cost_model.simulate import instance_work
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.space.designs import MAMBA2_CHUNK_STATE
+
+    device = get_device("h200")
+    spec = parse_spec("mamba2_chunk_state", {
+        "batch": 2, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 128, "ngroups": 1,
+        "chunk_size": 256, "dtype": "bfloat16", "pass_states": True})
+    space = ScheduleSpace(spec, device, feasibility(spec.op, device))
+    sprogram, validity = space.build({**MAMBA2_CHUNK_STATE, "tile_l": 64})
+    assert validity.ok
+    graph = spec.build_graph(dict(sprogram.tile))
+    for name in ("pass_state", "store_state"):
+        task = graph.stask(name)
+        assert task.every_trips == 256 // 64
+        every_trip = replace(graph, stasks=tuple(
+            replace(t, every_trips=1) if t.name == name else t for t in graph.stasks))
+        whole = instance_work(sprogram, every_trip, name, sprogram.mapping[name])
+        share = instance_work(sprogram, graph, name, sprogram.mapping[name])
+        assert share.amount * 4 == pytest.approx(whole.amount)
+    assert graph.stask("mma").every_trips == 1
