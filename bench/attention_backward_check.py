@@ -73,7 +73,7 @@ def check_shape(torch: Any, shape: tuple, samples: int) -> list[dict[str, Any]]:
     from codegen import render
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
-    from workers.kernels import Kernel
+    from workers import load
 
     batch, heads, kv_heads, seq_q, seq_kv, d, layout, causal, dtype = shape
     spec = parse_spec("attention_backward", dict(
@@ -94,7 +94,7 @@ def check_shape(torch: Any, shape: tuple, samples: int) -> list[dict[str, Any]]:
     for sprogram in sample_schedules(spec, device, samples, seed=7):
         record: dict[str, Any] = {"shape": shape, "choices": sprogram.choices}
         try:
-            kernel = Kernel(render(sprogram, spec, device))
+            kernel = load(render(sprogram, spec, device))
             for launch in ("first", "second"):
                 grads = kernel(q, k, v, o, lse, do)
                 torch.cuda.synchronize()

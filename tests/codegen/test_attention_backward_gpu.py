@@ -87,12 +87,12 @@ def test_a_deterministic_dq_is_the_same_bits_every_run(shape: tuple) -> None:
         pytest.skip("no CUDA device visible")
     torch = pytest.importorskip("torch")
     from codegen import render
-    from workers.kernels import Kernel
+    from workers import load
 
     spec = _spec(shape, deterministic=True)
     inputs = _torch_inputs(torch, spec.params())
     for sprogram in sample_schedules(spec, DEVICE, 2, seed=3):
-        kernel = Kernel(render(sprogram, spec, DEVICE))
+        kernel = load(render(sprogram, spec, DEVICE))
         runs = [[x.clone() for x in kernel(*inputs)] for _ in range(5)]
         for later in runs[1:]:
             for first, again in zip(runs[0], later, strict=True):

@@ -63,29 +63,45 @@ def test_tuned_attention_gives_sdpa_s_gradients(causal: bool) -> None:
 
 def test_a_block_trained_with_it_tracks_sdpa() -> None:
     """Twenty Adam steps of an attention + MLP block from one seed, pipetune's attention
-    against SDPA's: the losses fall and stay within 5% of each other."""
-    import torch
+    against SDPA's: the losses fall, the first step's loss (forward only) is SDPA's within
+    1%, and every later one is as near SDPA's as SDPA's own math backend is (bf16 training
+    drifts apart from rounding alone: the loss nears zero and Adam scales small gradient
+    differences up), with a 5% floor."""
+    from torch.nn.attention import SDPBackend
 
     drop = _drop_ins(causal=True)
-    losses = {}
-    for name in ("pipetune", "sdpa"):
-        torch.manual_seed(11)
-        block = _block(SHAPE["heads"], SHAPE["kv_heads"], SHAPE["head_dim"]).cuda().bfloat16()
-        optimiser = torch.optim.Adam(block.parameters(), lr=1e-3)
-        data = torch.randn(SHAPE["batch"], SHAPE["seq_q"], block.width, device="cuda",
-                           dtype=torch.bfloat16)
-        attend = drop.attention if name == "pipetune" else _sdpa
-        trace = []
+    losses = {name: _train(drop.attention if name == "pipetune" else _sdpa,
+                           SDPBackend.MATH if name == "math" else None)
+              for name in ("pipetune", "sdpa", "math")}
+    mine, theirs, math_ = losses["pipetune"], losses["sdpa"], losses["math"]
+    assert mine[-1] < mine[0], losses
+    assert abs(mine[0] - theirs[0]) <= 0.01 * theirs[0], losses
+    for step, (a, b, c) in enumerate(zip(mine, theirs, math_, strict=True)):
+        assert abs(a - b) <= max(0.05 * b, 2 * abs(c - b)), (step, losses)
+
+
+def _train(attend: Any, backend: Any) -> list[float]:
+    """The losses of twenty Adam steps of the block from seed 11, SDPA restricted to
+    ``backend`` when one is named."""
+    import contextlib
+
+    import torch
+    from torch.nn.attention import sdpa_kernel
+
+    torch.manual_seed(11)
+    block = _block(SHAPE["heads"], SHAPE["kv_heads"], SHAPE["head_dim"]).cuda().bfloat16()
+    optimiser = torch.optim.Adam(block.parameters(), lr=1e-3)
+    data = torch.randn(SHAPE["batch"], SHAPE["seq_q"], block.width, device="cuda",
+                       dtype=torch.bfloat16)
+    trace = []
+    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
         for _ in range(20):
             optimiser.zero_grad()
             loss = ((block(data, attend) - data) ** 2).float().mean()
             loss.backward()
             optimiser.step()
             trace.append(loss.item())
-        losses[name] = trace
-    assert losses["pipetune"][-1] < losses["pipetune"][0]
-    for mine, theirs in zip(losses["pipetune"], losses["sdpa"], strict=True):
-        assert abs(mine - theirs) <= 0.05 * theirs
+    return trace
 
 
 def _sdpa(q: Any, k: Any, v: Any, *, is_causal: bool) -> Any:

@@ -40,7 +40,7 @@ def _artifact(op: str, params: dict[str, Any]) -> dict[str, Any]:
     design = MAMBA2_CHUNK_STATE if op == "mamba2_chunk_state" else MAMBA2_CHUNK_SCAN
     sprogram, validity = ScheduleSpace(spec, device, feasibility(op, device)).build(design)
     if not validity.ok:
-        sprogram = sample_schedules(spec, device, 1, seed=1)[0]
+        sprogram = next(iter(sample_schedules(spec, device, 1, seed=1)))
     return render(sprogram, spec, device).to_dict()
 
 
