@@ -38,7 +38,8 @@ workload's output tensor (so the same reference check applies). Peers:
   - ``mamba_ssm_chunk_state`` / ``mamba_ssm_chunk_scan`` (Mamba2): the official Triton
     kernels of ``state-spaces/mamba``, ``_chunk_state_fwd(B, x, dt, dA_cumsum,
     states_in_fp32=...)`` (the spec's choice) and
-    ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D, z=z)``,
+    ``_chunk_scan_fwd(cb, x, dt, dA_cumsum, C, states, D=D, z=z)`` (after
+    ``_bmm_chunk_fwd(C, B)``, timed with it, where the workload computes cb in the tile),
     called on zero-copy views of the workload's arrays; each allocates its result, which
     ``finish()`` copies into ``states`` / ``out``. They are found on ``PYTHONPATH``
     (docs/benchmarks.md: the ``mamba_ssm/ops/triton`` and ``mamba_ssm/utils`` folders with empty
@@ -363,7 +364,8 @@ def _mamba_ssm(
             "mamba_ssm/__init__.py and mamba_ssm/ops/__init__.py) on PYTHONPATH"
         ) from exc
     _retune(name, getattr(peer, kernel_name, None), params)
-    args = [_as_torch(torch, tensors[n], dtypes[n]) for n in inputs]
+    # With cb_in_tile there is no cb input: its slot is filled by _bmm_chunk_fwd's.
+    args = [_as_torch(torch, tensors[n], dtypes[n]) if n in tensors else None for n in inputs]
     out = _as_torch(torch, tensors[output], dtypes[output])
     result: list[Any] = [None]
 
@@ -378,12 +380,29 @@ def _mamba_ssm(
     else:
         *operands, d_skip = args
         gate = _as_torch(torch, tensors["z"], dtypes["z"]) if params.get("z") else None
+        gram = _gram_from_b(torch, params, tensors, dtypes, seq_idx)
 
         def launch() -> None:
+            if gram is not None:  # our kernel computes cb itself: the peer's two kernels
+                operands[0] = gram()
             # (out, out_x): with z, the peer also writes the ungated out_x its backward reads.
             result[0], _ = peer._chunk_scan_fwd(*operands, D=d_skip, z=gate, seq_idx=seq_idx)
 
     return launch, (lambda: out.copy_(result[0]))
+
+
+def _gram_from_b(torch: Any, params: dict[str, Any], tensors: dict[str, Any],
+                 dtypes: dict[str, str], seq_idx: Any) -> Callable[[], Any] | None:
+    """With ``cb_in_tile`` (the scan takes ``b``, not ``cb``): ``mamba_ssm``'s
+    ``_bmm_chunk_fwd(C, B)`` in fp32 as ``mamba_chunk_scan_combined`` calls it, timed with
+    the scan; else None."""
+    if not params.get("cb_in_tile"):
+        return None
+    from mamba_ssm.ops.triton.ssd_bmm import _bmm_chunk_fwd
+
+    c, b = (_as_torch(torch, tensors[n], dtypes[n]) for n in ("c", "b"))
+    return lambda: _bmm_chunk_fwd(c, b, params["chunk_size"], seq_idx=seq_idx,
+                                  output_dtype=torch.float32)
 
 
 def _mamba_ssm_passing(torch: Any, peer: Any, params: dict[str, Any], args: list[Any],

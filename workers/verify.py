@@ -39,7 +39,7 @@ from typing import Any
 from workers import _dtypes
 from workers.backward_reference import attention_backward
 from workers.inputs import pad_seq
-from workers.ssd_reference import chunk_scan, chunk_states, state_passing
+from workers.ssd_reference import chunk_cb, chunk_scan, chunk_states, state_passing
 
 # Largest fp32 score block (heads x seq_q x seq_kv) materialised at once by the attention
 # reference.
@@ -84,10 +84,12 @@ def _chunk_state(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> d
 
 
 def _chunk_scan(xp: Any, params: dict[str, Any], inputs32: dict[str, Any]) -> dict[str, Any]:
+    seq_idx = inputs32.get("seq_idx")
+    cb = (inputs32["cb"] if "cb" in inputs32 else  # else computed in the tile, from b
+          chunk_cb(xp, inputs32["c"], inputs32["b"], params["chunk_size"], seq_idx))
     return {"out": chunk_scan(
-        xp, inputs32["cb"], inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"],
-        inputs32["c"], inputs32["states"], inputs32["D"], inputs32.get("z"),
-        inputs32.get("seq_idx"))}
+        xp, cb, inputs32["x"], inputs32["dt"], inputs32["dA_cumsum"],
+        inputs32["c"], inputs32["states"], inputs32["D"], inputs32.get("z"), seq_idx)}
 
 
 #: Operator -> its fp32 reference (:func:`register_reference` adds one).

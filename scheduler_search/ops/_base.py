@@ -136,6 +136,12 @@ class OperatorSpec(BaseModel):
         heads)."""
         return {}
 
+    def stream_loads(self) -> dict[str, tuple[str, ...]]:
+        """This workload's operand streams and the load sTasks of each (default: the
+        operator's ``streams``; a spec field that changes what a stream carries overrides
+        it, keeping the stream's name and so its ``stages_`` knob)."""
+        return dict(type(self).streams)
+
     def loop_orders(self, offered: tuple[str, ...]) -> tuple[str, ...]:
         """The loop orders (``order`` knob) this workload's graph can take of those its
         operator's rows ``offered`` (default: all)."""

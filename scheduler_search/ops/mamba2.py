@@ -302,7 +302,7 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         "cb": ("load_cb", "load_dt", "load_dA"),
         "x": ("load_x",),
     }
-    keyed_when_set: ClassVar[tuple[str, ...]] = ("z", "d_per_channel", "seq_idx")
+    keyed_when_set: ClassVar[tuple[str, ...]] = ("z", "d_per_channel", "seq_idx", "cb_in_tile")
 
     #: The gate of ``mamba_chunk_scan_combined(z=...)``: an input ``z`` shaped as ``x``,
     #: and ``out = (scan + D x) · z sigmoid(z)``.
@@ -310,16 +310,23 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
     #: ``D`` per channel, (nheads, headdim), as ``Mamba2(D_has_hdim=True)`` keeps it; else
     #: per head, (nheads,).
     d_per_channel: bool = False
+    #: ``C Bᵀ`` computed in the tile (an MMA of the loop, from ``B`` tiles the loop loads)
+    #: instead of read from a ``cb`` input that ``_bmm_chunk_fwd`` wrote: the input is then
+    #: ``b`` (batch, seqlen, ngroups, dstate), and with ``seq_idx`` the kernel masks the
+    #: pairs of different sequences itself.
+    cb_in_tile: bool = False
+
+    def stream_loads(self) -> dict[str, tuple[str, ...]]:
+        if not self.cb_in_tile:
+            return super().stream_loads()
+        # The stream named "cb" feeds the intra-chunk products: B tiles to compute cb from.
+        return {"cb": ("load_b", "load_dt", "load_dA"), "x": ("load_x",)}
 
     def tensors(self) -> list[TensorSpec]:
-        cb_shape = (self.batch, self.nchunks, self.ngroups, self.chunk_size, self.chunk_size)
         c_shape = (self.batch, self.seqlen, self.ngroups, self.dstate)
         out_shape = (self.batch, self.seqlen, self.nheads, self.headdim)
-        # cb is drawn after the C it is computed from; D last, as it joined the contract
-        # after the others (the other inputs of a seed kept their values).
-        cb = InputInit("chunk_gram", scale=0.5, source="c", draw=2)
         return [
-            TensorSpec("cb", cb_shape, "float32", "input", init=cb),
+            self._gram_input(c_shape),
             self._x(),
             *self._scalar_tensors(),
             TensorSpec("c", c_shape, self.dtype, "input", init=_OPERAND),
@@ -334,6 +341,22 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
             *self._seq_idx(),
             TensorSpec("out", out_shape, self.dtype, "output", other_dtypes=("float32",)),
         ]
+
+    def loop_orders(self, offered: tuple[str, ...]) -> tuple[str, ...]:
+        # cb computed in the tile has one register buffer: mma_cb issued a trip ahead
+        # would overwrite what the products still read, and MMA groups complete in
+        # order, so the wait for a trip's cb also waits for the P x left in flight.
+        return ("serial",) if self.cb_in_tile else offered
+
+    def _gram_input(self, c_shape: tuple[int, ...]) -> TensorSpec:
+        """``cb`` (drawn after the C it is computed from), or ``b`` when the kernel computes
+        cb itself. D is drawn last, as it joined the contract after the others (the other
+        inputs of a seed kept their values)."""
+        if self.cb_in_tile:
+            return TensorSpec("b", c_shape, self.dtype, "input", init=replace(_OPERAND, draw=2))
+        cb_shape = (self.batch, self.nchunks, self.ngroups, self.chunk_size, self.chunk_size)
+        cb = InputInit("chunk_gram", scale=0.5, source="c", draw=2)
+        return TensorSpec("cb", cb_shape, "float32", "input", init=cb)
 
     def _d_shape(self) -> tuple[int, ...]:
         return (self.nheads, self.headdim) if self.d_per_channel else (self.nheads,)
@@ -353,6 +376,11 @@ class Mamba2ChunkScanSpec(_Mamba2Spec):
         if self.seq_idx:  # the state term's decay reads each row's sequence
             stasks = tuple(_DECAY_OUT_PACKED if t.name == "decay_out" else t for t in stasks)
             graph_tensors = {**graph_tensors, **tensors(seq_idx=("int32", "global"))}
+        if self.cb_in_tile:  # B tiles and an MMA in place of the cb loads
+            stasks = _gram_in_tile(stasks, self.seq_idx)
+            graph_tensors = {k: v for k, v in graph_tensors.items() if k not in ("cb", "cb_s")}
+            graph_tensors.update(tensors(b=(self.dtype, "global"), b_s=(self.dtype, "shared"),
+                                         cb=("float32", "register")))
         return STaskGraph(
             op=self.op,
             stasks=stasks,
@@ -457,6 +485,30 @@ _CHUNK_SCAN_STASKS = (
         "store", STaskKind.STORE, "out[l,p]", ("acc[l,p]",), TMA_OR_CORES, phase="epilogue"
     ),
 )
+
+
+def _gram_in_tile(stasks: tuple[STask, ...], packed: bool) -> tuple[STask, ...]:
+    """The chunk scan's sTasks computing ``cb = C Bᵀ`` in the loop: ``load_b`` where
+    ``load_cb`` was, ``mma_cb`` (C from the tile buffer, B from the ring) before the
+    products, which read cb from its accumulator (masked between sequences when
+    ``packed``)."""
+    load_b = stask("load_b", STaskKind.LOAD, "b_s[s,n]", ("b[s,n]",), TMA_OR_LSU)
+    mma_cb = stask("mma_cb", STaskKind.MMA, "cb[l,s]", ("c_s[l,n]", "b_s[s,n]"), TC,
+                   expr="cb[l,s] = c[l,n] * b[s,n]")
+    inputs = ("cb[l,s]", "e[l,s]", "dt_s[s]", *(("seq_idx[l]",) if packed else ()))
+    expr = ("pm[l,s] = (s <= l && seq[s] == seq[l]) ? cb[l,s] * e[l,s] * dt[s] : 0"
+            if packed else "pm[l,s] = (s <= l) ? cb[l,s] * e[l,s] * dt[s] : 0")
+    scale_cb = stask("scale_cb", STaskKind.ELEMENTWISE, "pm[l,s]", inputs, CORES,
+                     ops_per_point=3.0, expr=expr)
+    out: list[STask] = []
+    for t in stasks:
+        if t.name == "load_cb":
+            out.append(load_b)
+        elif t.name == "scale_cb":
+            out += [mma_cb, scale_cb]
+        else:
+            out.append(t)
+    return tuple(out)
 
 
 #: The state term's decay with packed sequences: zero on rows of another sequence than

@@ -239,7 +239,7 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
     if split not in ("cooperative", "pingpong"):
         raise ScheduleError(f"consumer_split: {split!r} is not cooperative or pingpong")
 
-    streams = dict(type(spec).streams)
+    streams = spec.stream_loads()
     stages = {name: int(choices.get(f"stages_{name}", 2)) for name in streams}
     for key in keys.stages:
         if key[7:] not in streams:

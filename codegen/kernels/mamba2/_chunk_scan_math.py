@@ -12,6 +12,8 @@ keep the tiles, loads and products and only pick these.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from codegen.cuda import activations, convert
 from codegen.pipeline import Code
 from codegen.targets import Target
@@ -79,31 +81,56 @@ def decay(target: Target, code: Code, exp2: str, head: int) -> None:
         f"[2 * (g % 2) + q], LOG2E, dal[{head}][mi][h]));"])
 
 
-def masked_products(target: Target, code: Code, pm: str, trip: str, cb_stage: str,
+@dataclass(frozen=True)
+class GramSource:
+    """Where ``scale_cb`` reads ``cb``: the ring ``stage`` TMA filled (fp32 in shared
+    memory), or (no stage) this thread's ``cb`` registers that ``mma_cb`` wrote, masked
+    between sequences itself with ``packed_sequences``."""
+
+    stage: str = ""
+    packed_sequences: bool = False
+
+
+def masked_products(target: Target, code: Code, pm: str, trip: str, source: GramSource,
                     dtype: str) -> None:
     """``pm = cb e dt`` (0 above the diagonal, tested only on a trip that crosses it),
-    packed to the 16-bit pairs of the MMA's A fragment. cb (fp32, ring stage ``cb_stage``)
-    is read from shared memory straight in that layout, a pair at a time, once for every
-    packed head: it is the same for all heads of the group."""
+    packed to the 16-bit pairs of the MMA's A fragment. cb is read in that layout a pair
+    at a time, once for every packed head (it is the same for all heads of the group):
+    from shared memory, or from registers, with the pairs of another sequence than the
+    row's zero when the sequences are packed."""
     c = code
     pack = convert.pack2(dtype)
-    c.use("swizzle_128b")
-    c(f"const u32 cb_tile = smem + SMEM_CB + {cb_stage} * CB_STAGE_BYTES;")
+    if source.stage:
+        c.use("swizzle_128b")
+        c(f"const u32 cb_tile = smem + SMEM_CB + {source.stage} * CB_STAGE_BYTES;")
+        read = "const float2 cbv = " + c.call(
+            "ld_shared_f32x2",
+            "cb_tile + (col / 32) * CB_BOX_BYTES + swizzle_128b(row * 128 + (col % 32) * 4)"
+        ) + ";"
+    else:
+        read = "const float2 cbv = make_float2(cb[mi][4 * g + 2 * h], cb[mi][4 * g + 2 * h + 1]);"
     c(f"const int s0 = {trip} * TILE_S;")
     c("const bool diagonal = s0 + TILE_S - 1 > l0 + row0;  // some s > l in this trip")
+    before = [f"const int row = {TILE_ROW};  // in the tile"]
+    keep = ["const bool keep0 = !diagonal || s0 + col <= l0 + row;",
+            "const bool keep1 = !diagonal || s0 + col + 1 <= l0 + row;"]
+    if source.packed_sequences:
+        c("const int* seq_chunk = seq_idx + (unsigned long long)batch0 * SEQLEN + chunks0 * "
+          "CHUNK;")
+        before.append("const int seq_row = __ldg(seq_chunk + l0 + row);")
+        keep = ["const int2 seq_s = __ldg(reinterpret_cast<const int2*>(seq_chunk + s0 + col));",
+                "const bool keep0 = (!diagonal || s0 + col <= l0 + row) && seq_s.x == seq_row;",
+                "const bool keep1 = (!diagonal || s0 + col + 1 <= l0 + row) && "
+                "seq_s.y == seq_row;"]
     each_value(
         target, c,
-        before=[f"const int row = {TILE_ROW};  // in the tile"],
+        before=before,
         body=[
             "if (q) continue;  // a pair at a time",
             "const int col = 8 * g + 2 * (lane & 3);",
-            "const float2 cbv = " + c.call(
-                "ld_shared_f32x2",
-                "cb_tile + (col / 32) * CB_BOX_BYTES + swizzle_128b(row * 128 + (col % 32) "
-                "* 4)") + ";",
+            read,
             "const int j = 2 * (g % 2);",
-            "const bool keep0 = !diagonal || s0 + col <= l0 + row;",
-            "const bool keep1 = !diagonal || s0 + col + 1 <= l0 + row;",
+            *keep,
             "#pragma unroll",
             "for (int head = 0; head < PACK; ++head) {  // cb is the same for every head",
             "  const float v0 = keep0 ? cbv.x * e[head][mi][4 * g + 2 * h] * "

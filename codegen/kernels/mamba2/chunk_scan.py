@@ -19,6 +19,10 @@ Per (batch, chunk, head h) with g = h / (nheads / ngroups), for row l of the chu
   ``cb e dt`` read from shared memory in the MMA's register A layout, masked above the
   diagonal only on the trips that cross it, packed to 16-bit pairs; ``mma_x``:
   ``acc += P x`` (A in registers, x MN-major);
+- with ``cb_in_tile`` the loop loads ``B`` tiles (``load_b``, K-major over dstate) instead
+  of cb, and ``mma_cb`` computes the trip's ``cb = C Bᵀ`` into registers (C from the tile
+  buffer the state term read, so that buffer is held through the loop); ``scale_cb`` reads
+  it there, and masks the pairs of different sequences with ``seq_idx``;
 - epilogue: ``skip`` adds ``D[h] x[l, p]`` (``D[h, p]`` with ``d_per_channel``; x read from
   global at the tile's start, so the read lands while the loop runs); with ``z``, ``gate``
   multiplies each pair by ``silu(z)`` as the store writes it (z read there, once); ``store``
@@ -37,6 +41,7 @@ from codegen.artifact import TensorMapArg
 from codegen.cuda import swizzle
 from codegen.kernels.mamba2._chunk_scan_math import (
     TILE_ROW,
+    GramSource,
     add_skip,
     decay,
     decay_out,
@@ -124,6 +129,16 @@ class ChunkScanHooks(Mamba2Hooks):
                            self.target.k_step(self.dtype), self.target.mma_rows)
 
     @cached_property
+    def b(self) -> OperandTile:
+        # The MMA's B of C Bᵀ (cb_in_tile): N = positions s, K = dstate contiguous.
+        return self.tile16("b", self.tile_s, self._p("dstate"))
+
+    @property
+    def cb_in_tile(self) -> bool:
+        """cb is computed in the loop from B tiles (the spec's ``cb_in_tile``)."""
+        return bool(self.params.get("cb_in_tile"))
+
+    @cached_property
     def x(self) -> OperandTile:
         # The MMA's B of P x: K = positions, N = headdim contiguous (MN-major).
         return self.tile16("x", self.tile_p, self.tile_s, major="mn")
@@ -134,12 +149,12 @@ class ChunkScanHooks(Mamba2Hooks):
 
     def operand(self, stask: str) -> OperandTile | VectorTile:
         return {"load_c": self.c, "load_state": self.st, "load_dA_l": self.dal,
-                "load_cb": self.cb, "load_x": self.x, "load_dt": self.dt,
+                "load_cb": self.cb, "load_b": self.b, "load_x": self.x, "load_dt": self.dt,
                 "load_dA": self.da}[stask]
 
     def tensor_map(self, stask: str) -> str:
         return {"load_c": "c_map", "load_state": "states_map", "load_dA_l": "dA_l_map",
-                "load_cb": "cb_map", "load_x": "x_map", "load_dt": "dt_map",
+                "load_cb": "cb_map", "load_b": "b_map", "load_x": "x_map", "load_dt": "dt_map",
                 "load_dA": "dA_map"}[stask]
 
     def tile_loads(self) -> tuple[str, ...]:
@@ -196,14 +211,16 @@ class ChunkScanHooks(Mamba2Hooks):
         dt and dA under 248, and for two packed heads, tile_s 32, under 168.
         """
         copies = 2 if self.a_in_flight else 1  # the products per trip parity
-        per_block = (self.tile_p // 2 + self.tile_p // 4 + self.tile_s // 2
+        gram = self.tile_s // 2 if self.cb_in_tile else 0  # cb's accumulator
+        per_block = (self.tile_p // 2 + self.tile_p // 4 + self.tile_s // 2 + gram
                      + copies * self.pack * self.tile_s // 4)
         vectors = 0 if self.vectors_by_tma else 8 * self.k_steps * self.pack
         return self.row_blocks(consumer_rows) * per_block + vectors
 
     def holds_tile_buffer(self, load: str) -> bool:
-        # C and states are read by the prologue's MMA only; dA[l] is copied to registers.
-        return False
+        # C and states are read by the prologue's MMA only (C also by the loop's mma_cb
+        # when cb is computed in the tile); dA[l] is copied to registers.
+        return load == "load_c" and self.cb_in_tile
 
     def problem(self) -> str | None:
         problem = self.common_problem()
@@ -222,7 +239,7 @@ class ChunkScanHooks(Mamba2Hooks):
                     "divide headdim")
         if self._p("dstate") % 64:
             return f"dstate={self._p('dstate')}: C and states tiles are 64-column boxes"
-        if self.tile_s % F32_BOX_ELEMS:
+        if not self.cb_in_tile and self.tile_s % F32_BOX_ELEMS:
             return f"tile_s={self.tile_s}: cb tiles are {F32_BOX_ELEMS}-column fp32 boxes"
         return None
 
@@ -238,10 +255,11 @@ class ChunkScanHooks(Mamba2Hooks):
         c(f"constexpr int N_STEPS = {self._p('dstate') // 16};  // k16 steps of C states^T")
         c(f"constexpr int ROW_BLOCKS = {self.row_blocks(consumer_rows)}, ACC_REGS = "
           f"{self.tile_p // 2}, E_REGS = {self.tile_s // 2};")
-        tiles: tuple[OperandTile | VectorTile, ...] = (self.c, self.st, self.cb, self.x)
+        gram = self.b if self.cb_in_tile else self.cb
+        tiles: tuple[OperandTile | VectorTile, ...] = (self.c, self.st, gram, self.x)
         if self.vectors_by_tma:
             tiles += (self.dal, self.dt, self.da)
-        self.tile_constants(c, tiles, read_by_mma=(self.c, self.st, self.x))
+        self.tile_constants(c, tiles, read_by_mma=(self.c, self.st, self.x, self.b))
 
     def load(self, code: Code, stask: str, stage_addr: str, trip: str, full_bar: str) -> None:
         c, tile = code, self.operand(stask)
@@ -257,6 +275,9 @@ class ChunkScanHooks(Mamba2Hooks):
             inner = box * tile.box_inner
             if stask == "load_c":
                 c(c.call("tma_load_3d", dst, tmap, inner, group, f"{seq0} + l0", full_bar) + ";")
+            elif stask == "load_b":
+                c(c.call("tma_load_3d", dst, tmap, inner, group, f"{seq0} + {trip} * TILE_S",
+                         full_bar) + ";")
             elif stask == "load_x":  # box by box: a packed tile's boxes cover its heads in turn
                 head, col = divmod(inner, self._p("headdim"))
                 c(c.call("tma_load_3d", dst, tmap, f"p0 + {col}", f"heads0 + {head}",
@@ -274,6 +295,8 @@ class ChunkScanHooks(Mamba2Hooks):
         c("float acc[ROW_BLOCKS][ACC_REGS];  // head j: columns [j HEAD_COLS, (j + 1) HEAD_COLS)")
         c("float e[PACK][ROW_BLOCKS][E_REGS];  // exp(dA[l] - dA[s]) per head (accumulator "
           "layout)")
+        if self.cb_in_tile:
+            c("float cb[ROW_BLOCKS][E_REGS];  // this trip's C B^T (accumulator layout)")
         mma = self.target.mma_name
         c(self.a_declaration("[PACK][ROW_BLOCKS][E_REGS / 2]") + "  // the masked products "
           f"as {mma}'s register A (a copy per trip parity when its {mma} stays in flight)")
@@ -298,7 +321,7 @@ class ChunkScanHooks(Mamba2Hooks):
 
     def pin(self, code: Code, stask: str = "mma_x") -> None:
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            self.target.write_fence_operands(code, "acc[mi]")
+            self.target.write_fence_operands(code, "cb[mi]" if stask == "mma_cb" else "acc[mi]")
             if stask == "mma_x":
                 for pm in self.a_copies():
                     for head in range(self.pack):
@@ -308,6 +331,8 @@ class ChunkScanHooks(Mamba2Hooks):
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
         if issue.stask == "mma_state":
             self._mma_state(code)
+        elif issue.stask == "mma_cb":
+            self._mma_cb(code, stages[self.ring_stream("load_b")])
         else:
             stage = stages[self.ring_stream("load_x")]
             self.per_parity(code, at.index, lambda pm: self._mma_x(code, stage, pm))
@@ -324,6 +349,22 @@ class ChunkScanHooks(Mamba2Hooks):
                            a_address=f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}"),),
             pin=lambda: self.pin(c, "mma_state"),
             bases=(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};",)))
+
+    def _mma_cb(self, code: Code, stage: str) -> None:
+        """cb[CONSUMER_ROWS x TILE_S] = C_s B_sᵀ: the trip's positions against the tile's
+        rows, over dstate (C from the tile buffer, B from the ring stage)."""
+        c, ct = code, self.c
+        c.comment(f"mma_cb  stage={stage}: cb[CONSUMER_ROWS x {self.tile_s}] = C_s B_s^T "
+                  f"(ROW_BLOCKS x {self._p('dstate') // 16} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{self.tile_s}k16)")
+        self.target.write_mma(c, Mma(
+            n=self.tile_s, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
+            b_layout="B_DESC_LAYOUT", a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
+            parts=(MmaPart("cb[mi]", "b_tile + b_kstep_bytes(kk)",
+                           a_address=f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}"),),
+            pin=lambda: self.pin(c, "mma_cb"),
+            bases=(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};",
+                   f"const u32 b_tile = smem + SMEM_B + {stage} * B_STAGE_BYTES;")))
 
     def _mma_x(self, code: Code, stage: str, pm: str) -> None:
         """Per packed head j: its columns of acc += P_j x_j (x_j: the tile's boxes of head j)."""
@@ -353,9 +394,11 @@ class ChunkScanHooks(Mamba2Hooks):
         elif issue.stask == "decay":
             self._decay(code)
         elif issue.stask == "scale_cb":
-            stage = f"{self.ring_stream('load_cb')}_stage"
+            source = (GramSource(packed_sequences=bool(self.params.get("seq_idx")))
+                      if self.cb_in_tile else
+                      GramSource(stage=f"{self.ring_stream('load_cb')}_stage"))
             self.per_parity(code, at.index, lambda pm: masked_products(
-                self.target, code, pm, at.index, stage, self.dtype))
+                self.target, code, pm, at.index, source, self.dtype))
         else:  # skip
             add_skip(self.target, code, self.dtype, self.d_per_channel)
 
@@ -375,6 +418,12 @@ class ChunkScanHooks(Mamba2Hooks):
     def tensor_maps(self) -> tuple[TensorMapArg, ...]:
         p = self.params
         rows = p["batch"] * self.nchunks
+        gram = (self.rows_map("b_map", "b", p["ngroups"], p["dstate"], self.b, self.tile_s)
+                if self.cb_in_tile else TensorMapArg(
+                    name="cb_map", tensor="cb", dtype="float32",
+                    global_dims=(self.chunk, rows * p["ngroups"] * self.chunk),
+                    global_strides_bytes=(self.chunk * 4,),
+                    box_dims=(F32_BOX_ELEMS, self.tile_l), swizzle="128B"))
         maps = [
             self.rows_map("c_map", "c", p["ngroups"], p["dstate"], self.c, self.tile_l),
             TensorMapArg(
@@ -382,11 +431,7 @@ class ChunkScanHooks(Mamba2Hooks):
                 global_dims=(p["dstate"], rows * p["nheads"] * p["headdim"]),
                 global_strides_bytes=(p["dstate"] * self.elem,),
                 box_dims=(self.st.box_inner, self.tile_p), swizzle="128B"),
-            TensorMapArg(
-                name="cb_map", tensor="cb", dtype="float32",
-                global_dims=(self.chunk, rows * p["ngroups"] * self.chunk),
-                global_strides_bytes=(self.chunk * 4,),
-                box_dims=(F32_BOX_ELEMS, self.tile_l), swizzle="128B"),
+            gram,
             self.rows_map("x_map", "x", p["nheads"], p["headdim"], self.x, self.tile_s),
         ]
         if self.vectors_by_tma:
