@@ -8,8 +8,10 @@ Upstream's forward (``mamba_ssm/ops/triton/ssd_combined.py``) runs five kernels.
 2. the chunk state fused with the state passing: the tuned ``mamba2_chunk_state`` kernel
    with ``pass_states`` (the states entering each chunk, in ``C``'s dtype as upstream
    writes them unless ``state_dtype`` says fp32, and the fp32 final state);
-3. ``C Bᵀ`` per chunk: an fp32 batched product in PyTorch (upstream's ``_bmm_chunk_fwd``);
-4. the tuned ``mamba2_chunk_scan`` kernel, with ``D`` and the gate ``z``.
+3. the tuned ``mamba2_chunk_scan`` kernel, with ``D`` and the gate ``z``: where the cache
+   holds the scan that computes ``C Bᵀ`` in its tile (``cb_in_tile``), on ``B`` itself;
+   else on ``C Bᵀ`` per chunk from an fp32 batched product in PyTorch (upstream's
+   ``_bmm_chunk_fwd``).
 
 One operator, ``pipetune::mamba_chunk_scan_combined``, runs them (kernels named by the
 keys :func:`pipetune._kernel_registry.register` gives), with a fake implementation for
@@ -100,14 +102,19 @@ def forward(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: An
     scan = KERNELS[call.scan_kernel]
     states = states.to(_input_dtype(scan, "states", torch))
     skip = (D if D is not None else x.new_zeros(x.shape[2])).float().contiguous()
-    scan_inputs = [chunk_gram(C, B, call.chunk_size, seq_idx), x, dt_chunks, da_cumsum, C,
-                   states, skip]
+    gram = B if _takes(scan, "b") else chunk_gram(C, B, call.chunk_size, seq_idx)
+    scan_inputs = [gram, x, dt_chunks, da_cumsum, C, states, skip]
     if z is not None and call.gate_in_kernel:
         return scan(*scan_inputs, z, *packed), x.new_empty(0), final_states
     ungated = scan(*scan_inputs, *packed)
     if z is None:
         return ungated, x.new_empty(0), final_states
     return ungated * torch.nn.functional.silu(z), ungated, final_states
+
+
+def _takes(kernel: Any, name: str) -> bool:
+    """Whether the kernel has an input ``name``."""
+    return any(t.name == name for t in kernel.inputs)
 
 
 def _input_dtype(kernel: Any, name: str, torch: Any) -> Any:
@@ -233,8 +240,9 @@ def check_shapes(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any,
 def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gated: bool,
               states_in_fp32: bool, packed: bool = False
               ) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The tuned kernels' workloads (chunk state with the state passing, chunk scan) of a
-    call, or None where the kernels do not serve it (not 16-bit, a ragged last chunk)."""
+    """The tuned kernels' workloads (chunk state with the state passing, chunk scan
+    reading ``cb``) of a call, or None where the kernels do not serve it (not 16-bit, a
+    ragged last chunk). :func:`fused_scan` is the scan's other form."""
     dtype = str(x.dtype).removeprefix("torch.")
     batch, seqlen, nheads, headdim = x.shape
     if dtype not in ("float16", "bfloat16") or str(B.dtype) != str(x.dtype) or seqlen % chunk_size:
@@ -248,5 +256,11 @@ def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gate
     return state, scan
 
 
+def fused_scan(scan: dict[str, Any]) -> dict[str, Any]:
+    """The chunk scan workload that computes ``C Bᵀ`` in its tile (reads ``B``)."""
+    return {**scan, "cb_in_tile": True}
+
+
 __all__ = ["SSDCall", "check_shapes", "chunk_decays", "chunk_gram", "combined", "forward",
-           "operator", "step_sizes", "upstream_backward", "upstream_forward", "workloads"]
+           "fused_scan", "operator", "step_sizes", "upstream_backward", "upstream_forward",
+           "workloads"]

@@ -182,7 +182,8 @@ class DropIns:
             state_dtype: Any = None) -> Any:
         """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (same arguments and results): the
         forward on the tuned chunk-state (with the state passing) and chunk-scan kernels
-        where the cache holds both (``pipetune._mamba2``), the gradients ``mamba_ssm``'s
+        (the scan computing C Bᵀ in its tile where one is cached) where the cache holds
+        both (``pipetune._mamba2``), the gradients ``mamba_ssm``'s
         backward. Calls the kernels do not serve (``cu_seqlens``, a ragged last chunk,
         fp32) and misses run ``mamba_ssm``'s own op; without it, a RuntimeError says what
         is missing."""
@@ -197,9 +198,12 @@ class DropIns:
         if _on_gpu(x) and cu_seqlens is None and not return_varlen_states:
             found = ssd.workloads(x, B, chunk_size, D, initial_states, gated, fp32_states,
                                   packed=seq_idx is not None)
-        ops = ("mamba2_chunk_state", "mamba2_chunk_scan")
-        kernels = [self.kernel(op, params, x) for op, params in zip(ops, found, strict=True)
-                   ] if found else []
+        kernels = []
+        if found:  # the scan computing C B^T in its tile where the cache holds it
+            state, scan = found
+            kernels = [self.kernel("mamba2_chunk_state", state, x),
+                       self.kernel("mamba2_chunk_scan", ssd.fused_scan(scan), x)
+                       or self.kernel("mamba2_chunk_scan", scan, x)]
         if not found or None in kernels:
             upstream = ssd.upstream_forward()
             if upstream is None:

@@ -62,13 +62,19 @@ PASSING = (
     (SHAPES[6], {"pass_states": True, "seq_idx": True, "states_in_fp32": False}),
 )
 
-#: The chunk scan with ``mamba_chunk_scan_combined``'s gate ``z`` and D per channel.
+#: The chunk scan with ``mamba_chunk_scan_combined``'s gate ``z`` and D per channel,
+#: packed sequences and C Bᵀ computed in the tile.
 GATED = (
     (SHAPES[2], {"z": True}),
     (SHAPES[5], {"z": True, "d_per_channel": True}),
     (SHAPES[6], {"d_per_channel": True}),
     (SHAPES[5], {"seq_idx": True, "z": True}),
     (SHAPES[7], {"seq_idx": True}),
+    # C Bᵀ computed in the tile (cb_in_tile): alone, gated and with packed sequences.
+    (SHAPES[2], {"cb_in_tile": True}),
+    (SHAPES[6], {"cb_in_tile": True, "z": True, "d_per_channel": True}),
+    (SHAPES[5], {"cb_in_tile": True, "seq_idx": True}),
+    (SHAPES[7], {"cb_in_tile": True, "seq_idx": True, "z": True}),
 )
 
 

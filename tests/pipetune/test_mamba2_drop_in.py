@@ -32,9 +32,11 @@ def _np(t: Any) -> Any:
 class _Kernel:
     """A stand-in tuned kernel: its contract's input dtypes and a schedule hash."""
 
-    def __init__(self, name: str, run: Any, states_dtype: str, calls: list) -> None:
+    def __init__(self, name: str, run: Any, states_dtype: str, calls: list,
+                 first_input: str = "cb") -> None:
         self.artifact = SimpleNamespace(schedule_hash=name)
-        self.inputs = [SimpleNamespace(name="states", dtype=states_dtype)]
+        self.inputs = [SimpleNamespace(name=first_input, dtype="float32"),
+                       SimpleNamespace(name="states", dtype=states_dtype)]
         self._run, self._calls = run, calls
 
     def __call__(self, *tensors: Any) -> Any:
@@ -59,14 +61,17 @@ def _state_kernel(states_dtype: Any, calls: list) -> _Kernel:
     return _Kernel(f"state-{len(calls)}", run, "float32", calls)
 
 
-def _scan_kernel(calls: list) -> _Kernel:
-    def run(cb: Any, x: Any, dt: Any, da: Any, c: Any, states: Any, d: Any,
+def _scan_kernel(calls: list, cb_in_tile: bool = False) -> _Kernel:
+    """The chunk scan, reading cb, or (``cb_in_tile``) B, computing cb itself."""
+    def run(gram: Any, x: Any, dt: Any, da: Any, c: Any, states: Any, d: Any,
             *optional: Any) -> Any:
         assert states.dtype == torch.float32 and d.dtype == torch.float32
-        out = ref.chunk_scan(np, _np(cb), _np(x), _np(dt), _np(da), _np(c), _np(states), _np(d),
-                             _optional(optional, False), _optional(optional, True))
+        seq_idx = _optional(optional, True)
+        cb = ref.chunk_cb(np, _np(c), _np(gram), CHUNK, seq_idx) if cb_in_tile else _np(gram)
+        out = ref.chunk_scan(np, cb, _np(x), _np(dt), _np(da), _np(c), _np(states), _np(d),
+                             _optional(optional, False), seq_idx)
         return torch.from_numpy(out).to(x.dtype)
-    return _Kernel(f"scan-{len(calls)}", run, "float32", calls)
+    return _Kernel(f"scan-{len(calls)}", run, "float32", calls, "b" if cb_in_tile else "cb")
 
 
 def _inputs(seed: int = 3, per_channel_d: bool = False, grad: bool = False) -> dict[str, Any]:
@@ -221,15 +226,16 @@ def test_the_backward_without_mamba_ssm_says_so(monkeypatch: pytest.MonkeyPatch)
 class _Cached(pt.DropIns):
     """Drop-ins whose cache holds the stand-in kernels (and records what was asked)."""
 
-    def __init__(self, calls: list, hit: bool = True) -> None:
+    def __init__(self, calls: list, hit: bool = True, cb_in_tile: bool = False) -> None:
         super().__init__(lookup=lambda *a: None)
         self.asked: list[tuple[str, dict[str, Any]]] = []
+        scan = "mamba2_chunk_scan" + ("+cb_in_tile" if cb_in_tile else "")
         self._kernels = {"mamba2_chunk_state": _state_kernel(torch.float32, calls),
-                         "mamba2_chunk_scan": _scan_kernel(calls)} if hit else {}
+                         scan: _scan_kernel(calls, cb_in_tile)} if hit else {}
 
     def kernel(self, op: str, params: dict[str, Any], like: Any) -> Any:
         self.asked.append((op, params))
-        return self._kernels.get(op)
+        return self._kernels.get(op + ("+cb_in_tile" if params.get("cb_in_tile") else ""))
 
 
 def _half(t: dict[str, Any]) -> dict[str, Any]:
@@ -246,8 +252,10 @@ def test_the_drop_in_asks_for_both_kernels_and_runs_them(
         t["x"], t["dt"], t["A"], t["B"], t["C"], CHUNK, D=t["D"], z=t["z"],
         dt_bias=t["dt_bias"], initial_states=t["initial_states"], dt_softplus=True,
         return_final_states=True)
-    (state_op, state), (scan_op, scan) = drop_ins.asked
-    assert (state_op, scan_op) == ("mamba2_chunk_state", "mamba2_chunk_scan")
+    # The scan computing C B^T in its tile first; cached is the one reading cb.
+    (state_op, state), (fused_op, fused), (scan_op, scan) = drop_ins.asked
+    assert (state_op, fused_op, scan_op) == ("mamba2_chunk_state", *["mamba2_chunk_scan"] * 2)
+    assert fused == {**scan, "cb_in_tile": True}
     shape = {"batch": BATCH, "seqlen": SEQLEN, "nheads": NHEADS, "headdim": HEADDIM,
              "dstate": DSTATE, "ngroups": NGROUPS, "chunk_size": CHUNK, "dtype": "bfloat16",
              "seq_idx": False}
@@ -272,7 +280,7 @@ def test_a_miss_or_varlen_states_run_mamba_ssm_s_op(
         assert got == "upstream"
         assert upstream[-1]["cu_seqlens"] is extra.get("cu_seqlens")
         assert [op for op, _ in drop_ins.asked] == (
-            [] if extra else ["mamba2_chunk_state", "mamba2_chunk_scan"])
+            [] if extra else ["mamba2_chunk_state", "mamba2_chunk_scan", "mamba2_chunk_scan"])
 
 
 def test_packed_sequences_ask_for_kernels_that_take_seq_idx(
@@ -282,8 +290,30 @@ def test_packed_sequences_ask_for_kernels_that_take_seq_idx(
     drop_ins = _Cached(calls)
     drop_ins.mamba_chunk_scan_combined(t["x"], t["dt"], t["A"], t["B"], t["C"], CHUNK,
                                        seq_idx=SEQ_IDX)
-    assert [params["seq_idx"] for _, params in drop_ins.asked] == [True, True]
+    assert [params["seq_idx"] for _, params in drop_ins.asked] == [True, True, True]
     assert calls[0][1][-1] is not None and calls[0][1][-1].dtype == torch.int32
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_scan_computing_c_b_in_its_tile_is_given_b(monkeypatch: pytest.MonkeyPatch,
+                                                     packed: bool) -> None:
+    """Where the cache holds the scan with cb_in_tile, it runs on B itself (no C Bᵀ in
+    PyTorch), with seq_idx when the sequences are packed, and gives the combined SSD."""
+    monkeypatch.setattr(pt, "_on_gpu", lambda tensor: True)
+    t, calls = _half(_inputs(seed=5)), []
+    seq_idx = SEQ_IDX if packed else None
+    drop_ins = _Cached(calls, cb_in_tile=True)
+    out, final = drop_ins.mamba_chunk_scan_combined(
+        t["x"], t["dt"], t["A"], t["B"], t["C"], CHUNK, D=t["D"], z=t["z"],
+        dt_bias=t["dt_bias"], initial_states=t["initial_states"], dt_softplus=True,
+        seq_idx=seq_idx, return_final_states=True)
+    assert [op for op, _ in drop_ins.asked] == ["mamba2_chunk_state", "mamba2_chunk_scan"]
+    (_, scan_args) = calls[1]
+    assert scan_args[0] is t["B"] or torch.equal(scan_args[0], t["B"])
+    want_out, want_final = _reference({n: v.float() for n, v in t.items()},
+                                      seq_idx=None if seq_idx is None else seq_idx.numpy())
+    np.testing.assert_allclose(_np(out), want_out, rtol=0.03, atol=0.03)
+    np.testing.assert_allclose(_np(final), want_final, rtol=1e-3, atol=1e-3)
 
 
 def test_without_kernels_or_mamba_ssm_the_error_says_what_to_do(

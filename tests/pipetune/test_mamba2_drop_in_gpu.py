@@ -45,14 +45,16 @@ def _artifact(op: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _drop_ins(torch: Any, gated: bool, per_channel: bool, initial: bool,
-              fp32_states: bool = False, packed: bool = False) -> Any:
-    """Drop-ins whose cache holds the two kernels of SHAPE for these options alone."""
+              fp32_states: bool = False, packed: bool = False, cb_in_tile: bool = False) -> Any:
+    """Drop-ins whose cache holds the two kernels of SHAPE for these options alone (the
+    scan computing C Bᵀ in its tile with ``cb_in_tile``)."""
     import pipetune.torch as pt
     from scheduler_search.ops import parse_spec
 
     state = {**SHAPE, "pass_states": True, "initial_states": initial,
              "states_in_fp32": fp32_states, "seq_idx": packed}
-    scan = {**SHAPE, "z": gated, "d_per_channel": per_channel, "seq_idx": packed}
+    scan = {**SHAPE, "z": gated, "d_per_channel": per_channel, "seq_idx": packed,
+            **({"cb_in_tile": True} if cb_in_tile else {})}
     cached = {(op, json_key(parse_spec(op, p).params())): _artifact(op, p)
               for op, p in (("mamba2_chunk_state", state), ("mamba2_chunk_scan", scan))}
     return pt.DropIns(lookup=lambda op, p, _: cached.get(
@@ -95,18 +97,23 @@ def _packed(torch: Any) -> Any:
     return torch.stack([row, torch.zeros_like(row)]).cuda()
 
 
-@pytest.mark.parametrize(("gated", "per_channel", "initial", "limit", "packed"), [
-    (True, True, True, (0.0, math.inf), False), (False, False, False, (0.0, math.inf), False),
-    (True, False, True, (0.01, 0.2), False), (True, True, True, (0.0, math.inf), True),
+@pytest.mark.parametrize(("gated", "per_channel", "initial", "limit", "packed", "cb_in_tile"), [
+    (True, True, True, (0.0, math.inf), False, False),
+    (False, False, False, (0.0, math.inf), False, False),
+    (True, False, True, (0.01, 0.2), False, False),
+    (True, True, True, (0.0, math.inf), True, False),
+    (True, True, True, (0.0, math.inf), False, True),
+    (False, False, True, (0.0, math.inf), True, True),
 ])
 def test_forward_matches_the_reference(gated: bool, per_channel: bool, initial: bool,
-                                       limit: tuple[float, float], packed: bool) -> None:
+                                       limit: tuple[float, float], packed: bool,
+                                       cb_in_tile: bool) -> None:
     import torch
 
     from workers import ssd_reference as ref
 
     t = _inputs(torch, 5, per_channel)
-    drop = _drop_ins(torch, gated, per_channel, initial, packed=packed)
+    drop = _drop_ins(torch, gated, per_channel, initial, packed=packed, cb_in_tile=cb_in_tile)
     options = {"D": t["D"], "z": t["z"] if gated else None, "dt_bias": t["dt_bias"],
                "initial_states": t["initial_states"] if initial else None,
                "seq_idx": _packed(torch) if packed else None,

@@ -44,6 +44,7 @@ CASES: list[tuple[str, dict[str, Any]]] = [
     ("mamba2_chunk_scan", {**MAMBA2, "ngroups": 1, "dtype": "float16"}),
     ("mamba2_chunk_scan", {**MAMBA2, "z": True, "d_per_channel": True}),
     ("mamba2_chunk_scan", {**MAMBA2, "seq_idx": True}),
+    ("mamba2_chunk_scan", {**MAMBA2, "cb_in_tile": True, "seq_idx": True}),
     ("mamba2_chunk_state", {**MAMBA2, "seq_idx": True}),
     ("mamba2_chunk_state", {**MAMBA2, "pass_states": True, "seq_idx": True}),
 ]
