@@ -19,9 +19,12 @@ Per case, in one process:
    ``final_states`` written once) and a device-to-device copy of as many bytes, timed the
    same way: the copy ceiling each call is measured against.
 
-A call the kernels do not serve runs the peer inside the drop-in; its row says
-``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME ...`` runs
-some cases; ``list`` names them.
+Each case runs once per form of the chunk scan ``--scans`` names, each from its own
+empty cache: ``cb`` (the scan reads ``C Bᵀ`` that PyTorch computes first) and ``in_tile``
+(the scan computes it in its tile from ``B``: ``cb_in_tile``), so the rows show what the
+fusion is worth. A call the kernels do not serve runs the peer inside the drop-in; its
+row says ``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME
+...`` runs some cases; ``list`` names them.
 
     PYTHONPATH=.:.peers python3 bench/mamba2_ssd.py run --out bench/results/mamba2-ssd-DATE.json
 """
@@ -44,6 +47,8 @@ if str(ROOT) not in sys.path:
 from bench.common import dated_result, geomean, tree_state, write_json  # noqa: E402
 
 FIGURES = ("eager", "back_to_back", "graph")
+#: The chunk scan's forms: reading ``C Bᵀ`` computed before it, or computing it in its tile.
+SCANS = ("cb", "in_tile")
 #: GPU time one back-to-back or graph figure aims at (microseconds).
 FIGURE_BUDGET_US = 50_000.0
 
@@ -123,9 +128,10 @@ def min_bytes(args: dict[str, Any], case: Case) -> int:
     return read + args["x"].numel() * args["x"].element_size() + final
 
 
-def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str) -> dict[str, Any]:
-    """Both kernels of the drop-in tuned from an empty cache: per op, the run's status,
-    trials and wall seconds."""
+def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str,
+                 scan: str = "cb") -> dict[str, Any]:
+    """Both kernels of the drop-in tuned from an empty cache (the chunk scan in form
+    ``scan``): per op, the run's status, trials and wall seconds."""
     import pipetune
     from pipetune import _mamba2 as ssd
 
@@ -135,7 +141,10 @@ def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str) -> 
     runs: dict[str, Any] = {}
     if found is None:
         return runs
-    for op, params in zip(("mamba2_chunk_state", "mamba2_chunk_scan"), found, strict=True):
+    state, scan_params = found
+    if scan == "in_tile":
+        scan_params = ssd.fused_scan(scan_params)
+    for op, params in (("mamba2_chunk_state", state), ("mamba2_chunk_scan", scan_params)):
         started = time.perf_counter()
         result = pipetune.tune(op, device="auto", budget={"seconds": seconds},
                                database_url=url, progress=False, **params)
@@ -174,15 +183,15 @@ def copy_ceiling_us(torch: Any, nbytes: int) -> float:
                              for _ in range(5))
 
 
-def run_case(case: Case, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+def run_case(case: Case, args: argparse.Namespace, workdir: Path, scan: str) -> dict[str, Any]:
     import torch
     from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as peer_op
 
     import pipetune.torch as pt
 
     inputs = call_inputs(torch, case, args.seed)
-    url = f"sqlite:///{workdir / f'{case.name}.db'}"
-    runs = tune_kernels(case, inputs, args.seconds, url)
+    url = f"sqlite:///{workdir / f'{case.name}-{scan}.db'}"
+    runs = tune_kernels(case, inputs, args.seconds, url, scan)
     drop_ins = pt.DropIns(database_url=url)
     from bench.launch_overhead import copies_for_cold_l2
 
@@ -199,7 +208,7 @@ def run_case(case: Case, args: argparse.Namespace, workdir: Path) -> dict[str, A
         (out, final), (want, want_final) = ours(inputs), peer(inputs)
         served = "pipetune" if runs and all(r["status"] == "done" for r in runs.values()) \
             else "mamba_ssm"
-        row = {"case": case.name, "served_by": served, "tuning": runs,
+        row = {"case": case.name, "scan": scan, "served_by": served, "tuning": runs,
                "rel_error_out": rel_error(torch, out, want),
                "rel_error_final_states": rel_error(torch, final, want_final),
                **figures(torch, {"pipetune": lambda: ours(inputs), "peer": lambda: peer(inputs)},
@@ -231,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--cool-down-s", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--scans", nargs="+", choices=SCANS, default=list(SCANS),
+                        help="forms of the chunk scan: reading cb, computing it in the tile")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" /
                                              dated_result("mamba2-ssd")))
     args = parser.parse_args(argv)
@@ -243,16 +254,21 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        for case in cases:
-            row = run_case(case, args, Path(workdir))
+        for case, scan in ((c, s) for c in cases for s in args.scans):
+            row = run_case(case, args, Path(workdir), scan)
             rows.append(row)
-            print(f"{case.name:<22} {row['served_by']:<9} err {row['rel_error_out']:.1e}  "
+            print(f"{case.name:<22} {scan:<8} {row['served_by']:<9} "
+                  f"err {row['rel_error_out']:.1e}  "
                   + "  ".join(f"{f} {row[f'{f}_ratio']:.3f}" for f in FIGURES)
                   + f"  x copy {row['pipetune_over_copy']:.2f}", flush=True)
-    served = [r for r in rows if r["served_by"] == "pipetune"]
-    summary = {f"{f}_geomean": geomean([r[f"{f}_ratio"] for r in served]) for f in FIGURES
-               if served}
-    summary |= {f"{f}_min": min(r[f"{f}_ratio"] for r in served) for f in FIGURES if served}
+    summary = {}
+    for scan in args.scans:
+        served = [r for r in rows if r["served_by"] == "pipetune" and r["scan"] == scan]
+        if served:
+            summary[scan] = {f"{f}_geomean": geomean([r[f"{f}_ratio"] for r in served])
+                             for f in FIGURES}
+            summary[scan] |= {f"{f}_min": min(r[f"{f}_ratio"] for r in served)
+                              for f in FIGURES}
     write_json(args.out, {"suite": "mamba2_ssd", "device": torch.cuda.get_device_name(),
                           "tree": tree_state(), "args": vars(args), "summary": summary,
                           "cases": rows})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from bench import mamba2_ssd as bench
 from pipetune.torch import DropIns
 
@@ -41,3 +43,30 @@ def test_list_names_every_case(capsys) -> None:  # type: ignore[no-untyped-def]
     assert bench.main(["list"]) == 0
     printed = capsys.readouterr().out.split("\n")
     assert [line.split(" ")[0] for line in printed if line] == [c.name for c in bench.CASES]
+
+
+def test_each_form_of_the_scan_is_tuned_as_the_drop_in_asks_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--scans in_tile`` tunes the scan computing C Bᵀ in its tile (the workload the
+    drop-in looks up first); ``cb`` the one reading cb."""
+    import types
+
+    import pipetune
+    torch = pytest.importorskip("torch")
+    asked: list[tuple[str, dict]] = []
+
+    def tune(op: str, **kw: object) -> object:
+        asked.append((op, kw))
+        return types.SimpleNamespace(status="done", kernel={}, run={})
+
+    monkeypatch.setattr(pipetune, "tune", tune)
+    case = bench.CASES[2]
+    seqlen = 2 * case.chunk_size  # a small copy of the case: two chunks
+    x = torch.zeros(case.batch, seqlen, case.nheads, case.headdim, dtype=torch.float16)
+    b = torch.zeros(case.batch, seqlen, case.ngroups, case.dstate, dtype=torch.float16)
+    args = {"x": x, "B": b, "D": torch.zeros(case.nheads)}
+    for scan in bench.SCANS:
+        runs = bench.tune_kernels(case, args, 1.0, "sqlite://", scan)
+        assert set(runs) == {"mamba2_chunk_state", "mamba2_chunk_scan"}
+    scans = [kw for op, kw in asked if op == "mamba2_chunk_scan"]
+    assert [bool(kw.get("cb_in_tile")) for kw in scans] == [False, True]
