@@ -75,10 +75,19 @@ def chunk_gram(C: Any, B: Any, chunk: int, seq_idx: Any = None) -> Any:
     """C, B (b, s, g, n) -> cb (b, chunks, g, chunk, chunk) fp32: ``C_l · B_s`` within each
     chunk, every (l, s) (the scan masks s > l); with ``seq_idx``, zero where l and s lie in
     different sequences (as upstream's ``_bmm_chunk_fwd``)."""
+    import torch
+
     batch, seqlen, ngroups, dstate = C.shape
     shape = (batch, seqlen // chunk, chunk, ngroups, dstate)
-    c, b = (t.view(shape).permute(0, 1, 3, 2, 4).float() for t in (C, B))
-    cb = c @ b.transpose(-1, -2)
+    c, b = (t.view(shape).permute(0, 1, 3, 2, 4) for t in (C, B))
+    if C.is_cuda and C.dtype in (torch.float16, torch.bfloat16):
+        # 16-bit products on the tensor cores, summed and written in fp32 (as upstream's
+        # kernel does), instead of fp32 copies of C and B multiplied on the CUDA cores.
+        flat = (-1, chunk, dstate)
+        cb = torch.bmm(c.reshape(flat), b.reshape(flat).transpose(1, 2),
+                       out_dtype=torch.float32).view(*shape[:2], ngroups, chunk, chunk)
+    else:
+        cb = c.float() @ b.float().transpose(-1, -2)
     if seq_idx is not None:
         ids = seq_idx.view(batch, seqlen // chunk, 1, chunk)
         cb = cb.masked_fill(ids.unsqueeze(-1) != ids.unsqueeze(-2), 0.0)
