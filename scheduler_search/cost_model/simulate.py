@@ -355,6 +355,8 @@ class BlockScheduler:
         latency = self.timings.latency_cycles(task, seu)
         if ins.unit is UnitKind.CUDA_CORE and task.kind in (STaskKind.LOAD, STaskKind.STORE):
             latency = GLOBAL_ACCESS_LATENCY_CYCLES
+        # An sTask that runs once every few trips waits out its latency once for them all.
+        latency /= task.every_trips
         # Async work queues on its sEU in issue order; the role goes on meanwhile.
         start = max(issue_at, self.unit_free.get(ins.unit, 0.0))
         self.unit_free[ins.unit] = start + busy

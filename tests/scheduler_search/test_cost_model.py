@@ -578,3 +578,53 @@ def test_a_once_per_chunk_stask_is_charged_its_share_of_each_trip() -> None:
         share = instance_work(sprogram, graph, name, sprogram.mapping[name])
         assert share.amount * 4 == pytest.approx(whole.amount)
     assert graph.stask("mma").every_trips == 1
+
+
+def test_a_once_a_chunk_stask_waits_out_its_latency_once_a_chunk() -> None:
+    """The state passing's sTasks run once every 4 trips (chunk 256, tile_l 64): where only
+    their latency costs anything, a trip costs a quarter of it, as the same graph with
+    the sTasks every trip costs all of it."""
+    from dataclasses import replace
+
+    from codegen import feasibility
+    from scheduler_search.cost_model.simulate import simulate_block
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.space.designs import MAMBA2_CHUNK_STATE
+
+    device = get_device("h200")
+    spec = parse_spec("mamba2_chunk_state", {
+        "batch": 2, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 128, "ngroups": 1,
+        "chunk_size": 256, "dtype": "bfloat16", "pass_states": True})
+    space = ScheduleSpace(spec, device, feasibility(spec.op, device))
+    sprogram, validity = space.build({**MAMBA2_CHUNK_STATE, "tile_l": 64})
+    assert validity.ok
+    passing = ("pass_state", "store_state")
+
+    class PassingLatency:
+        """No work takes time; the state passing's sTasks have ``cycles`` of latency."""
+
+        def __init__(self, cycles: float) -> None:
+            self.cycles = cycles
+
+        def busy_cycles(self, stask: object, unit: object, work: object) -> float:
+            return 0.0
+
+        def latency_cycles(self, stask: object, unit: object) -> float:
+            return self.cycles if getattr(stask, "name", "") in passing else 0.0
+
+        def cache_key(self) -> None:
+            return None
+
+    graph = spec.build_graph(dict(sprogram.tile))
+    every_trip = replace(graph, stasks=tuple(
+        replace(t, every_trips=1) if t.name in passing else t for t in graph.stasks))
+    trips = 8
+    base = simulate_block(sprogram, graph, device, PassingLatency(0.0), trips).end
+    shared = simulate_block(sprogram, graph, device, PassingLatency(1000.0), trips).end
+    whole = simulate_block(sprogram, every_trip, device, PassingLatency(1000.0), trips).end
+    assert whole - base >= trips * 1000.0  # at least the running state's latency a trip
+    # A quarter of the running state's latency a trip, and no more than a quarter of what
+    # the sTasks cost every trip (which overlap less when waited on in full).
+    assert trips * 1000.0 / 4 <= shared - base <= (whole - base) / 4 * 1.05
