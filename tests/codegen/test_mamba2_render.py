@@ -81,6 +81,32 @@ def test_chunk_scan_prologue_runs_once_per_tile_and_frees_its_buffers() -> None:
     assert issues["mma_state"] == "prologue" and issues["skip"] == "epilogue"
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_chunk_scan_computes_c_b_in_its_tile(packed: bool) -> None:
+    """cb_in_tile: the loop loads B tiles (b_map, no cb), a second wgmma (N = tile_s, over
+    dstate) computes the trip's cb into registers from the C tile buffer, which is held
+    through the loop and released after it; the products read cb from registers and, with
+    seq_idx, drop the pairs of different sequences; only the serial order is offered."""
+    params = {**SUITE, "cb_in_tile": True, "seq_idx": packed}
+    spec, sprogram, validity = _build("mamba2_chunk_scan", params, MAMBA2_CHUNK_SCAN)
+    assert validity.ok, validity
+    assert spec.tensors()[0].name == "b"
+    lowered = lowering(sprogram, DEVICE)
+    src = lowered.source
+    maps = {a.name for a in lowered.artifact().args if a.kind == "tensor_map"}
+    assert "b_map" in maps and "cb_map" not in maps and "SMEM_CB " not in src
+    loop = src.index("// Main loop:")
+    assert src.index("mma_cb  stage=") > loop
+    assert f"wgmma_m64n{sprogram.tile['s']}k16" in src[loop:]
+    assert "make_float2(cb[mi][4 * g + 2 * h], cb[mi][4 * g + 2 * h + 1])" in src
+    assert ("seq_s.x == seq_row" in src) == packed
+    # C stays in its buffer for the loop's mma_cb: released after the loop, not before.
+    assert src.index("load_c_empty", loop) > src.index("mma_cb  stage=")
+    space = ScheduleSpace(spec, DEVICE, feasibility(spec.op, DEVICE))
+    _, overlap = space.build({**MAMBA2_CHUNK_SCAN, "order": "overlap"})
+    assert not overlap.ok
+
+
 def test_chunk_scan_packs_heads_of_a_group_side_by_side() -> None:
     """tile_g 2: one tile spans two heads' whole rows (tile_p = 2 x headdim); cb, C and the
     states of both heads are loaded once, x box by box (head heads0 + 1 for the second),
@@ -201,7 +227,8 @@ def test_sampled_mamba2_schedules_compile_without_spills() -> None:
     workloads = [(op, params) for op in ("mamba2_chunk_state", "mamba2_chunk_scan")
                  for params in (SUITE, GROUPED)]
     workloads += [("mamba2_chunk_state", {**GROUPED, **PASSING, "seq_idx": True}),
-                  ("mamba2_chunk_scan", {**GROUPED, **GATED, "seq_idx": True})]
+                  ("mamba2_chunk_scan", {**GROUPED, **GATED, "seq_idx": True}),
+                  ("mamba2_chunk_scan", {**GROUPED, "cb_in_tile": True, "seq_idx": True})]
     for op, params in workloads:
         spec = parse_spec(op, params)
         sources += [render(sp, spec, DEVICE).source
