@@ -549,26 +549,31 @@ def test_block_simulations_are_cached_by_the_timing_models_own_key() -> None:
     assert uncached.calls == 2 * calls
 
 
+def _passing_chunk_state() -> tuple:
+    """(spec, sProgram, graph) of the chunk state fused with the state passing: chunk 256
+    in trips of 64 positions, so the passing's sTasks run every 4 trips."""
+    from codegen import feasibility
+    from scheduler_search.ops import parse_spec
+    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.space.designs import MAMBA2_CHUNK_STATE
+
+    spec = parse_spec("mamba2_chunk_state", {
+        "batch": 2, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 128, "ngroups": 1,
+        "chunk_size": 256, "dtype": "bfloat16", "pass_states": True})
+    space = ScheduleSpace(spec, H200, feasibility(spec.op, H200))
+    sprogram, validity = space.build({**MAMBA2_CHUNK_STATE, "tile_l": 64})
+    assert validity.ok
+    return spec, sprogram, spec.build_graph(dict(sprogram.tile))
+
+
 def test_a_once_per_chunk_stask_is_charged_its_share_of_each_trip() -> None:
     """The chunk state fused with the state passing folds and stores the running state once
     a chunk: chunk / tile_l trips share that work."""
     from dataclasses import replace
 
-    from codegen import feasibility
     from scheduler_search.cost_model.simulate import instance_work
-    from scheduler_search.hardware import get_device
-    from scheduler_search.ops import parse_spec
-    from scheduler_search.space import ScheduleSpace
-    from scheduler_search.space.designs import MAMBA2_CHUNK_STATE
 
-    device = get_device("h200")
-    spec = parse_spec("mamba2_chunk_state", {
-        "batch": 2, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 128, "ngroups": 1,
-        "chunk_size": 256, "dtype": "bfloat16", "pass_states": True})
-    space = ScheduleSpace(spec, device, feasibility(spec.op, device))
-    sprogram, validity = space.build({**MAMBA2_CHUNK_STATE, "tile_l": 64})
-    assert validity.ok
-    graph = spec.build_graph(dict(sprogram.tile))
+    _, sprogram, graph = _passing_chunk_state()
     for name in ("pass_state", "store_state"):
         task = graph.stask(name)
         assert task.every_trips == 256 // 64
@@ -586,20 +591,9 @@ def test_a_once_a_chunk_stask_waits_out_its_latency_once_a_chunk() -> None:
     the sTasks every trip costs all of it."""
     from dataclasses import replace
 
-    from codegen import feasibility
     from scheduler_search.cost_model.simulate import simulate_block
-    from scheduler_search.hardware import get_device
-    from scheduler_search.ops import parse_spec
-    from scheduler_search.space import ScheduleSpace
-    from scheduler_search.space.designs import MAMBA2_CHUNK_STATE
 
-    device = get_device("h200")
-    spec = parse_spec("mamba2_chunk_state", {
-        "batch": 2, "seqlen": 1024, "nheads": 8, "headdim": 64, "dstate": 128, "ngroups": 1,
-        "chunk_size": 256, "dtype": "bfloat16", "pass_states": True})
-    space = ScheduleSpace(spec, device, feasibility(spec.op, device))
-    sprogram, validity = space.build({**MAMBA2_CHUNK_STATE, "tile_l": 64})
-    assert validity.ok
+    _, sprogram, graph = _passing_chunk_state()
     passing = ("pass_state", "store_state")
 
     class PassingLatency:
@@ -617,13 +611,12 @@ def test_a_once_a_chunk_stask_waits_out_its_latency_once_a_chunk() -> None:
         def cache_key(self) -> None:
             return None
 
-    graph = spec.build_graph(dict(sprogram.tile))
     every_trip = replace(graph, stasks=tuple(
         replace(t, every_trips=1) if t.name in passing else t for t in graph.stasks))
     trips = 8
-    base = simulate_block(sprogram, graph, device, PassingLatency(0.0), trips).end
-    shared = simulate_block(sprogram, graph, device, PassingLatency(1000.0), trips).end
-    whole = simulate_block(sprogram, every_trip, device, PassingLatency(1000.0), trips).end
+    base = simulate_block(sprogram, graph, H200, PassingLatency(0.0), trips).end
+    shared = simulate_block(sprogram, graph, H200, PassingLatency(1000.0), trips).end
+    whole = simulate_block(sprogram, every_trip, H200, PassingLatency(1000.0), trips).end
     assert whole - base >= trips * 1000.0  # at least the running state's latency a trip
     # A quarter of the running state's latency a trip, and no more than a quarter of what
     # the sTasks cost every trip (which overlap less when waited on in full).

@@ -338,33 +338,33 @@ class ChunkScanHooks(Mamba2Hooks):
             self.per_parity(code, at.index, lambda pm: self._mma_x(code, stage, pm))
 
     def _mma_state(self, code: Code) -> None:
-        c, ct = code, self.c
-        c.comment(f"mma_state: acc[CONSUMER_ROWS x {self.tile_p}] = C_s states_s^T (ROW_BLOCKS "
-                  f"x {self._p('dstate') // 16} {self.target.mma_name} "
-                  f"m{self.target.mma_rows}n{self.tile_p}k16)")
-        self.target.write_mma(c, Mma(
-            n=self.tile_p, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
-            b_layout="ST_DESC_LAYOUT", a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
-            parts=(MmaPart("acc[mi]", "smem + SMEM_ST + st_kstep_bytes(kk)",
-                           a_address=f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}"),),
-            pin=lambda: self.pin(c, "mma_state"),
-            bases=(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};",)))
+        self._mma_from_c(code, "mma_state: acc", self.tile_p, "C_s states_s^T", "acc[mi]",
+                         "ST_DESC_LAYOUT", "smem + SMEM_ST + st_kstep_bytes(kk)", "mma_state")
 
     def _mma_cb(self, code: Code, stage: str) -> None:
         """cb[CONSUMER_ROWS x TILE_S] = C_s B_sᵀ: the trip's positions against the tile's
         rows, over dstate (C from the tile buffer, B from the ring stage)."""
+        self._mma_from_c(code, f"mma_cb  stage={stage}: cb", self.tile_s, "C_s B_s^T", "cb[mi]",
+                         "B_DESC_LAYOUT", "b_tile + b_kstep_bytes(kk)", "mma_cb",
+                         f"const u32 b_tile = smem + SMEM_B + {stage} * B_STAGE_BYTES;")
+
+    def _mma_from_c(self, code: Code, what: str, n: int, product: str, acc: str,
+                    b_layout: str, b_address: str, stask: str, *b_bases: str) -> None:
+        """``acc`` = the tile's C rows times a K-major B tile (at ``b_address`` for k16
+        step kk) transposed, over dstate: the state term's and cb's products share their A
+        operand."""
         c, ct = code, self.c
-        c.comment(f"mma_cb  stage={stage}: cb[CONSUMER_ROWS x {self.tile_s}] = C_s B_s^T "
-                  f"(ROW_BLOCKS x {self._p('dstate') // 16} {self.target.mma_name} "
-                  f"m{self.target.mma_rows}n{self.tile_s}k16)")
+        c.comment(f"{what}[CONSUMER_ROWS x {n}] = {product} (ROW_BLOCKS "
+                  f"x {self._p('dstate') // 16} {self.target.mma_name} "
+                  f"m{self.target.mma_rows}n{n}k16)")
         self.target.write_mma(c, Mma(
-            n=self.tile_s, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
-            b_layout="B_DESC_LAYOUT", a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
-            parts=(MmaPart("cb[mi]", "b_tile + b_kstep_bytes(kk)",
+            n=n, dtype=self.dtype, b_major="k", k_steps="N_STEPS",
+            b_layout=b_layout, a_layout="C_DESC_LAYOUT", accumulate="kk > 0",
+            parts=(MmaPart(acc, b_address,
                            a_address=f"c_tile + c_kstep_bytes(kk) + mi * {ct.row_block_bytes}"),),
-            pin=lambda: self.pin(c, "mma_cb"),
+            pin=lambda: self.pin(c, stask),
             bases=(f"const u32 c_tile = smem + SMEM_C + row0 * {ct.swizzle.span_bytes};",
-                   f"const u32 b_tile = smem + SMEM_B + {stage} * B_STAGE_BYTES;")))
+                   *b_bases)))
 
     def _mma_x(self, code: Code, stage: str, pm: str) -> None:
         """Per packed head j: its columns of acc += P_j x_j (x_j: the tile's boxes of head j)."""
