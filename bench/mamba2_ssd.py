@@ -20,11 +20,13 @@ Per case, in one process:
    same way: the copy ceiling each call is measured against.
 
 Each case runs once per form of the chunk scan ``--scans`` names, each from its own
-empty cache: ``cb`` (the scan reads ``C Bᵀ`` that PyTorch computes first) and ``in_tile``
+empty cache: ``cb`` (the scan reads ``C Bᵀ`` that PyTorch computes first), ``in_tile``
 (the scan computes it in its tile from ``B``: ``cb_in_tile``), so the rows show what the
-fusion is worth. A call the kernels do not serve runs the peer inside the drop-in; its
-row says ``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME
-...`` runs some cases; ``list`` names them.
+fusion is worth, and ``searched`` (both forms tuned into one cache: the drop-in serves the
+one whose measured forward is faster, as a user's tune-on-miss does; the row names it).
+A call the kernels do not serve runs the peer inside the drop-in; its row says
+``served_by: mamba_ssm`` and stays out of the geometric means. ``--only NAME ...`` runs
+some cases; ``list`` names them.
 
     PYTHONPATH=.:.peers python3 bench/mamba2_ssd.py run --out bench/results/mamba2-ssd-DATE.json
 """
@@ -47,8 +49,9 @@ if str(ROOT) not in sys.path:
 from bench.common import dated_result, geomean, tree_state, write_json  # noqa: E402
 
 FIGURES = ("eager", "back_to_back", "graph")
-#: The chunk scan's forms: reading ``C Bᵀ`` computed before it, or computing it in its tile.
-SCANS = ("cb", "in_tile")
+#: The chunk scan's forms: reading ``C Bᵀ`` computed before it, computing it in its tile,
+#: or both tuned and the drop-in choosing.
+SCANS = ("cb", "in_tile", "searched")
 #: GPU time one back-to-back or graph figure aims at (microseconds).
 FIGURE_BUDGET_US = 50_000.0
 
@@ -130,8 +133,8 @@ def min_bytes(args: dict[str, Any], case: Case) -> int:
 
 def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str,
                  scan: str = "cb") -> dict[str, Any]:
-    """Both kernels of the drop-in tuned from an empty cache (the chunk scan in form
-    ``scan``): per op, the run's status, trials and wall seconds."""
+    """The drop-in's kernels tuned from an empty cache (the chunk scan in form ``scan``;
+    ``searched``: in both): per workload, the run's status, trials and wall seconds."""
     import pipetune
     from pipetune import _mamba2 as ssd
 
@@ -142,23 +145,42 @@ def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str,
     if found is None:
         return runs
     state, scan_params = found
-    if scan == "in_tile":
-        scan_params = ssd.fused_scan(scan_params)
-    for op, params in (("mamba2_chunk_state", state), ("mamba2_chunk_scan", scan_params)):
+    wanted = [("mamba2_chunk_state", state)]
+    if scan in ("cb", "searched"):
+        wanted.append(("mamba2_chunk_scan", scan_params))
+    if scan in ("in_tile", "searched"):
+        wanted.append(("mamba2_chunk_scan", ssd.fused_scan(scan_params)))
+    for op, params in wanted:
         started = time.perf_counter()
         result = pipetune.tune(op, device="auto", budget={"seconds": seconds},
                                database_url=url, progress=False, **params)
-        runs[op] = {"status": result.status, "wall_s": time.perf_counter() - started,
-                    "params": params, "schedule": (result.kernel or {}).get("schedule_hash"),
-                    "trials": (result.run or {}).get("trials_done")}
+        name = op + ("+cb_in_tile" if params.get("cb_in_tile") else "")
+        runs[name] = {"op": op, "status": result.status,
+                      "wall_s": time.perf_counter() - started, "params": params,
+                      "schedule": (result.kernel or {}).get("schedule_hash"),
+                      "latency_us": (result.schedule or {}).get("latency_us"),
+                      "trials": (result.run or {}).get("trials_done")}
     return runs
 
 
 def served_by_kernels(drop_ins: Any, runs: dict[str, Any], like: Any) -> bool:
-    """Whether the drop-in's cache holds both tuned kernels (it then runs them, not the
+    """Whether the drop-in's cache holds every tuned kernel (it then runs them, not the
     peer)."""
-    return len(runs) == 2 and all(drop_ins.kernel(op, run["params"], like) is not None
-                                  for op, run in runs.items())
+    return len(runs) >= 2 and all(drop_ins.kernel(run["op"], run["params"], like) is not None
+                                  for run in runs.values())
+
+
+def scan_served(drop_ins: Any, runs: dict[str, Any], like: Any) -> str | None:
+    """The form of the chunk scan the drop-in runs: ``in_tile`` or ``cb`` (None: none)."""
+    from pipetune import _mamba2 as ssd
+
+    state = runs.get("mamba2_chunk_state")
+    scan = runs.get("mamba2_chunk_scan") or runs.get("mamba2_chunk_scan+cb_in_tile")
+    if state is None or scan is None:
+        return None
+    plain = {k: v for k, v in scan["params"].items() if k != "cb_in_tile"}
+    kernel = drop_ins.mamba2_kernels((state["params"], plain), like)[1]
+    return None if kernel is None else "in_tile" if ssd.computes_cb(kernel) else "cb"
 
 
 def rel_error(torch: Any, ours: Any, ref: Any) -> float:
@@ -215,6 +237,7 @@ def run_case(case: Case, args: argparse.Namespace, workdir: Path, scan: str) -> 
         (out, final), (want, want_final) = ours(inputs), peer(inputs)
         served = "pipetune" if served_by_kernels(drop_ins, runs, inputs["x"]) else "mamba_ssm"
         row = {"case": case.name, "scan": scan, "served_by": served, "tuning": runs,
+               "scan_served": scan_served(drop_ins, runs, inputs["x"]),
                "rel_error_out": rel_error(torch, out, want),
                "rel_error_final_states": rel_error(torch, final, want_final),
                **figures(torch, {"pipetune": lambda: ours(inputs), "peer": lambda: peer(inputs)},

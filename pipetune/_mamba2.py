@@ -111,7 +111,7 @@ def forward(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: An
     scan = KERNELS[call.scan_kernel]
     states = states.to(_input_dtype(scan, "states", torch))
     skip = (D if D is not None else x.new_zeros(x.shape[2])).float().contiguous()
-    gram = B if _takes(scan, "b") else chunk_gram(C, B, call.chunk_size, seq_idx)
+    gram = B if computes_cb(scan) else chunk_gram(C, B, call.chunk_size, seq_idx)
     scan_inputs = [gram, x, dt_chunks, da_cumsum, C, states, skip]
     if z is not None and call.gate_in_kernel:
         return scan(*scan_inputs, z, *packed), x.new_empty(0), final_states
@@ -121,9 +121,10 @@ def forward(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: An
     return ungated * torch.nn.functional.silu(z), ungated, final_states
 
 
-def _takes(kernel: Any, name: str) -> bool:
-    """Whether the kernel has an input ``name``."""
-    return any(t.name == name for t in kernel.inputs)
+def computes_cb(scan_kernel: Any) -> bool:
+    """Whether a chunk-scan kernel computes ``C Bᵀ`` in its tile (it takes ``b``, not
+    ``cb``)."""
+    return any(t.name == "b" for t in scan_kernel.inputs)
 
 
 def _input_dtype(kernel: Any, name: str, torch: Any) -> Any:
@@ -265,11 +266,29 @@ def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gate
     return state, scan
 
 
+def fused_is_faster(fused: dict[str, Any] | None, unfused: dict[str, Any] | None) -> bool:
+    """Whether the scan computing ``C Bᵀ`` in its tile makes the faster forward, from the
+    cache's figures of the two scans (``cached_figures``: latency, the run's peer).
+
+    The unfused forward pays the scan plus the product that writes ``cb``. The two runs'
+    peers tell that product's cost: the fused scan's peer runs upstream's
+    ``_bmm_chunk_fwd`` and then its scan, the unfused scan's peer the scan alone. Without
+    both peers' figures the fused scan must beat the unfused scan alone; without any
+    figures (a lookup that has none) it is taken, as where it alone is cached."""
+    if fused is None or unfused is None:
+        return True
+    gram_us = 0.0
+    peers = (fused.get("baseline_latency_us"), unfused.get("baseline_latency_us"))
+    if None not in peers:
+        gram_us = max(0.0, peers[0] - peers[1])
+    return fused["latency_us"] < unfused["latency_us"] + gram_us
+
+
 def fused_scan(scan: dict[str, Any]) -> dict[str, Any]:
     """The chunk scan workload that computes ``C Bᵀ`` in its tile (reads ``B``)."""
     return {**scan, "cb_in_tile": True}
 
 
-__all__ = ["SSDCall", "check_shapes", "chunk_decays", "chunk_gram", "combined", "forward",
-           "fused_scan", "operator", "step_sizes", "upstream_backward", "upstream_forward",
-           "workloads"]
+__all__ = ["SSDCall", "check_shapes", "chunk_decays", "chunk_gram", "combined", "computes_cb",
+           "forward", "fused_is_faster", "fused_scan", "operator", "step_sizes",
+           "upstream_backward", "upstream_forward", "workloads"]

@@ -38,6 +38,9 @@ Lookup = Callable[[str, dict[str, Any], int], "dict[str, Any] | None"]
 #: (op, exact params, device index) -> the RangeArtifact JSON of a tuned range holding
 #: the workload, or None.
 RangeLookup = Callable[[str, dict[str, Any], int], "dict[str, Any] | None"]
+#: (op, params, device index) -> what the cache measured of the workload's kernel
+#: (``latency_us``, the run's ``baseline_latency_us``), or None.
+FiguresLookup = Callable[[str, dict[str, Any], int], "dict[str, Any] | None"]
 #: (op, params, device index) -> None: tune the workload (it is then in the cache).
 Tuner = Callable[[str, dict[str, Any], int], None]
 _UNKNOWN = object()
@@ -117,12 +120,16 @@ class DropIns:
             once per workload without its range dimension (a GEMM's n, k, dtype, layout
             and GPU), and again only for a size that the ranges found miss.
         tuner: how a miss is tuned (default: :func:`pipetune.tune` in this process).
+        figures: what the cache measured of a workload's kernel, where the drop-in
+            chooses between two cached kernels that compute the same thing (Mamba2's chunk
+            scan reading ``cb`` or computing it in its tile); default: the local cache's,
+            none where ``lookup`` is given alone.
     """
 
     def __init__(self, *, database_url: str | None = None, tune_on_miss: bool = False,
                  budget: dict[str, Any] | None = None, lookup: Lookup | None = None,
                  range_lookup: RangeLookup | None = None,
-                 tuner: Tuner | None = None) -> None:
+                 tuner: Tuner | None = None, figures: FiguresLookup | None = None) -> None:
         self.database_url = database_url
         self.tune_on_miss = tune_on_miss
         self.budget = budget or {"seconds": 60}
@@ -130,6 +137,11 @@ class DropIns:
         if range_lookup is None:
             range_lookup = _no_range if lookup is not None else self._range_lookup_local
         self._range_lookup = range_lookup
+        if figures is None:
+            figures = _no_figures if lookup is not None else self._figures_local
+        self._figures = figures
+        #: (scan params, device) -> whether the fused scan serves them (memoised choice).
+        self._fused_choice: dict[tuple[str, int], bool] = {}
         self._tuner = tuner or self._tune_local
         self._memo: dict[tuple[str, str, int], Any] = {}
         #: (op, params without the range dimensions, device) -> the range kernels found.
@@ -198,12 +210,7 @@ class DropIns:
         if _on_gpu(x) and cu_seqlens is None and not return_varlen_states:
             found = ssd.workloads(x, B, chunk_size, D, initial_states, gated, fp32_states,
                                   packed=seq_idx is not None)
-        kernels = []
-        if found:  # the scan computing C B^T in its tile where the cache holds it
-            state, scan = found
-            kernels = [self.kernel("mamba2_chunk_state", state, x),
-                       self.kernel("mamba2_chunk_scan", ssd.fused_scan(scan), x)
-                       or self.kernel("mamba2_chunk_scan", scan, x)]
+        kernels = list(self.mamba2_kernels(found, x)) if found else []
         if not found or None in kernels:
             upstream = ssd.upstream_forward()
             if upstream is None:
@@ -222,6 +229,30 @@ class DropIns:
         out, final_states = ssd.combined(x, dt, A, B, C, D, z, dt_bias, initial_states, call,
                                          seq_idx)
         return (out, final_states) if return_final_states else out
+
+    def mamba2_kernels(self, workloads: tuple[dict[str, Any], dict[str, Any]],
+                       like: Any) -> tuple[Any, Any]:
+        """The chunk-state and chunk-scan kernels serving the SSD forward's ``workloads``
+        (:func:`pipetune._mamba2.workloads`), each None on a miss. Where the cache holds
+        both forms of the scan, the one its measurements say makes the faster forward
+        (:func:`pipetune._mamba2.fused_is_faster`); with ``tune_on_miss`` a miss of
+        either form is tuned, so the choice is made between both."""
+        from pipetune import _mamba2 as ssd
+
+        state, scan = workloads
+        fused_params = ssd.fused_scan(scan)
+        state_kernel = self.kernel("mamba2_chunk_state", state, like)
+        fused = self.kernel("mamba2_chunk_scan", fused_params, like)
+        unfused = self.kernel("mamba2_chunk_scan", scan, like)
+        if fused is None or unfused is None:
+            return state_kernel, fused or unfused
+        device = int(like.device.index or 0)
+        key = (json.dumps(scan, sort_keys=True), device)
+        if key not in self._fused_choice:
+            self._fused_choice[key] = ssd.fused_is_faster(
+                self._figures("mamba2_chunk_scan", fused_params, device),
+                self._figures("mamba2_chunk_scan", scan, device))
+        return state_kernel, fused if self._fused_choice[key] else unfused
 
     def _trained_attention(self, forward: Any, params: dict[str, Any], q: Any, k: Any,
                            v: Any) -> Any:
@@ -316,6 +347,13 @@ class DropIns:
         return cached_range(TuneRequest(op=op, params=params, device=f"cuda:{device}"),
                             self.database_url)
 
+    def _figures_local(self, op: str, params: dict[str, Any], device: int) -> Any:
+        from service.runs.in_process import cached_figures
+        from service.schemas import TuneRequest
+
+        return cached_figures(TuneRequest(op=op, params=params, device=f"cuda:{device}"),
+                              self.database_url)
+
     def _tune_local(self, op: str, params: dict[str, Any], device: int) -> None:
         from pipetune.local import tune
 
@@ -324,6 +362,10 @@ class DropIns:
 
 
 def _no_range(op: str, params: dict[str, Any], device: int) -> None:
+    return None
+
+
+def _no_figures(op: str, params: dict[str, Any], device: int) -> None:
     return None
 
 

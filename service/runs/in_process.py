@@ -178,6 +178,31 @@ def cached_kernel(request: TuneRequest, database_url: str | None) -> dict[str, A
         return _kernel(db, kernel_hash)
 
 
+def cached_figures(request: TuneRequest, database_url: str | None) -> dict[str, Any] | None:
+    """What the cache measured of the workload's best schedule on the request's device:
+    ``latency_us``, ``timing_method`` and, from the run that found it, its ``baseline``
+    and ``baseline_latency_us`` (None for an imported schedule or a run without a peer);
+    None when nothing is cached. Starts nothing (a drop-in choosing between the kernels
+    of two workloads that compute the same thing).
+
+    Raises:
+        InvalidRequest: the parameters or the device are wrong.
+    """
+    from service.db import repositories as repo
+    from service.db.models import RunModel
+
+    with _cache_lookup(request, database_url) as (db, tune), \
+            repo.session_scope(db.read_sessions) as session:
+        row = repo.find_cached(session, workload_key=tune.spec.workload_key(),
+                               device_key=tune.device.key)
+        if row is None or row.simulated:
+            return None
+        run = session.get(RunModel, row.run_id) if row.run_id is not None else None
+        return {"latency_us": row.latency_us, "timing_method": row.timing_method,
+                "baseline": run.baseline if run is not None else None,
+                "baseline_latency_us": run.baseline_latency_us if run is not None else None}
+
+
 def tune_locally(
     request: TuneRequest, database_url: str | None, gpu_pool_factory: Any = None
 ) -> dict[str, Any]:

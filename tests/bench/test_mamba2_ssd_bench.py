@@ -47,8 +47,8 @@ def test_list_names_every_case(capsys) -> None:  # type: ignore[no-untyped-def]
 
 def test_each_form_of_the_scan_is_tuned_as_the_drop_in_asks_for_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--scans in_tile`` tunes the scan computing C Bᵀ in its tile (the workload the
-    drop-in looks up first); ``cb`` the one reading cb."""
+    """``--scans in_tile`` tunes the scan computing C Bᵀ in its tile; ``cb`` the one
+    reading cb; ``searched`` both, into one cache, for the drop-in to choose."""
     import types
 
     import pipetune
@@ -57,7 +57,7 @@ def test_each_form_of_the_scan_is_tuned_as_the_drop_in_asks_for_it(
 
     def tune(op: str, **kw: object) -> object:
         asked.append((op, kw))
-        return types.SimpleNamespace(status="done", kernel={}, run={})
+        return types.SimpleNamespace(status="succeeded", kernel={}, run={}, schedule={})
 
     monkeypatch.setattr(pipetune, "tune", tune)
     case = bench.CASES[2]
@@ -65,8 +65,11 @@ def test_each_form_of_the_scan_is_tuned_as_the_drop_in_asks_for_it(
     x = torch.zeros(case.batch, seqlen, case.nheads, case.headdim, dtype=torch.float16)
     b = torch.zeros(case.batch, seqlen, case.ngroups, case.dstate, dtype=torch.float16)
     args = {"x": x, "B": b, "D": torch.zeros(case.nheads)}
-    for scan in bench.SCANS:
-        runs = bench.tune_kernels(case, args, 1.0, "sqlite://", scan)
-        assert set(runs) == {"mamba2_chunk_state", "mamba2_chunk_scan"}
+    tuned = {scan: set(bench.tune_kernels(case, args, 1.0, "sqlite://", scan))
+             for scan in bench.SCANS}
+    assert tuned == {"cb": {"mamba2_chunk_state", "mamba2_chunk_scan"},
+                     "in_tile": {"mamba2_chunk_state", "mamba2_chunk_scan+cb_in_tile"},
+                     "searched": {"mamba2_chunk_state", "mamba2_chunk_scan",
+                                  "mamba2_chunk_scan+cb_in_tile"}}
     scans = [kw for op, kw in asked if op == "mamba2_chunk_scan"]
-    assert [bool(kw.get("cb_in_tile")) for kw in scans] == [False, True]
+    assert [bool(kw.get("cb_in_tile")) for kw in scans] == [False, True, False, True]

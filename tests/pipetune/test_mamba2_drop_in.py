@@ -71,7 +71,8 @@ def _scan_kernel(calls: list, cb_in_tile: bool = False) -> _Kernel:
         out = ref.chunk_scan(np, cb, _np(x), _np(dt), _np(da), _np(c), _np(states), _np(d),
                              _optional(optional, False), seq_idx)
         return torch.from_numpy(out).to(x.dtype)
-    return _Kernel(f"scan-{len(calls)}", run, "float32", calls, "b" if cb_in_tile else "cb")
+    first_input = "b" if cb_in_tile else "cb"
+    return _Kernel(f"scan-{first_input}-{len(calls)}", run, "float32", calls, first_input)
 
 
 def _inputs(seed: int = 3, per_channel_d: bool = False, grad: bool = False) -> dict[str, Any]:
@@ -224,18 +225,29 @@ def test_the_backward_without_mamba_ssm_says_so(monkeypatch: pytest.MonkeyPatch)
 
 
 class _Cached(pt.DropIns):
-    """Drop-ins whose cache holds the stand-in kernels (and records what was asked)."""
+    """Drop-ins whose cache holds the stand-in kernels (and records what was asked):
+    the chunk state and the scan in each of ``forms`` ("cb", "in_tile"), with the cache's
+    ``figures`` of each scan form."""
 
-    def __init__(self, calls: list, hit: bool = True, cb_in_tile: bool = False) -> None:
-        super().__init__(lookup=lambda *a: None)
+    def __init__(self, calls: list, hit: bool = True, forms: tuple[str, ...] = ("cb",),
+                 figures: dict[str, dict[str, float]] | None = None) -> None:
+        self.figures_asked: list[dict[str, Any]] = []
+
+        def cached_figures(op: str, params: dict[str, Any], device: int) -> Any:
+            self.figures_asked.append(params)
+            return (figures or {}).get("in_tile" if params.get("cb_in_tile") else "cb")
+
+        super().__init__(lookup=lambda *a: None, figures=cached_figures)
         self.asked: list[tuple[str, dict[str, Any]]] = []
-        scan = "mamba2_chunk_scan" + ("+cb_in_tile" if cb_in_tile else "")
-        self._kernels = {"mamba2_chunk_state": _state_kernel(torch.float32, calls),
-                         scan: _scan_kernel(calls, cb_in_tile)} if hit else {}
+        self._kernels = {"mamba2_chunk_state": _state_kernel(torch.float32, calls)} if hit else {}
+        for form in forms if hit else ():
+            self._kernels[f"mamba2_chunk_scan+{form}"] = _scan_kernel(calls, form == "in_tile")
 
     def kernel(self, op: str, params: dict[str, Any], like: Any) -> Any:
         self.asked.append((op, params))
-        return self._kernels.get(op + ("+cb_in_tile" if params.get("cb_in_tile") else ""))
+        if op == "mamba2_chunk_scan":
+            op += "+in_tile" if params.get("cb_in_tile") else "+cb"
+        return self._kernels.get(op)
 
 
 def _half(t: dict[str, Any]) -> dict[str, Any]:
@@ -302,16 +314,49 @@ def test_a_scan_computing_c_b_in_its_tile_is_given_b(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(pt, "_on_gpu", lambda tensor: True)
     t, calls = _half(_inputs(seed=5)), []
     seq_idx = SEQ_IDX if packed else None
-    drop_ins = _Cached(calls, cb_in_tile=True)
+    drop_ins = _Cached(calls, forms=("in_tile",))
     out, final = drop_ins.mamba_chunk_scan_combined(
         t["x"], t["dt"], t["A"], t["B"], t["C"], CHUNK, D=t["D"], z=t["z"],
         dt_bias=t["dt_bias"], initial_states=t["initial_states"], dt_softplus=True,
         seq_idx=seq_idx, return_final_states=True)
-    assert [op for op, _ in drop_ins.asked] == ["mamba2_chunk_state", "mamba2_chunk_scan"]
+    assert [op for op, _ in drop_ins.asked] == ["mamba2_chunk_state", *["mamba2_chunk_scan"] * 2]
+    assert drop_ins.figures_asked == []  # one form cached: nothing to choose
     (_, scan_args) = calls[1]
     assert scan_args[0] is t["B"] or torch.equal(scan_args[0], t["B"])
     want_out, want_final = _reference({n: v.float() for n, v in t.items()},
                                       seq_idx=None if seq_idx is None else seq_idx.numpy())
+    np.testing.assert_allclose(_np(out), want_out, rtol=0.03, atol=0.03)
+    np.testing.assert_allclose(_np(final), want_final, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(("fused_us", "unfused_us", "fused_peer_us", "unfused_peer_us",
+                          "fused_serves"), [
+    (900.0, 800.0, 1500.0, 1300.0, True),    # 800 + the 200 us cb costs the peer > 900
+    (900.0, 800.0, 1350.0, 1300.0, False),   # 800 + 50 < 900
+    (900.0, 800.0, None, 1300.0, False),     # no cb cost known: the bare scan is faster
+    (700.0, 800.0, None, None, True),
+])
+def test_with_both_scans_cached_the_faster_forward_by_the_cache_s_figures_serves(
+        monkeypatch: pytest.MonkeyPatch, fused_us: float, unfused_us: float,
+        fused_peer_us: float | None, unfused_peer_us: float | None,
+        fused_serves: bool) -> None:
+    """The fused scan against the unfused one plus what the product writing cb costs
+    (the difference of the two runs' peers: the fused scan's peer runs upstream's
+    _bmm_chunk_fwd first); the choice is asked of the cache once per workload."""
+    monkeypatch.setattr(pt, "_on_gpu", lambda tensor: True)
+    t, calls = _half(_inputs(seed=7)), []
+    figures = {"in_tile": {"latency_us": fused_us, "baseline_latency_us": fused_peer_us},
+               "cb": {"latency_us": unfused_us, "baseline_latency_us": unfused_peer_us}}
+    drop_ins = _Cached(calls, forms=("cb", "in_tile"), figures=figures)
+    for _ in range(2):
+        out, final = drop_ins.mamba_chunk_scan_combined(
+            t["x"], t["dt"], t["A"], t["B"], t["C"], CHUNK, D=t["D"], z=t["z"],
+            dt_bias=t["dt_bias"], initial_states=t["initial_states"], dt_softplus=True,
+            return_final_states=True)
+    assert len(drop_ins.figures_asked) == 2  # each form's figures, asked once
+    scans = [name for name, _ in calls if name.startswith("scan")]
+    assert scans == [f"scan-{'b' if fused_serves else 'cb'}-0"] * 2
+    want_out, want_final = _reference({n: v.float() for n, v in t.items()})
     np.testing.assert_allclose(_np(out), want_out, rtol=0.03, atol=0.03)
     np.testing.assert_allclose(_np(final), want_final, rtol=1e-3, atol=1e-3)
 

@@ -37,7 +37,8 @@ from service.main import create_app
 from service.runs import devices as devices_module
 from service.runs.devices import DeviceError, resolve_device
 from service.runs.executors import ExecutorRegistry
-from service.schemas import TIMING_METHOD_TEXT
+from service.runs.in_process import cached_figures
+from service.schemas import TIMING_METHOD_TEXT, TuneRequest
 from workers import Job, SimulatedDevice, fingerprint_key
 
 GEMM = {"m": 2048, "n": 2048, "k": 2048, "dtype": "float16"}
@@ -407,6 +408,16 @@ def test_mamba2_run_compares_with_mamba_ssm_or_says_it_has_no_baseline(
         assert "no baseline: mamba_ssm_chunk_scan could not be measured" in page
         assert "baseline mamba_ssm_chunk_scan failed: mamba_ssm_chunk_scan: not importable" \
             in caplog.text
+    # What a drop-in choosing between two cached kernels reads (pipetune.torch).
+    figures = cached_figures(TuneRequest(op="mamba2_chunk_scan", params=CHUNK_SCAN,
+                                         device="cuda:0"), gpu_settings.database_url)
+    assert figures == {"latency_us": run["best"]["latency_us"],
+                       "timing_method": cached["timing_method"],
+                       "baseline": "mamba_ssm_chunk_scan",
+                       "baseline_latency_us": MAMBA_SSM_CHUNK_SCAN_US if available else None}
+    other = {**CHUNK_SCAN, "seqlen": 2048}
+    assert cached_figures(TuneRequest(op="mamba2_chunk_scan", params=other, device="cuda:0"),
+                          gpu_settings.database_url) is None
 
 
 def test_cli_tune_on_the_gpu_prints_speed_vs_cublas_and_writes_the_kernel(
