@@ -3,8 +3,8 @@
 Upstream's forward (``mamba_ssm/ops/triton/ssd_combined.py``) runs five kernels. Here:
 
 1. the step sizes (``dt + dt_bias``, softplus, clamped to ``dt_limit``) and their
-   cumulative sum times ``A`` within each chunk: PyTorch ops on (batch, seqlen, nheads)
-   vectors, a few hundred KB;
+   cumulative sum times ``A`` within each chunk: five PyTorch ops on (batch, nheads,
+   seqlen) fp32 vectors in a model's call (10 MB at 8 x 4096 x 80 heads);
 2. the chunk state fused with the state passing: the tuned ``mamba2_chunk_state`` kernel
    with ``pass_states`` (the states entering each chunk, in ``C``'s dtype as upstream
    writes them unless ``state_dtype`` says fp32, and the fp32 final state);
@@ -46,29 +46,30 @@ class SSDCall:
     gate_in_kernel: bool
 
 
-def step_sizes(dt: Any, dt_bias: Any, softplus: bool, limit: tuple[float, float]) -> Any:
-    """dt (b, s, h) -> the fp32 steps the scan uses: plus ``dt_bias``, softplus'd, clamped
-    to ``limit`` (always, as upstream: the default (0, inf) zeroes negative steps)."""
+def chunk_steps(dt: Any, dt_bias: Any, A: Any, chunk: int, softplus: bool,
+                limit: tuple[float, float]) -> tuple[Any, Any]:
+    """dt (b, s, h), A (h,) -> (dt, dA_cumsum), each (b, h, chunks, chunk) fp32 and
+    contiguous, as the kernels read them: the steps (``dt + dt_bias``, softplus'd,
+    clamped to ``limit``, as upstream always clamps: the default (0, inf) zeroes negative
+    steps) by chunk, and the running sum of ``dt A`` within each chunk.
+
+    Five PyTorch kernels in a model's call (bias, softplus, the default limit): the steps
+    are widened and moved heads-first by one copy, the bias added in place, the clamp
+    left out where softplus already keeps the steps in the default limit, and ``A``
+    (constant along a chunk) multiplies the running sum instead of every step."""
     import torch
 
-    steps = dt.float()
+    batch, seqlen, nheads = dt.shape
+    steps = torch.empty((batch, nheads, seqlen), device=dt.device, dtype=torch.float32)
+    steps.copy_(dt.transpose(1, 2))
     if dt_bias is not None:
-        steps = steps + dt_bias.float()
+        steps += dt_bias.float()[:, None]
     if softplus:
         steps = torch.nn.functional.softplus(steps, threshold=SOFTPLUS_THRESHOLD)
-    return steps.clamp(min=limit[0], max=limit[1])
-
-
-def chunk_decays(steps: Any, A: Any, chunk: int) -> tuple[Any, Any]:
-    """Steps (b, s, h), A (h,) -> (dt, dA_cumsum), each (b, h, chunks, chunk) fp32 and
-    contiguous, as the kernels read them: the steps by chunk and the running sum of
-    ``dt A`` within each chunk."""
-    import torch
-
-    batch, seqlen, nheads = steps.shape
-    by_chunk = steps.view(batch, seqlen // chunk, chunk, nheads).permute(0, 3, 1, 2)
-    dt = by_chunk.contiguous()
-    return dt, torch.cumsum(dt * A.float()[None, :, None, None], dim=-1)
+    if not (softplus and limit[0] <= 0.0 and limit[1] == float("inf")):
+        steps.clamp_(min=limit[0], max=limit[1])
+    by_chunk = steps.view(batch, nheads, seqlen // chunk, chunk)
+    return by_chunk, torch.cumsum(by_chunk, dim=-1).mul_(A.float()[None, :, None, None])
 
 
 def chunk_gram(C: Any, B: Any, chunk: int, seq_idx: Any = None) -> Any:
@@ -102,8 +103,8 @@ def forward(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: An
     x, B, C = (t.contiguous() for t in (x, B, C))
     z = z.contiguous() if z is not None else None
     packed = [seq_idx.to(torch.int32).contiguous()] if seq_idx is not None else []
-    steps = step_sizes(dt, dt_bias, call.dt_softplus, call.dt_limit)
-    dt_chunks, da_cumsum = chunk_decays(steps, A, call.chunk_size)
+    dt_chunks, da_cumsum = chunk_steps(dt, dt_bias, A, call.chunk_size, call.dt_softplus,
+                                       call.dt_limit)
     state_inputs = [B, x, dt_chunks, da_cumsum]
     if initial_states is not None:
         state_inputs.append(initial_states.float().contiguous())
@@ -289,6 +290,6 @@ def fused_scan(scan: dict[str, Any]) -> dict[str, Any]:
     return {**scan, "cb_in_tile": True}
 
 
-__all__ = ["SSDCall", "check_shapes", "chunk_decays", "chunk_gram", "combined", "computes_cb",
-           "forward", "fused_is_faster", "fused_scan", "operator", "step_sizes",
-           "upstream_backward", "upstream_forward", "workloads"]
+__all__ = ["SSDCall", "check_shapes", "chunk_gram", "chunk_steps", "combined", "computes_cb",
+           "forward", "fused_is_faster", "fused_scan", "operator", "upstream_backward",
+           "upstream_forward", "workloads"]
