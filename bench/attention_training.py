@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backward-results", required=True)
     parser.add_argument("--only", nargs="*", default=None, help="case labels (list shows them)")
     parser.add_argument("--list", action="store_true", help="print the paired cases and stop")
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16"],
+                        help="the cases' dtypes (training runs in bf16)")
     parser.add_argument("--device", default="h200", help="catalog device the kernels target")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20, help="steps per back-to-back figure")
@@ -215,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = paired_cases(*(json.loads(Path(p).read_text())
                            for p in (args.forward_results, args.backward_results)))
-    cases = [c for c in cases if args.only is None or case_label(c["params"]) in args.only]
+    cases = [c for c in cases if c["params"]["dtype"] in args.dtypes
+             and (args.only is None or case_label(c["params"]) in args.only)]
     if args.list:
         print("\n".join(case_label(c["params"]) for c in cases))
         return 0
