@@ -194,11 +194,10 @@ class DropIns:
             state_dtype: Any = None) -> Any:
         """``mamba_ssm``'s ``mamba_chunk_scan_combined`` (same arguments and results): the
         forward on the tuned chunk-state (with the state passing) and chunk-scan kernels
-        (the scan computing C Bᵀ in its tile where one is cached) where the cache holds
-        both (``pipetune._mamba2``), the gradients ``mamba_ssm``'s
-        backward. Calls the kernels do not serve (``cu_seqlens``, a ragged last chunk,
-        fp32) and misses run ``mamba_ssm``'s own op; without it, a RuntimeError says what
-        is missing."""
+        where the cache holds both (``pipetune._mamba2``; the scan in the form that
+        :meth:`mamba2_kernels` chooses), the gradients ``mamba_ssm``'s backward. Calls
+        the kernels do not serve (``cu_seqlens``, a ragged last chunk, fp32) and misses
+        run ``mamba_ssm``'s own op; without it, a RuntimeError says what is missing."""
         from pipetune import _kernel_registry as registry
         from pipetune import _mamba2 as ssd
 
