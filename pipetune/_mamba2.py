@@ -249,47 +249,46 @@ def check_shapes(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any,
 
 
 def workloads(x: Any, B: Any, chunk_size: int, D: Any, initial_states: Any, gated: bool,
-              states_in_fp32: bool, packed: bool = False
-              ) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """The tuned kernels' workloads (chunk state with the state passing, chunk scan
-    reading ``cb``) of a call, or None where the kernels do not serve it (not 16-bit, a
-    ragged last chunk). :func:`fused_scan` is the scan's other form."""
+              states_in_fp32: bool, packed: bool = False) -> Any:
+    """The ``mamba2_ssd`` pipeline spec of a call (its kernels: the chunk state with the
+    state passing, the chunk scan reading ``cb`` and the one computing it in its tile), or
+    None where the kernels do not serve it (not 16-bit, a ragged last chunk, a shape the
+    kernels' specs refuse)."""
+    from pydantic import ValidationError
+
+    from scheduler_search.ops.mamba2_ssd import Mamba2SSDSpec
+
     dtype = str(x.dtype).removeprefix("torch.")
     batch, seqlen, nheads, headdim = x.shape
     if dtype not in ("float16", "bfloat16") or str(B.dtype) != str(x.dtype) or seqlen % chunk_size:
         return None
-    base = {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
-            "dstate": B.shape[3], "ngroups": B.shape[2], "chunk_size": chunk_size,
-            "dtype": dtype, "seq_idx": packed}
-    state = {**base, "pass_states": True, "initial_states": initial_states is not None,
-             "states_in_fp32": states_in_fp32}
-    scan = {**base, "z": gated, "d_per_channel": D is not None and D.dim() == 2}
-    return state, scan
+    try:
+        return Mamba2SSDSpec(
+            batch=batch, seqlen=seqlen, nheads=nheads, headdim=headdim, dstate=B.shape[3],
+            ngroups=B.shape[2], chunk_size=chunk_size, dtype=dtype, seq_idx=packed, z=gated,
+            d_per_channel=D is not None and D.dim() == 2,
+            initial_states=initial_states is not None, states_in_fp32=states_in_fp32)
+    except ValidationError:
+        return None
 
 
 def fused_is_faster(fused: dict[str, Any] | None, unfused: dict[str, Any] | None) -> bool:
     """Whether the scan computing ``C Bᵀ`` in its tile makes the faster forward, from the
-    cache's figures of the two scans (``cached_figures``: latency, the run's peer).
+    cache's figures of the two scans (``cached_figures``: latency, the run's peer): the
+    ``mamba2_ssd`` pipeline's choice of plan (the chunk state is the same in both).
 
-    The unfused forward pays the scan plus the product that writes ``cb``. The two runs'
-    peers tell that product's cost: the fused scan's peer runs upstream's
-    ``_bmm_chunk_fwd`` and then its scan, the unfused scan's peer the scan alone. Without
-    both peers' figures the fused scan must beat the unfused scan alone; without any
-    figures (a lookup that has none) it is taken, as where it alone is cached."""
+    The unfused forward pays the scan plus the product that writes ``cb``
+    (:func:`scheduler_search.ops.mamba2_ssd.gram_latency_us`: the two runs' peers tell its
+    cost); without both peers' figures the fused scan must beat the unfused scan alone;
+    without any figures (a lookup that has none) it is taken, as where it alone is
+    cached."""
+    from scheduler_search.ops.mamba2_ssd import gram_latency_us
+
     if fused is None or unfused is None:
         return True
-    gram_us = 0.0
-    peers = (fused.get("baseline_latency_us"), unfused.get("baseline_latency_us"))
-    if None not in peers:
-        gram_us = max(0.0, peers[0] - peers[1])
-    return fused["latency_us"] < unfused["latency_us"] + gram_us
-
-
-def fused_scan(scan: dict[str, Any]) -> dict[str, Any]:
-    """The chunk scan workload that computes ``C Bᵀ`` in its tile (reads ``B``)."""
-    return {**scan, "cb_in_tile": True}
+    return fused["latency_us"] < unfused["latency_us"] + gram_latency_us(fused, unfused)
 
 
 __all__ = ["SSDCall", "check_shapes", "chunk_gram", "chunk_steps", "combined", "computes_cb",
-           "forward", "fused_is_faster", "fused_scan", "operator", "upstream_backward",
+           "forward", "fused_is_faster", "operator", "upstream_backward",
            "upstream_forward", "workloads"]

@@ -53,6 +53,11 @@ def _tune_body(op: str, params: dict[str, Any] | None, device: str | None,
     return body
 
 
+def _plain(body: dict[str, Any]) -> dict[str, Any]:
+    """The tune request without ``force`` and ``extend``: asked again, it only joins."""
+    return {key: value for key, value in body.items() if key not in ("force", "extend")}
+
+
 def _json(response: httpx.Response) -> Any:
     """The answer's JSON, or the typed error of an error status."""
     if response.is_error:
@@ -133,16 +138,33 @@ class Client:
         result = TuneResult.of_answer(_json(response))
         if result.cached or not wait:
             return result
+        if result.pipeline is not None:
+            return self._wait_for_pipeline(result, body, progress)
         assert result.run is not None
-        bar = _Progress(result.run, progress)
-        try:
-            for event in self.events(result.run["id"]):
-                bar.update(event)
-        finally:
-            bar.close()
+        self._follow(result.run, progress)
         run = self.run(result.run["id"])
         table = self.range(run["range_id"]) if run.get("range_id") else None
         return TuneResult(cached=False, run=run, range=table)
+
+    def _follow(self, run: dict[str, Any], progress: bool) -> None:
+        bar = _Progress(run, progress)
+        try:
+            for event in self.events(run["id"]):
+                bar.update(event)
+        finally:
+            bar.close()
+
+    def _wait_for_pipeline(self, result: TuneResult, body: dict[str, Any],
+                           progress: bool) -> TuneResult:
+        """Follow a pipeline's kernel runs one after the other, then ask again (a plain
+        request, which joins and starts nothing) for its answer with every schedule."""
+        followed: set[int] = set()
+        while result.run is not None and result.run["id"] not in followed:
+            followed.add(result.run["id"])
+            self._follow(result.run, progress)
+            result = TuneResult.of_answer(_json(self._http.post("/v1/tune",
+                                                                json=_plain(body))))
+        return TuneResult(cached=False, run=result.run, pipeline=result.pipeline)
 
     def events(self, run_id: int) -> Iterator[Event]:
         """The run's server-sent events until its ``end`` (or ``error``) event."""
@@ -215,16 +237,32 @@ class AsyncClient:
         result = TuneResult.of_answer(_json(response))
         if result.cached or not wait:
             return result
+        if result.pipeline is not None:
+            return await self._wait_for_pipeline(result, body, progress)
         assert result.run is not None
-        bar = _Progress(result.run, progress)
-        try:
-            async for event in self.events(result.run["id"]):
-                bar.update(event)
-        finally:
-            bar.close()
+        await self._follow(result.run, progress)
         run = await self.run(result.run["id"])
         table = await self.range(run["range_id"]) if run.get("range_id") else None
         return TuneResult(cached=False, run=run, range=table)
+
+    async def _follow(self, run: dict[str, Any], progress: bool) -> None:
+        bar = _Progress(run, progress)
+        try:
+            async for event in self.events(run["id"]):
+                bar.update(event)
+        finally:
+            bar.close()
+
+    async def _wait_for_pipeline(self, result: TuneResult, body: dict[str, Any],
+                                 progress: bool) -> TuneResult:
+        """As :meth:`Client._wait_for_pipeline`."""
+        followed: set[int] = set()
+        while result.run is not None and result.run["id"] not in followed:
+            followed.add(result.run["id"])
+            await self._follow(result.run, progress)
+            response = await self._http.post("/v1/tune", json=_plain(body))
+            result = TuneResult.of_answer(_json(response))
+        return TuneResult(cached=False, run=result.run, pipeline=result.pipeline)
 
     async def events(self, run_id: int) -> AsyncIterator[Event]:
         parser = EventParser()

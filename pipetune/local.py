@@ -39,7 +39,10 @@ def tune(
     """Tune ``op`` at ``params`` on ``device`` in this process (or answer from the cache).
 
     Args:
-        op: ``gemm``, ``attention``, ``mamba2_chunk_state`` or ``mamba2_chunk_scan``.
+        op: ``gemm``, ``attention``, ``attention_backward``, ``mamba2_chunk_state``,
+            ``mamba2_chunk_scan``, or the pipeline ``mamba2_ssd`` (each of its kernels
+            tuned in turn, the budget split between them; the result's ``pipeline`` and
+            ``kernels``).
         device: ``auto`` (GPU 0, else the simulated H200), ``cuda:N`` or ``sim:h200``...
         budget: ``{"trials": N}`` and/or ``{"seconds": S}``.
         force: tune even if the cache holds the workload.
@@ -76,4 +79,6 @@ def tune(
         run=answer.run.model_dump(mode="json") if answer.run else None,
         kernel=answer.kernel,
         range=answer.range.model_dump(mode="json") if answer.range else None,
+        pipeline=answer.pipeline.model_dump(mode="json") if answer.pipeline else None,
+        kernels=answer.kernels,
     )

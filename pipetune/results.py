@@ -28,6 +28,12 @@ class TuneResult:
     kernel: dict[str, Any] | None = None
     #: A range request's tuned range (``GET /v1/ranges/{id}``'s JSON), or None.
     range: dict[str, Any] | None = None
+    #: A pipeline's answer (``mamba2_ssd``; TuneResponse's ``pipeline`` JSON: its kernels'
+    #: runs and schedules, the plan served), or None.
+    pipeline: dict[str, Any] | None = None
+    #: A pipeline's kernels' KernelArtifact JSON by role, when the answer carries them (an
+    #: in-process :func:`pipetune.tune`).
+    kernels: dict[str, dict[str, Any]] | None = None
 
     @property
     def run_id(self) -> int | None:
@@ -53,7 +59,10 @@ class TuneResult:
     @property
     def latency_us(self) -> float | None:
         """The best latency: the cached schedule's when there is one, else the run's
-        (None for a range: each bucket has its own, in ``range["buckets"]``)."""
+        (None for a range: each bucket has its own, in ``range["buckets"]``); for a
+        pipeline, what the kernels of the plan served cost per call."""
+        if self.pipeline is not None:
+            return self.pipeline.get("latency_us")
         if self.schedule is not None:
             return self.schedule.get("latency_us")
         best = (self.run or {}).get("best") or {}
@@ -82,4 +91,5 @@ class TuneResult:
     def of_answer(cls, body: dict[str, Any]) -> TuneResult:
         """From ``POST /v1/tune``'s answer (the same shape for 200 and 202)."""
         return cls(cached=bool(body["cached"]), schedule=body.get("schedule"),
-                   run=body.get("run"), range=body.get("range"))
+                   run=body.get("run"), range=body.get("range"),
+                   pipeline=body.get("pipeline"))

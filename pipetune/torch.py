@@ -229,28 +229,27 @@ class DropIns:
                                          seq_idx)
         return (out, final_states) if return_final_states else out
 
-    def mamba2_kernels(self, workloads: tuple[dict[str, Any], dict[str, Any]],
-                       like: Any) -> tuple[Any, Any]:
-        """The chunk-state and chunk-scan kernels serving the SSD forward's ``workloads``
-        (:func:`pipetune._mamba2.workloads`), each None on a miss. Where the cache holds
-        both forms of the scan, the one its measurements say makes the faster forward
-        (:func:`pipetune._mamba2.fused_is_faster`); with ``tune_on_miss`` a miss of
-        either form is tuned, so the choice is made between both."""
+    def mamba2_kernels(self, spec: Any, like: Any) -> tuple[Any, Any]:
+        """The chunk-state and chunk-scan kernels serving the SSD forward whose
+        ``mamba2_ssd`` spec is ``spec`` (:func:`pipetune._mamba2.workloads`), each None on
+        a miss. Where the cache holds both forms of the scan, the one its measurements
+        say makes the faster forward (:func:`pipetune._mamba2.fused_is_faster`); with
+        ``tune_on_miss`` a miss of either form is tuned, so the choice is made between
+        both."""
         from pipetune import _mamba2 as ssd
 
-        state, scan = workloads
-        fused_params = ssd.fused_scan(scan)
-        state_kernel = self.kernel("mamba2_chunk_state", state, like)
-        fused = self.kernel("mamba2_chunk_scan", fused_params, like)
-        unfused = self.kernel("mamba2_chunk_scan", scan, like)
+        params = {role: kernel.params() for role, kernel in spec.kernels().items()}
+        state_kernel = self.kernel("mamba2_chunk_state", params["state"], like)
+        fused = self.kernel("mamba2_chunk_scan", params["scan_in_tile"], like)
+        unfused = self.kernel("mamba2_chunk_scan", params["scan"], like)
         if fused is None or unfused is None:
             return state_kernel, fused or unfused
         device = int(like.device.index or 0)
-        key = (json.dumps(scan, sort_keys=True), device)
+        key = (spec.workload_key(), device)
         if key not in self._fused_choice:
             self._fused_choice[key] = ssd.fused_is_faster(
-                self._figures("mamba2_chunk_scan", fused_params, device),
-                self._figures("mamba2_chunk_scan", scan, device))
+                self._figures("mamba2_chunk_scan", params["scan_in_tile"], device),
+                self._figures("mamba2_chunk_scan", params["scan"], device))
         return state_kernel, fused if self._fused_choice[key] else unfused
 
     def _trained_attention(self, forward: Any, params: dict[str, Any], q: Any, k: Any,

@@ -118,6 +118,10 @@ class OperatorPublic(BaseModel):
     peers: list[str] = Field(description="Further peers timed with the finalists.")
     generates_cuda: bool = Field(description="Whether a run on a GPU measures kernels "
                                  "generated for it (else only the simulated device answers).")
+    kernels: list[str] = Field(default_factory=list, description="For a pipeline (an "
+                               "operator run as a sequence of kernels, e.g. `mamba2_ssd`), "
+                               "the operators of the kernels its plans may run; a tune "
+                               "tunes each of them.")
 
 
 class OperatorsPublic(BaseModel):
@@ -517,6 +521,40 @@ class RangeTablesPublic(BaseModel):
 
 
 # ----- tune answer -------------------------------------------------------------------------------
+class PipelineKernelPublic(BaseModel):
+    """One kernel of a pipeline: its ``role`` there, its workload, the run that tunes it
+    (or found its cached schedule) and its cached ``schedule`` (null until stored)."""
+
+    role: str
+    op: str
+    params: dict[str, Any]
+    run: RunPublic | None
+    schedule: SchedulePublic | None
+
+
+class PipelinePlanPublic(BaseModel):
+    """A plan of a pipeline: the roles of its kernels in order, and their cost per call."""
+
+    kernels: list[str]
+    latency_us: float | None
+
+
+class PipelinePublic(BaseModel):
+    """A pipeline (an operator that runs as a sequence of kernels, e.g. ``mamba2_ssd``) on
+    a device: its kernels, and ``plans``, each plan's kernels in order with what they cost
+    per call from their cached latencies (null while one is not measured). ``plan`` is the
+    plan served: the cheapest measured one (null until every kernel of a plan is cached),
+    ``latency_us`` its cost."""
+
+    op: str
+    params: dict[str, Any]
+    device: str
+    plan: str | None
+    latency_us: float | None
+    plans: dict[str, PipelinePlanPublic]
+    kernels: list[PipelineKernelPublic]
+
+
 class TuneResponse(BaseModel):
     """``POST /v1/tune``'s answer, one shape for 200 (a cache hit) and 202 (a run).
 
@@ -527,12 +565,16 @@ class TuneResponse(BaseModel):
     request, ``range`` is the tuned range that covers it (a hit; null while a run is still
     to tune it) and ``schedule`` is null; an exact size inside a tuned range, with no
     exact schedule cached, is a hit whose ``schedule`` the range serves (its
-    ``range_id`` set)."""
+    ``range_id`` set).
+    A pipeline's answer (``mamba2_ssd``) has ``pipeline``: its kernels, each with the run
+    that tunes it and its cached schedule, and the plan served; ``run`` is then the first
+    kernel's run still to finish (null on a hit) and ``schedule`` null."""
 
     cached: bool
     run: RunPublic | None
     schedule: SchedulePublic | None
     range: RangeTablePublic | None = None
+    pipeline: PipelinePublic | None = None
 
 
 # ----- kernels ------------------------------------------------------------------------------------

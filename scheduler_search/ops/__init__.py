@@ -11,6 +11,8 @@ from scheduler_search.ops._contract import DTYPE_BYTES, InputInit, TensorSpec
 from scheduler_search.ops.attention import AttentionSpec
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
+from scheduler_search.ops.mamba2_ssd import Mamba2SSDSpec
+from scheduler_search.ops.pipelines import PIPELINES, PipelineSpec, parse_pipeline
 from scheduler_search.ops.ranges import (
     RangeSpec,
     SizeRange,
@@ -51,18 +53,22 @@ def workload_tensors(op: str, params: dict[str, Any]) -> list[TensorSpec]:
 __all__ = [
     "DTYPE_BYTES",
     "OPERATORS",
+    "PIPELINES",
     "AttentionSpec",
     "GemmSpec",
     "InputInit",
     "Mamba2ChunkScanSpec",
     "Mamba2ChunkStateSpec",
+    "Mamba2SSDSpec",
     "OperatorSpec",
+    "PipelineSpec",
     "RangeSpec",
     "SizeRange",
     "SpecError",
     "TensorSpec",
     "ValidationError",
     "is_range_params",
+    "parse_pipeline",
     "parse_range_spec",
     "parse_spec",
     "register_operator",

@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from scheduler_search.search import Progress
     from service.db.models import RunModel
     from service.runs.manager import RunManager
-    from service.schemas import RangeTablePublic, RunPublic, SchedulePublic, TuneRequest
+    from service.schemas import (
+        PipelinePublic,
+        RangeTablePublic,
+        RunPublic,
+        SchedulePublic,
+        TuneRequest,
+    )
 
 
 @dataclass(frozen=True)
@@ -24,13 +30,17 @@ class LocalAnswer:
     """A tune answered in this process: the cached or newly stored schedule, the run that
     found it (None for an imported schedule) and the best kernel's KernelArtifact JSON.
     For a range request: ``range``, the tuned range (None when the run stored none),
-    ``schedule`` None and ``kernel`` its RangeArtifact JSON (None without kernels)."""
+    ``schedule`` None and ``kernel`` its RangeArtifact JSON (None without kernels). For a
+    pipeline: ``pipeline`` and ``kernels``, ``schedule``, ``run`` and ``kernel`` None."""
 
     cached: bool
     schedule: SchedulePublic | None
     run: RunPublic | None
     kernel: dict[str, Any] | None
     range: RangeTablePublic | None = None
+    #: A pipeline's answer (``mamba2_ssd``), and its kernels' KernelArtifact JSON by role.
+    pipeline: PipelinePublic | None = None
+    kernels: dict[str, dict[str, Any]] | None = None
 
 
 def tune_in_process(
@@ -54,6 +64,7 @@ def tune_in_process(
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
+    from service.runs.pipelines import PipelineTuneInput
     from service.runs.tune import RangeTuneInput, prepare_any
     from service.schemas import RunPublic, SchedulePublic
 
@@ -68,6 +79,8 @@ def tune_in_process(
         manager.recover()  # a run left `running` by a killed tune must not be waited on
         if isinstance(tune, RangeTuneInput):
             return _tune_range_in_process(manager, db, tune, progress)
+        if isinstance(tune, PipelineTuneInput):
+            return _tune_pipeline_in_process(manager, db, tune, progress)
         submitted = manager.submit(tune)
         if submitted.served is not None:  # an exact size a tuned range holds
             schedule = SchedulePublic.of_range(submitted.served)
@@ -118,6 +131,36 @@ def _tune_range_in_process(manager: RunManager, db: Any, tune: Any,
     run = RunPublic.of(run_row) if run_row is not None else None
     return LocalAnswer(cached, None, run, artifact.to_dict() if artifact is not None else None,
                        public)
+
+
+def _tune_pipeline_in_process(manager: RunManager, db: Any, tune: Any,
+                              progress: bool) -> LocalAnswer:
+    """A pipeline in this process: each kernel's cached schedule, or its run executed here
+    (or followed, if another process has it), one kernel after the other."""
+    from service.db import repositories as repo
+    from service.runs.pipelines import pipeline_public
+    from service.schemas import RunPublic, SchedulePublic
+
+    parts: dict[str, tuple[Any, Any]] = {}
+    kernels: dict[str, dict[str, Any]] = {}
+    cached = True
+    for role, kernel in tune.kernels.items():
+        submitted = manager.submit(kernel)
+        run_row = submitted.run
+        if submitted.schedule is None:
+            cached = False
+            assert run_row is not None
+            run_row = _follow(manager, run_row.id, kernel.trials, progress)
+        with repo.session_scope(db.sessions) as session:
+            row = repo.find_cached(session, workload_key=kernel.spec.workload_key(),
+                                   device_key=kernel.device.key)
+            schedule = SchedulePublic.of(row) if row is not None else None
+        parts[role] = (RunPublic.of(run_row) if run_row is not None else None, schedule)
+        artifact = _kernel(db, schedule.kernel_hash) if schedule is not None else None
+        if artifact is not None:
+            kernels[role] = artifact
+    return LocalAnswer(cached, None, None, None, pipeline=pipeline_public(tune, parts),
+                       kernels=kernels)
 
 
 @contextmanager
@@ -211,7 +254,11 @@ def tune_locally(
     summary: dict[str, Any] = {"cached": answer.cached}
     if answer.run is not None:
         summary["run"] = answer.run.model_dump(mode="json")
-    if answer.range is not None:
+    if answer.pipeline is not None:
+        summary["pipeline"] = answer.pipeline.model_dump(mode="json")
+        summary["kernels"] = answer.kernels
+        summary["latency_us"] = answer.pipeline.latency_us
+    elif answer.range is not None:
         summary["range"] = answer.range.model_dump(mode="json")
         summary["kernel"] = answer.kernel
         summary["latency_us"] = None

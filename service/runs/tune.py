@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from scheduler_search.ops import OperatorSpec, RangeSpec, SpecError, parse_spec, runtime_dims
+from scheduler_search.ops import (
+    PIPELINES,
+    OperatorSpec,
+    RangeSpec,
+    SpecError,
+    parse_spec,
+    runtime_dims,
+)
 from scheduler_search.ops.ranges import is_range_value, parse_range_spec
 from service.core.config import Settings
 from service.db.fleet import FleetDevice
@@ -22,6 +30,9 @@ from service.runs.devices import (
     simulated,
 )
 from service.schemas import BudgetIn, TuneRequest
+
+if TYPE_CHECKING:
+    from service.runs.pipelines import PipelineTuneInput
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class RangeTuneInput:
         return self.range_spec.dim
 
 
-def _spec_errors(exc: ValidationError) -> list[dict[str, object]]:
+def spec_errors(exc: ValidationError) -> list[dict[str, object]]:
     return [
         {"loc": ("params", *e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
@@ -93,13 +104,19 @@ def _device(name: str, fleet_devices: Callable[[], list[FleetDevice]] | None) ->
 
 def prepare_any(request: TuneRequest, settings: Settings,
                 fleet_devices: Callable[[], list[FleetDevice]] | None = None,
-                ) -> TuneInput | RangeTuneInput:
-    """:func:`prepare_range` where a parameter is a range or a list of sizes, else
+                ) -> TuneInput | RangeTuneInput | PipelineTuneInput:
+    """:func:`~service.runs.pipelines.prepare_pipeline` for a pipeline (``mamba2_ssd``),
+    :func:`prepare_range` where a parameter is a range or a list of sizes, else
     :func:`prepare`.
 
     Raises:
         InvalidRequest: with one item per problem, each under its body path.
     """
+    if request.op in PIPELINES:
+        # A pipeline's kernels are each prepared by this module's prepare().
+        from service.runs.pipelines import prepare_pipeline
+
+        return prepare_pipeline(request, settings, fleet_devices)
     if ranged(request.op, request.params):
         return prepare_range(request, settings, fleet_devices)
     return prepare(request, settings, fleet_devices)
@@ -143,7 +160,7 @@ def prepare_range(request: TuneRequest, settings: Settings,
     except SpecError as exc:
         errors.append(_spec_error_item(exc))
     except ValidationError as exc:
-        errors.extend(_spec_errors(exc))
+        errors.extend(spec_errors(exc))
     device = _checked_device(request, fleet_devices, errors,
                              range_spec.op if range_spec is not None else None)
     if request.budget.patience is not None:
@@ -156,7 +173,7 @@ def prepare_range(request: TuneRequest, settings: Settings,
             range_spec.exact(high).check_fits(device.model)
         except SpecError as exc:
             errors.append(_spec_error_item(exc))
-    errors.extend(_request_errors(request, settings))
+    errors.extend(request_errors(request, settings))
     if errors:
         raise InvalidRequest(errors)
     assert range_spec is not None and device is not None
@@ -194,7 +211,7 @@ def _checked_device(request: TuneRequest,
     return device
 
 
-def _request_errors(request: TuneRequest, settings: Settings) -> list[dict[str, object]]:
+def request_errors(request: TuneRequest, settings: Settings) -> list[dict[str, object]]:
     """The budget's and the flags' problems."""
     errors = _budget_errors(request.budget, settings)
     if request.budget.patience is not None and request.extend:
@@ -236,7 +253,7 @@ def prepare(request: TuneRequest, settings: Settings,
         loc = (exc.field,) if exc.field == "op" else ("params", exc.field)
         errors.append({"loc": loc, "msg": exc.message, "type": "spec_error"})
     except ValidationError as exc:
-        errors.extend(_spec_errors(exc))
+        errors.extend(spec_errors(exc))
     try:
         device = _device(request.device, fleet_devices)
     except DeviceError as exc:
@@ -261,7 +278,7 @@ def prepare(request: TuneRequest, settings: Settings,
             spec.check_fits(device.model)
         except SpecError as exc:
             errors.append(_spec_error_item(exc))
-    errors.extend(_request_errors(request, settings))
+    errors.extend(request_errors(request, settings))
     if errors:
         raise InvalidRequest(errors)
     assert spec is not None and device is not None

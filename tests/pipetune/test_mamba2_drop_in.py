@@ -22,7 +22,7 @@ from pipetune import _kernel_registry as registry  # noqa: E402
 from pipetune import _mamba2 as ssd  # noqa: E402
 from workers import ssd_reference as ref  # noqa: E402
 
-BATCH, SEQLEN, NHEADS, HEADDIM, DSTATE, NGROUPS, CHUNK = 2, 24, 4, 8, 6, 2, 8
+BATCH, SEQLEN, NHEADS, HEADDIM, DSTATE, NGROUPS, CHUNK = 2, 48, 4, 16, 16, 2, 16
 
 
 def _np(t: Any) -> Any:
@@ -109,7 +109,7 @@ def _reference(t: dict[str, Any], limit: tuple[float, float] = (0.0, float("inf"
 
 
 #: Three sequences in the first row (one starting on a chunk), one in the second.
-SEQ_IDX = torch.tensor([[0] * 8 + [1] * 5 + [2] * 11, [0] * 24], dtype=torch.int32)
+SEQ_IDX = torch.tensor([[0] * 16 + [1] * 10 + [2] * 22, [0] * 48], dtype=torch.int32)
 
 
 @pytest.mark.parametrize(("per_channel_d", "gate_in_kernel", "limit"), [
@@ -143,7 +143,7 @@ def test_packed_sequences_reach_both_kernels_and_mask_c_b() -> None:
     (_, state_args), (_, scan_args) = calls
     assert state_args[-1].dtype == torch.int32 and scan_args[-1].dtype == torch.int32
     cb = scan_args[0]
-    assert float(cb[0, 1, :, :5, 5:].abs().max()) == 0  # positions 8-12 against 13-15
+    assert float(cb[0, 1, :, :10, 10:].abs().max()) == 0  # positions 16-25 against 26-31
 
 
 def test_16_bit_states_are_taken_in_the_dtype_the_scan_kernel_reads() -> None:
@@ -269,8 +269,7 @@ def test_the_drop_in_asks_for_both_kernels_and_runs_them(
     assert (state_op, fused_op, scan_op) == ("mamba2_chunk_state", *["mamba2_chunk_scan"] * 2)
     assert fused == {**scan, "cb_in_tile": True}
     shape = {"batch": BATCH, "seqlen": SEQLEN, "nheads": NHEADS, "headdim": HEADDIM,
-             "dstate": DSTATE, "ngroups": NGROUPS, "chunk_size": CHUNK, "dtype": "bfloat16",
-             "seq_idx": False}
+             "dstate": DSTATE, "ngroups": NGROUPS, "chunk_size": CHUNK, "dtype": "bfloat16"}
     assert state == {**shape, "pass_states": True, "initial_states": True,
                      "states_in_fp32": False}
     assert scan == {**shape, "z": True, "d_per_channel": True}  # no gradients: gate fused

@@ -29,8 +29,8 @@ def test_ops_lists_each_operators_parameters(client: TestClient) -> None:
     answer = client.get("/v1/ops").json()
     ops = {entry["op"]: entry for entry in answer["data"]}
     assert set(ops) == {"gemm", "attention", "attention_backward", "mamba2_chunk_scan",
-                        "mamba2_chunk_state"}
-    assert answer["count"] == 5
+                        "mamba2_chunk_state", "mamba2_ssd"}
+    assert answer["count"] == 6
     gemm = ops["gemm"]
     assert gemm["required"] == ["m", "n", "k"] and gemm["baseline"] == "cublas"
     props = gemm["parameters"]["properties"]

@@ -1,7 +1,8 @@
 """``POST /v1/tune``: a cached best schedule (200), or the run that will find it (202);
 one answer shape for both (:class:`~service.schemas.TuneResponse`). A range request
 (``"m": {"min": 1, "max": 16384}``) answers a tuned range that covers it (200) or the
-range run that will tune it (202)."""
+range run that will tune it (202). A pipeline (``mamba2_ssd``) answers its kernels' cached
+schedules and the plan served (200), or the runs that tune its kernels (202)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from service.db import repositories as repo
 from service.db.models import RunModel
 from service.errors import Forbidden, InvalidRequest
 from service.runs.manager import ReopenCheck, RunManager, Submitted
+from service.runs.pipelines import PipelineTuneInput, pending_run, pipeline_public
 from service.runs.tune import RangeTuneInput, prepare_any
 from service.schemas import (
     AUTH_RESPONSES,
@@ -60,6 +62,8 @@ def tune(
     may_reopen = _owned_by(principal) if tune_input.extend else None
     if isinstance(tune_input, RangeTuneInput):
         return _tune_range(tune_input, manager, principal.key_id, metrics, may_reopen)
+    if isinstance(tune_input, PipelineTuneInput):
+        return _tune_pipeline(tune_input, manager, principal.key_id, metrics, may_reopen)
     stamp = key = None
     if not (tune_input.force or tune_input.extend):
         # The same cache hit as last time, while its schedule and run rows are unchanged.
@@ -129,6 +133,31 @@ def _tune_range(tune_input: RangeTuneInput, manager: RunManager, key_id: int | N
     body = TuneResponse(cached=False, run=run, schedule=None)
     return JSONResponse(body.model_dump(mode="json"), status_code=202,
                         headers={"Location": f"/v1/runs/{run.id}"})
+
+
+def _tune_pipeline(tune_input: PipelineTuneInput, manager: RunManager, key_id: int | None,
+                   metrics: Metrics, may_reopen: ReopenCheck | None) -> Response:
+    """A pipeline: every kernel's cached schedule (200), or the runs that tune the ones
+    missing (202, ``Location`` naming the first)."""
+    parts = {}
+    try:
+        for role, kernel in tune_input.kernels.items():
+            submitted = manager.submit(kernel, key_id=key_id, may_reopen=may_reopen)
+            parts[role] = (RunPublic.of(submitted.run) if submitted.run is not None else None,
+                           SchedulePublic.of(submitted.schedule)
+                           if submitted.schedule is not None else None)
+    except InvalidRequest:
+        metrics.tune_requests.labels("invalid").inc()
+        raise
+    pending = pending_run(parts)
+    pipeline = pipeline_public(tune_input, parts)
+    body = TuneResponse(cached=pending is None and pipeline.plan is not None, run=pending,
+                        schedule=None, pipeline=pipeline)
+    if body.cached:
+        metrics.tune_requests.labels("cache_hit").inc()
+        return JSONResponse(body.model_dump(mode="json"), status_code=200)
+    headers = {"Location": f"/v1/runs/{pending.id}"} if pending is not None else None
+    return JSONResponse(body.model_dump(mode="json"), status_code=202, headers=headers)
 
 
 def _fleet(db: Database) -> list[fleet.FleetDevice]:
