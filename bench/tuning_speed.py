@@ -8,9 +8,11 @@ for a causal mask and ``-bhsd`` after it for PyTorch's layout (``attention:1x32x
 ``attention:8x32x8x512x128-bhsd``; FlashAttention's bshd without it), or
 ``mamba2_chunk_scan:BxSxHxPxNxC`` and ``mamba2_chunk_state:BxSxHxPxNxC`` (batch, seqlen,
 nheads, headdim, dstate, chunk_size) with ``gG`` at the end for G groups (1 without it):
-``mamba2_chunk_scan:8x4096x80x64x128x256``. For each case, a fresh database and a fresh data
-directory (no cached schedule, no compiled kernel, no calibration) and a fresh
-``LocalGpuPool``: the run goes through the
+``mamba2_chunk_scan:8x4096x80x64x128x256``; ``mamba2_ssd:BxSxHxPxNxC[gG]`` is the whole SSD
+forward, a pipeline: its kernels tuned one after the other, the budget split between them,
+and its curve the cheapest plan of each kernel's best so far (:func:`tune_pipeline`).
+For each case, a fresh database and a fresh data directory (no cached schedule, no
+compiled kernel, no calibration) and a fresh ``LocalGpuPool``: the run goes through the
 service's own path (``RunManager.run_inline``, as ``pipetune tune`` does) with a time
 budget (``--seconds``, the search loop; the final re-timing comes after). t = 0 is the
 request: the pool's start counts, unless ``--warm`` (a warm ``serve``: the pool started and
@@ -49,6 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +88,14 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
         return op, {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq,
                     "seq_kv": seq, "head_dim": head_dim, "causal": causal, "dtype": dtype,
                     **({"layout": tensor_layout} if tensor_layout else {})}
-    if op in ("mamba2_chunk_scan", "mamba2_chunk_state"):
+    if op in ("mamba2_chunk_scan", "mamba2_chunk_state", "mamba2_ssd"):
         dims, _, groups = shape.partition("g")
         batch, seqlen, nheads, headdim, dstate, chunk = (int(x) for x in dims.split("x"))
         return op, {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
                     "dstate": dstate, "ngroups": int(groups or 1), "chunk_size": chunk,
                     "dtype": dtype}
     raise ValueError(f"{case}: expected gemm:MxNxK, attention:BxHxKVxSxD[c][-bhsd] or "
-                     f"mamba2_chunk_scan|mamba2_chunk_state:BxSxHxPxNxC[gG]")
+                     f"mamba2_chunk_scan|mamba2_chunk_state|mamba2_ssd:BxSxHxPxNxC[gG]")
 
 
 def _best_so_far(rows: list[tuple], wall0: datetime.datetime) -> tuple[list, list[dict]]:
@@ -191,30 +195,43 @@ def _run_and_read(manager: Any, db: Any, tune: Any, rounds: list) -> tuple[Any, 
     return run, rows, wall_s, wall0
 
 
-def tune_one(case: str, seconds: float, dtype: str, layout: str,
-             warm: bool = False) -> dict[str, Any]:
-    """Tune ``case`` from an empty database for ``seconds`` on this GPU (its pool warmed
-    first with ``warm``); the best-so-far curve, its steps re-timed with the winner, and
-    the run."""
+@contextmanager
+def _fresh_service() -> Iterator[tuple[Any, Any, Any, Any]]:
+    """Settings, database, executors and run manager of an empty cache of their own (a
+    fresh database and data directory: no schedule, no compiled kernel, no calibration)."""
     from service.core.config import Settings
     from service.core.db import Database
     from service.db import schema
     from service.main import quiet_optuna
     from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
-    from service.runs.tune import prepare
-    from service.schemas import RunPublic, TuneRequest
 
     quiet_optuna()
-    op, params = case_params(case, dtype, layout)
     workdir = Path(tempfile.mkdtemp(prefix="pipetune-speed-"))
     settings = Settings(database_url=f"sqlite:///{workdir / 'pipetune.db'}", data_dir=workdir)
     db = Database(settings.database_url)
     schema.migrate(db)
     executors = ExecutorRegistry.from_settings(settings)
-    manager = RunManager(db, settings, executors)
-    rounds: list[tuple[float, int, float | None]] = []
     try:
+        yield settings, db, executors, RunManager(db, settings, executors)
+    finally:
+        executors.close()
+        db.dispose()
+
+
+def tune_one(case: str, seconds: float, dtype: str, layout: str,
+             warm: bool = False) -> dict[str, Any]:
+    """Tune ``case`` from an empty database for ``seconds`` on this GPU (its pool warmed
+    first with ``warm``); the best-so-far curve, its steps re-timed with the winner, and
+    the run."""
+    from service.runs.tune import prepare
+    from service.schemas import RunPublic, TuneRequest
+
+    op, params = case_params(case, dtype, layout)
+    if op == "mamba2_ssd":
+        return tune_pipeline(case, params, seconds, warm)
+    rounds: list[tuple[float, int, float | None]] = []
+    with _fresh_service() as (settings, db, executors, manager):
         request = TuneRequest(op=op, params=params, device="auto",
                               budget={"seconds": seconds})
         tune = prepare(request, settings)
@@ -266,9 +283,80 @@ def tune_one(case: str, seconds: float, dtype: str, layout: str,
             "trials": _trial_rows(rows, wall0),
             "run": public,
         }
-    finally:
-        executors.close()
-        db.dispose()
+
+
+def tune_pipeline(case: str, params: dict[str, Any], seconds: float,
+                  warm: bool = False) -> dict[str, Any]:
+    """A pipeline (``mamba2_ssd``) from an empty cache, as ``pipetune.tune`` runs it: each
+    kernel's run in turn, the budget split between them; the pipeline's best-so-far curve
+    (:func:`pipeline_curve`) from the request on."""
+    from service.runs.tune import prepare_any
+    from service.schemas import RunPublic, TuneRequest
+
+    with _fresh_service() as (settings, db, executors, manager):
+        request = TuneRequest(op="mamba2_ssd", params=params, device="auto",
+                              budget={"seconds": seconds})
+        tune = prepare_any(request, settings)
+        warm_up_s = None
+        if warm:
+            started = time.monotonic()
+            executors.warm(next(iter(tune.kernels.values())).device)
+            warm_up_s = round(time.monotonic() - started, 2)
+        wall0 = datetime.datetime.now(datetime.UTC)
+        kernels: dict[str, dict[str, Any]] = {}
+        for role, kernel in tune.kernels.items():
+            run, rows, wall_s, _ = _run_and_read(manager, db, kernel, [])
+            public = RunPublic.of(run).model_dump(mode="json")
+            kernels[role] = {
+                "op": kernel.spec.op, "params": kernel.spec.params(), "wall_s": round(wall_s, 2),
+                "best_so_far_curve": _best_so_far(rows, wall0)[0],
+                "final_best_us": (public["best"] or {}).get("latency_us"),
+                "peer": public["baseline"], "peer_us": public["baseline_latency_us"],
+                "speedup_vs_peer": public["speedup_vs_baseline"], "error": public["error"],
+                "run": public}
+    curve = pipeline_curve(tune.spec, kernels)
+    final = {role: {"latency_us": k["final_best_us"], "baseline_latency_us": k["peer_us"]}
+             for role, k in kernels.items() if k["final_best_us"] is not None}
+    plan = tune.spec.best_plan(final)
+    cost = tune.spec.plan_latency_us(plan, final) if plan is not None else None
+    # Upstream's kernels the served kernels stand for: the chunk state with the state
+    # passing, and the product writing cb with the scan (the in-tile scan's peer).
+    peers = [kernels[role]["peer_us"] for role in ("state", "scan_in_tile") if role in kernels]
+    peers_us = sum(peers) if peers and None not in peers else None
+    return {
+        "shape": case, "params": params, "seconds_budget": seconds,
+        "serve": "warm" if warm else "cold", "warm_up_s": warm_up_s,
+        "first_result_s": curve[0][0] if curve else None,
+        "time_to_2pct_curve_s": _first_within([(t, c) for t, c, _ in curve], curve[-1][1])
+        if curve else None,
+        "search_best_us": curve[-1][1] if curve else None,
+        "final_plan": plan, "final_best_us": cost, "peers_us": peers_us,
+        "speedup_vs_peers": peers_us / cost if peers_us and cost else None,
+        "best_so_far_curve": curve, "kernels": kernels,
+    }
+
+
+def pipeline_curve(spec: Any, kernels: dict[str, dict[str, Any]]
+                   ) -> list[tuple[float, float, str]]:
+    """The pipeline's best-so-far ``(t_s, latency_us, plan)``: at each time one of its
+    kernels found a new best, its cheapest plan with each kernel's best so far (a plan
+    counts once every kernel of it has a result; the ``cb`` plan's product priced by the
+    peers, which the runs time at their end)."""
+    times = sorted({t for k in kernels.values() for t, _ in k["best_so_far_curve"]})
+    curve: list[tuple[float, float, str]] = []
+    for now in times:
+        figures = {}
+        for role, kernel in kernels.items():
+            seen = [latency for t, latency in kernel["best_so_far_curve"] if t <= now]
+            if seen:
+                figures[role] = {"latency_us": seen[-1], "baseline_latency_us": kernel["peer_us"]}
+        costs = {plan: cost for plan, cost in spec.plan_latencies_us(figures).items()
+                 if cost is not None}
+        if costs:
+            plan = min(costs, key=costs.__getitem__)
+            if not curve or costs[plan] < curve[-1][1]:
+                curve.append((now, costs[plan], plan))
+    return curve
 
 
 def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = None) -> None:
@@ -314,7 +402,8 @@ def main(argv: list[str] | None = None, fingerprint: dict[str, Any] | None = Non
         out.write_text(json.dumps(doc, indent=1, default=str))
         print(json.dumps({k: v for k, v in case.items()
                           if k not in ("best_so_far_steps", "rounds", "run", "best_so_far_curve",
-                                       "winner_choices", "traceback", "trials")}), flush=True)
+                                       "winner_choices", "traceback", "trials", "kernels")}),
+              flush=True)
         if "traceback" in case:
             print(case["traceback"], flush=True)
     print(f"wrote {out}")

@@ -18,7 +18,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from scheduler_search.ops import OPERATORS, OperatorSpec, SpecError, runtime_dims
+from scheduler_search.ops import (
+    OPERATORS,
+    PIPELINES,
+    OperatorSpec,
+    PipelineSpec,
+    SpecError,
+    runtime_dims,
+)
 from scheduler_search.ops.aliases import DTYPE_PARAMS, PARAM_ALIASES, canonical_dtype
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -60,9 +67,7 @@ def parse_params(op: str, extra: list[str]) -> dict[str, Any]:
     Raises:
         SpecError: unknown operator or flag, a missing value, a value of the wrong type.
     """
-    if op not in OPERATORS:
-        raise SpecError("op", f"unknown operator {op!r}; known: {', '.join(sorted(OPERATORS))}")
-    fields = OPERATORS[op].model_fields
+    fields = spec_class(op).model_fields
     aliases = PARAM_ALIASES.get(op, {})  # --seq: both of attention's lengths
     params: dict[str, Any] = {}
     i = 0
@@ -126,10 +131,26 @@ def _sub_field(annotation: Any, name: str, sub: str) -> Any:
     return annotation.model_fields[sub].annotation
 
 
+def spec_class(op: str) -> type[OperatorSpec] | type[PipelineSpec]:
+    """The spec class of an operator or a pipeline (``mamba2_ssd``).
+
+    Raises:
+        SpecError: ``op`` is neither.
+    """
+    found = OPERATORS.get(op) or PIPELINES.get(op)
+    if found is None:
+        known = ", ".join(sorted({*OPERATORS, *PIPELINES}))
+        raise SpecError("op", f"unknown operator {op!r}; known: {known}")
+    return found
+
+
 def spec_from_cli(op: str, extra: list[str]) -> OperatorSpec:
-    """Parse and validate; raises SpecError or pydantic.ValidationError."""
-    params = parse_params(op, extra)
-    return OPERATORS[op].model_validate(params)
+    """Parse and validate an operator's (one kernel's) spec; raises SpecError or
+    pydantic.ValidationError."""
+    if op not in OPERATORS:
+        known = ", ".join(sorted(OPERATORS))
+        raise SpecError("op", f"{op!r} is not a single kernel's operator; known: {known}")
+    return OPERATORS[op].model_validate(parse_params(op, extra))
 
 
 def describe_errors(error: Exception) -> list[str]:

@@ -12,8 +12,9 @@ import typing
 from typing import Any
 
 from scheduler_search.hardware import CATALOG, Device
-from scheduler_search.ops import OPERATORS
+from scheduler_search.ops import OPERATORS, PIPELINES
 from scheduler_search.ops.aliases import DTYPE_ALIASES, PARAM_ALIASES
+from service.commands._params import spec_class
 
 DEVICE_HELP = (
     "auto (a local GPU, else sim:h200; the default), "
@@ -34,12 +35,13 @@ def _value_text(annotation: Any, metadata: list[Any]) -> str:
     return ("INT" if annotation is int else str(annotation)) + bounds
 
 
-def parameters_help() -> str:
-    """Each operator's parameters as ``--flag VALUE [default]``, for an ``--help`` epilog."""
+def parameters_help(pipelines: bool = False) -> str:
+    """Each operator's parameters as ``--flag VALUE [default]``, for an ``--help`` epilog
+    (with ``pipelines``, the pipelines' too)."""
     lines = ["operator parameters (--name VALUE; [default]):"]
-    for op in sorted(OPERATORS):
+    for op in _operators(pipelines):
         flags = []
-        for name, field in OPERATORS[op].model_fields.items():
+        for name, field in spec_class(op).model_fields.items():
             text = f"--{name.replace('_', '-')} {_value_text(field.annotation, field.metadata)}"
             if not field.is_required():
                 text += f" [{field.default}]"
@@ -53,17 +55,23 @@ def parameters_help() -> str:
     return "\n".join(lines)
 
 
+def _operators(pipelines: bool) -> list[str]:
+    return sorted({*OPERATORS, *(PIPELINES if pipelines else ())})
+
+
 def add_operator_parser(subparsers: argparse._SubParsersAction, name: str, *, help: str,
-                        description: str | None, example: str) -> argparse.ArgumentParser:
-    """A subcommand taking ``OP --PARAM VALUE ...``, whose ``--help`` lists the parameters."""
+                        description: str | None, example: str,
+                        pipelines: bool = False) -> argparse.ArgumentParser:
+    """A subcommand taking ``OP --PARAM VALUE ...``, whose ``--help`` lists the parameters;
+    ``pipelines``: OP may also be a pipeline (``mamba2_ssd``)."""
     parser = subparsers.add_parser(
         name, help=help, description=description,
-        epilog=f"Example: {example}\n\n{parameters_help()}",
+        epilog=f"Example: {example}\n\n{parameters_help(pipelines)}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         # Operator parameters pass through unparsed: --k must never abbreviate an option.
         allow_abbrev=False,
     )
-    parser.add_argument("op", choices=sorted(OPERATORS), help="operator")
+    parser.add_argument("op", choices=_operators(pipelines), help="operator")
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     return parser
 

@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         example="pipetune tune gemm --m 4096 --n 4096 --k 4096 --dtype fp16 "
         "--device sim:h200 --trials 64",
+        pipelines=True,
     )
     parser.add_argument("--trials", type=int, default=None, help="measured trials (default 64)")
     parser.add_argument("--seconds", type=float, default=None, help="time budget in seconds")
@@ -50,7 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--kernel-out", default=None, metavar="FILE",
                         help="write the best kernel's KernelArtifact JSON here (on a "
-                        "simulated device: rendered, never run); an error if there is none")
+                        "simulated device: rendered, never run); an error if there is none; "
+                        "for a pipeline, its kernels' artifacts by role")
     parser.set_defaults(handler=run)
 
 
@@ -80,6 +82,8 @@ def run(args: argparse.Namespace, extra: list[str], parser: argparse.ArgumentPar
             print(f"pipetune tune: {'.'.join(map(str, e['loc']))}: {e['msg']}", file=sys.stderr)
         return 2
     kernel = result.pop("kernel", None)
+    if result.get("pipeline") is not None:
+        kernel = result.pop("kernels", None) or None
     if args.kernel_out and kernel is None:
         reason = result.get("error") or f"no kernel is generated for {args.op}"
         print(f"pipetune tune: --kernel-out: nothing to write ({reason})", file=sys.stderr)
@@ -115,11 +119,29 @@ def _print_range(result: dict[str, Any]) -> None:
               f"{bucket['loss']:.3f}  kernel {kernel}")
 
 
+def _print_pipeline(result: dict[str, Any]) -> None:
+    pipeline = result["pipeline"]
+    print(f"{pipeline['op']} {pipeline['params']} on {pipeline['device']} "
+          f"({'cached' if result['cached'] else 'tuned'})")
+    for kernel in pipeline["kernels"]:
+        schedule, run = kernel["schedule"], kernel["run"] or {}
+        figure = (f"{schedule['latency_us']:.3f} us" if schedule is not None
+                  else f"no schedule: run {run.get('id')} {run.get('status')}")
+        print(f"  {kernel['role']:<13} {kernel['op']:<19} {figure}")
+    for name, plan in pipeline["plans"].items():
+        cost = f"{plan['latency_us']:.3f} us" if plan["latency_us"] is not None else "unmeasured"
+        served = "  <- served" if name == pipeline["plan"] else ""
+        print(f"plan {name}: {' -> '.join(plan['kernels'])}: {cost}{served}")
+
+
 def _print(result: dict[str, Any]) -> None:
     from service.schemas import timing_method_text
 
     if result.get("range") is not None:
         _print_range(result)
+        return
+    if result.get("pipeline") is not None:
+        _print_pipeline(result)
         return
     if result.get("latency_us") is None:
         run = result.get("run", {})

@@ -666,3 +666,37 @@ def test_cancel_acts_at_once_while_the_gpu_is_busy(
     assert done["status"] == "cancelled" and done["best"]["kernel_hash"] is not None
     (entry,) = cached["data"]
     assert entry["run_id"] == run["id"] and entry["kernel_hash"] == done["best"]["kernel_hash"]
+
+
+def test_tuning_speed_of_a_pipeline_on_a_pretend_gpu(
+    fake_gpu: FakeProbe, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """``mamba2_ssd``: its kernels tuned one after the other, the pipeline's curve the
+    cheapest plan of each kernel's best so far, ending at the final plan's cost."""
+    from service.runs import executors
+
+    bench = bench_module("tuning_speed")
+    monkeypatch.setattr(executors, "local_gpu_pool",
+                        lambda *args, **kwargs: ModelGpu(measure_s=0.02))
+    monkeypatch.setenv("PIPETUNE_COST_MODEL_SEEDS", "0")
+    out = tmp_path / "speed.json"
+    bench.main(["--cases", "mamba2_ssd:1x512x8x64x64x128", "--seconds", "3", "--out",
+                str(out)], fingerprint=dict(FINGERPRINT))
+    (case,) = json.loads(out.read_text())["cases"]
+    assert "error" not in case, case
+    kernels = case["kernels"]
+    assert set(kernels) == {"state", "scan", "scan_in_tile"}
+    assert all(k["run"]["status"] == "succeeded" for k in kernels.values())
+    assert kernels["scan_in_tile"]["params"]["cb_in_tile"] is True
+    # One after the other: no kernel's first result before the one before it ended.
+    starts = [k["best_so_far_curve"][0][0] for k in kernels.values()]
+    assert starts == sorted(starts)
+    curve = case["best_so_far_curve"]
+    assert [c[1] for c in curve] == sorted((c[1] for c in curve), reverse=True)
+    # The curve starts once a plan has all its kernels: the state and the scan reading cb.
+    assert curve[0][0] >= kernels["scan"]["best_so_far_curve"][0][0]
+    search = {role: k["best_so_far_curve"][-1][1] for role, k in kernels.items()}
+    assert curve[-1][1] == pytest.approx(min(search["state"] + search["scan"],
+                                             search["state"] + search["scan_in_tile"]))
+    assert case["time_to_2pct_curve_s"] is not None
+    assert case["final_plan"] in ("cb", "cb_in_tile") and case["final_best_us"] > 0

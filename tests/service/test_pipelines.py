@@ -4,6 +4,8 @@ their schedules together with the plan served; bad params name the pipeline's fi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 from service_helpers import wait_for
@@ -110,3 +112,23 @@ def test_ops_lists_the_pipeline_with_its_kernels(idle_client: TestClient) -> Non
     assert ssd["kernels"] == ["mamba2_chunk_scan", "mamba2_chunk_state"]
     assert {"batch", "seqlen", "chunk_size"} <= set(ssd["required"])
     assert ops["gemm"]["kernels"] == []
+
+
+def test_the_command_line_tunes_a_pipeline(capsys: pytest.CaptureFixture[str],
+                                           tmp_path) -> None:
+    from service.cli import main
+
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in SSD.items()]
+    flags = [part for flag in flags for part in flag.split("=")]
+    database = f"sqlite:///{tmp_path / 'cli.db'}"
+    out = tmp_path / "kernels.json"
+    code = main(["tune", "mamba2_ssd", *flags, "--device", "sim:h200", "--trials", "6",
+                 "--database-url", database, "--kernel-out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "plan cb_in_tile: state -> scan_in_tile" in printed and "<- served" in printed
+    assert set(json.loads(out.read_text())) == set(ROLES)
+    code = main(["tune", "mamba2_ssd", *flags, "--ngroups", "3", "--device", "sim:h200",
+                 "--database-url", database])
+    assert code == 2
+    assert "params.ngroups: nheads=8 is not divisible by ngroups=3" in capsys.readouterr().err
