@@ -5,7 +5,8 @@ on ``PYTHONPATH``; without them the run has no baseline and ``peer_us`` is null)
 
 Cases are ``op:shape``: ``gemm:MxNxK``, ``attention:BxHxKVxSxD`` with ``c`` at the end
 for a causal mask and ``-bhsd`` after it for PyTorch's layout (``attention:1x32x8x4096x128c``,
-``attention:8x32x8x512x128-bhsd``; FlashAttention's bshd without it), or
+``attention:8x32x8x512x128-bhsd``; FlashAttention's bshd without it; ``attention_backward``
+takes the same shapes), or
 ``mamba2_chunk_scan:BxSxHxPxNxC`` and ``mamba2_chunk_state:BxSxHxPxNxC`` (batch, seqlen,
 nheads, headdim, dstate, chunk_size) with ``gG`` at the end for G groups (1 without it):
 ``mamba2_chunk_scan:8x4096x80x64x128x256``; ``mamba2_ssd:BxSxHxPxNxC[gG]`` is the whole SSD
@@ -79,7 +80,7 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
     if op == "gemm":
         m, n, k = (int(x) for x in shape.split("x"))
         return op, {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": layout}
-    if op == "attention":
+    if op in ("attention", "attention_backward"):
         dims, _, tensor_layout = shape.partition("-")
         if tensor_layout not in ("", "bshd", "bhsd"):
             raise ValueError(f"{case}: the layout after '-' is bshd or bhsd")
@@ -94,7 +95,7 @@ def case_params(case: str, dtype: str, layout: str) -> tuple[str, dict[str, Any]
         return op, {"batch": batch, "seqlen": seqlen, "nheads": nheads, "headdim": headdim,
                     "dstate": dstate, "ngroups": int(groups or 1), "chunk_size": chunk,
                     "dtype": dtype}
-    raise ValueError(f"{case}: expected gemm:MxNxK, attention:BxHxKVxSxD[c][-bhsd] or "
+    raise ValueError(f"{case}: expected gemm:MxNxK, attention[_backward]:BxHxKVxSxD[c][-bhsd] or "
                      f"mamba2_chunk_scan|mamba2_chunk_state|mamba2_ssd:BxSxHxPxNxC[gG]")
 
 

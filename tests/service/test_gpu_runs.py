@@ -561,6 +561,10 @@ def test_tuning_speed_bench_on_a_pretend_gpu(
     assert bench.case_params("attention:8x32x8x512x128-bhsd", "float16", "kn")[1] == {
         "batch": 8, "heads": 32, "kv_heads": 8, "seq_q": 512, "seq_kv": 512, "head_dim": 128,
         "causal": False, "dtype": "float16", "layout": "bhsd"}
+    assert bench.case_params("attention_backward:8x32x8x2048x128c-bhsd", "bfloat16", "kn") == (
+        "attention_backward", {"batch": 8, "heads": 32, "kv_heads": 8, "seq_q": 2048,
+                               "seq_kv": 2048, "head_dim": 128, "causal": True,
+                               "dtype": "bfloat16", "layout": "bhsd"})
     with pytest.raises(ValueError, match="bshd or bhsd"):
         bench.case_params("attention:8x32x8x512x128-sbhd", "float16", "kn")
     mamba = {"batch": 8, "seqlen": 4096, "nheads": 80, "headdim": 64, "dstate": 128,
