@@ -206,3 +206,30 @@ def test_a_mamba2_block_gives_the_triton_path_s_output() -> None:
         ours = _block_forward(torch, w, u, drop.mamba_chunk_scan_combined)
         theirs = _block_forward(torch, w, u, peer.mamba_chunk_scan_combined)
     assert _rel(ours.float().cpu(), theirs.float().cpu()) < BOUND
+
+
+def test_a_tuned_pipeline_serves_the_drop_in(tmp_path) -> None:
+    """``pipetune.tune("mamba2_ssd")`` on this GPU from an empty cache: every kernel
+    checked and timed, the plan served named; the drop-in on that cache gives the
+    reference's output through the plan's scan."""
+    import torch
+
+    import pipetune
+    import pipetune.torch as pt
+    from workers import ssd_reference as ref
+
+    database = f"sqlite:///{tmp_path / 'ssd.db'}"
+    result = pipetune.tune("mamba2_ssd", device="cuda:0", budget={"trials": 6},
+                           database_url=database, progress=False, **SHAPE)
+    pipeline = result.pipeline
+    assert pipeline is not None and pipeline["plan"] in ("cb", "cb_in_tile"), pipeline
+    assert all(k["schedule"]["timing_method"] for k in pipeline["kernels"])
+    assert result.latency_us == pipeline["plans"][pipeline["plan"]]["latency_us"] > 0
+    t = _inputs(torch, 11, False)
+    with torch.no_grad():
+        out = pt.DropIns(database_url=database).mamba_chunk_scan_combined(
+            *(t[n] for n in ("x", "dt", "A", "B", "C")), SHAPE["chunk_size"], D=t["D"])
+    want, _ = ref.ssd_forward(np, *(t[n].float().cpu().numpy()
+                                    for n in ("x", "dt", "A", "B", "C")),
+                              SHAPE["chunk_size"], D=t["D"].cpu().numpy())
+    assert _rel(out.float().cpu(), want) < BOUND
