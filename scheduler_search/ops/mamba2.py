@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from scheduler_search.ir import STask, STaskGraph, STaskKind, Tensor, TileShape
 from scheduler_search.ops._base import DType, OperatorSpec, TensorSpec, row_alignment_error
@@ -44,10 +44,9 @@ MMA_K_STEP = 16
 _OPERAND = InputInit("normal", scale=0.5, draw=1)
 
 
-class _Mamba2Spec(OperatorSpec):
-    """Fields shared by the two chunk kernels (tensors laid out batch-major)."""
-
-    exact_axes: ClassVar[tuple[str, ...]] = ("l", "s", "p", "n", "g")
+class Mamba2Shape(BaseModel):
+    """The shape of Mamba2's SSD: what its chunk kernels and the whole forward
+    (``mamba2_ssd``) share."""
 
     batch: Annotated[int, Field(ge=1, le=65536)]
     seqlen: Annotated[int, Field(ge=1, le=1 << 22)]
@@ -64,6 +63,12 @@ class _Mamba2Spec(OperatorSpec):
     #: scan's state term is zero for positions of another sequence than the one before
     #: the chunk; the scan's cb comes masked, as ``_bmm_chunk_fwd`` makes it).
     seq_idx: bool = False
+
+
+class _Mamba2Spec(OperatorSpec, Mamba2Shape):
+    """Fields shared by the two chunk kernels (tensors laid out batch-major)."""
+
+    exact_axes: ClassVar[tuple[str, ...]] = ("l", "s", "p", "n", "g")
 
     @property
     def nchunks(self) -> int:

@@ -17,12 +17,10 @@ worker as the kernels.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
-from pydantic import Field
-
-from scheduler_search.ops._base import DType, OperatorSpec
-from scheduler_search.ops.mamba2 import MMA_K_STEP, Mamba2ChunkScanSpec, Mamba2ChunkStateSpec
+from scheduler_search.ops._base import OperatorSpec
+from scheduler_search.ops.mamba2 import Mamba2ChunkScanSpec, Mamba2ChunkStateSpec, Mamba2Shape
 from scheduler_search.ops.pipelines import (
     Figures,
     PipelineSpec,
@@ -31,34 +29,23 @@ from scheduler_search.ops.pipelines import (
 )
 
 #: The shape fields the pipeline hands to each of its kernels.
-_SHAPE = ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk_size", "dtype",
-          "seq_idx")
+_SHAPE = tuple(Mamba2Shape.model_fields)
 
 
 @register_pipeline
-class Mamba2SSDSpec(PipelineSpec):
+class Mamba2SSDSpec(PipelineSpec, Mamba2Shape):
     """Mamba2's SSD forward (``mamba_chunk_scan_combined``): chunk state with the state
     passing, then the chunk scan, reading ``C Bᵀ`` or computing it in its tile."""
 
     op: ClassVar[str] = "mamba2_ssd"
     kernel_ops: ClassVar[tuple[str, ...]] = ("mamba2_chunk_state", "mamba2_chunk_scan")
 
-    batch: Annotated[int, Field(ge=1, le=65536)]
-    seqlen: Annotated[int, Field(ge=1, le=1 << 22)]
-    nheads: Annotated[int, Field(ge=1, le=4096)]
-    headdim: Annotated[int, Field(ge=MMA_K_STEP, le=512)]
-    dstate: Annotated[int, Field(ge=MMA_K_STEP, le=512)]
-    ngroups: Annotated[int, Field(ge=1, le=4096)]
-    chunk_size: Annotated[int, Field(ge=MMA_K_STEP, le=1024)]
-    dtype: DType = "float16"
     #: The gate ``z`` (``out · z sigmoid(z)``), applied by the scan's store.
     z: bool = False
     #: ``D`` per channel (nheads, headdim) rather than per head.
     d_per_channel: bool = False
     #: An fp32 ``initial_states`` input entering the first chunk.
     initial_states: bool = False
-    #: Sequences packed in a row (``seq_idx``): nothing crosses from one to the next.
-    seq_idx: bool = False
     #: The states handed from the chunk state to the scan in fp32
     #: (``state_dtype=torch.float32``) rather than in the inputs' dtype, as upstream does.
     states_in_fp32: bool = False
