@@ -132,3 +132,20 @@ def test_the_command_line_tunes_a_pipeline(capsys: pytest.CaptureFixture[str],
                  "--database-url", database])
     assert code == 2
     assert "params.ngroups: nheads=8 is not divisible by ngroups=3" in capsys.readouterr().err
+
+
+def test_the_client_follows_a_pipeline_s_runs(client: TestClient) -> None:
+    """``Client.tune(wait=True)`` follows each kernel's run, then asks again: the answer
+    has every schedule and the plan; ``force`` tunes anew once, not again on the re-ask."""
+    with pipetune.Client(http=client) as api:
+        result = api.tune("mamba2_ssd", SSD, device="sim:h200", budget={"trials": 6},
+                          progress=False)
+        assert not result.cached and result.pipeline is not None
+        _check_answer(result.pipeline)
+        assert result.latency_us == result.pipeline["latency_us"]
+        forced = api.tune("mamba2_ssd", SSD, device="sim:h200", budget={"trials": 3},
+                          force=True, progress=False)
+        _check_answer(forced.pipeline)
+        # The re-ask answers the cache (the faster of each kernel's two runs' schedules).
+        assert len(api.runs(op="mamba2_chunk_scan")) == 4  # two forms, tuned twice
+        assert len(api.runs(op="mamba2_chunk_state")) == 2
