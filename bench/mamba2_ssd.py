@@ -145,13 +145,10 @@ def tune_kernels(case: Case, args: dict[str, Any], seconds: float, url: str,
     runs: dict[str, Any] = {}
     if found is None:
         return runs
-    state, scan_params = found
-    wanted = [("mamba2_chunk_state", state)]
-    if scan in ("cb", "searched"):
-        wanted.append(("mamba2_chunk_scan", scan_params))
-    if scan in ("in_tile", "searched"):
-        wanted.append(("mamba2_chunk_scan", ssd.fused_scan(scan_params)))
-    for op, params in wanted:
+    kernels = {role: (kernel.op, kernel.params()) for role, kernel in found.kernels().items()}
+    roles = ["state", *(["scan"] if scan in ("cb", "searched") else []),
+             *(["scan_in_tile"] if scan in ("in_tile", "searched") else [])]
+    for op, params in (kernels[role] for role in roles):
         started = time.perf_counter()
         result = pipetune.tune(op, device="auto", budget={"seconds": seconds},
                                database_url=url, progress=False, **params)
