@@ -134,6 +134,7 @@ def test_the_command_line_tunes_a_pipeline(capsys: pytest.CaptureFixture[str],
     assert "params.ngroups: nheads=8 is not divisible by ngroups=3" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API test has both
 def test_the_client_follows_a_pipeline_s_runs(client: TestClient) -> None:
     """``Client.tune(wait=True)`` follows each kernel's run, then asks again: the answer
     has every schedule and the plan; ``force`` tunes anew once, not again on the re-ask."""
