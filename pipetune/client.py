@@ -53,6 +53,13 @@ def _tune_body(op: str, params: dict[str, Any] | None, device: str | None,
     return body
 
 
+def _pending_role(result: TuneResult) -> str:
+    """The role in its pipeline of the kernel whose run ``result.run`` is."""
+    run_id = (result.run or {}).get("id")
+    return next(kernel["role"] for kernel in (result.pipeline or {}).get("kernels", [])
+                if (kernel["run"] or {}).get("id") == run_id)
+
+
 def _plain(body: dict[str, Any]) -> dict[str, Any]:
     """The tune request without ``force`` and ``extend``: asked again, it only joins."""
     return {key: value for key, value in body.items() if key not in ("force", "extend")}
@@ -157,10 +164,12 @@ class Client:
     def _wait_for_pipeline(self, result: TuneResult, body: dict[str, Any],
                            progress: bool) -> TuneResult:
         """Follow a pipeline's kernel runs one after the other, then ask again (a plain
-        request, which joins and starts nothing) for its answer with every schedule."""
-        followed: set[int] = set()
-        while result.run is not None and result.run["id"] not in followed:
-            followed.add(result.run["id"])
+        request, which joins a run and starts one only for a kernel whose run failed) for
+        its answer with every schedule; each kernel is followed once, so a kernel that
+        fails ends the wait with its run in the answer."""
+        followed: set[str] = set()
+        while result.run is not None and _pending_role(result) not in followed:
+            followed.add(_pending_role(result))
             self._follow(result.run, progress)
             result = TuneResult.of_answer(_json(self._http.post("/v1/tune",
                                                                 json=_plain(body))))
@@ -256,9 +265,9 @@ class AsyncClient:
     async def _wait_for_pipeline(self, result: TuneResult, body: dict[str, Any],
                                  progress: bool) -> TuneResult:
         """As :meth:`Client._wait_for_pipeline`."""
-        followed: set[int] = set()
-        while result.run is not None and result.run["id"] not in followed:
-            followed.add(result.run["id"])
+        followed: set[str] = set()
+        while result.run is not None and _pending_role(result) not in followed:
+            followed.add(_pending_role(result))
             await self._follow(result.run, progress)
             response = await self._http.post("/v1/tune", json=_plain(body))
             result = TuneResult.of_answer(_json(response))

@@ -150,3 +150,28 @@ def test_the_client_follows_a_pipeline_s_runs(client: TestClient) -> None:
         # The re-ask answers the cache (the faster of each kernel's two runs' schedules).
         assert len(api.runs(op="mamba2_chunk_scan")) == 4  # two forms, tuned twice
         assert len(api.runs(op="mamba2_chunk_state")) == 2
+
+
+def test_the_client_stops_once_each_kernel_was_followed() -> None:
+    """A kernel whose run fails has no schedule, so each re-ask starts it again: the
+    client follows each kernel once and answers with the failed run."""
+    import httpx
+
+    posts: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(1)
+            run = {"id": 100 + len(posts), "status": "failed", "budget": {"trials": 3}}
+            kernels = [{"role": "state", "run": {"id": 1}, "schedule": {"latency_us": 5.0}},
+                       {"role": "scan", "run": run, "schedule": None}]
+            return httpx.Response(202, json={"cached": False, "run": run, "schedule": None,
+                                             "pipeline": {"plan": None, "kernels": kernels}})
+        return httpx.Response(200, text='event: end\ndata: {"status": "failed"}\n\n',
+                              headers={"content-type": "text/event-stream"})
+
+    http = httpx.Client(base_url="http://pipetune", transport=httpx.MockTransport(answer))
+    result = pipetune.Client(http=http).tune("mamba2_ssd", SSD, progress=False)
+    assert len(posts) == 2  # the request, then one re-ask after following the scan
+    assert result.run is not None and result.run["id"] == 102
+    assert result.pipeline is not None and result.pipeline["plan"] is None
