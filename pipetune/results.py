@@ -84,8 +84,17 @@ class TuneResult:
 
     @property
     def status(self) -> str:
-        """``cached``, or the run's status (``succeeded``, ``failed``, ``running`` ...)."""
-        return "cached" if self.cached else str((self.run or {}).get("status"))
+        """``cached``, or the run's status (``succeeded``, ``failed``, ``running`` ...); for
+        a pipeline, the status of the first kernel's run without a schedule, or
+        ``succeeded`` when every kernel has one."""
+        if self.cached:
+            return "cached"
+        if self.pipeline is not None:
+            for kernel in self.pipeline.get("kernels", []):
+                if kernel.get("schedule") is None:
+                    return str((kernel.get("run") or {}).get("status"))
+            return "succeeded"
+        return str((self.run or {}).get("status"))
 
     @classmethod
     def of_answer(cls, body: dict[str, Any]) -> TuneResult:

@@ -67,6 +67,7 @@ def test_pipetune_tune_runs_a_pipeline_in_process(database_url: str) -> None:
     result = pipetune.tune("mamba2_ssd", device="sim:h200", budget={"trials": 6},
                            database_url=database_url, progress=False, **SSD)
     assert not result.cached and result.pipeline is not None
+    assert result.status == "succeeded"
     _check_answer(result.pipeline)
     assert result.latency_us == result.pipeline["latency_us"]
     assert result.kernels is not None and set(result.kernels) == set(ROLES)
@@ -173,5 +174,6 @@ def test_the_client_stops_once_each_kernel_was_followed() -> None:
     http = httpx.Client(base_url="http://pipetune", transport=httpx.MockTransport(answer))
     result = pipetune.Client(http=http).tune("mamba2_ssd", SSD, progress=False)
     assert len(posts) == 2  # the request, then one re-ask after following the scan
+    assert result.status == "failed"
     assert result.run is not None and result.run["id"] == 102
     assert result.pipeline is not None and result.pipeline["plan"] is None
