@@ -54,6 +54,11 @@ HEAD_DIMS = (64, 128)
 WORD_BYTES = 4
 #: Accumulator registers a persistent kernel compiled beside without spills.
 PERSISTENT_REGS_MAX = 160
+#: The most registers a thread's S, dP, their 16-bit pairs, dK and dV may take in the
+#: interleaved loop (all live at once). nvcc 13.0, Hopper, 64 rows a consumer: 160
+#: (tile_q 64, head_dim 64) compiled clean; 224 (64, 128) spilled 280 B and 256 (128, 64)
+#: 768 B, each with its matrix products serialised by ptxas (C7512).
+INTERLEAVE_REGS_MAX = 192
 #: The registers each product writes or reads from registers, pinned around its wait.
 PINNED = {"mma_s": ("s_acc",), "mma_dv": ("dv_acc", "p"), "mma_dp": ("dp_acc",),
           "mma_dk": ("dk_acc", "p")}
@@ -122,7 +127,11 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
         if s.pingpong or not s.warp_specialized:
             return "the backward is lowered with a producer warp and cooperative consumers"
         if any(s.inflight.values()):
-            return "the backward's products are waited for in order (order serial)"
+            return "the backward's products are waited for where they are read, not kept in flight"
+        if s.sprogram.order == "interleave" and self.interleaved_regs > INTERLEAVE_REGS_MAX:
+            return (f"order interleave with tile_q {self.tile_q} at head_dim "
+                    f"{self.head_dim}: S, dP, their pairs, dK and dV live at once "
+                    f"({self.interleaved_regs} registers a thread) spill")
         if s.turns:
             # The consumers meet at a barrier every trip (dS^T staged for dq): a consumer
             # waiting for its turn there would wait for one waiting for it.
@@ -294,8 +303,13 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
         c = code
         c("float s_acc[ROW_BLOCKS][S_REGS];  // S^T of the trip, then P^T")
         c("float dp_acc[ROW_BLOCKS][S_REGS];  // dP^T of the trip, then dS^T")
-        c(f"u32 p[ROW_BLOCKS][S_REGS / 2];  // P^T, then dS^T, as 16-bit pairs: "
-          f"{self.target.mma_name}'s A")
+        if self.ds_fragment == "p":
+            c(f"u32 p[ROW_BLOCKS][S_REGS / 2];  // P^T, then dS^T, as 16-bit pairs: "
+              f"{self.target.mma_name}'s A")
+        else:
+            c(f"u32 p[ROW_BLOCKS][S_REGS / 2], ds[ROW_BLOCKS][S_REGS / 2];  // P^T and dS^T "
+              f"as 16-bit pairs: {self.target.mma_name}'s A (dS^T is packed while P^T's "
+              "product may still read its own)")
         c("float dk_acc[ROW_BLOCKS][D_REGS], dv_acc[ROW_BLOCKS][D_REGS];")
         self.register_math.consumer_state(c)
 
@@ -307,12 +321,29 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
             c("#pragma unroll")
             c("for (int i = 0; i < D_REGS; ++i) { dk_acc[mi][i] = 0.0f; dv_acc[mi][i] = 0.0f; }")
 
+    @property
+    def interleaved_regs(self) -> int:
+        """Registers a thread holds in the interleaved loop: S and dP (tile_q / 2 each),
+        their pairs (tile_q / 4 each), dK and dV (head_dim / 2 each), per 64-row block."""
+        blocks = self.consumer_rows // self.target.mma_rows
+        return blocks * (3 * self.tile_q // 2 + self.head_dim)
+
+    @property
+    def ds_fragment(self) -> str:
+        """The registers dS^T is packed into: P^T's own in the serial order, where dV's
+        product is done with them by then; a fragment of its own where it may still run
+        (``interleave``)."""
+        return "ds" if self.structure.sprogram.order == "interleave" else "p"
+
     def pin(self, code: Code, stask: str) -> None:
         if stask == "mma_dq":
             self.register_math.pin_dq(code)
             return
+        fragments = PINNED[stask]
+        if stask == "mma_dk":
+            fragments = ("dk_acc", self.ds_fragment)
         with code.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
-            for fragment in PINNED[stask]:
+            for fragment in fragments:
                 self.target.write_fence_operands(code, f"{fragment}[mi]")
 
     def mma(self, code: Code, issue: Issue, stages: Mapping[str, str], at: TripAt) -> None:
@@ -338,8 +369,9 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
         c.comment(f"{name}: {acc}[CONSUMER_ROWS x {n}] {'+' if accumulate == '1' else ''}= "
                   f"{'registers' if a is None else a.upper()} x {b.upper()} "
                   f"({self.target.mma_name} m64n{n}k16, {steps} steps)")
+        registers = self.ds_fragment if name == "mma_dk" else "p"
         part = (MmaPart(f"{acc}[mi]", f"{name}_b + {b}_kstep_bytes(kk)",
-                        a_registers="p[mi][4 * kk + {i}]") if a is None else
+                        a_registers=f"{registers}[mi][4 * kk + {{i}}]") if a is None else
                 MmaPart(f"{acc}[mi]", f"{name}_b + {b}_kstep_bytes(kk)",
                         a_address=f"{name}_a + {a}_kstep_bytes(kk) + mi * {block}"))
         bases = [f"const u32 {name}_b = {b_base};"]

@@ -102,7 +102,7 @@ class BackwardMath:
                     for line in body:
                         c(line)
 
-    def _pack(self, code: Code, fragment: str, what: str) -> None:
+    def _pack(self, code: Code, fragment: str, what: str, into: str = "p") -> None:
         c = code
         c.comment(f"{what} as the 16-bit pairs of {self.target.mma_name}'s A fragment")
         pack = c.call(convert.pack2(self.hooks.dtype), f"{fragment}[mi][2 * i]",
@@ -110,7 +110,7 @@ class BackwardMath:
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
             c("#pragma unroll")
-            c(f"for (int i = 0; i < S_REGS / 2; ++i) p[mi][i] = {pack};")
+            c(f"for (int i = 0; i < S_REGS / 2; ++i) {into}[mi][i] = {pack};")
 
     def softmax_p(self, code: Code, at: TripAt) -> None:
         c = code
@@ -171,7 +171,7 @@ class BackwardMath:
             self._each_pair_column(c, "delta_row", [
                 f"const float2 pair = {unpack};",
                 "dp_acc[mi][x] = (e ? pair.y : pair.x) * (dp_acc[mi][x] - v);"])
-        self._pack(c, "dp_acc", "dS^T")
+        self._pack(c, "dp_acc", "dS^T", into=self.hooks.ds_fragment)
 
     def _ds_tile(self, at: TripAt, consumer: str) -> str:
         return (f"smem + SMEM_DS + ((({at.index}) & 1) * CONSUMERS + {consumer}) * "
@@ -189,7 +189,8 @@ class BackwardMath:
                     c("const int col = g * 8 + (lane & 3) * 2;  // the pair's first query")
                     c("const u32 at = (col / 64) * DS_BOX_BYTES + r * 128 + "
                       "((((col % 64) / 8) ^ (r % 8)) * 16) + (col % 8) * 2;")
-                    c(c.call("st_shared_u32", "ds_tile + at", "p[mi][2 * g + h]") + ";")
+                    c(c.call("st_shared_u32", "ds_tile + at",
+                             f"{self.hooks.ds_fragment}[mi][2 * g + h]") + ";")
             c(c.call("fence_proxy_async_smem") + ";  // read next by the MMA")
         c.comment("every consumer's rows of dS^T are in before any reads them")
         c(c.call("named_barrier_sync", BAR_CONSUMERS, f"{WARPGROUP} * CONSUMERS") + ";")

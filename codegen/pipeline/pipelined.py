@@ -5,7 +5,8 @@ An sTask with lead 1 works, in loop iteration ``t``, on trip ``t + 1``: attentio
 current one (FlashAttention-3's intra-warpgroup overlap). The skeleton lowers it as a
 software pipeline:
 
-- a *prologue* issues the lead sTasks for trip 0;
+- a *prologue* issues the lead sTasks for trip 0 (none in the ``interleave`` order, which
+  only waits for each MMA group where its result is read);
 - the loop runs every trip but the last; the last is written after it without its lead
   sTasks (an MMA inside a branch would make ptxas serialise every MMA: C7520);
 - every MMA issue commits one MMA group, so the wait before an sTask that reads an
@@ -78,7 +79,10 @@ def loop_stream(structure: PipelineStructure) -> tuple[Issue, ...]:
 
 
 def is_pipelined(structure: PipelineStructure) -> bool:
-    return any(i.lead for i in loop_stream(structure))
+    """Whether the loop is lowered as a software pipeline: sTasks issued trips ahead, or
+    (``interleave``) MMA results awaited only where they are read."""
+    return (structure.sprogram.order == "interleave"
+            or any(i.lead for i in loop_stream(structure)))
 
 
 def _mma_positions(loop: tuple[Issue, ...]) -> list[int]:

@@ -65,7 +65,8 @@ KNOB_ROWS: dict[str, KnobRows] = {
     "attention_backward": KnobRows(
         tiles={"kv": (64, 128), "q": (64, 128)},
         stages=(1, 2),
-        orders=("serial",),
+        # interleave: dP's product runs under the exponentials of P, dV's under dS.
+        orders=("serial", "interleave"),
         mappable=("softmax_p",),
     ),
     # The chunk state's clusters along heads (B multicast, asked for by choices) are

@@ -18,7 +18,11 @@ Choice keys:
         or, for a loop whose MMA comes last, its completion is awaited one iteration late)
         or, for a loop of two MMAs, ``rotate`` (FlashAttention-3's order: the first MMA
         and the register math run one iteration ahead of the second MMA, so the two MMAs
-        are issued back to back and the math of one trip runs under the other's MMA).
+        are issued back to back and the math of one trip runs under the other's MMA),
+        or ``interleave`` (the MMAs that read only loaded tiles are issued first in each
+        trip, and every MMA's result is waited for only where it is read, so the math of
+        one product runs under the next: the attention backward's ``dP`` under the
+        exponentials of ``P``).
     ``producer_regs``: per-thread registers of the producer warpgroup (setmaxnreg).
     ``stages_<stream>``: pipeline depth of each operand stream.
     ``map_<stask>``: the sEU of an sTask that more than one sEU can run;
@@ -62,7 +66,7 @@ from scheduler_search.sprogram.schedule import (
 ASYNC_COPY_UNITS = (UnitKind.TMA, UnitKind.LSU)
 
 #: Loop orders (see ``order`` above).
-ORDERS = ("serial", "overlap", "rotate")
+ORDERS = ("serial", "overlap", "rotate", "interleave")
 
 #: setmaxnreg takes multiples of 8 between 24 and 256 (PTX ISA, "setmaxnreg").
 SETMAXNREG_MIN, SETMAXNREG_MAX, SETMAXNREG_STEP = 24, 256, 8
@@ -275,6 +279,30 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
     )
 
 
+def _interleaved(graph: STaskGraph, body: list[str], mmas: list[str]) -> list[str]:
+    """The loop body with the sTasks that read only loaded tiles moved to its start, MMAs
+    first (each order kept): their products and math run while the rest waits.
+
+    Raises:
+        ScheduleError: no MMA would move, so the order would be the serial one.
+    """
+    loaded = {t.output.tensor for t in graph.stasks if t.kind is STaskKind.LOAD}
+
+    def reads_loaded_only(name: str) -> bool:
+        # An MMA's own accumulator is not an operand; math in place reads its producer's.
+        task = graph.stask(name)
+        return all(a.tensor in loaded for a in task.inputs
+                   if not (name in mmas and a.tensor == task.output.tensor))
+
+    early = [n for n in mmas if reads_loaded_only(n)]
+    early += [n for n in body if n not in mmas and reads_loaded_only(n)]
+    reordered = [*early, *(n for n in body if n not in early)]
+    if [n for n in reordered if n in mmas] == mmas:
+        raise ScheduleError(f"order interleave: {graph.op}'s loop already issues its MMAs "
+                            "that read only loaded tiles first")
+    return reordered
+
+
 def _resolve_stream_k(choices: dict[str, Any]) -> StreamK | None:
     waves = int(choices.get("stream_k", 0))
     if waves < 0:
@@ -356,6 +384,14 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
             for role in consumer_roles:
                 builder.append(task.name, role=role)
 
+    # The consumers' issue order of the loop (interleave moves MMAs ahead of math).
+    body = [t.name for t in graph.phase_tasks("loop") if not is_async_copy(t.name)]
+    mmas = [n for n in body if graph.stask(n).kind is STaskKind.MMA]
+    order_of = graph.names().index  # a ring's first and last reader
+    if order == "interleave":
+        body = _interleaved(graph, body, mmas)
+        order_of = body.index
+
     # Loop, loader side: one full/empty mbarrier ring per operand stream.
     for stream, members in streams.items():
         copies = [m for m in members if is_async_copy(m)]
@@ -364,8 +400,8 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         if not copies:
             continue
         consumers_of = [r for m in copies for r in readers(m)]
-        last_reader = max(consumers_of, key=graph.names().index)
-        first_reader = min(consumers_of, key=graph.names().index)
+        last_reader = max(consumers_of, key=order_of)
+        first_reader = min(consumers_of, key=order_of)
         depth = stages[stream]
         builder.wait(first_reader, [(m, 0) for m in copies], name=f"{stream}_full", slots=depth)
         builder.wait(
@@ -373,8 +409,6 @@ def emit_sprogram(spec: OperatorSpec, device: Device, decided: Decisions) -> SPr
         )
 
     # Loop, consumer side.
-    body = [t.name for t in graph.phase_tasks("loop") if not is_async_copy(t.name)]
-    mmas = [n for n in body if graph.stask(n).kind is STaskKind.MMA]
     lead_first_mma = order == "overlap" and bool(mmas) and mmas[0] != body[-1]
     rotate = order == "rotate" and len(mmas) == 2
     if order == "rotate" and not rotate:

@@ -55,9 +55,28 @@ def _cases() -> list[tuple[str, object, object]]:
         spec = _spec(shape, deterministic)
         name = (f"{b}x{h}({kvh})x{sq}/{skv}xd{d}-{layout}-{'causal' if causal else 'full'}-"
                 f"{dtype}{'-deterministic' if deterministic else ''}")
-        cases += [(name, spec, sp) for sp in sample_schedules(spec, DEVICE, SAMPLES_PER_CASE,
-                                                              seed=7)]
+        sampled = list(sample_schedules(spec, DEVICE, SAMPLES_PER_CASE, seed=7))
+        cases += [(name, spec, sp) for sp in sampled]
+        cases += [(f"{name}-interleave", spec, sp) for sp in _interleaved(spec, sampled)]
     return cases
+
+
+def _interleaved(spec: object, sampled: list) -> list:
+    """The sampled schedules in the ``interleave`` order (64 queries a trip, where the
+    registers allow it), so that every run checks that order too."""
+    from codegen import unsupported
+    from scheduler_search.sprogram import ScheduleError, plan_sprogram
+
+    found = {}
+    for sprogram in sampled:
+        try:
+            planned = plan_sprogram(spec, DEVICE, {**sprogram.choices, "order": "interleave",
+                                                   "tile_q": 64})
+        except ScheduleError:
+            continue
+        if unsupported(planned, DEVICE) is None:
+            found[planned.hash] = planned
+    return list(found.values())
 
 
 CASES = _cases()

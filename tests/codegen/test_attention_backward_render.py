@@ -189,3 +189,39 @@ def test_a_deterministic_dq_adds_in_key_tile_order() -> None:
             waits[deterministic] = "ld_acquire_u32(count) < before" in source
             assert ("kv0 / TILE_KV * DQ_PIECES" in source) == deterministic
     assert waits == {False: False, True: True}
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_interleaved_kernels_compile_clean_and_issue_s_and_dp_first() -> None:
+    """``interleave``: the trip's S and dP products issued back to back, D summed under
+    them, each product waited for only where its result is read (dP still in flight
+    during the exponentials), dS packed apart from P (dV's product may still read P);
+    at head_dim 64 and 64 queries a trip it compiles without spills or serialised wgmma.
+    Where S, dP, dK and dV would not fit the registers together it is refused, saying
+    why."""
+    from codegen import feasibility
+    from codegen.pipeline.pipelined import group_waits
+    from codegen.pipeline.structure import PipelineStructure
+    from scheduler_search.space import ScheduleSpace
+
+    spec = parse_spec("attention_backward", {**BASE, "head_dim": 64, "layout": "bhsd"})
+    space = ScheduleSpace(spec, H200, feasibility(spec.op, H200))
+    candidates, _ = space.enumerate()
+    interleaved = [c.sprogram for c in candidates if c.sprogram.order == "interleave"]
+    picked = {(sp.tile["kv"], sp.tile["q"], sp.roles.consumer_warpgroups): sp
+              for sp in interleaved}
+    assert sorted(picked) == [(64, 64, 1), (128, 64, 2)]
+    for sprogram in picked.values():
+        structure = PipelineStructure(sprogram)
+        loop = [i.stask for i in structure.compute_stream(structure.consumer_roles[0])
+                if i.phase == "loop"]
+        assert loop[:3] == ["mma_s", "mma_dp", "delta"], loop
+        waits = {(w.mma, w.waiter): w.pending for w in group_waits(structure)}
+        assert waits[("mma_s", "softmax_p")] == 1 and waits[("mma_dp", "grad_s")] == 1
+    sources = [render(sp, spec, H200).source for sp in picked.values()]
+    assert all("ds[mi][i] = pack" in source for source in sources)
+    assert_compile_clean(sources)
+    wide = parse_spec("attention_backward", BASE)
+    refused = plan_sprogram(wide, H200, {**next(iter(picked.values())).choices,
+                                         "tile_kv": 64, "tile_q": 64})
+    assert "spill" in (unsupported(refused, H200) or "")
