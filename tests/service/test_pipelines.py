@@ -63,6 +63,7 @@ def test_a_pipeline_tunes_its_kernels_then_answers_from_the_cache(client: TestCl
     assert scan.status_code == 200 and scan.json()["cached"]
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # the API test has both
 def test_pipetune_tune_runs_a_pipeline_in_process(database_url: str) -> None:
     result = pipetune.tune("mamba2_ssd", device="sim:h200", budget={"trials": 6},
                            database_url=database_url, progress=False, **SSD)
@@ -79,6 +80,7 @@ def test_pipetune_tune_runs_a_pipeline_in_process(database_url: str) -> None:
             result.pipeline["kernels"], again.pipeline["kernels"], strict=True)]}
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # no run is started
 @pytest.mark.parametrize(("params", "field"), [
     ({"ngroups": 3}, "params.ngroups"),
     ({"seqlen": 500}, "params.seqlen"),
