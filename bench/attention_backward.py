@@ -38,7 +38,7 @@ OP = "attention_backward"
 PEERS = ("sdpa_cudnn_backward", "sdpa_flash_backward")
 #: Knobs whose values make two schedules "the same structure" for diversity.
 STRUCTURE_KEYS = ("tile_q", "tile_kv", "consumer_warpgroups", "persistent", "stages_q",
-                  "stages_do", "map_softmax_p")
+                  "stages_do", "map_softmax_p", "order")
 #: The backward's five products against the forward's two.
 BACKWARD_FLOPS_PER_FORWARD = 2.5
 
