@@ -68,6 +68,12 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
     """The backward's tiles, loads and matrix products on the skeleton."""
 
     trips = "TRIPS"
+    # Two 64-key consumers at head_dim 128 need more than the 168 registers of 384
+    # threads' entry: nvcc 13.0 gives them those of their setmaxnreg (R0-R229 used).
+    consumers_past_entry_cap = True
+    # Addresses, loop state, D, the lse row and the descriptors (fitted with the scores
+    # term of accumulator_regs to nvcc 13.0's spills).
+    overhead_regs = 48
 
     # ----- problem and tile ----------------------------------------------------------
     @property
@@ -220,10 +226,12 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
                 WorkspaceArg("dq_count", p["batch"] * p["heads"] * self.q_tiles * WORD_BYTES))
 
     def accumulator_regs(self, consumer_rows: int) -> int:
-        # Per key block: Sᵀ (then P) or dPᵀ (then dS), never both (P is read back from
-        # its 16-bit pairs), those pairs, dK and dV; dq's piece once dS is in shared memory.
+        # Per key block: Sᵀ (then P) or dPᵀ (then dS), those pairs, dK and dV; dq's piece
+        # once dS is in shared memory. ptxas keeps about a half scores tile more (nvcc
+        # 13.0: at 232 registers a thread both 64 x 128 x d64 and 64 x 64 x d128 spill 8
+        # bytes, at 240 neither does), counted here as a second scores tile.
         s_regs, d_regs = self.tile_q // 2, self.head_dim // 2
-        per_block = s_regs + s_regs // 2 + 2 * d_regs
+        per_block = 2 * s_regs + 2 * d_regs
         blocks = self.row_blocks(consumer_rows)
         return max(blocks * per_block, blocks * 2 * d_regs + PIECE_REGS)
 

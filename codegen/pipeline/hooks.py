@@ -197,6 +197,9 @@ class OperatorHooks(ABC):
     #: Registers the producer warpgroup's loads need without a cluster (its setmaxnreg
     #: floor is 24).
     producer_loads_regs: int = 24
+    #: Whether ptxas was seen to give the consumers' code the registers setmaxnreg raises
+    #: them to, past the entry's cap (see ``PipelineLayout.register_cap``).
+    consumers_past_entry_cap: bool = False
     #: Grid axes along which the operator's loads and tiles are lowered for thread-block
     #: clusters (its operand tiles cut into multicast slices).
     cluster_axes: tuple[str, ...] = ()

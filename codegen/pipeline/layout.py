@@ -286,9 +286,15 @@ class PipelineLayout:
         block's threads; setmaxnreg moves registers between warpgroups at run time, but
         ptxas allocates the consumer code within the entry cap (nvcc 13.0: a 512-thread
         kernel with a 128-register MMA accumulator fails with C7602 "Insufficient
-        registers (128)").
+        registers (128)"). Not always: where the operator's hooks say so
+        (``consumers_past_entry_cap``), the consumers may use their setmaxnreg budget (nvcc
+        13.0: the attention backward of two 64-key consumers at head_dim 128, 384 threads,
+        uses R0-R229 after its setmaxnreg to 240, no spill).
         """
-        per_thread = min(self.device.regs_per_thread_max, REGISTER_FILE // self.structure.threads)
+        s = self.structure
+        if self.hooks.consumers_past_entry_cap and s.warp_specialized:
+            return s.sprogram.roles.consumer_regs
+        per_thread = min(self.device.regs_per_thread_max, REGISTER_FILE // s.threads)
         return per_thread // 8 * 8
 
     # ----- what the skeleton cannot lower --------------------------------------------

@@ -26,11 +26,14 @@ class PropagateError(ValueError):
 
 @dataclass(frozen=True)
 class Tensor:
-    """A tensor of the graph: global workload tensors, shared staging tiles, registers."""
+    """A tensor of the graph: global workload tensors, shared staging tiles, registers.
+    ``reuses``: a register tensor made, a piece at a time, in the registers of another
+    that is dead by then (it takes no registers beside it)."""
 
     name: str
     dtype: str
     space: MemorySpace
+    reuses: str | None = None
 
 
 @dataclass(frozen=True)

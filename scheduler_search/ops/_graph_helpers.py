@@ -63,6 +63,7 @@ def stask(
     )
 
 
-def tensors(**spaces: tuple[str, str]) -> dict[str, Tensor]:
-    """``tensors(a=("float16", "global"), ...)`` -> name -> Tensor."""
-    return {name: Tensor(name, dtype, space) for name, (dtype, space) in spaces.items()}  # type: ignore[arg-type]
+def tensors(**spaces: tuple[str, ...]) -> dict[str, Tensor]:
+    """``tensors(a=("float16", "global"), ...)`` -> name -> Tensor; a third element names
+    the dead tensor whose registers a register tensor reuses."""
+    return {name: Tensor(name, *fields) for name, fields in spaces.items()}  # type: ignore[arg-type]

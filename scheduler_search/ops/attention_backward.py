@@ -184,10 +184,9 @@ def _backward_tensors(dt: str) -> dict:
         q_s=(dt, "shared"), k_s=(dt, "shared"), v_s=(dt, "shared"), do_s=(dt, "shared"),
         o_s=(dt, "shared"), lse_s=("float32", "shared"), delta_s=("float32", "shared"),
         ds_s=(dt, "shared"), st=("float32", "register"), dpt=("float32", "register"),
-        # dq's part is made a 64-column piece at a time after the scores and dS are dead;
-        # counted as live beside them it would take a register budget it never holds, so
-        # the model books its pieces where dS waits for them, in shared memory.
-        dq_part=("float32", "shared"),
+        # dq's part is made a 64-column piece at a time after the scores are dead, in
+        # their registers (a piece of 64 queries is as big as the scores of 64 keys).
+        dq_part=("float32", "register", "st"),
         dv_acc=("float32", "register"), dk_acc=("float32", "register"),
         dkv_r=(dt, "register"),
     )

@@ -180,8 +180,17 @@ def smem_plan(sprogram: ScheduleLike, graph: STaskGraph, plan: TilePlan) -> Smem
                                      f"{stream}_full", f"{stream}_empty"))
     buffers = [BufferRegions(tile(t), f"{t.name}_full", f"{t.name}_empty")
                for t in async_loads if t.phase == "prologue"]
-    # Shared tiles the consumers write themselves (a relayout of a loaded one).
-    consumer_tiles = [tile(t) for t in graph.stasks if t.kind is not STaskKind.LOAD
+    # Shared tiles the consumers write themselves (a relayout of a loaded one), each
+    # consumer only its own rows of them.
+    rows_along, rows_mine = row_axis(sprogram, graph), rows_per_consumer(sprogram, graph)
+
+    def own_tile(task: STask) -> StagedTile:
+        size = _staged_bytes(graph, task.output.tensor)
+        if rows_along in task.output.axes:
+            size = size * rows_mine // graph.step(rows_along)
+        return StagedTile(task.name, size)
+
+    consumer_tiles = [own_tile(t) for t in graph.stasks if t.kind is not STaskKind.LOAD
                       and graph.tensors[t.output.tensor].space == "shared"]
     (store,) = [t for t in graph.phase_tasks("epilogue") if t.kind is STaskKind.STORE]
     split_k = SplitKRegions("part", "part_full", "part_free") if sprogram.split_k else None
@@ -225,7 +234,8 @@ def _consumer_registers(sprogram: SProgram, graph: STaskGraph, plan: TilePlan) -
     register_tensors = {
         n
         for n, t in graph.tensors.items()
-        if t.space == "register" and (n in loop_outputs or n not in epilogue_outputs)
+        if t.space == "register" and t.reuses is None
+        and (n in loop_outputs or n not in epilogue_outputs)
     }
     # Loads done by the consumers themselves land in registers, not shared memory.
     for task in graph.stasks:

@@ -16,12 +16,15 @@ import pytest
 from kernel_checks import assert_compile_clean
 from schedule_samples import sample_schedules
 
-from codegen import render, unsupported
+from codegen import feasibility, render, unsupported
 from codegen.artifact import TensorArg, WorkspaceArg
 from codegen.nvcc import nvcc_path
+from codegen.render import lowering
 from scheduler_search.hardware import get_device
 from scheduler_search.ops import parse_spec
-from scheduler_search.sprogram import plan_sprogram
+from scheduler_search.space import ScheduleSpace
+from scheduler_search.sprogram import check_valid, plan_sprogram
+from scheduler_search.sprogram.validate import smem_plan
 
 H200 = get_device("h200")
 BASE = dict(batch=2, heads=8, kv_heads=2, seq_q=512, seq_kv=512, head_dim=128, causal=True,
@@ -46,6 +49,40 @@ def test_sampled_backward_kernels_compile_without_spills() -> None:
                     for sp in sample_schedules(spec, H200, 2, seed=2)]
     reports = assert_compile_clean(sources)
     assert all(r.registers <= 248 for r in reports)
+
+
+def _two_consumers_of_64_keys(params: dict) -> list:
+    """The space's schedules with a 128-key tile split between two consumer warpgroups."""
+    spec = parse_spec("attention_backward", params)
+    space = ScheduleSpace(spec, H200, feasibility("attention_backward", H200))
+    candidates, _ = space.enumerate()
+    return [c.sprogram for c in candidates if c.sprogram.choices["tile_kv"] == 128
+            and c.sprogram.roles.consumer_warpgroups == 2]
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_head_dim_128_offers_two_consumers_of_64_keys_within_their_setmaxnreg() -> None:
+    """Past the 168 registers of 384 threads' entry: only at the consumers' 240 (the
+    producer at 24), where ptxas fits them without a spill."""
+    params = {**BASE, "causal": False, "layout": "bhsd"}
+    sprograms = _two_consumers_of_64_keys(params)
+    assert sprograms
+    assert {sp.roles.consumer_regs for sp in sprograms} == {240}
+    spec = parse_spec("attention_backward", params)
+    reports = assert_compile_clean([render(sp, spec, H200).source for sp in sprograms[:2]])
+    assert all(r.registers == 168 for r in reports)
+
+
+def test_the_validator_admits_the_bytes_the_backward_kernel_asks_for() -> None:
+    """Each consumer stages only its rows of dS; dq's pieces live in registers."""
+    for params in WORKLOADS:
+        spec = parse_spec("attention_backward", params)
+        for sp in sample_schedules(spec, H200, 4, seed=3):
+            graph = spec.graph(sp.tile)
+            admitted = smem_plan(sp, graph, graph.plan)
+            kernel = lowering(sp, H200).layout.smem
+            assert sorted(admitted.sizes.values()) == sorted(kernel.sizes.values())
+            assert check_valid(sp, spec, H200).smem_bytes == kernel.dynamic_bytes
 
 
 def _host_program(source: str, heaviest_first: bool) -> str:
