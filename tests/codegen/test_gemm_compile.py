@@ -22,27 +22,30 @@ from scheduler_search.ops.suites import GEMM_SHAPES
 pytestmark = pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
 
 DEVICE = get_device("h200")
-PER_CASE = 3  # 8 shapes x 2 layouts x 2 dtypes x 3 = 96 schedules (a minute of nvcc)
+PER_CASE = 3  # 8 shapes x 2 layouts x 3 = 48 schedules (half a minute of nvcc)
 SEED = 2026
+#: fp16 and bf16 kernels differ only in their conversions: each (shape, layout) takes
+#: one, the two alternating over the shapes, so both meet every layout.
+DTYPES = ("float16", "bfloat16")
 
 
 def _sample() -> list[tuple[str, str, str]]:
     """(case, choices, source) for every sampled schedule."""
     out = []
-    for m, n, k in GEMM_SHAPES:
-        for layout in ("kn", "nk"):
-            for dtype in ("float16", "bfloat16"):
-                spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
-                for sprogram in sample_schedules(spec, DEVICE, PER_CASE, seed=SEED):
-                    source = render(sprogram, spec, DEVICE).source
-                    out.append((f"{m}x{n}x{k}-{dtype}-{layout}", str(sprogram.choices), source))
+    for index, (m, n, k) in enumerate(GEMM_SHAPES):
+        for turn, layout in enumerate(("kn", "nk")):
+            dtype = DTYPES[(index + turn) % 2]
+            spec = GemmSpec(m=m, n=n, k=k, dtype=dtype, b_layout=layout)
+            for sprogram in sample_schedules(spec, DEVICE, PER_CASE, seed=SEED):
+                source = render(sprogram, spec, DEVICE).source
+                out.append((f"{m}x{n}x{k}-{dtype}-{layout}", str(sprogram.choices), source))
     return out
 
 
 @pytest.mark.slow
 def test_sampled_gemm_schedules_compile_without_spills() -> None:
     sample = _sample()
-    assert len(sample) >= 90
+    assert len(sample) >= 45
     assert len({src for _, _, src in sample}) == len(sample)
     workers = max(2, os.cpu_count() or 2)
     with ThreadPoolExecutor(workers) as pool:

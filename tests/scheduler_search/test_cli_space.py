@@ -31,6 +31,8 @@ GEMM_ARGS = ["--m", "4096", "--n", "4096", "--k", "4096", "--dtype", "float16"]
 #: prunes more tiles early (the suite workloads' spaces are counted in test_space.py).
 ATTENTION_ARGS = ["--batch", "1", "--heads", "8", "--kv-heads", "8", "--seq", "256",
                   "--head-dim", "128", "--causal"]
+#: A slice of that space (1/32 of its tiles) for the tests that need a walk, not its size.
+ATTENTION_SLICE = ["tile_q=128", "tile_kv=128"]
 MAMBA2_ARGS = ["--batch", "1", "--seqlen", "256", "--nheads", "8", "--headdim", "64",
                "--dstate", "64", "--ngroups", "1", "--chunk-size", "64"]
 MAMBA2 = {"batch": 1, "seqlen": 256, "nheads": 8, "headdim": 64, "dstate": 64, "ngroups": 1,
@@ -91,7 +93,7 @@ def check_top_entry(entry: dict[str, Any], rank: int, op: str, params: dict[str,
 #: The suite workloads' spaces are counted whole in test_space.py.
 FIXED: dict[str, dict[str, Any]] = {
     "gemm": {"warp_specialized": True, "consumer_warpgroups": 2, "tile_k": 32,
-             "persistent": True},
+             "persistent": True, "cluster_size": 1},
     "mamba2_chunk_state": {"persistent": False},
 }
 
@@ -144,7 +146,9 @@ def test_a_knob_fixed_that_the_space_lacks_is_refused_by_name(
 
 
 def test_space_table(capsys: pytest.CaptureFixture[str]) -> None:
-    small = ["--m", "64", "--n", "64", "--k", "64"]
+    # The slice without split-K, stream-K and clusters: 1/63 of the 36M points to walk.
+    small = ["--m", "64", "--n", "64", "--k", "64", "--fix", "split_k=1", "stream_k=0",
+             "cluster_size=1"]
     code, out, err = run_cli(capsys, "gemm", *small, "--top", "2")
     assert code == 0 and err == ""
     lines = out.splitlines()
@@ -160,7 +164,8 @@ def test_space_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_top_zero_prints_only_the_counts(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "attention", *ATTENTION_ARGS, "--top", "0")
+    code, out, _ = run_cli(capsys, "attention", *ATTENTION_ARGS, "--top", "0",
+                           "--fix", *ATTENTION_SLICE)
     assert code == 0
     assert "schedules:" in out and "by the cost model" not in out
 
@@ -240,8 +245,8 @@ def test_console_script_entry_point() -> None:
     executable = Path(sys.executable).with_name("pipetune")
     if not executable.exists():
         pytest.skip(f"no pipetune console script beside {sys.executable}")
-    # The smallest space of the suite's workloads (the command walks all of it).
-    argv = ["space", "attention", *ATTENTION_ARGS, "--json", "--top", "1"]
+    argv = ["space", "attention", *ATTENTION_ARGS, "--json", "--top", "1",
+            "--fix", *ATTENTION_SLICE]
     result = subprocess.run(
         [str(executable), *argv], cwd=ROOT, capture_output=True, text=True, timeout=120
     )

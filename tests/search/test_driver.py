@@ -211,15 +211,17 @@ def test_ties_stop_the_search_and_the_first_measured_wins() -> None:
 
 def test_the_simulated_preset_measures_only_valid_points_and_finds_the_models_best() -> None:
     """On the simulated device the cost model's picks find the space's best simulated
-    schedule within a few percent; every trial is a measured, valid schedule."""
+    schedule within a few percent; every trial is a measured, valid schedule. The slice
+    without split-K, stream-K and clusters (1/63 of the whole: a walk of 4 s, not 50)."""
     from scheduler_search.cost_model import shipped_calibration
     from scheduler_search.search import SIMULATED
     from workers import Job, SimulatedDevice
 
     spec = parse_spec("gemm", {"m": 64, "n": 64, "k": 64, "dtype": "float16"})
-    space = ScheduleSpace(spec, get_device("sim:h200"))
+    space = ScheduleSpace(spec, get_device("sim:h200"),
+                          fixed={"split_k": 1, "stream_k": 0, "cluster_size": 1})
     candidates, count = space.enumerate()
-    assert count.valid < count.total // 100  # under 1% of this space is valid
+    assert count.valid < count.total // 50  # under 2% of this space is valid
     records: list = []
     result = SearchDriver(
         space, SimulatedDevice("sim:h200", capacity=4),
