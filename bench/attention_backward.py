@@ -11,7 +11,10 @@ kept, and the bf16 case of the same shape uses its schedule. The kept kernel and
 (``torch.autograd.grad`` on SDPA with the backend forced, the forward's time excluded) are
 re-timed in the same worker, interleaved over ``--rounds`` rounds; the kept kernel is
 checked again on every round. ``--deterministic`` measures the kernels whose dq sums run
-in a fixed order. Writes ``--out`` and prints the table with geometric means.
+in a fixed order. ``--twins KNOB ...`` adds each ranked structure at those knobs' other
+options (``order persistent``: the serial twin of an interleaved winner, the persistent
+twin of a one-unit-a-block one), timed in the same search. Writes ``--out`` and prints
+the table with geometric means.
 
     PYTHONPATH=. python3 bench/attention_backward.py --jobs 16 \\
         --out bench/results/attention-backward-2026-12-05.json
@@ -57,9 +60,11 @@ def suite_cases(layouts: list[str], deterministic: bool = False) -> list[dict[st
 
 
 def prepare_case(params: dict[str, Any], device_name: str, top: int,
-                 pool: int) -> dict[str, Any]:
+                 pool: int, twins: tuple[str, ...] = ()) -> dict[str, Any]:
     """One case's candidates: the cost model's ``top`` best distinct structures among its
-    ``pool`` best, each rendered in fp16 and bf16 (a process of its own)."""
+    ``pool`` best, each rendered in fp16 and bf16 (a process of its own); then, for each
+    knob of ``twins``, each of those with that knob's other options where they build
+    (``source`` "twin"), so a choice the model ranks apart is timed side by side."""
     from codegen import feasibility
     from scheduler_search.hardware import get_device
     from scheduler_search.ops import parse_spec
@@ -75,7 +80,28 @@ def prepare_case(params: dict[str, Any], device_name: str, top: int,
         if key not in seen and len(chosen) < top:
             seen.add(key)
             chosen.append(rendered_per_dtype("cost model", item.sprogram, specs, device))
+    chosen += twin_candidates(space, [c["float16"]["choices"] for c in chosen], twins,
+                              specs, device)
     return {"params": specs["float16"].params(), "candidates": chosen}
+
+
+def twin_candidates(space: Any, ranked: list[dict[str, Any]], twins: tuple[str, ...],
+                    specs: dict[str, Any], device: Any) -> list[dict[str, Any]]:
+    """Each of ``ranked`` with one knob of ``twins`` at another of its options, where the
+    space builds it and it is not among the candidates already."""
+    options = {k.name: k.options for k in space.knobs}
+    seen = {tuple(sorted(c.items())) for c in ranked}
+    out = []
+    for choices in ranked:
+        for knob in twins:
+            for value in options.get(knob, ()):
+                twin = {**choices, knob: value}
+                sprogram, validity = space.build(twin)
+                key = tuple(sorted(sprogram.choices.items()))
+                if validity.ok and key not in seen:
+                    seen.add(key)
+                    out.append(rendered_per_dtype("twin", sprogram, specs, device))
+    return out
 
 
 def measure_case(pool: Any, case: dict[str, Any], quick: Any, final: Any,
@@ -140,8 +166,8 @@ def run(args: argparse.Namespace) -> None:
     wanted = [p for p in suite_cases(args.layouts, args.deterministic)
               if not args.only or any(case_name(p).startswith(s) for s in args.only)]
     with ProcessPoolExecutor(max_workers=args.jobs) as processes:
-        futures = [processes.submit(prepare_case, p, args.device, args.top, args.pool)
-                   for p in wanted]
+        futures = [processes.submit(prepare_case, p, args.device, args.top, args.pool,
+                                    tuple(args.twins)) for p in wanted]
         quick, final = timing_configs()
         results: list[dict[str, Any]] = []
         with LocalGpuPool(compiler=ParallelCompiler(cache_dir=args.cache),
@@ -174,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=30.0)
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--twins", nargs="*", default=[], metavar="KNOB",
+                        help="also time each structure with these knobs' other options "
+                             "(e.g. order persistent)")
     parser.add_argument("--deterministic", action="store_true",
                         help="dq summed in a fixed order (the spec's deterministic field)")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])

@@ -8,7 +8,8 @@
 #                the fp32 reference; the pipeline tuned from an empty cache serving the
 #                drop-in; the training checks);
 #   backward     bench/attention_backward.py over the suite's shapes in LAYOUTS (default
-#                bhsd, what the training bench pairs with the forward's results);
+#                bhsd, what the training bench pairs with the forward's results), with
+#                each structure's twins at the knobs TWINS names (e.g. "order persistent");
 #   training     bench/attention_training.py: forward plus backward of one layer against
 #                SDPA (cuDNN), on the kernels the suites kept (FORWARD_RESULTS and the
 #                backward step's results);
@@ -50,8 +51,9 @@ for name in $STEPS; do
       ;;
     backward)
       step "bench/attention_backward.py ($LAYOUTS)"
-      # shellcheck disable=SC2086  # LAYOUTS is a list
+      # shellcheck disable=SC2086  # LAYOUTS and TWINS (knobs, may be empty) are lists
       timeout "$CAP" python3 bench/attention_backward.py --jobs "$(nproc)" --layouts $LAYOUTS \
+        --twins ${TWINS:-} \
         --out "$OUT/attention-backward.json" > "$OUT/backward.log" 2>&1
       echo "exit $?"; tail -30 "$OUT/backward.log"
       ;;

@@ -30,3 +30,22 @@ def test_a_causal_case_s_candidates_are_distinct_and_rendered_in_both_dtypes() -
         assert fp16["artifact"]["op"] == "attention_backward"
         assert fp16["artifact"]["params"]["dtype"] == "float16"
         assert bf16["artifact"]["params"]["dtype"] == "bfloat16"
+
+
+def test_twins_time_each_structure_at_the_knob_s_other_options() -> None:
+    """``--twins order persistent``: every ranked structure also with the other loop order
+    and the other tile loop, where those build, each once."""
+    params = next(p for p in suite_cases(["bhsd"]) if not p["causal"] and p["head_dim"] == 64)
+    prepared = prepare_case(params, "h200", top=2, pool=50, twins=("order", "persistent"))
+    ranked = [c for c in prepared["candidates"] if c["source"] == "cost model"]
+    twins = [c for c in prepared["candidates"] if c["source"] == "twin"]
+    assert len(ranked) == 2 and twins
+    keys = [tuple(sorted(c["float16"]["choices"].items())) for c in prepared["candidates"]]
+    assert len(set(keys)) == len(keys)
+    for twin in twins:
+        choices = twin["float16"]["choices"]
+        assert any(sum(choices.get(k) != r["float16"]["choices"].get(k)
+                       for k in set(choices) | set(r["float16"]["choices"])) == 1
+                   for r in ranked)
+    assert {c["float16"]["choices"]["order"] for c in prepared["candidates"]} == {
+        "serial", "interleave"}
