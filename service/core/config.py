@@ -53,6 +53,9 @@ class Settings(BaseSettings):
             serves when it starts (worker processes, CUDA contexts, compile pools) and
             warm them with a small GEMM kernel and its baseline per 16-bit type, so the
             first run after a restart does not wait for them.
+        local_pool_idle_s: in-process tunes (``pipetune.tune``, ``pipetune tune``) share
+            their GPU workers and compile processes; they stop this long after the last
+            tune ends (0: when each tune ends), so the next tune starts warm.
         cost_model_seeds: on a GPU, the cost model's best distinct structures measured
             first (computed in another process while the search starts; 0: off).
         calibrate: fit the cost model to each GPU run's measurements and rank later runs
@@ -112,6 +115,7 @@ class Settings(BaseSettings):
     warm_start: int = Field(default=4, ge=0, le=64)
     gpu_batch_size: int = Field(default=0, ge=0, le=256)
     warm_executors: bool = True
+    local_pool_idle_s: float = Field(default=60.0, ge=0, le=86_400)
     cost_model_seeds: int = Field(default=16, ge=0, le=256)
     calibrate: bool = True
     api_threads: int = Field(default=40, ge=1, le=1000)

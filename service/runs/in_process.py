@@ -59,51 +59,57 @@ def tune_in_process(
     """
     from service.core.config import get_settings
     from service.core.db import Database
+    from service.main import quiet_optuna
+    from service.runs.shared_executors import in_process_executors
+
+    quiet_optuna()
+    settings = get_settings(database_url=database_url)
+    db = Database(settings.database_url)
+    try:
+        with in_process_executors(settings, gpu_pool_factory) as executors:
+            return _tune_with(request, settings, db, executors, progress)
+    finally:
+        db.dispose()
+
+
+def _tune_with(request: TuneRequest, settings: Any, db: Any, executors: Any,
+               progress: bool) -> LocalAnswer:
+    """:func:`tune_in_process` on the cache's database with the tune's executors."""
     from service.db import repositories as repo
     from service.db import schema
-    from service.main import quiet_optuna
-    from service.runs.executors import ExecutorRegistry
     from service.runs.manager import RunManager
     from service.runs.pipelines import PipelineTuneInput
     from service.runs.tune import RangeTuneInput, prepare_any
     from service.schemas import RunPublic, SchedulePublic
 
-    quiet_optuna()
-    settings = get_settings(database_url=database_url)
-    db = Database(settings.database_url)
-    executors = ExecutorRegistry.from_settings(settings, gpu_pool_factory)
-    try:
-        schema.migrate(db)
-        tune = prepare_any(request, settings)
-        manager = RunManager(db, settings, executors)
-        manager.recover()  # a run left `running` by a killed tune must not be waited on
-        if isinstance(tune, RangeTuneInput):
-            return _tune_range_in_process(manager, db, tune, progress)
-        if isinstance(tune, PipelineTuneInput):
-            return _tune_pipeline_in_process(manager, db, tune, progress)
-        submitted = manager.submit(tune)
-        if submitted.served is not None:  # an exact size a tuned range holds
-            schedule = SchedulePublic.of_range(submitted.served)
-            found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
-            return LocalAnswer(True, schedule, found_by, _kernel(db, schedule.kernel_hash))
-        if submitted.schedule is not None:
-            schedule = SchedulePublic.of(submitted.schedule)
-            found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
-            return LocalAnswer(True, schedule, found_by, _kernel(db, schedule.kernel_hash))
-        assert submitted.run is not None
-        run_row = _follow(manager, submitted.run.id, tune.trials, progress)
-        run = RunPublic.of(run_row)
-        found = None
-        if run.best is not None:  # succeeded, or cancelled with its best kept
-            with repo.session_scope(db.sessions) as session:
-                row = repo.find_schedule(session, workload_id=run_row.workload_id,
-                                         device_id=run_row.device_id)
-                found = SchedulePublic.of(row) if row is not None else None
-        kernel = _kernel(db, found.kernel_hash) if found is not None else None
-        return LocalAnswer(False, found, run, kernel)
-    finally:
-        executors.close()
-        db.dispose()
+    schema.migrate(db)
+    tune = prepare_any(request, settings)
+    manager = RunManager(db, settings, executors)
+    manager.recover()  # a run left `running` by a killed tune must not be waited on
+    if isinstance(tune, RangeTuneInput):
+        return _tune_range_in_process(manager, db, tune, progress)
+    if isinstance(tune, PipelineTuneInput):
+        return _tune_pipeline_in_process(manager, db, tune, progress)
+    submitted = manager.submit(tune)
+    if submitted.served is not None:  # an exact size a tuned range holds
+        schedule = SchedulePublic.of_range(submitted.served)
+        found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
+        return LocalAnswer(True, schedule, found_by, _kernel(db, schedule.kernel_hash))
+    if submitted.schedule is not None:
+        schedule = SchedulePublic.of(submitted.schedule)
+        found_by = RunPublic.of(submitted.run) if submitted.run is not None else None
+        return LocalAnswer(True, schedule, found_by, _kernel(db, schedule.kernel_hash))
+    assert submitted.run is not None
+    run_row = _follow(manager, submitted.run.id, tune.trials, progress)
+    run = RunPublic.of(run_row)
+    found = None
+    if run.best is not None:  # succeeded, or cancelled with its best kept
+        with repo.session_scope(db.sessions) as session:
+            row = repo.find_schedule(session, workload_id=run_row.workload_id,
+                                     device_id=run_row.device_id)
+            found = SchedulePublic.of(row) if row is not None else None
+    kernel = _kernel(db, found.kernel_hash) if found is not None else None
+    return LocalAnswer(False, found, run, kernel)
 
 
 def _tune_range_in_process(manager: RunManager, db: Any, tune: Any,
