@@ -265,14 +265,29 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
           ": 0; }  // the first query tile that sees key kv0")
         c("__device__ __forceinline__ int trips_per_head(int kv0) { return Q_TILES - "
           "first_q_tile(kv0); }")
+        self._trip_order(c)
         c("__device__ __forceinline__ int trip_head(int trip, int kv0, int heads0) { return "
-          "heads0 * GROUP + trip / trips_per_head(kv0); }  // the trip's query head")
+          "heads0 * GROUP + trip_order(trip, kv0) / trips_per_head(kv0); }  // the trip's "
+          "query head")
         c("__device__ __forceinline__ int trip_q0(int trip, int kv0) { return (first_q_tile(kv0) "
-          "+ trip % trips_per_head(kv0)) * TILE_Q; }  // the trip's first query")
+          "+ trip_order(trip, kv0) % trips_per_head(kv0)) * TILE_Q; }  // the trip's first "
+          "query")
         c(f'static_assert(ROW_BLOCKS * 64 == CONSUMER_ROWS, "{mma} m64 blocks");')
         c("")
         self.register_math.constants(c)
         self._tile_constants(c)
+
+    def _trip_order(self, code: Code) -> None:
+        """Which of the key tile's (query head, query tile) pairs a trip works on: in order,
+        or (``raster_stagger``) starting the key tile's index in and wrapping around, so
+        the key tiles of one head, running side by side, add to different query tiles'
+        dq at any moment rather than all to the same rows at once."""
+        c = code
+        if not self.structure.sprogram.raster.stagger:
+            c("__device__ __forceinline__ int trip_order(int trip, int) { return trip; }")
+            return
+        c("__device__ __forceinline__ int trip_order(int trip, int kv0) { return (trip + kv0 "
+          "/ TILE_KV) % (GROUP * trips_per_head(kv0)); }  // staggered by the key tile")
 
     def _tile_constants(self, code: Code) -> None:
         c = code

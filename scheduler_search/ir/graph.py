@@ -55,6 +55,9 @@ class STaskGraph:
             of a tile that packs heads (the chunk state's dt and dA, one tile a head).
         side_row_bytes: bytes written beside each output row (attention's fp32
             log-sum-exp): a TMA store stages them with the output tile.
+        shared_sums: global tensors every output tile adds parts to inside its loop, in
+            any order (the attention backward's dq workspace): tiles running side by side
+            may walk their loops from different trips (``raster_stagger``).
     """
 
     op: str
@@ -68,6 +71,7 @@ class STaskGraph:
     causal_pairs: tuple[tuple[str, str], ...] = ()
     copies: Mapping[str, int] = field(default_factory=dict)
     side_row_bytes: int = 0
+    shared_sums: tuple[str, ...] = ()
 
     def staged_elements(self, tensor: str) -> int:
         """Elements a block keeps of ``tensor``: its tile, times its :attr:`copies`."""

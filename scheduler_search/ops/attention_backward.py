@@ -128,6 +128,9 @@ class AttentionBackwardSpec(AttentionShape):
             # Key tile j is seen by queries i >= j: as many trips per tile as the forward's
             # query tiles, in the mirrored order.
             causal_pairs=(("kv", "q"),) if self.causal else (),
+            # Every key tile adds to every query tile's dq: in any order, unless dq is to
+            # be summed in key-tile order.
+            shared_sums=() if self.deterministic else ("dq_acc",),
         )
 
 

@@ -139,4 +139,4 @@ def rank_top(
 def _raster(order: dict) -> Raster:
     """The tile order the order knobs' choices ``order`` name."""
     return Raster(order.get("raster_major", ""), order.get("raster_swizzle", 1),
-                  order.get("raster_heaviest_first", False))
+                  order.get("raster_heaviest_first", False), order.get("raster_stagger", False))

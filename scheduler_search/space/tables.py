@@ -236,4 +236,6 @@ def knob_table(spec: OperatorSpec, device: Device) -> list[Knob]:
     knobs.append(Knob("raster_swizzle", _SWIZZLES, structural=False))
     if graph.causal_pairs:
         knobs.append(Knob("raster_heaviest_first", (False, True), structural=False))
+    if graph.shared_sums:
+        knobs.append(Knob("raster_stagger", (False, True), structural=False))
     return knobs

@@ -28,7 +28,9 @@ Choice keys:
     ``map_<stask>``: the sEU of an sTask that more than one sEU can run;
         ``map_vector_loads`` maps every load of a 1-D tile (dt, dA) at once.
     ``raster_major``, ``raster_swizzle``: tile order over the grid;
-        ``raster_heaviest_first`` (causal grids): the heaviest tiles first across it.
+        ``raster_heaviest_first`` (causal grids): the heaviest tiles first across it;
+        ``raster_stagger`` (sums shared by tiles, in any order): each tile's loop starts
+        its index's worth of trips in.
     ``persistent``: one block per SM looping over tiles, or one block per tile.
     ``cluster_size``, ``cluster_axis``: blocks of neighbouring tiles along the axis run as
         one thread-block cluster, and the loads whose tile they share are multicast.
@@ -253,12 +255,16 @@ def resolve_choices(spec: OperatorSpec, device: Device, choices: dict[str, Any])
         major=str(choices.get("raster_major", graph.spatial_axes[0])),
         swizzle=int(choices.get("raster_swizzle", 1)),
         heaviest_first=bool(choices.get("raster_heaviest_first", False)),
+        stagger=bool(choices.get("raster_stagger", False)),
     )
     if raster.major not in graph.spatial_axes + tuple(graph.grid_axes):
         raise ScheduleError(f"raster_major: {raster.major!r} is not an axis of the grid")
     if raster.heaviest_first and not graph.causal_pairs:
         raise ScheduleError("raster_heaviest_first: every tile of this grid carries the same "
                             "work (no causal mask)")
+    if raster.stagger and not graph.shared_sums:
+        raise ScheduleError("raster_stagger: no tile of this kernel adds to a sum other tiles "
+                            "add to in any order")
     return Decisions(
         graph=graph,
         tile=dict(graph.tile),

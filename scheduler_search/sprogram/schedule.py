@@ -130,11 +130,15 @@ class Raster:
     operands in L2; or, ``heaviest_first``, where tiles further along the causal row
     axis carry more work (causal attention, the chunk scan), every tile of that axis's
     last index first, across all the other axes, then the next index back (the longest
-    tiles start first and the shortest fill the last wave)."""
+    tiles start first and the shortest fill the last wave). ``stagger`` orders each
+    tile's loop: it starts as many trips in as the tile's index along the first spatial
+    axis, wrapping around, so tiles side by side add to different rows of a shared sum
+    at any moment, not all to the same ones at once."""
 
     major: str
     swizzle: int = 1
     heaviest_first: bool = False
+    stagger: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,8 +263,9 @@ class SProgram:
         for optional in ("cluster", "stream_k", "runtime_dims", "swap_ab", "split_k"):
             if not data[optional]:
                 del data[optional]
-        if not self.raster.heaviest_first:  # schedules from before the choice keep their hash
-            del data["raster"]["heaviest_first"]
+        for choice in ("heaviest_first", "stagger"):  # schedules from before keep their hash
+            if not getattr(self.raster, choice):
+                del data["raster"][choice]
         if self.split_k is not None:
             data["split_k"] = self.split_k.to_dict()
         return json.loads(json.dumps(data))

@@ -57,21 +57,25 @@ def _cases() -> list[tuple[str, object, object]]:
                 f"{dtype}{'-deterministic' if deterministic else ''}")
         sampled = list(sample_schedules(spec, DEVICE, SAMPLES_PER_CASE, seed=7))
         cases += [(name, spec, sp) for sp in sampled]
-        cases += [(f"{name}-interleave", spec, sp) for sp in _interleaved(spec, sampled)]
+        cases += [(f"{name}-interleave", spec, sp)
+                  for sp in _twins(spec, sampled, {"order": "interleave", "tile_q": 64})]
+        if not deterministic:
+            cases += [(f"{name}-stagger", spec, sp)
+                      for sp in _twins(spec, sampled, {"raster_stagger": True})]
     return cases
 
 
-def _interleaved(spec: object, sampled: list) -> list:
-    """The sampled schedules in the ``interleave`` order (64 queries a trip, where the
-    registers allow it), so that every run checks that order too."""
+def _twins(spec: object, sampled: list, change: dict) -> list:
+    """The sampled schedules with ``change`` (the ``interleave`` order at 64 queries a
+    trip, where the registers allow it; each key tile's trips staggered), so that every
+    run checks those choices too."""
     from codegen import unsupported
     from scheduler_search.sprogram import ScheduleError, plan_sprogram
 
     found = {}
     for sprogram in sampled:
         try:
-            planned = plan_sprogram(spec, DEVICE, {**sprogram.choices, "order": "interleave",
-                                                   "tile_q": 64})
+            planned = plan_sprogram(spec, DEVICE, {**sprogram.choices, **change})
         except ScheduleError:
             continue
         if unsupported(planned, DEVICE) is None:

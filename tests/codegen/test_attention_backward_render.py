@@ -85,10 +85,10 @@ def test_the_validator_admits_the_bytes_the_backward_kernel_asks_for() -> None:
             assert check_valid(sp, spec, H200).smem_bytes == kernel.dynamic_bytes
 
 
-def _host_program(source: str, heaviest_first: bool) -> str:
+def _host_program(source: str, heaviest_first: bool, stagger: bool = False) -> str:
     """The kernel's constants, integer helpers and raster, with a host ``main`` that walks
     the tiles in the raster's order and every key tile's trips as the loads and the dq
-    reduction do."""
+    reduction do (staggered: at each trip, a head's key tiles at different pairs)."""
     lines = [line for line in source.splitlines()
              if re.match(r"(constexpr (int|bool) |__device__ __forceinline__ int )", line)]
     raster = re.search(r"^__device__ __forceinline__ void tile_origin\(.*?^}$", source,
@@ -98,6 +98,7 @@ def _host_program(source: str, heaviest_first: bool) -> str:
         "#include <algorithm>", "#include <cstdio>", "#include <vector>",
         "#define __device__", "#define __forceinline__ inline",
         f"constexpr bool HEAVIEST_FIRST = {str(heaviest_first).lower()};",
+        f"constexpr bool STAGGERED = {str(stagger).lower()};",
         "using std::max; using std::min;", *lines, raster.group(0), r"""
 int main() {
   std::vector<int> tiles(TILES_KV * TILES_BATCH * TILES_HEADS, 0);
@@ -112,6 +113,14 @@ int main() {
     if (HEAVIEST_FIRST && trips > last_trips) { puts("lighter tile first"); return 1; }
     last_trips = trips;
   }
+  if (STAGGERED && !CAUSAL)
+    for (int trip = 0; trip < GROUP * Q_TILES; ++trip)
+      for (int j = 1; j < min(KV_TILES, GROUP * Q_TILES); ++j)
+        for (int i = 0; i < j; ++i)
+          if (trip_head(trip, j * TILE_KV, 0) == trip_head(trip, i * TILE_KV, 0)
+              && trip_q0(trip, j * TILE_KV) == trip_q0(trip, i * TILE_KV)) {
+            puts("two key tiles at one pair"); return 1;
+          }
   std::vector<int> seen(KV_TILES * HEADS * Q_TILES, 0), adders(HEADS * Q_TILES, 0);
   for (int heads0 = 0; heads0 < KV_HEADS; ++heads0)
     for (int j = 0; j < KV_TILES; ++j) {
@@ -139,6 +148,7 @@ int main() {
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+@pytest.mark.parametrize("stagger", [False, True])
 @pytest.mark.parametrize("params", [
     BASE,
     {**BASE, "seq_q": 300, "seq_kv": 700},
@@ -146,15 +156,17 @@ int main() {
     {**BASE, "causal": False, "seq_q": 200, "seq_kv": 130},
 ])
 def test_raster_and_trips_visit_each_tile_and_attended_pair_once(
-        params: dict, tmp_path: Path) -> None:
-    """... and, causal with ``raster_heaviest_first``, no tile before a heavier one."""
+        params: dict, stagger: bool, tmp_path: Path) -> None:
+    """... and, causal with ``raster_heaviest_first``, no tile before a heavier one; with
+    ``raster_stagger`` each key tile's walk starts elsewhere and still sees every pair once."""
     spec = parse_spec("attention_backward", params)
     for sample in sample_schedules(spec, H200, 1, seed=4):
         heaviest_first = spec.causal
-        sprogram = plan_sprogram(spec, H200, {**sample.choices,
+        sprogram = plan_sprogram(spec, H200, {**sample.choices, "raster_stagger": stagger,
                                               "raster_heaviest_first": heaviest_first})
         program = tmp_path / f"trips_{sprogram.hash[:8]}.cpp"
-        program.write_text(_host_program(render(sprogram, spec, H200).source, heaviest_first))
+        program.write_text(_host_program(render(sprogram, spec, H200).source, heaviest_first,
+                                         stagger))
         binary = tmp_path / program.stem
         subprocess.run(["g++", "-std=c++17", "-O1", "-o", str(binary), str(program)],
                        check=True, capture_output=True)

@@ -64,3 +64,28 @@ def test_the_space_is_ranked_on_hopper_and_ampere(device: str, head_dim: int) ->
     # No faster than the tensor cores' peak allows.
     tflops = spec.flops() / (best.estimate.latency_us * 1e-6) / 1e12
     assert 0 < tflops <= get_device(device).tensor_tflops("bfloat16")
+
+
+def test_key_tiles_may_stagger_their_trips_unless_dq_is_summed_in_order() -> None:
+    """``raster_stagger`` is a choice where every key tile adds to dq in any order: not
+    for a deterministic dq, nor for a GEMM (no sum shared by tiles); a schedule without
+    it keeps the JSON (and hash) it had before the choice existed."""
+    from scheduler_search.space.tables import knob_table
+    from scheduler_search.sprogram import ScheduleError, plan_sprogram
+
+    h200 = get_device("h200")
+    free = parse_spec("attention_backward", BASE)
+    ordered = parse_spec("attention_backward", {**BASE, "deterministic": True})
+    gemm = parse_spec("gemm", {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16"})
+    offered = [any(k.name == "raster_stagger" for k in knob_table(spec, h200))
+               for spec in (free, ordered, gemm)]
+    assert offered == [True, False, False]
+    choices = {"tile_kv": 128, "tile_q": 64, "stages_q": 2, "stages_do": 2}
+    plain = plan_sprogram(free, h200, choices)
+    staggered = plan_sprogram(free, h200, {**choices, "raster_stagger": True})
+    assert "stagger" not in plain.to_dict()["raster"]
+    assert staggered.to_dict()["raster"]["stagger"] is True
+    assert staggered.hash != plain.hash
+    for spec in (ordered, gemm):
+        with pytest.raises(ScheduleError, match="raster_stagger"):
+            plan_sprogram(spec, h200, {"raster_stagger": True})

@@ -113,9 +113,11 @@ def test_knob_table_layout(op: str, device_name: str) -> None:
     assert names[: len(tiles)] == tiles and tiles
     assert set(tiles) <= {f"tile_{a}" for a in spec.graph({}).extents}
     # Tile order over the grid is the only non-structural choice, asked last; heaviest
-    # tiles first only where tiles differ (a causal mask).
+    # tiles first only where tiles differ (a causal mask), staggered loops only where
+    # tiles add to a shared sum in any order (the backward's dq).
     order = ["raster_major", "raster_swizzle"]
     order += ["raster_heaviest_first"] if spec.graph({}).causal_pairs else []
+    order += ["raster_stagger"] if spec.graph({}).shared_sums else []
     assert [k.name for k in knobs if not k.structural] == order
     assert names[-len(order):] == order
     assert {f"stages_{s}" for s in type(spec).streams} <= set(names)
