@@ -286,8 +286,9 @@ class AttentionBackwardHooks(AttentionFields, OperatorHooks):
         if not self.structure.sprogram.raster.stagger:
             c("__device__ __forceinline__ int trip_order(int trip, int) { return trip; }")
             return
-        c("__device__ __forceinline__ int trip_order(int trip, int kv0) { return (trip + kv0 "
-          "/ TILE_KV) % (GROUP * trips_per_head(kv0)); }  // staggered by the key tile")
+        c("__device__ __forceinline__ int trip_order(int trip, int kv0) { const int trips = "
+          "GROUP * trips_per_head(kv0), t = trip + kv0 / TILE_KV % trips; return t < trips ? "
+          "t : t - trips; }  // staggered by the key tile (the shift's modulo: once a tile)")
 
     def _tile_constants(self, code: Code) -> None:
         c = code

@@ -17,9 +17,11 @@ them). Per trip:
   every consumer's rows are in before any reads them (``mma_dq``: dS is its A);
 - ``mma_dq`` and ``store_dq``: dq's part ``dS K`` in 64 x 64 pieces (a consumer takes
   pieces ``consumer``, ``+ CONSUMERS``, ...), added to the fp32 workspace with
-  ``red.global.add.v2.f32``; a counter per (batch, head, query tile) counts the pieces
-  added, and the warpgroup that adds the last converts the tile's sums to dq (times
-  1/√d) and puts zeros back, so the workspace is left as it was found.
+  ``red.global.add.v4.f32`` (neighbouring lanes swap pairs so each adds four columns of
+  one row; ``.v2``, each lane's own pairs, in the ``interleave`` order); a counter per
+  (batch, head, query tile) counts the pieces added, and the warpgroup that adds the
+  last converts the tile's sums to dq (times 1/√d) and puts zeros back, so the workspace
+  is left as it was found.
 """
 
 from __future__ import annotations
@@ -271,6 +273,17 @@ class BackwardMath:
         if not j:  # else declared with the piece's MMA
             c(f"const int qb = ({self._piece(j)}) / D_PIECES, db = ({self._piece(j)}) % "
               "D_PIECES;")
+        if self.hooks.structure.sprogram.order == "interleave":
+            self._add_pairs(c)
+        else:
+            self._add_quads(c)
+
+    @staticmethod
+    def _add_pairs(code: Code) -> None:
+        """Each lane adds its own pairs, two columns of a row at a time: where other
+        products are still in flight (``interleave``), ptxas 13.0 serialised every MMA of
+        the kernel once a shuffle read the piece's accumulators (C7514)."""
+        c = code
         c("#pragma unroll")
         with c.block("for (int h = 0; h < 2; ++h)"):
             c("const int query = q_first + qb * 64 + warp * 16 + h * 8 + (lane >> 2);")
@@ -280,6 +293,28 @@ class BackwardMath:
                 c("const int col = db * 64 + g * 8 + (lane & 3) * 2;")
                 c(c.call("red_add_f32x2", "dq_rows + (unsigned long long)query * HEAD_DIM "
                          "+ col", "dq_acc[4 * g + 2 * h]", "dq_acc[4 * g + 2 * h + 1]") + ";")
+
+    @staticmethod
+    def _add_quads(code: Code) -> None:
+        """Four columns of a row at a time, half the L2 operations of pairs: a lane and its
+        neighbour (``lane ^ 1``) swap pairs so that the even lane adds four columns of row
+        ``h = 0``, the odd one four of row ``h = 1``."""
+        c = code
+        with c.block(""):
+            c("const bool odd = lane & 1;")
+            c("const int query = q_first + qb * 64 + warp * 16 + (odd ? 8 : 0) + (lane >> 2);")
+            c("float* sums = dq_rows + (unsigned long long)query * HEAD_DIM + db * 64 + "
+              "(lane & 2) * 2;")
+            c("#pragma unroll")
+            with c.block("for (int g = 0; g < 8; ++g)"):
+                c("const float give_x = odd ? dq_acc[4 * g] : dq_acc[4 * g + 2], give_y = odd "
+                  "? dq_acc[4 * g + 1] : dq_acc[4 * g + 3];")
+                c("const float take_x = __shfl_xor_sync(0xffffffffu, give_x, 1), take_y = "
+                  "__shfl_xor_sync(0xffffffffu, give_y, 1);")
+                c("if (query < SEQ_Q) " + c.call(
+                    "red_add_f32x4", "sums + g * 8", "odd ? take_x : dq_acc[4 * g]",
+                    "odd ? take_y : dq_acc[4 * g + 1]", "odd ? dq_acc[4 * g + 2] : take_x",
+                    "odd ? dq_acc[4 * g + 3] : take_y") + ";")
 
     def _finish_tile(self, code: Code) -> None:
         """Count this consumer's pieces in; the warpgroup that counts the tile's last

@@ -38,6 +38,8 @@ CALLS = {
     "ld_shared_u32x4": "{ const uint4 v = ld_shared_u32x4(a); r[0] = v.x ^ v.w; }",
     "st_shared_u32": "st_shared_u32(a, r[0]);",
     "red_add_f32x2": "red_add_f32x2(reinterpret_cast<float*>(out), acc[0], acc[1]);",
+    "red_add_f32x4": "red_add_f32x4(reinterpret_cast<float*>(out), acc[0], acc[1], acc[2], "
+                     "acc[3]);",
     "ld_acquire_u32": "r[0] = ld_acquire_u32(reinterpret_cast<const unsigned int*>(out));",
     "pack_e4m3x4": "r[0] = pack_e4m3x4(f, f, f, f);",
     "byte_perm": "r[0] = byte_perm(r[0], a, 0x5410u);",
