@@ -274,3 +274,69 @@ def test_interleaved_kernels_compile_clean_and_issue_s_and_dp_first() -> None:
     refused = plan_sprogram(wide, H200, {**next(iter(picked.values())).choices,
                                          "tile_kv": 64, "tile_q": 64})
     assert "spill" in (unsupported(refused, H200) or "")
+
+
+def _warp_program(add: str) -> str:
+    """A host program that runs the kernel's text adding one dq piece, ``add``, on 32
+    threads as the lanes of warp 1 (the shuffle a barrier-backed exchange, the reduction
+    a locked add), every accumulator holding the code of its (row, column) as the
+    wgmma fragment places it; it prints ``ok`` when every element of the warp's 16 rows
+    of the piece got exactly its own value, rows past the sequence none."""
+    return "\n".join([
+        "#include <barrier>", "#include <cstdio>", "#include <mutex>", "#include <thread>",
+        "#include <vector>",
+        "constexpr int HEAD_DIM = 128, SEQ_Q = 90, ROWS = 96, q_first = 0, qb = 1, db = 1,",
+        "              warp = 1;",
+        "std::vector<float> dq(ROWS * HEAD_DIM, 0.0f); std::vector<int> adds(ROWS * HEAD_DIM);",
+        "std::mutex lock; std::barrier<> step(32); float slots[32];",
+        "thread_local int lane;",
+        "float __shfl_xor_sync(unsigned, float v, int m) {",
+        "  slots[lane] = v; step.arrive_and_wait(); const float got = slots[lane ^ m];",
+        "  step.arrive_and_wait(); return got; }",
+        "void add(float* at, float v) { const long i = at - dq.data(); dq[i] += v; adds[i]++; }",
+        "void red_add_f32x2(float* at, float x, float y) {",
+        "  std::lock_guard<std::mutex> g(lock); add(at, x); add(at + 1, y); }",
+        "void red_add_f32x4(float* at, float x, float y, float z, float w) {",
+        "  std::lock_guard<std::mutex> g(lock); add(at, x); add(at + 1, y); add(at + 2, z);",
+        "  add(at + 3, w); }",
+        "float code(int row, int col) { return row * 1000.0f + col; }",
+        "void run(int me) {",
+        "  lane = me; float* dq_rows = dq.data(); float dq_acc[32];",
+        "  for (int g = 0; g < 8; ++g) for (int h = 0; h < 2; ++h) for (int e = 0; e < 2; ++e)",
+        "    dq_acc[4 * g + 2 * h + e] = code(q_first + qb * 64 + warp * 16 + h * 8 + (lane >> 2),",
+        "                                     db * 64 + g * 8 + (lane & 3) * 2 + e);",
+        add,
+        "}",
+        "int main() {",
+        "  std::vector<std::thread> lanes;",
+        "  for (int i = 0; i < 32; ++i) lanes.emplace_back(run, i);",
+        "  for (auto& t : lanes) t.join();",
+        "  for (int row = 0; row < ROWS; ++row) for (int col = 0; col < HEAD_DIM; ++col) {",
+        "    const int i = row * HEAD_DIM + col;",
+        "    const bool mine = row >= 80 && row < 96 && col >= 64;",
+        "    if (adds[i] != (mine && row < SEQ_Q) || (adds[i] && dq[i] != code(row, col))) {",
+        "      printf(\"row %d col %d: %d adds, %f\\n\", row, col, adds[i], dq[i]); return 1; }",
+        "  }",
+        "  puts(\"ok\"); return 0; }",
+    ])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no host C++ compiler")
+@pytest.mark.parametrize("order", ["serial", "interleave"])
+def test_a_piece_of_dq_lands_once_in_each_element(order: str, tmp_path: Path) -> None:
+    """The text that adds a 64 x 64 piece of dq, run as a warp: four columns a lane from
+    neighbouring lanes' swapped pairs (serial), or each lane's own pairs (interleave),
+    every element of the warp's rows once, rows past the sequence never (the warp's
+    rows are 80..95; the sequence ends at 90)."""
+    from codegen.kernels.attention_backward_math import BackwardMath
+    from codegen.pipeline import Code
+
+    code = Code()
+    (BackwardMath._add_quads if order == "serial" else BackwardMath._add_pairs)(code)
+    program = tmp_path / f"piece_{order}.cpp"
+    program.write_text(_warp_program(code.text()))
+    binary = tmp_path / program.stem
+    subprocess.run(["g++", "-std=c++20", "-O1", "-pthread", "-o", str(binary), str(program)],
+                   check=True, capture_output=True)
+    result = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stdout
