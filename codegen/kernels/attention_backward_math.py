@@ -21,7 +21,10 @@ them). Per trip:
   one row; ``.v2``, each lane's own pairs, in the ``interleave`` order); a counter per
   (batch, head, query tile) counts the pieces added, and the warpgroup that adds the
   last converts the tile's sums to dq (times 1/√d) and puts zeros back, so the workspace
-  is left as it was found.
+  is left as it was found. A trip's pieces are counted at the next trip, before its own
+  adds (the last trip's after the loop): the fence that orders the adds before the count
+  then finds them landed rather than waiting a round trip to L2 for them; a
+  deterministic dq counts at once.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class BackwardMath:
 
     def consumer_state(self, code: Code) -> None:
         code(f"float dq_acc[{PIECE_REGS}];  // one 64 x 64 piece of dq's part at a time")
+
 
     def write(self, code: Code, stask: str, at: TripAt) -> None:
         {"softmax_p": self.softmax_p, "delta": self.delta, "grad_s": self.grad_s,
@@ -233,16 +237,25 @@ class BackwardMath:
         with c.block("if (consumer < DQ_PIECES)"):
             self._issue_piece(c, 0, at)
 
+    @property
+    def deferred_count(self) -> bool:
+        """A trip's pieces are counted at the next trip (or after the loop), before that
+        trip's own adds: the fence that orders them before the count then finds them
+        landed instead of waiting for them. A deterministic dq counts at once (later
+        key tiles wait on the count)."""
+        return not self.hooks.deterministic
+
     def store_dq(self, code: Code, at: TripAt) -> None:
         c = code
         c.comment("a consumer with pieces of dq adds them, one at a time")
         with c.block("if (consumer < DQ_PIECES)"):
+            if self.deferred_count:
+                with c.block(f"if (({at.index}) > 0)"):
+                    c.comment("the last trip's pieces, counted now that they have landed")
+                    self._count_in(c, f"({at.index}) - 1")
             c(f"const int head = trip_head({at.index}, kv0, heads0), q_first = "
               f"trip_q0({at.index}, kv0);")
-            c("float* dq_rows = reinterpret_cast<float*>(dq_accum) + (unsigned long long)"
-              "(batch0 * HEADS + head) * SEQ_Q * HEAD_DIM;")
-            c("unsigned int* count = reinterpret_cast<unsigned int*>(dq_count) + (batch0 * HEADS + "
-              "head) * Q_TILES + q_first / TILE_Q;")
+            self._sums_of(c)
             if self.hooks.deterministic:
                 self._wait_turn(c)
             for j in range(self.pieces_mine):
@@ -253,7 +266,35 @@ class BackwardMath:
                         c("#pragma unroll")
                         self.pin_dq(c)
                     self._add_piece(c, j)
+            if not self.deferred_count:
+                self._finish_tile(c)
+
+    def flush_dq(self, code: Code) -> None:
+        """After the loop: the last trip's pieces, counted (the deferred count)."""
+        if not self.deferred_count:
+            return
+        c = code
+        trips = self.hooks.tile_trips() or self.hooks.trips
+        with c.block(f"if (consumer < DQ_PIECES && {trips} > 0)"):
+            c.comment("the tile's last trip's pieces of dq, counted")
+            self._count_in(c, f"{trips} - 1")
+
+    def _count_in(self, code: Code, trip: str) -> None:
+        """Count in the pieces trip ``trip`` of this tile added."""
+        c = code
+        with c.block(""):
+            c(f"const int head = trip_head({trip}, kv0, heads0), q_first = trip_q0({trip}, "
+              "kv0);")
+            self._sums_of(c)
             self._finish_tile(c)
+
+    @staticmethod
+    def _sums_of(code: Code) -> None:
+        """The fp32 rows and the counter of the query tile at (``head``, ``q_first``)."""
+        code("float* dq_rows = reinterpret_cast<float*>(dq_accum) + (unsigned long long)"
+             "(batch0 * HEADS + head) * SEQ_Q * HEAD_DIM;")
+        code("unsigned int* count = reinterpret_cast<unsigned int*>(dq_count) + (batch0 * "
+             "HEADS + head) * Q_TILES + q_first / TILE_Q;")
 
     def _wait_turn(self, code: Code) -> None:
         """A deterministic dq: every element's sums run in key-tile order. The query tile's
@@ -354,6 +395,7 @@ class BackwardMath:
     # ----- after the loop --------------------------------------------------------------
     def scale_dk(self, code: Code, at: TripAt) -> None:
         c = code
+        self.flush_dq(c)
         c.comment("dk = dS^T q / sqrt(d): the scale the scores' product left out")
         c("#pragma unroll")
         with c.block("for (int mi = 0; mi < ROW_BLOCKS; ++mi)"):
