@@ -209,8 +209,9 @@ def _launch(artifact: KernelArtifact) -> str:
              *([_WORKSPACE_HELPERS] if workspaces else [""]),
              f"{_signature(artifact)} {{",
              "  static_assert(sizeof(TensorMap) == sizeof(CUtensorMap), \"descriptor size\");"]
-    tma = kernel_target(artifact).tensor_map_encoding == "tma"
-    lines += [f"  TensorMap {m.name}{'' if tma else '{}'};" for m in maps]
+    target = kernel_target(artifact)
+    tma = target.tensor_map_encoding == "tma"
+    lines += [f"  {target.tensor_map_type(m)} {m.name}{'' if tma else '{}'};" for m in maps]
     for m in maps:
         lines += _encode(m) if tma else _fill_copy_map(m)
     if workspaces:

@@ -14,7 +14,13 @@ class Loader(RoleWriter):
 
     def _load_params(self, ring: Ring) -> list[str]:
         maps = dict.fromkeys(self.hooks.tensor_map(t) for t in ring.loads)
-        return [f"const TensorMap* {m}" for m in maps]
+        return [self._map_param(m) for m in maps]
+
+    def _map_param(self, name: str) -> str:
+        """The load function's parameter for the kernel's tensor map ``name``, of its type
+        in the kernel's parameters (a target's copies may read it)."""
+        arg = next(m for m in self.hooks.tensor_maps() if m.name == name)
+        return f"const {self.target.tensor_map_type(arg)}* {name}"
 
     def load_function(self, ring: Ring) -> None:
         """``load_<stream>``: wait for the slot's release, arm its full barrier with the
@@ -49,7 +55,7 @@ class Loader(RoleWriter):
                   "previous tile's copy, then load it.")
         owner = "int owner, " if buffer.owners > 1 else ""
         head = (f"__device__ __forceinline__ void load_tile_{buffer.load}({owner}u32 empty_parity, "
-                f"{origins}, u32 smem, const TensorMap* {tmap})")
+                f"{origins}, u32 smem, {self._map_param(tmap)})")
         index = "owner" if buffer.owners > 1 else "0"
         with c.block(head):
             c(f"const u32 full = {buffer.full(index)};")

@@ -290,7 +290,8 @@ class PipelineSkeleton:
     # ----- the kernel ----------------------------------------------------------------
     def _kernel(self) -> None:
         c, s, lay = self.code, self.structure, self.layout
-        params = [f"const __grid_constant__ TensorMap {m.name}" for m in self.hooks.tensor_maps()]
+        params = [f"const __grid_constant__ {self.hooks.target.tensor_map_type(m)} {m.name}"
+                  for m in self.hooks.tensor_maps()]
         out = lay.output
         if lay.tma_store:
             params.append(f"const __grid_constant__ TensorMap {out.map_name}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from codegen.artifact import TensorMapArg
     from codegen.cuda import Snippet
     from codegen.pipeline.code import Code
     from codegen.pipeline.operand import OperandTile
@@ -101,6 +102,12 @@ class Target(abc.ABC):
         """How the host writes a kernel's ``TensorMap`` arguments: TMA descriptors
         (``cuTensorMapEncodeTiled``), or pipetune's copy maps
         (:mod:`codegen.targets.ampere.copies`)."""
+
+    def tensor_map_type(self, arg: TensorMapArg) -> str:
+        """The C++ type of ``arg`` in the kernel's parameters (the same 128 bytes
+        whatever it is called): ``TensorMap`` unless the target's copies read part of the
+        map as constants."""
+        return "TensorMap"
 
     @property
     @abc.abstractmethod

@@ -1,6 +1,7 @@
 """The Ampere-class tile copies run on the host: the kernels' own text of ``copy_box`` and
 ``tma_load_Nd`` (with ``cp.async`` and the thread index stood in for), over a copy map the
-workers pack, must leave shared memory as TMA would: each box row at its place, 16-byte
+workers pack, typed with the box's geometry as the kernels declare it, must leave shared
+memory as TMA would: each box row at its place, 16-byte
 chunks XORed by the swizzle, zeros past the tensor's edges (negative coordinates, a
 partial last chunk), for 2-, 3- and 4-d boxes. Compiled with the host's C++ compiler."""
 
@@ -39,7 +40,7 @@ static void cp_async_16(u32 dst, u64 src, u32 src_bytes) {
 %(copies)s
 int main(int argc, char** argv) {
   static unsigned char data[1 << 22];
-  TensorMap map;
+  %(map_type)s map;
   FILE* f = std::fopen(argv[1], "rb");
   if (std::fread(&map, 1, sizeof(map), f) != sizeof(map)) return 2;
   size_t n = std::fread(data, 1, sizeof(data), f);
@@ -65,7 +66,7 @@ def _copy(tmp_path: Path, arg: TensorMapArg, data: np.ndarray, coords: tuple[int
                                                  f"tma_load_{len(coords)}d"))
     source = tmp_path / "copy.cpp"
     source.write_text(HARNESS % {"copies": text.replace("#include", "// "),
-                                 "rank": len(coords),
+                                 "map_type": copies.map_type(arg), "rank": len(coords),
                                  "coords": ", ".join(f"c[{d}]" for d in range(len(coords)))})
     binary = tmp_path / "copy"
     subprocess.run(["g++", "-O1", "-std=c++17", "-include", "cstdlib", "-o", str(binary),

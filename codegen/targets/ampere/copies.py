@@ -7,14 +7,22 @@ chunk of the box with ``cp.async``, writing it where TMA would (rows of the box'
 extent, the chunk index XORed with the row as the map's swizzle says, zeros for elements
 outside the tensor: ``src-size`` short of 16 fills the rest with zeros). The map is not a
 ``CUtensorMap`` but pipetune's own 128 bytes (:data:`COPY_MAP_FIELDS`), filled on the host
-from the same ``TensorMapArg``. A thread's copies complete a stage's full barrier through
-``cp.async.mbarrier.arrive.noinc``, one arrival per loading thread (PTX ISA 9.7.9.25.3
-"cp.async", 9.7.9.25.3.3 "cp.async.mbarrier.arrive"; mbarriers themselves are sm_80).
+from the same ``TensorMapArg``; the kernel types it ``TensorMapOf<...>`` with the box's
+geometry (:func:`map_type`), so each thread's copies unroll over constants. A thread's
+copies complete a stage's full barrier through ``cp.async.mbarrier.arrive.noinc``, one
+arrival per loading thread (PTX ISA 9.7.9.25.3 "cp.async", 9.7.9.25.3.3
+"cp.async.mbarrier.arrive"; mbarriers themselves are sm_80).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from codegen.cuda._snippet import Snippet, register
+from scheduler_search.ops import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from codegen.artifact import TensorMapArg
 
 #: The copy map's fields in order, as the host packs them (little-endian, 128 bytes, the
 #: size and alignment of a ``CUtensorMap``, so a kernel argument is passed the same way).
@@ -33,14 +41,41 @@ COPY_MAP_BYTES = 128
 COPY_MAP_RANK = 4
 
 
+#: A copy map's geometry as its C++ type's template arguments, in order: what a kernel
+#: specialised to its shapes knows of each box when it is generated.
+GEOMETRY = ("RANK", "BOX1", "BOX2", "BOX3", "ROW_SHIFT", "ELEM_SHIFT", "SWIZZLE_BYTES")
+
+
 def _map_struct() -> str:
     fields = "".join(f"  {ctype} {name}{f'[{count}]' if count > 1 else ''};\n"
                      for name, ctype, count in COPY_MAP_FIELDS)
     used = sum((8 if ctype == "u64" else 4) * count for _, ctype, count in COPY_MAP_FIELDS)
+    params = ", ".join(f"u32 {g}" for g in GEOMETRY)
     return ("// A tensor as the loading threads copy boxes of it (pipetune's map: TMA's is\n"
             "// opaque and this architecture has no TMA), 128 bytes like a CUtensorMap.\n"
             "struct alignas(64) TensorMap {\n" + fields
-            + f"  u32 unused[{(COPY_MAP_BYTES - used) // 4}];\n}};\n")
+            + f"  u32 unused[{(COPY_MAP_BYTES - used) // 4}];\n}};\n"
+            "// The same map, its box's geometry (the map's own fields of the same names) known\n"
+            "// when the kernel is generated: the copies unroll and fold it.\n"
+            f"template <{params}>\nstruct TensorMapOf : TensorMap {{}};\n")
+
+
+def map_type(arg: TensorMapArg) -> str:
+    """The C++ type of ``arg``'s copy map in a kernel's parameters: ``TensorMapOf`` with
+    the box's geometry (the host packs the same 128 bytes, :func:`geometry`)."""
+    return f"TensorMapOf<{', '.join(str(v) for v in geometry(arg).values())}>"
+
+
+def geometry(arg: TensorMapArg) -> dict[str, int]:
+    """The box's geometry in :data:`GEOMETRY`'s order: the rank, the outer box extents
+    (1 past the rank), log2 of a box row's 16-byte chunks and of the element's bytes, the
+    swizzle's span in bytes (0: none)."""
+    elem_bytes = DTYPE_BYTES[arg.dtype]
+    box = (*arg.box_dims, 1, 1, 1)
+    row_chunks = max(1, box[0] * elem_bytes // 16)
+    return {"RANK": len(arg.box_dims), "BOX1": box[1], "BOX2": box[2], "BOX3": box[3],
+            "ROW_SHIFT": row_chunks.bit_length() - 1, "ELEM_SHIFT": elem_bytes.bit_length() - 1,
+            "SWIZZLE_BYTES": 0 if arg.swizzle == "none" else int(arg.swizzle.removesuffix("B"))}
 
 
 COPY_MAP = Snippet("TensorMap", _map_struct(), requires=("types",))
@@ -71,44 +106,47 @@ CP_ASYNC_ARRIVE = Snippet(
 
 
 def copy_box(loaders: int) -> Snippet:
-    """The box copy that ``loaders`` threads share (thread ``threadIdx.x % loaders``): no
-    division where the box is rows of one outer dimension (a 2-d box, or one whose outer
-    dimensions are one element); a box row is a power of two of 16-byte chunks (the host
-    refuses any other)."""
+    """The box copy that ``loaders`` threads share (thread ``threadIdx.x % loaders``), its
+    geometry the map type's constants: the chunks a thread copies are unrolled, a row's
+    chunk and the outer coordinates are shifts and constant divisions, and only the
+    dimensions the map has are bounds-checked; the extents, strides and address are read
+    from the map (a range kernel's run-time extent among them)."""
+    params = ", ".join(f"u32 {g}" for g in GEOMETRY)
     return Snippet(
         "copy_box",
         "// Copy the box at (c0 innermost, c1, c2, c3) of `map` into shared memory at `dst`\n"
         "// as TMA lays it out; this thread issues every LOADERS-th 16-byte chunk.\n"
         f"constexpr u32 LOADERS = {loaders};\n"
-        "__device__ __forceinline__ void copy_box(u32 dst, const TensorMap* map, int c0, int c1,\n"
-        "                                         int c2, int c3) {\n"
-        "  const u32 row_shift = map->row_shift, elem_shift = map->elem_shift;\n"
-        "  const u32 box1 = map->box[1], box2 = map->box[2];\n"
-        "  const bool rows_only = box2 * map->box[3] == 1;  // no division for the outer dims\n"
-        "  const u32 chunks = (box1 * box2 * map->box[3]) << row_shift;\n"
-        "  const u32 swizzle = map->swizzle_bytes ? (map->swizzle_bytes / 16 - 1) << 4 : 0u;\n"
-        "  for (u32 i = threadIdx.x % LOADERS; i < chunks; i += LOADERS) {\n"
-        "    const u32 row = i >> row_shift;\n"
-        "    const int x0 = c0 + (int)(((i - (row << row_shift)) * 16) >> elem_shift);\n"
-        "    int x1 = c1 + (int)row, x2 = c2, x3 = c3;\n"
-        "    if (!rows_only) {\n"
-        "      const u32 outer = row / box1;\n"
-        "      x1 = c1 + (int)(row - outer * box1);\n"
-        "      x2 = c2 + (int)(outer % box2);\n"
-        "      x3 = c3 + (int)(outer / box2);\n"
-        "    }\n"
-        "    const bool inside = x0 >= 0 && x1 >= 0 && x2 >= 0 && x3 >= 0 &&\n"
-        "                        x0 < (int)map->dims[0] && x1 < (int)map->dims[1] &&\n"
-        "                        x2 < (int)map->dims[2] && x3 < (int)map->dims[3];\n"
+        f"template <{params}>\n"
+        "__device__ __forceinline__ void copy_box(\n"
+        f"    u32 dst, const TensorMapOf<{', '.join(GEOMETRY)}>* map, int c0, int c1, int c2,\n"
+        "    int c3) {\n"
+        "  constexpr u32 CHUNKS = (BOX1 * BOX2 * BOX3) << ROW_SHIFT;\n"
+        "  constexpr u32 SWIZZLE = SWIZZLE_BYTES ? (SWIZZLE_BYTES / 16 - 1) << 4 : 0u;\n"
+        "  #pragma unroll\n"
+        "  for (u32 j = 0; j < (CHUNKS + LOADERS - 1) / LOADERS; ++j) {\n"
+        "    const u32 i = threadIdx.x % LOADERS + j * LOADERS;\n"
+        "    if (CHUNKS % LOADERS != 0 && i >= CHUNKS) break;\n"
+        "    const u32 row = i >> ROW_SHIFT;\n"
+        "    const int x0 = c0 + (int)(((i & ((1u << ROW_SHIFT) - 1)) * 16) >> ELEM_SHIFT);\n"
+        "    constexpr bool ROWS_ONLY = BOX2 * BOX3 == 1;  // then row < BOX1: no division\n"
+        "    const int x1 = c1 + (int)(ROWS_ONLY ? row : row % BOX1);\n"
+        "    const int x2 = c2 + (int)(ROWS_ONLY ? 0 : row / BOX1 % BOX2);\n"
+        "    const int x3 = c3 + (int)(ROWS_ONLY ? 0 : row / (BOX1 * BOX2));\n"
+        "    bool inside = x0 >= 0 && x1 >= 0 && x0 < (int)map->dims[0] &&\n"
+        "                  x1 < (int)map->dims[1];\n"
+        "    if (RANK > 2) inside = inside && x2 >= 0 && x2 < (int)map->dims[2];\n"
+        "    if (RANK > 3) inside = inside && x3 >= 0 && x3 < (int)map->dims[3];\n"
         "    u64 src = map->base;\n"
         "    u32 bytes = 0;\n"
         "    if (inside) {\n"
-        "      bytes = min(16u, (map->dims[0] - (u32)x0) << elem_shift);\n"
-        "      src += ((u64)x0 << elem_shift) + (u64)x1 * map->strides[0] +\n"
-        "             (u64)x2 * map->strides[1] + (u64)x3 * map->strides[2];\n"
+        "      bytes = min(16u, (map->dims[0] - (u32)x0) << ELEM_SHIFT);\n"
+        "      src += ((u64)x0 << ELEM_SHIFT) + (u64)x1 * map->strides[0];\n"
+        "      if (RANK > 2) src += (u64)x2 * map->strides[1];\n"
+        "      if (RANK > 3) src += (u64)x3 * map->strides[2];\n"
         "    }\n"
         "    const u32 at = dst + i * 16;  // rows of the box lie back to back\n"
-        "    cp_async_16(at ^ ((at >> 3) & swizzle), src, bytes);\n"
+        "    cp_async_16(at ^ ((at >> 3) & SWIZZLE), src, bytes);\n"
         "  }\n"
         "}\n",
         requires=("TensorMap", "cp_async_16"),
@@ -120,13 +158,15 @@ def _load(rank: int) -> Snippet:
     coords = ", ".join(f"int c{d}" for d in range(rank))
     passed = ", ".join([f"c{d}" for d in range(rank)] + ["0"] * (COPY_MAP_RANK - rank))
     name = f"tma_load_{rank}d"
+    params = ", ".join(f"u32 {g}" for g in GEOMETRY)
     return Snippet(
         name,
         f"// The box at ({', '.join(f'c{d}' for d in range(rank))}) of `map` into shared memory "
         "at `dst`, by the loading threads'\n"
         "// cp.async (the stage's barrier completes through cp_async_arrive_noinc).\n"
-        f"__device__ __forceinline__ void {name}(u32 dst, const TensorMap* map, {coords}, "
-        "u32 bar) {\n"
+        f"template <{params}>\n"
+        f"__device__ __forceinline__ void {name}(u32 dst, const TensorMapOf<{', '.join(GEOMETRY)}>"
+        f"* map, {coords}, u32 bar) {{\n"
         f"  copy_box(dst, map, {passed});\n"
         "}\n",
         requires=("copy_box",),

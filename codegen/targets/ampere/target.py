@@ -25,6 +25,7 @@ from scheduler_search.sprogram import BarrierKind
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from codegen.artifact import TensorMapArg
     from codegen.cuda import Snippet
     from codegen.pipeline.code import Code
     from codegen.pipeline.operand import OperandTile
@@ -61,6 +62,10 @@ class AmpereTarget(WarpgroupFragments, Target):
     def tensor_map_encoding(self) -> Literal["tma", "copy"]:
         """pipetune's copy maps, which the loading threads read."""
         return "copy"
+
+    def tensor_map_type(self, arg: TensorMapArg) -> str:
+        """The copy map with its box's geometry as template constants."""
+        return copies.map_type(arg)
 
     @property
     def operand_regs(self) -> int:
