@@ -83,6 +83,16 @@ def _row_share(sprogram: SProgram, graph: STaskGraph, stask: str) -> float:
 MMA_WORK_PER_FLOP = {"float8_e4m3": 0.5, "float8_e5m2": 0.5}
 
 
+def _warp_operand_bytes(points: float, rows: float, n: int, dtype: str) -> float:
+    """Shared-memory bytes a warpgroup's four warps read for an MMA of ``points``
+    multiply-adds over ``rows`` x ``n`` outputs, each warp its 16-row share of A and all of
+    B (``mma.sync`` fed by ``ldmatrix``): per k element, ``rows`` of A and ``4 n`` of B."""
+    if rows <= 0 or n <= 0:
+        return 0.0
+    k_elements = points / (rows * n)
+    return k_elements * (rows + 4 * n) * DTYPE_BYTES[dtype]
+
+
 def _multicast_share(sprogram: SProgram, stask: str) -> float:
     """The part of a load's tile one block's TMA fetches: a slice of a multicast one."""
     cluster = sprogram.cluster
@@ -94,7 +104,8 @@ def instance_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitK
     sTask that runs once every few trips)."""
     work = _whole_work(sprogram, graph, stask, unit)
     every = graph.stask(stask).every_trips
-    return work if every == 1 else Work(work.amount / every, mma_n=work.mma_n)
+    return work if every == 1 else Work(work.amount / every, mma_n=work.mma_n,
+                                        warp_operand_bytes=work.warp_operand_bytes / every)
 
 
 def _whole_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitKind) -> Work:
@@ -113,8 +124,12 @@ def _whole_work(sprogram: SProgram, graph: STaskGraph, stask: str, unit: UnitKin
     share = _row_share(sprogram, graph, stask)
     if task.kind is STaskKind.MMA:
         n_extent = plan.stask_extents[stask][task.output.axes[0 if sprogram.swap_ab else 1]]
-        per_flop = MMA_WORK_PER_FLOP.get(graph.tensors[task.inputs[0].tensor].dtype, 1.0)
-        return Work(2.0 * points * share * per_flop, mma_n=n_extent)
+        dtype = graph.tensors[task.inputs[0].tensor].dtype
+        per_flop = MMA_WORK_PER_FLOP.get(dtype, 1.0)
+        return Work(2.0 * points * share * per_flop, mma_n=n_extent,
+                    warp_operand_bytes=_warp_operand_bytes(
+                        points * share, plan.stask_extents[stask][task.output.axes[
+                            1 if sprogram.swap_ab else 0]] * share, n_extent, dtype))
     return Work(task.ops_per_point * points * share)
 
 

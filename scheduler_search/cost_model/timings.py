@@ -22,10 +22,13 @@ WGMMA_NARROW_N_PENALTY = 8.0
 @dataclass(frozen=True)
 class Work:
     """The work of one sTask instance: ``amount`` in the sEU's rate unit (bytes, flops
-    or lane operations) and, for MMAs, the N extent of the instruction."""
+    or lane operations) and, for MMAs, the N extent of the instruction and the operand
+    bytes its warps read from shared memory where each warp reads its own (``mma.sync``:
+    its rows of A, all of B)."""
 
     amount: float
     mma_n: int = 0
+    warp_operand_bytes: float = 0.0
 
 
 class TimingModel(Protocol):
@@ -51,6 +54,8 @@ class AnalyticTimings:
         if unit.kind is not stask.units[0]:
             amount *= stask.emulation_ops
         if stask.kind is STaskKind.MMA and unit.kind is UnitKind.TENSOR_CORE and work.mma_n:
+            if unit.operand_bytes_per_cycle:  # warps read their own operands: may bound it
+                return max(amount / rate, work.warp_operand_bytes / unit.operand_bytes_per_cycle)
             rate *= max(0.25, 1.0 - WGMMA_NARROW_N_PENALTY / work.mma_n)
         return amount / rate
 

@@ -35,10 +35,12 @@ _HOPPER_UNITS = (
 def _ampere_class_units(tensor_flops: float, fp32_lanes: float) -> tuple[SEU, ...]:
     """sEUs of an Ampere-class SM (sm_80, sm_86, sm_89): cp.async through the LSU (about
     64 B/cycle, estimate), synchronous mma.sync tensor cores at ``tensor_flops`` 16-bit
-    flops/cycle (fp32 accumulation), ``fp32_lanes`` FP32 lanes, 16 SFU lanes."""
+    flops/cycle (fp32 accumulation) fed by ldmatrix from shared memory's 128 B/cycle
+    (datasheet), ``fp32_lanes`` FP32 lanes, 16 SFU lanes."""
     return (
         SEU(UnitKind.LSU, True, 64.0, 500.0, "cp.async"),
-        SEU(UnitKind.TENSOR_CORE, False, tensor_flops, 32.0, "mma.sync"),
+        SEU(UnitKind.TENSOR_CORE, False, tensor_flops, 32.0, "mma.sync",
+            operand_bytes_per_cycle=128.0),
         SEU(UnitKind.CUDA_CORE, False, fp32_lanes, 4.0, "fma/ld/st"),
         SEU(UnitKind.SFU, False, 16.0, 20.0, "ex2.approx"),
     )

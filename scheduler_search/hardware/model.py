@@ -79,7 +79,10 @@ class SEU:
 
     ``rate_per_cycle`` is per SM: bytes per cycle for copy units, operations (lane ops,
     or flops for tensor cores) per cycle otherwise; ``latency_cycles`` is the fixed time
-    from issue to the first result, paid once per task.
+    from issue to the first result, paid once per task. ``operand_bytes_per_cycle``: for
+    tensor cores whose warps each read their operands from shared memory (``mma.sync``
+    fed by ``ldmatrix``), the shared-memory bytes a cycle that feed them per SM (0: not a
+    limit, as for ``wgmma``, which reads B once for the warpgroup).
     """
 
     kind: UnitKind
@@ -87,6 +90,7 @@ class SEU:
     rate_per_cycle: float
     latency_cycles: float
     instruction: str
+    operand_bytes_per_cycle: float = 0.0
 
 
 @dataclass(frozen=True)

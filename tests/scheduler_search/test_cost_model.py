@@ -621,3 +621,55 @@ def test_a_once_a_chunk_stask_waits_out_its_latency_once_a_chunk() -> None:
     # A quarter of the running state's latency a trip, and no more than a quarter of what
     # the sTasks cost every trip (which overlap less when waited on in full).
     assert trips * 1000.0 / 4 <= shared - base <= (whole - base) / 4 * 1.05
+
+
+def test_mma_sync_warps_read_their_own_operands_from_shared_memory() -> None:
+    """Ampere-class products (``mma.sync`` fed by ``ldmatrix``): each of a warpgroup's four
+    warps reads its 16 rows of A and all of B, and shared memory's 128 B a cycle may bound
+    the product. One 64-row block over 256 columns reads ~136 B a cycle at the A100's 2048
+    flops a cycle (bound); two row blocks over 128 columns 80 (not); wgmma's products never."""
+    from scheduler_search.cost_model.simulate import _warp_operand_bytes
+    from scheduler_search.cost_model.timings import AnalyticTimings, Work
+    from scheduler_search.hardware import get_device
+    from scheduler_search.ir import STaskKind
+
+    # One k16 step of a 64 x 256 block: per warp 16 x 16 of A and 16 x 256 of B, 2 bytes each.
+    assert _warp_operand_bytes(64 * 256 * 16, 64, 256, "float16") == 4 * (512 + 8192)
+    a100, h200 = get_device("a100"), get_device("h200")
+    core = next(u for u in a100.units if u.kind is UnitKind.TENSOR_CORE)
+    hopper_core = next(u for u in h200.units if u.kind is UnitKind.TENSOR_CORE)
+    mma = next(t for t in parse_spec("gemm", {"m": 256, "n": 256, "k": 256,
+                                              "dtype": "float16"}).graph({}).stasks
+               if t.kind is STaskKind.MMA)
+    timings = AnalyticTimings()
+
+    def cycles(unit: Any, rows: int, n: int, k: int = 64) -> float:
+        points = rows * n * k
+        return timings.busy_cycles(mma, unit, Work(
+            2.0 * points, mma_n=n, warp_operand_bytes=_warp_operand_bytes(points, rows, n,
+                                                                           "float16")))
+
+    compute = 2.0 * 64 * 256 * 64 / core.rate_per_cycle
+    assert cycles(core, 64, 256) == pytest.approx(compute * 136 / 128)
+    assert cycles(core, 128, 128) == pytest.approx(compute)  # 80 B a cycle: the MMA's pace
+    assert hopper_core.operand_bytes_per_cycle == 0
+    assert cycles(hopper_core, 64, 256) == pytest.approx(  # wgmma's narrow-N term only
+        2.0 * 64 * 256 * 64 / (hopper_core.rate_per_cycle * (1 - 8 / 256)))
+
+
+def test_ampere_class_gemms_rank_two_row_blocks_a_warpgroup_first() -> None:
+    """sm_80 code of 4096³ fp16 on an H200: the best-ranked tiles give each warpgroup two
+    64-row blocks (B read once per 16 columns for both), as CUTLASS's warp tiles share
+    their operands, not one block over 256 columns."""
+    from codegen import feasibility
+    from scheduler_search.hardware import get_device
+    from scheduler_search.space import rank_top
+
+    device = get_device("h200@sm_80")
+    spec = parse_spec("gemm", {"m": 4096, "n": 4096, "k": 4096, "dtype": "float16",
+                               "b_layout": "kn"})
+    space = ScheduleSpace(spec, device, feasibility("gemm", device))
+    candidates, _ = space.enumerate()
+    (best,) = rank_top(space, candidates, 1)
+    rows = best.sprogram.tile["m"] // best.sprogram.roles.consumer_warpgroups
+    assert rows == 128, best.sprogram.choices
