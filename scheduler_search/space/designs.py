@@ -442,7 +442,8 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
         if swap_applies(spec):
             designs = [*_swapped_decode_designs(m, n, blocks), *narrow]
     else:
-        designs = [wave_fitted(m, n, blocks), *narrow, GEMM_DECODE_NARROW_WIDE_N,
+        fitted = wave_fitted(m, n, blocks)
+        designs = [fitted, *_m_paired(fitted, m), *narrow, GEMM_DECODE_NARROW_WIDE_N,
                    GEMM_DECODE_M_PAIR]
         if -(-m // 64) * -(-n // 128) < blocks // 3:
             designs = [*_clustered_stream_k_designs(m, n), *designs]
@@ -542,6 +543,18 @@ def wave_fitted(m: int, n: int, blocks: int) -> Choices:
             "consumer_warpgroups": tile_m // 64,
             "stages_ab": min(_WAVE_STAGES_MAX, _WAVE_RING_BYTES // stage_bytes),
             "stream_k": 0}
+
+
+def _m_paired(design: Choices, m: int) -> list[Choices]:
+    """The wave-fitted design's twin whose two 64-row m tiles share each weight tile by
+    multicast (a cluster along m), where m makes exactly two: the weight then leaves L2
+    once for both, as :data:`GEMM_DECODE_M_PAIR`'s does, over the wave-fitted tile's
+    columns. At 128 x 6144 x 4096 that pair (64 x 128, 96 tiles for 132 SMs) led at 0.90x
+    cuBLAS (H200, 2026-12-05); the wave-fitted 64 x 96 makes 128."""
+    if (design["tile_m"] != 64 or -(-m // 64) != 2
+            or design["tile_n"] == GEMM_DECODE_M_PAIR["tile_n"]):
+        return []
+    return [{**design, "cluster_size": 2, "cluster_axis": "m"}]
 
 
 def _same_stage_bytes_in_8_bits(design: Choices) -> Choices:

@@ -225,3 +225,26 @@ def test_random_points_are_drawn_among_the_viable_options() -> None:
         if swapped and choices.get("consumer_split") == "pingpong":
             assert choices["map_store"] == "cuda_core"
     assert any(c.get("swap_ab") for c in points) and any(c["stages_ab"] > 6 for c in points)
+
+
+@pytest.mark.parametrize(("m", "n", "paired"), [
+    (128, 6144, True),    # the wave-fitted 64 x 96 (128 tiles), its weight tile shared
+    (96, 6144, True),
+    (256, 6144, False),   # four 64-row m tiles: no pair
+    (128, 8192, False),   # the wave-fitted tile is 64 x 128, GEMM_DECODE_M_PAIR's own
+])
+def test_the_wave_fitted_tile_has_an_m_paired_twin_where_m_makes_two_tiles(
+        m: int, n: int, paired: bool) -> None:
+    """Past 64 tokens and up to 128, the wave-fitted tile's second seed is its twin whose
+    two m tiles share each weight tile by multicast; it is a valid point of the space."""
+    spec = _spec(m, n=n, k=4096)
+    seeds = decode_designs(spec)
+    fitted = wave_fitted(m, n, 132)
+    assert seeds[0] == fitted
+    twin = {**fitted, "cluster_size": 2, "cluster_axis": "m"}
+    assert (seeds[1] == twin) == paired
+    if paired:
+        space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+        sprogram, validity = space.build(fit_to_space(space, twin))
+        assert validity.ok, validity.rejections
+        assert sprogram.cluster is not None and sprogram.cluster.size == 2
