@@ -5,9 +5,9 @@ context, the compiler's processes start, and the worker imports PyTorch when the
 finalists are timed against the peer. A server keeps its pool for its life; a script that
 tunes a model's layers one after the other (``pipetune.tune`` in a loop) paid all of it
 on every call. In-process tunes now share one :class:`ExecutorRegistry` per executor
-configuration, as a server's runs do. It is closed ``idle_s`` after the last tune using it
-ends (the next tune starts a new one), so a script that tuned once and then trains does not
-keep a worker's GPU memory, and when the process exits.
+configuration, as a server's runs do. It is closed at the process's exit, and ``idle_s``
+after the last tune using it ends (the next tune starts a new one), so that a script that
+tuned once and then trains does not keep a worker's GPU memory.
 """
 
 from __future__ import annotations
