@@ -152,15 +152,22 @@ def weight_layers(models: Iterable[str]) -> dict[tuple[int, int], tuple[str, ...
 
 
 def decode_cases(models: Sequence[str] = tuple(MODELS), ms: Sequence[int] = M_SIZES,
-                 dtypes: Sequence[str] = DTYPES, limit: int | None = None) -> list[Case]:
+                 dtypes: Sequence[str] = DTYPES, limit: int | None = None,
+                 weights: Sequence[tuple[int, int]] | None = None) -> list[Case]:
     """The suite's cases for the chosen models, m and dtypes, deduplicated by (n, k): per
-    dtype, per weight shape, per m (so ``limit`` keeps whole m sweeps of the first shapes)."""
+    dtype, per weight shape, per m (so ``limit`` keeps whole m sweeps of the first shapes).
+    ``weights`` keeps only those (n, k) of the models, so a suite cut short by a device
+    session can be finished where it stopped."""
     unknown = sorted(set(models) - set(MODELS)) + sorted(set(dtypes) - set(DTYPES))
+    served = weight_layers(model for model in models if model in MODELS)
+    unknown += [f"{n}x{k}" for n, k in weights or () if (n, k) not in served]
     if unknown:
-        raise ValueError(f"unknown models or dtypes {unknown}: models {sorted(MODELS)}, "
-                         f"dtypes {list(DTYPES)}")
+        raise ValueError(f"unknown models, dtypes or weights {unknown}: models "
+                         f"{sorted(MODELS)}, dtypes {list(DTYPES)}, weights of those models "
+                         f"{[f'{n}x{k}' for n, k in served]}")
     cases = [Case(n, k, m, dtype, layers) for dtype in dtypes
-             for (n, k), layers in weight_layers(models).items() for m in ms]
+             for (n, k), layers in served.items()
+             if weights is None or (n, k) in weights for m in ms]
     return cases if limit is None else cases[:limit]
 
 
@@ -553,7 +560,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     device = {"device": fingerprint(torch), "copy_tbps_measured": copy_tbps(torch),
               "copy_ceiling_tbps": COPY_CEILING_TBPS, "l2_bytes": l2_bytes}
     url = f"sqlite:///{workdir / 'decode.db'}"
-    cases = decode_cases(args.models, args.m, args.dtypes, args.limit)
+    cases = decode_cases(args.models, args.m, args.dtypes, args.limit, args.weights)
     rows, kernels = [], {}
 
     def document(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -583,6 +590,16 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return document(steps)
 
 
+def weight_shape(text: str) -> tuple[int, int]:
+    """``"8192x1024"`` as (n, k): a weight as ``--weights`` names it."""
+    try:
+        n, k = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a weight is NxK, e.g. 8192x1024, not {text!r}") from None
+    return n, k
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -591,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES))
     parser.add_argument("--seconds", type=float, default=6.0, help="tuning budget per case")
     parser.add_argument("--limit", type=int, default=None, help="the first N cases only")
+    parser.add_argument("--weights", nargs="+", type=weight_shape, default=None,
+                        metavar="NxK", help="only these weights of the models (n x k)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per figure")
     parser.add_argument("--cool-down-s", type=float, default=0.2,
                         help="idle GPU time before each timed figure")

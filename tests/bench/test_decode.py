@@ -5,6 +5,7 @@ reads of a TuneResult, and the summary over rows its own functions build."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
@@ -66,6 +67,20 @@ def test_filters_select_models_sizes_dtypes_and_a_leading_subset() -> None:
     assert [c.dtype for c in fp8_first] == ["float8_e4m3"] * 2 + ["bfloat16"] * 2
     with pytest.raises(ValueError, match="unknown models"):
         decode.decode_cases(["llama-2-7b"])
+
+
+def test_weights_keep_only_those_matrices_of_the_models() -> None:
+    models = ["llama-3-70b-tp8", "mixtral-8x7b"]
+    kept = [(8192, 1024), (4096, 14336)]
+    cases = decode.decode_cases(models, [4, 64], ["bfloat16"], weights=kept)
+    assert [(c.n, c.k, c.m) for c in cases] == [
+        (8192, 1024, 4), (8192, 1024, 64), (4096, 14336, 4), (4096, 14336, 64)]
+    assert cases[-1].layers == ("mixtral-8x7b/w2",)
+    with pytest.raises(ValueError, match="4096x4096"):  # Llama-3-8B's, not these models'
+        decode.decode_cases(models, weights=[(4096, 4096)])
+    assert decode.weight_shape("7168X8192") == (7168, 8192)
+    with pytest.raises(argparse.ArgumentTypeError, match="NxK"):
+        decode.weight_shape("7168")
 
 
 def test_a_model_step_needs_every_matrix_among_the_cases() -> None:
