@@ -212,12 +212,13 @@ def _artifact(entry: dict[str, Any], params: dict[str, Any], rerender: bool,
 
 
 def _search(pool: Any, case: dict[str, Any], quick: Any, args: argparse.Namespace,
-            op: str = "attention") -> list[dict]:
-    """Check and quick-time every fp16 candidate of a case of ``op``."""
+            op: str = "attention", limit: int | None = None) -> list[dict]:
+    """Check and quick-time the fp16 candidates of a case of ``op``: the first ``limit``
+    (``run --top`` cuts a prepared file short), or all of them."""
     from workers import Job
 
     workload = {"op": op, "params": case["params"]}
-    entries = case["candidates"][: args.top]
+    entries = case["candidates"][:limit]
     measured = pool.measure([
         Job(workload, artifact=_artifact(e, case["params"], args.rerender,
                                     args.device, op), timing=quick,
@@ -282,7 +283,7 @@ def run(args: argparse.Namespace) -> None:
                       codegen_version="bench-attention") as pool:
         fingerprint = pool.fingerprints[0]
         for case in cases:
-            tried = _search(pool, case, quick, args)
+            tried = _search(pool, case, quick, args, limit=args.top)
             ok = [t for t in tried if t["status"] == "ok"]
             searched = case_name(case["params"])
             if not ok:

@@ -106,7 +106,8 @@ def twin_candidates(space: Any, ranked: list[dict[str, Any]], twins: tuple[str, 
 
 def measure_case(pool: Any, case: dict[str, Any], quick: Any, final: Any,
                  args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Search one prepared case in fp16, then re-time its winner in every dtype."""
+    """Search one prepared case in fp16 (its ranked structures and their twins, all of
+    them), then re-time its winner in every dtype."""
     from codegen.artifact import KernelArtifact
 
     tried = _search(pool, case, quick, args, OP)

@@ -4,8 +4,12 @@ fp16 and bf16 from the same choices."""
 
 from __future__ import annotations
 
-from bench.attention_backward import STRUCTURE_KEYS, prepare_case, suite_cases
+import argparse
+from typing import Any
+
+from bench.attention_backward import STRUCTURE_KEYS, measure_case, prepare_case, suite_cases
 from scheduler_search.ops.suites import attention_suite
+from workers.protocol import Measurement, MeasurementStatus
 
 
 def test_the_cases_are_the_attention_suite_s_shapes_in_each_layout() -> None:
@@ -49,3 +53,33 @@ def test_twins_time_each_structure_at_the_knob_s_other_options() -> None:
                    for r in ranked)
     assert {c["float16"]["choices"]["order"] for c in prepared["candidates"]} == {
         "serial", "interleave"}
+
+
+class _FailingPool:
+    """A stand-in pool: records the kernels it is asked to measure; every one fails its
+    check, so the case ends after its search."""
+
+    def __init__(self) -> None:
+        self.measured: list[str] = []
+
+    def measure(self, jobs: list[Any]) -> list[Measurement]:
+        self.measured += [job.artifact.schedule_hash for job in jobs]
+        return [Measurement(status=MeasurementStatus.WRONG_RESULT, error="stand-in")
+                for _ in jobs]
+
+
+def test_the_search_measures_the_twins_beside_the_ranked_structures() -> None:
+    """``--top`` counts the cost model's structures; the twins come on top of them (stop
+    73's H100 run timed only the first ``--top`` candidates, so no twin ever ran)."""
+    params = next(p for p in suite_cases(["bhsd"]) if not p["causal"] and p["head_dim"] == 64)
+    prepared = prepare_case(params, "h200", top=2, pool=50, twins=("raster_stagger",))
+    assert any(c["source"] == "twin" for c in prepared["candidates"])
+    pool = _FailingPool()
+    args = argparse.Namespace(top=2, deadline=30.0, device="h200", rerender=False,
+                              dtypes=["float16"], rounds=1)
+    records = measure_case(pool, prepared, None, None, args)
+    assert pool.measured == [c["float16"]["artifact"]["schedule_hash"]
+                             for c in prepared["candidates"]]
+    assert records[0]["error"] == "no candidate was correct"
+    assert [t["source"] for t in records[0]["searched"]] == [
+        c["source"] for c in prepared["candidates"]]
