@@ -37,6 +37,11 @@ static void cp_async_16(u32 dst, u64 src, u32 src_bytes) {
   std::memcpy(smem + dst, reinterpret_cast<const void*>(src), src_bytes);
   std::memset(smem + dst + src_bytes, 0, 16 - src_bytes);
 }
+// cp.async with ignore-src: 16 bytes read, or 16 zeros (src not read).
+static void cp_async_16_unless(u32 dst, u64 src, bool zeros) {
+  if (zeros) std::memset(smem + dst, 0, 16);
+  else std::memcpy(smem + dst, reinterpret_cast<const void*>(src), 16);
+}
 %(copies)s
 int main(int argc, char** argv) {
   static unsigned char data[1 << 22];
@@ -115,11 +120,15 @@ def test_a_2d_box_lands_where_tma_puts_it(tmp_path: Path, swizzle: str, box0: in
 
 @pytest.mark.parametrize(("box", "coords"), [((64, 1, 32, 1), (0, 3, 40, 1)),
                                              ((64, 4, 16, 1), (64, 0, 100, 0)),
-                                             ((32, 2, 8, 2), (0, 1, 120, 1))])
+                                             ((32, 2, 8, 2), (0, 1, 120, 1)),
+                                             ((64, 4, 1, 1), (0, 0, 127, 1)),
+                                             ((64, 2, 1, 1), (64, 3, 127, 0)),
+                                             ((64, 4, 1, 1), (0, 0, 128, 1))])
 def test_a_4d_box_of_heads_and_rows_lands_where_tma_puts_it(
         tmp_path: Path, box: tuple[int, ...], coords: tuple[int, ...]) -> None:
     """(batch, seq, heads, head_dim) q as attention loads it: boxes over rows and heads,
-    past the sequence's end at the last one."""
+    past the sequence's end at the last one; boxes of one plane (one position's heads),
+    which a thread copies as one column of chunks, past the heads' end and the sequence's."""
     data = _tensor((2, 128, 4, 128), np.uint16)
     arg = TensorMapArg(name="q_map", tensor="q", dtype="bfloat16",
                        global_dims=(128, 4, 128, 2),
@@ -134,3 +143,49 @@ def test_an_unswizzled_fp32_vector_lands_as_it_is(tmp_path: Path) -> None:
                        global_strides_bytes=(1200,), box_dims=(256, 1), swizzle="none")
     for coords in ((0, 2), (256, 5)):
         assert _copy(tmp_path, arg, data, coords) == _expected(arg, data, coords)
+
+
+SWIZZLED_ROW_HARNESS = r"""
+#include <cstdio>
+typedef unsigned int u32;
+#define __device__
+#define __forceinline__ inline
+%(snippet)s
+static u32 absolute(u32 addr, u32 span) {  // the copies' swizzle of an absolute address
+  return addr ^ ((addr >> 3) & ((span / 16 - 1) << 4));
+}
+int main() {
+  const u32 spans[] = {32, 64, 128};
+  long wrong = 0, checked = 0;
+  for (u32 span : spans)
+    for (u32 base = 0; base < 4096; base += span)        // tiles on rows, in an atom or not
+      for (u32 step = 0; step < span; step += 16)        // a k step's byte in the row
+        for (u32 rows = 0; rows < 24; rows += 8)         // whole rows folded into addr
+          for (u32 row = 0; row < 40; ++row)
+            for (u32 byte = 0; step + byte < span; byte += 16) {
+              const u32 addr = base + rows * span + step;
+              ++checked;
+              wrong += swizzled_row(addr, row, byte, span) !=
+                       absolute(addr + row * span + byte, span);
+            }
+  std::printf("%%ld %%ld\n", checked, wrong);
+  return 0;
+}
+"""
+
+
+def test_swizzled_row_is_the_copies_swizzle_of_the_absolute_address(tmp_path: Path) -> None:
+    """The ldmatrix lanes' address, taken apart into the tile's atom and the lane's row and
+    byte, is the one the copies wrote: the XOR of the absolute address, for tiles starting on
+    a row anywhere in an atom, k steps inside a row and whole rows folded into the tile's
+    address."""
+    from codegen.targets.ampere import mma_sync
+
+    source = tmp_path / "swizzle.cpp"
+    source.write_text(SWIZZLED_ROW_HARNESS % {"snippet": mma_sync.SWIZZLED_ROW.code})
+    binary = tmp_path / "swizzle"
+    subprocess.run(["g++", "-O1", "-std=c++17", "-o", str(binary), str(source)], check=True,
+                   capture_output=True)
+    checked, wrong = map(int, subprocess.run([str(binary)], check=True, capture_output=True,
+                                             text=True).stdout.split())
+    assert checked > 100_000 and wrong == 0

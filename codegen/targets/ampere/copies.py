@@ -92,6 +92,19 @@ CP_ASYNC_16 = Snippet(
     section='9.7.9.25.3.1 "cp.async"',
 )
 
+CP_ASYNC_16_UNLESS = Snippet(
+    "cp_async_16_unless",
+    "// Copy 16 bytes from global `src` to shared `dst` asynchronously, or write 16 zeros\n"
+    "// where `zeros` (ignore-src: `src` is not read).\n"
+    "__device__ __forceinline__ void cp_async_16_unless(u32 dst, u64 src, bool zeros) {\n"
+    '  asm volatile("{\\n .reg .pred p;\\n setp.ne.b32 p, %2, 0;\\n"\n'
+    '               " cp.async.cg.shared.global [%0], [%1], 16, p;\\n}"\n'
+    '               :: "r"(dst), "l"(src), "r"((u32)zeros) : "memory");\n'
+    "}\n",
+    requires=("types",),
+    section='9.7.9.25.3.1 "cp.async" (ignore-src)',
+)
+
 CP_ASYNC_ARRIVE = Snippet(
     "cp_async_arrive_noinc",
     "// One arrival on the mbarrier `bar` once every cp.async this thread issued has landed\n"
@@ -107,10 +120,15 @@ CP_ASYNC_ARRIVE = Snippet(
 
 def copy_box(loaders: int) -> Snippet:
     """The box copy that ``loaders`` threads share (thread ``threadIdx.x % loaders``), its
-    geometry the map type's constants: the chunks a thread copies are unrolled, a row's
-    chunk and the outer coordinates are shifts and constant divisions, and only the
-    dimensions the map has are bounds-checked; the extents, strides and address are read
-    from the map (a range kernel's run-time extent among them)."""
+    geometry the map type's constants: the chunks a thread copies are unrolled, and only
+    the dimensions the map has are bounds-checked; the extents, strides and address are
+    read from the map (a range kernel's run-time extent among them).
+
+    Where the box is rows of one plane (its outer extents 1) and the threads cover whole
+    rows a pass, a thread's chunks share their column and lie a fixed number of rows
+    apart: its column, first row, source address and swizzled place are worked out once,
+    and each chunk adds a stride and a constant (GEMM's tiles: about 7 instructions a
+    chunk where the general walk, for boxes over several planes, takes 18)."""
     params = ", ".join(f"u32 {g}" for g in GEOMETRY)
     return Snippet(
         "copy_box",
@@ -123,16 +141,59 @@ def copy_box(loaders: int) -> Snippet:
         "    int c3) {\n"
         "  constexpr u32 CHUNKS = (BOX1 * BOX2 * BOX3) << ROW_SHIFT;\n"
         "  constexpr u32 SWIZZLE = SWIZZLE_BYTES ? (SWIZZLE_BYTES / 16 - 1) << 4 : 0u;\n"
+        "  constexpr u32 PASSES = (CHUNKS + LOADERS - 1) / LOADERS;\n"
+        "  // Rows of one plane, whole rows a pass, passes whole swizzle repeats (1024 B) apart:\n"
+        "  // a thread's chunks are one column, PASS_ROWS rows apart, and a pass moves each\n"
+        "  // one's swizzled place by LOADERS * 16 bytes.\n"
+        "  constexpr bool COLUMN = BOX2 * BOX3 == 1 && LOADERS % (1u << ROW_SHIFT) == 0 &&\n"
+        "                          LOADERS * 16 % 1024 == 0;\n"
+        "  if constexpr (COLUMN) {\n"
+        "    constexpr u32 PASS_ROWS = LOADERS >> ROW_SHIFT;\n"
+        "    const u32 t = threadIdx.x % LOADERS;\n"
+        "    const int x0 = c0 + (int)(((t & ((1u << ROW_SHIFT) - 1)) * 16) >> ELEM_SHIFT);\n"
+        "    const int row0 = c1 + (int)(t >> ROW_SHIFT);\n"
+        "    bool plane = x0 >= 0 && x0 < (int)map->dims[0];\n"
+        "    if (RANK > 2) plane = plane && c2 >= 0 && c2 < (int)map->dims[2];\n"
+        "    if (RANK > 3) plane = plane && c3 >= 0 && c3 < (int)map->dims[3];\n"
+        "    const u32 bytes = plane ? min(16u, (map->dims[0] - (u32)x0) << ELEM_SHIFT) : 0u;\n"
+        "    u64 src = map->base + ((u64)(plane ? x0 : 0) << ELEM_SHIFT) +\n"
+        "              (u64)(long long)row0 * map->strides[0];\n"
+        "    if (RANK > 2) src += (u64)(plane ? c2 : 0) * map->strides[1];\n"
+        "    if (RANK > 3) src += (u64)(plane ? c3 : 0) * map->strides[2];\n"
+        "    const u64 pass_bytes = (u64)PASS_ROWS * map->strides[0];\n"
+        "    const u32 at = dst + t * 16;\n"
+        "    const u32 place = at ^ ((at >> 3) & SWIZZLE);\n"
+        "    if (bytes == 16u || bytes == 0u) {  // whole chunks: read or zeros, no size\n"
+        "      #pragma unroll\n"
+        "      for (u32 j = 0; j < PASSES; ++j) {\n"
+        "        if (CHUNKS % LOADERS != 0 && t + j * LOADERS >= CHUNKS) break;\n"
+        "        const u32 row = (u32)(row0 + (int)(j * PASS_ROWS));  // < 0: past the end\n"
+        "        cp_async_16_unless(place + j * LOADERS * 16, src,\n"
+        "                           bytes == 0u || row >= map->dims[1]);\n"
+        "        src += pass_bytes;\n"
+        "      }\n"
+        "      return;\n"
+        "    }\n"
+        "    #pragma unroll\n"
+        "    for (u32 j = 0; j < PASSES; ++j) {  // the tensor's last, partial chunk of a row\n"
+        "      if (CHUNKS % LOADERS != 0 && t + j * LOADERS >= CHUNKS) break;\n"
+        "      const u32 row = (u32)(row0 + (int)(j * PASS_ROWS));\n"
+        "      const bool inside = row < map->dims[1];\n"
+        "      cp_async_16(place + j * LOADERS * 16, inside ? src : map->base,\n"
+        "                  inside ? bytes : 0u);\n"
+        "      src += pass_bytes;\n"
+        "    }\n"
+        "    return;\n"
+        "  }\n"
         "  #pragma unroll\n"
-        "  for (u32 j = 0; j < (CHUNKS + LOADERS - 1) / LOADERS; ++j) {\n"
+        "  for (u32 j = 0; j < PASSES; ++j) {\n"
         "    const u32 i = threadIdx.x % LOADERS + j * LOADERS;\n"
         "    if (CHUNKS % LOADERS != 0 && i >= CHUNKS) break;\n"
         "    const u32 row = i >> ROW_SHIFT;\n"
         "    const int x0 = c0 + (int)(((i & ((1u << ROW_SHIFT) - 1)) * 16) >> ELEM_SHIFT);\n"
-        "    constexpr bool ROWS_ONLY = BOX2 * BOX3 == 1;  // then row < BOX1: no division\n"
-        "    const int x1 = c1 + (int)(ROWS_ONLY ? row : row % BOX1);\n"
-        "    const int x2 = c2 + (int)(ROWS_ONLY ? 0 : row / BOX1 % BOX2);\n"
-        "    const int x3 = c3 + (int)(ROWS_ONLY ? 0 : row / (BOX1 * BOX2));\n"
+        "    const int x1 = c1 + (int)(row % BOX1);\n"
+        "    const int x2 = c2 + (int)(row / BOX1 % BOX2);\n"
+        "    const int x3 = c3 + (int)(row / (BOX1 * BOX2));\n"
         "    bool inside = x0 >= 0 && x1 >= 0 && x0 < (int)map->dims[0] &&\n"
         "                  x1 < (int)map->dims[1];\n"
         "    if (RANK > 2) inside = inside && x2 >= 0 && x2 < (int)map->dims[2];\n"
@@ -149,8 +210,9 @@ def copy_box(loaders: int) -> Snippet:
         "    cp_async_16(at ^ ((at >> 3) & SWIZZLE), src, bytes);\n"
         "  }\n"
         "}\n",
-        requires=("TensorMap", "cp_async_16"),
-        section='9.7.9.25.3.1 "cp.async" (the src-size operand zero-fills)',
+        requires=("TensorMap", "cp_async_16", "cp_async_16_unless"),
+        section='9.7.9.25.3.1 "cp.async" (the src-size operand zero-fills, ignore-src '
+                'writes zeros)',
     )
 
 
@@ -214,4 +276,4 @@ def variants(loaders: int) -> dict[str, Snippet]:
 #: tile copies (rank 110) that call them.
 PRELUDE_RANK = 105
 
-register(CP_ASYNC_16, CP_ASYNC_ARRIVE, rank=PRELUDE_RANK)
+register(CP_ASYNC_16, CP_ASYNC_16_UNLESS, CP_ASYNC_ARRIVE, rank=PRELUDE_RANK)

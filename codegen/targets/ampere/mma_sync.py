@@ -71,12 +71,20 @@ LDMATRIX_X2_TRANS = Snippet(
     section='9.7.14.5.15 "ldmatrix"',
 )
 
-SWIZZLED = Snippet(
-    "swizzled",
-    "// A shared address as the copies wrote it: the 16-byte chunk XORed with the row of\n"
-    "// an 8-row repeat (`span` bytes a row: 32, 64 or 128).\n"
-    "__device__ __forceinline__ u32 swizzled(u32 addr, u32 span) {\n"
-    "  return addr ^ ((addr >> 3) & ((span / 16 - 1) << 4));\n"
+SWIZZLED_ROW = Snippet(
+    "swizzled_row",
+    "// The shared address of byte `byte` of row `row` of the tile at `addr`, as the copies\n"
+    "// wrote it: rows `span` bytes apart (32, 64 or 128), each 16-byte chunk XORed with its\n"
+    "// row's place in an 8-row atom of the absolute address. `addr` may sit inside an atom\n"
+    "// (a k step's byte in the row, whole rows): its place there is taken apart, so where\n"
+    "// the compiler knows it (a constant step on an atom-aligned stage) only the lane's row\n"
+    "// and byte are left to swizzle, the same every trip. `byte` plus addr's byte in its\n"
+    "// row stays below `span`.\n"
+    "__device__ __forceinline__ u32 swizzled_row(u32 addr, u32 row, u32 byte, u32 span) {\n"
+    "  const u32 at = addr & (8 * span - 1);  // addr's place in its atom\n"
+    "  const u32 r = at / span + row;\n"
+    "  const u32 b = at % span + byte;\n"
+    "  return (addr - at) + r * span + (b ^ ((r * span >> 3) & ((span / 16 - 1) << 4)));\n"
     "}\n",
     requires=("types",),
     section='9.7.15.5.1.2 "Shared Memory Matrix Layout" (swizzling modes)',
@@ -85,7 +93,7 @@ SWIZZLED = Snippet(
 #: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
 PRELUDE_RANK = 125
 
-register(LDMATRIX_X2, LDMATRIX_X2_TRANS, SWIZZLED, rank=PRELUDE_RANK)
+register(LDMATRIX_X2, LDMATRIX_X2_TRANS, SWIZZLED_ROW, rank=PRELUDE_RANK)
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,17 @@ def tile_address(base: str, major: str, row: str, k: str, span: str, box: str) -
     return f"{base} + ({k}) * {span} + ({row}) / ({span} / 2) * {box} + ({row}) % ({span} / 2) * 2"
 
 
+def tile_place(base: str, major: str, row: str, k: str, span: str, box: str
+               ) -> tuple[str, str, str]:
+    """(``row``, ``k``) of a tile as :func:`tile_address` places it, taken apart for
+    ``swizzled_row``: the address of its box, its row of ``span`` bytes and its byte in
+    that row (K-major: the row of M / N and K's byte; MN-major: K's row, and M / N's byte
+    in its box one span wide)."""
+    if major == "k":
+        return base, row, k
+    return (f"{base} + ({row}) / ({span} / 2) * {box}", k, f"({row}) % ({span} / 2) * 2")
+
+
 def _layout_words(operand: str, major: str) -> str:
     """The span (and, MN-major, the box bytes) of ``operand``'s layout constant."""
     box = f", {operand}_box = (u32)({operand}_layout >> 16)" if major == "mn" else ""
@@ -145,15 +164,15 @@ def a_fragment(a_major: Literal["k", "mn"]) -> Snippet:
     four registers of its ``mma.sync`` (one ``ldmatrix.x4``, transposed where A is MN-major)."""
     row, k = A_LANES[a_major]
     load = "ldmatrix_x4_trans" if a_major == "mn" else "ldmatrix_x4"
-    address = tile_address("a_addr", a_major, row, k, "a_span", "a_box")
+    place = ", ".join(tile_place("a_addr", a_major, row, k, "a_span", "a_box"))
     return Snippet(
         f"ldsm_a_{a_major}",
         f"// This warp's 16 rows of a {a_major.upper()}-major A at a k step: the four registers"
         " of its mma.sync.\n"
         f"__device__ __forceinline__ void ldsm_a_{a_major}(u32 (&a)[4], u32 a_addr, "
         "u64 a_layout) {\n" + _LANE + _layout_words("a", a_major)
-        + f"  {load}(swizzled({address}, a_span), a[0], a[1], a[2], a[3]);\n}}\n",
-        requires=("types", "swizzled", load),
+        + f"  {load}(swizzled_row({place}, a_span), a[0], a[1], a[2], a[3]);\n}}\n",
+        requires=("types", "swizzled_row", load),
         section=_SECTION,
     )
 
@@ -164,7 +183,7 @@ def b_fragments(b_major: Literal["k", "mn"], columns: Literal[8, 16]) -> Snippet
     row, k = B_LANES[b_major]
     wide = columns == 16
     load = ("ldmatrix_x4" if wide else "ldmatrix_x2") + ("_trans" if b_major == "mn" else "")
-    address = tile_address("b_addr", b_major, f"n0 + {row}", k, "b_span", "b_box")
+    place = ", ".join(tile_place("b_addr", b_major, f"n0 + {row}", k, "b_span", "b_box"))
     regs = ", ".join(f"b[{i}]" for i in range(4 if wide else 2))
     name = f"ldsm_b_{b_major}_{columns}"
     return Snippet(
@@ -174,26 +193,35 @@ def b_fragments(b_major: Literal["k", "mn"], columns: Literal[8, 16]) -> Snippet
         f"__device__ __forceinline__ void {name}(u32 (&b)[{4 if wide else 2}], u32 b_addr, "
         "u32 n0, u64 b_layout) {\n"
         "  const u32 lane = threadIdx.x % 32;\n" + _layout_words("b", b_major)
-        + f"  {load}(swizzled({address}, b_span), {regs});\n}}\n",
-        requires=("types", "swizzled", load),
+        + f"  {load}(swizzled_row({place}, b_span), {regs});\n}}\n",
+        requires=("types", "swizzled_row", load),
         section=_SECTION,
     )
 
 
-def instruction(dtype: str) -> Snippet:
+def instruction(dtype: str, fresh: bool = False) -> Snippet:
     """``mma_m16n8k<k>_<type>(c, a0..a3, b0, b1)``: one ``mma.sync`` adding into the four
-    fp32 accumulators at ``c``."""
+    fp32 accumulators at ``c``; ``fresh``: writing them (C = 0, their values not read), so
+    a product's first step needs no pass that zeroes the accumulators."""
     ptx, k = _ptx(dtype), k_step(dtype)
-    name = f"mma_m16n8k{k}_{ptx}"
+    name = f"mma_m16n8k{k}_{ptx}" + ("_fresh" if fresh else "")
+    what = "=" if fresh else "+="
+    c_in = "{%8, %8, %8, %8}" if fresh else "{%0, %1, %2, %3}"
+    out = '"=f"' if fresh else '"+f"'
+    b_regs = "{%9, %10}" if fresh else "{%8, %9}"
+    zero = ', "f"(0.0f)' if fresh else ""
+    a_regs = "{%4, %5, %6, %7}"
+    inputs = ('"r"(a0), "r"(a1), "r"(a2), "r"(a3)' + zero + ', "r"(b0), "r"(b1)' if fresh
+              else '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1)')
     return Snippet(
         name,
-        f"// C(16x8, fp32) += A(16x{k}) B({k}x8), {ptx}: one warp's mma.sync.\n"
+        f"// C(16x8, fp32) {what} A(16x{k}) B({k}x8), {ptx}: one warp's mma.sync.\n"
         f"__device__ __forceinline__ void {name}(float* c, u32 a0, u32 a1, u32 a2, u32 a3,\n"
         f"{' ' * (len(name) + 33)}u32 b0, u32 b1) {{\n"
         f'  asm("mma.sync.aligned.m16n8k{k}.row.col.f32.{ptx}.{ptx}.f32 "\n'
-        '      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
-        '      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])\n'
-        '      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));\n'
+        f'      "{{%0, %1, %2, %3}}, {a_regs}, {b_regs}, {c_in};"\n'
+        f'      : {out}(c[0]), {out}(c[1]), {out}(c[2]), {out}(c[3])\n'
+        f'      : {inputs});\n'
         "}\n",
         requires=("types",),
         section='9.7.14.5.14 "mma"',
@@ -210,4 +238,4 @@ def check_shape(n: int, dtype: str, a_major: str, b_major: str) -> None:
 
 
 __all__ = ["A_LANES", "BLOCK_ROWS", "B_LANES", "N_MAX", "N_STEP", "SmemTile", "a_fragment",
-           "b_fragments", "check_shape", "instruction", "k_step", "tile_address"]
+           "b_fragments", "check_shape", "instruction", "k_step", "tile_address", "tile_place"]
