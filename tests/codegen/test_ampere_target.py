@@ -117,6 +117,25 @@ def test_a_lanes_give_the_mma_sync_a_fragment(major: str, span: int) -> None:
                     assert regs[t][i] == want, (major, span, warp, t, i)
 
 
+@pytest.mark.parametrize("major", ["k", "mn"])
+@pytest.mark.parametrize("span", [128, 64, 32])
+def test_tile_place_takes_the_logical_address_apart(major: str, span: int) -> None:
+    """The box, row and byte ``swizzled_row`` is handed add up to :func:`tile_address`'s
+    logical address, with the byte inside its row (the helper's precondition): for column
+    groups ``row0`` (multiples of 16) and a lane's row under 16 of them, every K."""
+    box = 4096
+    expressions = mma_sync.tile_place("base", major, "r", "k", "span", "box", row0="row0")
+    whole = mma_sync.tile_address("base", major, "row0 + r", "k", "span", "box")
+    k_range = range(0, span, 2) if major == "k" else range(64)
+    for row0 in range(0, 256, 16):
+        for r in range(16):
+            for k in k_range:
+                env = {"base": 1 << 20, "row0": row0, "r": r, "k": k, "span": span, "box": box}
+                at, row, byte = (eval(e.replace("/", "//"), {}, env) for e in expressions)
+                assert 0 <= byte < span
+                assert at + row * span + byte == eval(whole.replace("/", "//"), {}, env)
+
+
 def _logical_of(tile: Tile, swizzled: int) -> int:
     return SWIZZLES[tile.span].apply(swizzled)  # the swizzle is its own inverse
 

@@ -138,15 +138,18 @@ def tile_address(base: str, major: str, row: str, k: str, span: str, box: str) -
     return f"{base} + ({k}) * {span} + ({row}) / ({span} / 2) * {box} + ({row}) % ({span} / 2) * 2"
 
 
-def tile_place(base: str, major: str, row: str, k: str, span: str, box: str
-               ) -> tuple[str, str, str]:
-    """(``row``, ``k``) of a tile as :func:`tile_address` places it, taken apart for
+def tile_place(base: str, major: str, row: str, k: str, span: str, box: str,
+               row0: str = "0") -> tuple[str, str, str]:
+    """(``row0 + row``, ``k``) of a tile as :func:`tile_address` places it, taken apart for
     ``swizzled_row``: the address of its box, its row of ``span`` bytes and its byte in
     that row (K-major: the row of M / N and K's byte; MN-major: K's row, and M / N's byte
-    in its box one span wide)."""
+    in its box one span wide). ``row0``, a multiple of 16 (a column group of B), picks the
+    box alone: the lane's ``row`` (under 16) stays inside it, so a constant ``row0`` leaves
+    the lane's part the same for every group."""
     if major == "k":
-        return base, row, k
-    return (f"{base} + ({row}) / ({span} / 2) * {box}", k, f"({row}) % ({span} / 2) * 2")
+        return base, f"{row0} + {row}" if row0 != "0" else row, k
+    half = f"({span} / 2)"
+    return (f"{base} + ({row0}) / {half} * {box}", k, f"(({row0}) % {half} + {row}) * 2")
 
 
 def _layout_words(operand: str, major: str) -> str:
@@ -183,7 +186,7 @@ def b_fragments(b_major: Literal["k", "mn"], columns: Literal[8, 16]) -> Snippet
     row, k = B_LANES[b_major]
     wide = columns == 16
     load = ("ldmatrix_x4" if wide else "ldmatrix_x2") + ("_trans" if b_major == "mn" else "")
-    place = ", ".join(tile_place("b_addr", b_major, f"n0 + {row}", k, "b_span", "b_box"))
+    place = ", ".join(tile_place("b_addr", b_major, row, k, "b_span", "b_box", row0="n0"))
     regs = ", ".join(f"b[{i}]" for i in range(4 if wide else 2))
     name = f"ldsm_b_{b_major}_{columns}"
     return Snippet(
