@@ -36,6 +36,7 @@ from bench.decode import (  # noqa: E402
     random_scales,
     weight_copies,
 )
+from bench.kernel_profile import rebuilt_artifact, timed_range  # noqa: E402
 from scheduler_search.ops import DTYPE_BYTES  # noqa: E402
 
 #: Launches of each kernel in its NVTX range (Nsight Compute skips and profiles some).
@@ -55,24 +56,13 @@ def stored_cases(results: Path, names: list[str]) -> list[dict[str, Any]]:
 
 def artifact_of(case: dict[str, Any]) -> dict[str, Any]:
     """The case's kernel rebuilt from its stored choices, as ``pipetune.load`` takes it."""
-    from codegen import feasibility, render
-    from scheduler_search.hardware import get_device
-    from scheduler_search.ops.gemm import GemmSpec
-    from scheduler_search.space import ScheduleSpace
-
-    device = get_device("h200")
-    spec = GemmSpec(**case["params"])
-    space = ScheduleSpace(spec, device, feasibility("gemm", device))
-    sprogram, validity = space.build(case["schedule"]["choices"])
-    if not validity.ok:
-        raise SystemExit(f"{case['case']}: the stored choices no longer build: "
-                         f"{validity.rejections}")
-    return render(sprogram, spec, device).to_dict()
+    return rebuilt_artifact("gemm", case["params"], case["schedule"]["choices"],
+                            "h200").to_dict()
 
 
 def profile_case(torch: Any, case: dict[str, Any], l2_bytes: int) -> dict[str, Any]:
-    """Check the rebuilt kernel, then launch it and the peer in their NVTX ranges; their
-    mean times per launch (events around the ranges)."""
+    """Check the rebuilt kernel, then launch it and the peer in their NVTX ranges, each
+    cycling over weight copies beyond twice the L2; their mean times per launch."""
     import pipetune
 
     params = case["params"]
@@ -85,22 +75,12 @@ def profile_case(torch: Any, case: dict[str, Any], l2_bytes: int) -> dict[str, A
     errors = check(torch, per_copy[0], a, weights[0], scales)
     row: dict[str, Any] = {"case": case["case"], "choices": case["schedule"]["choices"],
                            "check": errors}
+    # Each range is named by its label alone: Nsight Compute's include filter reads a "/"
+    # in a name as nesting, and "pipetune/gemm-..." matched no kernel (2026-12-04). Cases
+    # run in the order of the printed rows.
     for label in ("pipetune", "peer"):
-        for calls in per_copy:  # every copy's first call outside the range
-            calls[label]()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        # The range is named by the label alone: Nsight Compute's include filter reads a
-        # "/" in a name as nesting, and "pipetune/gemm-..." matched no kernel (2026-12-04).
-        # Cases run in the order of the printed rows.
-        torch.cuda.nvtx.range_push(label)
-        start.record()
-        for i in range(LAUNCHES):
-            per_copy[i % copies][label]()
-        end.record()
-        torch.cuda.nvtx.range_pop()
-        torch.cuda.synchronize()
-        row[f"{label}_us_per_launch"] = start.elapsed_time(end) * 1e3 / LAUNCHES
+        row[f"{label}_us_per_launch"] = timed_range(label, [c[label] for c in per_copy],
+                                                    LAUNCHES)
     return row
 
 
