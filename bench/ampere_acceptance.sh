@@ -25,15 +25,14 @@ CAP=${CAP:-540}
 DEVICE=h200@sm_80
 CANDIDATES=$(mktemp -d /tmp/pipetune-ampere.XXXX)
 
-step() { echo; echo "=== $1 ($(date -u +%T))"; }
+. "$(dirname "$0")/acceptance_steps.sh"
 
 for name in $STEPS; do
   case $name in
     tests)
       step "Ampere-class GPU tests"
-      timeout ${TESTS_CAP:-400} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-        -n 8 tests/codegen/test_ampere_gpu.py "tests/codegen/test_export.py" -k \
-        "ampere or sm80" 2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
+      gpu_tests "${TESTS_CAP:-400}" 20 -n 8 tests/codegen/test_ampere_gpu.py \
+        tests/codegen/test_export.py -k "ampere or sm80"
       ;;
     gemm)
       step "bench/gemm.py on $DEVICE against cutlass_sm80"

@@ -29,14 +29,13 @@ SPEED_CASES=${SPEED_CASES:-attention:8x32x8x2048x128c attention:1x32x32x8192x128
 attention:8x32x8x2048x128c-bhsd attention:1x32x32x8192x128-bhsd}
 CANDIDATES=$(mktemp -d /tmp/pipetune-attention.XXXX)
 
-step() { echo; echo "=== $1 ($(date -u +%T))"; }
+. "$(dirname "$0")/acceptance_steps.sh"
 
 for name in $STEPS; do
   case $name in
     tests)
       step "attention GPU tests"
-      timeout ${TESTS_CAP:-300} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-        -n 8 tests/codegen/test_attention_gpu.py 2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
+      gpu_tests "${TESTS_CAP:-300}" 20 -n 8 tests/codegen/test_attention_gpu.py
       ;;
     fp8)
       step "FP8 against pipetune's bf16 ($BF16_RESULTS)"

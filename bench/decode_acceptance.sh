@@ -29,16 +29,14 @@ M=${M:-1 2 4 8 16 32 64 128 256}
 SECONDS_A_CASE=${SECONDS_A_CASE:-6}
 BENCH_CAP=${BENCH_CAP:-540}
 
-step() { echo; echo "=== $1 ($(date -u +%T))"; }
+. "$(dirname "$0")/acceptance_steps.sh"
 
 for name in $STEPS; do
   case $name in
     tests)
       step "GPU tests: graph timing, decode kernels"
-      timeout ${TESTS_CAP:-300} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-        tests/workers/test_graph_timing_gpu.py "tests/codegen/test_gemm_gpu.py" -k \
-        "graph or decode or bandwidth or replay or copies" 2>&1 | tail -30 \
-        | tee "$OUT/gpu_tests.txt"
+      gpu_tests "${TESTS_CAP:-300}" 30 tests/workers/test_graph_timing_gpu.py \
+        tests/codegen/test_gemm_gpu.py -k "graph or decode or bandwidth or replay or copies"
       ;;
     speed)
       step "tuning speed on decode cases"

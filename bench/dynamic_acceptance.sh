@@ -25,7 +25,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:-.}
 STEPS=${STEPS:-tests gemm-float16 gemm-bfloat16 attention-float16 attention-bfloat16}
 BENCH_CAP=${BENCH_CAP:-240}
 
-step() { echo; echo "=== $1 ($(date -u +%T))"; }
+. "$(dirname "$0")/acceptance_steps.sh"
 
 if [[ " $STEPS " == *" tests "* ]]; then
   step "GPU tests of run-time sizes"

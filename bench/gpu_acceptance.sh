@@ -21,16 +21,15 @@ STEPS=${STEPS:-tests cli serve bench}
 SHAPES=${SHAPES:-4096x4096x4096 8192x8192x8192 4000x6000x2000}
 WORK=$(mktemp -d /tmp/pipetune-acceptance.XXXX)
 
-step() { echo; echo "=== $1 ($(date -u +%T))"; }
+. "$(dirname "$0")/acceptance_steps.sh"
 
 nvidia-smi -L
 python3 -c 'import cupy, torch; print("cupy", cupy.__version__, "torch", torch.__version__)'
 
 if [[ " $STEPS " == *" tests "* ]]; then
   step "GPU tests"
-  timeout ${TESTS_CAP:-100} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-    tests/workers/test_load_gpu.py tests/service/test_gpu_tune.py \
-    tests/workers/test_executor_contract.py -rA 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
+  gpu_tests "${TESTS_CAP:-100}" 40 tests/workers/test_load_gpu.py tests/service/test_gpu_tune.py \
+    tests/workers/test_executor_contract.py -rA
 fi
 
 if [[ " $STEPS " == *" cli "* ]]; then

@@ -38,16 +38,14 @@ SSD_SPEED_CASES=${SSD_SPEED_CASES:-mamba2_ssd:8x4096x80x64x128x256 \
 mamba2_ssd:8x4096x80x64x128x256g8}
 SSD_SPEED_SECONDS=${SSD_SPEED_SECONDS:-60}
 
-step() { echo; echo "=== $1 ($(date -u +%T))"; }
+. "$(dirname "$0")/acceptance_steps.sh"
 
 for name in $STEPS; do
   case $name in
     tests)
       step "GPU tests: attention backward, training, Mamba2 drop-in"
-      timeout ${TESTS_CAP:-300} python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" \
-        -n 8 tests/codegen/test_attention_backward_gpu.py \
-        tests/pipetune/test_attention_training_gpu.py tests/pipetune/test_mamba2_drop_in_gpu.py \
-        2>&1 | tail -20 | tee "$OUT/gpu_tests.txt"
+      gpu_tests "${TESTS_CAP:-300}" 20 -n 8 tests/codegen/test_attention_backward_gpu.py \
+        tests/pipetune/test_attention_training_gpu.py tests/pipetune/test_mamba2_drop_in_gpu.py
       ;;
     backward)
       step "bench/attention_backward.py ($LAYOUTS)"
