@@ -35,7 +35,9 @@ Per case, in one process on one GPU:
 Per model, at each m and dtype whose cases all have a kernel: one decode step's GEMMs
 (every matrix of the model in each of ``--layers`` or more layers, distinct weights, more
 than twice the L2 in all) captured in one CUDA graph, pipetune against the peer: the GEMM
-time per layer and the ratio.
+time per layer and the ratio. ``--steps-from`` runs the steps alone, on the kernels earlier
+runs tuned (rebuilt from their results files' stored choices): a suite measured a few
+matrices at a time, over several device sessions, gets its steps in one short call.
 
 The results file holds the device fingerprint, the tree, every case (its figures, the
 tuned kernel's schedule, the seconds its tune and its check and timing took), the
@@ -49,11 +51,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -542,12 +545,37 @@ def _fmt(value: float | None) -> str:
 
 
 def model_steps(models: Sequence[str], ms: Sequence[int], dtypes: Sequence[str],
-                cases: Sequence[Case]) -> list[tuple[str, int, str]]:
-    """The (model, m, dtype) steps whose every matrix is among ``cases`` (``--limit`` may
-    leave a model's step out)."""
-    keys = {c.key for c in cases}
+                keys: Collection[tuple[int, int, int, str]]) -> list[tuple[str, int, str]]:
+    """The (model, m, dtype) steps whose every matrix has a kernel among ``keys`` (a
+    case's :attr:`Case.key`; ``--limit`` may leave a model's step out)."""
     return [(model, m, dtype) for dtype in dtypes for model in models for m in ms
             if all((n, k, m, dtype) in keys for n, k in MODELS[model].values())]
+
+
+def stored_schedules(paths: Sequence[Path]) -> dict[tuple[int, int, int, str], dict[str, Any]]:
+    """The tuned schedule of every case with figures in ``paths`` (this bench's results
+    files), by the key a model step looks its kernel up by; a later file's case replaces an
+    earlier one's."""
+    found: dict[tuple[int, int, int, str], dict[str, Any]] = {}
+    for path in paths:
+        for case in json.loads(Path(path).read_text())["cases"]:
+            choices = (case.get("schedule") or {}).get("choices")
+            if choices and "error" not in case:
+                p = case["params"]
+                found[(p["n"], p["k"], p["m"], p["dtype"])] = {
+                    "case": case["case"], "params": p, "choices": choices}
+    return found
+
+
+def stored_kernels(stored: dict[tuple, dict[str, Any]], keys: Iterable[tuple]) -> dict:
+    """The kernels of ``keys``, rebuilt from their stored choices by this tree (as
+    ``bench/decode_profile.py`` rebuilds them) and loaded."""
+    import pipetune
+    from bench.kernel_profile import rebuilt_artifact
+
+    return {key: pipetune.load(rebuilt_artifact("gemm", stored[key]["params"],
+                                                stored[key]["choices"], "h200"))
+            for key in keys}
 
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -569,6 +597,12 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                                        for k, v in vars(args).items() if k != "out"},
                 "cases": rows, "steps": steps, "summary": summarise(rows, steps)}
 
+    if args.steps_from:  # the kernels of earlier runs: no tuning, no case figures
+        stored = stored_schedules(args.steps_from)
+        cases = []
+        wanted = model_steps(args.models, args.m, args.dtypes, stored)
+        kernels = stored_kernels(stored, {(n, k, m, dtype) for model, m, dtype in wanted
+                                          for n, k in MODELS[model].values()})
     print_header()
     for case in cases:
         row, kernel = measure_case(torch, case, args, url, l2_bytes)
@@ -578,7 +612,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         print_case(row)
         write_json(args.out, document([]))
     steps = []
-    for model, m, dtype in (model_steps(args.models, args.m, args.dtypes, cases)
+    for model, m, dtype in (model_steps(args.models, args.m, args.dtypes, kernels)
                             if args.layers > 0 else []):
         try:
             steps.append(measure_step(torch, model, m, dtype, kernels, args, l2_bytes))
@@ -587,6 +621,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                           "error": f"step failed: {exc!r}"})
             torch.cuda.empty_cache()
         print_step(steps[-1])
+        write_json(args.out, document(steps))
     return document(steps)
 
 
@@ -619,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=4,
                         help="least layers in a model step's graph (0: no model steps)")
     parser.add_argument("--seed", type=int, default=44)
+    parser.add_argument("--steps-from", nargs="+", type=Path, default=None, metavar="RESULTS",
+                        help="only the model steps, on the kernels these results files "
+                             "tuned (rebuilt from their stored choices)")
     parser.add_argument("--keep-db", type=Path, default=None,
                         help="keep the runs' SQLite database in this folder")
     parser.add_argument("--out", default=dated_result("decode"))

@@ -86,12 +86,13 @@ def test_weights_keep_only_those_matrices_of_the_models() -> None:
 def test_a_model_step_needs_every_matrix_among_the_cases() -> None:
     models, ms = ["llama-3-8b", "mixtral-8x7b"], [1, 16]
     everything = decode.decode_cases(models, ms, ["bfloat16"])
-    assert decode.model_steps(models, ms, ["bfloat16"], everything) == [
+    keys = {c.key for c in everything}
+    assert decode.model_steps(models, ms, ["bfloat16"], keys) == [
         (model, m, "bfloat16") for model in models for m in ms]
     # The first 6 cases: llama's qkv, o and gate_up at both m; its down (Mixtral's w2) is cut.
-    assert decode.model_steps(models, ms, ["bfloat16"], everything[:6]) == []
+    assert decode.model_steps(models, ms, ["bfloat16"], {c.key for c in everything[:6]}) == []
     eight_b = decode.decode_cases(["llama-3-8b"], ms, ["bfloat16"])
-    assert decode.model_steps(models, ms, ["bfloat16"], eight_b) == [
+    assert decode.model_steps(models, ms, ["bfloat16"], {c.key for c in eight_b}) == [
         ("llama-3-8b", 1, "bfloat16"), ("llama-3-8b", 16, "bfloat16")]
 
 
@@ -291,3 +292,19 @@ def test_main_parses_the_filters_and_writes_the_document(tmp_path: Path,
                                                            ["bfloat16"])
     assert (seen["seconds"], seen["limit"], seen["layers"]) == (3.0, 5, 0)
     assert json.loads(out.read_text())["summary"]["bfloat16"]["cases"] == 8
+
+
+def test_steps_from_earlier_runs_take_each_matrix_s_latest_kernel() -> None:
+    """``--steps-from``: the model steps of the 70B's shards on the kernels that the runs
+    of 2026-12-05 tuned, every m at which all four of its matrices have one (its o
+    projection was not run at 32 and 64 tokens), a later file's case over an earlier's."""
+    results = Path(decode.__file__).resolve().parent / "results"
+    files = [results / f"decode-bf16-llama-3-70b-tp8-{part}.json"
+             for part in ("2026-12-05-partial", "m128-256-2026-12-05",
+                          "gate-up-down-m1-64-2026-12-05", "o-m4-16-2026-12-05-partial")]
+    stored = decode.stored_schedules(files)
+    steps = decode.model_steps(["llama-3-70b-tp8"], decode.M_SIZES, ["bfloat16"], stored)
+    assert [m for _, m, _ in steps] == [1, 2, 4, 8, 16, 128, 256]
+    later = json.loads(files[1].read_text())["cases"]
+    (qkv_256,) = [c for c in later if c["case"] == "gemm-256x1280x8192-bf16-nk"]
+    assert stored[(1280, 8192, 256, "bfloat16")]["choices"] == qkv_256["schedule"]["choices"]
