@@ -8,6 +8,8 @@
 #   speed   bench/tuning_speed.py on two decode cases (seconds until within 2% of the best);
 #   MODEL-DTYPE   bench/decode.py for one model's layers in one dtype (e.g. llama-3-8b-bfloat16,
 #           mixtral-8x7b-float8_e4m3), every m of the suite unless M says fewer;
+#   steps   each model's decode step (bench/decode.py --steps-from) on the kernels of the
+#           results files STEPS_FROM names, for MODELS and DTYPES (default: all) at M;
 #   profile Nsight Compute on PROFILE_CASES of PROFILE_RESULTS (bench/decode_profile.py):
 #           pipetune's kernel and the peer side by side;
 #   timeline  each block's start, first stream-K part and end for PROFILE_CASES of
@@ -62,6 +64,15 @@ for name in $STEPS; do
         "${PROFILE_RESULTS:?a decode results file}" --cases ${PROFILE_CASES:-} \
         --out "$OUT/decode-timeline.json" > "$OUT/timeline.log" 2>&1
       echo "exit $?"; tail -4 "$OUT/timeline.log"
+      ;;
+    steps)
+      step "model steps on the kernels of ${STEPS_FROM:?results files of earlier decode runs}"
+      # shellcheck disable=SC2086  # STEPS_FROM and M are lists
+      timeout "$BENCH_CAP" python3 bench/decode.py --steps-from $STEPS_FROM \
+        --models ${MODELS:-llama-3-8b llama-3-70b-tp8 mixtral-8x7b} \
+        --dtypes ${DTYPES:-bfloat16 float8_e4m3} --m $M --rounds ${ROUNDS:-3} \
+        --out "$OUT/decode-steps.json" > "$OUT/steps.log" 2>&1
+      echo "exit $?"; tail -12 "$OUT/steps.log"
       ;;
     *)
       model=${name%-*}; dtype=${name##*-}
