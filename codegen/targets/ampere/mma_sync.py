@@ -208,21 +208,18 @@ def instruction(dtype: str, fresh: bool = False) -> Snippet:
     a product's first step needs no pass that zeroes the accumulators."""
     ptx, k = _ptx(dtype), k_step(dtype)
     name = f"mma_m16n8k{k}_{ptx}" + ("_fresh" if fresh else "")
-    what = "=" if fresh else "+="
-    c_in = "{%8, %8, %8, %8}" if fresh else "{%0, %1, %2, %3}"
-    out = '"=f"' if fresh else '"+f"'
-    b_regs = "{%9, %10}" if fresh else "{%8, %9}"
+    # Operands: %0-%3 the accumulators, %4-%7 A, then (fresh) %8 a zero for all of C, then B.
+    what, out = ("=", '"=f"') if fresh else ("+=", '"+f"')
+    c_in, b_regs = ("{%8, %8, %8, %8}", "{%9, %10}") if fresh else ("{%0, %1, %2, %3}", "{%8, %9}")
     zero = ', "f"(0.0f)' if fresh else ""
-    a_regs = "{%4, %5, %6, %7}"
-    inputs = ('"r"(a0), "r"(a1), "r"(a2), "r"(a3)' + zero + ', "r"(b0), "r"(b1)' if fresh
-              else '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1)')
+    inputs = f'"r"(a0), "r"(a1), "r"(a2), "r"(a3){zero}, "r"(b0), "r"(b1)'
     return Snippet(
         name,
         f"// C(16x8, fp32) {what} A(16x{k}) B({k}x8), {ptx}: one warp's mma.sync.\n"
         f"__device__ __forceinline__ void {name}(float* c, u32 a0, u32 a1, u32 a2, u32 a3,\n"
         f"{' ' * (len(name) + 33)}u32 b0, u32 b1) {{\n"
         f'  asm("mma.sync.aligned.m16n8k{k}.row.col.f32.{ptx}.{ptx}.f32 "\n'
-        f'      "{{%0, %1, %2, %3}}, {a_regs}, {b_regs}, {c_in};"\n'
+        f'      "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {b_regs}, {c_in};"\n'
         f'      : {out}(c[0]), {out}(c[1]), {out}(c[2]), {out}(c[3])\n'
         f'      : {inputs});\n'
         "}\n",
