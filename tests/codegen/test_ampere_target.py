@@ -323,3 +323,19 @@ def test_a_gpu_running_older_code_is_planned_with_that_architecture_s_limits() -
     assert get_device("h200@sm_80") == device
     with pytest.raises(KeyError, match="sm_70"):
         get_device("h200@sm_70")
+
+
+def test_a_product_s_first_step_writes_its_accumulators_instead_of_zeroing_them() -> None:
+    """The step that does not accumulate is mma.sync with C = 0 behind a branch, with no
+    zeroing pass over the accumulators (nvcc made that pass a select per accumulator on
+    every trip of the loop); every other step adds."""
+    spec = parse_spec("gemm", {"m": 1024, "n": 1024, "k": 1024, "dtype": "float16",
+                               "b_layout": "nk"})
+    device = get_device("a100")
+    sprogram = next(iter(sample_schedules(spec, device, 1, seed=3)))
+    source = render(sprogram, spec, device).source
+    fresh, adding = "mma_m16n8k16_f16_fresh(", "mma_m16n8k16_f16("
+    assert fresh in source and adding in source
+    assert "] = 0.0f;" not in source.split("Main loop")[-1].split("store")[0]
+    mma = mma_sync.instruction("float16", fresh=True).code
+    assert '"=f"(c[0])' in mma and "{%8, %8, %8, %8}" in mma and '"f"(0.0f)' in mma
