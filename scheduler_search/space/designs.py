@@ -443,8 +443,10 @@ def decode_designs(spec: OperatorSpec, blocks: int = H200_SMS) -> list[Choices]:
             designs = [*_swapped_decode_designs(m, n, blocks), *narrow]
     else:
         fitted = wave_fitted(m, n, blocks)
-        designs = [fitted, *_m_paired(fitted, m), *narrow, GEMM_DECODE_NARROW_WIDE_N,
-                   GEMM_DECODE_M_PAIR]
+        designs = [fitted, *_m_paired(fitted, m)]
+        for tied in wave_tied(m, n, blocks) if m > _TIED_TOKENS_MIN else ():
+            designs += [tied, *_m_paired(tied, m)]
+        designs += [*narrow, GEMM_DECODE_NARROW_WIDE_N, GEMM_DECODE_M_PAIR]
         if -(-m // 64) * -(-n // 128) < blocks // 3:
             designs = [*_clustered_stream_k_designs(m, n), *designs]
         if swap_applies(spec):
@@ -525,19 +527,17 @@ _WAVE_RING_BYTES = 200 * 1024
 _WAVE_STAGES_MAX = 6
 
 
-def wave_fitted(m: int, n: int, blocks: int) -> Choices:
-    """The unswapped tile whose grid fills the waves of ``blocks`` best (then the fewest
-    waves, then the largest tile). Past 64 tokens every tile streams its part of the
-    weight, so a part-empty last wave is time the weight is not streamed: at 256 x 6144
-    x 4096, 64 x 128 tiles make 192 (1.45 waves of 132), and pipetune ran at 0.80x cuBLAS
-    (H200, 2026-12-04), whose own plan there is 128 tokens by 96 weight rows: 128 tiles."""
-    def score(tile: tuple[int, int]) -> tuple[float, int, int]:
-        tiles = -(-m // tile[0]) * -(-n // tile[1])
-        waves = -(-tiles // blocks)
-        return (tiles / (waves * blocks), -waves, tile[0] * tile[1])
+def _wave_score(m: int, n: int, blocks: int, tile: tuple[int, int]) -> tuple[float, int]:
+    """How well ``tile``'s grid fills the waves of ``blocks``: the filled share of its
+    waves, then the fewer waves."""
+    tiles = -(-m // tile[0]) * -(-n // tile[1])
+    waves = -(-tiles // blocks)
+    return tiles / (waves * blocks), -waves
 
-    tile_m, tile_n = max(((tm, tn) for tm in _WAVE_TILES_M for tn in _WAVE_TILES_N
-                          if tm <= -(-m // 64) * 64), key=score)
+
+def _wave_design(tile_m: int, tile_n: int) -> Choices:
+    """A wave-fitted tile as a design: one consumer warpgroup per 64 rows, the deepest
+    ring of :data:`_WAVE_RING_BYTES`."""
     stage_bytes = (tile_m + tile_n) * GEMM_WARP_SPECIALIZED["tile_k"] * 2
     return {**GEMM_WARP_SPECIALIZED, "tile_m": tile_m, "tile_n": tile_n,
             "consumer_warpgroups": tile_m // 64,
@@ -545,14 +545,51 @@ def wave_fitted(m: int, n: int, blocks: int) -> Choices:
             "stream_k": 0}
 
 
+def _wave_tiles(m: int) -> list[tuple[int, int]]:
+    return [(tm, tn) for tm in _WAVE_TILES_M for tn in _WAVE_TILES_N
+            if tm <= -(-m // 64) * 64]
+
+
+def wave_fitted(m: int, n: int, blocks: int) -> Choices:
+    """The unswapped tile whose grid fills the waves of ``blocks`` best (then the fewest
+    waves, then the largest tile). Past 64 tokens every tile streams its part of the
+    weight, so a part-empty last wave is time the weight is not streamed: at 256 x 6144
+    x 4096, 64 x 128 tiles make 192 (1.45 waves of 132), and pipetune ran at 0.80x cuBLAS
+    (H200, 2026-12-04), whose own plan there is 128 tokens by 96 weight rows: 128 tiles."""
+    tile_m, tile_n = max(_wave_tiles(m),
+                         key=lambda t: (*_wave_score(m, n, blocks, t), t[0] * t[1]))
+    return _wave_design(tile_m, tile_n)
+
+
+#: Past this many tokens the wave-fitted tile's peer of the other height is seeded beside
+#: it (up to it, a 128-row tile holds every token: the every-token designs cover it).
+_TIED_TOKENS_MIN = 128
+
+
+def wave_tied(m: int, n: int, blocks: int) -> list[Choices]:
+    """The wave-fitted tile's peer of the other height: the largest tile of another
+    ``tile_m`` whose grid fills the waves as well, where there is one. Its m tiles are
+    fewer or more, so it reads the weight from L2 fewer or more times against the tokens:
+    at 256 x 8192 x 3584, 64 x 256 tiles (the fitted, 0.94x cuBLAS on the H200,
+    2026-12-05) and 128 x 128 ones both make 128, and cuBLAS runs the latter, its two m
+    tiles paired in a cluster (the cost model: 20.3 us against 23.3)."""
+    fitted = wave_fitted(m, n, blocks)
+    best = _wave_score(m, n, blocks, (fitted["tile_m"], fitted["tile_n"]))
+    peers = [t for t in _wave_tiles(m)
+             if t[0] != fitted["tile_m"] and _wave_score(m, n, blocks, t) == best]
+    return [_wave_design(*max(peers, key=lambda t: t[0] * t[1]))] if peers else []
+
+
 def _m_paired(design: Choices, m: int) -> list[Choices]:
-    """The wave-fitted design's twin whose two 64-row m tiles share each weight tile by
-    multicast (a cluster along m), where m makes exactly two: the weight then leaves L2
-    once for both, as :data:`GEMM_DECODE_M_PAIR`'s does, over the wave-fitted tile's
-    columns. At 128 x 6144 x 4096 that pair (64 x 128, 96 tiles for 132 SMs) led at 0.90x
-    cuBLAS (H200, 2026-12-05); the wave-fitted 64 x 96 makes 128."""
-    if (design["tile_m"] != 64 or -(-m // 64) != 2
-            or design["tile_n"] == GEMM_DECODE_M_PAIR["tile_n"]):
+    """A wave-fitted design's twin whose two m tiles share each weight tile by multicast
+    (a cluster along m), where m makes exactly two: the weight then leaves L2 once for
+    both, as :data:`GEMM_DECODE_M_PAIR`'s does, over the design's columns. At 128 x 6144 x
+    4096 that pair (64 x 128, 96 tiles for 132 SMs) led at 0.90x cuBLAS (H200,
+    2026-12-05); the wave-fitted 64 x 96 makes 128. Past 128 tokens the pair is of two
+    128-row tiles (cuBLAS's plan at 256 x 8192 x 3584: 128 x 128 tiles, clusters of 2)."""
+    same_as_pair = (design["tile_m"], design["tile_n"]) == (
+        GEMM_DECODE_M_PAIR["tile_m"], GEMM_DECODE_M_PAIR["tile_n"])
+    if -(-m // design["tile_m"]) != 2 or same_as_pair:
         return []
     return [{**design, "cluster_size": 2, "cluster_axis": "m"}]
 

@@ -117,3 +117,26 @@ def test_a_cluster_that_cannot_cover_the_tiles_does_not_compile() -> None:
     assert "static_assert(TILES_M % CLUSTER == 0" in source
     report = compile_report(source)
     assert not report.ok and "clusters cover whole tiles along m" in report.log
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not on PATH")
+def test_the_decode_seeds_past_128_tokens_compile_without_spills() -> None:
+    """The wave-fitted tile's peer of the other height and the pairs of two 128-row m
+    tiles sharing each weight tile (256 x 8192 x 3584: 128 x 128 in clusters of two, as
+    cuBLAS runs it; 256 x 14336 x 4096: the fitted 128 x 224's pair), bf16 and e4m3."""
+    from codegen import feasibility
+    from scheduler_search.search.warm_start import fit_to_space
+    from scheduler_search.space import ScheduleSpace
+    from scheduler_search.space.designs import decode_designs
+
+    sources = []
+    for (m, n, k), dtype in [((256, 8192, 3584), "bfloat16"), ((256, 8192, 3584), "float8_e4m3"),
+                             ((256, 14336, 4096), "bfloat16")]:
+        spec = parse_spec("gemm", {"m": m, "n": n, "k": k, "dtype": dtype, "b_layout": "nk"})
+        space = ScheduleSpace(spec, DEVICE, feasibility("gemm", DEVICE))
+        for design in decode_designs(spec)[:3]:
+            sprogram, validity = space.build(fit_to_space(space, design))
+            assert validity.ok, (m, n, dtype, design, validity.rejections)
+            sources.append(render(sprogram, spec, DEVICE).source)
+    assert sum("__cluster_dims__" in s for s in sources) >= 3
+    assert_compile_clean(sources)

@@ -88,8 +88,11 @@ def _cases() -> list[tuple[str, GemmSpec, SProgram]]:
 
 
 #: (m, n, k) of the decode cases: a few tokens against weights stored n x k, one with an n
-#: of 20 tiles of 64 rows (the stream-K twins split its k), one with m past a token tile.
-DECODE_SHAPES = ((1, 4096, 4096), (7, 1280, 8192), (16, 6144, 4096), (100, 4104, 272))
+#: of 20 tiles of 64 rows (the stream-K twins split its k), one with m past a token tile,
+#: one past 128 tokens (the wave-fitted 64 x 256 tile's 128 x 128 peer and its pair of
+#: 128-row m tiles in a cluster, the last m tile part empty).
+DECODE_SHAPES = ((1, 4096, 4096), (7, 1280, 8192), (16, 6144, 4096), (100, 4104, 272),
+                 (200, 8192, 512))
 
 
 def _decode_cases() -> list[tuple[str, GemmSpec, SProgram]]:

@@ -11,7 +11,13 @@ from scheduler_search.hardware import get_device
 from scheduler_search.ops.gemm import GemmSpec
 from scheduler_search.search.warm_start import fit_to_space
 from scheduler_search.space import ScheduleSpace
-from scheduler_search.space.designs import DESIGNS, decode_designs, designs_for, wave_fitted
+from scheduler_search.space.designs import (
+    DESIGNS,
+    decode_designs,
+    designs_for,
+    wave_fitted,
+    wave_tied,
+)
 from scheduler_search.space.tables import FEW_TOKENS, knob_table, swap_applies
 
 H200 = get_device("h200")
@@ -248,3 +254,36 @@ def test_the_wave_fitted_tile_has_an_m_paired_twin_where_m_makes_two_tiles(
         sprogram, validity = space.build(fit_to_space(space, twin))
         assert validity.ok, validity.rejections
         assert sprogram.cluster is not None and sprogram.cluster.size == 2
+
+
+@pytest.mark.parametrize(("m", "n", "fitted", "tied"), [
+    (256, 8192, (64, 256), (128, 128)),   # cuBLAS's plan: 128 x 128 in pairs
+    (256, 6144, (64, 192), (128, 96)),
+    (200, 4096, (64, 128), (128, 64)),
+])
+def test_past_128_tokens_the_fitted_tile_s_peer_of_the_other_height_follows_it(
+        m: int, n: int, fitted: tuple[int, int], tied: tuple[int, int]) -> None:
+    """Where a tile of the other height fills the waves as well, it and its m-paired twin
+    (two 128-row tiles sharing each weight tile) are the seeds after the fitted tile;
+    both are valid points of the space, the pair a cluster of two along m."""
+    spec = _spec(m, n=n, k=4096)
+    seeds = decode_designs(spec)
+    assert (seeds[0]["tile_m"], seeds[0]["tile_n"]) == fitted
+    (peer,) = wave_tied(m, n, 132)
+    assert (peer["tile_m"], peer["tile_n"]) == tied and peer["consumer_warpgroups"] == 2
+    assert seeds[1:3] == [peer, {**peer, "cluster_size": 2, "cluster_axis": "m"}]
+    space = ScheduleSpace(spec, H200, feasibility("gemm", H200))
+    for design in seeds[1:3]:
+        sprogram, validity = space.build(fit_to_space(space, design))
+        assert validity.ok, validity.rejections
+    assert sprogram.cluster is not None and sprogram.cluster.size == 2
+
+
+@pytest.mark.parametrize(("m", "n"), [(128, 8192), (256, 7168), (256, 1280)])
+def test_no_peer_is_seeded_up_to_128_tokens_or_where_none_fills_as_well(m: int, n: int) -> None:
+    """Up to 128 tokens a 128-row tile holds every token (the every-token designs cover
+    it); 64 x 224 tiles of 7168 rows make 128 and no 128-row tile does; few weight tiles
+    lead with clustered stream-K."""
+    seeds = decode_designs(_spec(m, n=n, k=8192))
+    peers = wave_tied(m, n, 132)
+    assert not peers or all(p not in seeds for p in peers)
