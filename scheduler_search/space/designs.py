@@ -581,15 +581,17 @@ def wave_tied(m: int, n: int, blocks: int) -> list[Choices]:
 
 
 def _m_paired(design: Choices, m: int) -> list[Choices]:
-    """A wave-fitted design's twin whose two m tiles share each weight tile by multicast
-    (a cluster along m), where m makes exactly two: the weight then leaves L2 once for
-    both, as :data:`GEMM_DECODE_M_PAIR`'s does, over the design's columns. At 128 x 6144 x
-    4096 that pair (64 x 128, 96 tiles for 132 SMs) led at 0.90x cuBLAS (H200,
-    2026-12-05); the wave-fitted 64 x 96 makes 128. Past 128 tokens the pair is of two
-    128-row tiles (cuBLAS's plan at 256 x 8192 x 3584: 128 x 128 tiles, clusters of 2)."""
+    """A wave-fitted design's twin whose m tiles share each weight tile in pairs by
+    multicast (clusters of two along m), where m makes an even number of them: each
+    weight tile then leaves L2 once for two m tiles, as :data:`GEMM_DECODE_M_PAIR`'s
+    does, over the design's columns. At 128 x 6144 x 4096 that pair (64 x 128, 96 tiles
+    for 132 SMs) led at 0.90x cuBLAS (H200, 2026-12-05); the wave-fitted 64 x 96 makes
+    128. At 256 tokens cuBLAS runs such pairs (128 x 128 at 256 x 8192 x 3584), and the
+    cost model puts four 64-row m tiles in two pairs well ahead of them unpaired
+    (256 x 4096 x 14336: 36.9 us against 50.5; 256 x 7168 x 8192: 36.1 against 44.0)."""
     same_as_pair = (design["tile_m"], design["tile_n"]) == (
         GEMM_DECODE_M_PAIR["tile_m"], GEMM_DECODE_M_PAIR["tile_n"])
-    if -(-m // design["tile_m"]) != 2 or same_as_pair:
+    if -(-m // design["tile_m"]) % 2 or same_as_pair:
         return []
     return [{**design, "cluster_size": 2, "cluster_axis": "m"}]
 
