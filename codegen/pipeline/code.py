@@ -24,10 +24,12 @@ class Code:
             if name not in self.uses:
                 self.uses.append(name)
 
-    def call(self, name: str | Snippet, *args: object) -> str:
-        """``name(args...)`` as text; ``name`` (without template arguments) joins the prelude."""
+    def call(self, name: str | Snippet, *args: object, template: str = "") -> str:
+        """``name(args...)`` as text (``name<template>(args...)`` with template arguments);
+        ``name`` (without template arguments) joins the prelude."""
         self.use(name if isinstance(name, Snippet) else name.split("<")[0])
         label = name.name if isinstance(name, Snippet) else name
+        label += f"<{template}>" if template else ""
         return f"{label}({', '.join(str(a) for a in args)})"
 
     def __call__(self, *lines: str) -> None:

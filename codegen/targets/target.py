@@ -183,6 +183,11 @@ class Target(abc.ABC):
         """Give a warpgroup its role's register budget."""
 
     @abc.abstractmethod
+    def write_kernel_constants(self, code: Code, register_cap: int) -> None:
+        """This target's constants of one kernel, among the kernel's own (``register_cap``:
+        the registers a thread is compiled with)."""
+
+    @abc.abstractmethod
     def accumulator_rows(self, code: Code) -> AbstractContextManager[None]:
         """The loops over the accumulator fragment's rows this thread holds."""
 

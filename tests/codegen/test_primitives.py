@@ -92,6 +92,7 @@ CALLS = {
     "cp_async_arrive_noinc": "cp_async_arrive_noinc(a);",
     "ldmatrix_x2": "ldmatrix_x2(a, r[0], r[1]);",
     "ldmatrix_x2_trans": "ldmatrix_x2_trans(a, r[0], r[1]);",
+    "swizzled": "r[0] = swizzled(a, 128);",
     "swizzled_row": "r[0] = swizzled_row(a + 32, 3, 16, 128);",
     "cp_async_16_unless": "cp_async_16_unless(a, (u64)out, f > 0.0f);",
 }

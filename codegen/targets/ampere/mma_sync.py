@@ -71,6 +71,17 @@ LDMATRIX_X2_TRANS = Snippet(
     section='9.7.14.5.15 "ldmatrix"',
 )
 
+SWIZZLED = Snippet(
+    "swizzled",
+    "// A shared address as the copies wrote it: the 16-byte chunk XORed with the row of\n"
+    "// an 8-row repeat (`span` bytes a row: 32, 64 or 128).\n"
+    "__device__ __forceinline__ u32 swizzled(u32 addr, u32 span) {\n"
+    "  return addr ^ ((addr >> 3) & ((span / 16 - 1) << 4));\n"
+    "}\n",
+    requires=("types",),
+    section='9.7.15.5.1.2 "Shared Memory Matrix Layout" (swizzling modes)',
+)
+
 SWIZZLED_ROW = Snippet(
     "swizzled_row",
     "// The shared address of byte `byte` of row `row` of the tile at `addr`, as the copies\n"
@@ -93,7 +104,7 @@ SWIZZLED_ROW = Snippet(
 #: This family's place in a prelude (:func:`codegen.cuda._snippet.register`).
 PRELUDE_RANK = 125
 
-register(LDMATRIX_X2, LDMATRIX_X2_TRANS, SWIZZLED_ROW, rank=PRELUDE_RANK)
+register(LDMATRIX_X2, LDMATRIX_X2_TRANS, SWIZZLED, SWIZZLED_ROW, rank=PRELUDE_RANK)
 
 
 @dataclass(frozen=True)
@@ -159,6 +170,19 @@ def _layout_words(operand: str, major: str) -> str:
 
 
 _LANE = "  const u32 lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;\n"
+#: The fragment loads' template flag: the lanes' offsets worked out apart from the tile's
+#: address (``swizzled_row``: loop-invariant, so kept in registers), or the address
+#: swizzled where it is used (``swizzled``: fewer live registers).
+SPLIT = "SPLIT"
+
+
+def _address(base: str, major: str, row: str, k: str, span: str, box: str,
+             row0: str = "0") -> str:
+    """The lane's swizzled address, by either form as ``SPLIT`` says (a compile-time
+    choice: the other form's text is dropped)."""
+    place = ", ".join(tile_place(base, major, row, k, span, box, row0))
+    whole = tile_address(base, major, row if row0 == "0" else f"{row0} + {row}", k, span, box)
+    return f"{SPLIT} ? swizzled_row({place}, {span}) : swizzled({whole}, {span})"
 _SECTION = '9.7.14.5.15 "ldmatrix", 9.7.14.5.8 "Matrix Fragments for mma.m16n8k16"'
 
 
@@ -167,15 +191,16 @@ def a_fragment(a_major: Literal["k", "mn"]) -> Snippet:
     four registers of its ``mma.sync`` (one ``ldmatrix.x4``, transposed where A is MN-major)."""
     row, k = A_LANES[a_major]
     load = "ldmatrix_x4_trans" if a_major == "mn" else "ldmatrix_x4"
-    place = ", ".join(tile_place("a_addr", a_major, row, k, "a_span", "a_box"))
+    address = _address("a_addr", a_major, row, k, "a_span", "a_box")
     return Snippet(
         f"ldsm_a_{a_major}",
         f"// This warp's 16 rows of a {a_major.upper()}-major A at a k step: the four registers"
         " of its mma.sync.\n"
+        f"template <bool {SPLIT}>\n"
         f"__device__ __forceinline__ void ldsm_a_{a_major}(u32 (&a)[4], u32 a_addr, "
         "u64 a_layout) {\n" + _LANE + _layout_words("a", a_major)
-        + f"  {load}(swizzled_row({place}, a_span), a[0], a[1], a[2], a[3]);\n}}\n",
-        requires=("types", "swizzled_row", load),
+        + f"  {load}({address}, a[0], a[1], a[2], a[3]);\n}}\n",
+        requires=("types", "swizzled", "swizzled_row", load),
         section=_SECTION,
     )
 
@@ -186,18 +211,19 @@ def b_fragments(b_major: Literal["k", "mn"], columns: Literal[8, 16]) -> Snippet
     row, k = B_LANES[b_major]
     wide = columns == 16
     load = ("ldmatrix_x4" if wide else "ldmatrix_x2") + ("_trans" if b_major == "mn" else "")
-    place = ", ".join(tile_place("b_addr", b_major, row, k, "b_span", "b_box", row0="n0"))
+    address = _address("b_addr", b_major, row, k, "b_span", "b_box", row0="n0")
     regs = ", ".join(f"b[{i}]" for i in range(4 if wide else 2))
     name = f"ldsm_b_{b_major}_{columns}"
     return Snippet(
         name,
         f"// {columns} columns of a {b_major.upper()}-major B at a k step, from column n0: "
         "b0, b1 of each 8.\n"
+        f"template <bool {SPLIT}>\n"
         f"__device__ __forceinline__ void {name}(u32 (&b)[{4 if wide else 2}], u32 b_addr, "
         "u32 n0, u64 b_layout) {\n"
         "  const u32 lane = threadIdx.x % 32;\n" + _layout_words("b", b_major)
-        + f"  {load}(swizzled_row({place}, b_span), {regs});\n}}\n",
-        requires=("types", "swizzled_row", load),
+        + f"  {load}({address}, {regs});\n}}\n",
+        requires=("types", "swizzled", "swizzled_row", load),
         section=_SECTION,
     )
 

@@ -36,6 +36,14 @@ LOADER_THREADS = 128
 #: A consumer thread's registers for the operands of its mma.sync (A's and B's fragments and
 #: their addresses); nvcc for sm_80 (2026-12-05): a chunk scan asking 160 of 168 spilled 48 B.
 OPERAND_REGS = 16
+#: Registers a thread must be compiled with for its ldmatrix addresses to keep each lane's
+#: offsets in registers (``swizzled_row``: an sm_80 GEMM trip of 256 mma.sync issued ~170
+#: fewer instructions, nvcc 13.0). Below it the addresses are swizzled where they are used:
+#: at 168 (384 threads) the kept offsets made sm_80 attention kernels spill 48-152 B where
+#: they spilled 0-40 B without them.
+SPLIT_ADDRESS_REGISTERS = 200
+#: The kernel constant that holds that choice.
+LDSM_SPLIT = "LDSM_SPLIT"
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,7 @@ class AmpereTarget(WarpgroupFragments, Target):
         code(f"u32 a_frag[{mma.row_blocks}][4];")
         code("#pragma unroll")
         load = code.call(mma_sync.a_fragment(mma.a_major), "a_frag[mi]", part.a_address,
-                         mma.a_layout)
+                         mma.a_layout, template=LDSM_SPLIT)
         code(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi) {load};")
         return "a_frag[mi][{i}]"
 
@@ -149,7 +157,7 @@ class AmpereTarget(WarpgroupFragments, Target):
             with c.block(""):
                 c(f"u32 b[{width // 4}];")
                 c(c.call(mma_sync.b_fragments(mma.b_major, width), "b", part.b_address, n0,
-                         mma.b_layout) + ";")
+                         mma.b_layout, template=LDSM_SPLIT) + ";")
                 c("#pragma unroll")
                 with c.block(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi)"):
                     for j in range(width // 8):
@@ -181,6 +189,12 @@ class AmpereTarget(WarpgroupFragments, Target):
     def write_register_budget(self, code: Code,
                               role: Literal["producer", "consumer"]) -> None:
         """Nothing: without setmaxnreg every warp keeps the launch bound's share."""
+
+    def write_kernel_constants(self, code: Code, register_cap: int) -> None:
+        """Which form the kernel's ldmatrix addresses take (:data:`SPLIT_ADDRESS_REGISTERS`)."""
+        split = "true" if register_cap >= SPLIT_ADDRESS_REGISTERS else "false"
+        code(f"constexpr bool {LDSM_SPLIT} = {split};  // ldmatrix lanes' offsets kept "
+             f"in registers ({register_cap} a thread)")
 
 
 #: The three Ampere-class architectures, one target each (their compile options differ).

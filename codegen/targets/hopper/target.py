@@ -141,5 +141,8 @@ class HopperTarget(WarpgroupFragments, Target):
                   else "setmaxnreg_inc<CONSUMER_REGS>")
         code(code.call(budget) + ";")
 
+    def write_kernel_constants(self, code: Code, register_cap: int) -> None:
+        """None: wgmma reads its operands through descriptors."""
+
 
 HOPPER = HopperTarget(arch="sm_90a")
