@@ -127,7 +127,7 @@ def copy_box(loaders: int) -> Snippet:
     Where the box is rows of one plane (its outer extents 1) and the threads cover whole
     rows a pass, a thread's chunks share their column and lie a fixed number of rows
     apart: its column, first row, source address and swizzled place are worked out once,
-    and each chunk adds a stride and a constant (GEMM's tiles: about 7 instructions a
+    and each chunk adds a stride and a constant (GEMM's tiles: about 5 instructions a
     chunk where the general walk, for boxes over several planes, takes 18)."""
     params = ", ".join(f"u32 {g}" for g in GEOMETRY)
     return Snippet(
