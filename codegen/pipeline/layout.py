@@ -297,6 +297,13 @@ class PipelineLayout:
         per_thread = min(self.device.regs_per_thread_max, REGISTER_FILE // s.threads)
         return per_thread // 8 * 8
 
+    @property
+    def consumer_regs_needed(self) -> int:
+        """The registers a consumer thread's code is estimated to need: its accumulators,
+        the operator's overhead and the target's MMA operands."""
+        return (self.hooks.accumulator_regs(self.consumer_rows) + self.hooks.overhead_regs
+                + self.hooks.target.operand_regs)
+
     # ----- what the skeleton cannot lower --------------------------------------------
     def problem(self) -> str | None:
         """Why this schedule cannot be generated, or None."""
@@ -439,8 +446,7 @@ class PipelineLayout:
             if roles.producer_regs < self.hooks.producer_min_regs:
                 return (f"the producer's loads need {self.hooks.producer_min_regs} registers, "
                         f"not {roles.producer_regs}")
-        need = (self.hooks.accumulator_regs(self.consumer_rows) + self.hooks.overhead_regs
-                + self.hooks.target.operand_regs)
+        need = self.consumer_regs_needed
         if need > self.register_cap:
             return (f"{need} registers per consumer thread > {self.register_cap}, what ptxas "
                     f"may allocate for {s.threads} threads")

@@ -228,7 +228,7 @@ class PipelineSkeleton:
             if along is not None and not along.runtime:  # else its tiles run past the grid
                 c(f'static_assert(TILES_{along.const} % CLUSTER == 0, "clusters cover whole '
                   f'tiles along {axis}");')
-        self.hooks.target.write_kernel_constants(c, lay.register_cap)
+        self.hooks.target.write_kernel_constants(c, lay.register_cap - lay.consumer_regs_needed)
         c("")
         self.hooks.constants(c, lay.consumer_rows)
         if lay.stream_k is not None:

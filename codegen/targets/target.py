@@ -183,9 +183,10 @@ class Target(abc.ABC):
         """Give a warpgroup its role's register budget."""
 
     @abc.abstractmethod
-    def write_kernel_constants(self, code: Code, register_cap: int) -> None:
-        """This target's constants of one kernel, among the kernel's own (``register_cap``:
-        the registers a thread is compiled with)."""
+    def write_kernel_constants(self, code: Code, spare_regs: int) -> None:
+        """This target's constants of one kernel, among the kernel's own (``spare_regs``:
+        the registers a consumer thread is compiled with beyond the estimate of what its
+        code needs)."""
 
     @abc.abstractmethod
     def accumulator_rows(self, code: Code) -> AbstractContextManager[None]:

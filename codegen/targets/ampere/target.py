@@ -36,14 +36,18 @@ LOADER_THREADS = 128
 #: A consumer thread's registers for the operands of its mma.sync (A's and B's fragments and
 #: their addresses); nvcc for sm_80 (2026-12-05): a chunk scan asking 160 of 168 spilled 48 B.
 OPERAND_REGS = 16
-#: Registers a thread must be compiled with for its ldmatrix addresses to keep each lane's
-#: offsets in registers (``swizzled_row``: an sm_80 GEMM trip of 256 mma.sync issued ~170
-#: fewer instructions, nvcc 13.0). Below it the addresses are swizzled where they are used:
-#: at 168 (384 threads) the kept offsets made sm_80 attention kernels spill 48-152 B where
-#: they spilled 0-40 B without them.
-SPLIT_ADDRESS_REGISTERS = 200
-#: The kernel constant that holds that choice.
-LDSM_SPLIT = "LDSM_SPLIT"
+#: Registers a consumer thread must have to spare (beyond the estimate of what its code
+#: needs) for the main loop's two register-hungry shortcuts (nvcc 13.0, an sm_80 GEMM trip
+#: of 256 mma.sync with ~70 to spare: ~170 fewer instructions for the first, 128 fewer for
+#: the second): each lane's ldmatrix offsets kept in registers (``swizzled_row``), and a
+#: first k step written twice, writing its accumulators where it does not add to them.
+#: With fewer, the addresses are swizzled where they are used and the accumulators zeroed
+#: before the step: the kept offsets spilled sm_80 attention kernels of 384 threads (7-31
+#: to spare; 48-152 B) and a 128 x 192 GEMM tile of 256 threads (39; 16 B), the twin step
+#: a 384-thread attention kernel (32; 12 B), none of which spilled without them.
+SPARE_REGS_MIN = 64
+#: The kernel constant that says whether its consumer threads have them to spare.
+SPARE_REGISTERS = "SPARE_REGISTERS"
 
 
 @dataclass(frozen=True)
@@ -112,12 +116,12 @@ class AmpereTarget(WarpgroupFragments, Target):
         """Per k step: every row block's A fragment, then per 16 columns of B one fragment
         load for all the row blocks' ``mma.sync`` (B read once, not once a row block).
         A step that does not accumulate writes its accumulators (``mma.sync`` with C = 0)
-        behind a branch: zeroing them first cost a select per accumulator every trip (128
-        FSEL beside 256 HMMA a trip of a 128 x 128 GEMM tile, nvcc 13.0)."""
+        behind a branch where the kernel has registers to spare (zeroing them first cost a
+        select per accumulator every trip: 128 FSEL beside 256 HMMA a trip of a 128 x 128
+        GEMM tile, nvcc 13.0); elsewhere they are zeroed before it."""
         c = code
         mma_sync.check_shape(mma.n, mma.dtype, mma.a_major, mma.b_major)
         adding = mma_sync.instruction(mma.dtype)
-        writing = mma_sync.instruction(mma.dtype, fresh=True)
         for line in mma.bases:
             c(line)
         for part in mma.parts:
@@ -129,10 +133,26 @@ class AmpereTarget(WarpgroupFragments, Target):
                 if mma.accumulate == "true":
                     self._columns(c, mma, part, adding, a)
                 else:
-                    with c.block(f"if ({mma.accumulate})"):
-                        self._columns(c, mma, part, adding, a)
-                    with c.block("else"):
-                        self._columns(c, mma, part, writing, a)
+                    self._first_step(c, mma, part, a)
+
+    def _first_step(self, code: Code, mma: Mma, part: MmaPart, a: str) -> None:
+        """A step that may not accumulate: with registers to spare, its products written
+        twice, adding or writing the accumulators (mma.sync with C = 0); else the
+        accumulators zeroed where it does not accumulate, then the adding products."""
+        adding = mma_sync.instruction(mma.dtype)
+        with code.block(f"if constexpr ({SPARE_REGISTERS})"):
+            with code.block(f"if ({mma.accumulate})"):
+                self._columns(code, mma, part, adding, a)
+            with code.block("else"):
+                self._columns(code, mma, part, mma_sync.instruction(mma.dtype, fresh=True), a)
+        with code.block("else"):
+            with code.block(f"if (!({mma.accumulate}))"):
+                code("#pragma unroll")
+                with code.block(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi)"):
+                    code("#pragma unroll")
+                    code(f"for (int i = 0; i < {mma.n // 2}; ++i) "
+                         f"({part.accumulator})[i] = 0.0f;")
+            self._columns(code, mma, part, adding, a)
 
     def _a_fragments(self, code: Code, mma: Mma, part: MmaPart) -> str:
         """A's registers of row block ``mi`` as a template of ``{i}``: loaded here from
@@ -142,7 +162,7 @@ class AmpereTarget(WarpgroupFragments, Target):
         code(f"u32 a_frag[{mma.row_blocks}][4];")
         code("#pragma unroll")
         load = code.call(mma_sync.a_fragment(mma.a_major), "a_frag[mi]", part.a_address,
-                         mma.a_layout, template=LDSM_SPLIT)
+                         mma.a_layout, template=SPARE_REGISTERS)
         code(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi) {load};")
         return "a_frag[mi][{i}]"
 
@@ -157,7 +177,7 @@ class AmpereTarget(WarpgroupFragments, Target):
             with c.block(""):
                 c(f"u32 b[{width // 4}];")
                 c(c.call(mma_sync.b_fragments(mma.b_major, width), "b", part.b_address, n0,
-                         mma.b_layout, template=LDSM_SPLIT) + ";")
+                         mma.b_layout, template=SPARE_REGISTERS) + ";")
                 c("#pragma unroll")
                 with c.block(f"for (int mi = 0; mi < {mma.row_blocks}; ++mi)"):
                     for j in range(width // 8):
@@ -190,11 +210,11 @@ class AmpereTarget(WarpgroupFragments, Target):
                               role: Literal["producer", "consumer"]) -> None:
         """Nothing: without setmaxnreg every warp keeps the launch bound's share."""
 
-    def write_kernel_constants(self, code: Code, register_cap: int) -> None:
-        """Which form the kernel's ldmatrix addresses take (:data:`SPLIT_ADDRESS_REGISTERS`)."""
-        split = "true" if register_cap >= SPLIT_ADDRESS_REGISTERS else "false"
-        code(f"constexpr bool {LDSM_SPLIT} = {split};  // ldmatrix lanes' offsets kept "
-             f"in registers ({register_cap} a thread)")
+    def write_kernel_constants(self, code: Code, spare_regs: int) -> None:
+        """Whether the main loop may spend registers on its shortcuts (:data:`SPARE_REGS_MIN`)."""
+        spare = "true" if spare_regs >= SPARE_REGS_MIN else "false"
+        code(f"constexpr bool {SPARE_REGISTERS} = {spare};  // {spare_regs} registers a "
+             "consumer thread to spare: lanes' ldmatrix offsets kept, first k step twice")
 
 
 #: The three Ampere-class architectures, one target each (their compile options differ).

@@ -141,7 +141,7 @@ class HopperTarget(WarpgroupFragments, Target):
                   else "setmaxnreg_inc<CONSUMER_REGS>")
         code(code.call(budget) + ";")
 
-    def write_kernel_constants(self, code: Code, register_cap: int) -> None:
+    def write_kernel_constants(self, code: Code, spare_regs: int) -> None:
         """None: wgmma reads its operands through descriptors."""
 
 
