@@ -611,8 +611,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             kernels[case.key] = kernel
         print_case(row)
         write_json(args.out, document([]))
+    # A step of the cases is attempted (and reported) even where one of its kernels failed.
+    planned = set(kernels) if args.steps_from else {case.key for case in cases}
     steps = []
-    for model, m, dtype in (model_steps(args.models, args.m, args.dtypes, kernels)
+    for model, m, dtype in (model_steps(args.models, args.m, args.dtypes, planned)
                             if args.layers > 0 else []):
         try:
             steps.append(measure_step(torch, model, m, dtype, kernels, args, l2_bytes))
